@@ -1,0 +1,193 @@
+//! The types both sides of profilerd share: what the eBPF programs write into
+//! their maps and what the daemon reads back.
+//!
+//! Everything here is `#[repr(C)]`, has no padding (map keys are hashed byte
+//! by byte, so padding would make equal keys differ) and no behaviour beyond
+//! trivial accessors. This crate must not depend on anything kernel- or
+//! daemon-specific: it is compiled for both `bpfel-unknown-none` and the host.
+#![no_std]
+
+/// Deepest stack the kernel hands out (`sysctl kernel.perf_event_max_stack`
+/// defaults to 127); deeper stacks are truncated at the root end.
+pub const MAX_STACK_DEPTH: usize = 127;
+
+/// Length of a task's command name, including the terminating NUL.
+pub const TASK_COMM_LEN: usize = 16;
+
+/// What a sample measures. Stored in [`SampleKey::kind`]; later sample
+/// sources (off-CPU time, peeks) add variants, and the daemon keeps samples of
+/// different kinds apart.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SampleKind {
+    /// A tick of the software CPU clock: the task was on a CPU.
+    CpuClock = 0,
+}
+
+impl SampleKind {
+    /// The kind for a raw value read from a map, if it is one we know.
+    pub const fn from_raw(raw: u32) -> Option<Self> {
+        match raw {
+            0 => Some(Self::CpuClock),
+            _ => None,
+        }
+    }
+}
+
+/// Bits of [`SampleKey::flags`]: what happened to the sample's stacks.
+pub mod sample_flags {
+    /// The user stack could not be stored (see the loss counters for why);
+    /// the sample is still counted, under a "[lost]" frame.
+    pub const USER_STACK_LOST: u32 = 1 << 0;
+    /// The kernel stack could not be stored.
+    pub const KERNEL_STACK_LOST: u32 = 1 << 1;
+    /// The user stack filled all [`crate::MAX_STACK_DEPTH`] slots and was
+    /// probably cut short at its root end.
+    pub const USER_STACK_TRUNCATED: u32 = 1 << 2;
+    /// The kernel stack filled all slots.
+    pub const KERNEL_STACK_TRUNCATED: u32 = 1 << 3;
+}
+
+/// The identity of a group of samples, aggregated in the kernel: one counts
+/// map entry per distinct key.
+///
+/// Stacks are referred to by the 64-bit hash under which they are stored in
+/// the stacks map of the same generation; `0` means "no stack" (a kernel
+/// thread has no user stack, a sample taken in user mode has no kernel stack).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SampleKey {
+    /// Process id (the kernel's tgid), in the initial pid namespace.
+    pub pid: u32,
+    /// Thread id (the kernel's pid), in the initial pid namespace.
+    pub tid: u32,
+    /// Key of the user stack in the stacks map, or 0.
+    pub user_stack: u64,
+    /// Key of the kernel stack in the stacks map, or 0.
+    pub kernel_stack: u64,
+    /// The thread's command name, NUL-padded.
+    pub comm: [u8; TASK_COMM_LEN],
+    /// A [`SampleKind`] as its raw value.
+    pub kind: u32,
+    /// [`sample_flags`] bits.
+    pub flags: u32,
+}
+
+/// What the kernel accumulates per [`SampleKey`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleValue {
+    /// Number of samples.
+    pub count: u64,
+    /// Sum of the samples' weights; for CPU-clock samples, the sampling
+    /// period in nanoseconds, so this is the CPU time the samples stand for.
+    pub weight: u64,
+}
+
+/// One stored stack: instruction pointers, leaf first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackTrace {
+    /// Number of valid entries in `ips`.
+    pub len: u32,
+    pub reserved: u32,
+    pub ips: [u64; MAX_STACK_DEPTH],
+}
+
+impl StackTrace {
+    /// The valid frames, leaf first.
+    pub fn frames(&self) -> &[u64] {
+        let len = if (self.len as usize) < MAX_STACK_DEPTH {
+            self.len as usize
+        } else {
+            MAX_STACK_DEPTH
+        };
+        &self.ips[..len]
+    }
+}
+
+/// The single entry of the control map, written by the daemon.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Control {
+    /// Which generation of maps (0 or 1) the programs write into. The daemon
+    /// flips it, waits for in-flight programs to finish, and drains the other.
+    pub generation: u32,
+    pub reserved: u32,
+}
+
+/// Indexes of the per-CPU counters map: samples taken and every way one can
+/// be lost or damaged. The daemon mirrors these in its status report.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Every run of the sampling program.
+    Samples = 0,
+    /// Samples dropped because the counts map was full.
+    LostCountsMapFull = 1,
+    /// Stacks dropped because the stacks map was full.
+    LostStackMapFull = 2,
+    /// Stacks dropped because a different stack was already stored under the
+    /// same 64-bit hash.
+    LostStackCollision = 3,
+    /// Stacks the kernel could not walk (an error from `bpf_get_stack`).
+    LostStackWalkError = 4,
+    /// The per-CPU scratch buffer was unavailable (cannot happen on a sane
+    /// kernel; counted rather than assumed).
+    LostNoScratch = 5,
+    /// New-process notifications dropped because the ring buffer was full:
+    /// such a process is only symbolized if it still runs at the next drain.
+    LostProcessNotification = 6,
+}
+
+/// Number of [`Counter`] slots.
+pub const COUNTER_COUNT: u32 = 7;
+
+impl Counter {
+    /// Every counter, in index order.
+    pub const ALL: [Counter; COUNTER_COUNT as usize] = [
+        Counter::Samples,
+        Counter::LostCountsMapFull,
+        Counter::LostStackMapFull,
+        Counter::LostStackCollision,
+        Counter::LostStackWalkError,
+        Counter::LostNoScratch,
+        Counter::LostProcessNotification,
+    ];
+}
+
+/// Names of the maps and programs, shared so neither side spells them twice.
+pub mod names {
+    pub const PROGRAM_SAMPLE_CPU: &str = "sample_cpu";
+    pub const PROGRAM_FORGET_ON_EXEC: &str = "forget_on_exec";
+    pub const PROGRAM_FORGET_ON_EXIT: &str = "forget_on_exit";
+    pub const CONTROL: &str = "CONTROL";
+    pub const COUNTERS: &str = "COUNTERS";
+    pub const SCRATCH: &str = "SCRATCH";
+    pub const KNOWN_PIDS: &str = "KNOWN_PIDS";
+    pub const NEW_PROCESSES: &str = "NEW_PROCESSES";
+    /// Counts maps, indexed by generation.
+    pub const COUNTS: [&str; 2] = ["COUNTS_0", "COUNTS_1"];
+    /// Stacks maps, indexed by generation.
+    pub const STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are #[repr(C)], Copy, made only of integers and
+    // integer arrays, and have no padding, so every bit pattern is valid.
+    unsafe impl aya::Pod for super::SampleKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SampleValue {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::StackTrace {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Control {}
+}
+
+const _: () = assert!(Counter::ALL.len() == COUNTER_COUNT as usize);
+
+// Layout checks: keys must have no padding.
+const _: () = assert!(core::mem::size_of::<SampleKey>() == 48);
+const _: () = assert!(core::mem::size_of::<SampleValue>() == 16);
+const _: () = assert!(core::mem::size_of::<StackTrace>() == 8 + 8 * MAX_STACK_DEPTH);

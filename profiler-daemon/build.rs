@@ -1,0 +1,36 @@
+//! Builds what the daemon embeds: the eBPF object (with the nightly toolchain
+//! and bpf-linker, through aya-build) and the gRPC/pprof protobuf code (with
+//! protox, so no protoc binary is needed).
+
+use anyhow::{Context as _, Result};
+
+fn main() -> Result<()> {
+    build_protos()?;
+    build_ebpf()
+}
+
+fn build_protos() -> Result<()> {
+    let protos = ["proto/profilerd/v1/profilerd.proto", "proto/perftools/profile.proto"];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let descriptors = protox::compile(protos, ["proto"]).context("compiling the .proto files")?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)
+        .context("generating Rust code from the .proto files")?;
+    Ok(())
+}
+
+fn build_ebpf() -> Result<()> {
+    let ebpf = aya_build::Package {
+        name: "profiler-ebpf",
+        root_dir: "../profiler-ebpf",
+        ..Default::default()
+    };
+    aya_build::build_ebpf([ebpf], aya_build::Toolchain::default()).context(
+        "building the eBPF programs failed; they need the nightly toolchain with rust-src \
+         and a bpf-linker built against the nightly's LLVM: `cargo xtask build` installs both",
+    )
+}

@@ -1,0 +1,229 @@
+//! Conversions between the gRPC messages and the daemon's own types, with
+//! the validation that turns a bad request into a message saying what to
+//! fix. Nothing here touches the store or the kernel.
+
+use std::{collections::HashSet, time::SystemTime};
+
+use profiler_common::SampleKind;
+
+use super::ApiError;
+use crate::{
+    profile::{Format, GroupBy, LossCause, Profile, ReportOptions, SortedBy},
+    proto::v1,
+    store::Selector,
+};
+
+impl TryFrom<Option<v1::ReportOptions>> for ReportOptions {
+    type Error = ApiError;
+
+    fn try_from(options: Option<v1::ReportOptions>) -> Result<Self, ApiError> {
+        let options = options.unwrap_or_default();
+        let defaults = ReportOptions::default();
+        if !options.noisefloor.is_finite() || options.noisefloor < 0.0 {
+            return Err(ApiError::invalid(format!(
+                "noisefloor must be a number >= 0 (2.0 is a good start), not {}",
+                options.noisefloor
+            )));
+        }
+        Ok(Self {
+            format: format(options.format)?,
+            maxdepth: (options.maxdepth > 0).then_some(options.maxdepth),
+            mincount: options.mincount,
+            noisefloor: options.noisefloor,
+            sortedby: match enum_value::<v1::SortedBy>(options.sortedby, "sortedby")? {
+                v1::SortedBy::Unspecified | v1::SortedBy::Filefuncline => SortedBy::FileFuncLine,
+                v1::SortedBy::Count => SortedBy::Count,
+                v1::SortedBy::Overhead => SortedBy::Overhead,
+            },
+            groupby: match enum_value::<v1::GroupBy>(options.groupby, "groupby")? {
+                v1::GroupBy::Unspecified | v1::GroupBy::None => GroupBy::None,
+                v1::GroupBy::Thread => GroupBy::Thread,
+                v1::GroupBy::Process => GroupBy::Process,
+            },
+            kernel: options.kernel.unwrap_or(defaults.kernel),
+            combine: options.combine.unwrap_or(defaults.combine),
+        })
+    }
+}
+
+fn format(value: i32) -> Result<Format, ApiError> {
+    Ok(match enum_value::<v1::Format>(value, "format")? {
+        v1::Format::Unspecified | v1::Format::Tree => Format::Tree,
+        v1::Format::Flat => Format::Flat,
+        v1::Format::Folded => Format::Folded,
+        v1::Format::Pprof => Format::Pprof,
+    })
+}
+
+pub(super) fn format_to_proto(format: Format) -> v1::Format {
+    match format {
+        Format::Tree => v1::Format::Tree,
+        Format::Flat => v1::Format::Flat,
+        Format::Folded => v1::Format::Folded,
+        Format::Pprof => v1::Format::Pprof,
+    }
+}
+
+/// An enum field's value, or an error naming the field and the valid values.
+fn enum_value<E>(value: i32, field: &str) -> Result<E, ApiError>
+where
+    E: TryFrom<i32> + EnumNames,
+{
+    E::try_from(value).map_err(|_| {
+        ApiError::invalid(format!(
+            "unknown {field} value {value}; valid values: {}",
+            E::NAMES.join(", ")
+        ))
+    })
+}
+
+/// The valid names of a protobuf enum, for error messages.
+trait EnumNames {
+    const NAMES: &'static [&'static str];
+}
+
+impl EnumNames for v1::Format {
+    const NAMES: &'static [&'static str] = &["tree", "flat", "folded", "pprof"];
+}
+impl EnumNames for v1::SortedBy {
+    const NAMES: &'static [&'static str] = &["filefuncline", "count", "overhead"];
+}
+impl EnumNames for v1::GroupBy {
+    const NAMES: &'static [&'static str] = &["none", "thread", "process"];
+}
+impl EnumNames for v1::Mode {
+    const NAMES: &'static [&'static str] = &["cpu"];
+}
+
+pub(super) fn sample_kind(mode: i32) -> Result<SampleKind, ApiError> {
+    match enum_value::<v1::Mode>(mode, "mode")? {
+        v1::Mode::Unspecified | v1::Mode::Cpu => Ok(SampleKind::CpuClock),
+    }
+}
+
+/// The selector, after checking that every pid and tid it names exists (0
+/// selects the idle tasks).
+pub(super) fn selector(selector: Option<v1::Selector>) -> Result<Selector, ApiError> {
+    let selector = selector.unwrap_or_default();
+    for (kind, ids) in [("process", &selector.pids), ("thread", &selector.tids)] {
+        for &id in ids {
+            if id != 0 && !std::path::Path::new(&format!("/proc/{id}")).exists() {
+                return Err(ApiError::NotFound(format!(
+                    "no {kind} with id {id} is running (0 selects the idle tasks)"
+                )));
+            }
+        }
+    }
+    if let Some(empty) = selector.comms.iter().find(|comm| comm.is_empty()) {
+        return Err(ApiError::invalid(format!(
+            "an empty command name ({empty:?}) matches nothing; leave comms out to select every process"
+        )));
+    }
+    Ok(Selector {
+        pids: selector.pids,
+        tids: selector.tids,
+        comms: selector.comms,
+    })
+}
+
+pub(super) fn unix_nanos(time: SystemTime) -> i64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|since| since.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+pub(super) fn loss_counts(lost: impl IntoIterator<Item = (LossCause, u64)>) -> Vec<v1::LossCount> {
+    lost.into_iter()
+        .map(|(cause, count)| v1::LossCount {
+            cause: cause.name().to_owned(),
+            count,
+        })
+        .collect()
+}
+
+pub(super) fn summary(profile: &Profile) -> v1::ProfileSummary {
+    let processes: HashSet<u32> = profile.threads.iter().map(|thread| thread.pid).collect();
+    v1::ProfileSummary {
+        start_unix_nanos: unix_nanos(profile.start),
+        end_unix_nanos: unix_nanos(profile.end),
+        frequency_hz: profile.frequency_hz,
+        samples: profile.total_samples(),
+        cpu_nanos: profile.samples.iter().map(|sample| sample.weight_ns).sum(),
+        processes: processes.len() as u32,
+        threads: profile.threads.len() as u32,
+        lost: loss_counts(profile.lost.iter().copied()),
+        warnings: profile.warnings.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_options_are_julias() {
+        let options = ReportOptions::try_from(None).unwrap();
+        assert_eq!(options, ReportOptions::default());
+        assert!(options.kernel && options.combine);
+    }
+
+    #[test]
+    fn options_convert() {
+        let options = ReportOptions::try_from(Some(v1::ReportOptions {
+            format: v1::Format::Pprof as i32,
+            maxdepth: 5,
+            mincount: 2,
+            noisefloor: 2.0,
+            sortedby: v1::SortedBy::Count as i32,
+            groupby: v1::GroupBy::Thread as i32,
+            kernel: Some(false),
+            combine: Some(false),
+        }))
+        .unwrap();
+        assert_eq!(options.format, Format::Pprof);
+        assert_eq!(options.maxdepth, Some(5));
+        assert_eq!(options.groupby, GroupBy::Thread);
+        assert!(!options.kernel && !options.combine);
+    }
+
+    #[test]
+    fn unknown_enum_values_name_the_field() {
+        let err = ReportOptions::try_from(Some(v1::ReportOptions {
+            format: 42,
+            ..Default::default()
+        }))
+        .unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("format") && message.contains("pprof"), "{message}");
+        assert!(sample_kind(9).is_err());
+    }
+
+    #[test]
+    fn bad_noisefloor_is_rejected() {
+        for noisefloor in [-1.0, f64::NAN] {
+            let options = v1::ReportOptions {
+                noisefloor,
+                ..Default::default()
+            };
+            assert!(ReportOptions::try_from(Some(options)).is_err());
+        }
+    }
+
+    #[test]
+    fn selectors_check_that_ids_exist() {
+        let me = std::process::id();
+        let ok = selector(Some(v1::Selector {
+            pids: vec![me, 0],
+            tids: vec![me],
+            comms: vec!["x".into()],
+        }))
+        .unwrap();
+        assert_eq!(ok.pids, [me, 0]);
+        let err = selector(Some(v1::Selector {
+            pids: vec![u32::MAX - 1],
+            ..Default::default()
+        }))
+        .unwrap_err();
+        assert!(matches!(err, ApiError::NotFound(_)), "{err}");
+    }
+}

@@ -1,0 +1,265 @@
+//! The gRPC API (v1), for dashboards and for profilerctl.
+//!
+//! A thin layer: each handler validates its request (see `convert`), asks
+//! the collector for window cuts, reads the store, renders a report, and
+//! maps every failure once, in [`ApiError`], to a status code with a message
+//! that says what to fix. It owns the open sessions; it must not touch the
+//! kernel or the symbolizer.
+
+mod convert;
+
+use std::{
+    sync::{Arc, Mutex, RwLock},
+    time::{Duration, Instant, SystemTime},
+};
+
+use profiler_common::SampleKind;
+use tonic::{Request, Response, Status};
+
+use crate::{
+    collector::{CollectorError, CollectorHandle},
+    drain,
+    profile::ReportOptions,
+    proto::v1::{self, profiler_server::Profiler},
+    report,
+    sessions::{Session, SessionError, Sessions},
+    store::{Query, Selector, Store},
+};
+
+pub use crate::proto::v1::profiler_server::ProfilerServer;
+
+/// Why a request failed; each maps to one gRPC status code.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
+    #[error(transparent)]
+    Unavailable(#[from] CollectorError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidArgument(message.into())
+    }
+}
+
+impl From<SessionError> for ApiError {
+    fn from(err: SessionError) -> Self {
+        match err {
+            SessionError::TooMany { .. } => Self::ResourceExhausted(err.to_string()),
+            SessionError::Unknown(_) => Self::NotFound(err.to_string()),
+        }
+    }
+}
+
+impl From<ApiError> for Status {
+    fn from(err: ApiError) -> Self {
+        let message = err.to_string();
+        match err {
+            ApiError::InvalidArgument(_) => Status::invalid_argument(message),
+            ApiError::NotFound(_) => Status::not_found(message),
+            ApiError::ResourceExhausted(_) => Status::resource_exhausted(message),
+            ApiError::Unavailable(_) => Status::unavailable(message),
+            ApiError::Internal(_) => Status::internal(message),
+        }
+    }
+}
+
+/// What the service reports about the daemon itself.
+#[derive(Clone, Debug)]
+pub struct DaemonInfo {
+    pub cpus: Vec<u32>,
+    pub frequency_hz: u32,
+    pub max_profile_duration: Duration,
+    pub started: Instant,
+}
+
+/// The `Profiler` service.
+pub struct ProfilerService {
+    collector: CollectorHandle,
+    store: Arc<RwLock<Store>>,
+    sessions: Mutex<Sessions>,
+    info: DaemonInfo,
+}
+
+impl ProfilerService {
+    pub fn new(
+        collector: CollectorHandle,
+        store: Arc<RwLock<Store>>,
+        max_sessions: usize,
+        info: DaemonInfo,
+    ) -> Self {
+        Self {
+            collector,
+            store,
+            sessions: Mutex::new(Sessions::new(max_sessions)),
+            info,
+        }
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn do_profile(&self, request: v1::ProfileRequest) -> Result<v1::ProfileReply, ApiError> {
+        let duration = Duration::from_millis(request.duration_ms);
+        if duration.is_zero() {
+            return Err(ApiError::invalid(
+                "duration_ms must be at least 1 (it is how long to profile, in milliseconds)",
+            ));
+        }
+        if duration > self.info.max_profile_duration {
+            return Err(ApiError::invalid(format!(
+                "duration_ms {} is longer than the maximum {} ms ({}); profile for less, or \
+                 raise max_profile_duration in the daemon's configuration",
+                request.duration_ms,
+                self.info.max_profile_duration.as_millis(),
+                humantime::format_duration(self.info.max_profile_duration)
+            )));
+        }
+        let options = ReportOptions::try_from(request.options)?;
+        let selector = convert::selector(request.selector)?;
+        let kind = convert::sample_kind(request.mode)?;
+
+        let started = Instant::now();
+        let start = self.collector.open_window().await?;
+        tokio::time::sleep_until((started + duration).into()).await;
+        let end = self.collector.close_window().await?;
+        self.report(start, end, selector, kind, options).await
+    }
+
+    async fn do_start(
+        &self,
+        request: v1::StartProfileRequest,
+    ) -> Result<v1::StartProfileReply, ApiError> {
+        let selector = convert::selector(request.selector)?;
+        let kind = convert::sample_kind(request.mode)?;
+        let start = self.collector.open_window().await?;
+        let session_id = self.sessions().open(Session {
+            start,
+            selector,
+            kind,
+        })?;
+        Ok(v1::StartProfileReply {
+            session_id,
+            start_unix_nanos: convert::unix_nanos(start),
+        })
+    }
+
+    async fn do_stop(&self, request: v1::StopProfileRequest) -> Result<v1::ProfileReply, ApiError> {
+        let options = ReportOptions::try_from(request.options)?;
+        let session = self.sessions().close(&request.session_id)?;
+        let end = self.collector.close_window().await?;
+        self.report(session.start, end, session.selector, session.kind, options)
+            .await
+    }
+
+    /// Reads a window from the store and renders it, off the async threads.
+    async fn report(
+        &self,
+        start: SystemTime,
+        end: SystemTime,
+        selector: Selector,
+        kind: SampleKind,
+        options: ReportOptions,
+    ) -> Result<v1::ProfileReply, ApiError> {
+        let query = Query {
+            start,
+            end,
+            selector,
+            kind,
+            frequency_hz: self.info.frequency_hz,
+        };
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let profile = store
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .profile(&query);
+            let report = report::render(&profile, &options)
+                .map_err(|err| ApiError::Internal(format!("cannot render the report: {err}")))?;
+            Ok(v1::ProfileReply {
+                report,
+                format: convert::format_to_proto(options.format) as i32,
+                summary: Some(convert::summary(&profile)),
+            })
+        })
+        .await
+        .map_err(|err| ApiError::Internal(format!("the report task failed: {err}")))?
+    }
+
+    fn status(&self) -> v1::StatusReply {
+        let pipeline = self.collector.stats();
+        let store = self
+            .store
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stats();
+        v1::StatusReply {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            uptime_ms: self.info.started.elapsed().as_millis() as u64,
+            cpus: self.info.cpus.clone(),
+            frequency_hz: self.info.frequency_hz,
+            samples_taken: pipeline.samples_taken(),
+            samples_lost: convert::loss_counts(drain::losses(&pipeline.counters)),
+            processes_seen: pipeline.processes.processes_seen,
+            symbolizer: Some(v1::SymbolizerStatus {
+                binaries: pipeline.symbolizer.binaries,
+                user_addresses_cached: pipeline.symbolizer.user_addresses_cached,
+                kernel_addresses_cached: pipeline.symbolizer.kernel_addresses_cached,
+                processes_tracked: pipeline.processes.processes_tracked,
+            }),
+            store: Some(v1::StoreStatus {
+                memory_bytes: store.memory_bytes,
+                memory_limit_bytes: store.memory_limit_bytes,
+                retention_ms: store.retention.as_millis() as u64,
+                buckets: store.buckets,
+                oldest_unix_nanos: store.oldest.map_or(0, convert::unix_nanos),
+                distinct_stacks: store.distinct_stacks,
+                buckets_evicted_for_memory: store.buckets_evicted_for_memory,
+            }),
+            max_profile_duration_ms: self.info.max_profile_duration.as_millis() as u64,
+            open_sessions: self.sessions().len() as u32,
+            drains: pipeline.drains,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Profiler for ProfilerService {
+    async fn profile(
+        &self,
+        request: Request<v1::ProfileRequest>,
+    ) -> Result<Response<v1::ProfileReply>, Status> {
+        Ok(Response::new(self.do_profile(request.into_inner()).await?))
+    }
+
+    async fn start_profile(
+        &self,
+        request: Request<v1::StartProfileRequest>,
+    ) -> Result<Response<v1::StartProfileReply>, Status> {
+        Ok(Response::new(self.do_start(request.into_inner()).await?))
+    }
+
+    async fn stop_profile(
+        &self,
+        request: Request<v1::StopProfileRequest>,
+    ) -> Result<Response<v1::ProfileReply>, Status> {
+        Ok(Response::new(self.do_stop(request.into_inner()).await?))
+    }
+
+    async fn get_status(
+        &self,
+        _request: Request<v1::GetStatusRequest>,
+    ) -> Result<Response<v1::StatusReply>, Status> {
+        Ok(Response::new(self.status()))
+    }
+}

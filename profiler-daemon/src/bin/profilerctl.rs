@@ -1,0 +1,398 @@
+//! profilerctl: the command-line client of profilerd.
+//!
+//! Parses the command line, talks to the daemon over its socket and prints
+//! or writes what comes back. Errors are one readable line and a non-zero
+//! exit status.
+
+use std::{
+    io::{IsTerminal as _, Write as _},
+    path::PathBuf,
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use profilerd::{
+    client::{self, DEFAULT_SOCKET},
+    proto::v1,
+};
+
+/// Control profilerd, the system-wide sampling profiler.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    /// The daemon's socket
+    #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show what the daemon samples, what it lost and what it holds
+    Status,
+    /// Profile for a duration and print or write the report
+    Profile {
+        #[command(flatten)]
+        selector: SelectorArgs,
+        /// How long to profile, e.g. 10s, 500ms, 2m
+        #[arg(long, short, value_parser = parse_duration)]
+        duration: Duration,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Start an open-ended profiling session and print its id
+    Start {
+        #[command(flatten)]
+        selector: SelectorArgs,
+    },
+    /// Stop a session and print or write its report
+    Stop {
+        /// The session id printed by `start`
+        id: String,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct SelectorArgs {
+    /// Only this process (repeatable; 0 selects the idle tasks)
+    #[arg(long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    /// Only this thread (repeatable)
+    #[arg(long = "tid", value_name = "TID")]
+    tids: Vec<u32>,
+    /// Only processes or threads with this exact command name (repeatable)
+    #[arg(long = "comm", value_name = "NAME")]
+    comms: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// Report format
+    #[arg(long, short, value_enum, default_value_t = FormatArg::Tree)]
+    format: FormatArg,
+    /// Write the report to this file instead of standard output
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Deepest call depth shown (tree) or kept (folded); 0 = no limit
+    #[arg(long, default_value_t = 0)]
+    maxdepth: u32,
+    /// Hide lines with fewer samples
+    #[arg(long, default_value_t = 0)]
+    mincount: u64,
+    /// Tree: hide frames with n <= noisefloor * sqrt(N) samples, N = caller's (try 2.0)
+    #[arg(long, default_value_t = 0.0)]
+    noisefloor: f64,
+    /// Order of flat reports and of tree children
+    #[arg(long, value_enum, default_value_t = SortedByArg::Filefuncline)]
+    sortedby: SortedByArg,
+    /// One section per thread or per process
+    #[arg(long, value_enum, default_value_t = GroupByArg::None)]
+    groupby: GroupByArg,
+    /// Show kernel frames (default)
+    #[arg(long, overrides_with = "no_kernel")]
+    kernel: bool,
+    /// Show each run of kernel frames as one "[kernel]" frame
+    #[arg(long, overrides_with = "kernel")]
+    no_kernel: bool,
+    /// Merge the addresses of one source line (default)
+    #[arg(long, overrides_with = "no_combine")]
+    combine: bool,
+    /// Keep each instruction address apart
+    #[arg(long, overrides_with = "combine")]
+    no_combine: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FormatArg {
+    Tree,
+    Flat,
+    Folded,
+    Pprof,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SortedByArg {
+    Filefuncline,
+    Count,
+    Overhead,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum GroupByArg {
+    None,
+    Thread,
+    Process,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 10s, 500ms, 2m)"))
+}
+
+impl SelectorArgs {
+    fn to_proto(&self) -> v1::Selector {
+        v1::Selector {
+            pids: self.pids.clone(),
+            tids: self.tids.clone(),
+            comms: self.comms.clone(),
+        }
+    }
+}
+
+impl ReportArgs {
+    fn to_proto(&self) -> v1::ReportOptions {
+        v1::ReportOptions {
+            format: match self.format {
+                FormatArg::Tree => v1::Format::Tree,
+                FormatArg::Flat => v1::Format::Flat,
+                FormatArg::Folded => v1::Format::Folded,
+                FormatArg::Pprof => v1::Format::Pprof,
+            } as i32,
+            maxdepth: self.maxdepth,
+            mincount: self.mincount,
+            noisefloor: self.noisefloor,
+            sortedby: match self.sortedby {
+                SortedByArg::Filefuncline => v1::SortedBy::Filefuncline,
+                SortedByArg::Count => v1::SortedBy::Count,
+                SortedByArg::Overhead => v1::SortedBy::Overhead,
+            } as i32,
+            groupby: match self.groupby {
+                GroupByArg::None => v1::GroupBy::None,
+                GroupByArg::Thread => v1::GroupBy::Thread,
+                GroupByArg::Process => v1::GroupBy::Process,
+            } as i32,
+            kernel: Some(!self.no_kernel),
+            combine: Some(!self.no_combine),
+        }
+    }
+
+    /// Refuses to print a binary report to a terminal before any waiting.
+    fn check_output(&self) -> Result<()> {
+        if matches!(self.format, FormatArg::Pprof)
+            && self.output.is_none()
+            && std::io::stdout().is_terminal()
+        {
+            bail!("pprof reports are binary (gzipped protobuf): pass --output FILE or redirect standard output");
+        }
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("profilerctl: error: cannot start: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("profilerctl: error: {}", one_line(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line; gRPC statuses by their message.
+fn one_line(err: &anyhow::Error) -> String {
+    if let Some(status) = err.downcast_ref::<tonic::Status>() {
+        return format!("{} ({:?})", status.message(), status.code());
+    }
+    format!("{err:#}")
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let mut daemon = client::connect(&cli.socket).await?;
+    match cli.command {
+        Command::Status => {
+            let status = daemon.get_status(v1::GetStatusRequest {}).await?.into_inner();
+            print!("{}", format_status(&status));
+        }
+        Command::Profile {
+            selector,
+            duration,
+            report,
+        } => {
+            report.check_output()?;
+            let request = v1::ProfileRequest {
+                duration_ms: duration.as_millis() as u64,
+                selector: Some(selector.to_proto()),
+                options: Some(report.to_proto()),
+                mode: v1::Mode::Cpu as i32,
+            };
+            let progress = Progress::start(duration);
+            let reply = daemon.profile(request).await;
+            progress.finish();
+            deliver(reply?.into_inner(), &report)?;
+        }
+        Command::Start { selector } => {
+            let reply = daemon
+                .start_profile(v1::StartProfileRequest {
+                    selector: Some(selector.to_proto()),
+                    mode: v1::Mode::Cpu as i32,
+                })
+                .await?
+                .into_inner();
+            println!("{}", reply.session_id);
+        }
+        Command::Stop { id, report } => {
+            report.check_output()?;
+            let reply = daemon
+                .stop_profile(v1::StopProfileRequest {
+                    session_id: id,
+                    options: Some(report.to_proto()),
+                })
+                .await?
+                .into_inner();
+            deliver(reply, &report)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the report where asked and a one-line summary to standard error.
+fn deliver(reply: v1::ProfileReply, report: &ReportArgs) -> Result<()> {
+    match &report.output {
+        Some(path) => std::fs::write(path, &reply.report)
+            .with_context(|| format!("cannot write the report to {}", path.display()))?,
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(&reply.report)
+                .and_then(|()| stdout.flush())
+                .context("cannot write the report to standard output")?;
+        }
+    }
+    if let Some(summary) = reply.summary {
+        eprintln!("{}", format_summary(&summary, report.output.as_deref()));
+    }
+    Ok(())
+}
+
+fn format_summary(summary: &v1::ProfileSummary, output: Option<&std::path::Path>) -> String {
+    let seconds = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
+    let lost: Vec<String> = summary
+        .lost
+        .iter()
+        .map(|loss| format!("{}={}", loss.cause, loss.count))
+        .collect();
+    let mut text = format!(
+        "profiled {seconds:.1}s at {} Hz: {} samples ({:.2} CPU-seconds), {} processes, {} threads; lost: {}",
+        summary.frequency_hz,
+        summary.samples,
+        summary.cpu_nanos as f64 / 1e9,
+        summary.processes,
+        summary.threads,
+        if lost.is_empty() {
+            "none".to_owned()
+        } else {
+            lost.join(", ")
+        }
+    );
+    if let Some(path) = output {
+        text.push_str(&format!("; report written to {}", path.display()));
+    }
+    for warning in &summary.warnings {
+        text.push_str(&format!("\nwarning: {warning}"));
+    }
+    text
+}
+
+fn format_status(status: &v1::StatusReply) -> String {
+    let lost: Vec<String> = status
+        .samples_lost
+        .iter()
+        .map(|loss| format!("{}={}", loss.cause, loss.count))
+        .collect();
+    let symbolizer = status.symbolizer.unwrap_or_default();
+    let store = status.store.unwrap_or_default();
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    let oldest = if store.oldest_unix_nanos > 0 {
+        let age = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|now| now.as_nanos() as i64 - store.oldest_unix_nanos)
+            .unwrap_or(0);
+        format!("{:.0}s ago", age as f64 / 1e9)
+    } else {
+        "none yet".to_owned()
+    };
+    format!(
+        "profilerd {version}, up {uptime}\n\
+         sampling:   {cpus} CPUs at {hz} Hz; {taken} samples taken, {drains} drains\n\
+         lost:       {lost}\n\
+         processes:  {seen} seen, {tracked} tracked\n\
+         symbolizer: {binaries} binaries, {user} user and {kernel} kernel addresses cached\n\
+         store:      {used:.1} MiB of {limit:.1} MiB, {buckets} buckets, {stacks} stacks, oldest sample {oldest}, retention {retention}, {evicted} buckets evicted for memory\n\
+         sessions:   {sessions} open; longest profile {max}\n",
+        version = status.version,
+        uptime = humantime::format_duration(Duration::from_secs(status.uptime_ms / 1000)),
+        cpus = status.cpus.len(),
+        hz = status.frequency_hz,
+        taken = status.samples_taken,
+        drains = status.drains,
+        lost = lost.join(", "),
+        seen = status.processes_seen,
+        tracked = symbolizer.processes_tracked,
+        binaries = symbolizer.binaries,
+        user = symbolizer.user_addresses_cached,
+        kernel = symbolizer.kernel_addresses_cached,
+        used = mib(store.memory_bytes),
+        limit = mib(store.memory_limit_bytes),
+        buckets = store.buckets,
+        stacks = store.distinct_stacks,
+        retention = humantime::format_duration(Duration::from_millis(store.retention_ms)),
+        evicted = store.buckets_evicted_for_memory,
+        sessions = status.open_sessions,
+        max = humantime::format_duration(Duration::from_millis(status.max_profile_duration_ms)),
+    )
+}
+
+/// A progress bar on standard error while the daemon profiles (hidden when
+/// standard error is not a terminal).
+struct Progress {
+    bar: indicatif::ProgressBar,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl Progress {
+    fn start(duration: Duration) -> Self {
+        let bar = indicatif::ProgressBar::new(duration.as_millis() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "profiling {bar:30} {elapsed}/{msg} (Ctrl-C to abandon)",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(humantime::format_duration(duration).to_string());
+        let ticker = tokio::spawn({
+            let bar = bar.clone();
+            let started = Instant::now();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let elapsed = started.elapsed().min(duration);
+                    bar.set_position(elapsed.as_millis() as u64);
+                    if elapsed >= duration {
+                        bar.set_message("done; building the report".to_owned());
+                    }
+                }
+            }
+        });
+        Self { bar, ticker }
+    }
+
+    fn finish(self) {
+        self.ticker.abort();
+        self.bar.finish_and_clear();
+    }
+}

@@ -1,0 +1,323 @@
+//! The pipeline that moves samples one way, from the kernel to the store:
+//! kernel maps → raw batch (drain) → normalized stacks (process table) →
+//! symbolized stacks (symbolizer) → time-stamped buckets (store).
+//!
+//! This module owns the pipeline's threads: the drain thread (periodic and
+//! on-demand drains), the symbolizer thread (blazesym must stay on one
+//! thread) and the process watcher (records processes the moment the kernel
+//! announces them). It must not answer queries.
+
+use std::{
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant, SystemTime},
+};
+
+use aya::maps::{MapData, RingBuf};
+use profiler_common::Counter;
+use tracing::{debug, error, warn};
+
+use crate::{
+    drain::{CounterDeltas, Drainer},
+    processes::{NormalizedBatch, ProcessStats, ProcessTable},
+    sampling::Sampler,
+    store::Store,
+    symbolize::{Symbolizer, SymbolizerStats},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CollectorError {
+    #[error("cannot set up the kernel maps for draining: {0}")]
+    Maps(String),
+    #[error("cannot start the {0} thread: {1}")]
+    Thread(&'static str, std::io::Error),
+    #[error("the sample pipeline has stopped; the daemon is shutting down or failed (see its log)")]
+    Stopped,
+}
+
+/// Running totals of the pipeline, for the status report.
+#[derive(Clone, Debug, Default)]
+pub struct PipelineStats {
+    /// Totals of the kernel counters since start, indexed by [`Counter`].
+    pub counters: CounterDeltas,
+    pub drains: u64,
+    pub symbolizer: SymbolizerStats,
+    pub processes: ProcessStats,
+}
+
+impl PipelineStats {
+    pub fn samples_taken(&self) -> u64 {
+        self.counters[Counter::Samples as usize]
+    }
+}
+
+/// A request for an immediate drain, answered with the instant it cut at:
+/// right after the cut when `stored` is false, otherwise once everything
+/// sampled before that instant is in the store.
+struct DrainRequest {
+    stored: bool,
+    done: tokio::sync::oneshot::Sender<SystemTime>,
+}
+
+struct SymbolizeJob {
+    batch: NormalizedBatch,
+    waiting: Vec<tokio::sync::oneshot::Sender<SystemTime>>,
+}
+
+/// Cheap to clone; used by the API to cut windows and read statistics.
+#[derive(Clone)]
+pub struct CollectorHandle {
+    requests: mpsc::Sender<DrainRequest>,
+    stats: Arc<Mutex<PipelineStats>>,
+}
+
+impl CollectorHandle {
+    /// Opens a window: drains the kernel maps now and resolves to the instant
+    /// of the cut. Samples taken after it land in later buckets.
+    pub async fn open_window(&self) -> Result<SystemTime, CollectorError> {
+        self.cut(false).await
+    }
+
+    /// Closes a window: drains the kernel maps now and resolves to the
+    /// instant of the cut once every sample taken before it is in the store,
+    /// so a window between two cuts holds exactly the samples taken in it.
+    pub async fn close_window(&self) -> Result<SystemTime, CollectorError> {
+        self.cut(true).await
+    }
+
+    async fn cut(&self, stored: bool) -> Result<SystemTime, CollectorError> {
+        let (done, finished) = tokio::sync::oneshot::channel();
+        self.requests
+            .send(DrainRequest { stored, done })
+            .map_err(|_| CollectorError::Stopped)?;
+        finished.await.map_err(|_| CollectorError::Stopped)
+    }
+
+    pub fn stats(&self) -> PipelineStats {
+        lock(&self.stats).clone()
+    }
+}
+
+/// The running pipeline. Dropping it stops its threads.
+pub struct Collector {
+    handle: CollectorHandle,
+    stopping: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Collector {
+    /// Takes the sampler's maps and starts the pipeline threads.
+    pub fn start(
+        sampler: &mut Sampler,
+        store: Arc<RwLock<Store>>,
+        drain_interval: Duration,
+    ) -> Result<Self, CollectorError> {
+        let maps = sampler
+            .take_drain_maps()
+            .map_err(|err| CollectorError::Maps(err.to_string()))?;
+        let announcements = sampler
+            .take_process_announcements()
+            .map_err(|err| CollectorError::Maps(err.to_string()))?;
+        let drainer = Drainer::new(maps).map_err(|err| CollectorError::Maps(err.to_string()))?;
+
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(PipelineStats::default()));
+        let processes = Arc::new(Mutex::new(ProcessTable::new()));
+        let (requests, request_queue) = mpsc::channel();
+        let (jobs, job_queue) = mpsc::sync_channel::<SymbolizeJob>(4);
+
+        let spawn = |name: &'static str, body: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(format!("profilerd-{name}"))
+                .spawn(body)
+                .map_err(|err| CollectorError::Thread(name, err))
+        };
+        let mut threads = Vec::new();
+        threads.push(spawn("watch", {
+            let (processes, stopping) = (processes.clone(), stopping.clone());
+            Box::new(move || watch_processes(announcements, &processes, &stopping))
+        })?);
+        threads.push(spawn("symbolize", {
+            let stats = stats.clone();
+            Box::new(move || symbolize_into_store(job_queue, &store, &stats))
+        })?);
+        threads.push(spawn("drain", {
+            let (stats, stopping) = (stats.clone(), stopping.clone());
+            Box::new(move || {
+                drain_periodically(
+                    drainer,
+                    drain_interval,
+                    &request_queue,
+                    &jobs,
+                    &processes,
+                    &stats,
+                    &stopping,
+                );
+            })
+        })?);
+
+        Ok(Self {
+            handle: CollectorHandle { requests, stats },
+            stopping,
+            threads,
+        })
+    }
+
+    pub fn handle(&self) -> CollectorHandle {
+        self.handle.clone()
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panicked pipeline thread must not take the status report down too.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The drain thread: drains every `interval`, and at once when asked.
+fn drain_periodically(
+    mut drainer: Drainer,
+    interval: Duration,
+    requests: &mpsc::Receiver<DrainRequest>,
+    jobs: &mpsc::SyncSender<SymbolizeJob>,
+    processes: &Mutex<ProcessTable>,
+    stats: &Mutex<PipelineStats>,
+    stopping: &AtomicBool,
+) {
+    // Wake up at least this often to notice a shutdown.
+    let poll = Duration::from_millis(200);
+    let mut next_drain = Instant::now() + interval;
+    while !stopping.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        let mut waiting = Vec::new();
+        if now < next_drain {
+            match requests.recv_timeout(next_drain.saturating_duration_since(now).min(poll)) {
+                Ok(request) => waiting.push(request),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // No API left to ask for drains; keep draining on schedule.
+                    std::thread::sleep(next_drain.saturating_duration_since(Instant::now()));
+                }
+            }
+            if waiting.is_empty() && Instant::now() < next_drain {
+                continue;
+            }
+        }
+        waiting.extend(requests.try_iter());
+        if Instant::now() >= next_drain {
+            next_drain += interval;
+            if next_drain < Instant::now() {
+                next_drain = Instant::now() + interval;
+            }
+        }
+
+        let raw = match drainer.drain() {
+            Ok(raw) => raw,
+            Err(err) => {
+                error!("draining the kernel maps failed: {err}");
+                continue;
+            }
+        };
+        let lost: u64 = raw.counters[1..].iter().sum();
+        if lost > 0 {
+            warn!(
+                lost,
+                counters = ?raw.counters,
+                "the kernel lost samples or stacks since the previous drain"
+            );
+        }
+        {
+            let mut stats = lock(stats);
+            for (total, delta) in stats.counters.iter_mut().zip(raw.counters) {
+                *total += delta;
+            }
+            stats.drains += 1;
+        }
+        let (store_waiting, cut_waiting): (Vec<_>, Vec<_>) =
+            waiting.into_iter().partition(|request| request.stored);
+        for request in cut_waiting {
+            let _ = request.done.send(raw.end);
+        }
+        let (batch, process_stats) = {
+            let mut table = lock(processes);
+            (table.normalize_batch(raw), table.stats())
+        };
+        lock(stats).processes = process_stats;
+        let waiting = store_waiting.into_iter().map(|request| request.done).collect();
+        if jobs.send(SymbolizeJob { batch, waiting }).is_err() {
+            error!("the symbolizer thread has stopped; no more samples are stored");
+            return;
+        }
+    }
+}
+
+/// The symbolizer thread: owns the (not `Send`) symbolizer.
+fn symbolize_into_store(
+    jobs: mpsc::Receiver<SymbolizeJob>,
+    store: &RwLock<Store>,
+    stats: &Mutex<PipelineStats>,
+) {
+    let mut symbolizer = Symbolizer::new();
+    for job in jobs {
+        let cut = job.batch.end;
+        let batch = symbolizer.symbolize(job.batch);
+        store
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(batch);
+        lock(stats).symbolizer = symbolizer.stats();
+        for waiting in job.waiting {
+            let _ = waiting.send(cut);
+        }
+    }
+}
+
+/// The process watcher: records each process the sampling program announces
+/// while it is still alive, so it can be symbolized after it exits.
+fn watch_processes(
+    mut announcements: RingBuf<MapData>,
+    processes: &Mutex<ProcessTable>,
+    stopping: &AtomicBool,
+) {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let timeout = Timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000_000,
+    };
+    let mut pids = Vec::new();
+    while !stopping.load(Ordering::Relaxed) {
+        {
+            let mut fds = [PollFd::new(&announcements, PollFlags::IN)];
+            if let Err(err) = poll(&mut fds, Some(&timeout))
+                && err != rustix::io::Errno::INTR
+            {
+                error!("cannot wait for process announcements: {err}");
+                return;
+            }
+        }
+        while let Some(item) = announcements.next() {
+            if let Ok(bytes) = <[u8; 4]>::try_from(&item[..4.min(item.len())]) {
+                pids.push(u32::from_ne_bytes(bytes));
+            }
+        }
+        for pid in pids.drain(..) {
+            if let Err(err) = lock(processes).record(pid) {
+                debug!(pid, "a new process was gone before it could be recorded: {err}");
+            }
+        }
+    }
+}

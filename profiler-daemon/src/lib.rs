@@ -1,0 +1,23 @@
+//! profilerd: an always-on, system-wide sampling profiler.
+//!
+//! Data flows one way: the eBPF program samples every CPU into kernel maps
+//! ([`sampling`]); the [`drain`] reads them into raw samples; the
+//! [`processes`] table normalizes user addresses while processes are alive;
+//! the [`symbolize`]r names them; the [`store`] aggregates them in
+//! time-stamped buckets; reports ([`report`]) are rendered from a
+//! [`profile::Profile`] of any window and served over gRPC ([`api`]). The
+//! [`collector`] runs that pipeline; [`config`] holds the settings.
+
+pub mod api;
+pub mod client;
+pub mod collector;
+pub mod config;
+pub mod drain;
+pub mod processes;
+pub mod profile;
+pub mod proto;
+pub mod report;
+pub mod sampling;
+pub mod sessions;
+pub mod store;
+pub mod symbolize;

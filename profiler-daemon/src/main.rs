@@ -1,0 +1,171 @@
+//! profilerd: loads the sampling programs, runs the sample pipeline and
+//! serves profiles over gRPC on a Unix socket until SIGINT or SIGTERM.
+//!
+//! This file only wires the modules together: flags and configuration,
+//! logging, the runtime, the socket, and shutdown.
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::{Arc, RwLock},
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Parser;
+use profilerd::{
+    api::{DaemonInfo, ProfilerServer, ProfilerService},
+    collector::Collector,
+    config::{Config, Overrides},
+    sampling::{Sampler, SamplerSettings},
+    store::Store,
+};
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tracing::{error, info};
+
+/// The always-on, system-wide sampling profiler daemon.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// TOML configuration file; flags override its keys
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    overrides: Overrides,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = Config::load(args.config.as_deref(), &args.overrides);
+    let log_level = config
+        .as_ref()
+        .map_or("info", |config| config.log_level.as_str());
+    init_logging(log_level);
+    let config = match config {
+        Ok(config) => config,
+        Err(err) => {
+            error!("{err}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("profilerd-rpc")
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            error!("cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            error!("{err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PROFILERD_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn run(config: Config) -> Result<()> {
+    let started = Instant::now();
+    let mut sampler = Sampler::start(&SamplerSettings {
+        frequency_hz: config.frequency_hz,
+        drain_interval: config.drain_interval,
+        max_stacks: config.max_stacks,
+        max_sample_keys: config.max_sample_keys,
+    })
+    .context("cannot start sampling")?;
+    let store = Arc::new(RwLock::new(Store::new(
+        config.retention,
+        config.memory_limit.as_u64(),
+    )));
+    let collector = Collector::start(&mut sampler, store.clone(), config.drain_interval)
+        .context("cannot start the sample pipeline")?;
+    let service = ProfilerService::new(
+        collector.handle(),
+        store,
+        config.max_sessions as usize,
+        DaemonInfo {
+            cpus: sampler.cpus().to_vec(),
+            frequency_hz: sampler.frequency_hz(),
+            max_profile_duration: config.max_profile_duration,
+            started,
+        },
+    );
+
+    let listener = bind(&config.socket)?;
+    info!(
+        socket = %config.socket.display(),
+        frequency_hz = config.frequency_hz,
+        retention = %humantime::format_duration(config.retention),
+        memory_limit = %config.memory_limit,
+        "profilerd is serving"
+    );
+    let served = tonic::transport::Server::builder()
+        .add_service(ProfilerServer::new(service))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown_signal())
+        .await;
+    let _ = std::fs::remove_file(&config.socket);
+    drop(collector);
+    drop(sampler);
+    served.context("the gRPC server failed")?;
+    info!("profilerd stopped");
+    Ok(())
+}
+
+/// Binds the API socket, replacing a stale socket file but never a live
+/// daemon's.
+fn bind(socket: &Path) -> Result<UnixListener> {
+    if let Some(dir) = socket.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the socket's directory {}", dir.display()))?;
+    }
+    if socket.exists() {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            bail!(
+                "another profilerd is already serving on {}; stop it first, or pass --socket",
+                socket.display()
+            );
+        }
+        std::fs::remove_file(socket)
+            .with_context(|| format!("cannot remove the stale socket {}", socket.display()))?;
+    }
+    let listener = UnixListener::bind(socket)
+        .with_context(|| format!("cannot listen on {}", socket.display()))?;
+    // Profiles show every process's code paths: only root (and the socket's
+    // group) may ask for them.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("cannot set the permissions of {}", socket.display()))?;
+    Ok(listener)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) =
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        error!("cannot listen for SIGINT/SIGTERM; stop profilerd with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => info!("SIGINT received, shutting down"),
+        _ = terminate.recv() => info!("SIGTERM received, shutting down"),
+    }
+}

@@ -1,0 +1,426 @@
+//! What the daemon knows of each sampled process: its name and where its
+//! binaries are mapped, recorded while it is alive so that its samples can
+//! still be symbolized after it exits.
+//!
+//! This module owns the per-process records and an open handle on every
+//! binary they map (so a binary stays readable after its process exits, its
+//! file is deleted, or when it lives in another mount namespace). It turns
+//! raw user addresses into (binary, file offset) pairs; it must not
+//! symbolize.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::fd::AsRawFd as _,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use procfs::process::{MMPermissions, MMapPath, Process};
+use profiler_common::SampleKind;
+use tracing::debug;
+
+use crate::{
+    drain::{CounterDeltas, RawBatch},
+    profile::ThreadInfo,
+};
+
+/// Records unused for this long are dropped; a process sampled again later
+/// is simply recorded again.
+const RECORD_IDLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// The identity of a binary file: device and inode as the kernel maps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BinaryKey {
+    pub device: u64,
+    pub inode: u64,
+}
+
+/// A mapped executable or library, kept open.
+#[derive(Debug)]
+pub struct Binary {
+    pub key: BinaryKey,
+    /// The path the process mapped it under (for display).
+    pub path: Arc<str>,
+    /// Held open so `readable_path` stays valid for as long as this lives.
+    file: File,
+}
+
+impl Binary {
+    /// A path the daemon can open whatever happened to the original file.
+    pub fn readable_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+}
+
+/// A user address, normalized.
+#[derive(Clone, Debug)]
+pub enum UserAddress {
+    /// Code of a file-backed mapping.
+    File { binary: Arc<Binary>, offset: u64 },
+    /// Code of a special mapping such as `[vdso]`, or of anonymous memory
+    /// (JIT-compiled code), as an offset from the mapping's start.
+    Special { name: Arc<str>, offset: u64 },
+    /// No mapping of the process covers it (or the process was never seen
+    /// alive).
+    Unmapped { address: u64 },
+}
+
+#[derive(Clone, Debug)]
+enum MappingTarget {
+    File(Arc<Binary>),
+    Special(Arc<str>),
+}
+
+#[derive(Clone, Debug)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    file_offset: u64,
+    target: MappingTarget,
+}
+
+#[derive(Debug)]
+struct ProcessRecord {
+    name: Arc<str>,
+    /// Executable mappings, sorted by start address.
+    mappings: Vec<Mapping>,
+    recorded_at: Instant,
+    last_used: Instant,
+}
+
+/// Samples of one thread with one stack, user addresses normalized.
+#[derive(Clone, Debug)]
+pub struct NormalizedSample {
+    pub thread: ThreadInfo,
+    pub kind: SampleKind,
+    /// `profiler_common::sample_flags` bits.
+    pub flags: u32,
+    /// User stack, leaf first.
+    pub user: Vec<UserAddress>,
+    /// Kernel stack, leaf first.
+    pub kernel: Arc<[u64]>,
+    pub count: u64,
+    pub weight: u64,
+}
+
+/// A drained batch with its user addresses normalized.
+#[derive(Clone, Debug)]
+pub struct NormalizedBatch {
+    pub start: std::time::SystemTime,
+    pub end: std::time::SystemTime,
+    pub samples: Vec<NormalizedSample>,
+    pub counters: CounterDeltas,
+}
+
+/// Counts for the status report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessStats {
+    pub processes_tracked: u64,
+    pub processes_seen: u64,
+    pub binaries: u64,
+}
+
+/// The records of every process sampled recently.
+#[derive(Debug, Default)]
+pub struct ProcessTable {
+    processes: HashMap<u32, ProcessRecord>,
+    binaries: HashMap<BinaryKey, Arc<Binary>>,
+    processes_seen: u64,
+    last_collection: Option<Instant>,
+}
+
+impl ProcessTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records (or re-records) a live process's name and mappings. Fails
+    /// when the process is gone; an existing record is then kept.
+    pub fn record(&mut self, pid: u32) -> procfs::ProcResult<()> {
+        let process = Process::new(pid as i32)?;
+        let name = process.stat()?.comm;
+        let maps = process.maps()?;
+        let mut mappings = Vec::new();
+        for map in maps {
+            if !map.perms.contains(MMPermissions::EXECUTE) {
+                continue;
+            }
+            let (start, end) = map.address;
+            let target = match &map.pathname {
+                MMapPath::Path(path) => {
+                    let key = BinaryKey {
+                        device: device_number(map.dev),
+                        inode: map.inode,
+                    };
+                    match self.binary(pid, key, path, start, end) {
+                        Some(binary) => MappingTarget::File(binary),
+                        None => MappingTarget::Special(display_path(path).into()),
+                    }
+                }
+                MMapPath::Vdso => MappingTarget::Special("[vdso]".into()),
+                MMapPath::Vsyscall => MappingTarget::Special("[vsyscall]".into()),
+                MMapPath::Other(name) => MappingTarget::Special(format!("[{name}]").into()),
+                _ => MappingTarget::Special("[anon]".into()),
+            };
+            mappings.push(Mapping {
+                start,
+                end,
+                file_offset: map.offset,
+                target,
+            });
+        }
+        mappings.sort_by_key(|mapping| mapping.start);
+        let now = Instant::now();
+        let previous = self.processes.insert(
+            pid,
+            ProcessRecord {
+                name: name.into(),
+                mappings,
+                recorded_at: now,
+                last_used: now,
+            },
+        );
+        if previous.is_none() {
+            self.processes_seen += 1;
+        }
+        Ok(())
+    }
+
+    /// The binary mapped at `start..end` of `pid`, opened once per identity.
+    fn binary(
+        &mut self,
+        pid: u32,
+        key: BinaryKey,
+        path: &std::path::Path,
+        start: u64,
+        end: u64,
+    ) -> Option<Arc<Binary>> {
+        if let Some(binary) = self.binaries.get(&key) {
+            return Some(binary.clone());
+        }
+        // map_files opens exactly the mapped file, even if it was deleted or
+        // lives in another mount namespace; fall back to the process's root.
+        let candidates = [
+            PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}")),
+            PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path)),
+        ];
+        let file = candidates.iter().find_map(|path| File::open(path).ok());
+        let Some(file) = file else {
+            debug!(pid, path = %path.display(), "cannot open a mapped binary");
+            return None;
+        };
+        let binary = Arc::new(Binary {
+            key,
+            path: display_path(path).into(),
+            file,
+        });
+        self.binaries.insert(key, binary.clone());
+        Some(binary)
+    }
+
+    /// Names every sample's process and normalizes its user stack. A
+    /// process without a record, or with addresses outside its recorded
+    /// mappings, is recorded (again) if it is still alive, once per batch.
+    pub fn normalize_batch(&mut self, batch: RawBatch) -> NormalizedBatch {
+        let started = Instant::now();
+        let mut unrecordable = std::collections::HashSet::new();
+        let mut try_record = |table: &mut Self, pid: u32| {
+            if pid == 0 || unrecordable.contains(&pid) || table.recorded_since(pid, started) {
+                return false;
+            }
+            let recorded = table.record(pid).is_ok();
+            if !recorded {
+                unrecordable.insert(pid);
+            }
+            recorded
+        };
+        let samples = batch
+            .samples
+            .into_iter()
+            .map(|sample| {
+                let pid = sample.pid;
+                if !self.processes.contains_key(&pid) {
+                    try_record(self, pid);
+                }
+                let (mut user, complete) = self.normalize(pid, &sample.user);
+                if !complete && try_record(self, pid) {
+                    user = self.normalize(pid, &sample.user).0;
+                }
+                let process_name = match self.processes.get(&pid) {
+                    Some(record) => record.name.clone(),
+                    None if pid == 0 => Arc::from("swapper"),
+                    None if pid == sample.tid => sample.thread_name.clone(),
+                    None => Arc::from("[exited]"),
+                };
+                NormalizedSample {
+                    thread: ThreadInfo {
+                        pid,
+                        tid: sample.tid,
+                        thread_name: sample.thread_name,
+                        process_name,
+                    },
+                    kind: sample.kind,
+                    flags: sample.flags,
+                    user,
+                    kernel: sample.kernel,
+                    count: sample.count,
+                    weight: sample.weight,
+                }
+            })
+            .collect();
+        self.collect_garbage();
+        NormalizedBatch {
+            start: batch.start,
+            end: batch.end,
+            samples,
+            counters: batch.counters,
+        }
+    }
+
+    /// Whether the process has a record made at or after `since`.
+    fn recorded_since(&self, pid: u32, since: Instant) -> bool {
+        self.processes
+            .get(&pid)
+            .is_some_and(|record| record.recorded_at >= since)
+    }
+
+    /// Normalizes a user stack (leaf first). Also says whether every address
+    /// fell inside the recorded mappings; if not, the process may have mapped
+    /// more since it was recorded, and the caller may record it again.
+    fn normalize(&mut self, pid: u32, stack: &[u64]) -> (Vec<UserAddress>, bool) {
+        let mut complete = true;
+        let record = self.processes.get_mut(&pid);
+        let frames = match record {
+            Some(record) => {
+                record.last_used = Instant::now();
+                stack
+                    .iter()
+                    .map(|&address| {
+                        let found = lookup(&record.mappings, address);
+                        if matches!(found, UserAddress::Unmapped { .. }) {
+                            complete = false;
+                        }
+                        found
+                    })
+                    .collect()
+            }
+            None => {
+                complete = stack.is_empty();
+                stack
+                    .iter()
+                    .map(|&address| UserAddress::Unmapped { address })
+                    .collect()
+            }
+        };
+        (frames, complete)
+    }
+
+    /// Drops records unused for a while and binaries nothing refers to any
+    /// more (closing their files). Cheap enough to call after every drain.
+    fn collect_garbage(&mut self) {
+        let now = Instant::now();
+        if self
+            .last_collection
+            .is_some_and(|last| now.duration_since(last) < Duration::from_secs(10))
+        {
+            return;
+        }
+        self.last_collection = Some(now);
+        self.processes
+            .retain(|_, record| now.duration_since(record.last_used) < RECORD_IDLE_LIMIT);
+        self.binaries
+            .retain(|_, binary| Arc::strong_count(binary) > 1);
+    }
+
+    pub fn stats(&self) -> ProcessStats {
+        ProcessStats {
+            processes_tracked: self.processes.len() as u64,
+            processes_seen: self.processes_seen,
+            binaries: self.binaries.len() as u64,
+        }
+    }
+}
+
+fn lookup(mappings: &[Mapping], address: u64) -> UserAddress {
+    let index = mappings.partition_point(|mapping| mapping.start <= address);
+    let Some(mapping) = index.checked_sub(1).map(|i| &mappings[i]) else {
+        return UserAddress::Unmapped { address };
+    };
+    if address >= mapping.end {
+        return UserAddress::Unmapped { address };
+    }
+    let offset = address - mapping.start;
+    match &mapping.target {
+        MappingTarget::File(binary) => UserAddress::File {
+            binary: binary.clone(),
+            offset: offset + mapping.file_offset,
+        },
+        MappingTarget::Special(name) => UserAddress::Special {
+            name: name.clone(),
+            offset,
+        },
+    }
+}
+
+/// The kernel's `dev_t` encoding of a major:minor pair, as `stat` reports it.
+fn device_number((major, minor): (i32, i32)) -> u64 {
+    let (major, minor) = (major as u64, minor as u64);
+    ((major & 0xfffff000) << 32)
+        | ((major & 0xfff) << 8)
+        | ((minor & 0xffffff00) << 12)
+        | (minor & 0xff)
+}
+
+/// The mapped path without the " (deleted)" the kernel appends.
+fn display_path(path: &std::path::Path) -> String {
+    let text = path.to_string_lossy();
+    text.strip_suffix(" (deleted)").unwrap_or(&text).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_this_process_and_normalizes_its_code() {
+        let mut table = ProcessTable::new();
+        let pid = std::process::id();
+        table.record(pid).unwrap();
+        let here = records_this_process_and_normalizes_its_code as usize as u64;
+        let (frames, complete) = table.normalize(pid, &[here, 0x10]);
+        assert!(!complete, "0x10 is mapped by nothing");
+        match &frames[0] {
+            UserAddress::File { binary, offset } => {
+                let exe = std::env::current_exe().unwrap();
+                assert_eq!(&*binary.path, exe.to_str().unwrap());
+                assert!(*offset > 0 && *offset < std::fs::metadata(&exe).unwrap().len());
+                assert!(std::fs::metadata(binary.readable_path()).is_ok());
+            }
+            other => panic!("expected a file-backed address, got {other:?}"),
+        }
+        assert!(matches!(frames[1], UserAddress::Unmapped { address: 0x10 }));
+        assert_eq!(table.stats().processes_seen, 1);
+    }
+
+    #[test]
+    fn unknown_process_gives_unmapped_addresses() {
+        let mut table = ProcessTable::new();
+        let (frames, complete) = table.normalize(u32::MAX - 1, &[0x1000]);
+        assert!(!complete);
+        assert!(matches!(frames[0], UserAddress::Unmapped { address: 0x1000 }));
+        assert!(table.record(u32::MAX - 1).is_err());
+    }
+
+    #[test]
+    fn device_numbers_match_stat() {
+        use std::os::unix::fs::MetadataExt as _;
+        let exe = std::env::current_exe().unwrap();
+        let metadata = std::fs::metadata(&exe).unwrap();
+        let dev = metadata.dev();
+        let major = ((dev >> 32) & 0xfffff000) | ((dev >> 8) & 0xfff);
+        let minor = ((dev >> 12) & 0xffffff00) | (dev & 0xff);
+        assert_eq!(device_number((major as i32, minor as i32)), dev);
+    }
+}

@@ -1,0 +1,383 @@
+//! The flat report, after Julia's `Profile.print(format=:flat)`: one row per
+//! distinct frame with its Count (samples in which it appears, once per
+//! sample however often it recurs), its Overhead (samples in which it is
+//! the leaf), File, Line and Function, in Julia's column layout.
+//!
+//! Owns the counting, the row order (`sortedby`), `mincount` and the column
+//! widths. It must not decide how frames are expanded or named (see
+//! `frames`) nor how sections are formed (see the parent module); `maxdepth`
+//! and `noisefloor` do not apply to it.
+//!
+//! Deviation from Julia: `sortedby = Count` and `Overhead` list the biggest
+//! row first (Julia lists it last), ties broken by count, then by file,
+//! function and line.
+
+use std::{collections::HashMap, fmt::Write as _};
+
+use super::frames::{self, LineKey};
+use super::{ReportError, Section, digits, sections, write_comments, write_summary};
+use crate::profile::{Profile, ReportOptions, SortedBy};
+
+pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
+    let samples = frames::expand(profile, options.kernel)?;
+    let mut out = String::new();
+    write_comments(&mut out, profile)?;
+    for section in sections(profile, &samples, options.groupby) {
+        match &section.title {
+            Some(title) => {
+                writeln!(out, "{title}")?;
+                write_table(&mut out, &section, options)?;
+                writeln!(out)?;
+            }
+            None => {
+                write_table(&mut out, &section, options)?;
+                write_summary(&mut out, profile, section.total)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct Row<'a> {
+    key: LineKey<'a>,
+    /// Samples whose stack holds the frame.
+    count: u64,
+    /// Samples whose leaf is the frame.
+    overhead: u64,
+    /// 1 + the index of the last sample counted, so that a frame recurring
+    /// in one stack counts once.
+    last_sample: usize,
+}
+
+/// The rows of a section that pass `mincount`, in `sortedby` order.
+fn rows<'a>(section: &Section<'_, 'a>, options: &ReportOptions) -> Vec<Row<'a>> {
+    let mut rows: Vec<Row<'a>> = Vec::new();
+    let mut index: HashMap<LineKey<'a>, usize> = HashMap::new();
+    for (number, sample) in section.samples.iter().enumerate() {
+        let mut leaf = None;
+        for frame in sample.frames() {
+            let key = LineKey::new(frame, options.combine);
+            let id = *index.entry(key).or_insert_with(|| {
+                rows.push(Row {
+                    key,
+                    count: 0,
+                    overhead: 0,
+                    last_sample: 0,
+                });
+                rows.len() - 1
+            });
+            let row = &mut rows[id];
+            if row.last_sample != number + 1 {
+                row.last_sample = number + 1;
+                row.count = row.count.saturating_add(sample.count);
+            }
+            leaf = Some(id);
+        }
+        if let Some(leaf) = leaf {
+            rows[leaf].overhead = rows[leaf].overhead.saturating_add(sample.count);
+        }
+    }
+    rows.retain(|row| row.count >= options.mincount);
+    rows.sort_by(|a, b| match options.sortedby {
+        SortedBy::FileFuncLine => a.key.cmp(&b.key),
+        SortedBy::Count => b.count.cmp(&a.count).then(a.key.cmp(&b.key)),
+        SortedBy::Overhead => b
+            .overhead
+            .cmp(&a.overhead)
+            .then(b.count.cmp(&a.count))
+            .then(a.key.cmp(&b.key)),
+    });
+    rows
+}
+
+fn write_table(
+    out: &mut String,
+    section: &Section<'_, '_>,
+    options: &ReportOptions,
+) -> Result<(), ReportError> {
+    let rows = rows(section, options);
+    let cells: Vec<(String, String)> = rows
+        .iter()
+        .map(|row| (row.key.line_text(), row.key.function_text()))
+        .collect();
+    // Julia's minimum widths, widened to the widest entry.
+    let count_width = digits(rows.iter().map(|row| row.count).max().unwrap_or(0)).max(6);
+    let overhead_width = digits(rows.iter().map(|row| row.overhead).max().unwrap_or(0)).max(9);
+    let file_width = rows
+        .iter()
+        .map(|row| row.key.file.chars().count())
+        .fold(6, usize::max);
+    let line_width = cells.iter().map(|(line, _)| line.len()).fold(5, usize::max);
+    writeln!(
+        out,
+        "{:>count_width$} {:>overhead_width$} {:<file_width$} {:>line_width$} Function",
+        "Count", "Overhead", "File", "Line"
+    )?;
+    writeln!(
+        out,
+        "{:>count_width$} {:>overhead_width$} {:<file_width$} {:>line_width$} ========",
+        "=====", "========", "====", "===="
+    )?;
+    for (row, (line, function)) in rows.iter().zip(&cells) {
+        writeln!(
+            out,
+            "{:>count_width$} {:>overhead_width$} {:<file_width$} {line:>line_width$} {function}",
+            row.count, row.overhead, row.key.file
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{Builder, frame, location, profile};
+    use super::*;
+    use crate::profile::{Format, GroupBy, LocationKind, LossCause};
+
+    const HEADER: &str = " Count  Overhead File    Line Function\n \
+                          =====  ======== ====    ==== ========\n";
+
+    fn flat(profile: &Profile, options: ReportOptions) -> String {
+        render(
+            profile,
+            &ReportOptions {
+                format: Format::Flat,
+                ..options
+            },
+        )
+        .expect("renders")
+    }
+
+    /// The rows between the column header and the closing summary.
+    fn body(text: &str) -> Vec<&str> {
+        let lines: Vec<&str> = text.lines().collect();
+        lines[2..lines.len() - 1].to_vec()
+    }
+
+    #[test]
+    fn split_under_a_common_caller() {
+        let p = profile(&[(&["main", "a"], 75), (&["main", "b"], 25)]);
+        assert_eq!(
+            flat(&p, ReportOptions::default()),
+            " Count  Overhead File    Line Function\n \
+             =====  ======== ====    ==== ========\n    \
+             75        75 app.c     10 a\n    \
+             25        25 app.c     10 b\n   \
+             100         0 app.c     10 main\n\
+             Total snapshots: 100 (100% of one CPU)\n"
+        );
+    }
+
+    #[test]
+    fn recursion_counts_once_per_sample() {
+        let p = profile(&[(&["main", "f", "g", "f", "f"], 2), (&["main", "f"], 1)]);
+        assert_eq!(
+            body(&flat(&p, ReportOptions::default())),
+            [
+                "     3         3 app.c     10 f",
+                "     2         0 app.c     10 g",
+                "     3         0 app.c     10 main",
+            ]
+        );
+    }
+
+    #[test]
+    fn sortedby_orders_rows() {
+        // a: count 60, self 0; b: count 40, self 40; x: count 60, self 60.
+        let p = profile(&[(&["main", "b"], 40), (&["main", "a", "x"], 60)]);
+        let functions = |sortedby| -> Vec<String> {
+            let options = ReportOptions {
+                sortedby,
+                ..ReportOptions::default()
+            };
+            body(&flat(&p, options))
+                .iter()
+                .map(|row| row.rsplit(' ').next().unwrap_or_default().to_owned())
+                .collect()
+        };
+        assert_eq!(functions(SortedBy::FileFuncLine), ["a", "b", "main", "x"]);
+        assert_eq!(functions(SortedBy::Count), ["main", "a", "x", "b"]);
+        assert_eq!(functions(SortedBy::Overhead), ["x", "b", "main", "a"]);
+    }
+
+    #[test]
+    fn mincount_hides_rows() {
+        let p = profile(&[(&["main", "a"], 75), (&["main", "b"], 25)]);
+        let options = ReportOptions {
+            mincount: 26,
+            ..ReportOptions::default()
+        };
+        assert_eq!(
+            body(&flat(&p, options)),
+            [
+                "    75        75 app.c     10 a",
+                "   100         0 app.c     10 main",
+            ]
+        );
+    }
+
+    #[test]
+    fn columns_widen_to_their_widest_entry() {
+        let mut b = Builder::new();
+        let long = b.location(location(
+            LocationKind::User,
+            "/usr/bin/app",
+            0x10,
+            vec![frame(
+                "parse",
+                Some("src/parser/expression.rs"),
+                123_456,
+                false,
+            )],
+        ));
+        b.sample(0, vec![long], 12_345_678_901);
+        let p = b.build();
+        assert_eq!(
+            flat(&p, ReportOptions::default()),
+            "      Count    Overhead File                       Line Function\n      \
+             =====    ======== ====                       ==== ========\n\
+             12345678901 12345678901 src/parser/expression.rs 123456 parse\n\
+             Total snapshots: 12345678901 (12345678901% of one CPU)\n"
+        );
+    }
+
+    #[test]
+    fn combine_off_splits_one_line_by_address() {
+        let mut b = Builder::new();
+        let main = b.named("main");
+        let mut hot = |address| {
+            b.location(location(
+                LocationKind::User,
+                "/usr/bin/app",
+                address,
+                vec![frame("hot", Some("app.c"), 42, false)],
+            ))
+        };
+        let (first, second) = (hot(0x1a2b), hot(0x1a30));
+        b.sample(0, vec![main, first], 3);
+        b.sample(0, vec![main, second], 2);
+        let p = b.build();
+        assert_eq!(
+            body(&flat(&p, ReportOptions::default())),
+            [
+                "     5         5 app.c     42 hot",
+                "     5         0 app.c     10 main",
+            ]
+        );
+        let options = ReportOptions {
+            combine: false,
+            ..ReportOptions::default()
+        };
+        assert_eq!(
+            body(&flat(&p, options)),
+            [
+                "     3         3 app.c     42 hot @0x1a2b",
+                "     2         2 app.c     42 hot @0x1a30",
+                "     5         0 app.c     10 main @0x1000",
+            ]
+        );
+    }
+
+    #[test]
+    fn kernel_markers_and_inlined_frames_get_rows() {
+        let mut b = Builder::new();
+        let main = b.named("main");
+        let sys_write = b.named("k:sys_write");
+        let ksys_write = b.named("k:ksys_write");
+        let both = b.location(location(
+            LocationKind::User,
+            "/usr/lib/libz.so.1",
+            0x2000,
+            vec![
+                frame("deflate", Some("deflate.c"), 100, false),
+                frame("fill_window", None, 0, true),
+            ],
+        ));
+        b.sample(0, vec![main, both, sys_write, ksys_write], 4);
+        let p = b.build();
+        let options = ReportOptions {
+            kernel: false,
+            ..ReportOptions::default()
+        };
+        assert_eq!(
+            body(&flat(&p, options)),
+            [
+                "     4         4                 [kernel]",
+                "     4         0 app.c        10 main",
+                "     4         0 deflate.c   100 deflate",
+                "     4         0 libz.so.1     ? fill_window",
+            ]
+        );
+        assert_eq!(
+            body(&flat(&p, ReportOptions::default()))[..2],
+            [
+                "     4         4 [kernel]      ? ksys_write",
+                "     4         0 [kernel]      ? sys_write",
+            ]
+        );
+    }
+
+    #[test]
+    fn groupby_process_titles_each_table() {
+        let mut b = Builder::new();
+        let io = b.thread(1230, 1235, "io", "server");
+        let other = b.thread(77, 78, "tool", "tool");
+        b.stacks(0, &[(&["main"], 98)]);
+        b.stacks(io, &[(&["main"], 52)]);
+        b.stacks(other, &[(&["tool"], 7)]);
+        let mut p = b.build();
+        p.lost.push((LossCause::CountsMapFull, 2));
+        let options = ReportOptions {
+            groupby: GroupBy::Process,
+            ..ReportOptions::default()
+        };
+        assert_eq!(
+            flat(&p, options),
+            format!(
+                "# lost: counts_map_full=2\n\
+                 Process 1230 \"server\"  Total snapshots: 150. Utilization: 150%\n\
+                 {HEADER}   \
+                 150       150 app.c     10 main\n\
+                 \n\
+                 Process 77 \"tool\"  Total snapshots: 7. Utilization: 7%\n\
+                 {HEADER}     \
+                 7         7 app.c     10 tool\n\
+                 \n"
+            )
+        );
+    }
+
+    #[test]
+    fn groupby_thread_titles_name_thread_and_process() {
+        let mut b = Builder::new();
+        let io = b.thread(1230, 1235, "io", "server");
+        b.stacks(0, &[(&["main"], 3)]);
+        b.stacks(io, &[(&["main"], 5)]);
+        let p = b.build();
+        let options = ReportOptions {
+            groupby: GroupBy::Thread,
+            ..ReportOptions::default()
+        };
+        let titles: Vec<String> = flat(&p, options)
+            .lines()
+            .filter(|line| line.starts_with("Thread"))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            titles,
+            [
+                "Thread 1235 \"io\" of process 1230 \"server\"  Total snapshots: 5. Utilization: 5%",
+                "Thread 1234 \"worker\" of process 1230 \"server\"  Total snapshots: 3. Utilization: 3%",
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_profile_has_header_and_zero_total() {
+        let p = profile(&[]);
+        assert_eq!(
+            flat(&p, ReportOptions::default()),
+            format!("{HEADER}Total snapshots: 0 (0% of one CPU)\n")
+        );
+    }
+}

@@ -1,0 +1,477 @@
+//! The pprof report: a gzipped `profile.proto` for `go tool pprof` and the
+//! other tools that read it.
+//!
+//! It is raw data for tools that slice it themselves, so only `kernel`
+//! applies (each kernel run becomes one `[kernel]` location, an empty stack
+//! one `[unknown]` location); `maxdepth`, `mincount`, `noisefloor`,
+//! `sortedby`, `groupby` and `combine` are ignored. One pprof sample per
+//! profile sample, labelled `pid`, `tid`, `thread_name` and `comm`, with the
+//! values `samples/count` and `cpu/nanoseconds`; one location per distinct
+//! profile location (lines innermost first), one function per (name, file),
+//! one mapping per module, whose `has_*` flags say whether any of its
+//! frames has that information (pprof's own convention).
+//!
+//! It must not render text nor drop or merge samples.
+
+use std::{collections::HashMap, io::Write as _, time::SystemTime};
+
+use flate2::{Compression, write::GzEncoder};
+use prost::Message as _;
+
+use super::ReportError;
+use super::frames::{self, Site, StackSample};
+use crate::profile::{Profile, ReportOptions};
+use crate::proto::pprof as pb;
+
+pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
+    let samples = frames::expand(profile, options.kernel)?;
+    let proto = Builder::default().build(profile, &samples);
+    let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
+    gzip.write_all(&proto.encode_to_vec())?;
+    Ok(gzip.finish()?)
+}
+
+/// Identity of a pprof location.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum SiteKey {
+    Location(u32),
+    Marker(&'static str),
+}
+
+/// The tables of a pprof profile, deduplicated as they fill.
+#[derive(Default)]
+struct Builder<'a> {
+    strings: Vec<String>,
+    string_ids: HashMap<String, i64>,
+    mappings: Vec<pb::Mapping>,
+    mapping_ids: HashMap<&'a str, u64>,
+    functions: Vec<pb::Function>,
+    function_ids: HashMap<(&'a str, Option<&'a str>), u64>,
+    locations: Vec<pb::Location>,
+    location_ids: HashMap<SiteKey, u64>,
+}
+
+impl<'a> Builder<'a> {
+    fn build(mut self, profile: &Profile, samples: &[StackSample<'a>]) -> pb::Profile {
+        self.string(""); // string_table[0] must be "".
+        let sample_type = vec![
+            self.value_type("samples", "count"),
+            self.value_type("cpu", "nanoseconds"),
+        ];
+        let period_type = Some(self.value_type("cpu", "nanoseconds"));
+        let default_sample_type = self.string("cpu");
+        let keys = ["pid", "tid", "thread_name", "comm"].map(|key| self.string(key));
+        let sample = samples
+            .iter()
+            .map(|sample| {
+                let thread = sample.thread;
+                let num = |key, num: u32| pb::Label {
+                    key,
+                    num: i64::from(num),
+                    ..Default::default()
+                };
+                let label = vec![
+                    num(keys[0], thread.pid),
+                    num(keys[1], thread.tid),
+                    pb::Label {
+                        key: keys[2],
+                        str: self.string(&thread.thread_name),
+                        ..Default::default()
+                    },
+                    pb::Label {
+                        key: keys[3],
+                        str: self.string(&thread.process_name),
+                        ..Default::default()
+                    },
+                ];
+                pb::Sample {
+                    location_id: sample
+                        .sites
+                        .iter()
+                        .rev()
+                        .map(|&site| self.location(site))
+                        .collect(),
+                    value: vec![
+                        saturating_i64(sample.count),
+                        saturating_i64(sample.weight_ns),
+                    ],
+                    label,
+                }
+            })
+            .collect();
+        pb::Profile {
+            sample_type,
+            sample,
+            mapping: self.mappings,
+            location: self.locations,
+            function: self.functions,
+            string_table: self.strings,
+            time_nanos: unix_nanos(profile.start),
+            duration_nanos: profile
+                .end
+                .duration_since(profile.start)
+                .map_or(0, |duration| saturating_i64(duration.as_nanos())),
+            period_type,
+            period: saturating_i64(profile.period_ns),
+            default_sample_type,
+            ..Default::default()
+        }
+    }
+
+    fn string(&mut self, s: &str) -> i64 {
+        if let Some(&id) = self.string_ids.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as i64;
+        self.strings.push(s.to_owned());
+        self.string_ids.insert(s.to_owned(), id);
+        id
+    }
+
+    fn value_type(&mut self, r#type: &str, unit: &str) -> pb::ValueType {
+        pb::ValueType {
+            r#type: self.string(r#type),
+            unit: self.string(unit),
+        }
+    }
+
+    /// The id of the site's location, adding it (with its functions and
+    /// mapping) on first use.
+    fn location(&mut self, site: Site<'a>) -> u64 {
+        let key = match site {
+            Site::Location { index, .. } => SiteKey::Location(index),
+            Site::Marker(name) => SiteKey::Marker(name),
+        };
+        if let Some(&id) = self.location_ids.get(&key) {
+            return id;
+        }
+        let mapping = self.mapping(site.module());
+        let frames: Vec<_> = site.frames().collect();
+        let mut line = Vec::with_capacity(frames.len());
+        // pprof wants the innermost (inlined) function first.
+        for frame in frames.iter().rev() {
+            line.push(pb::Line {
+                function_id: self.function(frame.function, frame.file),
+                line: i64::from(frame.line),
+                column: 0,
+            });
+        }
+        let flags = &mut self.mappings[mapping];
+        flags.has_functions |= frames.iter().any(|frame| !frame.function.is_empty());
+        flags.has_filenames |= frames.iter().any(|frame| frame.file.is_some());
+        flags.has_line_numbers |= frames.iter().any(|frame| frame.line > 0);
+        flags.has_inline_frames |= frames.len() > 1;
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(pb::Location {
+            id,
+            mapping_id: self.mappings[mapping].id,
+            address: site.address(),
+            line,
+            is_folded: false,
+        });
+        self.location_ids.insert(key, id);
+        id
+    }
+
+    /// The index in `mappings` of the module's mapping.
+    fn mapping(&mut self, module: &'a str) -> usize {
+        if let Some(&id) = self.mapping_ids.get(module) {
+            return id as usize - 1;
+        }
+        let id = self.mappings.len() as u64 + 1;
+        let filename = self.string(module);
+        self.mappings.push(pb::Mapping {
+            id,
+            filename,
+            ..Default::default()
+        });
+        self.mapping_ids.insert(module, id);
+        id as usize - 1
+    }
+
+    fn function(&mut self, name: &'a str, file: Option<&'a str>) -> u64 {
+        if let Some(&id) = self.function_ids.get(&(name, file)) {
+            return id;
+        }
+        let id = self.functions.len() as u64 + 1;
+        let name_id = self.string(name);
+        let filename = self.string(file.unwrap_or(""));
+        self.functions.push(pb::Function {
+            id,
+            name: name_id,
+            system_name: name_id,
+            filename,
+            start_line: 0,
+        });
+        self.function_ids.insert((name, file), id);
+        id
+    }
+}
+
+fn saturating_i64(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
+/// Nanoseconds since the Unix epoch, negative before it.
+fn unix_nanos(time: SystemTime) -> i64 {
+    match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => saturating_i64(after.as_nanos()),
+        Err(before) => -saturating_i64(before.duration().as_nanos()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read as _;
+
+    use flate2::read::GzDecoder;
+
+    use super::super::test_support::{Builder, frame, location, profile};
+    use super::*;
+    use crate::profile::{Format, LocationKind};
+
+    fn decode(profile: &Profile, kernel: bool) -> pb::Profile {
+        let options = ReportOptions {
+            format: Format::Pprof,
+            kernel,
+            ..ReportOptions::default()
+        };
+        let bytes = crate::report::render(profile, &options).expect("renders");
+        assert_eq!(bytes[..2], [0x1f, 0x8b], "gzip magic");
+        let mut raw = Vec::new();
+        GzDecoder::new(&bytes[..])
+            .read_to_end(&mut raw)
+            .expect("gunzips");
+        pb::Profile::decode(&raw[..]).expect("decodes")
+    }
+
+    fn s(p: &pb::Profile, id: i64) -> &str {
+        &p.string_table[id as usize]
+    }
+
+    fn find_location(p: &pb::Profile, id: u64) -> &pb::Location {
+        p.location
+            .iter()
+            .find(|l| l.id == id)
+            .expect("location exists")
+    }
+
+    fn find_function(p: &pb::Profile, id: u64) -> &pb::Function {
+        p.function
+            .iter()
+            .find(|f| f.id == id)
+            .expect("function exists")
+    }
+
+    fn find_mapping(p: &pb::Profile, id: u64) -> &pb::Mapping {
+        p.mapping
+            .iter()
+            .find(|m| m.id == id)
+            .expect("mapping exists")
+    }
+
+    /// Each sample's stack as function names, leaf first, and its values.
+    fn stacks(p: &pb::Profile) -> Vec<(Vec<String>, Vec<i64>)> {
+        p.sample
+            .iter()
+            .map(|sample| {
+                let names = sample
+                    .location_id
+                    .iter()
+                    .flat_map(|&id| &find_location(p, id).line)
+                    .map(|line| s(p, find_function(p, line.function_id).name).to_owned())
+                    .collect();
+                (names, sample.value.clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn header_fields_describe_cpu_samples() {
+        let p = decode(&profile(&[(&["main"], 3)]), true);
+        assert_eq!(p.string_table[0], "");
+        let types: Vec<(&str, &str)> = p
+            .sample_type
+            .iter()
+            .map(|t| (s(&p, t.r#type), s(&p, t.unit)))
+            .collect();
+        assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+        assert_eq!(s(&p, p.default_sample_type), "cpu");
+        let period_type = p.period_type.as_ref().expect("period type");
+        assert_eq!(
+            (s(&p, period_type.r#type), s(&p, period_type.unit)),
+            ("cpu", "nanoseconds")
+        );
+        assert_eq!(p.period, 10_000_000);
+        assert_eq!(p.time_nanos, 1_700_000_000_000_000_000);
+        assert_eq!(p.duration_nanos, 1_000_000_000);
+    }
+
+    #[test]
+    fn samples_carry_values_labels_and_leaf_first_locations() {
+        let mut b = Builder::new();
+        let io = b.thread(1230, 1235, "io", "server");
+        b.stacks(0, &[(&["main", "a"], 75), (&["main", "b"], 25)]);
+        b.stacks(io, &[(&["main", "a"], 2)]);
+        let p = decode(&b.build(), true);
+        assert_eq!(
+            stacks(&p),
+            [
+                (
+                    vec!["a".to_owned(), "main".to_owned()],
+                    vec![75, 750_000_000]
+                ),
+                (
+                    vec!["b".to_owned(), "main".to_owned()],
+                    vec![25, 250_000_000]
+                ),
+                (vec!["a".to_owned(), "main".to_owned()], vec![2, 20_000_000]),
+            ]
+        );
+        // One location per distinct profile location, shared by samples.
+        assert_eq!(p.location.len(), 3);
+        assert_eq!(p.sample[0].location_id, p.sample[2].location_id);
+        let labels: Vec<(&str, String)> = p.sample[2]
+            .label
+            .iter()
+            .map(|l| {
+                let value = if l.str != 0 {
+                    s(&p, l.str).to_owned()
+                } else {
+                    l.num.to_string()
+                };
+                (s(&p, l.key), value)
+            })
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("pid", "1230".to_owned()),
+                ("tid", "1235".to_owned()),
+                ("thread_name", "io".to_owned()),
+                ("comm", "server".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn locations_link_to_functions_and_mappings() {
+        let mut b = Builder::new();
+        let main = b.named("main");
+        let inlined = b.location(location(
+            LocationKind::User,
+            "/usr/lib/libz.so.1",
+            0x2000,
+            vec![
+                frame("deflate", Some("deflate.c"), 100, false),
+                frame("fill_window", Some("deflate.c"), 1500, true),
+            ],
+        ));
+        let bare = b.location(location(
+            LocationKind::User,
+            "/usr/lib/libz.so.1",
+            0x2100,
+            vec![frame("deflate", Some("deflate.c"), 120, false)],
+        ));
+        let write = b.named("k:sys_write");
+        b.sample(0, vec![main, inlined, write], 4);
+        b.sample(0, vec![main, bare], 1);
+        let p = decode(&b.build(), true);
+
+        let leaf_first = &p.sample[0].location_id;
+        assert_eq!(leaf_first.len(), 3);
+        let kernel = find_location(&p, leaf_first[0]);
+        let zlib = find_location(&p, leaf_first[1]);
+        assert_eq!(zlib.address, 0x2000);
+        // Innermost first: the inlined fill_window, then deflate.
+        let lines: Vec<(&str, &str, i64)> = zlib
+            .line
+            .iter()
+            .map(|line| {
+                let f = find_function(&p, line.function_id);
+                (s(&p, f.name), s(&p, f.filename), line.line)
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("fill_window", "deflate.c", 1500),
+                ("deflate", "deflate.c", 100)
+            ]
+        );
+        // deflate at another line of the same file is the same function.
+        let other = find_location(&p, p.sample[1].location_id[0]);
+        assert_eq!(other.line[0].function_id, zlib.line[1].function_id);
+        assert_eq!(other.line[0].line, 120);
+        assert_eq!(other.mapping_id, zlib.mapping_id);
+        assert_eq!(p.function.len(), 4);
+
+        let libz = find_mapping(&p, zlib.mapping_id);
+        assert_eq!(s(&p, libz.filename), "/usr/lib/libz.so.1");
+        assert!(libz.has_functions && libz.has_filenames && libz.has_line_numbers);
+        assert!(libz.has_inline_frames);
+        let kmap = find_mapping(&p, kernel.mapping_id);
+        assert_eq!(s(&p, kmap.filename), "[kernel]");
+        assert!(kmap.has_functions && !kmap.has_filenames && !kmap.has_line_numbers);
+        assert!(!kmap.has_inline_frames);
+        let kfunction = find_function(&p, kernel.line[0].function_id);
+        assert_eq!(
+            (s(&p, kfunction.name), s(&p, kfunction.filename)),
+            ("sys_write", "")
+        );
+        assert_eq!(kfunction.start_line, 0);
+        assert_eq!(p.mapping.len(), 3);
+    }
+
+    #[test]
+    fn kernel_off_makes_one_kernel_location_per_run() {
+        let p = profile(&[
+            (&["main", "k:sys_read", "k:vfs_read"], 3),
+            (&["main", "k:sys_write"], 1),
+            (&[], 2),
+        ]);
+        let decoded = decode(&p, false);
+        assert_eq!(
+            stacks(&decoded),
+            [
+                (
+                    vec!["[kernel]".to_owned(), "main".to_owned()],
+                    vec![3, 30_000_000]
+                ),
+                (
+                    vec!["[kernel]".to_owned(), "main".to_owned()],
+                    vec![1, 10_000_000]
+                ),
+                (vec!["[unknown]".to_owned()], vec![2, 20_000_000]),
+            ]
+        );
+        assert_eq!(decoded.sample[0].location_id, decoded.sample[1].location_id);
+        assert_eq!(decoded.location.len(), 3);
+        let decoded = decode(&p, true);
+        assert_eq!(decoded.location.len(), 5);
+    }
+
+    #[test]
+    fn empty_profile_is_still_a_valid_profile() {
+        let p = decode(&profile(&[]), true);
+        assert!(p.sample.is_empty() && p.location.is_empty());
+        assert_eq!(p.string_table[0], "");
+        assert_eq!(p.sample_type.len(), 2);
+    }
+
+    #[test]
+    fn huge_values_saturate() {
+        let mut p = profile(&[(&["main"], 1)]);
+        p.samples[0].count = u64::MAX;
+        p.samples[0].weight_ns = u64::MAX;
+        p.period_ns = u64::MAX;
+        let decoded = decode(&p, true);
+        assert_eq!(decoded.sample[0].value, [i64::MAX, i64::MAX]);
+        assert_eq!(decoded.period, i64::MAX);
+        assert_eq!(unix_nanos(SystemTime::UNIX_EPOCH), 0);
+        assert_eq!(
+            unix_nanos(SystemTime::UNIX_EPOCH - std::time::Duration::from_nanos(5)),
+            -5
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! Test-only builders of small, fixed profiles.
+//!
+//! Frame specs: `"name"` is a user location in `/usr/bin/app` with one frame
+//! `name` at `app.c:10`; `"k:name"` is a kernel location (module `[kernel]`,
+//! no file). Equal specs share one location.
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use crate::profile::{Frame, Location, LocationKind, Profile, Sample, Stack, ThreadInfo};
+
+pub fn frame(function: &str, file: Option<&str>, line: u32, inlined: bool) -> Frame {
+    Frame {
+        function: function.into(),
+        file: file.map(Arc::from),
+        line,
+        inlined,
+    }
+}
+
+pub fn location(kind: LocationKind, module: &str, address: u64, frames: Vec<Frame>) -> Location {
+    Location {
+        kind,
+        module: module.into(),
+        address,
+        frames,
+    }
+}
+
+/// Builds a profile of a 1 s window sampled at 100 Hz (100 ticks per CPU),
+/// with thread 0 = tid 1234 "worker" of pid 1230 "server".
+pub struct Builder {
+    profile: Profile,
+    named: HashMap<String, u32>,
+}
+
+impl Builder {
+    pub fn new() -> Self {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut builder = Self {
+            profile: Profile {
+                start,
+                end: start + Duration::from_secs(1),
+                frequency_hz: 100,
+                period_ns: 10_000_000,
+                threads: Vec::new(),
+                locations: Vec::new(),
+                stacks: Vec::new(),
+                samples: Vec::new(),
+                lost: Vec::new(),
+                warnings: Vec::new(),
+            },
+            named: HashMap::new(),
+        };
+        builder.thread(1230, 1234, "worker", "server");
+        builder
+    }
+
+    pub fn thread(&mut self, pid: u32, tid: u32, thread_name: &str, process_name: &str) -> u32 {
+        self.profile.threads.push(ThreadInfo {
+            pid,
+            tid,
+            thread_name: thread_name.into(),
+            process_name: process_name.into(),
+        });
+        self.profile.threads.len() as u32 - 1
+    }
+
+    pub fn location(&mut self, location: Location) -> u32 {
+        self.profile.locations.push(location);
+        self.profile.locations.len() as u32 - 1
+    }
+
+    /// The location of a frame spec (see the module doc).
+    pub fn named(&mut self, spec: &str) -> u32 {
+        if let Some(&index) = self.named.get(spec) {
+            return index;
+        }
+        let new = match spec.strip_prefix("k:") {
+            Some(name) => location(
+                LocationKind::Kernel,
+                "[kernel]",
+                0xffff_0000 + self.profile.locations.len() as u64,
+                vec![frame(name, None, 0, false)],
+            ),
+            None => location(
+                LocationKind::User,
+                "/usr/bin/app",
+                0x1000 + self.profile.locations.len() as u64,
+                vec![frame(spec, Some("app.c"), 10, false)],
+            ),
+        };
+        let index = self.location(new);
+        self.named.insert(spec.to_owned(), index);
+        index
+    }
+
+    /// Adds `count` samples (10 ms each) of `thread` with a stack of these
+    /// locations, root first, merging with an existing (thread, stack) pair.
+    pub fn sample(&mut self, thread: u32, locations: Vec<u32>, count: u64) {
+        let stack = Stack { locations };
+        let stack = match self.profile.stacks.iter().position(|s| *s == stack) {
+            Some(index) => index as u32,
+            None => {
+                self.profile.stacks.push(stack);
+                self.profile.stacks.len() as u32 - 1
+            }
+        };
+        let weight_ns = count.saturating_mul(self.profile.period_ns);
+        match self
+            .profile
+            .samples
+            .iter_mut()
+            .find(|s| s.thread == thread && s.stack == stack)
+        {
+            Some(sample) => {
+                sample.count = sample.count.saturating_add(count);
+                sample.weight_ns = sample.weight_ns.saturating_add(weight_ns);
+            }
+            None => self.profile.samples.push(Sample {
+                thread,
+                stack,
+                count,
+                weight_ns,
+            }),
+        }
+    }
+
+    /// Adds stacks of frame specs, root first, to `thread`.
+    pub fn stacks(&mut self, thread: u32, stacks: &[(&[&str], u64)]) {
+        for (specs, count) in stacks {
+            let locations = specs.iter().map(|spec| self.named(spec)).collect();
+            self.sample(thread, locations, *count);
+        }
+    }
+
+    pub fn build(self) -> Profile {
+        self.profile
+    }
+}
+
+/// A profile of thread 0 with these stacks of frame specs.
+pub fn profile(stacks: &[(&[&str], u64)]) -> Profile {
+    let mut builder = Builder::new();
+    builder.stacks(0, stacks);
+    builder.build()
+}

@@ -1,0 +1,393 @@
+//! Loading the eBPF programs, checking that the kernel can run them,
+//! attaching them on every online CPU, and keeping them attached.
+//!
+//! This module owns the [`aya::Ebpf`] object (dropping a [`Sampler`] detaches
+//! everything) and hands the maps out to their readers: the draining maps to
+//! the drainer, the process announcements to the process watcher. It must not
+//! read samples itself.
+
+use std::{io, path::Path, time::Duration};
+
+use aya::{
+    Ebpf, EbpfError, EbpfLoader,
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        PerfEvent, ProgramError, TracePoint,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
+};
+use profiler_common::{Control, SampleKey, SampleValue, StackTrace, names};
+use tracing::{debug, info, warn};
+
+/// The eBPF object built by build.rs.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+/// Where the kernel exposes tracefs, needed to attach tracepoints.
+const TRACEFS: &str = "/sys/kernel/tracing";
+/// The kernel's type information; its absence means a kernel without BTF.
+const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SamplingError {
+    #[error(
+        "the kernel has no BTF type information ({VMLINUX_BTF} is missing): profilerd needs a \
+         kernel built with CONFIG_DEBUG_INFO_BTF=y"
+    )]
+    NoBtf,
+    #[error(
+        "the kernel has no perf events (/proc/sys/kernel/perf_event_paranoid is missing): \
+         profilerd needs a kernel built with CONFIG_PERF_EVENTS=y"
+    )]
+    NoPerfEvents,
+    #[error(
+        "the kernel refused to load the BPF programs: permission denied; run profilerd as root \
+         (or with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE)"
+    )]
+    PermissionDenied,
+    #[error("the kernel has no bpf() system call: profilerd needs CONFIG_BPF_SYSCALL=y")]
+    NoBpfSyscall,
+    #[error("cannot list the online CPUs ({path}): {source}")]
+    OnlineCpus { path: &'static str, source: io::Error },
+    #[error(
+        "cannot attach to the software CPU clock on CPU {cpu}: {source}; the kernel must \
+         support perf events of type software/cpu-clock"
+    )]
+    AttachCpuClock { cpu: u32, source: ProgramError },
+    #[error("tracefs is not mounted at {TRACEFS} and mounting it failed: {0}; mount it with `mount -t tracefs nodev {TRACEFS}`")]
+    Tracefs(io::Error),
+    #[error("cannot attach to tracepoint {tracepoint}: {source}")]
+    AttachTracepoint {
+        tracepoint: &'static str,
+        source: ProgramError,
+    },
+    #[error("the eBPF object has no {0}; the build is inconsistent, rebuild with `cargo xtask build`")]
+    Missing(&'static str),
+    #[error("loading the BPF programs failed: {0}")]
+    Load(String),
+}
+
+/// What to sample and how big the kernel's maps are.
+#[derive(Clone, Copy, Debug)]
+pub struct SamplerSettings {
+    pub frequency_hz: u32,
+    pub drain_interval: Duration,
+    /// 0 = size automatically.
+    pub max_stacks: u32,
+    /// 0 = size automatically.
+    pub max_sample_keys: u32,
+}
+
+/// Capacities of the per-generation maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapSizes {
+    pub stacks: u32,
+    pub sample_keys: u32,
+}
+
+impl MapSizes {
+    /// Sizes each generation for twice the samples one drain interval can
+    /// bring on `cpus` CPUs (stacks: two per sample, user and kernel), so a
+    /// late drain does not lose samples; explicit settings win.
+    pub fn for_settings(settings: &SamplerSettings, cpus: usize) -> Self {
+        let samples_per_drain = (f64::from(settings.frequency_hz)
+            * cpus as f64
+            * settings.drain_interval.as_secs_f64())
+        .ceil() as u64;
+        let auto = |per_sample: u64, cap: u64| {
+            (samples_per_drain * per_sample * 2)
+                .next_power_of_two()
+                .clamp(1024, cap) as u32
+        };
+        let pick = |configured: u32, automatic: u32| {
+            if configured == 0 {
+                automatic
+            } else {
+                configured
+            }
+        };
+        Self {
+            stacks: pick(settings.max_stacks, auto(2, 1 << 16)),
+            sample_keys: pick(settings.max_sample_keys, auto(1, 1 << 20)),
+        }
+    }
+}
+
+/// The maps the drainer reads.
+pub struct DrainMaps {
+    pub control: Array<MapData, Control>,
+    pub counters: PerCpuArray<MapData, u64>,
+    pub counts: [HashMap<MapData, SampleKey, SampleValue>; 2],
+    pub stacks: [HashMap<MapData, u64, StackTrace>; 2],
+}
+
+/// The loaded and attached programs.
+pub struct Sampler {
+    ebpf: Ebpf,
+    cpus: Vec<u32>,
+    frequency_hz: u32,
+    map_sizes: MapSizes,
+}
+
+impl Sampler {
+    /// Checks the kernel's requirements, loads the programs and attaches
+    /// them: the sampler on every online CPU, the process tracepoints once.
+    pub fn start(settings: &SamplerSettings) -> Result<Self, SamplingError> {
+        check_requirements()?;
+        raise_memlock_limit();
+        ensure_tracefs()?;
+
+        let cpus = aya::util::online_cpus()
+            .map_err(|(path, source)| SamplingError::OnlineCpus { path, source })?;
+        let map_sizes = MapSizes::for_settings(settings, cpus.len());
+        let mut loader = EbpfLoader::new();
+        for name in names::STACKS {
+            loader.map_max_entries(name, map_sizes.stacks);
+        }
+        for name in names::COUNTS {
+            loader.map_max_entries(name, map_sizes.sample_keys);
+        }
+        loader.map_max_entries(names::KNOWN_PIDS, 1 << 15);
+        let mut ebpf = loader.load(EBPF_OBJECT).map_err(load_error)?;
+
+        match aya_log::EbpfLogger::init(&mut ebpf) {
+            Ok(logger) => spawn_log_forwarder(logger),
+            Err(err) => warn!("eBPF log messages will not be shown: {err}"),
+        }
+
+        let sampler: &mut PerfEvent = program(&mut ebpf, names::PROGRAM_SAMPLE_CPU)?;
+        sampler.load().map_err(program_load_error)?;
+        for &cpu in &cpus {
+            sampler
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(u64::from(settings.frequency_hz)),
+                    false,
+                )
+                .map_err(|source| SamplingError::AttachCpuClock { cpu, source })?;
+        }
+        for (name, tracepoint) in [
+            (names::PROGRAM_FORGET_ON_EXEC, "sched_process_exec"),
+            (names::PROGRAM_FORGET_ON_EXIT, "sched_process_exit"),
+        ] {
+            let program: &mut TracePoint = program(&mut ebpf, name)?;
+            program.load().map_err(program_load_error)?;
+            program
+                .attach("sched", tracepoint)
+                .map_err(|source| SamplingError::AttachTracepoint { tracepoint, source })?;
+        }
+        info!(
+            cpus = cpus.len(),
+            frequency_hz = settings.frequency_hz,
+            stacks_per_generation = map_sizes.stacks,
+            sample_keys_per_generation = map_sizes.sample_keys,
+            "sampling every online CPU"
+        );
+        Ok(Self {
+            ebpf,
+            cpus,
+            frequency_hz: settings.frequency_hz,
+            map_sizes,
+        })
+    }
+
+    pub fn cpus(&self) -> &[u32] {
+        &self.cpus
+    }
+
+    pub fn frequency_hz(&self) -> u32 {
+        self.frequency_hz
+    }
+
+    pub fn map_sizes(&self) -> MapSizes {
+        self.map_sizes
+    }
+
+    /// Takes the maps the drainer reads out of the object.
+    pub fn take_drain_maps(&mut self) -> Result<DrainMaps, SamplingError> {
+        Ok(DrainMaps {
+            control: take_map(&mut self.ebpf, names::CONTROL)?,
+            counters: take_map(&mut self.ebpf, names::COUNTERS)?,
+            counts: [
+                take_map(&mut self.ebpf, names::COUNTS[0])?,
+                take_map(&mut self.ebpf, names::COUNTS[1])?,
+            ],
+            stacks: [
+                take_map(&mut self.ebpf, names::STACKS[0])?,
+                take_map(&mut self.ebpf, names::STACKS[1])?,
+            ],
+        })
+    }
+
+    /// Takes the ring buffer of new-process announcements.
+    pub fn take_process_announcements(&mut self) -> Result<RingBuf<MapData>, SamplingError> {
+        take_map(&mut self.ebpf, names::NEW_PROCESSES)
+    }
+}
+
+fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, SamplingError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program>,
+{
+    ebpf.program_mut(name)
+        .and_then(|program| program.try_into().ok())
+        .ok_or(SamplingError::Missing(name))
+}
+
+fn take_map<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, SamplingError>
+where
+    M: TryFrom<aya::maps::Map>,
+{
+    ebpf.take_map(name)
+        .and_then(|map| M::try_from(map).ok())
+        .ok_or(SamplingError::Missing(name))
+}
+
+fn check_requirements() -> Result<(), SamplingError> {
+    if !Path::new(VMLINUX_BTF).exists() {
+        return Err(SamplingError::NoBtf);
+    }
+    if !Path::new("/proc/sys/kernel/perf_event_paranoid").exists() {
+        return Err(SamplingError::NoPerfEvents);
+    }
+    Ok(())
+}
+
+/// Kernels before 5.11 charge BPF maps against RLIMIT_MEMLOCK; lift it.
+fn raise_memlock_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let current = getrlimit(Resource::Memlock);
+    if current.current.is_none() {
+        return;
+    }
+    let unlimited = Rlimit {
+        current: None,
+        maximum: None,
+    };
+    if let Err(err) = setrlimit(Resource::Memlock, unlimited) {
+        warn!(
+            limit = ?current.current,
+            "cannot raise RLIMIT_MEMLOCK ({err}); on kernels before 5.11 loading may fail"
+        );
+    }
+}
+
+/// Mounts tracefs when it is missing (it is not mounted at boot on every
+/// system); tracepoints cannot be attached without it.
+fn ensure_tracefs() -> Result<(), SamplingError> {
+    let mounted = std::fs::read_dir(TRACEFS)
+        .map(|mut entries| entries.next().is_some())
+        .unwrap_or(false);
+    if mounted {
+        return Ok(());
+    }
+    debug!("mounting tracefs at {TRACEFS}");
+    rustix::mount::mount(
+        "tracefs",
+        TRACEFS,
+        "tracefs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )
+    .map_err(|errno| SamplingError::Tracefs(errno.into()))
+}
+
+fn load_error(err: EbpfError) -> SamplingError {
+    if let Some(errno) = io_errno(&err) {
+        match errno {
+            libc::EPERM | libc::EACCES => return SamplingError::PermissionDenied,
+            libc::ENOSYS => return SamplingError::NoBpfSyscall,
+            _ => {}
+        }
+    }
+    SamplingError::Load(error_chain(&err))
+}
+
+fn program_load_error(err: ProgramError) -> SamplingError {
+    if let ProgramError::LoadError { io_error, .. } = &err
+        && matches!(io_error.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+    {
+        return SamplingError::PermissionDenied;
+    }
+    SamplingError::Load(error_chain(&err))
+}
+
+/// The errno at the root of an aya error, if there is one.
+fn io_errno(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<io::Error>()
+            && let Some(errno) = io.raw_os_error()
+        {
+            return Some(errno);
+        }
+        source = err.source();
+    }
+    None
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(err) = source {
+        text.push_str(": ");
+        text.push_str(&err.to_string());
+        source = err.source();
+    }
+    text
+}
+
+/// Forwards log records of the eBPF programs (rare: they only log states
+/// that should not happen) to the daemon's log, from a thread of its own.
+fn spawn_log_forwarder(mut logger: aya_log::EbpfLogger<&'static dyn log::Log>) {
+    let forward = move || {
+        use rustix::event::{PollFd, PollFlags, poll};
+        loop {
+            let mut fds = [PollFd::new(&logger, PollFlags::IN)];
+            match poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => logger.flush(),
+                Err(err) => {
+                    warn!("stopped forwarding eBPF log messages: {err}");
+                    return;
+                }
+            }
+        }
+    };
+    if let Err(err) = std::thread::Builder::new()
+        .name("profilerd-ebpf-log".to_owned())
+        .spawn(forward)
+    {
+        warn!("eBPF log messages will not be shown: {err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(frequency_hz: u32) -> SamplerSettings {
+        SamplerSettings {
+            frequency_hz,
+            drain_interval: Duration::from_secs(1),
+            max_stacks: 0,
+            max_sample_keys: 0,
+        }
+    }
+
+    #[test]
+    fn map_sizes_grow_with_rate_and_stay_bounded() {
+        let low = MapSizes::for_settings(&settings(49), 2);
+        assert_eq!(low, MapSizes { stacks: 1024, sample_keys: 1024 });
+        let high = MapSizes::for_settings(&settings(1000), 2);
+        assert_eq!(high, MapSizes { stacks: 8192, sample_keys: 4096 });
+        let huge = MapSizes::for_settings(&settings(1000), 512);
+        assert_eq!(huge.stacks, 1 << 16);
+    }
+
+    #[test]
+    fn explicit_map_sizes_win() {
+        let mut settings = settings(49);
+        settings.max_stacks = 4096;
+        assert_eq!(MapSizes::for_settings(&settings, 2).stacks, 4096);
+    }
+}

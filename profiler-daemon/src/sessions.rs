@@ -1,0 +1,128 @@
+//! Open-ended profiling sessions (StartProfile … StopProfile), like
+//! ProfileEndpoints' /profile_start and /profile_stop.
+//!
+//! A session is a window over the store that is still open: this module
+//! owns the open sessions, their ids and the limits on them. It must not
+//! hold samples: stopping a session reads its window from the store.
+
+use std::{collections::HashMap, time::SystemTime};
+
+use profiler_common::SampleKind;
+
+use crate::store::Selector;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SessionError {
+    #[error("{open} profiling sessions are already open (the limit is max_sessions = {open}); stop one first")]
+    TooMany { open: usize },
+    #[error("no open profiling session has id {0:?}; it was never started, already stopped, or the daemon restarted")]
+    Unknown(String),
+}
+
+/// An open session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Session {
+    pub start: SystemTime,
+    pub selector: Selector,
+    pub kind: SampleKind,
+}
+
+#[derive(Debug)]
+pub struct Sessions {
+    open: HashMap<String, Session>,
+    limit: usize,
+}
+
+impl Sessions {
+    pub fn new(limit: usize) -> Self {
+        Self {
+            open: HashMap::new(),
+            limit,
+        }
+    }
+
+    /// Opens a session and returns its id (random, so it cannot be guessed).
+    pub fn open(&mut self, session: Session) -> Result<String, SessionError> {
+        if self.open.len() >= self.limit {
+            return Err(SessionError::TooMany {
+                open: self.open.len(),
+            });
+        }
+        let id = loop {
+            let id = new_id();
+            if !self.open.contains_key(&id) {
+                break id;
+            }
+        };
+        self.open.insert(id.clone(), session);
+        Ok(id)
+    }
+
+    /// Closes a session, returning it.
+    pub fn close(&mut self, id: &str) -> Result<Session, SessionError> {
+        self.open
+            .remove(id)
+            .ok_or_else(|| SessionError::Unknown(id.to_owned()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+}
+
+fn new_id() -> String {
+    let mut bytes = [0_u8; 12];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(_) => {
+                // getrandom cannot fail for lack of entropy after boot; fall
+                // back on the time rather than fail the request.
+                let nanos = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos();
+                bytes[..8].copy_from_slice(&(nanos as u64).to_le_bytes());
+                break;
+            }
+        }
+    }
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Session {
+        Session {
+            start: SystemTime::now(),
+            selector: Selector::default(),
+            kind: SampleKind::CpuClock,
+        }
+    }
+
+    #[test]
+    fn open_close_and_limits() {
+        let mut sessions = Sessions::new(2);
+        let a = sessions.open(session()).unwrap();
+        let b = sessions.open(session()).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 24);
+        assert_eq!(
+            sessions.open(session()),
+            Err(SessionError::TooMany { open: 2 })
+        );
+        sessions.close(&a).unwrap();
+        assert_eq!(
+            sessions.close(&a),
+            Err(SessionError::Unknown(a.clone()))
+        );
+        assert_eq!(sessions.len(), 1);
+    }
+}

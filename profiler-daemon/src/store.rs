@@ -1,0 +1,622 @@
+//! The profile store: symbolized samples aggregated per thread and stack in
+//! time-stamped buckets, kept for the retention period under a hard memory
+//! ceiling, so that any window inside the retention can be reported.
+//!
+//! The store owns the buckets and the tables that intern threads, stacks and
+//! locations (so a bucket entry is a few integers). It answers queries by
+//! assembling a self-contained [`Profile`]; it must not format reports or
+//! symbolize.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    hash::Hash,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use profiler_common::{COUNTER_COUNT, SampleKind};
+use tracing::{debug, info};
+
+use crate::{
+    drain::{CounterDeltas, losses},
+    profile::{LossCause, Profile, Sample, Stack, ThreadInfo},
+    symbolize::{LocationKey, SymbolizedBatch, SymbolizedLocation},
+};
+
+/// Rebuild the intern tables (dropping what no bucket refers to any more)
+/// at most this often, unless memory is short.
+const COMPACTION_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Which samples a query covers; empty lists do not restrict.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selector {
+    pub pids: Vec<u32>,
+    pub tids: Vec<u32>,
+    /// Exact process or thread names.
+    pub comms: Vec<String>,
+}
+
+impl Selector {
+    pub fn matches(&self, thread: &ThreadInfo) -> bool {
+        (self.pids.is_empty() || self.pids.contains(&thread.pid))
+            && (self.tids.is_empty() || self.tids.contains(&thread.tid))
+            && (self.comms.is_empty()
+                || self.comms.iter().any(|comm| {
+                    **comm == *thread.process_name || **comm == *thread.thread_name
+                }))
+    }
+}
+
+/// A request for the samples of a window.
+#[derive(Clone, Debug)]
+pub struct Query {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub selector: Selector,
+    pub kind: SampleKind,
+    pub frequency_hz: u32,
+}
+
+/// What the store holds, for the status report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreStats {
+    pub memory_bytes: u64,
+    pub memory_limit_bytes: u64,
+    pub retention: Duration,
+    pub buckets: u64,
+    pub oldest: Option<SystemTime>,
+    pub distinct_stacks: u64,
+    pub buckets_evicted_for_memory: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StoredSample {
+    thread: u32,
+    stack: u32,
+    kind: SampleKind,
+    count: u64,
+    weight: u64,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    start: SystemTime,
+    end: SystemTime,
+    samples: Box<[StoredSample]>,
+    counters: CounterDeltas,
+}
+
+impl Bucket {
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + std::mem::size_of_val(&*self.samples)
+    }
+}
+
+/// Values numbered in order of first appearance.
+#[derive(Debug)]
+struct Interner<K, V> {
+    ids: HashMap<K, u32>,
+    values: Vec<V>,
+}
+
+impl<K: Eq + Hash, V> Default for Interner<K, V> {
+    fn default() -> Self {
+        Self {
+            ids: HashMap::new(),
+            values: Vec::new(),
+        }
+    }
+}
+
+impl<K: Eq + Hash, V> Interner<K, V> {
+    fn intern(&mut self, key: K, value: impl FnOnce() -> V) -> (u32, bool) {
+        if let Some(&id) = self.ids.get(&key) {
+            return (id, false);
+        }
+        let id = self.values.len() as u32;
+        self.values.push(value());
+        self.ids.insert(key, id);
+        (id, true)
+    }
+
+    fn get(&self, id: u32) -> &V {
+        &self.values[id as usize]
+    }
+
+    fn len(&self) -> usize {
+        self.values.len()
+    }
+}
+
+/// Rough per-entry costs of the intern tables, for the memory estimate.
+const THREAD_BYTES: usize = 160;
+const LOCATION_BYTES: usize = 96;
+const FRAME_BYTES: usize = 64;
+const STACK_BYTES: usize = 96;
+
+/// Buckets of aggregated samples and the tables they refer to.
+#[derive(Debug)]
+pub struct Store {
+    retention: Duration,
+    memory_limit: u64,
+    buckets: VecDeque<Bucket>,
+    threads: Interner<ThreadInfo, ThreadInfo>,
+    locations: Interner<LocationKey, Arc<SymbolizedLocation>>,
+    stacks: Interner<Arc<[u32]>, Arc<[u32]>>,
+    /// Estimated bytes of the tables and the buckets.
+    table_bytes: usize,
+    bucket_bytes: usize,
+    buckets_evicted_for_memory: u64,
+    /// Samples dropped with evicted buckets, and when the last one ended.
+    evicted_samples: u64,
+    evicted_until: Option<SystemTime>,
+    last_compaction: SystemTime,
+}
+
+impl Store {
+    pub fn new(retention: Duration, memory_limit: u64) -> Self {
+        Self {
+            retention,
+            memory_limit,
+            buckets: VecDeque::new(),
+            threads: Interner::default(),
+            locations: Interner::default(),
+            stacks: Interner::default(),
+            table_bytes: 0,
+            bucket_bytes: 0,
+            buckets_evicted_for_memory: 0,
+            evicted_samples: 0,
+            evicted_until: None,
+            last_compaction: SystemTime::now(),
+        }
+    }
+
+    /// Adds a batch as one bucket, then enforces retention and the ceiling.
+    pub fn insert(&mut self, batch: SymbolizedBatch) {
+        let mut aggregated: HashMap<(u32, u32, SampleKind), (u64, u64)> = HashMap::new();
+        for sample in batch.samples {
+            let thread = self.intern_thread(sample.thread);
+            let stack = self.intern_stack(&sample.stack);
+            let entry = aggregated.entry((thread, stack, sample.kind)).or_default();
+            entry.0 += sample.count;
+            entry.1 += sample.weight;
+        }
+        let samples = aggregated
+            .into_iter()
+            .map(|((thread, stack, kind), (count, weight))| StoredSample {
+                thread,
+                stack,
+                kind,
+                count,
+                weight,
+            })
+            .collect();
+        let bucket = Bucket {
+            start: batch.start,
+            end: batch.end,
+            samples,
+            counters: batch.counters,
+        };
+        self.bucket_bytes += bucket.bytes();
+        self.buckets.push_back(bucket);
+        self.expire(batch.end);
+        self.enforce_ceiling();
+    }
+
+    fn intern_thread(&mut self, thread: ThreadInfo) -> u32 {
+        let (id, new) = self.threads.intern(thread.clone(), || thread);
+        if new {
+            self.table_bytes += THREAD_BYTES;
+        }
+        id
+    }
+
+    fn intern_stack(&mut self, stack: &[Arc<SymbolizedLocation>]) -> u32 {
+        let ids: Arc<[u32]> = stack
+            .iter()
+            .map(|location| {
+                let (id, new) = self
+                    .locations
+                    .intern(location.key.clone(), || location.clone());
+                if new {
+                    self.table_bytes +=
+                        LOCATION_BYTES + FRAME_BYTES * location.location.frames.len();
+                }
+                id
+            })
+            .collect();
+        let bytes = STACK_BYTES + 4 * ids.len();
+        let (id, new) = self.stacks.intern(ids.clone(), || ids);
+        if new {
+            self.table_bytes += bytes;
+        }
+        id
+    }
+
+    /// Drops buckets that ended before the retention window.
+    fn expire(&mut self, now: SystemTime) {
+        let Some(horizon) = now.checked_sub(self.retention) else {
+            return;
+        };
+        while self
+            .buckets
+            .front()
+            .is_some_and(|bucket| bucket.end < horizon)
+        {
+            self.pop_oldest();
+        }
+        if now
+            .duration_since(self.last_compaction)
+            .is_ok_and(|since| since >= COMPACTION_INTERVAL)
+        {
+            self.compact(now);
+        }
+    }
+
+    /// Keeps the estimate under the ceiling: first by compacting the tables,
+    /// then by dropping the oldest buckets (counted, never silently).
+    fn enforce_ceiling(&mut self) {
+        if self.memory_bytes() <= self.memory_limit {
+            return;
+        }
+        self.compact(SystemTime::now());
+        while self.memory_bytes() > self.memory_limit && self.buckets.len() > 1 {
+            let bucket = self.pop_oldest();
+            self.buckets_evicted_for_memory += 1;
+            self.evicted_samples += bucket.samples.iter().map(|s| s.count).sum::<u64>();
+            self.evicted_until = Some(bucket.end);
+            if self.buckets_evicted_for_memory.is_power_of_two() {
+                info!(
+                    evicted = self.buckets_evicted_for_memory,
+                    limit = self.memory_limit,
+                    "the profile store is at its memory ceiling; dropping the oldest samples \
+                     before their retention ends (raise memory_limit to keep them)"
+                );
+            }
+            if self.buckets.len() % 16 == 0 {
+                self.compact(SystemTime::now());
+            }
+        }
+    }
+
+    fn pop_oldest(&mut self) -> Bucket {
+        let bucket = self
+            .buckets
+            .pop_front()
+            .expect("callers check that a bucket exists");
+        self.bucket_bytes -= bucket.bytes();
+        bucket
+    }
+
+    /// Rebuilds the intern tables with only what buckets still refer to.
+    fn compact(&mut self, now: SystemTime) {
+        self.last_compaction = now;
+        let old_threads = std::mem::take(&mut self.threads);
+        let old_locations = std::mem::take(&mut self.locations);
+        let old_stacks = std::mem::take(&mut self.stacks);
+        let before = old_stacks.len();
+        self.table_bytes = 0;
+        let mut thread_map: HashMap<u32, u32> = HashMap::new();
+        let mut stack_map: HashMap<u32, u32> = HashMap::new();
+        let mut buckets = std::mem::take(&mut self.buckets);
+        for bucket in &mut buckets {
+            for sample in bucket.samples.iter_mut() {
+                sample.thread = *thread_map
+                    .entry(sample.thread)
+                    .or_insert_with(|| self.intern_thread(old_threads.get(sample.thread).clone()));
+                sample.stack = *stack_map.entry(sample.stack).or_insert_with(|| {
+                    let locations: Vec<_> = old_stacks
+                        .get(sample.stack)
+                        .iter()
+                        .map(|&id| old_locations.get(id).clone())
+                        .collect();
+                    self.intern_stack(&locations)
+                });
+            }
+        }
+        self.buckets = buckets;
+        debug!(
+            stacks_before = before,
+            stacks_after = self.stacks.len(),
+            "compacted the profile store"
+        );
+    }
+
+    pub fn memory_bytes(&self) -> u64 {
+        (self.table_bytes + self.bucket_bytes) as u64
+    }
+
+    /// The oldest time samples are still held for.
+    pub fn oldest(&self) -> Option<SystemTime> {
+        self.buckets.front().map(|bucket| bucket.start)
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            memory_bytes: self.memory_bytes(),
+            memory_limit_bytes: self.memory_limit,
+            retention: self.retention,
+            buckets: self.buckets.len() as u64,
+            oldest: self.oldest(),
+            distinct_stacks: self.stacks.len() as u64,
+            buckets_evicted_for_memory: self.buckets_evicted_for_memory,
+        }
+    }
+
+    /// The samples of the buckets inside `query`'s window that match its
+    /// selector, as a self-contained profile.
+    pub fn profile(&self, query: &Query) -> Profile {
+        let thread_matches: Vec<bool> = self
+            .threads
+            .values
+            .iter()
+            .map(|thread| query.selector.matches(thread))
+            .collect();
+        let mut aggregated: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
+        let mut counters = [0_u64; COUNTER_COUNT as usize];
+        for bucket in self.buckets_in(query.start, query.end) {
+            for (total, delta) in counters.iter_mut().zip(bucket.counters) {
+                *total += delta;
+            }
+            for sample in bucket.samples.iter() {
+                if sample.kind == query.kind && thread_matches[sample.thread as usize] {
+                    let entry = aggregated.entry((sample.thread, sample.stack)).or_default();
+                    entry.0 += sample.count;
+                    entry.1 += sample.weight;
+                }
+            }
+        }
+
+        let mut profile = Profile {
+            start: query.start,
+            end: query.end,
+            frequency_hz: query.frequency_hz,
+            period_ns: 1_000_000_000 / u64::from(query.frequency_hz.max(1)),
+            threads: Vec::new(),
+            locations: Vec::new(),
+            stacks: Vec::new(),
+            samples: Vec::new(),
+            lost: losses(&counters).filter(|&(_, count)| count > 0).collect(),
+            warnings: Vec::new(),
+        };
+        let mut threads = HashMap::new();
+        let mut stacks = HashMap::new();
+        let mut locations = HashMap::new();
+        let mut entries: Vec<_> = aggregated.into_iter().collect();
+        entries.sort_unstable_by_key(|&(key, _)| key);
+        for ((thread, stack), (count, weight)) in entries {
+            let thread = *threads.entry(thread).or_insert_with(|| {
+                profile.threads.push(self.threads.get(thread).clone());
+                profile.threads.len() as u32 - 1
+            });
+            let stack = *stacks.entry(stack).or_insert_with(|| {
+                let ids = self
+                    .stacks
+                    .get(stack)
+                    .iter()
+                    .map(|&location| {
+                        *locations.entry(location).or_insert_with(|| {
+                            profile
+                                .locations
+                                .push(self.locations.get(location).location.clone());
+                            profile.locations.len() as u32 - 1
+                        })
+                    })
+                    .collect();
+                profile.stacks.push(Stack { locations: ids });
+                profile.stacks.len() as u32 - 1
+            });
+            profile.samples.push(Sample {
+                thread,
+                stack,
+                count,
+                weight_ns: weight,
+            });
+        }
+        self.add_coverage_warnings(query, &mut profile);
+        profile
+    }
+
+    fn buckets_in(&self, start: SystemTime, end: SystemTime) -> impl Iterator<Item = &Bucket> {
+        self.buckets
+            .iter()
+            .filter(move |bucket| bucket.start >= start && bucket.end <= end)
+    }
+
+    /// Says plainly when part of the window is not in the store.
+    fn add_coverage_warnings(&self, query: &Query, profile: &mut Profile) {
+        if let Some(oldest) = self.oldest()
+            && query.start < oldest
+        {
+            let missing = oldest.duration_since(query.start).unwrap_or_default();
+            profile.warnings.push(format!(
+                "the first {} of the window are no longer held (retention {}, memory ceiling {} bytes); \
+                 the report covers the rest",
+                humantime::format_duration(round_to_millis(missing)),
+                humantime::format_duration(self.retention),
+                self.memory_limit
+            ));
+        }
+        if let Some(until) = self.evicted_until
+            && until > query.start
+        {
+            profile.lost.push((LossCause::MemoryCeiling, self.evicted_samples));
+        }
+    }
+}
+
+fn round_to_millis(duration: Duration) -> Duration {
+    Duration::from_millis(duration.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+    use crate::{
+        profile::{Frame, Location, LocationKind},
+        symbolize::SymbolizedSample,
+    };
+
+    fn location(name: &str) -> Arc<SymbolizedLocation> {
+        Arc::new(SymbolizedLocation {
+            key: LocationKey::Kernel(name.bytes().map(u64::from).sum()),
+            location: Location {
+                kind: LocationKind::Kernel,
+                module: Arc::from("[kernel]"),
+                address: 0,
+                frames: vec![Frame {
+                    function: Arc::from(name),
+                    file: None,
+                    line: 0,
+                    inlined: false,
+                }],
+            },
+        })
+    }
+
+    fn thread(pid: u32, tid: u32, name: &str) -> ThreadInfo {
+        ThreadInfo {
+            pid,
+            tid,
+            thread_name: Arc::from(name),
+            process_name: Arc::from(name),
+        }
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
+    }
+
+    fn batch(start: u64, samples: &[(u32, &[&str], u64)]) -> SymbolizedBatch {
+        SymbolizedBatch {
+            start: at(start),
+            end: at(start + 1),
+            samples: samples
+                .iter()
+                .map(|&(pid, stack, count)| SymbolizedSample {
+                    thread: thread(pid, pid, &format!("p{pid}")),
+                    kind: SampleKind::CpuClock,
+                    stack: stack.iter().map(|name| location(name)).collect(),
+                    count,
+                    weight: count * 10,
+                })
+                .collect(),
+            counters: [0; COUNTER_COUNT as usize],
+        }
+    }
+
+    fn query(start: u64, end: u64, selector: Selector) -> Query {
+        Query {
+            start: at(start),
+            end: at(end),
+            selector,
+            kind: SampleKind::CpuClock,
+            frequency_hz: 100,
+        }
+    }
+
+    fn counts_by_leaf(profile: &Profile) -> Vec<(String, u64)> {
+        let mut counts: Vec<_> = profile
+            .samples
+            .iter()
+            .map(|sample| {
+                let stack = &profile.stacks[sample.stack as usize];
+                let leaf = &profile.locations[*stack.locations.last().unwrap() as usize];
+                (leaf.frames[0].function.to_string(), sample.count)
+            })
+            .collect();
+        counts.sort();
+        counts
+    }
+
+    #[test]
+    fn windows_select_whole_buckets_and_aggregate() {
+        let mut store = Store::new(Duration::from_secs(600), 1 << 30);
+        store.insert(batch(0, &[(1, &["main", "a"], 3)]));
+        store.insert(batch(1, &[(1, &["main", "a"], 2), (1, &["main", "b"], 1)]));
+        store.insert(batch(2, &[(1, &["main", "b"], 7)]));
+        let all = store.profile(&query(0, 3, Selector::default()));
+        assert_eq!(counts_by_leaf(&all), [("a".into(), 5), ("b".into(), 8)]);
+        assert_eq!(all.samples.iter().map(|s| s.weight_ns).sum::<u64>(), 130);
+        let middle = store.profile(&query(1, 2, Selector::default()));
+        assert_eq!(counts_by_leaf(&middle), [("a".into(), 2), ("b".into(), 1)]);
+        assert!(middle.warnings.is_empty());
+    }
+
+    #[test]
+    fn selectors_filter_threads() {
+        let mut store = Store::new(Duration::from_secs(600), 1 << 30);
+        store.insert(batch(0, &[(1, &["x"], 1), (2, &["y"], 2), (3, &["z"], 4)]));
+        let by_pid = Selector {
+            pids: vec![2, 3],
+            ..Selector::default()
+        };
+        assert_eq!(
+            counts_by_leaf(&store.profile(&query(0, 1, by_pid))),
+            [("y".into(), 2), ("z".into(), 4)]
+        );
+        let by_comm = Selector {
+            comms: vec!["p3".into()],
+            ..Selector::default()
+        };
+        assert_eq!(
+            counts_by_leaf(&store.profile(&query(0, 1, by_comm))),
+            [("z".into(), 4)]
+        );
+        let nothing = Selector {
+            pids: vec![1],
+            tids: vec![2],
+            ..Selector::default()
+        };
+        assert!(store.profile(&query(0, 1, nothing)).samples.is_empty());
+    }
+
+    #[test]
+    fn retention_expires_old_buckets_and_says_so() {
+        let mut store = Store::new(Duration::from_secs(10), 1 << 30);
+        for second in 0..30 {
+            store.insert(batch(second, &[(1, &["main"], 1)]));
+        }
+        assert_eq!(store.stats().buckets, 11);
+        let profile = store.profile(&query(0, 30, Selector::default()));
+        assert_eq!(profile.total_samples(), 11);
+        assert_eq!(profile.warnings.len(), 1, "{:?}", profile.warnings);
+        assert!(profile.warnings[0].contains("no longer held"));
+    }
+
+    #[test]
+    fn memory_ceiling_holds_and_counts_what_it_drops() {
+        let mut store = Store::new(Duration::from_secs(3600), 64 * 1024);
+        for second in 0..200 {
+            let names: Vec<String> = (0..20).map(|i| format!("f{second}_{i}")).collect();
+            let stack: Vec<&str> = names.iter().map(String::as_str).collect();
+            store.insert(batch(second, &[(second as u32, &stack, 1)]));
+            assert!(store.memory_bytes() <= 64 * 1024 || store.stats().buckets == 1);
+        }
+        let stats = store.stats();
+        assert!(stats.buckets_evicted_for_memory > 0);
+        assert!(stats.buckets < 200);
+        let profile = store.profile(&query(0, 200, Selector::default()));
+        assert!(
+            profile
+                .lost
+                .iter()
+                .any(|&(cause, count)| cause == LossCause::MemoryCeiling && count > 0)
+        );
+        // Compaction kept the tables in step with the buckets.
+        assert!(stats.distinct_stacks <= stats.buckets + 16);
+    }
+
+    #[test]
+    fn compaction_preserves_profiles() {
+        let mut store = Store::new(Duration::from_secs(600), 1 << 30);
+        store.insert(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 1)]));
+        store.insert(batch(1, &[(1, &["main", "b"], 2)]));
+        let before = counts_by_leaf(&store.profile(&query(0, 2, Selector::default())));
+        store.compact(at(2));
+        let after = counts_by_leaf(&store.profile(&query(0, 2, Selector::default())));
+        assert_eq!(before, after);
+    }
+}

@@ -1,0 +1,468 @@
+//! Turning normalized addresses into functions, files and lines.
+//!
+//! One long-lived [`Symbolizer`] wraps blazesym's symbolizer (which is its
+//! cache of parsed ELF and DWARF data, and is neither `Send` nor `Sync`, so
+//! it lives on one thread) and a cache of symbolized locations. User frames
+//! get function, file:line and inlined frames where debug information
+//! exists, otherwise `binary+0xoffset`; kernel frames come from kallsyms.
+//! This module must not read kernel maps or /proc: it symbolizes what the
+//! process table normalized.
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    sync::Arc,
+    time::{Instant, SystemTime},
+};
+
+use blazesym::symbolize::{
+    Input, Symbolized, Symbolizer as Blazesym,
+    source::{Elf, Kernel, Source},
+};
+use profiler_common::{SampleKind, sample_flags};
+use tracing::{debug, warn};
+
+use crate::{
+    drain::CounterDeltas,
+    processes::{Binary, BinaryKey, NormalizedBatch, UserAddress},
+    profile::{Frame, Location, LocationKind, ThreadInfo},
+};
+
+/// When the location cache grows past this many entries it is emptied
+/// (along with blazesym's parsed files), bounding the symbolizer's memory.
+const LOCATION_CACHE_LIMIT: usize = 1 << 20;
+
+/// The identity of a symbolized location, under which the store interns it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LocationKey {
+    /// Offset in a binary file.
+    User(BinaryKey, u64),
+    /// Offset in a special mapping such as `[vdso]`.
+    Special(Arc<str>, u64),
+    /// A user address no mapping explained.
+    Unmapped(u64),
+    /// A kernel address.
+    Kernel(u64),
+    /// A marker frame such as `[lost]`.
+    Marker(&'static str),
+}
+
+/// A location and the key it is interned under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymbolizedLocation {
+    pub key: LocationKey,
+    pub location: Location,
+}
+
+/// Samples of one thread with one stack, symbolized.
+#[derive(Clone, Debug)]
+pub struct SymbolizedSample {
+    pub thread: ThreadInfo,
+    pub kind: SampleKind,
+    /// Outermost caller first.
+    pub stack: Vec<Arc<SymbolizedLocation>>,
+    pub count: u64,
+    pub weight: u64,
+}
+
+/// A drained batch, symbolized: what the store takes in.
+#[derive(Clone, Debug)]
+pub struct SymbolizedBatch {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub samples: Vec<SymbolizedSample>,
+    pub counters: CounterDeltas,
+}
+
+/// Cache sizes, for the status report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SymbolizerStats {
+    pub user_addresses_cached: u64,
+    pub kernel_addresses_cached: u64,
+    pub binaries: u64,
+}
+
+/// The symbolizer and its caches. Not `Send`: keep it on one thread.
+pub struct Symbolizer {
+    blazesym: Blazesym,
+    locations: HashMap<LocationKey, Arc<SymbolizedLocation>>,
+    kernel_cached: usize,
+    /// Binaries with cached locations, kept open while they are cached.
+    binaries: HashMap<BinaryKey, Arc<Binary>>,
+    names: Names,
+    markers: HashMap<&'static str, Arc<SymbolizedLocation>>,
+}
+
+/// Interned strings, so the many frames of one function share their name.
+#[derive(Default)]
+struct Names(HashMap<Box<str>, Arc<str>>);
+
+impl Names {
+    fn get(&mut self, text: &str) -> Arc<str> {
+        if let Some(name) = self.0.get(text) {
+            return name.clone();
+        }
+        let name: Arc<str> = Arc::from(text);
+        self.0.insert(Box::from(text), name.clone());
+        name
+    }
+
+    /// The frames of a symbol, outermost first: the function, then the
+    /// functions inlined into it, each at its own line.
+    fn frames(&mut self, sym: &blazesym::symbolize::Sym<'_>) -> Vec<Frame> {
+        let mut frames = Vec::with_capacity(1 + sym.inlined.len());
+        let (file, line) = self.code_info(sym.code_info.as_deref());
+        frames.push(Frame {
+            function: self.get(&sym.name),
+            file,
+            line,
+            inlined: false,
+        });
+        for inlined in &sym.inlined {
+            let (file, line) = self.code_info(inlined.code_info.as_ref());
+            frames.push(Frame {
+                function: self.get(&inlined.name),
+                file,
+                line,
+                inlined: true,
+            });
+        }
+        frames
+    }
+
+    fn code_info(
+        &mut self,
+        code_info: Option<&blazesym::symbolize::CodeInfo<'_>>,
+    ) -> (Option<Arc<str>>, u32) {
+        match code_info {
+            Some(info) => (
+                Some(self.get(&info.to_path().to_string_lossy())),
+                info.line.unwrap_or(0),
+            ),
+            None => (None, 0),
+        }
+    }
+
+    /// A frame for an address without symbols.
+    fn unknown_frame(&mut self, name: &str) -> Frame {
+        Frame {
+            function: self.get(name),
+            file: None,
+            line: 0,
+            inlined: false,
+        }
+    }
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolizer {
+    pub fn new() -> Self {
+        let blazesym = Blazesym::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .enable_auto_reload(true)
+            .build();
+        Self {
+            blazesym,
+            locations: HashMap::new(),
+            kernel_cached: 0,
+            binaries: HashMap::new(),
+            names: Names::default(),
+            markers: HashMap::new(),
+        }
+    }
+
+    pub fn stats(&self) -> SymbolizerStats {
+        SymbolizerStats {
+            user_addresses_cached: (self.locations.len() - self.kernel_cached) as u64,
+            kernel_addresses_cached: self.kernel_cached as u64,
+            binaries: self.binaries.len() as u64,
+        }
+    }
+
+    /// Symbolizes every stack of the batch; addresses not cached yet are
+    /// symbolized in one blazesym call per binary (and one for the kernel).
+    pub fn symbolize(&mut self, batch: NormalizedBatch) -> SymbolizedBatch {
+        if self.locations.len() > LOCATION_CACHE_LIMIT {
+            self.clear();
+        }
+        let started = Instant::now();
+        self.fill_cache(&batch);
+        let samples = batch
+            .samples
+            .into_iter()
+            .map(|sample| {
+                let stack = self.stack(&sample.user, &sample.kernel, sample.flags);
+                SymbolizedSample {
+                    thread: sample.thread,
+                    kind: sample.kind,
+                    stack,
+                    count: sample.count,
+                    weight: sample.weight,
+                }
+            })
+            .collect::<Vec<_>>();
+        debug!(
+            samples = samples.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "symbolized a batch"
+        );
+        SymbolizedBatch {
+            start: batch.start,
+            end: batch.end,
+            samples,
+            counters: batch.counters,
+        }
+    }
+
+    /// Symbolizes, in bulk, every address of the batch not cached yet.
+    fn fill_cache(&mut self, batch: &NormalizedBatch) {
+        let mut by_binary: HashMap<BinaryKey, (Arc<Binary>, Vec<u64>)> = HashMap::new();
+        let mut kernel = Vec::new();
+        for sample in &batch.samples {
+            let in_kernel = !sample.kernel.is_empty();
+            for (depth, address) in sample.user.iter().enumerate() {
+                if let UserAddress::File { binary, offset } = address {
+                    let offset = code_address(*offset, depth > 0 || in_kernel);
+                    if !self
+                        .locations
+                        .contains_key(&LocationKey::User(binary.key, offset))
+                    {
+                        by_binary
+                            .entry(binary.key)
+                            .or_insert_with(|| (binary.clone(), Vec::new()))
+                            .1
+                            .push(offset);
+                    }
+                }
+            }
+            for (depth, &address) in sample.kernel.iter().enumerate() {
+                let address = code_address(address, depth > 0);
+                if !self.locations.contains_key(&LocationKey::Kernel(address)) {
+                    kernel.push(address);
+                }
+            }
+        }
+        for (_, (binary, mut offsets)) in by_binary {
+            offsets.sort_unstable();
+            offsets.dedup();
+            self.symbolize_binary(&binary, &offsets);
+            self.binaries.insert(binary.key, binary);
+        }
+        if !kernel.is_empty() {
+            kernel.sort_unstable();
+            kernel.dedup();
+            self.symbolize_kernel(&kernel);
+        }
+    }
+
+    fn symbolize_binary(&mut self, binary: &Binary, offsets: &[u64]) {
+        let source = Source::Elf(Elf::new(binary.readable_path()));
+        let results = self
+            .blazesym
+            .symbolize(&source, Input::FileOffset(offsets))
+            .unwrap_or_else(|err| {
+                warn!(binary = %binary.path, "cannot symbolize: {err}");
+                Vec::new()
+            });
+        let basename = basename(&binary.path);
+        for (index, &offset) in offsets.iter().enumerate() {
+            let frames = match results.get(index) {
+                Some(Symbolized::Sym(sym)) => self.names.frames(sym),
+                _ => vec![self.names.unknown_frame(&format!("{basename}+{offset:#x}"))],
+            };
+            let key = LocationKey::User(binary.key, offset);
+            let location = Location {
+                kind: LocationKind::User,
+                module: binary.path.clone(),
+                address: offset,
+                frames,
+            };
+            self.locations.insert(
+                key.clone(),
+                Arc::new(SymbolizedLocation { key, location }),
+            );
+        }
+    }
+
+    fn symbolize_kernel(&mut self, addresses: &[u64]) {
+        let source = Source::Kernel(Kernel::default());
+        let results = self
+            .blazesym
+            .symbolize(&source, Input::AbsAddr(addresses))
+            .unwrap_or_else(|err| {
+                warn!("cannot symbolize kernel addresses: {err}");
+                Vec::new()
+            });
+        let module = self.names.get("[kernel]");
+        for (index, &address) in addresses.iter().enumerate() {
+            let frames = match results.get(index) {
+                Some(Symbolized::Sym(sym)) => self.names.frames(sym),
+                _ => vec![self.names.unknown_frame(&format!("[kernel]+{address:#x}"))],
+            };
+            let key = LocationKey::Kernel(address);
+            let location = Location {
+                kind: LocationKind::Kernel,
+                module: module.clone(),
+                address,
+                frames,
+            };
+            self.locations.insert(
+                key.clone(),
+                Arc::new(SymbolizedLocation { key, location }),
+            );
+            self.kernel_cached += 1;
+        }
+    }
+
+    /// The stack of a sample, outermost caller first. Every address was
+    /// symbolized by `fill_cache`.
+    fn stack(
+        &mut self,
+        user: &[UserAddress],
+        kernel: &[u64],
+        flags: u32,
+    ) -> Vec<Arc<SymbolizedLocation>> {
+        let mut stack = Vec::with_capacity(user.len() + kernel.len() + 2);
+        if flags & sample_flags::USER_STACK_TRUNCATED != 0 {
+            stack.push(self.marker("[truncated]"));
+        }
+        if flags & sample_flags::USER_STACK_LOST != 0 {
+            stack.push(self.marker("[lost]"));
+        }
+        let in_kernel = !kernel.is_empty();
+        for (depth, address) in user.iter().enumerate().rev() {
+            let returns = depth > 0 || in_kernel;
+            stack.push(self.user_location(address, returns));
+        }
+        if flags & sample_flags::KERNEL_STACK_LOST != 0 {
+            stack.push(self.marker("[lost]"));
+        }
+        for (depth, &address) in kernel.iter().enumerate().rev() {
+            let key = LocationKey::Kernel(code_address(address, depth > 0));
+            stack.push(self.cached(key, LocationKind::Kernel, "[kernel]"));
+        }
+        stack
+    }
+
+    fn user_location(&mut self, address: &UserAddress, returns: bool) -> Arc<SymbolizedLocation> {
+        match address {
+            UserAddress::File { binary, offset } => {
+                let key = LocationKey::User(binary.key, code_address(*offset, returns));
+                self.cached(key, LocationKind::User, &binary.path)
+            }
+            UserAddress::Special { name, offset } => {
+                let offset = code_address(*offset, returns);
+                let key = LocationKey::Special(name.clone(), offset);
+                let function = format!("{name}+{offset:#x}");
+                self.uncacheable(key, LocationKind::User, name.clone(), offset, function)
+            }
+            UserAddress::Unmapped { address } => {
+                let address = code_address(*address, returns);
+                let key = LocationKey::Unmapped(address);
+                self.uncacheable(
+                    key,
+                    LocationKind::User,
+                    Arc::from("[unknown]"),
+                    address,
+                    "[unknown]".to_owned(),
+                )
+            }
+        }
+    }
+
+    /// A location `fill_cache` put in the cache; should it be missing (it
+    /// cannot), an unknown frame rather than a panic.
+    fn cached(
+        &mut self,
+        key: LocationKey,
+        kind: LocationKind,
+        module: &str,
+    ) -> Arc<SymbolizedLocation> {
+        if let Some(location) = self.locations.get(&key) {
+            return location.clone();
+        }
+        let address = match key {
+            LocationKey::User(_, address) | LocationKey::Kernel(address) => address,
+            _ => 0,
+        };
+        let module = self.names.get(module);
+        let function = format!("{}+{address:#x}", basename(&module));
+        self.uncacheable(key, kind, module, address, function)
+    }
+
+    fn uncacheable(
+        &mut self,
+        key: LocationKey,
+        kind: LocationKind,
+        module: Arc<str>,
+        address: u64,
+        function: String,
+    ) -> Arc<SymbolizedLocation> {
+        let frame = self.names.unknown_frame(&function);
+        Arc::new(SymbolizedLocation {
+            key,
+            location: Location {
+                kind,
+                module,
+                address,
+                frames: vec![frame],
+            },
+        })
+    }
+
+    fn marker(&mut self, name: &'static str) -> Arc<SymbolizedLocation> {
+        if let Some(marker) = self.markers.get(name) {
+            return marker.clone();
+        }
+        let frame = self.names.unknown_frame(name);
+        let marker = Arc::new(SymbolizedLocation {
+            key: LocationKey::Marker(name),
+            location: Location {
+                kind: LocationKind::Marker,
+                module: Arc::from(name),
+                address: 0,
+                frames: vec![frame],
+            },
+        });
+        self.markers.insert(name, marker.clone());
+        marker
+    }
+
+    /// Forgets every cached location and parsed binary.
+    fn clear(&mut self) {
+        for binary in self.binaries.values() {
+            let evict = blazesym::symbolize::evict::Elf::new(binary.readable_path());
+            if let Err(err) = self.blazesym.evict(&evict.into()) {
+                debug!(binary = %binary.path, "cannot evict symbolizer data: {err}");
+            }
+        }
+        self.binaries.clear();
+        self.locations.clear();
+        self.names.0.clear();
+        self.kernel_cached = 0;
+    }
+}
+
+/// Return addresses point after the call; step back into the call
+/// instruction so the address symbolizes to the calling line.
+fn code_address(address: u64, is_return_address: bool) -> u64 {
+    if is_return_address {
+        address.saturating_sub(1)
+    } else {
+        address
+    }
+}
+
+fn basename(path: &str) -> &str {
+    Path::new(path)
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or(path)
+}

@@ -1,0 +1,69 @@
+//! profilerctl against a real daemon: reports, files, and one-line errors.
+
+use std::process::Command;
+
+use crate::support::{Daemon, Workload};
+
+fn profilerctl(daemon: &Daemon, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(args)
+        .output()
+        .expect("profilerctl runs")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn profilerctl_profiles_reports_status_and_errors() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("split", &[]);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let output_file = dir.path().join("flat.txt");
+    let pid = workload.pid().to_string();
+
+    let output = tokio::task::spawn_blocking({
+        let args: Vec<String> = [
+            "profile", "--pid", &pid, "--duration", "1s", "--format", "flat", "--output",
+        ]
+        .iter()
+        .map(|arg| arg.to_string())
+        .chain([output_file.display().to_string()])
+        .collect();
+        let socket = daemon.socket.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+                .arg("--socket")
+                .arg(socket)
+                .args(args)
+                .output()
+                .expect("profilerctl runs")
+        }
+    })
+    .await
+    .expect("profilerctl finishes");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("samples") && stderr.contains("report written to"), "{stderr}");
+    let flat = std::fs::read_to_string(&output_file).expect("the report file");
+    assert!(flat.contains("Count") && flat.contains("Overhead"), "{flat}");
+    assert!(flat.lines().any(|line| line.ends_with(" hot")), "{flat}");
+
+    let status = profilerctl(&daemon, &["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    assert!(text.contains("samples taken") && text.contains("lost:"), "{text}");
+
+    let bad = profilerctl(&daemon, &["profile", "--pid", "4294967290", "--duration", "1s"]);
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("no process with id 4294967290"), "{stderr}");
+
+    let nowhere = Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+        .args(["--socket", "/nonexistent/profilerd.sock", "status"])
+        .output()
+        .expect("profilerctl runs");
+    assert!(!nowhere.status.success());
+    let stderr = String::from_utf8_lossy(&nowhere.stderr);
+    assert!(stderr.contains("is the daemon running"), "{stderr}");
+}

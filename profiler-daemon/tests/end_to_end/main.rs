@@ -1,0 +1,13 @@
+//! End-to-end tests: the real daemon binary loads the real eBPF programs,
+//! samples real workloads (small C programs built here) and is asked for
+//! profiles through the real gRPC API and the real CLI.
+//!
+//! They need root (BPF); `cargo xtask test` runs them as root. Run as
+//! another user they fail, saying so, rather than pass without testing.
+
+mod api_errors;
+mod cli;
+mod pprof;
+mod profiles;
+mod sessions;
+mod support;

@@ -1,0 +1,157 @@
+//! Profiles of known workloads come out with the right functions, shares,
+//! call chains and kernel frames.
+
+use std::time::Duration;
+
+use profilerd::proto::v1;
+
+use crate::support::{
+    Daemon, Workload, folded, has_chain, options, profile, samples_containing, total,
+};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hot_and_cold_functions_get_their_shares_with_full_chains() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("split", &[]);
+    let mut client = daemon.client().await;
+
+    let reply = profile(
+        &mut client,
+        &[workload.pid()],
+        Duration::from_secs(3),
+        options(v1::Format::Folded),
+    )
+    .await;
+    let stacks = folded(&reply.report);
+    let samples = total(&stacks);
+    assert!(samples > 500, "too few samples ({samples}) to judge:\n{stacks:?}");
+
+    let by_function = samples_containing(&stacks);
+    let share = |name: &str| 100.0 * by_function.get(name).copied().unwrap_or(0) as f64 / samples as f64;
+    let (hot, cold) = (share("hot"), share("cold"));
+    assert!((hot - 75.0).abs() <= 5.0, "hot has {hot:.1}% of {samples} samples, expected 75% ± 5");
+    assert!((cold - 25.0).abs() <= 5.0, "cold has {cold:.1}% of {samples} samples, expected 25% ± 5");
+
+    for (frames, count) in &stacks {
+        for function in ["hot", "cold"] {
+            if frames.iter().any(|frame| frame == function) {
+                assert!(
+                    has_chain(frames, &["main", "common", function]),
+                    "{count} samples of {function} lack the chain main;common;{function}: {frames:?}"
+                );
+            }
+        }
+    }
+    let summary = reply.summary.expect("a summary");
+    assert_eq!(summary.samples, samples);
+    assert_eq!(summary.processes, 1);
+    assert!(summary.lost.is_empty(), "samples were lost: {:?}", summary.lost);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kernel_frames_sit_under_user_frames_and_can_be_hidden() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("syscalls", &[]);
+    let mut client = daemon.client().await;
+
+    let with_kernel = folded(
+        &profile(
+            &mut client,
+            &[workload.pid()],
+            Duration::from_secs(2),
+            options(v1::Format::Folded),
+        )
+        .await
+        .report,
+    );
+    let in_kernel: u64 = with_kernel
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|frame| frame.ends_with("_[k]")))
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        in_kernel * 2 > total(&with_kernel),
+        "a loop reading /dev/zero should spend most samples in the kernel: {with_kernel:?}"
+    );
+    for (frames, count) in &with_kernel {
+        if let Some(first_kernel) = frames.iter().position(|frame| frame.ends_with("_[k]")) {
+            assert!(
+                frames[..first_kernel].iter().any(|frame| frame == "read_zeros"),
+                "{count} samples have kernel frames not under read_zeros: {frames:?}"
+            );
+            assert!(
+                frames[first_kernel..].iter().all(|frame| frame.ends_with("_[k]")),
+                "user frames below kernel frames: {frames:?}"
+            );
+        }
+    }
+
+    let mut without = options(v1::Format::Folded);
+    without.kernel = Some(false);
+    let without_kernel = folded(
+        &profile(&mut client, &[workload.pid()], Duration::from_secs(1), without)
+            .await
+            .report,
+    );
+    assert!(
+        without_kernel
+            .iter()
+            .all(|(frames, _)| !frames.iter().any(|frame| frame.ends_with("_[k]"))),
+        "kernel frames shown with kernel=false: {without_kernel:?}"
+    );
+    assert!(
+        without_kernel
+            .iter()
+            .any(|(frames, _)| has_chain(frames, &["read_zeros"]) && frames.last().is_some_and(|f| f == "[kernel]")),
+        "kernel time should stay visible as [kernel]: {without_kernel:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_that_exits_mid_profile_is_still_symbolized() {
+    let daemon = Daemon::start().await;
+    let mut workload = Workload::start("split", &["1"]);
+    let pid = workload.pid();
+    let mut client = daemon.client().await;
+
+    let profiling = tokio::spawn(async move {
+        profile(
+            &mut client,
+            &[pid],
+            Duration::from_secs(3),
+            options(v1::Format::Folded),
+        )
+        .await
+    });
+    workload.wait();
+    let reply = profiling.await.expect("the profile request completes");
+    let stacks = folded(&reply.report);
+    let by_function = samples_containing(&stacks);
+    assert!(
+        by_function.get("hot").copied().unwrap_or(0) > 100,
+        "the exited process's hot function is missing or unnamed: {stacks:?}"
+    );
+    assert!(
+        stacks.iter().all(|(frames, _)| !frames.iter().any(|f| f.contains("[unknown]"))),
+        "unsymbolized frames in the exited process's profile: {stacks:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tree_reports_name_files_and_lines() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("split", &[]);
+    let mut client = daemon.client().await;
+    let mut tree = options(v1::Format::Tree);
+    tree.groupby = v1::GroupBy::Thread as i32;
+    let reply = profile(&mut client, &[workload.pid()], Duration::from_secs(1), tree).await;
+    let text = String::from_utf8(reply.report).expect("UTF-8");
+    assert!(text.contains("Overhead ╎ [+additional indent] Count File:Line; Function"), "{text}");
+    assert!(text.contains(&format!("Thread {}", workload.pid())), "{text}");
+    assert!(text.contains("Utilization:"), "{text}");
+    let hot_line = text
+        .lines()
+        .find(|line| line.ends_with("; hot"))
+        .unwrap_or_else(|| panic!("no line for hot:\n{text}"));
+    assert!(hot_line.contains("split.c:"), "hot has no file:line: {hot_line}");
+}

@@ -1,0 +1,255 @@
+//! The harness: a daemon per test, workloads built with gcc, and helpers to
+//! ask for profiles and read folded stacks.
+
+use std::{
+    collections::HashMap,
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use profilerd::{
+    client,
+    proto::v1::{self, profiler_client::ProfilerClient},
+};
+use tonic::transport::Channel;
+
+pub type Client = ProfilerClient<Channel>;
+
+/// Sampling frequency of test daemons: high, so short profiles hold enough
+/// samples for tight statistical checks.
+pub const TEST_FREQUENCY_HZ: u32 = 499;
+
+fn require_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests load eBPF programs and must run as root: use `cargo xtask test`"
+    );
+}
+
+/// A daemon of its own for one test, on a socket in a temporary directory.
+pub struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+    pub socket: PathBuf,
+}
+
+impl Daemon {
+    pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    pub async fn start_with(args: &[&str]) -> Self {
+        require_root();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let socket = dir.path().join("profilerd.sock");
+        let log = fs::File::create(dir.path().join("daemon.log")).expect("a log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_profilerd"))
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--frequency-hz")
+            .arg(TEST_FREQUENCY_HZ.to_string())
+            .args(args)
+            .env("PROFILERD_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("profilerd starts");
+        let mut daemon = Self { child, dir, socket };
+        daemon.wait_until_serving().await;
+        daemon
+    }
+
+    async fn wait_until_serving(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("profilerd exited early ({status}):\n{}", self.log());
+            }
+            if let Ok(mut client) = client::connect(&self.socket).await
+                && client.get_status(v1::GetStatusRequest {}).await.is_ok()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "profilerd did not start serving within 20 s:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        client::connect(&self.socket)
+            .await
+            .unwrap_or_else(|err| panic!("{err}\n{}", self.log()))
+    }
+
+    /// The daemon's log so far, for failure messages.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        terminate(&mut self.child);
+    }
+}
+
+/// Asks a child to stop (SIGTERM), then kills it if it lingers.
+fn terminate(child: &mut Child) {
+    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A running workload; killed when dropped.
+pub struct Workload {
+    child: Child,
+}
+
+impl Workload {
+    /// Starts the C workload `name` (tests/workloads/<name>.c) with `args`.
+    pub fn start(name: &str, args: &[&str]) -> Self {
+        let child = Command::new(build_workload(name))
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("workload {name} starts: {err}"));
+        Self { child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the workload to exit by itself.
+    pub fn wait(&mut self) {
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Compiles a workload once per test run: -O1 with frame pointers, named
+/// functions kept out of line, and debug information for file:line.
+fn build_workload(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads")
+        .join(format!("{name}.c"));
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{name}"));
+    let mut built = BUILT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !built.iter().any(|done| done == name) {
+        let output = Command::new("gcc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+            .arg(&binary)
+            .arg(&source)
+            .output()
+            .expect("gcc runs (the tests build their workloads with it)");
+        assert!(
+            output.status.success(),
+            "gcc failed to build {}:\n{}",
+            source.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        built.push(name.to_owned());
+    }
+    binary
+}
+
+pub fn selector(pids: &[u32]) -> Option<v1::Selector> {
+    Some(v1::Selector {
+        pids: pids.to_vec(),
+        ..Default::default()
+    })
+}
+
+pub fn options(format: v1::Format) -> v1::ReportOptions {
+    v1::ReportOptions {
+        format: format as i32,
+        ..Default::default()
+    }
+}
+
+/// Profiles `pids` for `duration` and returns the reply.
+pub async fn profile(
+    client: &mut Client,
+    pids: &[u32],
+    duration: Duration,
+    options: v1::ReportOptions,
+) -> v1::ProfileReply {
+    client
+        .profile(v1::ProfileRequest {
+            duration_ms: duration.as_millis() as u64,
+            selector: selector(pids),
+            options: Some(options),
+            mode: v1::Mode::Cpu as i32,
+        })
+        .await
+        .unwrap_or_else(|status| panic!("Profile failed: {status:?}"))
+        .into_inner()
+}
+
+/// Folded stacks: frames (root first) and sample count per line.
+pub fn folded(report: &[u8]) -> Vec<(Vec<String>, u64)> {
+    let text = std::str::from_utf8(report).expect("folded reports are UTF-8");
+    text.lines()
+        .map(|line| {
+            let (stack, count) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("not a folded line: {line:?}"));
+            let count = count
+                .parse()
+                .unwrap_or_else(|_| panic!("bad count in {line:?}"));
+            (stack.split(';').map(str::to_owned).collect(), count)
+        })
+        .collect()
+}
+
+/// Samples per function name: the samples whose stack contains it.
+pub fn samples_containing(stacks: &[(Vec<String>, u64)]) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    for (frames, count) in stacks {
+        let mut seen: Vec<&String> = frames.iter().collect();
+        seen.sort();
+        seen.dedup();
+        for frame in seen {
+            *counts.entry(frame.clone()).or_insert(0) += count;
+        }
+    }
+    counts
+}
+
+/// Whether `frames` holds `chain` as consecutive frames.
+pub fn has_chain(frames: &[String], chain: &[&str]) -> bool {
+    frames
+        .windows(chain.len())
+        .any(|window| window.iter().zip(chain).all(|(frame, want)| frame == want))
+}
+
+pub fn total(stacks: &[(Vec<String>, u64)]) -> u64 {
+    stacks.iter().map(|(_, count)| count).sum()
+}

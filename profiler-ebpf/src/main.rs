@@ -1,0 +1,31 @@
+//! profilerd's eBPF programs.
+//!
+//! `sample_cpu` runs on every tick of the software CPU clock, on every CPU.
+//! It owns nothing but what it writes: it aggregates samples in the kernel
+//! (one counts entry per distinct pid/tid/comm/stacks key) into the
+//! generation of maps the daemon selected, counts every sample it takes and
+//! every way one is lost, and announces processes it sees for the first time.
+//! It must not block, allocate or log on the hot path.
+#![cfg_attr(target_arch = "bpf", no_std, no_main)]
+
+#[cfg(target_arch = "bpf")]
+mod sampler;
+
+#[cfg(not(target_arch = "bpf"))]
+fn main() {
+    // Host builds of the workspace compile this crate too; there is nothing to run.
+}
+
+#[cfg(target_arch = "bpf")]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects programs that can reach this; it exists to satisfy no_std.
+    loop {}
+}
+
+/// The kernel only lends GPL-only helpers (stack walking among them) to
+/// programs under a GPL-compatible licence.
+#[cfg(target_arch = "bpf")]
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,302 @@
+//! The CPU-clock sampling program, the tracepoints that keep its process
+//! announcements fresh, and the maps they write.
+
+use core::{ffi::c_void, mem::size_of};
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, generated::bpf_get_stack},
+    macros::{map, perf_event, tracepoint},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::{PerfEventContext, TracePointContext},
+};
+use aya_log_ebpf::error;
+use profiler_common::{
+    COUNTER_COUNT, Control, Counter, MAX_STACK_DEPTH, SampleKey, SampleKind, SampleValue,
+    StackTrace, sample_flags,
+};
+
+/// Sizes below are placeholders: the daemon sizes every map at load time.
+const DEFAULT_ENTRIES: u32 = 1024;
+const EEXIST: i32 = 17;
+
+#[map]
+static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
+
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
+
+/// Per-CPU room to walk a stack into (too big for the 512-byte BPF stack).
+#[map]
+static SCRATCH: PerCpuArray<StackTrace> = PerCpuArray::with_max_entries(1, 0);
+
+#[map]
+static COUNTS_0: HashMap<SampleKey, SampleValue> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
+#[map]
+static COUNTS_1: HashMap<SampleKey, SampleValue> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
+#[map]
+static STACKS_0: HashMap<u64, StackTrace> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
+#[map]
+static STACKS_1: HashMap<u64, StackTrace> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
+
+/// Processes already announced to the daemon.
+#[map]
+static KNOWN_PIDS: LruHashMap<u32, u8> = LruHashMap::with_max_entries(DEFAULT_ENTRIES, 0);
+
+/// Pids of processes seen for the first time, so the daemon can record their
+/// memory mappings while they are alive.
+#[map]
+static NEW_PROCESSES: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+
+#[perf_event]
+pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
+    count(Counter::Samples);
+    let generation = CONTROL.get(0).map_or(0, |control| control.generation);
+    // Each generation gets its own call so that every map helper call site
+    // sees one constant map, as the verifier prefers.
+    if generation == 0 {
+        record(&ctx, &COUNTS_0, &STACKS_0);
+    } else {
+        record(&ctx, &COUNTS_1, &STACKS_1);
+    }
+    0
+}
+
+#[inline(always)]
+fn record(
+    ctx: &PerfEventContext,
+    counts: &HashMap<SampleKey, SampleValue>,
+    stacks: &HashMap<u64, StackTrace>,
+) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid = (pid_tgid >> 32) as u32;
+    let tid = pid_tgid as u32;
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        count(Counter::LostNoScratch);
+        error!(ctx, "per-CPU scratch buffer missing; sample dropped");
+        return;
+    };
+
+    let mut flags = 0;
+    let user_stack = match store_stack(ctx, stacks, scratch, true) {
+        Ok(stored) => {
+            if stored.truncated {
+                flags |= sample_flags::USER_STACK_TRUNCATED;
+            }
+            stored.key
+        }
+        Err(loss) => {
+            count(loss);
+            flags |= sample_flags::USER_STACK_LOST;
+            0
+        }
+    };
+    let kernel_stack = match store_stack(ctx, stacks, scratch, false) {
+        Ok(stored) => {
+            if stored.truncated {
+                flags |= sample_flags::KERNEL_STACK_TRUNCATED;
+            }
+            stored.key
+        }
+        Err(loss) => {
+            count(loss);
+            flags |= sample_flags::KERNEL_STACK_LOST;
+            0
+        }
+    };
+
+    let key = SampleKey {
+        pid,
+        tid,
+        user_stack,
+        kernel_stack,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        kind: SampleKind::CpuClock as u32,
+        flags,
+    };
+    // SAFETY: the context of a perf_event program is a bpf_perf_event_data.
+    let period = unsafe { (*ctx.ctx).sample_period };
+    if !add_to(counts, &key, period) {
+        let fresh = SampleValue {
+            count: 1,
+            weight: period,
+        };
+        match counts.insert(&key, &fresh, BPF_NOEXIST.into()) {
+            Ok(()) => {}
+            // Another CPU inserted the same key first (a migrated thread).
+            Err(err) if err == -EEXIST => {
+                if !add_to(counts, &key, period) {
+                    count(Counter::LostCountsMapFull);
+                }
+            }
+            Err(_) => count(Counter::LostCountsMapFull),
+        }
+    }
+
+    if pid != 0 {
+        announce_process(pid);
+    }
+}
+
+/// Adds one sample to an existing counts entry; false if there is none.
+#[inline(always)]
+fn add_to(counts: &HashMap<SampleKey, SampleValue>, key: &SampleKey, period: u64) -> bool {
+    let Some(value) = counts.get_ptr_mut(key) else {
+        return false;
+    };
+    // SAFETY: `value` points into a live map entry. No other CPU updates it
+    // at the same time: the key holds the thread id (and for the per-CPU idle
+    // tasks, which share tid 0, the distinct comm "swapper/N"), and a thread
+    // cannot be sampled on a second CPU before the tick on this one has
+    // returned and let it be scheduled away. The BPF target has no
+    // fetch-and-add in stable Rust, and this needs none.
+    unsafe {
+        (*value).count += 1;
+        (*value).weight += period;
+    }
+    true
+}
+
+struct StoredStack {
+    /// Key in the stacks map; 0 when there is no stack of this kind.
+    key: u64,
+    truncated: bool,
+}
+
+#[inline(always)]
+fn store_stack(
+    ctx: &PerfEventContext,
+    stacks: &HashMap<u64, StackTrace>,
+    scratch: *mut StackTrace,
+    user: bool,
+) -> Result<StoredStack, Counter> {
+    let flags = if user { BPF_F_USER_STACK as u64 } else { 0 };
+    // SAFETY: `scratch` is this CPU's scratch entry and holds MAX_STACK_DEPTH u64s.
+    let walked = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            (&raw mut (*scratch).ips).cast::<c_void>(),
+            (MAX_STACK_DEPTH * size_of::<u64>()) as u32,
+            flags,
+        )
+    };
+    if walked < 0 {
+        return Err(Counter::LostStackWalkError);
+    }
+    let len = (walked as usize / size_of::<u64>()).min(MAX_STACK_DEPTH);
+    if len == 0 {
+        return Ok(StoredStack {
+            key: 0,
+            truncated: false,
+        });
+    }
+    // SAFETY: as above; the scratch entry belongs to this CPU and this run.
+    let scratch = unsafe { &mut *scratch };
+    scratch.len = len as u32;
+    let key = stack_hash(&scratch.ips, len, user);
+    match stacks.insert(&key, &*scratch, BPF_NOEXIST.into()) {
+        Ok(()) => {}
+        Err(err) if err == -EEXIST => {
+            // Already stored: make sure it is the same stack, not a collision.
+            let same = match stacks.get_ptr(&key) {
+                // SAFETY: a live entry of the current generation; the daemon
+                // does not touch it until the generation is flipped away.
+                Some(stored) => same_frames(unsafe { &*stored }, scratch, len),
+                None => false,
+            };
+            if !same {
+                return Err(Counter::LostStackCollision);
+            }
+        }
+        Err(_) => return Err(Counter::LostStackMapFull),
+    }
+    Ok(StoredStack {
+        key,
+        truncated: len == MAX_STACK_DEPTH,
+    })
+}
+
+/// A 64-bit hash of the frames; never 0, which means "no stack".
+#[inline(always)]
+fn stack_hash(ips: &[u64; MAX_STACK_DEPTH], len: usize, user: bool) -> u64 {
+    let mut hash: u64 = 0x9e37_79b9_7f4a_7c15 ^ ((len as u64) << 1) ^ (user as u64);
+    for i in 0..MAX_STACK_DEPTH {
+        if i >= len {
+            break;
+        }
+        hash = mix(hash ^ ips[i]);
+    }
+    if hash == 0 { 1 } else { hash }
+}
+
+/// The finaliser of MurmurHash3: every input bit affects every output bit.
+#[inline(always)]
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+#[inline(always)]
+fn same_frames(stored: &StackTrace, walked: &StackTrace, len: usize) -> bool {
+    if stored.len as usize != len {
+        return false;
+    }
+    for i in 0..MAX_STACK_DEPTH {
+        if i >= len {
+            break;
+        }
+        if stored.ips[i] != walked.ips[i] {
+            return false;
+        }
+    }
+    true
+}
+
+/// On `sched:sched_process_exec`: the process's memory map changes, so
+/// announce it again on its next sample.
+#[tracepoint]
+pub fn forget_on_exec(_ctx: TracePointContext) -> u32 {
+    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let _ = KNOWN_PIDS.remove(&pid);
+    0
+}
+
+/// On `sched:sched_process_exit` of a thread-group leader: a later process
+/// reusing the pid must be announced afresh.
+#[tracepoint]
+pub fn forget_on_exit(_ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid = (pid_tgid >> 32) as u32;
+    if pid == pid_tgid as u32 {
+        let _ = KNOWN_PIDS.remove(&pid);
+    }
+    0
+}
+
+#[inline(always)]
+fn announce_process(pid: u32) {
+    if KNOWN_PIDS.get_ptr(&pid).is_some() {
+        return;
+    }
+    // Only the CPU whose insert wins announces the process.
+    if KNOWN_PIDS.insert(&pid, &0, BPF_NOEXIST.into()).is_err() {
+        return;
+    }
+    if NEW_PROCESSES.output::<u32>(&pid, 0).is_err() {
+        count(Counter::LostProcessNotification);
+        // Forget it, so that a later sample tries again.
+        let _ = KNOWN_PIDS.remove(&pid);
+    }
+}
+
+#[inline(always)]
+fn count(counter: Counter) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot; this program does not nest on one CPU.
+        unsafe { *slot += 1 };
+    }
+}

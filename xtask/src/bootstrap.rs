@@ -1,0 +1,414 @@
+//! Installs, once, what a fresh machine lacks to build and test profilerd:
+//! rust-src for the nightly toolchain, a bpf-linker built against that
+//! nightly's own libLLVM, and the test suite's system packages.
+//!
+//! Each step checks first and prints a `==>` line only when it does
+//! something, so a second run is quick and says one `ok` line per group.
+//! The recipe is the one in shared/notes/ebpf-toolchain.md.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::process;
+
+/// The toolchain that compiles the eBPF crate (aya-build's default).
+pub const NIGHTLY: &str = "nightly";
+
+/// The bpf-linker release installed, and the LLVM majors it can be built for
+/// (its `llvm-<major>` features).
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const BPF_LINKER_LLVM_MAJORS: &[u32] = &[21, 22, 23];
+
+/// Overrides where bpf-linker is installed (`<root>/bin/bpf-linker`).
+const TOOLS_ROOT_VAR: &str = "PROFILERD_TOOLS_ROOT";
+
+/// A Debian package and the program on PATH that shows it is installed.
+pub struct AptPackage {
+    pub name: &'static str,
+    pub provides: &'static str,
+}
+
+/// Debian packages the test suite needs, installed with apt-get when the
+/// program they provide is not on PATH.
+pub const TEST_APT_PACKAGES: &[AptPackage] = &[
+    // `go tool pprof` reads the daemon's gzipped profile.proto output.
+    AptPackage {
+        name: "golang-go",
+        provides: "go",
+    },
+];
+
+/// Where bpf-linker is installed: `$PROFILERD_TOOLS_ROOT`, else the cargo
+/// home.
+pub fn tools_root() -> PathBuf {
+    env::var_os(TOOLS_ROOT_VAR)
+        .filter(|value| !value.is_empty())
+        .map(|root| {
+            let root = PathBuf::from(root);
+            std::path::absolute(&root).unwrap_or(root)
+        })
+        .unwrap_or_else(cargo_home)
+}
+
+/// `$CARGO_HOME`, else `~/.cargo`: where rustup's proxies and `cargo
+/// install`ed programs live.
+pub fn cargo_home() -> PathBuf {
+    let home = env::var_os("CARGO_HOME")
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            env::home_dir()
+                .unwrap_or_else(|| PathBuf::from("/root"))
+                .join(".cargo")
+        });
+    std::path::absolute(&home).unwrap_or(home)
+}
+
+/// The directory put first on every child process's PATH.
+pub fn tools_bin() -> PathBuf {
+    tools_root().join("bin")
+}
+
+/// Makes sure the eBPF crate can be built: nightly with rust-src, and a
+/// bpf-linker on PATH that uses the nightly's LLVM.
+pub fn ebpf_toolchain() -> Result<()> {
+    let nightly = Nightly::inspect()?;
+    ensure_component(NIGHTLY, "rust-src").context(
+        "rust-src for the nightly toolchain is needed to build `core` for the BPF target",
+    )?;
+    let linker = ensure_bpf_linker(&nightly)?;
+    println!(
+        "ok: eBPF toolchain (nightly with LLVM {} and rust-src; {})",
+        nightly.llvm_major,
+        linker.display()
+    );
+    Ok(())
+}
+
+/// Makes sure the test suite's programs are there: gcc (which must be), and
+/// the packages in [`TEST_APT_PACKAGES`] (installed when missing).
+pub fn test_deps() -> Result<()> {
+    if process::find_program("gcc").is_none() {
+        bail!(
+            "gcc is not on PATH: the tests compile C workloads with it; \
+             install it (Debian: `apt-get install gcc`)"
+        );
+    }
+    ensure_apt_packages(TEST_APT_PACKAGES)?;
+    process::output(process::command("go").args(["tool", "-n", "pprof"]))
+        .context("`go tool pprof` is not available; the tests read profiles with it")?;
+    let names: Vec<&str> = TEST_APT_PACKAGES.iter().map(|pkg| pkg.provides).collect();
+    println!("ok: test dependencies (gcc, {})", names.join(", "));
+    Ok(())
+}
+
+/// What bpf-linker must be built against: the nightly's LLVM.
+struct Nightly {
+    /// `<sysroot>/lib`, which holds the nightly's libLLVM.
+    sysroot_lib: PathBuf,
+    /// That library's file name, e.g. `libLLVM.so.22.1-rust-1.97.0-nightly`.
+    libllvm: String,
+    /// The LLVM major version, e.g. 22.
+    llvm_major: u32,
+}
+
+impl Nightly {
+    fn inspect() -> Result<Self> {
+        let version = process::output(process::rustup_run(NIGHTLY, "rustc").arg("-vV")).context(
+            "the nightly toolchain is not installed (or does not run); it cannot be \
+                 downloaded on these machines: install a nightly toolchain with rust-src, \
+                 and build bpf-linker against its LLVM",
+        )?;
+        let llvm_major = llvm_major(&version)?;
+        let sysroot =
+            process::output(process::rustup_run(NIGHTLY, "rustc").args(["--print", "sysroot"]))?;
+        let sysroot_lib = Path::new(sysroot.trim()).join("lib");
+        let libllvm = libllvm_file(&sysroot_lib)?;
+        Ok(Self {
+            sysroot_lib,
+            libllvm,
+            llvm_major,
+        })
+    }
+}
+
+/// The LLVM major from `rustc -vV` (`LLVM version: 22.1.4` → 22).
+fn llvm_major(rustc_version: &str) -> Result<u32> {
+    let version = rustc_version
+        .lines()
+        .find_map(|line| line.strip_prefix("LLVM version:"))
+        .context("`rustc +nightly -vV` names no LLVM version")?
+        .trim();
+    let major = version.split('.').next().unwrap_or_default();
+    major
+        .parse()
+        .with_context(|| format!("unexpected LLVM version `{version}` from `rustc +nightly -vV`"))
+}
+
+/// The file name of the shared libLLVM in a toolchain's lib directory.
+fn libllvm_file(lib: &Path) -> Result<String> {
+    let entries = fs::read_dir(lib).with_context(|| format!("reading {}", lib.display()))?;
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("libLLVM") && name.contains(".so"))
+        .collect();
+    // `libLLVM.so.<version>` is the real file; prefer it over other spellings.
+    names.sort_by_key(|name| (!name.starts_with("libLLVM.so."), name.clone()));
+    names.into_iter().next().with_context(|| {
+        format!(
+            "the nightly toolchain has no shared libLLVM in {}, so bpf-linker cannot be \
+             built against it",
+            lib.display()
+        )
+    })
+}
+
+/// Installs a rustup component for a toolchain unless it is there.
+pub fn ensure_component(toolchain: &str, component: &str) -> Result<()> {
+    if has_component(toolchain, component)? {
+        return Ok(());
+    }
+    println!("==> installing {component} for the {toolchain} toolchain (one time)");
+    process::run(process::command("rustup").args([
+        "component",
+        "add",
+        component,
+        "--toolchain",
+        toolchain,
+    ]))
+}
+
+/// Whether a toolchain has a rustup component installed.
+pub fn has_component(toolchain: &str, component: &str) -> Result<bool> {
+    let installed = process::output(process::command("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        toolchain,
+        "--installed",
+    ]))?;
+    // Host-specific components are listed with the host triple appended.
+    let host_specific = format!("{component}-");
+    Ok(installed
+        .lines()
+        .map(str::trim)
+        .any(|line| line == component || line.starts_with(&host_specific)))
+}
+
+/// Returns the usable bpf-linker, building one into the tools root when the
+/// one the children would find is missing or uses another LLVM.
+fn ensure_bpf_linker(nightly: &Nightly) -> Result<PathBuf> {
+    if let Some(found) = process::find_program("bpf-linker") {
+        match check_bpf_linker(&found, &nightly.libllvm) {
+            Ok(()) => return Ok(found),
+            Err(reason) => println!("==> replacing {}: it {reason}", found.display()),
+        }
+    }
+    install_bpf_linker(nightly)?;
+    let installed = tools_bin().join("bpf-linker");
+    check_bpf_linker(&installed, &nightly.libllvm).map_err(|reason| {
+        anyhow::anyhow!(
+            "the bpf-linker just installed ({}) {reason}",
+            installed.display()
+        )
+    })?;
+    Ok(installed)
+}
+
+/// Why the bpf-linker at `path` cannot link the eBPF crate, if it cannot:
+/// it must run, and be linked against the nightly's libLLVM file.
+fn check_bpf_linker(path: &Path, libllvm: &str) -> std::result::Result<(), String> {
+    if let Err(err) = process::output(process::command(path).arg("--version")) {
+        return Err(format!("does not run ({err:#})"));
+    }
+    if links_against(path, libllvm) {
+        Ok(())
+    } else {
+        Err(format!("is not linked against the nightly's {libllvm}"))
+    }
+}
+
+/// Whether `ldd` resolves `libllvm` for `binary` (or, without a working
+/// ldd, whether the binary names it at all).
+fn links_against(binary: &Path, libllvm: &str) -> bool {
+    match process::command("ldd").arg(binary).output() {
+        Ok(out) => {
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|line| line.contains(libllvm) && !line.contains("not found"))
+        }
+        Err(_) => fs::read(binary).is_ok_and(|bytes| {
+            bytes
+                .windows(libllvm.len())
+                .any(|window| window == libllvm.as_bytes())
+        }),
+    }
+}
+
+/// `cargo install`s bpf-linker into the tools root, linked (with an rpath)
+/// against the nightly's own libLLVM, as the notes' recipe does.
+fn install_bpf_linker(nightly: &Nightly) -> Result<()> {
+    let major = nightly.llvm_major;
+    if !BPF_LINKER_LLVM_MAJORS.contains(&major) {
+        bail!(
+            "the nightly toolchain uses LLVM {major}, but bpf-linker {BPF_LINKER_VERSION} \
+             can only be built for LLVM {BPF_LINKER_LLVM_MAJORS:?}: use a nightly with one \
+             of those, or pin a bpf-linker release supporting LLVM {major} in \
+             xtask/src/bootstrap.rs"
+        );
+    }
+    let lib = nightly.sysroot_lib.to_str().with_context(|| {
+        format!(
+            "the nightly's lib directory {} is not UTF-8",
+            nightly.sysroot_lib.display()
+        )
+    })?;
+    if lib.contains(char::is_whitespace) {
+        bail!(
+            "the nightly's lib directory `{lib}` contains whitespace, which RUSTFLAGS cannot carry"
+        );
+    }
+    let rustflags = format!(
+        "-C link-arg=-L{lib} -C link-arg=-l:{libllvm} -C link-arg=-Wl,-rpath,{lib}",
+        libllvm = nightly.libllvm
+    );
+    let root = tools_root();
+
+    println!(
+        "==> building bpf-linker against nightly's LLVM {major} (one time, takes a minute or two)"
+    );
+    let started = Instant::now();
+    let mut install = process::cargo();
+    install
+        .args(["install", "bpf-linker", "--locked"])
+        .args(["--version", BPF_LINKER_VERSION])
+        .args(["--no-default-features", "--features"])
+        .arg(format!("llvm-{major},no-llvm-linking"))
+        .arg("--root")
+        .arg(&root)
+        // Rebuild even when cargo's records say this version is installed:
+        // we only get here when the binary on PATH is missing or unusable.
+        .arg("--force")
+        .env("RUSTFLAGS", rustflags)
+        // These would win over RUSTFLAGS or put the build in the project's target dir.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR");
+    process::run(&mut install).context(
+        "building bpf-linker failed; it needs crates.io and a C toolchain (cc), and links \
+         against the nightly's libLLVM",
+    )?;
+    println!(
+        "==> bpf-linker installed in {} ({}s)",
+        root.join("bin").display(),
+        started.elapsed().as_secs()
+    );
+    Ok(())
+}
+
+/// Installs with apt-get the packages whose program is not on PATH; when
+/// that fails (empty or stale package lists), runs `apt-get update` once
+/// and retries.
+fn ensure_apt_packages(packages: &[AptPackage]) -> Result<()> {
+    let missing: Vec<&AptPackage> = packages
+        .iter()
+        .filter(|pkg| process::find_program(pkg.provides).is_none())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = missing.iter().map(|pkg| pkg.name).collect();
+    let wanted = missing
+        .iter()
+        .map(|pkg| format!("`{}` (Debian package {})", pkg.provides, pkg.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if process::find_program("apt-get").is_none() {
+        bail!("the tests need {wanted}, and there is no apt-get here: install them yourself");
+    }
+    let privilege = process::privilege(&format!("installing {}", names.join(" ")))?;
+
+    println!("==> installing {} with apt-get (one time)", names.join(" "));
+    let env = [("DEBIAN_FRONTEND", "noninteractive")];
+    let install = || {
+        let mut cmd = process::as_root(privilege, "apt-get", &env);
+        cmd.args(["install", "-y", "--no-install-recommends"])
+            .args(&names);
+        process::run(&mut cmd)
+    };
+    if let Err(first) = install() {
+        println!(
+            "==> apt-get install failed ({first:#}); refreshing the package lists and retrying"
+        );
+        process::run(process::as_root(privilege, "apt-get", &env).arg("update"))
+            .context("apt-get update failed")?;
+        install().with_context(|| format!("installing {} with apt-get failed", names.join(" ")))?;
+    }
+    for pkg in missing {
+        if process::find_program(pkg.provides).is_none() {
+            bail!(
+                "apt-get installed {} but `{}` is still not on PATH",
+                pkg.name,
+                pkg.provides
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_llvm_major() -> Result<()> {
+        let version = "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\n\
+                       host: x86_64-unknown-linux-gnu\n\
+                       release: 1.97.0-nightly\n\
+                       LLVM version: 22.1.4\n";
+        assert_eq!(llvm_major(version)?, 22);
+        assert!(llvm_major("rustc 1.0\n").is_err());
+        assert!(llvm_major("LLVM version: x.1\n").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn finds_the_shared_libllvm() -> Result<()> {
+        let dir = env::temp_dir().join(format!("xtask-libllvm-{}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        assert!(libllvm_file(&dir).is_err());
+        for name in [
+            "librustc_driver-1234.so",
+            "libLLVM.so.22.1-rust-1.97.0-nightly",
+        ] {
+            fs::write(dir.join(name), b"")?;
+        }
+        let found = libllvm_file(&dir);
+        fs::remove_dir_all(&dir)?;
+        assert_eq!(found?, "libLLVM.so.22.1-rust-1.97.0-nightly");
+        Ok(())
+    }
+
+    #[test]
+    fn rejects_a_bpf_linker_that_does_not_use_the_nightly_llvm() {
+        // `true` runs fine but links no libLLVM at all.
+        let Some(not_a_linker) = process::find_program("true") else {
+            return;
+        };
+        let reason = check_bpf_linker(&not_a_linker, "libLLVM.so.22.1-rust-1.97.0-nightly");
+        assert_eq!(
+            reason,
+            Err(
+                "is not linked against the nightly's libLLVM.so.22.1-rust-1.97.0-nightly"
+                    .to_owned()
+            )
+        );
+        let missing = check_bpf_linker(Path::new("/nonexistent/bpf-linker"), "libLLVM.so");
+        assert!(missing.is_err_and(|reason| reason.starts_with("does not run")));
+    }
+}

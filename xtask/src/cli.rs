@@ -1,0 +1,107 @@
+//! The command line: `cargo xtask <command>`.
+//!
+//! A new task is a new variant of [`Command`] (with its own `Args` struct when
+//! it takes options) plus its function in `commands`.
+
+use std::ffi::OsString;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Build, run, test and lint profilerd",
+    long_about = "Build, run, test and lint profilerd.\n\n\
+        Every command first installs what a fresh machine lacks, once: rust-src for the \
+        nightly toolchain and a bpf-linker built against the nightly's own LLVM (and, for \
+        `test`, the test suite's system packages). Later runs only check them.",
+    after_help = "Environment:\n  \
+        PROFILERD_TOOLS_ROOT  where bpf-linker is installed (its bin/ is put first on the \
+        PATH of every command run); default $CARGO_HOME, else ~/.cargo"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Build profilerd and profilerctl (the daemon embeds the eBPF programs).
+    Build(BuildArgs),
+    /// Build profilerd and run it in the foreground as root.
+    ///
+    /// Without root, the built daemon is run through `sudo -E`.
+    Run(RunArgs),
+    /// Run the whole test suite as root (the integration tests load eBPF programs).
+    ///
+    /// Checks the kernel's requirements first, and installs the test
+    /// dependencies (gcc must be there; `go`, for `go tool pprof`, is installed
+    /// from Debian's golang-go when missing). Without root, the test binaries
+    /// are built as you and run through `sudo -E`.
+    Test(TestArgs),
+    /// Check formatting and run clippy (host crates, then the eBPF crate for its own target).
+    Lint,
+    /// Only install what building (and with --test-deps, testing) needs, then stop.
+    Bootstrap(BootstrapArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// Build with the release profile.
+    #[arg(long)]
+    pub release: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Build and run the debug profile instead of the release one.
+    #[arg(long)]
+    pub debug: bool,
+    /// Arguments for profilerd, after `--` (e.g. `cargo xtask run -- --help`).
+    #[arg(last = true, value_name = "PROFILERD_ARGS")]
+    pub args: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Arguments appended to `cargo test --workspace --exclude profiler-ebpf`,
+    /// after `--` (e.g. `cargo xtask test -- --test cli -- --nocapture`).
+    /// With `-p`/`--package` among them, only those packages are tested.
+    #[arg(last = true, value_name = "CARGO_TEST_ARGS")]
+    pub cargo_args: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct BootstrapArgs {
+    /// Also install the test suite's dependencies.
+    #[arg(long)]
+    pub test_deps: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn arguments_after_the_separator_pass_through() {
+        let cli = Cli::parse_from(["xtask", "test", "--", "--test", "cli", "--", "--nocapture"]);
+        let Command::Test(args) = cli.command else {
+            panic!("expected the test command");
+        };
+        assert_eq!(args.cargo_args, ["--test", "cli", "--", "--nocapture"]);
+
+        let cli = Cli::parse_from(["xtask", "run", "--debug", "--", "--socket", "/tmp/s"]);
+        let Command::Run(args) = cli.command else {
+            panic!("expected the run command");
+        };
+        assert!(args.debug);
+        assert_eq!(args.args, ["--socket", "/tmp/s"]);
+    }
+}

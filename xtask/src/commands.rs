@@ -1,0 +1,279 @@
+//! The tasks themselves: one function per `cargo xtask` command, each
+//! bootstrapping what it needs before running cargo in the workspace root.
+
+use std::env;
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command as Child;
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::cli::{BootstrapArgs, BuildArgs, Command, RunArgs, TestArgs};
+use crate::process::{self, Privilege};
+use crate::{bootstrap, kernel};
+
+/// The eBPF crate: built for its own target only (by the daemon's build script).
+const EBPF_PACKAGE: &str = "profiler-ebpf";
+const EBPF_TARGET: &str = "bpfel-unknown-none";
+/// The package holding the `profilerd` and `profilerctl` binaries.
+const DAEMON_PACKAGE: &str = "profiler-daemon";
+const DAEMON_BIN: &str = "profilerd";
+
+pub fn dispatch(command: Command) -> Result<()> {
+    match command {
+        Command::Build(args) => build(args),
+        Command::Run(args) => run(args),
+        Command::Test(args) => test(args),
+        Command::Lint => lint(),
+        Command::Bootstrap(args) => bootstrap(args),
+    }
+}
+
+/// A cargo build profile.
+#[derive(Debug, Clone, Copy)]
+enum Profile {
+    Debug,
+    Release,
+}
+
+impl Profile {
+    fn from_release_flag(release: bool) -> Self {
+        if release { Self::Release } else { Self::Debug }
+    }
+
+    /// Its directory under the target directory.
+    fn dir(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Release => "release",
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.dir())
+    }
+}
+
+fn build(args: BuildArgs) -> Result<()> {
+    bootstrap::ebpf_toolchain()?;
+    build_daemon(Profile::from_release_flag(args.release))
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    let profile = Profile::from_release_flag(!args.debug);
+    // Before building: no point in building what cannot be run.
+    let privilege = process::privilege("running profilerd (it loads eBPF programs)")?;
+    bootstrap::ebpf_toolchain()?;
+    build_daemon(profile)?;
+
+    let daemon = target_dir()?.join(profile.dir()).join(DAEMON_BIN);
+    if !daemon.is_file() {
+        bail!("cargo built no {} (looked for it there)", daemon.display());
+    }
+    let mut cmd = match privilege {
+        Privilege::Root => process::command(&daemon),
+        Privilege::Sudo => {
+            println!("==> not root: running profilerd through sudo -E");
+            let mut sudo = process::command("sudo");
+            sudo.arg("-E").arg(&daemon);
+            sudo
+        }
+    };
+    cmd.args(&args.args);
+    println!("==> {}", process::display(&cmd));
+    Err(process::exec(&mut cmd))
+}
+
+fn test(args: TestArgs) -> Result<()> {
+    let privilege =
+        process::privilege("the test suite (its integration tests load eBPF programs)")?;
+    kernel::check()?;
+    bootstrap::ebpf_toolchain()?;
+    bootstrap::test_deps()?;
+
+    let mut cmd = workspace_cargo()?;
+    cmd.arg("test");
+    if !names_packages(&args.cargo_args) {
+        cmd.args(["--workspace", "--exclude", EBPF_PACKAGE]);
+    }
+    if privilege == Privilege::Sudo {
+        // Build as the user (no root-owned files in target/), run as root.
+        println!("==> not root: the test binaries will run through sudo -E");
+        cmd.arg("--config").arg(sudo_runner_config(&host_triple()?));
+    }
+    cmd.args(&args.cargo_args);
+    println!("==> {}", process::display(&cmd));
+    process::run(&mut cmd)
+}
+
+fn lint() -> Result<()> {
+    let mut fmt = workspace_cargo()?;
+    fmt.args(["fmt", "--all", "--check"]);
+    println!("==> {}", process::display(&fmt));
+    process::run(&mut fmt).context("formatting differs: `cargo fmt --all` fixes it")?;
+
+    // Checking the daemon runs its build script, which builds the eBPF crate.
+    bootstrap::ebpf_toolchain()?;
+    let mut host = workspace_cargo()?;
+    host.args(["clippy", "--workspace", "--exclude", EBPF_PACKAGE])
+        .args(["--all-targets", "--", "-D", "warnings"]);
+    println!("==> {}", process::display(&host));
+    process::run(&mut host)?;
+
+    if let Err(err) = bootstrap::ensure_component(bootstrap::NIGHTLY, "clippy") {
+        println!(
+            "note: skipping clippy for {EBPF_PACKAGE}: the nightly toolchain has no clippy ({err:#})"
+        );
+        return Ok(());
+    }
+    let mut ebpf = in_workspace(process::rustup_run(bootstrap::NIGHTLY, "cargo"))?;
+    ebpf.args(["clippy", "--package", EBPF_PACKAGE, "--target", EBPF_TARGET])
+        .args(["-Z", "build-std=core", "--", "-D", "warnings"]);
+    println!("==> {}", process::display(&ebpf));
+    process::run(&mut ebpf)
+}
+
+fn bootstrap(args: BootstrapArgs) -> Result<()> {
+    bootstrap::ebpf_toolchain()?;
+    if args.test_deps {
+        bootstrap::test_deps()?;
+    }
+    Ok(())
+}
+
+/// `cargo build --package profiler-daemon --bins` for `profile`.
+fn build_daemon(profile: Profile) -> Result<()> {
+    let mut cmd = workspace_cargo()?;
+    cmd.args(["build", "--package", DAEMON_PACKAGE, "--bins"]);
+    if let Profile::Release = profile {
+        cmd.arg("--release");
+    }
+    println!("==> building profilerd and profilerctl ({profile})");
+    process::run(&mut cmd)
+}
+
+/// The workspace's root directory (this crate's parent).
+fn workspace_root() -> Result<PathBuf> {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_owned)
+        .context("the xtask crate has no parent directory")
+}
+
+/// `cargo` run in the workspace root (see [`in_workspace`]).
+fn workspace_cargo() -> Result<Child> {
+    in_workspace(process::cargo())
+}
+
+/// `cmd` run in the workspace root, with a relative target directory from
+/// the environment made absolute so it still means what it meant here.
+fn in_workspace(mut cmd: Child) -> Result<Child> {
+    cmd.current_dir(workspace_root()?);
+    if let Some((var, dir)) = target_dir_from_env() {
+        cmd.env(var, std::path::absolute(&dir).unwrap_or(dir));
+    }
+    Ok(cmd)
+}
+
+/// The target directory cargo builds into.
+fn target_dir() -> Result<PathBuf> {
+    match target_dir_from_env() {
+        Some((_, dir)) => Ok(std::path::absolute(&dir).unwrap_or(dir)),
+        None => Ok(workspace_root()?.join("target")),
+    }
+}
+
+fn target_dir_from_env() -> Option<(&'static str, PathBuf)> {
+    ["CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR"]
+        .into_iter()
+        .find_map(|var| {
+            let dir = env::var_os(var).filter(|dir| !dir.is_empty())?;
+            Some((var, PathBuf::from(dir)))
+        })
+}
+
+/// Whether `cargo test` arguments choose packages themselves.
+fn names_packages(args: &[OsString]) -> bool {
+    args.iter()
+        .take_while(|arg| *arg != "--")
+        .filter_map(|arg| arg.to_str())
+        .any(|arg| arg.starts_with("-p") || arg.starts_with("--package"))
+}
+
+/// The host's target triple, from `rustc -vV`.
+fn host_triple() -> Result<String> {
+    let version = process::output(process::command("rustc").arg("-vV"))?;
+    version
+        .lines()
+        .find_map(|line| line.strip_prefix("host:"))
+        .map(|host| host.trim().to_owned())
+        .context("`rustc -vV` names no host")
+}
+
+/// A `--config` value making cargo run the host's test binaries through
+/// `sudo -E`, keeping our PATH (sudo resets it) so tests find gcc and go.
+fn sudo_runner_config(host: &str) -> String {
+    let mut runner = vec!["sudo".to_owned(), "-E".to_owned()];
+    if let Some(path) = process::child_path().to_str() {
+        runner.extend(["env".to_owned(), format!("PATH={path}")]);
+    }
+    let runner: Vec<String> = runner.iter().map(|word| toml_string(word)).collect();
+    format!(
+        "target.{}.runner=[{}]",
+        toml_string(host),
+        runner.join(", ")
+    )
+}
+
+/// `value` as a TOML basic string.
+fn toml_string(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<OsString> {
+        words.iter().map(OsStr::new).map(OsStr::to_owned).collect()
+    }
+
+    #[test]
+    fn sees_when_test_arguments_choose_packages() {
+        assert!(names_packages(&args(&["-p", "xtask"])));
+        assert!(names_packages(&args(&["-pxtask"])));
+        assert!(names_packages(&args(&["--package=xtask", "--lib"])));
+        assert!(!names_packages(&args(&["--test", "cli", "--", "-p"])));
+        assert!(!names_packages(&[]));
+    }
+
+    #[test]
+    fn runner_config_is_valid_toml() {
+        let config = sudo_runner_config("x86_64-unknown-linux-gnu");
+        assert!(config.starts_with(r#"target."x86_64-unknown-linux-gnu".runner=["sudo", "-E""#));
+        assert_eq!(toml_string(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(toml_string("tab\t"), r#""tab\u0009""#);
+    }
+
+    #[test]
+    fn the_workspace_root_holds_the_workspace_manifest() -> Result<()> {
+        assert!(workspace_root()?.join("Cargo.toml").is_file());
+        Ok(())
+    }
+}
