@@ -10,7 +10,10 @@ fn main() -> Result<()> {
 }
 
 fn build_protos() -> Result<()> {
-    let protos = ["proto/profilerd/v1/profilerd.proto", "proto/perftools/profile.proto"];
+    let protos = [
+        "proto/profilerd/v1/profilerd.proto",
+        "proto/perftools/profile.proto",
+    ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

@@ -44,6 +44,5 @@ pub async fn connect(socket: &Path) -> Result<ProfilerClient<Channel>, ConnectEr
         }))
         .await
         .map_err(|err| error(err.to_string()))?;
-    Ok(ProfilerClient::new(channel)
-        .max_decoding_message_size(256 * 1024 * 1024))
+    Ok(ProfilerClient::new(channel).max_decoding_message_size(256 * 1024 * 1024))
 }

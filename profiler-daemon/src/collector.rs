@@ -257,7 +257,10 @@ fn drain_periodically(
             (table.normalize_batch(raw), table.stats())
         };
         lock(stats).processes = process_stats;
-        let waiting = store_waiting.into_iter().map(|request| request.done).collect();
+        let waiting = store_waiting
+            .into_iter()
+            .map(|request| request.done)
+            .collect();
         if jobs.send(SymbolizeJob { batch, waiting }).is_err() {
             error!("the symbolizer thread has stopped; no more samples are stored");
             return;
@@ -316,7 +319,10 @@ fn watch_processes(
         }
         for pid in pids.drain(..) {
             if let Err(err) = lock(processes).record(pid) {
-                debug!(pid, "a new process was gone before it could be recorded: {err}");
+                debug!(
+                    pid,
+                    "a new process was gone before it could be recorded: {err}"
+                );
             }
         }
     }

@@ -264,6 +264,12 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_lists_the_defaults() {
+        let example = include_str!("../../deploy/profilerd.toml");
+        assert_eq!(Config::parse(example).unwrap(), Config::default());
+    }
+
+    #[test]
     fn every_key_parses() {
         let config = Config::parse(
             r#"

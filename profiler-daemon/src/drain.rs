@@ -210,7 +210,10 @@ fn take_all<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod>(
         }
     }
     if errors > 0 {
-        warn!(errors, "some kernel map entries could not be read or removed");
+        warn!(
+            errors,
+            "some kernel map entries could not be read or removed"
+        );
     }
     entries
 }

@@ -158,9 +158,10 @@ fn bind(socket: &Path) -> Result<UnixListener> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) =
-        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
         error!("cannot listen for SIGINT/SIGTERM; stop profilerd with SIGKILL");
         return std::future::pending().await;
     };

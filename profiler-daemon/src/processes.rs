@@ -388,7 +388,7 @@ mod tests {
         let mut table = ProcessTable::new();
         let pid = std::process::id();
         table.record(pid).unwrap();
-        let here = records_this_process_and_normalizes_its_code as usize as u64;
+        let here = records_this_process_and_normalizes_its_code as *const () as u64;
         let (frames, complete) = table.normalize(pid, &[here, 0x10]);
         assert!(!complete, "0x10 is mapped by nothing");
         match &frames[0] {
@@ -409,7 +409,10 @@ mod tests {
         let mut table = ProcessTable::new();
         let (frames, complete) = table.normalize(u32::MAX - 1, &[0x1000]);
         assert!(!complete);
-        assert!(matches!(frames[0], UserAddress::Unmapped { address: 0x1000 }));
+        assert!(matches!(
+            frames[0],
+            UserAddress::Unmapped { address: 0x1000 }
+        ));
         assert!(table.record(u32::MAX - 1).is_err());
     }
 

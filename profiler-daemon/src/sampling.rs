@@ -47,20 +47,27 @@ pub enum SamplingError {
     #[error("the kernel has no bpf() system call: profilerd needs CONFIG_BPF_SYSCALL=y")]
     NoBpfSyscall,
     #[error("cannot list the online CPUs ({path}): {source}")]
-    OnlineCpus { path: &'static str, source: io::Error },
+    OnlineCpus {
+        path: &'static str,
+        source: io::Error,
+    },
     #[error(
         "cannot attach to the software CPU clock on CPU {cpu}: {source}; the kernel must \
          support perf events of type software/cpu-clock"
     )]
     AttachCpuClock { cpu: u32, source: ProgramError },
-    #[error("tracefs is not mounted at {TRACEFS} and mounting it failed: {0}; mount it with `mount -t tracefs nodev {TRACEFS}`")]
+    #[error(
+        "tracefs is not mounted at {TRACEFS} and mounting it failed: {0}; mount it with `mount -t tracefs nodev {TRACEFS}`"
+    )]
     Tracefs(io::Error),
     #[error("cannot attach to tracepoint {tracepoint}: {source}")]
     AttachTracepoint {
         tracepoint: &'static str,
         source: ProgramError,
     },
-    #[error("the eBPF object has no {0}; the build is inconsistent, rebuild with `cargo xtask build`")]
+    #[error(
+        "the eBPF object has no {0}; the build is inconsistent, rebuild with `cargo xtask build`"
+    )]
     Missing(&'static str),
     #[error("loading the BPF programs failed: {0}")]
     Load(String),
@@ -253,9 +260,13 @@ fn check_requirements() -> Result<(), SamplingError> {
     Ok(())
 }
 
-/// Kernels before 5.11 charge BPF maps against RLIMIT_MEMLOCK; lift it.
+/// Kernels before 5.11 charge BPF maps against RLIMIT_MEMLOCK; lift it
+/// there (later kernels charge the memory cgroup instead).
 fn raise_memlock_limit() {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    if !kernel_charges_memlock() {
+        return;
+    }
     let current = getrlimit(Resource::Memlock);
     if current.current.is_none() {
         return;
@@ -267,9 +278,21 @@ fn raise_memlock_limit() {
     if let Err(err) = setrlimit(Resource::Memlock, unlimited) {
         warn!(
             limit = ?current.current,
-            "cannot raise RLIMIT_MEMLOCK ({err}); on kernels before 5.11 loading may fail"
+            "cannot raise RLIMIT_MEMLOCK ({err}); loading the BPF maps may fail: \
+             run profilerd as root, or raise the limit (LimitMEMLOCK=infinity under systemd)"
         );
     }
+}
+
+/// Whether the running kernel is older than 5.11.
+fn kernel_charges_memlock() -> bool {
+    let release = rustix::system::uname();
+    let release = release.release().to_string_lossy();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|part| part.parse::<u32>().ok());
+    let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    (major, minor) < (5, 11)
 }
 
 /// Mounts tracefs when it is missing (it is not mounted at boot on every
@@ -377,9 +400,21 @@ mod tests {
     #[test]
     fn map_sizes_grow_with_rate_and_stay_bounded() {
         let low = MapSizes::for_settings(&settings(49), 2);
-        assert_eq!(low, MapSizes { stacks: 1024, sample_keys: 1024 });
+        assert_eq!(
+            low,
+            MapSizes {
+                stacks: 1024,
+                sample_keys: 1024
+            }
+        );
         let high = MapSizes::for_settings(&settings(1000), 2);
-        assert_eq!(high, MapSizes { stacks: 8192, sample_keys: 4096 });
+        assert_eq!(
+            high,
+            MapSizes {
+                stacks: 8192,
+                sample_keys: 4096
+            }
+        );
         let huge = MapSizes::for_settings(&settings(1000), 512);
         assert_eq!(huge.stacks, 1 << 16);
     }

@@ -13,9 +13,13 @@ use crate::store::Selector;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SessionError {
-    #[error("{open} profiling sessions are already open (the limit is max_sessions = {open}); stop one first")]
+    #[error(
+        "{open} profiling sessions are already open (the limit is max_sessions = {open}); stop one first"
+    )]
     TooMany { open: usize },
-    #[error("no open profiling session has id {0:?}; it was never started, already stopped, or the daemon restarted")]
+    #[error(
+        "no open profiling session has id {0:?}; it was never started, already stopped, or the daemon restarted"
+    )]
     Unknown(String),
 }
 
@@ -119,10 +123,7 @@ mod tests {
             Err(SessionError::TooMany { open: 2 })
         );
         sessions.close(&a).unwrap();
-        assert_eq!(
-            sessions.close(&a),
-            Err(SessionError::Unknown(a.clone()))
-        );
+        assert_eq!(sessions.close(&a), Err(SessionError::Unknown(a.clone())));
         assert_eq!(sessions.len(), 1);
     }
 }

@@ -41,9 +41,10 @@ impl Selector {
         (self.pids.is_empty() || self.pids.contains(&thread.pid))
             && (self.tids.is_empty() || self.tids.contains(&thread.tid))
             && (self.comms.is_empty()
-                || self.comms.iter().any(|comm| {
-                    **comm == *thread.process_name || **comm == *thread.thread_name
-                }))
+                || self
+                    .comms
+                    .iter()
+                    .any(|comm| **comm == *thread.process_name || **comm == *thread.thread_name))
     }
 }
 
@@ -273,7 +274,7 @@ impl Store {
                      before their retention ends (raise memory_limit to keep them)"
                 );
             }
-            if self.buckets.len() % 16 == 0 {
+            if self.buckets.len().is_multiple_of(16) {
                 self.compact(SystemTime::now());
             }
         }
@@ -440,7 +441,9 @@ impl Store {
         if let Some(until) = self.evicted_until
             && until > query.start
         {
-            profile.lost.push((LossCause::MemoryCeiling, self.evicted_samples));
+            profile
+                .lost
+                .push((LossCause::MemoryCeiling, self.evicted_samples));
         }
     }
 }

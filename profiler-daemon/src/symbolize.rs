@@ -284,10 +284,8 @@ impl Symbolizer {
                 address: offset,
                 frames,
             };
-            self.locations.insert(
-                key.clone(),
-                Arc::new(SymbolizedLocation { key, location }),
-            );
+            self.locations
+                .insert(key.clone(), Arc::new(SymbolizedLocation { key, location }));
         }
     }
 
@@ -313,10 +311,8 @@ impl Symbolizer {
                 address,
                 frames,
             };
-            self.locations.insert(
-                key.clone(),
-                Arc::new(SymbolizedLocation { key, location }),
-            );
+            self.locations
+                .insert(key.clone(), Arc::new(SymbolizedLocation { key, location }));
             self.kernel_cached += 1;
         }
     }

@@ -194,7 +194,10 @@ mod tests {
         }))
         .unwrap_err();
         let message = err.to_string();
-        assert!(message.contains("format") && message.contains("pprof"), "{message}");
+        assert!(
+            message.contains("format") && message.contains("pprof"),
+            "{message}"
+        );
         assert!(sample_kind(9).is_err());
     }
 

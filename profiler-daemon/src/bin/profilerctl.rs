@@ -176,7 +176,9 @@ impl ReportArgs {
             && self.output.is_none()
             && std::io::stdout().is_terminal()
         {
-            bail!("pprof reports are binary (gzipped protobuf): pass --output FILE or redirect standard output");
+            bail!(
+                "pprof reports are binary (gzipped protobuf): pass --output FILE or redirect standard output"
+            );
         }
         Ok(())
     }
@@ -215,7 +217,10 @@ async fn run(cli: Cli) -> Result<()> {
     let mut daemon = client::connect(&cli.socket).await?;
     match cli.command {
         Command::Status => {
-            let status = daemon.get_status(v1::GetStatusRequest {}).await?.into_inner();
+            let status = daemon
+                .get_status(v1::GetStatusRequest {})
+                .await?
+                .into_inner();
             print!("{}", format_status(&status));
         }
         Command::Profile {
@@ -287,12 +292,12 @@ fn format_summary(summary: &v1::ProfileSummary, output: Option<&std::path::Path>
         .map(|loss| format!("{}={}", loss.cause, loss.count))
         .collect();
     let mut text = format!(
-        "profiled {seconds:.1}s at {} Hz: {} samples ({:.2} CPU-seconds), {} processes, {} threads; lost: {}",
+        "profiled {seconds:.1}s at {} Hz: {} ({:.2} CPU-seconds), {}, {}; lost: {}",
         summary.frequency_hz,
-        summary.samples,
+        plural(summary.samples, "sample"),
         summary.cpu_nanos as f64 / 1e9,
-        summary.processes,
-        summary.threads,
+        plural(u64::from(summary.processes), "process"),
+        plural(u64::from(summary.threads), "thread"),
         if lost.is_empty() {
             "none".to_owned()
         } else {
@@ -306,6 +311,15 @@ fn format_summary(summary: &v1::ProfileSummary, output: Option<&std::path::Path>
         text.push_str(&format!("\nwarning: {warning}"));
     }
     text
+}
+
+/// `1 process`, `2 processes`, `0 samples`.
+fn plural(count: u64, noun: &str) -> String {
+    match (count, noun.ends_with('s')) {
+        (1, _) => format!("1 {noun}"),
+        (_, true) => format!("{count} {noun}es"),
+        (_, false) => format!("{count} {noun}s"),
+    }
 }
 
 fn format_status(status: &v1::StatusReply) -> String {

@@ -24,9 +24,21 @@ async fn bad_requests_are_refused_with_the_right_status() {
     let tree = v1::Format::Tree as i32;
     let cases = [
         (request(0, &[], tree), Code::InvalidArgument, "at least 1"),
-        (request(61_000, &[], tree), Code::InvalidArgument, "longer than the maximum"),
-        (request(100, &[], 77), Code::InvalidArgument, "unknown format value 77"),
-        (request(100, &[u32::MAX - 7], tree), Code::NotFound, "no process with id"),
+        (
+            request(61_000, &[], tree),
+            Code::InvalidArgument,
+            "longer than the maximum",
+        ),
+        (
+            request(100, &[], 77),
+            Code::InvalidArgument,
+            "unknown format value 77",
+        ),
+        (
+            request(100, &[u32::MAX - 7], tree),
+            Code::NotFound,
+            "no process with id",
+        ),
     ];
     for (request, code, message) in cases {
         let status = client
@@ -34,7 +46,10 @@ async fn bad_requests_are_refused_with_the_right_status() {
             .await
             .expect_err(&format!("{request:?} must fail"));
         assert_eq!(status.code(), code, "{request:?}: {status:?}");
-        assert!(status.message().contains(message), "{request:?}: {status:?}");
+        assert!(
+            status.message().contains(message),
+            "{request:?}: {status:?}"
+        );
     }
     let status = client
         .stop_profile(v1::StopProfileRequest {
@@ -54,7 +69,10 @@ async fn bad_requests_are_refused_with_the_right_status() {
         options(v1::Format::Folded),
     )
     .await;
-    assert!(!reply.report.is_empty(), "a good request after bad ones works");
+    assert!(
+        !reply.report.is_empty(),
+        "a good request after bad ones works"
+    );
     let status = client
         .get_status(v1::GetStatusRequest {})
         .await
@@ -86,11 +104,27 @@ async fn status_reports_sampling_and_zero_losses() {
     assert!(status.samples_taken > 300, "{status:?}");
     assert!(status.drains >= 2, "{status:?}");
     assert!(status.processes_seen >= 1, "{status:?}");
-    let causes: Vec<&str> = status.samples_lost.iter().map(|loss| loss.cause.as_str()).collect();
-    for cause in ["counts_map_full", "stack_map_full", "stack_collision", "stack_walk_error"] {
-        assert!(causes.contains(&cause), "{cause} is not reported: {causes:?}");
+    let causes: Vec<&str> = status
+        .samples_lost
+        .iter()
+        .map(|loss| loss.cause.as_str())
+        .collect();
+    for cause in [
+        "counts_map_full",
+        "stack_map_full",
+        "stack_collision",
+        "stack_walk_error",
+    ] {
+        assert!(
+            causes.contains(&cause),
+            "{cause} is not reported: {causes:?}"
+        );
     }
-    let lost: Vec<_> = status.samples_lost.iter().filter(|loss| loss.count > 0).collect();
+    let lost: Vec<_> = status
+        .samples_lost
+        .iter()
+        .filter(|loss| loss.count > 0)
+        .collect();
     assert!(lost.is_empty(), "samples lost in an ordinary run: {lost:?}");
     let symbolizer = status.symbolizer.expect("symbolizer status");
     assert!(symbolizer.user_addresses_cached > 0 && symbolizer.kernel_addresses_cached > 0);

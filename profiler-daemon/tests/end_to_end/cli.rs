@@ -23,7 +23,14 @@ async fn profilerctl_profiles_reports_status_and_errors() {
 
     let output = tokio::task::spawn_blocking({
         let args: Vec<String> = [
-            "profile", "--pid", &pid, "--duration", "1s", "--format", "flat", "--output",
+            "profile",
+            "--pid",
+            &pid,
+            "--duration",
+            "1s",
+            "--format",
+            "flat",
+            "--output",
         ]
         .iter()
         .map(|arg| arg.to_string())
@@ -43,17 +50,33 @@ async fn profilerctl_profiles_reports_status_and_errors() {
     .expect("profilerctl finishes");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    assert!(stderr.contains("samples") && stderr.contains("report written to"), "{stderr}");
+    assert!(
+        stderr.contains("samples") && stderr.contains("report written to"),
+        "{stderr}"
+    );
     let flat = std::fs::read_to_string(&output_file).expect("the report file");
-    assert!(flat.contains("Count") && flat.contains("Overhead"), "{flat}");
+    assert!(
+        flat.contains("Count") && flat.contains("Overhead"),
+        "{flat}"
+    );
     assert!(flat.lines().any(|line| line.ends_with(" hot")), "{flat}");
 
     let status = profilerctl(&daemon, &["status"]);
     let text = String::from_utf8_lossy(&status.stdout);
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
-    assert!(text.contains("samples taken") && text.contains("lost:"), "{text}");
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(
+        text.contains("samples taken") && text.contains("lost:"),
+        "{text}"
+    );
 
-    let bad = profilerctl(&daemon, &["profile", "--pid", "4294967290", "--duration", "1s"]);
+    let bad = profilerctl(
+        &daemon,
+        &["profile", "--pid", "4294967290", "--duration", "1s"],
+    );
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");

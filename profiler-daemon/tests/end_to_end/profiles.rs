@@ -24,13 +24,23 @@ async fn hot_and_cold_functions_get_their_shares_with_full_chains() {
     .await;
     let stacks = folded(&reply.report);
     let samples = total(&stacks);
-    assert!(samples > 500, "too few samples ({samples}) to judge:\n{stacks:?}");
+    assert!(
+        samples > 500,
+        "too few samples ({samples}) to judge:\n{stacks:?}"
+    );
 
     let by_function = samples_containing(&stacks);
-    let share = |name: &str| 100.0 * by_function.get(name).copied().unwrap_or(0) as f64 / samples as f64;
+    let share =
+        |name: &str| 100.0 * by_function.get(name).copied().unwrap_or(0) as f64 / samples as f64;
     let (hot, cold) = (share("hot"), share("cold"));
-    assert!((hot - 75.0).abs() <= 5.0, "hot has {hot:.1}% of {samples} samples, expected 75% ± 5");
-    assert!((cold - 25.0).abs() <= 5.0, "cold has {cold:.1}% of {samples} samples, expected 25% ± 5");
+    assert!(
+        (hot - 75.0).abs() <= 5.0,
+        "hot has {hot:.1}% of {samples} samples, expected 75% ± 5"
+    );
+    assert!(
+        (cold - 25.0).abs() <= 5.0,
+        "cold has {cold:.1}% of {samples} samples, expected 25% ± 5"
+    );
 
     for (frames, count) in &stacks {
         for function in ["hot", "cold"] {
@@ -45,7 +55,11 @@ async fn hot_and_cold_functions_get_their_shares_with_full_chains() {
     let summary = reply.summary.expect("a summary");
     assert_eq!(summary.samples, samples);
     assert_eq!(summary.processes, 1);
-    assert!(summary.lost.is_empty(), "samples were lost: {:?}", summary.lost);
+    assert!(
+        summary.lost.is_empty(),
+        "samples were lost: {:?}",
+        summary.lost
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -76,11 +90,15 @@ async fn kernel_frames_sit_under_user_frames_and_can_be_hidden() {
     for (frames, count) in &with_kernel {
         if let Some(first_kernel) = frames.iter().position(|frame| frame.ends_with("_[k]")) {
             assert!(
-                frames[..first_kernel].iter().any(|frame| frame == "read_zeros"),
+                frames[..first_kernel]
+                    .iter()
+                    .any(|frame| frame == "read_zeros"),
                 "{count} samples have kernel frames not under read_zeros: {frames:?}"
             );
             assert!(
-                frames[first_kernel..].iter().all(|frame| frame.ends_with("_[k]")),
+                frames[first_kernel..]
+                    .iter()
+                    .all(|frame| frame.ends_with("_[k]")),
                 "user frames below kernel frames: {frames:?}"
             );
         }
@@ -89,9 +107,14 @@ async fn kernel_frames_sit_under_user_frames_and_can_be_hidden() {
     let mut without = options(v1::Format::Folded);
     without.kernel = Some(false);
     let without_kernel = folded(
-        &profile(&mut client, &[workload.pid()], Duration::from_secs(1), without)
-            .await
-            .report,
+        &profile(
+            &mut client,
+            &[workload.pid()],
+            Duration::from_secs(1),
+            without,
+        )
+        .await
+        .report,
     );
     assert!(
         without_kernel
@@ -102,7 +125,8 @@ async fn kernel_frames_sit_under_user_frames_and_can_be_hidden() {
     assert!(
         without_kernel
             .iter()
-            .any(|(frames, _)| has_chain(frames, &["read_zeros"]) && frames.last().is_some_and(|f| f == "[kernel]")),
+            .any(|(frames, _)| has_chain(frames, &["read_zeros"])
+                && frames.last().is_some_and(|f| f == "[kernel]")),
         "kernel time should stay visible as [kernel]: {without_kernel:?}"
     );
 }
@@ -132,7 +156,9 @@ async fn a_process_that_exits_mid_profile_is_still_symbolized() {
         "the exited process's hot function is missing or unnamed: {stacks:?}"
     );
     assert!(
-        stacks.iter().all(|(frames, _)| !frames.iter().any(|f| f.contains("[unknown]"))),
+        stacks
+            .iter()
+            .all(|(frames, _)| !frames.iter().any(|f| f.contains("[unknown]"))),
         "unsymbolized frames in the exited process's profile: {stacks:?}"
     );
 }
@@ -146,12 +172,21 @@ async fn tree_reports_name_files_and_lines() {
     tree.groupby = v1::GroupBy::Thread as i32;
     let reply = profile(&mut client, &[workload.pid()], Duration::from_secs(1), tree).await;
     let text = String::from_utf8(reply.report).expect("UTF-8");
-    assert!(text.contains("Overhead ╎ [+additional indent] Count File:Line; Function"), "{text}");
-    assert!(text.contains(&format!("Thread {}", workload.pid())), "{text}");
+    assert!(
+        text.contains("Overhead ╎ [+additional indent] Count File:Line; Function"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("Thread {}", workload.pid())),
+        "{text}"
+    );
     assert!(text.contains("Utilization:"), "{text}");
     let hot_line = text
         .lines()
         .find(|line| line.ends_with("; hot"))
         .unwrap_or_else(|| panic!("no line for hot:\n{text}"));
-    assert!(hot_line.contains("split.c:"), "hot has no file:line: {hot_line}");
+    assert!(
+        hot_line.contains("split.c:"),
+        "hot has no file:line: {hot_line}"
+    );
 }

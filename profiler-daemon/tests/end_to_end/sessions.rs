@@ -34,7 +34,10 @@ async fn a_session_reports_what_ran_between_start_and_stop() {
     let seconds = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
     assert!((1.4..3.0).contains(&seconds), "window of {seconds}s");
     let by_function = samples_containing(&folded(&reply.report));
-    assert!(by_function.get("hot").copied().unwrap_or(0) > 100, "{by_function:?}");
+    assert!(
+        by_function.get("hot").copied().unwrap_or(0) > 100,
+        "{by_function:?}"
+    );
 
     let again = client
         .stop_profile(v1::StopProfileRequest {

@@ -161,7 +161,9 @@ fn build_workload(name: &str) -> PathBuf {
         .join("tests/workloads")
         .join(format!("{name}.c"));
     let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{name}"));
-    let mut built = BUILT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !built.iter().any(|done| done == name) {
         let output = Command::new("gcc")
             .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
