@@ -165,6 +165,11 @@ impl Drainer {
 
     /// Interned so that the thousands of samples of one thread share a name.
     fn thread_name(&mut self, key: &SampleKey) -> Arc<str> {
+        // Bounded: a machine that invents thread names forever must not grow
+        // this without end.
+        if self.thread_names.len() >= 1 << 16 {
+            self.thread_names.clear();
+        }
         self.thread_names
             .entry(key.comm)
             .or_insert_with(|| {

@@ -82,6 +82,8 @@ fn init_logging(filter: &str) {
 
 async fn run(config: Config) -> Result<()> {
     let started = Instant::now();
+    // First, so that a second daemon fails before touching the kernel.
+    let (listener, _socket_file) = bind(&config.socket)?;
     let mut sampler = Sampler::start(&SamplerSettings {
         frequency_hz: config.frequency_hz,
         drain_interval: config.drain_interval,
@@ -107,7 +109,6 @@ async fn run(config: Config) -> Result<()> {
         },
     );
 
-    let listener = bind(&config.socket)?;
     info!(
         socket = %config.socket.display(),
         frequency_hz = config.frequency_hz,
@@ -119,7 +120,6 @@ async fn run(config: Config) -> Result<()> {
         .add_service(ProfilerServer::new(service))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown_signal())
         .await;
-    let _ = std::fs::remove_file(&config.socket);
     drop(collector);
     drop(sampler);
     served.context("the gRPC server failed")?;
@@ -127,9 +127,18 @@ async fn run(config: Config) -> Result<()> {
     Ok(())
 }
 
+/// The socket file, removed when the daemon stops (or fails to start).
+struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Binds the API socket, replacing a stale socket file but never a live
 /// daemon's.
-fn bind(socket: &Path) -> Result<UnixListener> {
+fn bind(socket: &Path) -> Result<(UnixListener, SocketFile)> {
     if let Some(dir) = socket.parent()
         && !dir.as_os_str().is_empty()
     {
@@ -148,12 +157,13 @@ fn bind(socket: &Path) -> Result<UnixListener> {
     }
     let listener = UnixListener::bind(socket)
         .with_context(|| format!("cannot listen on {}", socket.display()))?;
+    let file = SocketFile(socket.to_owned());
     // Profiles show every process's code paths: only root (and the socket's
     // group) may ask for them.
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("cannot set the permissions of {}", socket.display()))?;
-    Ok(listener)
+    Ok((listener, file))
 }
 
 async fn shutdown_signal() {

@@ -40,6 +40,11 @@ pub enum SamplingError {
     )]
     NoPerfEvents,
     #[error(
+        "profilerd lacks the privileges to load BPF programs: run it as root (or with \
+         CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON)"
+    )]
+    NotPrivileged,
+    #[error(
         "the kernel refused to load the BPF programs: permission denied; run profilerd as root \
          (or with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE)"
     )]
@@ -251,6 +256,9 @@ where
 }
 
 fn check_requirements() -> Result<(), SamplingError> {
+    if !privileged() {
+        return Err(SamplingError::NotPrivileged);
+    }
     if !Path::new(VMLINUX_BTF).exists() {
         return Err(SamplingError::NoBtf);
     }
@@ -258,6 +266,28 @@ fn check_requirements() -> Result<(), SamplingError> {
         return Err(SamplingError::NoPerfEvents);
     }
     Ok(())
+}
+
+/// Whether this process may load BPF programs and open system-wide perf
+/// events: CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON, in its effective
+/// set (root has them all).
+fn privileged() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        // Cannot tell: let the kernel decide.
+        return true;
+    };
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
+    let Some(effective) = effective else {
+        return true;
+    };
+    let has = |capability: u32| effective & (1 << capability) != 0;
+    has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
 }
 
 /// Kernels before 5.11 charge BPF maps against RLIMIT_MEMLOCK; lift it

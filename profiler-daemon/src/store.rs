@@ -148,10 +148,18 @@ pub struct Store {
     table_bytes: usize,
     bucket_bytes: usize,
     buckets_evicted_for_memory: u64,
-    /// Samples dropped with evicted buckets, and when the last one ended.
-    evicted_samples: u64,
-    evicted_until: Option<SystemTime>,
+    /// Windows of the buckets dropped for memory, and their samples, until
+    /// they are older than the retention: reports of windows that overlap
+    /// them say what they lost.
+    evictions: VecDeque<Eviction>,
     last_compaction: SystemTime,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Eviction {
+    start: SystemTime,
+    end: SystemTime,
+    samples: u64,
 }
 
 impl Store {
@@ -166,8 +174,7 @@ impl Store {
             table_bytes: 0,
             bucket_bytes: 0,
             buckets_evicted_for_memory: 0,
-            evicted_samples: 0,
-            evicted_until: None,
+            evictions: VecDeque::new(),
             last_compaction: SystemTime::now(),
         }
     }
@@ -246,6 +253,13 @@ impl Store {
         {
             self.pop_oldest();
         }
+        while self
+            .evictions
+            .front()
+            .is_some_and(|eviction| eviction.end < horizon)
+        {
+            self.evictions.pop_front();
+        }
         if now
             .duration_since(self.last_compaction)
             .is_ok_and(|since| since >= COMPACTION_INTERVAL)
@@ -264,8 +278,11 @@ impl Store {
         while self.memory_bytes() > self.memory_limit && self.buckets.len() > 1 {
             let bucket = self.pop_oldest();
             self.buckets_evicted_for_memory += 1;
-            self.evicted_samples += bucket.samples.iter().map(|s| s.count).sum::<u64>();
-            self.evicted_until = Some(bucket.end);
+            self.evictions.push_back(Eviction {
+                start: bucket.start,
+                end: bucket.end,
+                samples: bucket.samples.iter().map(|sample| sample.count).sum(),
+            });
             if self.buckets_evicted_for_memory.is_power_of_two() {
                 info!(
                     evicted = self.buckets_evicted_for_memory,
@@ -438,12 +455,14 @@ impl Store {
                 self.memory_limit
             ));
         }
-        if let Some(until) = self.evicted_until
-            && until > query.start
-        {
-            profile
-                .lost
-                .push((LossCause::MemoryCeiling, self.evicted_samples));
+        let evicted: u64 = self
+            .evictions
+            .iter()
+            .filter(|eviction| eviction.end > query.start && eviction.start < query.end)
+            .map(|eviction| eviction.samples)
+            .sum();
+        if evicted > 0 {
+            profile.lost.push((LossCause::MemoryCeiling, evicted));
         }
     }
 }

@@ -9,5 +9,6 @@ mod api_errors;
 mod cli;
 mod pprof;
 mod profiles;
+mod requirements;
 mod sessions;
 mod support;

@@ -22,7 +22,7 @@ pub type Client = ProfilerClient<Channel>;
 /// samples for tight statistical checks.
 pub const TEST_FREQUENCY_HZ: u32 = 499;
 
-fn require_root() {
+pub fn require_root() {
     assert!(
         rustix::process::geteuid().is_root(),
         "these tests load eBPF programs and must run as root: use `cargo xtask test`"

@@ -1,0 +1,67 @@
+//! A daemon that cannot sample says which requirement is missing.
+
+use std::{os::unix::fs::PermissionsExt as _, process::Command};
+
+#[test]
+fn without_privileges_the_daemon_says_to_run_as_root() {
+    crate::support::require_root();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
+        .expect("the directory is opened to everyone");
+    // A copy the unprivileged user can surely execute, wherever the build is.
+    let daemon = dir.path().join("profilerd");
+    std::fs::copy(env!("CARGO_BIN_EXE_profilerd"), &daemon).expect("the daemon is copied");
+    let output = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&daemon)
+        .arg("--socket")
+        .arg(dir.path().join("profilerd.sock"))
+        .output()
+        .expect("setpriv (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "an unprivileged daemon started:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("lacks the privileges to load BPF programs: run it as root"),
+        "the error does not name the missing privilege:\n{stderr}"
+    );
+    assert!(
+        !dir.path().join("profilerd.sock").exists(),
+        "the socket was left behind"
+    );
+}
+
+#[test]
+fn a_bad_configuration_names_the_key() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = dir.path().join("profilerd.toml");
+    std::fs::write(&config, "frequency_hz = 5000\n").expect("the file is written");
+    let output = Command::new(env!("CARGO_BIN_EXE_profilerd"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("profilerd runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("frequency_hz") && stderr.contains("1-1000"),
+        "{stderr}"
+    );
+
+    std::fs::write(&config, "frequency = 99\n").expect("the file is written");
+    let output = Command::new(env!("CARGO_BIN_EXE_profilerd"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("profilerd runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unknown field `frequency`"), "{stderr}");
+}
