@@ -84,32 +84,18 @@ fn record(
     };
 
     let mut flags = 0;
-    let user_stack = match store_stack(ctx, stacks, scratch, true) {
-        Ok(stored) => {
-            if stored.truncated {
-                flags |= sample_flags::USER_STACK_TRUNCATED;
-            }
-            stored.key
-        }
-        Err(loss) => {
-            count(loss);
-            flags |= sample_flags::USER_STACK_LOST;
-            0
-        }
-    };
-    let kernel_stack = match store_stack(ctx, stacks, scratch, false) {
-        Ok(stored) => {
-            if stored.truncated {
-                flags |= sample_flags::KERNEL_STACK_TRUNCATED;
-            }
-            stored.key
-        }
-        Err(loss) => {
-            count(loss);
-            flags |= sample_flags::KERNEL_STACK_LOST;
-            0
-        }
-    };
+    let user_stack = stack_key(
+        store_stack(ctx, stacks, scratch, true),
+        &mut flags,
+        sample_flags::USER_STACK_TRUNCATED,
+        sample_flags::USER_STACK_LOST,
+    );
+    let kernel_stack = stack_key(
+        store_stack(ctx, stacks, scratch, false),
+        &mut flags,
+        sample_flags::KERNEL_STACK_TRUNCATED,
+        sample_flags::KERNEL_STACK_LOST,
+    );
 
     let key = SampleKey {
         pid,
@@ -161,6 +147,30 @@ fn add_to(counts: &HashMap<SampleKey, SampleValue>, key: &SampleKey, period: u64
         (*value).weight += period;
     }
     true
+}
+
+/// The key a sample refers to its stack by, noting in `flags` a truncated
+/// stack or (counting the loss) a lost one.
+#[inline(always)]
+fn stack_key(
+    stored: Result<StoredStack, Counter>,
+    flags: &mut u32,
+    truncated_flag: u32,
+    lost_flag: u32,
+) -> u64 {
+    match stored {
+        Ok(stored) => {
+            if stored.truncated {
+                *flags |= truncated_flag;
+            }
+            stored.key
+        }
+        Err(loss) => {
+            count(loss);
+            *flags |= lost_flag;
+            0
+        }
+    }
 }
 
 struct StoredStack {

@@ -14,28 +14,12 @@
 
 use std::{collections::HashMap, fmt::Write as _};
 
-use super::frames::{self, LineKey};
-use super::{ReportError, Section, digits, sections, write_comments, write_summary};
+use super::frames::LineKey;
+use super::{ReportError, Section, digits, render_sections};
 use crate::profile::{Profile, ReportOptions, SortedBy};
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
-    let samples = frames::expand(profile, options.kernel)?;
-    let mut out = String::new();
-    write_comments(&mut out, profile)?;
-    for section in sections(profile, &samples, options.groupby) {
-        match &section.title {
-            Some(title) => {
-                writeln!(out, "{title}")?;
-                write_table(&mut out, &section, options)?;
-                writeln!(out)?;
-            }
-            None => {
-                write_table(&mut out, &section, options)?;
-                write_summary(&mut out, profile, section.total)?;
-            }
-        }
-    }
-    Ok(out)
+    render_sections(profile, options, "", write_table)
 }
 
 struct Row<'a> {
@@ -284,15 +268,7 @@ mod tests {
         let main = b.named("main");
         let sys_write = b.named("k:sys_write");
         let ksys_write = b.named("k:ksys_write");
-        let both = b.location(location(
-            LocationKind::User,
-            "/usr/lib/libz.so.1",
-            0x2000,
-            vec![
-                frame("deflate", Some("deflate.c"), 100, false),
-                frame("fill_window", None, 0, true),
-            ],
-        ));
+        let both = b.deflate_inlining_fill_window(None, 0);
         b.sample(0, vec![main, both, sys_write, ksys_write], 4);
         let p = b.build();
         let options = ReportOptions {

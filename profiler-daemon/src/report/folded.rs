@@ -137,15 +137,7 @@ mod tests {
     fn kernel_and_inlined_frames_are_suffixed() {
         let mut b = Builder::new();
         let main = b.named("main");
-        let both = b.location(location(
-            LocationKind::User,
-            "/usr/lib/libz.so.1",
-            0x2000,
-            vec![
-                frame("deflate", Some("deflate.c"), 100, false),
-                frame("fill_window", None, 0, true),
-            ],
-        ));
+        let both = b.deflate_inlining_fill_window(None, 0);
         let sys_write = b.named("k:sys_write");
         let ksys_write = b.named("k:ksys_write");
         b.sample(0, vec![main, both, sys_write, ksys_write], 4);

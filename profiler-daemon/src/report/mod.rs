@@ -59,6 +59,35 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
     }
 }
 
+/// Writes a tree or flat report: the `# ` comments, `header`, then each
+/// section (titled and followed by a blank line when grouped, closed by the
+/// summary line when not), its body written by `write_body`.
+fn render_sections(
+    profile: &Profile,
+    options: &ReportOptions,
+    header: &str,
+    write_body: impl Fn(&mut String, &Section<'_, '_>, &ReportOptions) -> Result<(), ReportError>,
+) -> Result<String, ReportError> {
+    let samples = frames::expand(profile, options.kernel)?;
+    let mut out = String::new();
+    write_comments(&mut out, profile)?;
+    out.push_str(header);
+    for section in sections(profile, &samples, options.groupby) {
+        match &section.title {
+            Some(title) => {
+                writeln!(out, "{title}")?;
+                write_body(&mut out, &section, options)?;
+                writeln!(out)?;
+            }
+            None => {
+                write_body(&mut out, &section, options)?;
+                write_summary(&mut out, profile, section.total)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The samples one block of a tree or flat report is made of.
 struct Section<'s, 'a> {
     /// The header line of a `groupby` section; `None` for the whole profile.

@@ -358,15 +358,7 @@ mod tests {
     fn locations_link_to_functions_and_mappings() {
         let mut b = Builder::new();
         let main = b.named("main");
-        let inlined = b.location(location(
-            LocationKind::User,
-            "/usr/lib/libz.so.1",
-            0x2000,
-            vec![
-                frame("deflate", Some("deflate.c"), 100, false),
-                frame("fill_window", Some("deflate.c"), 1500, true),
-            ],
-        ));
+        let inlined = b.deflate_inlining_fill_window(Some("deflate.c"), 1500);
         let bare = b.location(location(
             LocationKind::User,
             "/usr/lib/libz.so.1",

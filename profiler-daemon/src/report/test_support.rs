@@ -75,6 +75,20 @@ impl Builder {
     }
 
     /// The location of a frame spec (see the module doc).
+    /// libz's `deflate` at deflate.c:100 with `fill_window` (at `file`:`line`)
+    /// inlined into it: one location, two frames.
+    pub fn deflate_inlining_fill_window(&mut self, file: Option<&str>, line: u32) -> u32 {
+        self.location(location(
+            LocationKind::User,
+            "/usr/lib/libz.so.1",
+            0x2000,
+            vec![
+                frame("deflate", Some("deflate.c"), 100, false),
+                frame("fill_window", file, line, true),
+            ],
+        ))
+    }
+
     pub fn named(&mut self, spec: &str) -> u32 {
         if let Some(&index) = self.named.get(spec) {
             return index;

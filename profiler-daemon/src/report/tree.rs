@@ -14,8 +14,8 @@
 
 use std::{collections::HashMap, fmt::Write as _};
 
-use super::frames::{self, LineKey};
-use super::{ReportError, Section, digits, sections, write_comments, write_summary};
+use super::frames::LineKey;
+use super::{ReportError, Section, digits, render_sections};
 use crate::profile::{Profile, ReportOptions, SortedBy};
 
 /// Indentation columns (one per level) shown before deeper levels are
@@ -26,24 +26,7 @@ const HEADER: &str = "Overhead ╎ [+additional indent] Count File:Line; Functio
                       =========================================================\n";
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
-    let samples = frames::expand(profile, options.kernel)?;
-    let mut out = String::new();
-    write_comments(&mut out, profile)?;
-    out.push_str(HEADER);
-    for section in sections(profile, &samples, options.groupby) {
-        match &section.title {
-            Some(title) => {
-                writeln!(out, "{title}")?;
-                write_tree(&mut out, &section, options)?;
-                writeln!(out)?;
-            }
-            None => {
-                write_tree(&mut out, &section, options)?;
-                write_summary(&mut out, profile, section.total)?;
-            }
-        }
-    }
-    Ok(out)
+    render_sections(profile, options, HEADER, write_tree)
 }
 
 struct Node<'a> {
@@ -625,15 +608,7 @@ mod tests {
     fn inlined_frames_are_levels_of_their_own() {
         let mut b = Builder::new();
         let main = b.named("main");
-        let both = b.location(location(
-            LocationKind::User,
-            "/usr/lib/libz.so.1",
-            0x2000,
-            vec![
-                frame("deflate", Some("deflate.c"), 100, false),
-                frame("fill_window", None, 0, true),
-            ],
-        ));
+        let both = b.deflate_inlining_fill_window(None, 0);
         b.sample(0, vec![main, both], 4);
         let p = b.build();
         assert_eq!(

@@ -4,13 +4,11 @@ use std::{process::Command, time::Duration};
 
 use profilerd::proto::v1;
 
-use crate::support::{Daemon, Workload, options, profile};
+use crate::support::{options, profile};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn go_tool_pprof_reads_our_profiles() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("split", &[]);
-    let mut client = daemon.client().await;
+    let (_daemon, workload, mut client) = crate::support::daemon_and_workload("split", &[]).await;
     let reply = profile(
         &mut client,
         &[workload.pid()],

@@ -5,15 +5,11 @@ use std::time::Duration;
 
 use profilerd::proto::v1;
 
-use crate::support::{
-    Daemon, Workload, folded, has_chain, options, profile, samples_containing, total,
-};
+use crate::support::{folded, has_chain, options, profile, samples_containing, total};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hot_and_cold_functions_get_their_shares_with_full_chains() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("split", &[]);
-    let mut client = daemon.client().await;
+    let (_daemon, workload, mut client) = crate::support::daemon_and_workload("split", &[]).await;
 
     let reply = profile(
         &mut client,
@@ -64,9 +60,8 @@ async fn hot_and_cold_functions_get_their_shares_with_full_chains() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kernel_frames_sit_under_user_frames_and_can_be_hidden() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("syscalls", &[]);
-    let mut client = daemon.client().await;
+    let (_daemon, workload, mut client) =
+        crate::support::daemon_and_workload("syscalls", &[]).await;
 
     let with_kernel = folded(
         &profile(
@@ -133,10 +128,9 @@ async fn kernel_frames_sit_under_user_frames_and_can_be_hidden() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_process_that_exits_mid_profile_is_still_symbolized() {
-    let daemon = Daemon::start().await;
-    let mut workload = Workload::start("split", &["1"]);
+    let (_daemon, mut workload, mut client) =
+        crate::support::daemon_and_workload("split", &["1"]).await;
     let pid = workload.pid();
-    let mut client = daemon.client().await;
 
     let profiling = tokio::spawn(async move {
         profile(
@@ -165,9 +159,7 @@ async fn a_process_that_exits_mid_profile_is_still_symbolized() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tree_reports_name_files_and_lines() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("split", &[]);
-    let mut client = daemon.client().await;
+    let (_daemon, workload, mut client) = crate::support::daemon_and_workload("split", &[]).await;
     let mut tree = options(v1::Format::Tree);
     tree.groupby = v1::GroupBy::Thread as i32;
     let reply = profile(&mut client, &[workload.pid()], Duration::from_secs(1), tree).await;

@@ -38,30 +38,33 @@ fn without_privileges_the_daemon_says_to_run_as_root() {
     );
 }
 
-#[test]
-fn a_bad_configuration_names_the_key() {
+/// Runs the daemon with a configuration file holding `text`; its exit code
+/// and standard error.
+fn run_with_config(text: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let config = dir.path().join("profilerd.toml");
-    std::fs::write(&config, "frequency_hz = 5000\n").expect("the file is written");
+    std::fs::write(&config, text).expect("the file is written");
     let output = Command::new(env!("CARGO_BIN_EXE_profilerd"))
         .arg("--config")
         .arg(&config)
         .output()
         .expect("profilerd runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_bad_configuration_names_the_key() {
+    let (code, stderr) = run_with_config("frequency_hz = 5000\n");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("frequency_hz") && stderr.contains("1-1000"),
         "{stderr}"
     );
 
-    std::fs::write(&config, "frequency = 99\n").expect("the file is written");
-    let output = Command::new(env!("CARGO_BIN_EXE_profilerd"))
-        .arg("--config")
-        .arg(&config)
-        .output()
-        .expect("profilerd runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = run_with_config("frequency = 99\n");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("unknown field `frequency`"), "{stderr}");
 }

@@ -4,13 +4,11 @@ use std::time::Duration;
 
 use profilerd::proto::v1;
 
-use crate::support::{Daemon, Workload, folded, options, samples_containing, selector};
+use crate::support::{folded, options, samples_containing, selector};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_reports_what_ran_between_start_and_stop() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("split", &[]);
-    let mut client = daemon.client().await;
+    let (_daemon, workload, mut client) = crate::support::daemon_and_workload("split", &[]).await;
     let started = client
         .start_profile(v1::StartProfileRequest {
             selector: selector(&[workload.pid()]),

@@ -120,6 +120,15 @@ fn terminate(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// The usual set-up: a daemon of the test's own, the workload `name`
+/// running with `args`, and a client.
+pub async fn daemon_and_workload(name: &str, args: &[&str]) -> (Daemon, Workload, Client) {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start(name, args);
+    let client = daemon.client().await;
+    (daemon, workload, client)
+}
+
 /// A running workload; killed when dropped.
 pub struct Workload {
     child: Child,
