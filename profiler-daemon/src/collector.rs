@@ -128,7 +128,10 @@ impl Collector {
         let stats = Arc::new(Mutex::new(PipelineStats::default()));
         let processes = Arc::new(Mutex::new(ProcessTable::new()));
         let (requests, request_queue) = mpsc::channel();
-        let (jobs, job_queue) = mpsc::sync_channel::<SymbolizeJob>(4);
+        // Room for half a minute of drains at the default interval, so that a
+        // slow first symbolization of a large binary does not hold up
+        // draining (and make the kernel maps overflow).
+        let (jobs, job_queue) = mpsc::sync_channel::<SymbolizeJob>(32);
 
         let spawn = |name: &'static str, body: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()

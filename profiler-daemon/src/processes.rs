@@ -86,6 +86,9 @@ struct ProcessRecord {
     name: Arc<str>,
     /// Executable mappings, sorted by start address.
     mappings: Vec<Mapping>,
+    /// The mappings of the record this one replaced (before an exec, say):
+    /// samples taken before the change but drained after it fall there.
+    earlier: Vec<Mapping>,
     recorded_at: Instant,
     last_used: Instant,
 }
@@ -137,7 +140,8 @@ impl ProcessTable {
     }
 
     /// Records (or re-records) a live process's name and mappings. Fails
-    /// when the process is gone; an existing record is then kept.
+    /// when the process is gone; an existing record is then kept, as it is
+    /// when the process has no mappings left (it is exiting).
     pub fn record(&mut self, pid: u32) -> procfs::ProcResult<()> {
         let process = Process::new(pid as i32)?;
         let name = process.stat()?.comm;
@@ -173,18 +177,32 @@ impl ProcessTable {
         }
         mappings.sort_by_key(|mapping| mapping.start);
         let now = Instant::now();
-        let previous = self.processes.insert(
+        // A process that is exiting (or a zombie) has already lost its
+        // memory map: keep what was recorded while it lived.
+        if mappings.is_empty()
+            && let Some(record) = self.processes.get_mut(&pid)
+            && !record.mappings.is_empty()
+        {
+            record.recorded_at = now;
+            return Ok(());
+        }
+        let earlier = match self.processes.remove(&pid) {
+            Some(previous) => previous.mappings,
+            None => {
+                self.processes_seen += 1;
+                Vec::new()
+            }
+        };
+        self.processes.insert(
             pid,
             ProcessRecord {
                 name: name.into(),
                 mappings,
+                earlier,
                 recorded_at: now,
                 last_used: now,
             },
         );
-        if previous.is_none() {
-            self.processes_seen += 1;
-        }
         Ok(())
     }
 
@@ -297,12 +315,12 @@ impl ProcessTable {
                 record.last_used = Instant::now();
                 stack
                     .iter()
-                    .map(|&address| {
-                        let found = lookup(&record.mappings, address);
-                        if matches!(found, UserAddress::Unmapped { .. }) {
+                    .map(|&address| match lookup(&record.mappings, address) {
+                        UserAddress::Unmapped { .. } => {
                             complete = false;
+                            lookup(&record.earlier, address)
                         }
-                        found
+                        found => found,
                     })
                     .collect()
             }
@@ -402,6 +420,35 @@ mod tests {
         }
         assert!(matches!(frames[1], UserAddress::Unmapped { address: 0x10 }));
         assert_eq!(table.stats().processes_seen, 1);
+    }
+
+    #[test]
+    fn an_exiting_process_keeps_the_mappings_it_was_recorded_with() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut table = ProcessTable::new();
+        // Wait until sleep has replaced the forked test binary.
+        while !std::fs::read_link(format!("/proc/{pid}/exe"))
+            .is_ok_and(|exe| exe.ends_with("sleep"))
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        table.record(pid).unwrap();
+        let code = table.processes[&pid].mappings[0].start;
+        child.kill().unwrap();
+        // Not reaped yet: a zombie, whose memory map is gone.
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.contains(") Z "))
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        table.record(pid).unwrap();
+        let (frames, complete) = table.normalize(pid, &[code]);
+        assert!(complete, "{frames:?}");
+        child.wait().unwrap();
     }
 
     #[test]

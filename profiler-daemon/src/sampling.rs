@@ -137,7 +137,6 @@ pub struct Sampler {
     ebpf: Ebpf,
     cpus: Vec<u32>,
     frequency_hz: u32,
-    map_sizes: MapSizes,
 }
 
 impl Sampler {
@@ -199,7 +198,6 @@ impl Sampler {
             ebpf,
             cpus,
             frequency_hz: settings.frequency_hz,
-            map_sizes,
         })
     }
 
@@ -209,10 +207,6 @@ impl Sampler {
 
     pub fn frequency_hz(&self) -> u32 {
         self.frequency_hz
-    }
-
-    pub fn map_sizes(&self) -> MapSizes {
-        self.map_sizes
     }
 
     /// Takes the maps the drainer reads out of the object.

@@ -30,7 +30,7 @@ use crate::{
 
 /// When the location cache grows past this many entries it is emptied
 /// (along with blazesym's parsed files), bounding the symbolizer's memory.
-const LOCATION_CACHE_LIMIT: usize = 1 << 20;
+const LOCATION_CACHE_LIMIT: usize = 1 << 18;
 
 /// The identity of a symbolized location, under which the store interns it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -1,19 +1,26 @@
 /* A CPU-bound workload with a known shape: main -> common -> {hot, cold},
  * hot doing three times the work of cold, so hot should get 75% of the
- * samples and cold 25%. Runs for argv[1] seconds (default: until killed). */
+ * samples and cold 25%. hot's work is in hot_loop, inlined into it, and both
+ * loop in spin, inlined too. Runs for argv[1] seconds (default: until killed).
+ *
+ * Each call of hot or cold runs for milliseconds, so that samples taken in
+ * their few prologue and epilogue instructions (where a frame-pointer walk
+ * cannot see the caller yet, or any more) are vanishingly rare. */
 #include <stdlib.h>
 #include <time.h>
 
-#define UNITS 200000UL
+#define UNITS 10000000UL
 
-__attribute__((noinline, noclone)) void spin(unsigned long units)
+static inline __attribute__((always_inline)) void spin(unsigned long units)
 {
 	volatile unsigned long sink = 0;
 	for (unsigned long i = 0; i < units; i++)
 		sink += i * i;
 }
 
-__attribute__((noinline, noclone)) void hot(void) { spin(3 * UNITS); }
+static inline __attribute__((always_inline)) void hot_loop(void) { spin(3 * UNITS); }
+
+__attribute__((noinline, noclone)) void hot(void) { hot_loop(); }
 
 __attribute__((noinline, noclone)) void cold(void) { spin(UNITS); }
 
