@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn the_example_file_lists_the_defaults() {
-        let example = include_str!("../../deploy/profilerd.toml");
+        let example = include_str!("../../deploy/config.toml");
         assert_eq!(Config::parse(example).unwrap(), Config::default());
     }
 
