@@ -372,7 +372,11 @@ impl Store {
             .collect();
         let mut aggregated: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
         let mut counters = [0_u64; COUNTER_COUNT as usize];
+        let mut covered: Option<(SystemTime, SystemTime)> = None;
         for bucket in self.buckets_in(query.start, query.end) {
+            covered = Some(covered.map_or((bucket.start, bucket.end), |(start, end)| {
+                (start.min(bucket.start), end.max(bucket.end))
+            }));
             for (total, delta) in counters.iter_mut().zip(bucket.counters) {
                 *total += delta;
             }
@@ -385,9 +389,11 @@ impl Store {
             }
         }
 
+        // The report states the window its buckets really cover.
+        let (start, end) = covered.unwrap_or((query.start, query.end));
         let mut profile = Profile {
-            start: query.start,
-            end: query.end,
+            start,
+            end,
             frequency_hz: query.frequency_hz,
             period_ns: 1_000_000_000 / u64::from(query.frequency_hz.max(1)),
             threads: Vec::new(),
@@ -435,10 +441,15 @@ impl Store {
         profile
     }
 
+    /// The buckets whose middle falls inside the window: a window cut at
+    /// bucket boundaries (as Profile and sessions cut them) gets exactly its
+    /// buckets, any other window the nearest whole buckets.
     fn buckets_in(&self, start: SystemTime, end: SystemTime) -> impl Iterator<Item = &Bucket> {
-        self.buckets
-            .iter()
-            .filter(move |bucket| bucket.start >= start && bucket.end <= end)
+        self.buckets.iter().filter(move |bucket| {
+            let middle =
+                bucket.start + bucket.end.duration_since(bucket.start).unwrap_or_default() / 2;
+            start <= middle && middle <= end
+        })
     }
 
     /// Says plainly when part of the window is not in the store.

@@ -101,10 +101,10 @@ pub(super) fn sample_kind(mode: i32) -> Result<SampleKind, ApiError> {
     }
 }
 
-/// The selector, after checking that every pid and tid it names exists (0
-/// selects the idle tasks).
+/// The selector of a window to come, after checking that every pid and tid
+/// it names exists (0 selects the idle tasks).
 pub(super) fn selector(selector: Option<v1::Selector>) -> Result<Selector, ApiError> {
-    let selector = selector.unwrap_or_default();
+    let selector = selector_of_past(selector)?;
     for (kind, ids) in [("process", &selector.pids), ("thread", &selector.tids)] {
         for &id in ids {
             if id != 0 && !std::path::Path::new(&format!("/proc/{id}")).exists() {
@@ -114,6 +114,12 @@ pub(super) fn selector(selector: Option<v1::Selector>) -> Result<Selector, ApiEr
             }
         }
     }
+    Ok(selector)
+}
+
+/// The selector of a past window: the processes it names may be gone.
+pub(super) fn selector_of_past(selector: Option<v1::Selector>) -> Result<Selector, ApiError> {
+    let selector = selector.unwrap_or_default();
     if let Some(empty) = selector.comms.iter().find(|comm| comm.is_empty()) {
         return Err(ApiError::invalid(format!(
             "an empty command name ({empty:?}) matches nothing; leave comms out to select every process"
@@ -124,6 +130,19 @@ pub(super) fn selector(selector: Option<v1::Selector>) -> Result<Selector, ApiEr
         tids: selector.tids,
         comms: selector.comms,
     })
+}
+
+/// A time given in nanoseconds since the Unix epoch.
+pub(super) fn time(unix_nanos: i64, field: &str) -> Result<SystemTime, ApiError> {
+    u64::try_from(unix_nanos)
+        .ok()
+        .filter(|&nanos| nanos > 0)
+        .map(|nanos| SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos))
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "{field} must be a time after 1970 in nanoseconds since the Unix epoch, not {unix_nanos}"
+            ))
+        })
 }
 
 pub(super) fn unix_nanos(time: SystemTime) -> i64 {

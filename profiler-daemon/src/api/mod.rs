@@ -162,6 +162,51 @@ impl ProfilerService {
             .await
     }
 
+    async fn do_query(&self, request: v1::QueryRequest) -> Result<v1::ProfileReply, ApiError> {
+        let options = ReportOptions::try_from(request.options)?;
+        let selector = convert::selector_of_past(request.selector)?;
+        let kind = convert::sample_kind(request.mode)?;
+        let now = SystemTime::now();
+        let start = convert::time(request.start_unix_nanos, "start_unix_nanos")?;
+        let end = match request.end_unix_nanos {
+            0 => None,
+            nanos => Some(convert::time(nanos, "end_unix_nanos")?),
+        };
+        if end.is_some_and(|end| end <= start) || start >= now {
+            return Err(ApiError::invalid(format!(
+                "the window must start before it ends and before now (start_unix_nanos {}, \
+                 end_unix_nanos {}, now {})",
+                request.start_unix_nanos,
+                request.end_unix_nanos,
+                convert::unix_nanos(now)
+            )));
+        }
+        let end = match end {
+            Some(end) if end < now => end,
+            _ => self.collector.close_window().await?,
+        };
+        let oldest = self.store_stats().oldest;
+        if oldest.is_none_or(|oldest| end <= oldest) {
+            return Err(ApiError::NotFound(format!(
+                "nothing is held for that window: the daemon holds samples from {} on (its \
+                 retention is {})",
+                oldest.map_or_else(
+                    || "no time yet".to_owned(),
+                    |t| convert::unix_nanos(t).to_string()
+                ),
+                humantime::format_duration(self.store_stats().retention)
+            )));
+        }
+        self.report(start, end, selector, kind, options).await
+    }
+
+    fn store_stats(&self) -> crate::store::StoreStats {
+        self.store
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stats()
+    }
+
     /// Reads a window from the store and renders it, off the async threads.
     async fn report(
         &self,
@@ -198,11 +243,7 @@ impl ProfilerService {
 
     fn status(&self) -> v1::StatusReply {
         let pipeline = self.collector.stats();
-        let store = self
-            .store
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .stats();
+        let store = self.store_stats();
         v1::StatusReply {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             uptime_ms: self.info.started.elapsed().as_millis() as u64,
@@ -254,6 +295,13 @@ impl Profiler for ProfilerService {
         request: Request<v1::StopProfileRequest>,
     ) -> Result<Response<v1::ProfileReply>, Status> {
         Ok(Response::new(self.do_stop(request.into_inner()).await?))
+    }
+
+    async fn query(
+        &self,
+        request: Request<v1::QueryRequest>,
+    ) -> Result<Response<v1::ProfileReply>, Status> {
+        Ok(Response::new(self.do_query(request.into_inner()).await?))
     }
 
     async fn get_status(

@@ -8,7 +8,7 @@ use std::{
     io::{IsTerminal as _, Write as _},
     path::PathBuf,
     process::ExitCode,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -43,6 +43,15 @@ enum Command {
         #[command(flatten)]
         report: ReportArgs,
     },
+    /// Report a past window the daemon still holds
+    Query {
+        #[command(flatten)]
+        selector: SelectorArgs,
+        #[command(flatten)]
+        window: WindowArgs,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
     /// Start an open-ended profiling session and print its id
     Start {
         #[command(flatten)]
@@ -68,6 +77,45 @@ struct SelectorArgs {
     /// Only processes or threads with this exact command name (repeatable)
     #[arg(long = "comm", value_name = "NAME")]
     comms: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct WindowArgs {
+    /// Start this long ago, e.g. 15m (or use --start)
+    #[arg(long, value_parser = parse_duration, conflicts_with = "start", required_unless_present = "start")]
+    since: Option<Duration>,
+    /// End this long ago, e.g. 5m [default: now]
+    #[arg(long, value_parser = parse_duration, conflicts_with = "end")]
+    until: Option<Duration>,
+    /// Start at this time, e.g. 2026-11-21T17:30:00Z
+    #[arg(long, value_parser = parse_time)]
+    start: Option<SystemTime>,
+    /// End at this time [default: now]
+    #[arg(long, value_parser = parse_time)]
+    end: Option<SystemTime>,
+}
+
+impl WindowArgs {
+    /// The window in nanoseconds since the epoch; an end of 0 means now.
+    fn to_unix_nanos(&self) -> (i64, i64) {
+        let now = SystemTime::now();
+        let start = self
+            .start
+            .or_else(|| self.since.map(|since| now - since))
+            .unwrap_or(now);
+        let end = self.end.or_else(|| self.until.map(|until| now - until));
+        (unix_nanos(start), end.map_or(0, unix_nanos))
+    }
+}
+
+fn unix_nanos(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as i64)
+}
+
+fn parse_time(text: &str) -> Result<SystemTime, String> {
+    humantime::parse_rfc3339_weak(text)
+        .map_err(|err| format!("{err} (example: 2026-11-21T17:30:00Z, in UTC)"))
 }
 
 #[derive(Debug, Args)]
@@ -240,6 +288,25 @@ async fn run(cli: Cli) -> Result<()> {
             progress.finish();
             deliver(reply?.into_inner(), &report)?;
         }
+        Command::Query {
+            selector,
+            window,
+            report,
+        } => {
+            report.check_output()?;
+            let (start_unix_nanos, end_unix_nanos) = window.to_unix_nanos();
+            let reply = daemon
+                .query(v1::QueryRequest {
+                    start_unix_nanos,
+                    end_unix_nanos,
+                    selector: Some(selector.to_proto()),
+                    options: Some(report.to_proto()),
+                    mode: v1::Mode::Cpu as i32,
+                })
+                .await?
+                .into_inner();
+            deliver(reply, &report)?;
+        }
         Command::Start { selector } => {
             let reply = daemon
                 .start_profile(v1::StartProfileRequest {
@@ -292,7 +359,7 @@ fn format_summary(summary: &v1::ProfileSummary, output: Option<&std::path::Path>
         .map(|loss| format!("{}={}", loss.cause, loss.count))
         .collect();
     let mut text = format!(
-        "profiled {seconds:.1}s at {} Hz: {} ({:.2} CPU-seconds), {}, {}; lost: {}",
+        "window of {seconds:.1}s at {} Hz: {} ({:.2} CPU-seconds), {}, {}; lost: {}",
         summary.frequency_hz,
         plural(summary.samples, "sample"),
         summary.cpu_nanos as f64 / 1e9,
@@ -332,8 +399,8 @@ fn format_status(status: &v1::StatusReply) -> String {
     let store = status.store.unwrap_or_default();
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     let oldest = if store.oldest_unix_nanos > 0 {
-        let age = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
+        let age = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
             .map(|now| now.as_nanos() as i64 - store.oldest_unix_nanos)
             .unwrap_or(0);
         format!("{:.0}s ago", age as f64 / 1e9)

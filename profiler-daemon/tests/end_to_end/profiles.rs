@@ -194,3 +194,106 @@ async fn tree_reports_name_files_and_lines() {
         "hot has no file:line: {hot_line}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queries_report_past_windows_and_only_them() {
+    const COMM: &str = "query-split";
+    let daemon = crate::support::Daemon::start().await;
+    let mut client = daemon.client().await;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_nanos() as i64
+    };
+    let query = |start, end| v1::QueryRequest {
+        start_unix_nanos: start,
+        end_unix_nanos: end,
+        selector: Some(v1::Selector {
+            comms: vec![COMM.to_owned()],
+            ..Default::default()
+        }),
+        options: Some(options(v1::Format::Folded)),
+        mode: v1::Mode::Cpu as i32,
+    };
+    // Windows more than a bucket (a drain interval) apart, so that no
+    // bucket straddles two of them.
+    let gap = Duration::from_millis(1500);
+    let before = (now(), {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        now()
+    });
+    tokio::time::sleep(gap).await;
+    let during_start = now();
+    crate::support::Workload::start_as("split", COMM, &["1.5"]).wait();
+    let during_end = now();
+    tokio::time::sleep(gap).await;
+    let after = (now(), {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        now()
+    });
+
+    let hot_samples = |reply: &v1::ProfileReply| {
+        samples_containing(&folded(&reply.report))
+            .get("hot")
+            .copied()
+            .unwrap_or(0)
+    };
+    let during = client
+        .query(query(during_start, during_end))
+        .await
+        .expect("Query")
+        .into_inner();
+    assert!(
+        hot_samples(&during) > 100,
+        "{}",
+        String::from_utf8_lossy(&during.report)
+    );
+    let window = during.summary.clone().expect("a summary");
+    let half_bucket = 500_000_000 + 50_000_000;
+    assert!(
+        (window.start_unix_nanos - during_start).abs() <= half_bucket
+            && (window.end_unix_nanos - during_end).abs() <= half_bucket,
+        "the report covers {window:?}, not the window asked for"
+    );
+    for (start, end) in [before, after] {
+        let outside = client
+            .query(query(start, end))
+            .await
+            .expect("Query")
+            .into_inner();
+        assert_eq!(
+            outside.summary.expect("a summary").samples,
+            0,
+            "work done outside the window is in it: {}",
+            String::from_utf8_lossy(&outside.report)
+        );
+    }
+    let up_to_now = client
+        .query(query(during_start, 0))
+        .await
+        .expect("Query")
+        .into_inner();
+    // The buckets nearest the window's end may hold the workload's last
+    // samples (at most one bucket's worth).
+    let (all, windowed) = (hot_samples(&up_to_now), hot_samples(&during));
+    assert!(
+        all >= windowed && all - windowed < u64::from(crate::support::TEST_FREQUENCY_HZ),
+        "up to now: {all} samples of hot; in the window: {windowed}"
+    );
+
+    let backwards = client
+        .query(query(during_end, during_start))
+        .await
+        .expect_err("a window that ends before it starts");
+    assert_eq!(
+        backwards.code(),
+        tonic::Code::InvalidArgument,
+        "{backwards:?}"
+    );
+    let ancient = client
+        .query(query(1_000_000_000, 2_000_000_000))
+        .await
+        .expect_err("a window long before the daemon started");
+    assert_eq!(ancient.code(), tonic::Code::NotFound, "{ancient:?}");
+}

@@ -137,7 +137,22 @@ pub struct Workload {
 impl Workload {
     /// Starts the C workload `name` (tests/workloads/<name>.c) with `args`.
     pub fn start(name: &str, args: &[&str]) -> Self {
-        let child = Command::new(build_workload(name))
+        Self::spawn(&build_workload(name), args)
+    }
+
+    /// Starts the workload `name` under another command name, so that
+    /// concurrent tests running the same workload cannot be mistaken for it.
+    pub fn start_as(name: &str, comm: &str, args: &[&str]) -> Self {
+        let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join(comm);
+        if !copy.exists() {
+            fs::copy(build_workload(name), &copy).expect("the workload is copied");
+        }
+        Self::spawn(&copy, args)
+    }
+
+    fn spawn(binary: &Path, args: &[&str]) -> Self {
+        let name = binary.display();
+        let child = Command::new(binary)
             .args(args)
             .stdout(Stdio::null())
             .spawn()
