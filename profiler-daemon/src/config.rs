@@ -45,9 +45,10 @@ pub struct Config {
     /// Hard ceiling on the memory the profile store may hold; the oldest
     /// samples are dropped (and counted) to stay under it.
     pub memory_limit: ByteSize,
-    /// Longest `Profile` request or session accepted.
-    #[serde(deserialize_with = "duration")]
-    pub max_profile_duration: Duration,
+    /// Longest `Profile` request or session accepted; `None`: the
+    /// retention (see [`Config::max_profile_duration`]).
+    #[serde(deserialize_with = "optional_duration")]
+    pub max_profile_duration: Option<Duration>,
     /// Most profiling sessions open at once.
     pub max_sessions: u32,
     /// Per-generation capacity of the kernel's stacks map; 0 sizes it from
@@ -69,7 +70,7 @@ impl Default for Config {
             drain_interval: Duration::from_secs(1),
             retention: Duration::from_secs(600),
             memory_limit: ByteSize::mib(64),
-            max_profile_duration: Duration::from_secs(600),
+            max_profile_duration: None,
             max_sessions: 16,
             max_stacks: 0,
             max_sample_keys: 0,
@@ -96,7 +97,7 @@ pub struct Overrides {
     /// Memory ceiling of the profile store, e.g. 64MiB [default: 64MiB]
     #[arg(long, value_name = "SIZE")]
     pub memory_limit: Option<ByteSize>,
-    /// Longest profile request or session [default: 10m]
+    /// Longest profile request or session [default: the retention]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_profile_duration: Option<Duration>,
     /// Most profiling sessions open at once [default: 16]
@@ -122,7 +123,19 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     parse_duration(&text).map_err(D::Error::custom)
 }
 
+fn optional_duration<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration(deserializer).map(Some)
+}
+
 impl Config {
+    /// Longest `Profile` request or session accepted: as configured, else
+    /// the retention (a longer one could not be reported whole).
+    pub fn max_profile_duration(&self) -> Duration {
+        self.max_profile_duration.unwrap_or(self.retention)
+    }
+
     /// Reads `path` (or starts from the defaults when there is none), applies
     /// the flag overrides and validates the result.
     pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
@@ -172,7 +185,9 @@ impl Config {
         set(&mut self.drain_interval, drain_interval);
         set(&mut self.retention, retention);
         set(&mut self.memory_limit, memory_limit);
-        set(&mut self.max_profile_duration, max_profile_duration);
+        if max_profile_duration.is_some() {
+            self.max_profile_duration = max_profile_duration;
+        }
         set(&mut self.max_sessions, max_sessions);
         set(&mut self.max_stacks, max_stacks);
         set(&mut self.max_sample_keys, max_sample_keys);
@@ -220,14 +235,14 @@ impl Config {
                 format!("{} is too small; at least 4 MiB", self.memory_limit),
             );
         }
-        if self.max_profile_duration < Duration::from_secs(1)
-            || self.max_profile_duration > self.retention
+        if let Some(longest) = self.max_profile_duration
+            && (longest < Duration::from_secs(1) || longest > self.retention)
         {
             return invalid(
                 "max_profile_duration",
                 format!(
                     "{} is out of range; accepted: 1s up to the retention ({})",
-                    humantime::format_duration(self.max_profile_duration),
+                    humantime::format_duration(longest),
                     humantime::format_duration(self.retention)
                 ),
             );
@@ -289,6 +304,7 @@ mod tests {
         assert_eq!(config.frequency_hz, 99);
         assert_eq!(config.drain_interval, Duration::from_millis(500));
         assert_eq!(config.retention, Duration::from_secs(300));
+        assert_eq!(config.max_profile_duration(), Duration::from_secs(120));
         assert_eq!(config.memory_limit, ByteSize::mib(32));
         assert_eq!(config.max_stacks, 4096);
         config.validate().unwrap();
@@ -326,6 +342,17 @@ mod tests {
                 "{text}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn the_longest_profile_follows_the_retention_unless_set() {
+        let config = Config::parse("retention = \"30s\"").unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.max_profile_duration(), Duration::from_secs(30));
+        assert_eq!(
+            Config::default().max_profile_duration(),
+            Duration::from_secs(600)
+        );
     }
 
     #[test]

@@ -104,7 +104,7 @@ async fn run(config: Config) -> Result<()> {
         DaemonInfo {
             cpus: sampler.cpus().to_vec(),
             frequency_hz: sampler.frequency_hz(),
-            max_profile_duration: config.max_profile_duration,
+            max_profile_duration: config.max_profile_duration(),
             started,
         },
     );

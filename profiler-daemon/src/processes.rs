@@ -48,6 +48,22 @@ pub struct Binary {
 }
 
 impl Binary {
+    /// Opens a binary by path, outside any process (for benchmarks and
+    /// tools that symbolize files).
+    pub fn open(path: &std::path::Path) -> std::io::Result<Arc<Self>> {
+        use std::os::unix::fs::MetadataExt as _;
+        let file = File::open(path)?;
+        let metadata = file.metadata()?;
+        Ok(Arc::new(Self {
+            key: BinaryKey {
+                device: metadata.dev(),
+                inode: metadata.ino(),
+            },
+            path: display_path(path).into(),
+            file,
+        }))
+    }
+
     /// A path the daemon can open whatever happened to the original file.
     pub fn readable_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))

@@ -1,0 +1,220 @@
+//! `cargo xtask bench`: what profilerd costs, measured side by side with no
+//! profiler, `perf record -a -g` and bpftrace at the same frequencies, on
+//! workloads built here, with the real daemon (release build) as root.
+//!
+//! One table per question — overhead on the profiled work, the profiler's
+//! own CPU, memory at scale, losses, query latency, symbolization speed —
+//! printed as measured and written to `target/bench/results.json` and
+//! `target/bench/BENCHMARKS.md` (and, for a full run, `BENCHMARKS.md` at the
+//! top of the repository). Every figure is the median of interleaved runs
+//! (A B C … A B C …) with min and max; comparisons are ratios taken within a
+//! round, since absolute times drift on shared machines. Nothing here
+//! asserts a timing: targets are reported, met or MISSED.
+
+mod ebpf;
+mod machine;
+mod measure;
+mod overhead;
+mod report;
+mod scale;
+mod symbolization;
+mod tools;
+mod workloads;
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Serialize;
+
+use crate::{report::Table, tools::Tool};
+
+/// How much to measure.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub quick: bool,
+    /// Rounds of the overhead runs; in each, every profiler's run follows a
+    /// run without a profiler.
+    pub rounds: usize,
+    /// Target length of one overhead run without a profiler.
+    pub run_seconds: f64,
+    /// Profilers and frequencies of the overhead runs.
+    pub configs: Vec<(Tool, u32)>,
+    /// How long profilerd holds the storm before it is measured (its
+    /// retention window).
+    pub scale_window: Duration,
+    /// Requests per format for the query latency.
+    pub query_requests: usize,
+    /// How long perf and bpftrace face the storm.
+    pub compare_seconds: f64,
+    /// Rounds of cold and warm symbolization.
+    pub symbolize_rounds: usize,
+}
+
+impl Plan {
+    fn full() -> Self {
+        let mut configs = Vec::new();
+        for tool in [Tool::Profilerd, Tool::Perf, Tool::Bpftrace] {
+            for hz in [49, 99, 1000] {
+                configs.push((tool, hz));
+            }
+        }
+        Self {
+            quick: false,
+            rounds: 8,
+            run_seconds: 4.0,
+            configs,
+            // profilerd's default retention: the window it holds in production.
+            scale_window: Duration::from_secs(600),
+            query_requests: 20,
+            compare_seconds: 60.0,
+            symbolize_rounds: 3,
+        }
+    }
+
+    fn quick() -> Self {
+        Self {
+            quick: true,
+            rounds: 2,
+            run_seconds: 2.0,
+            configs: vec![
+                (Tool::Profilerd, 99),
+                (Tool::Profilerd, 1000),
+                (Tool::Perf, 99),
+                (Tool::Bpftrace, 99),
+            ],
+            scale_window: Duration::from_secs(30),
+            query_requests: 5,
+            compare_seconds: 10.0,
+            symbolize_rounds: 1,
+        }
+    }
+}
+
+/// Everything written to results.json.
+#[derive(Serialize)]
+struct Results {
+    command: String,
+    machine: machine::Machine,
+    plan: Plan,
+    tables: Vec<Table>,
+}
+
+struct Args {
+    quick: bool,
+    out_dir: PathBuf,
+    /// Where to write the repository's BENCHMARKS.md (full runs only).
+    markdown: Option<PathBuf>,
+    /// A large binary with debug information, for the symbolization question.
+    symbolize_binary: PathBuf,
+    command: String,
+}
+
+fn parse_args() -> Result<Args> {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("the crate lives in the workspace")?
+        .to_owned();
+    let mut args = Args {
+        quick: false,
+        out_dir: workspace.join("target/bench"),
+        markdown: Some(workspace.join("BENCHMARKS.md")),
+        symbolize_binary: workspace.join("target/debug/profilerd"),
+        command: "cargo xtask bench".to_owned(),
+    };
+    let mut given = std::env::args().skip(1);
+    while let Some(arg) = given.next() {
+        let mut value = |name: &str| {
+            given
+                .next()
+                .with_context(|| format!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            // cargo bench passes --bench to harness-less benchmarks.
+            "--bench" => {}
+            "--quick" => args.quick = true,
+            "--out-dir" => args.out_dir = value("--out-dir")?.into(),
+            "--symbolize-binary" => args.symbolize_binary = value("--symbolize-binary")?.into(),
+            "--command" => args.command = value("--command")?,
+            "--no-markdown" => args.markdown = None,
+            other => bail!(
+                "unknown argument {other:?}; accepted: --quick, --out-dir DIR, \
+                 --symbolize-binary FILE, --command TEXT, --no-markdown"
+            ),
+        }
+    }
+    if args.quick {
+        args.markdown = None;
+    }
+    Ok(args)
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    if !rustix::process::geteuid().is_root() {
+        bail!("the benchmark loads eBPF programs and must run as root: use `cargo xtask bench`");
+    }
+    let plan = if args.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
+    std::fs::create_dir_all(&args.out_dir)?;
+    let machine = machine::Machine::describe();
+    println!("{}", machine.summary());
+    let workloads = workloads::Workloads::build(&args.out_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+
+    let mut tables = Vec::new();
+    let mut show = |table: Table| {
+        println!("\n{}", table.markdown());
+        tables.push(table);
+    };
+    let _stats = ebpf::enable_stats()?;
+    let overhead = runtime.block_on(overhead::run(&plan, &workloads, &args.out_dir))?;
+    show(overhead.slowdown);
+    show(overhead.profiler_cpu);
+    for table in runtime.block_on(scale::run(&plan, &workloads, &args.out_dir))? {
+        show(table);
+    }
+    show(symbolization::run(&plan, &args.symbolize_binary)?);
+
+    let results = Results {
+        command: args.command.clone(),
+        machine,
+        plan,
+        tables,
+    };
+    let json = args.out_dir.join("results.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
+    let markdown = benchmarks_markdown(&results);
+    std::fs::write(args.out_dir.join("BENCHMARKS.md"), &markdown)?;
+    println!("\nresults: {}", json.display());
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, &markdown)?;
+        println!("tables: {}", path.display());
+    }
+    Ok(())
+}
+
+fn benchmarks_markdown(results: &Results) -> String {
+    let mut text = format!(
+        "# Benchmarks\n\n\
+         Measured with `{}` on {}.\n\n\
+         {}\n\n\
+         Each figure is the median of interleaved runs with min–max in parentheses; \
+         each profiler's run follows a run without a profiler, and ratios are taken against \
+         that run. `perf record` is `perf record -F <hz> -a -g`, \
+         bpftrace is `bpftrace -e 'profile:hz:<hz> {{ @[ustack, kstack, comm] = count(); }}'`, \
+         both at the same frequency as profilerd.\n\n",
+        results.command,
+        results.machine.date,
+        results.machine.summary(),
+    );
+    for table in &results.tables {
+        text.push_str(&table.markdown());
+        text.push('\n');
+    }
+    text
+}

@@ -1,0 +1,131 @@
+//! Reading what a process costs (CPU time, resident memory) from /proc and
+//! from wait4, and the statistics the tables show (median, min, max,
+//! percentiles).
+
+use std::{fs, process::Child, time::Duration};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Serialize;
+
+/// Clock ticks per second of /proc's CPU times (USER_HZ, 100 on Linux).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// CPU seconds (user + system, all threads, dead ones included) a running
+/// process has used so far.
+pub fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+    let tick = |index: usize| -> Result<f64> {
+        Ok(fields
+            .get(index)
+            .context("short /proc/<pid>/stat")?
+            .parse::<u64>()? as f64)
+    };
+    Ok((tick(11)? + tick(12)?) / TICKS_PER_SECOND)
+}
+
+/// Peak resident memory of a running process (VmHWM), in bytes.
+pub fn peak_rss_bytes(pid: u32) -> Result<u64> {
+    status_kib(pid, "VmHWM:").map(|kib| kib * 1024)
+}
+
+fn status_kib(pid: u32, field: &str) -> Result<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// What a child used over its whole life, from wait4's rusage.
+#[derive(Clone, Copy, Debug)]
+pub struct Exited {
+    pub cpu_seconds: f64,
+    pub peak_rss_bytes: u64,
+    pub success: bool,
+}
+
+/// Waits for a child to exit and reaps it, with its resource usage. The
+/// `Child` must not be waited for again.
+pub fn wait_with_usage(child: &Child) -> Result<Exited> {
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills in; all-zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child, with pointers to live locals.
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    if reaped != pid {
+        bail!("wait4({pid}) failed: {}", std::io::Error::last_os_error());
+    }
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    Ok(Exited {
+        cpu_seconds: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        peak_rss_bytes: usage.ru_maxrss as u64 * 1024,
+        success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+    })
+}
+
+/// Sends a signal to a child (it is still ours to reap).
+pub fn signal(child: &Child, signal: rustix::process::Signal) -> Result<()> {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).context("pid 0")?;
+    rustix::process::kill_process(pid, signal).context("signalling a child")
+}
+
+/// Median, minimum and maximum of repeated measurements.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub runs: usize,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Self {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Self {
+            median: percentile(&sorted, 50.0),
+            min: sorted.first().copied().unwrap_or(f64::NAN),
+            max: sorted.last().copied().unwrap_or(f64::NAN),
+            runs: sorted.len(),
+        }
+    }
+
+    /// `median (min–max)` with `digits` decimals.
+    pub fn show(&self, digits: usize) -> String {
+        format!(
+            "{:.digits$} ({:.digits$}–{:.digits$})",
+            self.median, self.min, self.max
+        )
+    }
+}
+
+/// The `p`th percentile of sorted values, by linear interpolation.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    match sorted {
+        [] => f64::NAN,
+        [only] => *only,
+        _ => {
+            let rank = p / 100.0 * (sorted.len() - 1) as f64;
+            let (low, high) = (rank.floor() as usize, rank.ceil() as usize);
+            sorted[low] + (sorted[high] - sorted[low]) * (rank - low as f64)
+        }
+    }
+}
+
+pub fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}

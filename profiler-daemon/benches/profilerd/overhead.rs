@@ -1,0 +1,271 @@
+//! Questions 1 and 2: how much a profiler slows down the work it profiles,
+//! and how much CPU the profiler itself uses, measured in the same runs.
+//!
+//! A fixed CPU-bound workload (one process per CPU, walking many distinct
+//! stacks) is timed under each profiler and frequency, each run right after
+//! a run without any profiler; the slowdown is the ratio of the two, so that
+//! the machine's drift cancels out. Because wall times on shared virtual
+//! machines are noisy, the kernel's own statistics of the eBPF programs
+//! (time per sample) are reported too: they are what sampling costs the
+//! profiled work, measured without noise.
+
+use std::{collections::BTreeMap, path::Path, time::Duration};
+
+use anyhow::Result;
+
+use crate::{
+    Plan, ebpf,
+    measure::Spread,
+    report::{Table, verdict},
+    tools::{Profiler, Tool},
+    workloads::Workloads,
+};
+
+pub struct Overhead {
+    pub slowdown: Table,
+    pub profiler_cpu: Table,
+}
+
+/// A profiler and its frequency.
+type Config = (Tool, u32);
+
+/// One run under a profiler, and the run without one just before it.
+struct Run {
+    baseline: Duration,
+    wall: Duration,
+    /// CPU seconds the profiler used from the workload's start until it had
+    /// exited (for perf and bpftrace that includes writing out their data).
+    profiler_cpu: f64,
+    /// The profiler's eBPF programs during the workload (none for perf).
+    ebpf: Option<ebpf::Cost>,
+}
+
+pub async fn run(plan: &Plan, workloads: &Workloads, out_dir: &Path) -> Result<Overhead> {
+    let processes = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // A first run to warm caches, then calibration.
+    workloads.run_cpu_paths(processes, 10_000)?;
+    let walks = workloads.calibrate_cpu_paths(Duration::from_secs_f64(plan.run_seconds))?;
+    let configs = &plan.configs;
+    println!(
+        "\n== overhead: {processes} processes × {walks} walks of cpu_paths, {} rounds of {} \
+         profilers, each after a run without one",
+        plan.rounds,
+        configs.len()
+    );
+
+    let mut runs: BTreeMap<Config, Vec<Run>> = BTreeMap::new();
+    for round in 0..plan.rounds {
+        for &config in configs {
+            let run = measure_one(config, workloads, processes, walks, out_dir).await?;
+            println!(
+                "round {}/{}: {:<22} {:>7.3} s (without: {:.3} s), profiler CPU {:.3} s",
+                round + 1,
+                plan.rounds,
+                label(config),
+                run.wall.as_secs_f64(),
+                run.baseline.as_secs_f64(),
+                run.profiler_cpu
+            );
+            runs.entry(config).or_default().push(run);
+        }
+    }
+    Ok(Overhead {
+        slowdown: slowdown_table(plan, &runs, processes),
+        profiler_cpu: cpu_table(&runs),
+    })
+}
+
+async fn measure_one(
+    (tool, hz): Config,
+    workloads: &Workloads,
+    processes: usize,
+    walks: u64,
+    out_dir: &Path,
+) -> Result<Run> {
+    let baseline = workloads.run_cpu_paths(processes, walks)?;
+    let dir = out_dir.join("runs").join(format!("{tool:?}-{hz}"));
+    let existing = ebpf::perf_event_programs();
+    let profiler = Profiler::start(tool, hz, &dir, &[]).await?;
+    profiler.settle().await?;
+    let cpu_before = profiler.cpu_seconds()?;
+    let programs_before = ebpf::perf_event_programs();
+    let wall = workloads.run_cpu_paths(processes, walks)?;
+    let programs_after = ebpf::perf_event_programs();
+    let stopped = profiler.stop()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let ebpf = ebpf::growth(&existing, &programs_before, &programs_after);
+    Ok(Run {
+        baseline,
+        wall,
+        profiler_cpu: (stopped.usage.cpu_seconds - cpu_before).max(0.0),
+        ebpf: (ebpf.runs > 0).then_some(ebpf),
+    })
+}
+
+fn label((tool, hz): Config) -> String {
+    format!("{} @ {hz} Hz", tool.name())
+}
+
+fn slowdown_table(plan: &Plan, runs: &BTreeMap<Config, Vec<Run>>, processes: usize) -> Table {
+    let mut table = Table::new(
+        "1. Overhead on the profiled work",
+        &[
+            "profiler",
+            "Hz",
+            "workload time, s",
+            "slowdown, %",
+            "eBPF per sample, µs",
+            "eBPF share of each CPU, %",
+        ],
+    );
+    let baselines: Vec<f64> = runs
+        .values()
+        .flatten()
+        .map(|run| run.baseline.as_secs_f64())
+        .collect();
+    let baseline = Spread::of(&baselines);
+    table.row(vec![
+        "no profiler".to_owned(),
+        "—".to_owned(),
+        baseline.show(3),
+        "—".to_owned(),
+        "—".to_owned(),
+        "—".to_owned(),
+    ]);
+    let mut medians: BTreeMap<Config, (f64, Option<f64>)> = BTreeMap::new();
+    for (&config, config_runs) in runs {
+        let walls: Vec<f64> = config_runs
+            .iter()
+            .map(|run| run.wall.as_secs_f64())
+            .collect();
+        let percents: Vec<f64> = config_runs
+            .iter()
+            .map(|run| (run.wall.as_secs_f64() / run.baseline.as_secs_f64() - 1.0) * 100.0)
+            .collect();
+        let per_sample: Vec<f64> = config_runs
+            .iter()
+            .filter_map(|run| run.ebpf)
+            .map(|cost| cost.nanos_per_run() / 1000.0)
+            .collect();
+        let share: Vec<f64> = config_runs
+            .iter()
+            .filter_map(|run| {
+                let cost = run.ebpf?;
+                Some(cost.nanos as f64 / (run.wall.as_secs_f64() * processes as f64 * 1e9) * 100.0)
+            })
+            .collect();
+        let slowdown = Spread::of(&percents);
+        let share_spread = (!share.is_empty()).then(|| Spread::of(&share));
+        medians.insert(
+            config,
+            (slowdown.median, share_spread.map(|spread| spread.median)),
+        );
+        table.row(vec![
+            config.0.name().to_owned(),
+            config.1.to_string(),
+            Spread::of(&walls).show(3),
+            slowdown.show(2),
+            if per_sample.is_empty() {
+                "not eBPF".to_owned()
+            } else {
+                Spread::of(&per_sample).show(2)
+            },
+            share_spread.map_or("—".to_owned(), |spread| spread.show(4)),
+        ]);
+    }
+    table.note(format!(
+        "{processes} processes of cpu_paths (one per CPU), each a fixed number of depth-6 walks \
+         through 32 functions (about 10^9 possible stacks), about {:.0} s each; {} rounds. The \
+         slowdown compares each run with a run without a profiler just before it; runs without \
+         a profiler alone vary by {:.1}% (min to max), which bounds what the wall-clock column \
+         can resolve.",
+        plan.run_seconds,
+        plan.rounds,
+        (baseline.max - baseline.min) / baseline.median * 100.0
+    ));
+    table.note(
+        "eBPF columns: the kernel's run-time statistics of the profiler's perf_event programs \
+         during the workload (BPF_ENABLE_STATS, which itself adds a few tens of ns per run): \
+         the time per sample, and that time as a share of each CPU — the profiled work's \
+         slowdown from sampling itself, free of wall-clock noise. perf samples without eBPF.",
+    );
+    if let Some(&(ours, ours_share)) = medians.get(&(Tool::Profilerd, 99)) {
+        let bpftrace = medians.get(&(Tool::Bpftrace, 99)).copied();
+        let met = ours <= 1.0 && bpftrace.is_none_or(|(theirs, _)| ours <= theirs);
+        table.note(format!(
+            "Target: at 99 Hz at most 1% slower, and no more than under bpftrace: {} by wall \
+             clock (profilerd {ours:.2}%, bpftrace {}); by the eBPF statistics profilerd's \
+             sampling takes {} of each CPU, bpftrace's {}.",
+            verdict(met),
+            bpftrace.map_or("not measured".to_owned(), |(theirs, _)| format!(
+                "{theirs:.2}%"
+            )),
+            ours_share.map_or("?".to_owned(), |share| format!("{share:.4}%")),
+            bpftrace
+                .and_then(|(_, share)| share)
+                .map_or("not measured".to_owned(), |share| format!("{share:.4}%"))
+        ));
+    }
+    table
+}
+
+fn cpu_table(runs: &BTreeMap<Config, Vec<Run>>) -> Table {
+    let mut table = Table::new(
+        "2. The profiler's own CPU, both CPUs busy",
+        &[
+            "profiler",
+            "Hz",
+            "CPU-s per minute",
+            "% of one core",
+            "vs profilerd",
+        ],
+    );
+    let per_minute: BTreeMap<Config, Spread> = runs
+        .iter()
+        .map(|(&config, config_runs)| {
+            let values: Vec<f64> = config_runs
+                .iter()
+                .map(|run| run.profiler_cpu / run.wall.as_secs_f64() * 60.0)
+                .collect();
+            (config, Spread::of(&values))
+        })
+        .collect();
+    for (&(tool, hz), spread) in &per_minute {
+        let ours = per_minute
+            .get(&(Tool::Profilerd, hz))
+            .map(|spread| spread.median);
+        table.row(vec![
+            tool.name().to_owned(),
+            hz.to_string(),
+            spread.show(3),
+            format!("{:.3}", spread.median / 60.0 * 100.0),
+            match ours {
+                Some(ours) if ours > 0.0 => format!("{:.1}×", spread.median / ours),
+                _ => "—".to_owned(),
+            },
+        ]);
+    }
+    table.note(
+        "CPU (user + system, all threads) of the profiler's process from the workload's start \
+         until the profiler had exited, per minute of wall time. profilerd is measured in its \
+         steady state (after its first two drains, which symbolize everything already \
+         running); perf and bpftrace include writing out what they collected at exit, where \
+         they do the work profilerd does as it goes. The eBPF programs' own time is charged to \
+         the interrupted tasks and shows in table 1.",
+    );
+    let at_99 = |tool| per_minute.get(&(tool, 99)).map(|spread| spread.median);
+    if let Some(ours) = at_99(Tool::Profilerd) {
+        let others: Vec<f64> = [Tool::Perf, Tool::Bpftrace]
+            .into_iter()
+            .filter_map(at_99)
+            .collect();
+        let met = ours <= 0.3 && others.iter().all(|&other| ours < other);
+        table.note(format!(
+            "Target: at 99 Hz at most 0.5% of one core (0.3 CPU-s per minute) and below both \
+             perf and bpftrace: {} (profilerd {ours:.3} CPU-s per minute, {:.3}% of one core).",
+            verdict(met),
+            ours / 60.0 * 100.0
+        ));
+    }
+    table
+}

@@ -1,0 +1,110 @@
+//! The benchmark's workloads: small C programs built here with gcc (-O1,
+//! frame pointers, debug information), run as child processes.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use crate::measure::{self, Exited};
+
+/// The built workloads.
+pub struct Workloads {
+    /// Fixed CPU-bound work through many distinct stacks.
+    pub cpu_paths: PathBuf,
+    /// Short-lived processes producing distinct stacks without end.
+    pub stack_storm: PathBuf,
+}
+
+impl Workloads {
+    pub fn build(out_dir: &Path) -> Result<Self> {
+        let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/workloads");
+        let build = |name: &str| -> Result<PathBuf> {
+            let binary = out_dir.join(name);
+            let output = Command::new("gcc")
+                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
+                .arg(&binary)
+                .arg(sources.join(format!("{name}.c")))
+                .output()
+                .context("running gcc (the benchmark builds its workloads with it)")?;
+            ensure!(
+                output.status.success(),
+                "gcc failed to build {name}:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            Ok(binary)
+        };
+        Ok(Self {
+            cpu_paths: build("cpu_paths")?,
+            stack_storm: build("stack_storm")?,
+        })
+    }
+
+    /// Runs `processes` copies of cpu_paths doing `walks` walks each (with
+    /// different seeds) and returns the wall time until the last one ends.
+    pub fn run_cpu_paths(&self, processes: usize, walks: u64) -> Result<Duration> {
+        let started = Instant::now();
+        let children: Vec<Child> = (0..processes)
+            .map(|index| {
+                Command::new(&self.cpu_paths)
+                    .arg(walks.to_string())
+                    .arg((index as u64 * 7_919 + 1).to_string())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .context("starting cpu_paths")
+            })
+            .collect::<Result<_>>()?;
+        for child in &children {
+            let exited: Exited = measure::wait_with_usage(child)?;
+            if !exited.success {
+                bail!("cpu_paths failed");
+            }
+        }
+        Ok(started.elapsed())
+    }
+
+    /// The number of walks that keeps one process busy for about `target`.
+    pub fn calibrate_cpu_paths(&self, target: Duration) -> Result<u64> {
+        let probe = 200_000;
+        let took = self.run_cpu_paths(1, probe)?;
+        Ok(((probe as f64) * target.as_secs_f64() / took.as_secs_f64()).max(1000.0) as u64)
+    }
+
+    /// Starts the storm of short-lived processes for at most `seconds`,
+    /// `width` of them at a time; stop it with [`StackStorm::stop`].
+    pub fn start_stack_storm(&self, seconds: f64, width: usize) -> Result<StackStorm> {
+        let child = Command::new(&self.stack_storm)
+            .arg(seconds.to_string())
+            .arg(width.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting stack_storm")?;
+        Ok(StackStorm { child })
+    }
+}
+
+/// A running stack storm.
+pub struct StackStorm {
+    child: Child,
+}
+
+impl StackStorm {
+    /// Stops the storm (its last children finish their short lives) and
+    /// returns how many processes it started.
+    pub fn stop(mut self) -> Result<u64> {
+        measure::signal(&self.child, rustix::process::Signal::TERM)?;
+        let mut output = String::new();
+        if let Some(mut stdout) = self.child.stdout.take() {
+            std::io::Read::read_to_string(&mut stdout, &mut output)?;
+        }
+        measure::wait_with_usage(&self.child)?;
+        output
+            .split_whitespace()
+            .nth(1)
+            .and_then(|count| count.parse().ok())
+            .with_context(|| format!("stack_storm printed {output:?}"))
+    }
+}

@@ -1,0 +1,66 @@
+/* The scale benchmark's workload: for argv[1] seconds (or until SIGTERM),
+ * keeps argv[2] child processes busy, each living 0.1 to 0.8 s and walking
+ * random paths of depth 8 (32^8 possible stacks), then replaced by a new
+ * one. Prints the number of processes it started. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "paths.h"
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void child(unsigned long state)
+{
+	double end = now() + 0.1 + (state % 700) / 1000.0;
+	while (now() < end)
+		for (int i = 0; i < 64; i++)
+			steps[next_seed(&state) % 32](8, next_seed(&state), 500);
+	_exit(0);
+}
+
+static unsigned long started;
+static volatile sig_atomic_t stopping;
+
+static void stop(int signal)
+{
+	(void)signal;
+	stopping = 1;
+}
+
+static void spawn(unsigned long *state)
+{
+	unsigned long seed = next_seed(state);
+	pid_t pid = fork();
+	if (pid == 0)
+		child(seed | 1);
+	if (pid > 0)
+		started++;
+}
+
+int main(int argc, char **argv)
+{
+	double seconds = argc > 1 ? atof(argv[1]) : 10;
+	int width = argc > 2 ? atoi(argv[2]) : 2;
+	unsigned long state = 0x9e3779b97f4a7c15UL;
+	double end = now() + seconds;
+	signal(SIGTERM, stop);
+	for (int i = 0; i < width; i++)
+		spawn(&state);
+	while (!stopping && now() < end) {
+		if (wait(NULL) > 0 && !stopping && now() < end)
+			spawn(&state);
+	}
+	while (wait(NULL) > 0)
+		;
+	printf("processes %lu\n", started);
+	return 0;
+}
