@@ -86,6 +86,8 @@ pub struct Drainer {
     last_flip: SystemTime,
     counter_totals: CounterDeltas,
     thread_names: StdHashMap<[u8; 16], Arc<str>>,
+    /// Whether the kernel takes batch map operations (until it refuses).
+    batches: bool,
 }
 
 impl Drainer {
@@ -97,6 +99,7 @@ impl Drainer {
             last_flip: SystemTime::now(),
             counter_totals: [0; COUNTER_COUNT as usize],
             thread_names: StdHashMap::new(),
+            batches: true,
         })
     }
 
@@ -117,12 +120,12 @@ impl Drainer {
         self.generation = next;
         std::thread::sleep(GRACE_PERIOD);
 
-        let stacks = take_all(&mut self.maps.stacks[drained]);
+        let stacks = take_all(&mut self.maps.stacks[drained], &mut self.batches);
         let stacks: StdHashMap<u64, Arc<[u64]>> = stacks
             .into_iter()
             .map(|(key, stack)| (key, Arc::from(stack.frames())))
             .collect();
-        let counts = take_all(&mut self.maps.counts[drained]);
+        let counts = take_all(&mut self.maps.counts[drained], &mut self.batches);
 
         let empty: Arc<[u64]> = Arc::from([]);
         let samples = counts
@@ -197,19 +200,44 @@ impl Drainer {
     }
 }
 
-/// Reads every entry of an idle map and deletes it.
+/// The kernel's internal "not supported" (ENOTSUPP, 524), which BPF
+/// commands return to user space as is.
+const KERNEL_ENOTSUPP: i32 = 524;
+
+/// Reads every entry of an idle map and deletes it: in a few batch system
+/// calls, or entry by entry where the kernel has no batch operations.
 fn take_all<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod>(
     map: &mut HashMap<MapData, K, V>,
+    batches: &mut bool,
 ) -> Vec<(K, V)> {
     let mut entries = Vec::new();
+    if *batches {
+        match crate::batch::take_all(map, &mut entries) {
+            Ok(()) => return entries,
+            Err(err)
+                if entries.is_empty()
+                    && matches!(
+                        err.raw_os_error(),
+                        Some(libc::EINVAL | libc::EOPNOTSUPP | KERNEL_ENOTSUPP)
+                    ) =>
+            {
+                warn!("the kernel has no batch map operations ({err}); draining entry by entry");
+                *batches = false;
+            }
+            Err(err) => warn!(
+                "draining a kernel map in batches failed ({err}); reading the rest entry by entry"
+            ),
+        }
+    }
     let mut errors = 0_u32;
+    let start = entries.len();
     for entry in map.iter() {
         match entry {
             Ok(entry) => entries.push(entry),
             Err(_) => errors += 1,
         }
     }
-    for (key, _) in &entries {
+    for (key, _) in &entries[start..] {
         if map.remove(key).is_err() {
             errors += 1;
         }

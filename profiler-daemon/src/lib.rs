@@ -9,6 +9,7 @@
 //! [`collector`] runs that pipeline; [`config`] holds the settings.
 
 pub mod api;
+mod batch;
 pub mod client;
 pub mod collector;
 pub mod config;

@@ -8,13 +8,14 @@
 //! symbolize.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     hash::Hash,
     sync::Arc,
     time::{Duration, SystemTime},
 };
 
 use profiler_common::{COUNTER_COUNT, SampleKind};
+use rustc_hash::FxHashMap as HashMap;
 use tracing::{debug, info};
 
 use crate::{
@@ -103,7 +104,7 @@ struct Interner<K, V> {
 impl<K: Eq + Hash, V> Default for Interner<K, V> {
     fn default() -> Self {
         Self {
-            ids: HashMap::new(),
+            ids: HashMap::default(),
             values: Vec::new(),
         }
     }
@@ -181,7 +182,7 @@ impl Store {
 
     /// Adds a batch as one bucket, then enforces retention and the ceiling.
     pub fn insert(&mut self, batch: SymbolizedBatch) {
-        let mut aggregated: HashMap<(u32, u32, SampleKind), (u64, u64)> = HashMap::new();
+        let mut aggregated: HashMap<(u32, u32, SampleKind), (u64, u64)> = HashMap::default();
         for sample in batch.samples {
             let thread = self.intern_thread(sample.thread);
             let stack = self.intern_stack(&sample.stack);
@@ -314,8 +315,8 @@ impl Store {
         let old_stacks = std::mem::take(&mut self.stacks);
         let before = old_stacks.len();
         self.table_bytes = 0;
-        let mut thread_map: HashMap<u32, u32> = HashMap::new();
-        let mut stack_map: HashMap<u32, u32> = HashMap::new();
+        let mut thread_map: HashMap<u32, u32> = HashMap::default();
+        let mut stack_map: HashMap<u32, u32> = HashMap::default();
         let mut buckets = std::mem::take(&mut self.buckets);
         for bucket in &mut buckets {
             for sample in bucket.samples.iter_mut() {
@@ -370,7 +371,7 @@ impl Store {
             .iter()
             .map(|thread| query.selector.matches(thread))
             .collect();
-        let mut aggregated: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
+        let mut aggregated: HashMap<(u32, u32), (u64, u64)> = HashMap::default();
         let mut counters = [0_u64; COUNTER_COUNT as usize];
         let mut covered: Option<(SystemTime, SystemTime)> = None;
         for bucket in self.buckets_in(query.start, query.end) {
@@ -403,9 +404,9 @@ impl Store {
             lost: losses(&counters).filter(|&(_, count)| count > 0).collect(),
             warnings: Vec::new(),
         };
-        let mut threads = HashMap::new();
-        let mut stacks = HashMap::new();
-        let mut locations = HashMap::new();
+        let mut threads = HashMap::default();
+        let mut stacks = HashMap::default();
+        let mut locations = HashMap::default();
         let mut entries: Vec<_> = aggregated.into_iter().collect();
         entries.sort_unstable_by_key(|&(key, _)| key);
         for ((thread, stack), (count, weight)) in entries {

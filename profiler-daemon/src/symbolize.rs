@@ -9,7 +9,6 @@
 //! process table normalized.
 
 use std::{
-    collections::HashMap,
     path::Path,
     sync::Arc,
     time::{Instant, SystemTime},
@@ -20,6 +19,7 @@ use blazesym::symbolize::{
     source::{Elf, Kernel, Source},
 };
 use profiler_common::{SampleKind, sample_flags};
+use rustc_hash::FxHashMap as HashMap;
 use tracing::{debug, warn};
 
 use crate::{
@@ -170,11 +170,11 @@ impl Symbolizer {
             .build();
         Self {
             blazesym,
-            locations: HashMap::new(),
+            locations: HashMap::default(),
             kernel_cached: 0,
-            binaries: HashMap::new(),
+            binaries: HashMap::default(),
             names: Names::default(),
-            markers: HashMap::new(),
+            markers: HashMap::default(),
         }
     }
 
@@ -223,7 +223,7 @@ impl Symbolizer {
 
     /// Symbolizes, in bulk, every address of the batch not cached yet.
     fn fill_cache(&mut self, batch: &NormalizedBatch) {
-        let mut by_binary: HashMap<BinaryKey, (Arc<Binary>, Vec<u64>)> = HashMap::new();
+        let mut by_binary: HashMap<BinaryKey, (Arc<Binary>, Vec<u64>)> = HashMap::default();
         let mut kernel = Vec::new();
         for sample in &batch.samples {
             let in_kernel = !sample.kernel.is_empty();

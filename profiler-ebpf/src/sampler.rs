@@ -90,12 +90,17 @@ fn record(
         sample_flags::USER_STACK_TRUNCATED,
         sample_flags::USER_STACK_LOST,
     );
-    let kernel_stack = stack_key(
-        store_stack(ctx, stacks, scratch, false),
-        &mut flags,
-        sample_flags::KERNEL_STACK_TRUNCATED,
-        sample_flags::KERNEL_STACK_LOST,
-    );
+    // A tick that interrupted user code has no kernel stack: skip the walk.
+    let kernel_stack = if interrupted_user_mode(ctx) {
+        0
+    } else {
+        stack_key(
+            store_stack(ctx, stacks, scratch, false),
+            &mut flags,
+            sample_flags::KERNEL_STACK_TRUNCATED,
+            sample_flags::KERNEL_STACK_LOST,
+        )
+    };
 
     let key = SampleKey {
         pid,
@@ -114,6 +119,8 @@ fn record(
             weight: period,
         };
         match counts.insert(&key, &fresh, BPF_NOEXIST.into()) {
+            // A new key, so perhaps a new process: the only place it can be.
+            Ok(()) if pid != 0 => announce_process(pid),
             Ok(()) => {}
             // Another CPU inserted the same key first (a migrated thread).
             Err(err) if err == -EEXIST => {
@@ -124,9 +131,23 @@ fn record(
             Err(_) => count(Counter::LostCountsMapFull),
         }
     }
+}
 
-    if pid != 0 {
-        announce_process(pid);
+/// Whether the tick interrupted user-mode code (x86-64: the privilege level
+/// in the saved code segment). Elsewhere, assume not: the kernel walk then
+/// simply finds nothing.
+#[inline(always)]
+fn interrupted_user_mode(ctx: &PerfEventContext) -> bool {
+    #[cfg(bpf_target_arch = "x86_64")]
+    {
+        // SAFETY: the context of a perf_event program is a bpf_perf_event_data,
+        // whose registers the verifier lets programs read.
+        unsafe { (*ctx.ctx).regs.cs & 3 == 3 }
+    }
+    #[cfg(not(bpf_target_arch = "x86_64"))]
+    {
+        let _ = ctx;
+        false
     }
 }
 
@@ -210,21 +231,31 @@ fn store_stack(
     let scratch = unsafe { &mut *scratch };
     scratch.len = len as u32;
     let key = stack_hash(&scratch.ips, len, user);
-    match stacks.insert(&key, &*scratch, BPF_NOEXIST.into()) {
-        Ok(()) => {}
-        Err(err) if err == -EEXIST => {
-            // Already stored: make sure it is the same stack, not a collision.
-            let same = match stacks.get_ptr(&key) {
-                // SAFETY: a live entry of the current generation; the daemon
-                // does not touch it until the generation is flipped away.
-                Some(stored) => same_frames(unsafe { &*stored }, scratch, len),
-                None => false,
-            };
-            if !same {
-                return Err(Counter::LostStackCollision);
-            }
+    // Most stacks recur: look first, insert only what is new.
+    if let Some(stored) = stacks.get_ptr(&key) {
+        // Already stored: make sure it is the same stack, not a collision.
+        // SAFETY: a live entry of the current generation; the daemon does
+        // not touch it until the generation is flipped away.
+        if !same_frames(unsafe { &*stored }, scratch, len) {
+            return Err(Counter::LostStackCollision);
         }
-        Err(_) => return Err(Counter::LostStackMapFull),
+    } else {
+        match stacks.insert(&key, &*scratch, BPF_NOEXIST.into()) {
+            Ok(()) => {}
+            // Another CPU stored a stack under this hash meanwhile: the
+            // same one, unless (rarer still) it collides.
+            Err(err) if err == -EEXIST => {
+                let same = match stacks.get_ptr(&key) {
+                    // SAFETY: as above.
+                    Some(stored) => same_frames(unsafe { &*stored }, scratch, len),
+                    None => false,
+                };
+                if !same {
+                    return Err(Counter::LostStackCollision);
+                }
+            }
+            Err(_) => return Err(Counter::LostStackMapFull),
+        }
     }
     Ok(StoredStack {
         key,

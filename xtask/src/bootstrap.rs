@@ -42,6 +42,23 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
     },
 ];
 
+/// Debian packages the benchmark needs: the profilers it compares profilerd
+/// with, and addr2line for the symbolization question.
+pub const BENCH_APT_PACKAGES: &[AptPackage] = &[
+    AptPackage {
+        name: "linux-perf",
+        provides: "perf",
+    },
+    AptPackage {
+        name: "bpftrace",
+        provides: "bpftrace",
+    },
+    AptPackage {
+        name: "binutils",
+        provides: "addr2line",
+    },
+];
+
 /// Where bpf-linker is installed: `$PROFILERD_TOOLS_ROOT`, else the cargo
 /// home.
 pub fn tools_root() -> PathBuf {
@@ -103,6 +120,21 @@ pub fn test_deps() -> Result<()> {
         .context("`go tool pprof` is not available; the tests read profiles with it")?;
     let names: Vec<&str> = TEST_APT_PACKAGES.iter().map(|pkg| pkg.provides).collect();
     println!("ok: test dependencies (gcc, {})", names.join(", "));
+    Ok(())
+}
+
+/// Makes sure the benchmark's programs are there: gcc, and the packages in
+/// [`BENCH_APT_PACKAGES`] (installed when missing).
+pub fn bench_deps() -> Result<()> {
+    if process::find_program("gcc").is_none() {
+        bail!(
+            "gcc is not on PATH: the benchmark compiles C workloads with it; \
+             install it (Debian: `apt-get install gcc`)"
+        );
+    }
+    ensure_apt_packages(BENCH_APT_PACKAGES)?;
+    let names: Vec<&str> = BENCH_APT_PACKAGES.iter().map(|pkg| pkg.provides).collect();
+    println!("ok: benchmark dependencies (gcc, {})", names.join(", "));
     Ok(())
 }
 

@@ -40,6 +40,13 @@ pub enum Command {
     /// from Debian's golang-go when missing). Without root, the test binaries
     /// are built as you and run through `sudo -E`.
     Test(TestArgs),
+    /// Measure profilerd against no profiler, perf and bpftrace (as root).
+    ///
+    /// Builds the release daemon, installs perf and bpftrace when missing,
+    /// and prints one table per question (overhead, own CPU, memory, losses,
+    /// query latency, symbolization); writes target/bench/results.json and,
+    /// for a full run, BENCHMARKS.md. A full run takes about half an hour.
+    Bench(BenchArgs),
     /// Check formatting and run clippy (host crates, then the eBPF crate for its own target).
     Lint,
     /// Only install what building (and with --test-deps, testing) needs, then stop.
@@ -70,6 +77,14 @@ pub struct TestArgs {
     /// With `-p`/`--package` among them, only those packages are tested.
     #[arg(last = true, value_name = "CARGO_TEST_ARGS")]
     pub cargo_args: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A reduced run (under three minutes), as a smoke test; it does not
+    /// rewrite BENCHMARKS.md.
+    #[arg(long)]
+    pub quick: bool,
 }
 
 #[derive(Debug, Args)]

@@ -9,7 +9,7 @@ use std::process::Command as Child;
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::cli::{BootstrapArgs, BuildArgs, Command, RunArgs, TestArgs};
+use crate::cli::{BenchArgs, BootstrapArgs, BuildArgs, Command, RunArgs, TestArgs};
 use crate::process::{self, Privilege};
 use crate::{bootstrap, kernel};
 
@@ -25,6 +25,7 @@ pub fn dispatch(command: Command) -> Result<()> {
         Command::Build(args) => build(args),
         Command::Run(args) => run(args),
         Command::Test(args) => test(args),
+        Command::Bench(args) => bench(args),
         Command::Lint => lint(),
         Command::Bootstrap(args) => bootstrap(args),
     }
@@ -105,6 +106,36 @@ fn test(args: TestArgs) -> Result<()> {
         cmd.arg("--config").arg(sudo_runner_config(&host_triple()?));
     }
     cmd.args(&args.cargo_args);
+    println!("==> {}", process::display(&cmd));
+    process::run(&mut cmd)
+}
+
+fn bench(args: BenchArgs) -> Result<()> {
+    let privilege = process::privilege("the benchmark (it loads eBPF programs)")?;
+    kernel::check()?;
+    bootstrap::ebpf_toolchain()?;
+    bootstrap::bench_deps()?;
+    // The symbolization question reads the daemon's debug build: a large
+    // binary with full debug information.
+    build_daemon(Profile::Debug)?;
+
+    let mut cmd = workspace_cargo()?;
+    cmd.args(["bench", "--package", DAEMON_PACKAGE, "--bench", "profilerd"]);
+    if privilege == Privilege::Sudo {
+        println!("==> not root: the benchmark will run through sudo -E");
+        cmd.arg("--config").arg(sudo_runner_config(&host_triple()?));
+    }
+    let command = if args.quick {
+        "cargo xtask bench --quick"
+    } else {
+        "cargo xtask bench"
+    };
+    cmd.arg("--").args(["--command", command]);
+    cmd.arg("--symbolize-binary")
+        .arg(target_dir()?.join(Profile::Debug.dir()).join(DAEMON_BIN));
+    if args.quick {
+        cmd.arg("--quick");
+    }
     println!("==> {}", process::display(&cmd));
     process::run(&mut cmd)
 }

@@ -7,27 +7,22 @@ use std::{fs, process::Child, time::Duration};
 use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
-/// Clock ticks per second of /proc's CPU times (USER_HZ, 100 on Linux).
-const TICKS_PER_SECOND: f64 = 100.0;
-
-/// CPU seconds (user + system, all threads, dead ones included) a running
-/// process has used so far.
+/// CPU seconds (user + system) the live threads of a process have used so
+/// far, to the nanosecond (from each thread's schedstat).
 pub fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
-    let tick = |index: usize| -> Result<f64> {
-        Ok(fields
-            .get(index)
-            .context("short /proc/<pid>/stat")?
-            .parse::<u64>()? as f64)
-    };
-    Ok((tick(11)? + tick(12)?) / TICKS_PER_SECOND)
+    let mut nanos: u64 = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task"))
+        .with_context(|| format!("listing the threads of {pid}"))?
+    {
+        let schedstat = fs::read_to_string(task?.path().join("schedstat"))
+            .with_context(|| format!("reading a schedstat of {pid}"))?;
+        nanos += schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|field| field.parse::<u64>().ok())
+            .context("an unreadable schedstat")?;
+    }
+    Ok(nanos as f64 / 1e9)
 }
 
 /// Peak resident memory of a running process (VmHWM), in bytes.

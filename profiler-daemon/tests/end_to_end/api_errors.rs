@@ -83,7 +83,7 @@ async fn bad_requests_are_refused_with_the_right_status() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_reports_sampling_and_zero_losses() {
-    let (_daemon, workload, mut client) = crate::support::daemon_and_workload("split", &[]).await;
+    let (daemon, workload, mut client) = crate::support::daemon_and_workload("split", &[]).await;
     let _ = profile(
         &mut client,
         &[workload.pid()],
