@@ -64,7 +64,7 @@ async fn run_profilerd(
     let retention = humantime::format_duration(plan.scale_window).to_string();
     println!(
         "\n== scale: profilerd at {HZ} Hz holding {retention} of a storm of short-lived \
-         processes ({width} at a time)"
+         processes ({width} at a time, paths from a pool of 60000)"
     );
     let dir = out_dir.join("runs").join("scale-profilerd");
     let profiler = Profiler::start(
@@ -286,7 +286,8 @@ fn memory_table(plan: &Plan, ours: &Ours, others: &[Other]) -> Table {
     }
     table.note(format!(
         "stack_storm keeps one process per CPU busy, each living 0.1–0.8 s and walking random \
-         depth-8 paths through 32 functions. profilerd runs with retention {} and the default \
+         depth-8 paths through 32 functions, drawn from a pool of 60,000 (a bounded set of \
+         stacks, as a real service has). profilerd runs with retention {} and the default \
          memory ceiling; its peak RSS (VmHWM) includes the report requests of table 5. perf and \
          bpftrace face the same storm for {:.0} s; their peak RSS includes writing out at exit.",
         humantime::format_duration(plan.scale_window),

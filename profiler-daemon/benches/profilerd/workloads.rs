@@ -15,7 +15,7 @@ use crate::measure::{self, Exited};
 pub struct Workloads {
     /// Fixed CPU-bound work through many distinct stacks.
     pub cpu_paths: PathBuf,
-    /// Short-lived processes producing distinct stacks without end.
+    /// Short-lived processes walking 60,000 distinct stacks.
     pub stack_storm: PathBuf,
 }
 

@@ -1,7 +1,9 @@
 /* The scale benchmark's workload: for argv[1] seconds (or until SIGTERM),
  * keeps argv[2] child processes busy, each living 0.1 to 0.8 s and walking
- * random paths of depth 8 (32^8 possible stacks), then replaced by a new
- * one. Prints the number of processes it started. */
+ * random paths of depth 8, then replaced by a new one. The paths are drawn
+ * from a fixed pool of argv[3] (default 60000), so that the number of
+ * distinct stacks is bounded as in a real service. Prints the number of
+ * processes it started. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,12 +20,24 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static unsigned long pool = 60000;
+
+/* The i-th path of the pool: a fixed seed of at least 40 bits (8 levels of
+ * 5 bits choose the functions). */
+static unsigned long path(unsigned long i)
+{
+	unsigned long state = (i + 1) * 0x9e3779b97f4a7c15UL;
+	return next_seed(&state);
+}
+
 static void child(unsigned long state)
 {
 	double end = now() + 0.1 + (state % 700) / 1000.0;
 	while (now() < end)
-		for (int i = 0; i < 64; i++)
-			steps[next_seed(&state) % 32](8, next_seed(&state), 500);
+		for (int i = 0; i < 64; i++) {
+			unsigned long seed = path(next_seed(&state) % pool);
+			steps[seed % 32](8, seed / 32, 500);
+		}
 	_exit(0);
 }
 
@@ -50,6 +64,10 @@ int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? atof(argv[1]) : 10;
 	int width = argc > 2 ? atoi(argv[2]) : 2;
+	if (argc > 3)
+		pool = strtoul(argv[3], 0, 10);
+	if (pool == 0)
+		pool = 1;
 	unsigned long state = 0x9e3779b97f4a7c15UL;
 	double end = now() + seconds;
 	signal(SIGTERM, stop);

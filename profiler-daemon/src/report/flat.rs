@@ -12,104 +12,192 @@
 //! row first (Julia lists it last), ties broken by count, then by file,
 //! function and line.
 
-use std::{collections::HashMap, fmt::Write as _};
+use std::fmt::Write as _;
 
-use super::frames::LineKey;
-use super::{ReportError, Section, digits, render_sections};
+use super::frames::{Expansion, LineId, Lines};
+use super::{
+    ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_spaces, render_sections,
+};
 use crate::profile::{Profile, ReportOptions, SortedBy};
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
-    render_sections(profile, options, "", write_table)
+    let expansion = Expansion::new(profile, options.kernel)?;
+    let lines = Lines::new(&expansion, options.combine)?;
+    let mut table = Table::new(&expansion, &lines, options);
+    render_sections(profile, &expansion, options, "", |out, section| {
+        table.write(out, section)
+    })
 }
 
-struct Row<'a> {
-    key: LineKey<'a>,
+struct Row {
+    line: LineId,
     /// Samples whose stack holds the frame.
     count: u64,
     /// Samples whose leaf is the frame.
     overhead: u64,
-    /// 1 + the index of the last sample counted, so that a frame recurring
-    /// in one stack counts once.
-    last_sample: usize,
 }
 
-/// The rows of a section that pass `mincount`, in `sortedby` order.
-fn rows<'a>(section: &Section<'_, 'a>, options: &ReportOptions) -> Vec<Row<'a>> {
-    let mut rows: Vec<Row<'a>> = Vec::new();
-    let mut index: HashMap<LineKey<'a>, usize> = HashMap::new();
-    for (number, sample) in section.samples.iter().enumerate() {
-        let mut leaf = None;
-        for frame in sample.frames() {
-            let key = LineKey::new(frame, options.combine);
-            let id = *index.entry(key).or_insert_with(|| {
-                rows.push(Row {
-                    key,
-                    count: 0,
-                    overhead: 0,
-                    last_sample: 0,
-                });
-                rows.len() - 1
-            });
-            let row = &mut rows[id];
-            if row.last_sample != number + 1 {
-                row.last_sample = number + 1;
-                row.count = row.count.saturating_add(sample.count);
-            }
-            leaf = Some(id);
-        }
-        if let Some(leaf) = leaf {
-            rows[leaf].overhead = rows[leaf].overhead.saturating_add(sample.count);
+/// The text of a line's cells.
+struct Cells<'a> {
+    file: &'a str,
+    /// Characters in `file`.
+    file_width: usize,
+    line: String,
+    function: String,
+}
+
+/// Writes the tables of a report's sections, with what they share computed
+/// once and buffers kept from section to section.
+struct Table<'l, 'a> {
+    expansion: &'l Expansion<'a>,
+    lines: &'l Lines<'a>,
+    options: &'l ReportOptions,
+    /// The cells of each line.
+    cells: Vec<Cells<'a>>,
+    /// Per line: samples whose stack holds it, in the section so far (0
+    /// between sections).
+    counts: Vec<u64>,
+    /// Per line: samples whose leaf it is, in the section so far (0
+    /// between sections).
+    overheads: Vec<u64>,
+    /// Per line: 1 + the index of the last sample counted, so that a frame
+    /// recurring in one stack counts once.
+    last_sample: Vec<usize>,
+}
+
+impl<'l, 'a> Table<'l, 'a> {
+    fn new(expansion: &'l Expansion<'a>, lines: &'l Lines<'a>, options: &'l ReportOptions) -> Self {
+        let line_count = lines.keys().len();
+        Table {
+            expansion,
+            lines,
+            options,
+            cells: lines
+                .keys()
+                .iter()
+                .map(|key| Cells {
+                    file: key.file,
+                    file_width: key.file.chars().count(),
+                    line: key.line_text(),
+                    function: key.function_text(),
+                })
+                .collect(),
+            counts: vec![0; line_count],
+            overheads: vec![0; line_count],
+            last_sample: vec![0; line_count],
         }
     }
-    rows.retain(|row| row.count >= options.mincount);
-    rows.sort_by(|a, b| match options.sortedby {
-        SortedBy::FileFuncLine => a.key.cmp(&b.key),
-        SortedBy::Count => b.count.cmp(&a.count).then(a.key.cmp(&b.key)),
-        SortedBy::Overhead => b
-            .overhead
-            .cmp(&a.overhead)
-            .then(b.count.cmp(&a.count))
-            .then(a.key.cmp(&b.key)),
-    });
-    rows
-}
 
-fn write_table(
-    out: &mut String,
-    section: &Section<'_, '_>,
-    options: &ReportOptions,
-) -> Result<(), ReportError> {
-    let rows = rows(section, options);
-    let cells: Vec<(String, String)> = rows
-        .iter()
-        .map(|row| (row.key.line_text(), row.key.function_text()))
-        .collect();
-    // Julia's minimum widths, widened to the widest entry.
-    let count_width = digits(rows.iter().map(|row| row.count).max().unwrap_or(0)).max(6);
-    let overhead_width = digits(rows.iter().map(|row| row.overhead).max().unwrap_or(0)).max(9);
-    let file_width = rows
-        .iter()
-        .map(|row| row.key.file.chars().count())
-        .fold(6, usize::max);
-    let line_width = cells.iter().map(|(line, _)| line.len()).fold(5, usize::max);
-    writeln!(
-        out,
-        "{:>count_width$} {:>overhead_width$} {:<file_width$} {:>line_width$} Function",
-        "Count", "Overhead", "File", "Line"
-    )?;
-    writeln!(
-        out,
-        "{:>count_width$} {:>overhead_width$} {:<file_width$} {:>line_width$} ========",
-        "=====", "========", "====", "===="
-    )?;
-    for (row, (line, function)) in rows.iter().zip(&cells) {
+    /// The rows of a section that pass `mincount`, in `sortedby` order.
+    fn rows(&mut self, section: &Section) -> Vec<Row> {
+        let expansion = self.expansion;
+        // The lines in the section's stacks, in order of first sight.
+        let mut seen: Vec<LineId> = Vec::new();
+        for &index in &section.samples {
+            let sample = &expansion.samples[index as usize];
+            let stamp = index as usize + 1;
+            let sites = expansion.sites_of(sample.stack);
+            for &site in sites {
+                for &line in self.lines.of_site(expansion, site) {
+                    let slot = line as usize;
+                    if self.last_sample[slot] != stamp {
+                        self.last_sample[slot] = stamp;
+                        // Counts are above 0, so 0 means not seen yet.
+                        if self.counts[slot] == 0 {
+                            seen.push(line);
+                        }
+                        self.counts[slot] = self.counts[slot].saturating_add(sample.count);
+                    }
+                }
+            }
+            // Stacks and sites are never empty.
+            let leaf = sites
+                .last()
+                .and_then(|&site| self.lines.of_site(expansion, site).last());
+            if let Some(&leaf) = leaf {
+                let leaf = leaf as usize;
+                self.overheads[leaf] = self.overheads[leaf].saturating_add(sample.count);
+            }
+        }
+        let mut rows = Vec::with_capacity(seen.len());
+        for line in seen {
+            let slot = line as usize;
+            if self.counts[slot] >= self.options.mincount {
+                rows.push(Row {
+                    line,
+                    count: self.counts[slot],
+                    overhead: self.overheads[slot],
+                });
+            }
+            // Ready for the next section.
+            self.counts[slot] = 0;
+            self.overheads[slot] = 0;
+        }
+        // Line ids are in `LineKey` order.
+        match self.options.sortedby {
+            SortedBy::FileFuncLine => rows.sort_unstable_by_key(|row| row.line),
+            SortedBy::Count => {
+                rows.sort_unstable_by(|a, b| b.count.cmp(&a.count).then(a.line.cmp(&b.line)));
+            }
+            SortedBy::Overhead => rows.sort_unstable_by(|a, b| {
+                b.overhead
+                    .cmp(&a.overhead)
+                    .then(b.count.cmp(&a.count))
+                    .then(a.line.cmp(&b.line))
+            }),
+        }
+        rows
+    }
+
+    fn write(&mut self, out: &mut String, section: &Section) -> Result<(), ReportError> {
+        let rows = self.rows(section);
+        let cells = |row: &Row| &self.cells[row.line as usize];
+        // Julia's minimum widths, widened to the widest entry.
+        let count_width = digits(rows.iter().map(|row| row.count).max().unwrap_or(0)).max(6);
+        let overhead_width = digits(rows.iter().map(|row| row.overhead).max().unwrap_or(0)).max(9);
+        let file_width = rows
+            .iter()
+            .map(|row| cells(row).file_width)
+            .fold(6, usize::max);
+        let line_width = rows
+            .iter()
+            .map(|row| cells(row).line.len())
+            .fold(5, usize::max);
         writeln!(
             out,
-            "{:>count_width$} {:>overhead_width$} {:<file_width$} {line:>line_width$} {function}",
-            row.count, row.overhead, row.key.file
+            "{:>count_width$} {:>overhead_width$} {:<file_width$} {:>line_width$} Function",
+            "Count", "Overhead", "File", "Line"
         )?;
+        writeln!(
+            out,
+            "{:>count_width$} {:>overhead_width$} {:<file_width$} {:>line_width$} ========",
+            "=====", "========", "====", "===="
+        )?;
+        let size = rows.iter().fold(0, |size, row| {
+            let row_width = count_width + overhead_width + file_width + line_width + " ".len() * 4;
+            size + row_width + cells(row).function.len() + "\n".len()
+        });
+        out.reserve(size + SECTION_END_BYTES);
+        for row in &rows {
+            let cells = cells(row);
+            push_spaces(out, count_width - digits(row.count));
+            push_decimal(out, row.count);
+            out.push(' ');
+            push_spaces(out, overhead_width - digits(row.overhead));
+            push_decimal(out, row.overhead);
+            out.push(' ');
+            out.push_str(cells.file);
+            push_spaces(out, file_width - cells.file_width);
+            out.push(' ');
+            // Line numbers, `?` or nothing: as many characters as bytes.
+            push_spaces(out, line_width - cells.line.len());
+            out.push_str(&cells.line);
+            out.push(' ');
+            out.push_str(&cells.function);
+            out.push('\n');
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -12,33 +12,224 @@
 //!
 //! It must print nothing but stack lines: no header, comments or warnings.
 //! `combine`, `sortedby` and `noisefloor` do not apply.
+//!
+//! Lines are never compared nor merged as text: each frame's name (with or
+//! without the `;` that follows it) is a token numbered in string order, so
+//! that sorting stacks as token sequences sorts their lines bytewise, and
+//! stacks with equal tokens are the lines to merge. The text of a line is
+//! only written once, into the output.
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use rustc_hash::FxHashMap;
 
-use super::ReportError;
-use super::frames::{self, FrameView, UNKNOWN_MARKER};
+use super::frames::{Expansion, FrameView, StackId, UNKNOWN_MARKER, small_id};
+use super::sequences::Sequences;
+use super::{ReportError, digits, push_decimal};
 use crate::profile::{GroupBy, LocationKind, Profile, ReportOptions, ThreadInfo};
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
-    let samples = frames::expand(profile, options.kernel)?;
+    let expansion = Expansion::new(profile, options.kernel)?;
+    let tokens = Tokens::new(&expansion)?;
     // Keeping no frame at all would leave lines without a stack.
     let depth = options
         .maxdepth
         .map_or(usize::MAX, |maxdepth| (maxdepth as usize).max(1));
-    let mut stacks: BTreeMap<String, u64> = BTreeMap::new();
-    for sample in &samples {
-        let mut names = group_frames(sample.thread, options.groupby);
-        names.extend(sample.frames().take(depth).map(frame_name));
-        let count = stacks.entry(names.join(";")).or_default();
-        *count = count.saturating_add(sample.count);
+    // Stacks with equal tokens, that is equal text, merge into one rank.
+    let (stacks, stack_ranks) =
+        stack_tokens(&expansion, &tokens, depth)?.sorted(tokens.texts.len());
+    let groups = Groups::new(profile, &expansion, options.groupby);
+    let lines = count_lines(&expansion, &groups, &stack_ranks, stacks.len());
+    Ok(write_lines(
+        &lines,
+        options.mincount,
+        &groups,
+        &stacks,
+        &tokens,
+    ))
+}
+
+/// A line's text cut into tokens: each frame's name, followed by its `;`
+/// except for the last frame. As names hold no `;`, comparing two lines'
+/// token sequences, tokens compared as strings, is comparing the lines
+/// bytewise. Tokens are numbered in string order, so that comparing
+/// numbers compares tokens.
+struct Tokens {
+    /// The texts of the tokens, in string order.
+    texts: Vec<String>,
+    /// Per frame of the expansion: its token when another frame follows.
+    followed: Vec<u32>,
+    /// Per frame of the expansion: its token as the last frame.
+    last: Vec<u32>,
+}
+
+impl Tokens {
+    fn new(expansion: &Expansion<'_>) -> Result<Self, ReportError> {
+        // The distinct names: name n gives tokens 2n (followed) and 2n + 1
+        // (last).
+        let mut name_ids: FxHashMap<String, usize> = FxHashMap::default();
+        let frame_names: Vec<usize> = expansion
+            .frames
+            .iter()
+            .map(|&frame| {
+                let next = name_ids.len();
+                *name_ids.entry(frame_name(frame)).or_insert(next)
+            })
+            .collect();
+        small_id(2 * name_ids.len(), "frame names")?;
+        let mut texts: Vec<(String, usize)> = name_ids
+            .into_iter()
+            .flat_map(|(text, name)| [(format!("{text};"), 2 * name), (text, 2 * name + 1)])
+            .collect();
+        texts.sort_unstable();
+        let mut numbers = vec![0; texts.len()];
+        // Their number was checked to fit.
+        for (number, &(_, token)) in texts.iter().enumerate() {
+            numbers[token] = number as u32;
+        }
+        Ok(Tokens {
+            texts: texts.into_iter().map(|(text, _)| text).collect(),
+            followed: frame_names.iter().map(|&name| numbers[2 * name]).collect(),
+            last: frame_names
+                .iter()
+                .map(|&name| numbers[2 * name + 1])
+                .collect(),
+        })
     }
-    let mut out = String::new();
-    for (stack, count) in stacks {
-        if count >= options.mincount {
-            writeln!(out, "{stack} {count}")?;
+}
+
+/// The tokens of every stack of the expansion, cut to `depth` frames.
+fn stack_tokens(
+    expansion: &Expansion<'_>,
+    tokens: &Tokens,
+    depth: usize,
+) -> Result<Sequences, ReportError> {
+    let mut stacks = Sequences::with_capacity(expansion.stack_count(), 0);
+    for stack in 0..expansion.stack_count() {
+        // Stack ids are 32-bit, so their number fits in one.
+        let mut frames = expansion.frames_of(stack as StackId).take(depth).peekable();
+        while let Some(frame) = frames.next() {
+            let frame = frame as usize;
+            stacks.push(match frames.peek() {
+                Some(_) => tokens.followed[frame],
+                None => tokens.last[frame],
+            });
+        }
+        stacks.finish()?;
+    }
+    Ok(stacks)
+}
+
+/// The frames `groupby` puts above the stacks of each thread, as text, and
+/// their order. A group frame is always followed by another, so comparing
+/// two lines of different groups is comparing their groups' texts, `;`
+/// included.
+struct Groups {
+    /// The distinct texts, each frame followed by its `;`, in string order.
+    texts: Vec<String>,
+    /// Per thread of the profile: the rank of its group's text (0 for
+    /// threads not sampled).
+    thread_ranks: Vec<u32>,
+}
+
+impl Groups {
+    fn new(profile: &Profile, expansion: &Expansion<'_>, groupby: GroupBy) -> Self {
+        let mut ids: FxHashMap<String, usize> = FxHashMap::default();
+        let mut thread_groups: Vec<Option<usize>> = vec![None; profile.threads.len()];
+        for sample in &expansion.samples {
+            let slot = &mut thread_groups[sample.thread_index as usize];
+            if slot.is_none() {
+                let text = group_frames(sample.thread, groupby)
+                    .into_iter()
+                    .map(|frame| frame + ";")
+                    .collect();
+                let next = ids.len();
+                *slot = Some(*ids.entry(text).or_insert(next));
+            }
+        }
+        let mut texts: Vec<(String, usize)> = ids.into_iter().collect();
+        texts.sort_unstable();
+        let mut ranks = vec![0; texts.len()];
+        // No more groups than threads, whose indexes are 32-bit.
+        for (rank, &(_, group)) in texts.iter().enumerate() {
+            ranks[group] = rank as u32;
+        }
+        Groups {
+            texts: texts.into_iter().map(|(text, _)| text).collect(),
+            thread_ranks: thread_groups
+                .into_iter()
+                .map(|group| group.map_or(0, |group| ranks[group]))
+                .collect(),
         }
     }
-    Ok(out)
+}
+
+/// The samples per line, (group rank, stack rank) -> count, in output
+/// order.
+fn count_lines(
+    expansion: &Expansion<'_>,
+    groups: &Groups,
+    stack_ranks: &[u32],
+    stack_count: usize,
+) -> Vec<((u32, u32), u64)> {
+    let samples = &expansion.samples;
+    let mut lines: Vec<((u32, u32), u64)> = Vec::with_capacity(samples.len());
+    if groups.texts.len() <= 1 {
+        // One group: counting per stack rank beats sorting the samples.
+        let mut counts = vec![0u64; stack_count];
+        for sample in samples {
+            let count = &mut counts[stack_ranks[sample.stack as usize] as usize];
+            *count = count.saturating_add(sample.count);
+        }
+        lines.extend(
+            (0..)
+                .zip(counts)
+                .filter(|&(_, count)| count > 0)
+                .map(|(rank, count)| ((0, rank), count)),
+        );
+    } else {
+        lines.extend(samples.iter().map(|sample| {
+            let group = groups.thread_ranks[sample.thread_index as usize];
+            ((group, stack_ranks[sample.stack as usize]), sample.count)
+        }));
+        lines.sort_unstable_by_key(|&(line, _)| line);
+        lines.dedup_by(|(line, count), (kept_line, kept_count)| {
+            let same = line == kept_line;
+            if same {
+                *kept_count = kept_count.saturating_add(*count);
+            }
+            same
+        });
+    }
+    lines
+}
+
+/// The text of the lines with at least `mincount` samples.
+fn write_lines(
+    lines: &[((u32, u32), u64)],
+    mincount: u64,
+    groups: &Groups,
+    stacks: &Sequences,
+    tokens: &Tokens,
+) -> String {
+    let kept = || lines.iter().filter(|&&(_, count)| count >= mincount);
+    let texts_of = |(group, stack): (u32, u32)| {
+        let stack = stacks.get(stack).iter();
+        let stack = stack.map(|&token| tokens.texts[token as usize].as_str());
+        std::iter::once(groups.texts[group as usize].as_str()).chain(stack)
+    };
+    let size = kept().fold(0, |size, &(line, count)| {
+        let text: usize = texts_of(line).map(str::len).sum();
+        size + text + " ".len() + digits(count) + "\n".len()
+    });
+    let mut out = String::with_capacity(size);
+    for &(line, count) in kept() {
+        for text in texts_of(line) {
+            out.push_str(text);
+        }
+        out.push(' ');
+        push_decimal(&mut out, count);
+        out.push('\n');
+    }
+    out
 }
 
 /// The frames `groupby` puts above every stack of `thread`.
@@ -212,5 +403,78 @@ mod tests {
         let p = profile(&[(&[], 2)]);
         assert_eq!(folded(&p, ReportOptions::default()), "[unknown] 2\n");
         assert_eq!(folded(&profile(&[]), ReportOptions::default()), "");
+    }
+
+    /// The folded report as the joined lines themselves would give it.
+    fn reference(profile: &Profile, options: &ReportOptions) -> String {
+        let expansion = Expansion::new(profile, options.kernel).expect("valid");
+        let depth = options.maxdepth.map_or(usize::MAX, |d| (d as usize).max(1));
+        let mut lines = std::collections::BTreeMap::<String, u64>::new();
+        for sample in &expansion.samples {
+            let mut names = group_frames(sample.thread, options.groupby);
+            let frames = expansion.frames_of(sample.stack).take(depth);
+            names.extend(frames.map(|frame| frame_name(expansion.frames[frame as usize])));
+            *lines.entry(names.join(";")).or_default() += sample.count;
+        }
+        lines
+            .into_iter()
+            .filter(|&(_, count)| count >= options.mincount)
+            .map(|(line, count)| format!("{line} {count}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn lines_sort_bytewise_whatever_the_names() {
+        // Names that are prefixes of each other, with bytes below and above
+        // `;`, and names that clean to the same text.
+        let names = [
+            "a", "a-", "a:", "a;b", "a:b", "ab", "a b", "", "a\nb", "b", "a0", "a_[i]", "~",
+        ];
+        let mut random = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |below: usize| {
+            random ^= random << 13;
+            random ^= random >> 7;
+            random ^= random << 17;
+            (random % below as u64) as usize
+        };
+        let mut b = Builder::new();
+        let threads = [
+            0,
+            b.thread(1230, 1235, "a;b", "server"),
+            b.thread(7, 8, "a:b", "a-"),
+            b.thread(7, 9, "", "a-"),
+            b.thread(70, 71, "x", "a"),
+        ];
+        let mut sites = Vec::new();
+        for (index, name) in names.iter().enumerate() {
+            let kind = if index % 4 == 3 {
+                LocationKind::Kernel
+            } else {
+                LocationKind::User
+            };
+            let mut frames = vec![frame(name, None, 0, false)];
+            if index % 5 == 1 {
+                frames.push(frame(names[(index + 3) % names.len()], None, 0, true));
+            }
+            sites.push(b.location(location(kind, "/usr/bin/app", index as u64, frames)));
+        }
+        for _ in 0..400 {
+            let length = next(6);
+            let stack = (0..length).map(|_| sites[next(sites.len())]).collect();
+            b.sample(threads[next(threads.len())], stack, 1 + next(3) as u64);
+        }
+        let p = b.build();
+        for groupby in [GroupBy::None, GroupBy::Process, GroupBy::Thread] {
+            for (maxdepth, mincount, kernel) in [(None, 0, true), (Some(2), 3, false)] {
+                let options = ReportOptions {
+                    groupby,
+                    maxdepth,
+                    mincount,
+                    kernel,
+                    ..ReportOptions::default()
+                };
+                assert_eq!(folded(&p, options.clone()), reference(&p, &options));
+            }
+        }
     }
 }

@@ -1,11 +1,22 @@
 //! Stack expansion shared by every format: resolves a sample's thread and
 //! stack, collapses kernel runs into `[kernel]` when asked, stands in
 //! `[unknown]` for empty stacks, and expands locations into frames. Also the
-//! identity and text of a frame in tree and flat reports ([`LineKey`]).
+//! identity and text of a frame in tree and flat reports ([`LineKey`],
+//! [`Lines`]).
 //!
-//! It must not lay out, sort or filter anything: that is each format's job.
+//! Everything is interned once per report, so that the formats work on small
+//! integers instead of strings: each distinct site (a location of the
+//! profile, or a marker) gets a [`SiteId`], each of its frames a [`FrameId`],
+//! and each distinct stack of the profile is expanded once, however many
+//! threads it was sampled in. [`Lines`] maps frames to the ids of their
+//! [`LineKey`]s, numbered in `LineKey` order.
+//!
+//! It must not lay out, order or filter a report: that is each format's
+//! job (lines are numbered in `LineKey` order only so that formats can
+//! compare ids instead of keys).
 
 use super::ReportError;
+use super::sequences::Sequences;
 use crate::profile::{Frame, Location, LocationKind, Profile, ThreadInfo};
 
 /// The frame that stands for a run of kernel frames when `kernel == false`.
@@ -13,27 +24,214 @@ pub(super) const KERNEL_MARKER: &str = "[kernel]";
 /// The frame that stands for an empty stack, or a location without frames.
 pub(super) const UNKNOWN_MARKER: &str = "[unknown]";
 
-/// One profile sample with its thread and stack resolved.
-pub(super) struct StackSample<'a> {
-    pub thread: &'a ThreadInfo,
-    pub count: u64,
-    pub weight_ns: u64,
-    /// Root first; never empty.
-    pub sites: Vec<Site<'a>>,
+/// Index of a distinct site in [`Expansion::sites`].
+pub(super) type SiteId = u32;
+/// Index of a distinct frame in [`Expansion::frames`].
+pub(super) type FrameId = u32;
+/// Index of a distinct stack of an [`Expansion`].
+pub(super) type StackId = u32;
+/// Index of a distinct [`LineKey`] in [`Lines`].
+pub(super) type LineId = u32;
+
+/// The samples of a profile with their stacks resolved and interned.
+pub(super) struct Expansion<'a> {
+    /// Every sample with a non-zero count, in profile order.
+    pub samples: Vec<StackSample<'a>>,
+    /// The distinct sites the stacks use, in order of first use.
+    pub sites: Vec<SiteEntry<'a>>,
+    /// The frames of every site, a site's frames one after another,
+    /// outermost first.
+    pub frames: Vec<FrameView<'a>>,
+    /// The sites of every distinct stack, root first.
+    stacks: Sequences,
 }
 
-impl<'a> StackSample<'a> {
-    /// All frames of the stack, root first, inlined frames outermost first.
-    pub fn frames(&self) -> impl Iterator<Item = FrameView<'a>> + '_ {
-        self.sites.iter().flat_map(|site| site.frames())
+/// One profile sample with its thread resolved.
+pub(super) struct StackSample<'a> {
+    pub thread: &'a ThreadInfo,
+    /// The thread's index in [`Profile::threads`].
+    pub thread_index: u32,
+    pub count: u64,
+    pub weight_ns: u64,
+    /// Its stack, never empty.
+    pub stack: StackId,
+}
+
+/// A distinct site and where its frames are in [`Expansion::frames`].
+pub(super) struct SiteEntry<'a> {
+    pub site: Site<'a>,
+    /// `frames[first_frame..end_frame]`; at least one.
+    pub first_frame: FrameId,
+    pub end_frame: FrameId,
+}
+
+impl<'a> Expansion<'a> {
+    /// Resolves every sample with a non-zero count, in profile order.
+    pub fn new(profile: &'a Profile, kernel: bool) -> Result<Self, ReportError> {
+        let mut expansion = Expansion {
+            samples: Vec::with_capacity(profile.samples.len()),
+            sites: Vec::new(),
+            frames: Vec::new(),
+            stacks: Sequences::with_capacity(profile.stacks.len(), 0),
+        };
+        let mut interner = SiteInterner {
+            location_sites: vec![None; profile.locations.len()],
+            kernel_marker: None,
+            unknown_marker: None,
+        };
+        // The expansion of each profile stack, once expanded.
+        let mut stack_ids: Vec<Option<StackId>> = vec![None; profile.stacks.len()];
+        for (number, sample) in profile.samples.iter().enumerate() {
+            if sample.count == 0 {
+                continue;
+            }
+            let invalid = |what: &str, index: u32, len: usize| {
+                ReportError::InvalidProfile(format!(
+                    "sample {number} refers to {what} {index} of {len}"
+                ))
+            };
+            let thread = profile
+                .threads
+                .get(sample.thread as usize)
+                .ok_or_else(|| invalid("thread", sample.thread, profile.threads.len()))?;
+            let slot = stack_ids
+                .get_mut(sample.stack as usize)
+                .ok_or_else(|| invalid("stack", sample.stack, profile.stacks.len()))?;
+            let stack = match *slot {
+                Some(stack) => stack,
+                None => {
+                    for &index in &profile.stacks[sample.stack as usize].locations {
+                        let location = profile
+                            .locations
+                            .get(index as usize)
+                            .ok_or_else(|| invalid("location", index, profile.locations.len()))?;
+                        let site = if !kernel && location.kind == LocationKind::Kernel {
+                            let marker = interner.marker(&mut expansion, KERNEL_MARKER)?;
+                            if expansion.stacks.current().last() == Some(&marker) {
+                                continue;
+                            }
+                            marker
+                        } else {
+                            interner.location(&mut expansion, index, location)?
+                        };
+                        expansion.stacks.push(site);
+                    }
+                    if expansion.stacks.current().is_empty() {
+                        let marker = interner.marker(&mut expansion, UNKNOWN_MARKER)?;
+                        expansion.stacks.push(marker);
+                    }
+                    let stack = expansion.stacks.finish()?;
+                    *slot = Some(stack);
+                    stack
+                }
+            };
+            expansion.samples.push(StackSample {
+                thread,
+                thread_index: sample.thread,
+                count: sample.count,
+                weight_ns: sample.weight_ns,
+                stack,
+            });
+        }
+        Ok(expansion)
     }
+
+    /// Number of distinct stacks.
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// The sites of a stack, root first; never empty.
+    pub fn sites_of(&self, stack: StackId) -> &[SiteId] {
+        self.stacks.get(stack)
+    }
+
+    /// The frames of a site, outermost first; at least one.
+    pub fn site_frames(&self, site: SiteId) -> std::ops::Range<FrameId> {
+        let entry = &self.sites[site as usize];
+        entry.first_frame..entry.end_frame
+    }
+
+    /// All frames of a stack, root first, inlined frames outermost first.
+    pub fn frames_of(&self, stack: StackId) -> impl Iterator<Item = FrameId> + '_ {
+        self.sites_of(stack)
+            .iter()
+            .flat_map(|&site| self.site_frames(site))
+    }
+}
+
+/// Gives sites their ids on first use.
+struct SiteInterner {
+    /// The site of each location of the profile, once used.
+    location_sites: Vec<Option<SiteId>>,
+    kernel_marker: Option<SiteId>,
+    unknown_marker: Option<SiteId>,
+}
+
+impl SiteInterner {
+    fn location<'a>(
+        &mut self,
+        expansion: &mut Expansion<'a>,
+        index: u32,
+        location: &'a Location,
+    ) -> Result<SiteId, ReportError> {
+        // The caller checked the index.
+        match self.location_sites[index as usize] {
+            Some(site) => Ok(site),
+            None => {
+                let site = add_site(expansion, Site::Location(location))?;
+                self.location_sites[index as usize] = Some(site);
+                Ok(site)
+            }
+        }
+    }
+
+    fn marker(
+        &mut self,
+        expansion: &mut Expansion<'_>,
+        name: &'static str,
+    ) -> Result<SiteId, ReportError> {
+        let slot = if name == KERNEL_MARKER {
+            &mut self.kernel_marker
+        } else {
+            &mut self.unknown_marker
+        };
+        match *slot {
+            Some(site) => Ok(site),
+            None => {
+                let site = add_site(expansion, Site::Marker(name))?;
+                *slot = Some(site);
+                Ok(site)
+            }
+        }
+    }
+}
+
+fn add_site<'a>(expansion: &mut Expansion<'a>, site: Site<'a>) -> Result<SiteId, ReportError> {
+    let id = small_id(expansion.sites.len(), "sites")?;
+    let first_frame = small_id(expansion.frames.len(), "frames")?;
+    expansion.frames.extend(site.frames());
+    let end_frame = small_id(expansion.frames.len(), "frames")?;
+    expansion.sites.push(SiteEntry {
+        site,
+        first_frame,
+        end_frame,
+    });
+    Ok(id)
+}
+
+/// `index` as a 32-bit id. Profiles never come near 2³² distinct sites,
+/// frames or stacks; one that did could not be reported.
+pub(super) fn small_id(index: usize, what: &str) -> Result<u32, ReportError> {
+    u32::try_from(index)
+        .map_err(|_| ReportError::InvalidProfile(format!("more than {} {what}", u32::MAX)))
 }
 
 /// One entry of a resolved stack.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Site<'a> {
-    /// `profile.locations[index]`.
-    Location { index: u32, location: &'a Location },
+    /// A location of the profile.
+    Location(&'a Location),
     /// A stand-in that is no location of the profile: [`KERNEL_MARKER`] or
     /// [`UNKNOWN_MARKER`].
     Marker(&'static str),
@@ -43,14 +241,14 @@ impl<'a> Site<'a> {
     /// The module the site's code lives in (a marker's own name).
     pub fn module(self) -> &'a str {
         match self {
-            Site::Location { location, .. } => &location.module,
+            Site::Location(location) => &location.module,
             Site::Marker(name) => name,
         }
     }
 
     pub fn address(self) -> u64 {
         match self {
-            Site::Location { location, .. } => location.address,
+            Site::Location(location) => location.address,
             Site::Marker(_) => 0,
         }
     }
@@ -58,7 +256,7 @@ impl<'a> Site<'a> {
     /// The site's frames, outermost first; at least one.
     pub fn frames(self) -> impl Iterator<Item = FrameView<'a>> {
         let (location, stand_in) = match self {
-            Site::Location { location, .. } => (
+            Site::Location(location) => (
                 Some(location),
                 location
                     .frames
@@ -130,53 +328,6 @@ impl<'a> FrameView<'a> {
     }
 }
 
-/// Resolves every sample with a non-zero count, in profile order.
-pub(super) fn expand(profile: &Profile, kernel: bool) -> Result<Vec<StackSample<'_>>, ReportError> {
-    let mut samples = Vec::with_capacity(profile.samples.len());
-    for (number, sample) in profile.samples.iter().enumerate() {
-        if sample.count == 0 {
-            continue;
-        }
-        let invalid = |what: &str, index: u32, len: usize| {
-            ReportError::InvalidProfile(format!(
-                "sample {number} refers to {what} {index} of {len}"
-            ))
-        };
-        let thread = profile
-            .threads
-            .get(sample.thread as usize)
-            .ok_or_else(|| invalid("thread", sample.thread, profile.threads.len()))?;
-        let stack = profile
-            .stacks
-            .get(sample.stack as usize)
-            .ok_or_else(|| invalid("stack", sample.stack, profile.stacks.len()))?;
-        let mut sites = Vec::with_capacity(stack.locations.len());
-        for &index in &stack.locations {
-            let location = profile
-                .locations
-                .get(index as usize)
-                .ok_or_else(|| invalid("location", index, profile.locations.len()))?;
-            if !kernel && location.kind == LocationKind::Kernel {
-                if !matches!(sites.last(), Some(Site::Marker(KERNEL_MARKER))) {
-                    sites.push(Site::Marker(KERNEL_MARKER));
-                }
-            } else {
-                sites.push(Site::Location { index, location });
-            }
-        }
-        if sites.is_empty() {
-            sites.push(Site::Marker(UNKNOWN_MARKER));
-        }
-        samples.push(StackSample {
-            thread,
-            count: sample.count,
-            weight_ns: sample.weight_ns,
-            sites,
-        });
-    }
-    Ok(samples)
-}
-
 /// A frame's identity in tree and flat reports. The derived order is Julia's
 /// file, function, line order, then module and address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -240,15 +391,75 @@ impl<'a> LineKey<'a> {
     }
 }
 
+/// The frames of an [`Expansion`] as tree and flat see them: [`LineId`]s,
+/// numbered in [`LineKey`] order (so comparing two ids compares their keys).
+pub(super) struct Lines<'a> {
+    /// The distinct keys, sorted: line `l` is `keys[l]`.
+    keys: Vec<LineKey<'a>>,
+    /// The line of each frame of the expansion.
+    frame_lines: Vec<LineId>,
+}
+
+impl<'a> Lines<'a> {
+    pub fn new(expansion: &Expansion<'a>, combine: bool) -> Result<Self, ReportError> {
+        let frame_keys: Vec<LineKey<'a>> = expansion
+            .frames
+            .iter()
+            .map(|&frame| LineKey::new(frame, combine))
+            .collect();
+        let mut keys = frame_keys.clone();
+        keys.sort_unstable();
+        keys.dedup();
+        small_id(keys.len(), "lines")?;
+        // Every frame's key is among `keys`, and their number fits in a
+        // `LineId`.
+        let frame_lines = frame_keys
+            .iter()
+            .map(|key| keys.binary_search(key).unwrap_or_else(|at| at) as LineId)
+            .collect();
+        Ok(Self { keys, frame_lines })
+    }
+
+    /// The distinct keys; a [`LineId`] indexes them.
+    pub fn keys(&self) -> &[LineKey<'a>] {
+        &self.keys
+    }
+
+    /// The lines of a site's frames, outermost first; at least one.
+    pub fn of_site(&self, expansion: &Expansion<'_>, site: SiteId) -> &[LineId] {
+        // A site's frames are contiguous, so are their lines.
+        let frames = expansion.site_frames(site);
+        &self.frame_lines[frames.start as usize..frames.end as usize]
+    }
+
+    /// The lines of every stack of the expansion, root first, numbered as
+    /// in the expansion.
+    pub fn of_stacks(&self, expansion: &Expansion<'_>) -> Result<Sequences, ReportError> {
+        let sites = || expansion.stacks.iter().flatten();
+        let total = sites()
+            .map(|&site| self.of_site(expansion, site).len())
+            .sum();
+        let mut stacks = Sequences::with_capacity(expansion.stack_count(), total);
+        for sites in expansion.stacks.iter() {
+            for &site in sites {
+                // Mostly one line: a loop beats a call to copy it.
+                stacks.extend(self.of_site(expansion, site).iter().copied());
+            }
+            stacks.finish()?;
+        }
+        Ok(stacks)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{Builder, frame, location};
     use super::*;
 
-    fn texts(sample: &StackSample<'_>, combine: bool) -> Vec<String> {
-        sample
-            .frames()
-            .map(|frame| LineKey::new(frame, combine).text())
+    fn texts(expansion: &Expansion<'_>, sample: usize, combine: bool) -> Vec<String> {
+        expansion
+            .frames_of(expansion.samples[sample].stack)
+            .map(|frame| LineKey::new(expansion.frames[frame as usize], combine).text())
             .collect()
     }
 
@@ -260,14 +471,14 @@ mod tests {
             &[(&["main", "k:sys_read", "k:vfs_read", "cb", "k:irq"], 1)],
         );
         let p = b.build();
-        let samples = expand(&p, false).expect("valid");
+        let samples = Expansion::new(&p, false).expect("valid");
         assert_eq!(
-            texts(&samples[0], true),
+            texts(&samples, 0, true),
             ["app.c:10; main", "[kernel]", "app.c:10; cb", "[kernel]"]
         );
-        let samples = expand(&p, true).expect("valid");
+        let samples = Expansion::new(&p, true).expect("valid");
         assert_eq!(
-            texts(&samples[0], true),
+            texts(&samples, 0, true),
             [
                 "app.c:10; main",
                 "[kernel]:?; sys_read",
@@ -283,9 +494,9 @@ mod tests {
         let mut b = Builder::new();
         b.stacks(0, &[(&[], 2), (&["k:a", "k:b"], 3)]);
         let p = b.build();
-        let samples = expand(&p, false).expect("valid");
-        assert_eq!(texts(&samples[0], true), ["[unknown]"]);
-        assert_eq!(texts(&samples[1], true), ["[kernel]"]);
+        let samples = Expansion::new(&p, false).expect("valid");
+        assert_eq!(texts(&samples, 0, true), ["[unknown]"]);
+        assert_eq!(texts(&samples, 1, true), ["[kernel]"]);
     }
 
     #[test]
@@ -293,9 +504,9 @@ mod tests {
         let mut b = Builder::new();
         b.stacks(0, &[(&["a"], 0), (&["b"], 1)]);
         let p = b.build();
-        let samples = expand(&p, true).expect("valid");
-        assert_eq!(samples.len(), 1);
-        assert_eq!(texts(&samples[0], true), ["app.c:10; b"]);
+        let samples = Expansion::new(&p, true).expect("valid");
+        assert_eq!(samples.samples.len(), 1);
+        assert_eq!(texts(&samples, 0, true), ["app.c:10; b"]);
     }
 
     #[test]
@@ -310,14 +521,85 @@ mod tests {
         let empty = b.location(location(LocationKind::User, "/opt/x", 0x10, vec![]));
         b.sample(0, vec![write, empty], 1);
         let p = b.build();
-        let samples = expand(&p, true).expect("valid");
+        let samples = Expansion::new(&p, true).expect("valid");
         assert_eq!(
-            texts(&samples[0], true),
+            texts(&samples, 0, true),
             ["libc.so.6:?; __libc_write", "x:?; [unknown]"]
         );
         assert_eq!(
-            texts(&samples[0], false),
+            texts(&samples, 0, false),
             ["libc.so.6:?; __libc_write @0x1a2b", "x:?; [unknown] @0x10"]
+        );
+    }
+
+    #[test]
+    fn sites_frames_and_stacks_are_interned_once() {
+        let mut b = Builder::new();
+        let other = b.thread(1230, 1235, "io", "server");
+        let both = b.deflate_inlining_fill_window(None, 0);
+        b.stacks(0, &[(&["main", "a", "main"], 2), (&["main", "k:x"], 1)]);
+        b.stacks(other, &[(&["main", "a", "main"], 5)]);
+        let main = b.named("main");
+        b.sample(other, vec![main, both], 1);
+        let p = b.build();
+        let expansion = Expansion::new(&p, false).expect("valid");
+        // main, a, [kernel] and libz's location.
+        assert_eq!(expansion.sites.len(), 4);
+        assert_eq!(expansion.frames.len(), 5);
+        assert_eq!(expansion.stack_count(), 3);
+        let stacks: Vec<StackId> = expansion.samples.iter().map(|s| s.stack).collect();
+        assert_eq!(stacks, [0, 1, 0, 2]);
+        assert_eq!(expansion.sites_of(0), [0, 1, 0]);
+        assert_eq!(expansion.frames_of(2).collect::<Vec<_>>(), [0, 3, 4]);
+
+        // Lines are numbered in key order: the marker (file "") <
+        // app.c:10; a < app.c:10; main < deflate.c < libz.so.1.
+        let lines = Lines::new(&expansion, true).expect("valid");
+        let texts: Vec<String> = lines.keys().iter().map(LineKey::text).collect();
+        assert_eq!(
+            texts,
+            [
+                "[kernel]",
+                "app.c:10; a",
+                "app.c:10; main",
+                "deflate.c:100; deflate",
+                "libz.so.1:?; fill_window"
+            ]
+        );
+        let stacks = lines.of_stacks(&expansion).expect("valid");
+        assert_eq!(stacks.get(0), [2, 1, 2]);
+        assert_eq!(stacks.get(1), [2, 0]);
+        assert_eq!(stacks.get(2), [2, 3, 4]);
+        assert_eq!(lines.of_site(&expansion, 3), [3, 4]);
+    }
+
+    #[test]
+    fn combine_merges_frames_of_one_source_line() {
+        let mut b = Builder::new();
+        let mut hot = |address| {
+            b.location(location(
+                LocationKind::User,
+                "/usr/bin/app",
+                address,
+                vec![frame("hot", Some("app.c"), 42, false)],
+            ))
+        };
+        let (first, second) = (hot(0x10), hot(0x20));
+        b.sample(0, vec![first], 1);
+        b.sample(0, vec![second], 1);
+        let p = b.build();
+        let expansion = Expansion::new(&p, true).expect("valid");
+        let combined = Lines::new(&expansion, true).expect("valid");
+        assert_eq!(combined.keys().len(), 1);
+        assert_eq!(
+            combined.of_site(&expansion, 0),
+            combined.of_site(&expansion, 1)
+        );
+        let apart = Lines::new(&expansion, false).expect("valid");
+        assert_eq!(apart.keys().len(), 2);
+        assert_eq!(
+            (apart.of_site(&expansion, 0), apart.of_site(&expansion, 1)),
+            (&[0][..], &[1][..])
         );
     }
 }

@@ -3,9 +3,18 @@
 //! kernel, and nothing here aggregates more than a report needs.
 //!
 //! One submodule per format (`tree`, `flat`, `folded`, `pprof`);
-//! `frames` expands stacks into frames for all of them, and this module
-//! holds the dispatch, the error type and what tree and flat share: the `# `
-//! comment lines, the sections of `groupby` and the utilization figures.
+//! `frames` expands stacks into frames for all of them, `sequences` stores
+//! and sorts stacks as sequences of ids, and this module holds the dispatch,
+//! the error type and what tree and flat share: the `# ` comment lines, the
+//! sections of `groupby` and the utilization figures.
+//!
+//! Profiles hold hundreds of distinct locations but millions of frames, so
+//! reports are made for speed and memory: sites, frames, lines and names
+//! are interned once per report as small integer ids, each distinct stack is
+//! expanded once, the formats count and sort ids rather than strings
+//! (ordering ids so that comparing them compares what they stand for), the
+//! text of an id is made once, and the text formats reserve their output at
+//! its exact size before writing it. Output never depends on hash order.
 //!
 //! Conventions shared by the text formats:
 //! - A sample's frames are its locations' frames, root first, a location's
@@ -25,19 +34,21 @@ mod flat;
 mod folded;
 mod frames;
 mod pprof;
+mod sequences;
 #[cfg(test)]
 mod test_support;
 mod tree;
 
-use std::{collections::BTreeMap, fmt::Write as _, sync::Arc};
+use std::{collections::BTreeMap, fmt::Write as _};
 
-use crate::profile::{Format, GroupBy, Profile, ReportOptions};
-use frames::StackSample;
+use crate::profile::{Format, GroupBy, Profile, ReportOptions, ThreadInfo};
+use frames::{Expansion, StackSample};
 
 /// Why a report could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    /// The profile refers to a thread, stack or location it does not hold.
+    /// The profile refers to a thread, stack or location it does not hold
+    /// (or has more than 2³² distinct stacks or frames, far beyond any).
     #[error("inconsistent profile: {0}")]
     InvalidProfile(String),
     /// Writing the text of a report failed.
@@ -64,23 +75,23 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
 /// summary line when not), its body written by `write_body`.
 fn render_sections(
     profile: &Profile,
+    expansion: &Expansion<'_>,
     options: &ReportOptions,
     header: &str,
-    write_body: impl Fn(&mut String, &Section<'_, '_>, &ReportOptions) -> Result<(), ReportError>,
+    mut write_body: impl FnMut(&mut String, &Section) -> Result<(), ReportError>,
 ) -> Result<String, ReportError> {
-    let samples = frames::expand(profile, options.kernel)?;
     let mut out = String::new();
     write_comments(&mut out, profile)?;
     out.push_str(header);
-    for section in sections(profile, &samples, options.groupby) {
+    for section in sections(profile, expansion, options.groupby)? {
         match &section.title {
             Some(title) => {
                 writeln!(out, "{title}")?;
-                write_body(&mut out, &section, options)?;
+                write_body(&mut out, &section)?;
                 writeln!(out)?;
             }
             None => {
-                write_body(&mut out, &section, options)?;
+                write_body(&mut out, &section)?;
                 write_summary(&mut out, profile, section.total)?;
             }
         }
@@ -88,94 +99,124 @@ fn render_sections(
     Ok(out)
 }
 
+/// Room for what follows a section's body: its blank line or the summary.
+const SECTION_END_BYTES: usize = 128;
+
 /// The samples one block of a tree or flat report is made of.
-struct Section<'s, 'a> {
+struct Section {
     /// The header line of a `groupby` section; `None` for the whole profile.
     title: Option<String>,
-    samples: Vec<&'s StackSample<'a>>,
+    /// Indexes into [`Expansion::samples`], in profile order.
+    samples: Vec<u32>,
     /// Sum of the samples' counts.
     total: u64,
 }
 
 /// Who a section is about, in the order sections with equal totals appear.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
-enum SectionKey {
+enum SectionKey<'a> {
     Thread {
         pid: u32,
         tid: u32,
-        thread_name: Arc<str>,
-        process_name: Arc<str>,
+        thread_name: &'a str,
+        process_name: &'a str,
     },
     Process {
         pid: u32,
-        process_name: Arc<str>,
+        process_name: &'a str,
     },
 }
 
 /// Splits the samples as `groupby` asks: one untitled section for
 /// `GroupBy::None` (even without samples), otherwise one titled section per
 /// thread or process, by total descending, then pid, tid and names.
-fn sections<'s, 'a>(
+fn sections(
     profile: &Profile,
-    samples: &'s [StackSample<'a>],
+    expansion: &Expansion<'_>,
     groupby: GroupBy,
-) -> Vec<Section<'s, 'a>> {
-    let mut groups: BTreeMap<Option<SectionKey>, Vec<&'s StackSample<'a>>> = BTreeMap::new();
+) -> Result<Vec<Section>, ReportError> {
+    let samples = &expansion.samples;
+    let all = (0..samples.len())
+        .map(|index| frames::small_id(index, "samples"))
+        .collect::<Result<Vec<u32>, _>>()?;
     if groupby == GroupBy::None {
-        groups.insert(None, Vec::new());
+        return Ok(vec![Section {
+            title: None,
+            total: total(samples, &all),
+            samples: all,
+        }]);
     }
-    for sample in samples {
-        let thread = sample.thread;
+    // The samples of each thread, then the threads of each section: there
+    // are far fewer threads than samples.
+    let mut thread_groups: Vec<Option<usize>> = vec![None; profile.threads.len()];
+    let mut by_thread: Vec<(&ThreadInfo, Vec<u32>)> = Vec::new();
+    for index in all {
+        let sample = &samples[index as usize];
+        let group = &mut thread_groups[sample.thread_index as usize];
+        let group = *group.get_or_insert_with(|| {
+            by_thread.push((sample.thread, Vec::new()));
+            by_thread.len() - 1
+        });
+        by_thread[group].1.push(index);
+    }
+    let mut groups: BTreeMap<SectionKey<'_>, Vec<u32>> = BTreeMap::new();
+    for (thread, indexes) in by_thread {
         let key = match groupby {
-            GroupBy::None => None,
-            GroupBy::Thread => Some(SectionKey::Thread {
+            GroupBy::Thread => SectionKey::Thread {
                 pid: thread.pid,
                 tid: thread.tid,
-                thread_name: thread.thread_name.clone(),
-                process_name: thread.process_name.clone(),
-            }),
-            GroupBy::Process => Some(SectionKey::Process {
+                thread_name: &thread.thread_name,
+                process_name: &thread.process_name,
+            },
+            GroupBy::None | GroupBy::Process => SectionKey::Process {
                 pid: thread.pid,
-                process_name: thread.process_name.clone(),
-            }),
+                process_name: &thread.process_name,
+            },
         };
-        groups.entry(key).or_default().push(sample);
+        groups.entry(key).or_default().extend(indexes);
     }
     let mut keyed: Vec<_> = groups
         .into_iter()
-        .map(|(key, samples)| (key, total(samples.iter().copied()), samples))
+        .map(|(key, mut indexes)| {
+            // Back in profile order when threads were merged.
+            indexes.sort_unstable();
+            (key, total(samples, &indexes), indexes)
+        })
         .collect();
     // The map ordered by key already; the stable sort keeps that among ties.
     keyed.sort_by_key(|&(_, total, _)| std::cmp::Reverse(total));
     let ticks = profile.ticks_per_cpu();
-    keyed
+    Ok(keyed
         .into_iter()
-        .map(|(key, total, samples)| Section {
-            title: key.map(|key| {
-                let who = match key {
-                    SectionKey::Thread {
-                        pid,
-                        tid,
-                        thread_name,
-                        process_name,
-                    } => format!("Thread {tid} {thread_name:?} of process {pid} {process_name:?}"),
-                    SectionKey::Process { pid, process_name } => {
-                        format!("Process {pid} {process_name:?}")
-                    }
-                };
-                format!(
+        .map(|(key, total, samples)| {
+            let who = match key {
+                SectionKey::Thread {
+                    pid,
+                    tid,
+                    thread_name,
+                    process_name,
+                } => format!("Thread {tid} {thread_name:?} of process {pid} {process_name:?}"),
+                SectionKey::Process { pid, process_name } => {
+                    format!("Process {pid} {process_name:?}")
+                }
+            };
+            Section {
+                title: Some(format!(
                     "{who}  Total snapshots: {total}. Utilization: {}",
                     utilization(total, ticks)
-                )
-            }),
-            samples,
-            total,
+                )),
+                samples,
+                total,
+            }
         })
-        .collect()
+        .collect())
 }
 
-fn total<'s, 'a: 's>(samples: impl Iterator<Item = &'s StackSample<'a>>) -> u64 {
-    samples.fold(0, |sum, sample| sum.saturating_add(sample.count))
+/// Sum of the counts of `samples[indexes]`.
+fn total(samples: &[StackSample<'_>], indexes: &[u32]) -> u64 {
+    indexes.iter().fold(0, |sum, &index| {
+        sum.saturating_add(samples[index as usize].count)
+    })
 }
 
 /// `samples` as a rounded percentage of one CPU's `ticks`, e.g. `98%`.
@@ -217,6 +258,42 @@ fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
+/// Appends `n` in decimal, as `write!(out, "{n}")` would but faster.
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut text = [0u8; 20];
+    let mut start = text.len();
+    loop {
+        start -= 1;
+        text[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Pushing the few ASCII digits one by one beats copying them.
+    for &digit in &text[start..] {
+        out.push(char::from(digit));
+    }
+}
+
+/// Appends `n` spaces.
+fn push_spaces(out: &mut String, n: usize) {
+    const SPACES: &str = "                                ";
+    if n <= 8 {
+        // Usually a few: pushing them one by one beats copying them.
+        for _ in 0..n {
+            out.push(' ');
+        }
+        return;
+    }
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(SPACES.len());
+        out.push_str(&SPACES[..chunk]);
+        left -= chunk;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::test_support::{Builder, profile};
@@ -241,6 +318,17 @@ mod tests {
         assert_eq!(digits(9), 1);
         assert_eq!(digits(10), 2);
         assert_eq!(digits(u64::MAX), 20);
+    }
+
+    #[test]
+    fn push_decimal_and_push_spaces_match_format() {
+        let mut out = String::new();
+        for n in [0, 7, 10, 99, 12_345, u64::MAX] {
+            push_decimal(&mut out, n);
+            push_spaces(&mut out, 1);
+        }
+        push_spaces(&mut out, 70);
+        assert_eq!(out, format!("0 7 10 99 12345 {} {:70}", u64::MAX, ""));
     }
 
     #[test]

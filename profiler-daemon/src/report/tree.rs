@@ -7,15 +7,22 @@
 //! `noisefloor` filters. It must not decide how frames are expanded or
 //! named (see `frames`) nor how sections are formed (see the parent module).
 //!
+//! The lines of each distinct stack are sorted once per report; a
+//! section's tree is then built in one pass over its stacks in that order,
+//! each stack sharing its first nodes with the one before, the nodes laid
+//! out depth first: siblings come in `FileFuncLine` order, and finding the
+//! nodes to print is a walk over the nodes in order.
+//!
 //! Deviation from Julia: `sortedby = Count` and `Overhead` list the biggest
 //! child first (Julia lists it last), ties broken by count, then by file,
 //! function and line; `maxdepth = n` prints n levels; and the noise floor
 //! also applies to roots, against the section's total.
 
-use std::{collections::HashMap, fmt::Write as _};
-
-use super::frames::LineKey;
-use super::{ReportError, Section, digits, render_sections};
+use super::frames::{Expansion, LineId, Lines, StackSample, small_id};
+use super::sequences::Sequences;
+use super::{
+    ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_spaces, render_sections,
+};
 use crate::profile::{Profile, ReportOptions, SortedBy};
 
 /// Indentation columns (one per level) shown before deeper levels are
@@ -25,164 +32,407 @@ const MAX_INDENT: usize = 60;
 const HEADER: &str = "Overhead ╎ [+additional indent] Count File:Line; Function\n\
                       =========================================================\n";
 
+/// The column between the overhead and the indentation.
+const GUIDE: char = '╎';
+
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
-    render_sections(profile, options, HEADER, write_tree)
+    let expansion = Expansion::new(profile, options.kernel)?;
+    let lines = Lines::new(&expansion, options.combine)?;
+    // The stacks' lines in lexicographic order: the order of the nodes.
+    let (stacks, ranks) = lines.of_stacks(&expansion)?.sorted(lines.keys().len());
+    let mut printer = Printer::new(&expansion, &lines, stacks, ranks, options);
+    render_sections(profile, &expansion, options, HEADER, |out, section| {
+        printer.write_tree(out, section)
+    })
 }
 
-struct Node<'a> {
-    key: LineKey<'a>,
+/// A node of a [`Tree`].
+struct Node {
+    line: LineId,
+    /// One past the last node of this node's subtree.
+    end: u32,
     /// Samples whose stack passes through this node.
     count: u64,
     /// Samples whose stack ends at this node.
     overhead: u64,
-    children: Vec<usize>,
 }
 
-/// The prefix tree of a section's stacks, in an arena.
-struct Tree<'a> {
-    nodes: Vec<Node<'a>>,
-    roots: Vec<usize>,
-    total: u64,
+/// The prefix tree of a section's stacks, its nodes in depth-first order
+/// with siblings in line (that is `LineKey`) order: a node's subtree is
+/// `nodes[id..end]`, its first child `id + 1`, its next sibling `end`.
+#[derive(Default)]
+struct Tree {
+    nodes: Vec<Node>,
+    /// The path to the node of the stack being added, root first.
+    path: Vec<u32>,
 }
 
-impl<'a> Tree<'a> {
-    fn build(section: &Section<'_, 'a>, combine: bool) -> Self {
-        let mut tree = Tree {
-            nodes: Vec::new(),
-            roots: Vec::new(),
-            total: section.total,
-        };
-        let mut index: HashMap<(Option<usize>, LineKey<'a>), usize> = HashMap::new();
-        for sample in &section.samples {
-            let mut parent = None;
-            for frame in sample.frames() {
-                let key = LineKey::new(frame, combine);
-                let id = match index.get(&(parent, key)) {
-                    Some(&id) => id,
-                    None => {
-                        let id = tree.nodes.len();
-                        tree.nodes.push(Node {
-                            key,
-                            count: 0,
-                            overhead: 0,
-                            children: Vec::new(),
-                        });
-                        match parent {
-                            Some(parent) => tree.nodes[parent].children.push(id),
-                            None => tree.roots.push(id),
-                        }
-                        index.insert((parent, key), id);
-                        id
-                    }
-                };
-                tree.nodes[id].count = tree.nodes[id].count.saturating_add(sample.count);
-                parent = Some(id);
+impl Tree {
+    /// Builds the tree of `stacks` (line sequences with their counts),
+    /// which must come in lexicographic order: each stack then shares its
+    /// first nodes with the stack before it and adds the rest anew.
+    fn build<'l>(
+        &mut self,
+        stacks: impl Iterator<Item = (&'l [LineId], u64)>,
+    ) -> Result<(), ReportError> {
+        self.nodes.clear();
+        self.path.clear();
+        let mut previous: &[LineId] = &[];
+        for (lines, count) in stacks {
+            let common = previous
+                .iter()
+                .zip(lines)
+                .take_while(|(a, b)| a == b)
+                .count();
+            self.close(common)?;
+            for &line in &lines[common..] {
+                self.path.push(small_id(self.nodes.len(), "tree nodes")?);
+                self.nodes.push(Node {
+                    line,
+                    end: 0,
+                    count: 0,
+                    overhead: 0,
+                });
             }
-            if let Some(leaf) = parent {
-                tree.nodes[leaf].overhead = tree.nodes[leaf].overhead.saturating_add(sample.count);
+            if let Some(&leaf) = self.path.last() {
+                let leaf = &mut self.nodes[leaf as usize];
+                leaf.count = leaf.count.saturating_add(count);
+                leaf.overhead = leaf.overhead.saturating_add(count);
             }
+            previous = lines;
         }
-        tree
+        self.close(0)
     }
 
-    /// The nodes to print, in print order, with their depth (1 = root).
-    /// Iterative, so that deep (e.g. recursive) stacks cannot overflow.
-    fn visible(&self, options: &ReportOptions) -> Vec<(usize, usize)> {
-        let mut shown = Vec::new();
-        let mut pending = Vec::new();
-        self.push_children(&mut pending, &self.roots, self.total, 1, options);
-        while let Some((id, depth)) = pending.pop() {
-            shown.push((id, depth));
-            let node = &self.nodes[id];
-            self.push_children(&mut pending, &node.children, node.count, depth + 1, options);
+    /// Completes the nodes of `path` past its first `depth`: their subtree
+    /// ends here, and their count goes to their parent's.
+    fn close(&mut self, depth: usize) -> Result<(), ReportError> {
+        let end = small_id(self.nodes.len(), "tree nodes")?;
+        while self.path.len() > depth {
+            let Some(id) = self.path.pop() else { break };
+            let node = &mut self.nodes[id as usize];
+            node.end = end;
+            let count = node.count;
+            if let Some(&parent) = self.path.last() {
+                let parent = &mut self.nodes[parent as usize];
+                parent.count = parent.count.saturating_add(count);
+            }
         }
-        shown
+        Ok(())
     }
 
-    /// Pushes the children that pass the filters so that the first in
-    /// order is popped first.
-    fn push_children(
-        &self,
-        pending: &mut Vec<(usize, usize)>,
-        children: &[usize],
-        parent_count: u64,
-        depth: usize,
+    /// The roots of the subtrees that `nodes[first..end]` is made of, in
+    /// line order: the children of node `first - 1`, or all roots when
+    /// `first` is 0 and `end` the number of nodes.
+    fn children(&self, first: u32, end: u32) -> impl Iterator<Item = u32> + '_ {
+        std::iter::successors((first < end).then_some(first), move |&child| {
+            let next = self.nodes[child as usize].end;
+            (next < end).then_some(next)
+        })
+    }
+}
+
+/// Writes the trees of a report's sections, with what they share computed
+/// once and buffers kept from section to section.
+struct Printer<'l, 'a> {
+    samples: &'l [StackSample<'a>],
+    options: &'l ReportOptions,
+    /// ` file:line; function` and a line break, for each line.
+    texts: Vec<String>,
+    /// The distinct stacks as lines, in lexicographic order.
+    stacks: Sequences,
+    /// The rank in `stacks` of each stack of the expansion.
+    ranks: Vec<u32>,
+    indents: Indents,
+    /// A section's samples as (rank of the stack, count).
+    entries: Vec<(u32, u64)>,
+    /// A section's samples per stack rank, for big sections.
+    rank_counts: Vec<u64>,
+    tree: Tree,
+    walk: Walk,
+}
+
+impl<'l, 'a> Printer<'l, 'a> {
+    fn new(
+        expansion: &'l Expansion<'a>,
+        lines: &Lines<'_>,
+        stacks: Sequences,
+        ranks: Vec<u32>,
+        options: &'l ReportOptions,
+    ) -> Self {
+        Printer {
+            samples: &expansion.samples,
+            options,
+            texts: lines
+                .keys()
+                .iter()
+                .map(|key| format!(" {}\n", key.text()))
+                .collect(),
+            stacks,
+            ranks,
+            indents: Indents::new(),
+            entries: Vec::new(),
+            rank_counts: Vec::new(),
+            tree: Tree::default(),
+            walk: Walk::default(),
+        }
+    }
+
+    fn write_tree(&mut self, out: &mut String, section: &Section) -> Result<(), ReportError> {
+        self.collect_entries(section);
+        let stacks = &self.stacks;
+        self.tree.build(
+            self.entries
+                .iter()
+                .map(|&(rank, count)| (stacks.get(rank), count)),
+        )?;
+        let (texts, indents) = (&self.texts, &self.indents);
+
+        // First the widths of the columns and the size of the text.
+        let (mut max_overhead, mut max_count) = (0, 0);
+        let (mut shown, mut size) = (0, 0);
+        self.walk
+            .visit(&self.tree, self.options, section.total, |node, depth| {
+                max_overhead = max_overhead.max(node.overhead);
+                max_count = max_count.max(node.count);
+                shown += 1;
+                size += indents.len(depth as usize - 1) + texts[node.line as usize].len();
+            });
+        let overhead_width = digits(max_overhead);
+        let count_width = digits(max_count);
+        out.reserve(size + shown * (overhead_width + count_width) + SECTION_END_BYTES);
+
+        self.walk
+            .visit(&self.tree, self.options, section.total, |node, depth| {
+                if node.overhead == 0 {
+                    push_spaces(out, overhead_width);
+                } else {
+                    push_spaces(out, overhead_width - digits(node.overhead));
+                    push_decimal(out, node.overhead);
+                }
+                indents.push(out, depth as usize - 1);
+                push_decimal(out, node.count);
+                push_spaces(out, count_width - digits(node.count));
+                out.push_str(&texts[node.line as usize]);
+            });
+        Ok(())
+    }
+
+    /// Fills `entries` with the section's samples as (stack rank, count),
+    /// by rank: in lexicographic order of their lines.
+    fn collect_entries(&mut self, section: &Section) {
+        self.entries.clear();
+        let samples = self.samples;
+        let rank = |index: u32| self.ranks[samples[index as usize].stack as usize];
+        let ranks = self.stacks.len();
+        if section.samples.len() < ranks / 4 {
+            let counts = section
+                .samples
+                .iter()
+                .map(|&index| samples[index as usize].count);
+            self.entries
+                .extend(section.samples.iter().map(|&index| rank(index)).zip(counts));
+            self.entries.sort_unstable_by_key(|&(rank, _)| rank);
+        } else {
+            // Many samples: counting per rank beats sorting them.
+            self.rank_counts.clear();
+            self.rank_counts.resize(ranks, 0);
+            for &index in &section.samples {
+                let count = &mut self.rank_counts[rank(index) as usize];
+                *count = count.saturating_add(samples[index as usize].count);
+            }
+            self.entries.extend(
+                (0..)
+                    .zip(&self.rank_counts)
+                    .filter(|&(_, &count)| count > 0)
+                    .map(|(rank, &count)| (rank, count)),
+            );
+        }
+    }
+}
+
+/// Finds the nodes to print, with buffers kept from walk to walk.
+/// Iterative, so that deep (e.g. recursive) stacks cannot overflow.
+#[derive(Default)]
+struct Walk {
+    /// Nodes to visit, the next on top, with their depth.
+    pending: Vec<(u32, u32)>,
+    /// Children that passed the filters.
+    kept: Vec<u32>,
+    /// The shown ancestors of a node: (end of subtree, count).
+    ancestors: Vec<(u32, u64)>,
+}
+
+impl Walk {
+    /// Calls `visit` with each node to print, in print order, and its depth
+    /// (1 = root). `total` is the section's.
+    fn visit(
+        &mut self,
+        tree: &Tree,
         options: &ReportOptions,
+        total: u64,
+        visit: impl FnMut(&Node, u32),
     ) {
-        if options
-            .maxdepth
-            .is_some_and(|maxdepth| depth > maxdepth as usize)
-        {
-            return;
+        match options.sortedby {
+            SortedBy::FileFuncLine => self.in_line_order(tree, options, total, visit),
+            SortedBy::Count | SortedBy::Overhead => self.sorted(tree, options, total, visit),
         }
-        let noise = options.noisefloor * (parent_count as f64).sqrt();
-        let mut kept: Vec<usize> = children
-            .iter()
-            .copied()
-            .filter(|&id| {
-                let count = self.nodes[id].count;
-                count >= options.mincount && !(options.noisefloor > 0.0 && count as f64 <= noise)
-            })
-            .collect();
-        kept.sort_by(|&a, &b| {
-            let (a, b) = (&self.nodes[a], &self.nodes[b]);
-            match options.sortedby {
-                SortedBy::FileFuncLine => a.key.cmp(&b.key),
-                SortedBy::Count => b.count.cmp(&a.count).then(a.key.cmp(&b.key)),
-                SortedBy::Overhead => b
-                    .overhead
+    }
+
+    /// Siblings print in line order, the order of the nodes: one pass,
+    /// skipping the subtrees of hidden nodes.
+    fn in_line_order(
+        &mut self,
+        tree: &Tree,
+        options: &ReportOptions,
+        total: u64,
+        mut visit: impl FnMut(&Node, u32),
+    ) {
+        let ancestors = &mut self.ancestors;
+        ancestors.clear();
+        let mut id = 0;
+        while let Some(node) = tree.nodes.get(id as usize) {
+            while ancestors.last().is_some_and(|&(end, _)| id >= end) {
+                ancestors.pop();
+            }
+            let parent_count = ancestors.last().map_or(total, |&(_, count)| count);
+            // No deeper than the tree has nodes, whose ids are 32-bit.
+            let depth = ancestors.len() as u32 + 1;
+            if passes(options, node.count, parent_count, depth) {
+                visit(node, depth);
+                ancestors.push((node.end, node.count));
+                id += 1;
+            } else {
+                id = node.end;
+            }
+        }
+    }
+
+    /// Siblings print as `sortedby` asks.
+    fn sorted(
+        &mut self,
+        tree: &Tree,
+        options: &ReportOptions,
+        total: u64,
+        mut visit: impl FnMut(&Node, u32),
+    ) {
+        self.pending.clear();
+        let roots_end = tree.nodes.len() as u32;
+        self.push_children(tree, options, 0, roots_end, total, 1);
+        while let Some((id, depth)) = self.pending.pop() {
+            let node = &tree.nodes[id as usize];
+            visit(node, depth);
+            self.push_children(tree, options, id + 1, node.end, node.count, depth + 1);
+        }
+    }
+
+    /// Pushes the children (the subtrees of `nodes[first..end]`) that pass
+    /// the filters so that the first in order is popped first.
+    fn push_children(
+        &mut self,
+        tree: &Tree,
+        options: &ReportOptions,
+        first: u32,
+        end: u32,
+        parent_count: u64,
+        depth: u32,
+    ) {
+        let nodes = &tree.nodes;
+        let kept = &mut self.kept;
+        kept.clear();
+        kept.extend(
+            tree.children(first, end)
+                .filter(|&id| passes(options, nodes[id as usize].count, parent_count, depth)),
+        );
+        // Children come in line order, that is by file, function and line.
+        match options.sortedby {
+            SortedBy::FileFuncLine => {}
+            SortedBy::Count => kept.sort_unstable_by(|&a, &b| {
+                let (a, b) = (&nodes[a as usize], &nodes[b as usize]);
+                b.count.cmp(&a.count).then(a.line.cmp(&b.line))
+            }),
+            SortedBy::Overhead => kept.sort_unstable_by(|&a, &b| {
+                let (a, b) = (&nodes[a as usize], &nodes[b as usize]);
+                b.overhead
                     .cmp(&a.overhead)
                     .then(b.count.cmp(&a.count))
-                    .then(a.key.cmp(&b.key)),
-            }
-        });
-        pending.extend(kept.into_iter().rev().map(|id| (id, depth)));
-    }
-}
-
-fn write_tree(
-    out: &mut String,
-    section: &Section<'_, '_>,
-    options: &ReportOptions,
-) -> Result<(), ReportError> {
-    let tree = Tree::build(section, options.combine);
-    let shown = tree.visible(options);
-    let nodes = shown.iter().map(|&(id, _)| &tree.nodes[id]);
-    let overhead_width = digits(nodes.clone().map(|node| node.overhead).max().unwrap_or(0));
-    let count_width = digits(nodes.map(|node| node.count).max().unwrap_or(0));
-    for (id, depth) in shown {
-        let node = &tree.nodes[id];
-        let overhead = match node.overhead {
-            0 => String::new(),
-            overhead => overhead.to_string(),
-        };
-        writeln!(
-            out,
-            "{overhead:>overhead_width$}╎{}{:<count_width$} {}",
-            indent(depth - 1),
-            node.count,
-            node.key.text()
-        )?;
-    }
-    Ok(())
-}
-
-/// The indentation of a node `level` levels below the roots, one column per
-/// level. Past [`MAX_INDENT`] columns the deepest shown column is followed
-/// by `+n `, `n` being the levels not drawn, so the text stays in view.
-fn indent(level: usize) -> String {
-    if level <= MAX_INDENT {
-        return guides(level);
-    }
-    let mut tag_width = "+n ".len();
-    loop {
-        let drawn = MAX_INDENT - tag_width;
-        let tag = format!("+{} ", level - drawn);
-        if tag.len() <= tag_width {
-            return guides(drawn) + &tag;
+                    .then(a.line.cmp(&b.line))
+            }),
         }
-        tag_width = tag.len();
+        self.pending
+            .extend(kept.iter().rev().map(|&id| (id, depth)));
     }
+}
+
+/// Whether a node with `count` samples, `depth` levels deep, under a parent
+/// with `parent_count` passes `maxdepth`, `mincount` and `noisefloor`.
+fn passes(options: &ReportOptions, count: u64, parent_count: u64, depth: u32) -> bool {
+    options.maxdepth.is_none_or(|maxdepth| depth <= maxdepth)
+        && count >= options.mincount
+        && !(options.noisefloor > 0.0
+            && count as f64 <= options.noisefloor * (parent_count as f64).sqrt())
+}
+
+/// The guide column and indentation of a node `level` levels below the
+/// roots, one column per level. Past [`MAX_INDENT`] columns the deepest
+/// shown column is followed by `+n `, `n` being the levels not drawn, so the
+/// text stays in view.
+struct Indents {
+    /// The guide column and `guides(columns)`, for every number of columns
+    /// drawn.
+    guides: Vec<String>,
+}
+
+impl Indents {
+    fn new() -> Self {
+        Indents {
+            guides: (0..=MAX_INDENT)
+                .map(|columns| format!("{GUIDE}{}", guides(columns)))
+                .collect(),
+        }
+    }
+
+    /// The columns drawn, and the levels summarized by a `+n ` tag.
+    fn layout(level: usize) -> (usize, Option<usize>) {
+        if level <= MAX_INDENT {
+            return (level, None);
+        }
+        let mut tag_width = "+n ".len();
+        loop {
+            let drawn = MAX_INDENT - tag_width;
+            let hidden = level - drawn;
+            let width = "+ ".len() + digits(hidden as u64);
+            if width <= tag_width {
+                return (drawn, Some(hidden));
+            }
+            tag_width = width;
+        }
+    }
+
+    /// The length in bytes of the guide column and indentation of `level`.
+    fn len(&self, level: usize) -> usize {
+        let (drawn, hidden) = Self::layout(level);
+        self.guides[drawn].len() + hidden.map_or(0, |hidden| "+ ".len() + digits(hidden as u64))
+    }
+
+    /// Appends the guide column and indentation of `level`.
+    fn push(&self, out: &mut String, level: usize) {
+        let (drawn, hidden) = Self::layout(level);
+        out.push_str(&self.guides[drawn]);
+        if let Some(hidden) = hidden {
+            out.push('+');
+            push_decimal(out, hidden as u64);
+            out.push(' ');
+        }
+    }
+}
+
+/// The indentation of `level` (without the guide column) as a string.
+#[cfg(test)]
+fn indent(level: usize) -> String {
+    let mut out = String::new();
+    Indents::new().push(&mut out, level);
+    out.split_off(GUIDE.len_utf8())
 }
 
 /// `columns` columns of guides: a `╎` in every fifth, the last one blank.
@@ -190,7 +440,7 @@ fn guides(columns: usize) -> String {
     (0..columns)
         .map(|column| {
             if column % 5 == 4 && column + 1 < columns {
-                '╎'
+                GUIDE
             } else {
                 ' '
             }
@@ -656,5 +906,161 @@ mod tests {
             "# warning: kernel symbols unavailable\n# lost: stack_map_full=3\nOverhead ╎"
         ));
         assert!(text.contains(&format!("\n{0}╎{0} app.c:10; main\n", u64::MAX)));
+    }
+
+    #[test]
+    fn very_deep_stacks_render() {
+        let names: Vec<String> = (0..100_000).map(|i| format!("f{}", i % 3)).collect();
+        let chain: Vec<&str> = names.iter().map(String::as_str).collect();
+        let p = profile(&[(&chain, 2), (&chain[..50_000], 1)]);
+        let text = default_tree(&p);
+        let lines = body(&text);
+        assert_eq!(lines.len(), 100_000);
+        // Level 49,999: 53 columns drawn and a 7-column tag.
+        assert_eq!(
+            lines[49_999],
+            format!("1╎{}+49946 3 app.c:10; f1", guides(53))
+        );
+        assert_eq!(
+            lines[99_999],
+            format!("2╎{}+99946 2 app.c:10; f0", guides(53))
+        );
+    }
+
+    /// A node of [`reference_body`]'s tree.
+    #[derive(Default)]
+    struct ReferenceNode<'a> {
+        count: u64,
+        overhead: u64,
+        children: std::collections::BTreeMap<super::super::frames::LineKey<'a>, ReferenceNode<'a>>,
+    }
+
+    /// The body of an ungrouped tree report as a naive recursive tree of
+    /// `LineKey`s gives it.
+    fn reference_body(profile: &Profile, options: &ReportOptions) -> Vec<String> {
+        use super::super::frames::LineKey;
+
+        fn shown<'n, 'a>(
+            node: &'n ReferenceNode<'a>,
+            depth: usize,
+            options: &ReportOptions,
+            out: &mut Vec<(&'n LineKey<'a>, &'n ReferenceNode<'a>, usize)>,
+        ) {
+            if options
+                .maxdepth
+                .is_some_and(|maxdepth| depth > maxdepth as usize)
+            {
+                return;
+            }
+            let noise = options.noisefloor * (node.count as f64).sqrt();
+            let mut children: Vec<_> = node
+                .children
+                .iter()
+                .filter(|(_, child)| {
+                    child.count >= options.mincount
+                        && !(options.noisefloor > 0.0 && child.count as f64 <= noise)
+                })
+                .collect();
+            // Stable sorts keep the map's key order among ties.
+            match options.sortedby {
+                SortedBy::FileFuncLine => {}
+                SortedBy::Count => {
+                    children.sort_by_key(|(_, child)| std::cmp::Reverse(child.count))
+                }
+                SortedBy::Overhead => children.sort_by_key(|(_, child)| {
+                    (
+                        std::cmp::Reverse(child.overhead),
+                        std::cmp::Reverse(child.count),
+                    )
+                }),
+            }
+            for (key, child) in children {
+                out.push((key, child, depth));
+                shown(child, depth + 1, options, out);
+            }
+        }
+
+        let expansion = Expansion::new(profile, options.kernel).expect("valid");
+        let mut root = ReferenceNode::default();
+        for sample in &expansion.samples {
+            root.count += sample.count;
+            let mut node = &mut root;
+            for frame in expansion.frames_of(sample.stack) {
+                let key = LineKey::new(expansion.frames[frame as usize], options.combine);
+                node = node.children.entry(key).or_default();
+                node.count += sample.count;
+            }
+            node.overhead += sample.count;
+        }
+        let mut nodes = Vec::new();
+        shown(&root, 1, options, &mut nodes);
+        let overhead_width = digits(nodes.iter().map(|(_, n, _)| n.overhead).max().unwrap_or(0));
+        let count_width = digits(nodes.iter().map(|(_, n, _)| n.count).max().unwrap_or(0));
+        nodes
+            .iter()
+            .map(|(key, node, depth)| {
+                let overhead = match node.overhead {
+                    0 => String::new(),
+                    overhead => overhead.to_string(),
+                };
+                format!(
+                    "{overhead:>overhead_width$}╎{}{:<count_width$} {}",
+                    indent(depth - 1),
+                    node.count,
+                    key.text()
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn random_trees_match_a_naive_tree() {
+        let mut random = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |below: usize| {
+            random ^= random << 13;
+            random ^= random >> 7;
+            random ^= random << 17;
+            (random % below as u64) as usize
+        };
+        let mut b = Builder::new();
+        let mut sites = Vec::new();
+        for (index, name) in ["a", "b", "c", "k:d", "k:e", "f"].iter().enumerate() {
+            sites.push(b.named(name));
+            // The same source line at another address.
+            if index % 2 == 0 {
+                sites.push(b.location(location(
+                    LocationKind::User,
+                    "/usr/bin/app",
+                    0x9000 + index as u64,
+                    vec![frame(name, Some("app.c"), 10, false)],
+                )));
+            }
+        }
+        sites.push(b.deflate_inlining_fill_window(None, 0));
+        for _ in 0..300 {
+            let length = next(9);
+            let stack = (0..length).map(|_| sites[next(sites.len())]).collect();
+            b.sample(0, stack, 1 + next(20) as u64);
+        }
+        let p = b.build();
+        for sortedby in [SortedBy::FileFuncLine, SortedBy::Count, SortedBy::Overhead] {
+            for (mincount, noisefloor, maxdepth) in
+                [(0, 0.0, None), (15, 0.0, Some(4)), (0, 0.7, None)]
+            {
+                for (combine, kernel) in [(true, true), (false, false)] {
+                    let options = ReportOptions {
+                        sortedby,
+                        mincount,
+                        noisefloor,
+                        maxdepth,
+                        combine,
+                        kernel,
+                        ..ReportOptions::default()
+                    };
+                    let text = tree(&p, options.clone());
+                    assert_eq!(body(&text), reference_body(&p, &options), "{options:?}");
+                }
+            }
+        }
     }
 }

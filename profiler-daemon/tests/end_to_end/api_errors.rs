@@ -124,6 +124,11 @@ async fn status_reports_sampling_and_zero_losses() {
         .filter(|loss| loss.count > 0)
         .collect();
     assert!(lost.is_empty(), "samples lost in an ordinary run: {lost:?}");
+    let log = daemon.log();
+    assert!(
+        !log.contains("entry by entry"),
+        "the kernel maps were not drained in batches:\n{log}"
+    );
     let symbolizer = status.symbolizer.expect("symbolizer status");
     assert!(symbolizer.user_addresses_cached > 0 && symbolizer.kernel_addresses_cached > 0);
     let store = status.store.expect("store status");

@@ -1,0 +1,183 @@
+//! Many short sequences of small ids (stacks as sites, lines or tokens)
+//! stored back to back in one vector, and their lexicographic order: what
+//! lets the formats work on stacks without a vector, a string or a hash per
+//! stack.
+
+use super::ReportError;
+use super::frames::small_id;
+
+/// Sequences of ids, numbered in the order they were added.
+pub(super) struct Sequences {
+    values: Vec<u32>,
+    /// Sequence `s` is `values[starts[s]..starts[s + 1]]`; the values past
+    /// the last start are the sequence being added.
+    starts: Vec<usize>,
+}
+
+impl Sequences {
+    /// Room for `sequences` sequences of `values` values in all.
+    pub fn with_capacity(sequences: usize, values: usize) -> Self {
+        let mut starts = Vec::with_capacity(sequences + 1);
+        starts.push(0);
+        Sequences {
+            values: Vec::with_capacity(values),
+            starts,
+        }
+    }
+
+    /// Adds values to the sequence being added.
+    pub fn extend(&mut self, values: impl IntoIterator<Item = u32>) {
+        self.values.extend(values);
+    }
+
+    pub fn push(&mut self, value: u32) {
+        self.values.push(value);
+    }
+
+    /// The values of the sequence being added so far.
+    pub fn current(&self) -> &[u32] {
+        let start = self.starts.last().copied().unwrap_or_default();
+        &self.values[start..]
+    }
+
+    /// Ends the sequence being added and returns its number.
+    pub fn finish(&mut self) -> Result<u32, ReportError> {
+        let number = small_id(self.starts.len() - 1, "stacks")?;
+        self.starts.push(self.values.len());
+        Ok(number)
+    }
+
+    /// Number of sequences.
+    pub fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    pub fn get(&self, sequence: u32) -> &[u32] {
+        let sequence = sequence as usize;
+        &self.values[self.starts[sequence]..self.starts[sequence + 1]]
+    }
+
+    /// All sequences, in number order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u32]> {
+        self.starts
+            .windows(2)
+            .map(|bounds| &self.values[bounds[0]..bounds[1]])
+    }
+
+    /// The distinct sequences in lexicographic order (a proper prefix
+    /// first), laid out in that order so that walking them in order reads
+    /// memory in order, and the rank of each sequence among them. Values
+    /// must be below `alphabet`.
+    pub fn sorted(&self, alphabet: usize) -> (Sequences, Vec<u32>) {
+        // As many as `finish` numbered, so each fits in 32 bits.
+        let mut order: Vec<u32> = (0..self.len()).map(|s| s as u32).collect();
+        sort_by_sequence(&mut order, alphabet, |sequence| self.get(sequence));
+        let mut sorted = Sequences::with_capacity(order.len(), self.values.len());
+        let mut ranks = vec![0; order.len()];
+        let mut previous: Option<&[u32]> = None;
+        for &sequence in &order {
+            let values = self.get(sequence);
+            if previous != Some(values) {
+                sorted.values.extend_from_slice(values);
+                sorted.starts.push(sorted.values.len());
+                previous = Some(values);
+            }
+            ranks[sequence as usize] = (sorted.len() - 1) as u32;
+        }
+        (sorted, ranks)
+    }
+}
+
+/// Sorts `items` by their sequences (`sequence(item)`, values below
+/// `alphabet`) in lexicographic order, a proper prefix first.
+///
+/// Comparing long slices that share long prefixes is what makes sorting
+/// stacks slow, so each item first gets a 128-bit key packing the start of
+/// its sequence (each value + 1, 0 past the end); only items with equal keys
+/// compare the rest of their slices.
+fn sort_by_sequence<'s>(items: &mut [u32], alphabet: usize, sequence: impl Fn(u32) -> &'s [u32]) {
+    let bits = (usize::BITS - alphabet.leading_zeros()).max(1);
+    let packed = (u128::BITS / bits) as usize;
+    let mut keyed: Vec<(u128, u32)> = items
+        .iter()
+        .map(|&item| {
+            let values = sequence(item);
+            let key = (0..packed).fold(0u128, |key, position| {
+                let digit = values
+                    .get(position)
+                    .map_or(0, |&value| u128::from(value) + 1);
+                (key << bits) | digit
+            });
+            (key, item)
+        })
+        .collect();
+    keyed.sort_unstable_by(|(a_key, a), (b_key, b)| {
+        a_key.cmp(b_key).then_with(|| {
+            let rest = |item| sequence(item).get(packed..).unwrap_or_default();
+            rest(*a).cmp(rest(*b))
+        })
+    });
+    for (item, (_, sorted)) in items.iter_mut().zip(keyed) {
+        *item = sorted;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sequences(values: &[Vec<u32>]) -> Sequences {
+        let mut sequences = Sequences::with_capacity(0, 0);
+        for sequence in values {
+            sequences.extend(sequence.iter().copied());
+            sequences.finish().expect("few");
+        }
+        sequences
+    }
+
+    #[test]
+    fn sorted_orders_like_slices_and_merges_equal_sequences() {
+        let long = |last: &[u32]| {
+            let mut values = vec![0];
+            values.extend([5; 13]);
+            values.extend(last);
+            values
+        };
+        let values: Vec<Vec<u32>> = vec![
+            vec![3, 1],
+            vec![3],
+            vec![],
+            long(&[2]),
+            long(&[1, 9]),
+            long(&[]),
+            vec![3, 1],
+            vec![1000],
+            vec![999, 1000, 0],
+            long(&[2]),
+        ];
+        let mut expected = values.clone();
+        expected.sort();
+        expected.dedup();
+        for alphabet in [1001, 1 << 20, u32::MAX as usize + 1] {
+            let (sorted, ranks) = sequences(&values).sorted(alphabet);
+            let sorted: Vec<Vec<u32>> = sorted.iter().map(<[u32]>::to_vec).collect();
+            assert_eq!(sorted, expected);
+            for (sequence, rank) in values.iter().zip(ranks) {
+                assert_eq!(&expected[rank as usize], sequence);
+            }
+        }
+    }
+
+    #[test]
+    fn sequences_are_numbered_in_order() {
+        let mut s = Sequences::with_capacity(2, 3);
+        s.push(4);
+        s.extend([5, 6]);
+        assert_eq!(s.current(), [4, 5, 6]);
+        assert_eq!(s.finish().expect("few"), 0);
+        assert_eq!(s.current(), []);
+        assert_eq!(s.finish().expect("few"), 1);
+        assert_eq!(s.len(), 2);
+        assert_eq!((s.get(0), s.get(1)), (&[4, 5, 6][..], &[][..]));
+    }
+}
