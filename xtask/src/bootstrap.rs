@@ -109,32 +109,30 @@ pub fn ebpf_toolchain() -> Result<()> {
 /// Makes sure the test suite's programs are there: gcc (which must be), and
 /// the packages in [`TEST_APT_PACKAGES`] (installed when missing).
 pub fn test_deps() -> Result<()> {
-    if process::find_program("gcc").is_none() {
-        bail!(
-            "gcc is not on PATH: the tests compile C workloads with it; \
-             install it (Debian: `apt-get install gcc`)"
-        );
-    }
-    ensure_apt_packages(TEST_APT_PACKAGES)?;
+    system_deps("the tests", TEST_APT_PACKAGES)?;
     process::output(process::command("go").args(["tool", "-n", "pprof"]))
         .context("`go tool pprof` is not available; the tests read profiles with it")?;
-    let names: Vec<&str> = TEST_APT_PACKAGES.iter().map(|pkg| pkg.provides).collect();
-    println!("ok: test dependencies (gcc, {})", names.join(", "));
     Ok(())
 }
 
 /// Makes sure the benchmark's programs are there: gcc, and the packages in
 /// [`BENCH_APT_PACKAGES`] (installed when missing).
 pub fn bench_deps() -> Result<()> {
+    system_deps("the benchmark", BENCH_APT_PACKAGES)
+}
+
+/// gcc (which `who` compiles its C workloads with, and which cannot be
+/// installed for it), then `packages`, installed when missing.
+fn system_deps(who: &str, packages: &[AptPackage]) -> Result<()> {
     if process::find_program("gcc").is_none() {
         bail!(
-            "gcc is not on PATH: the benchmark compiles C workloads with it; \
+            "gcc is not on PATH: {who} compile C workloads with it; \
              install it (Debian: `apt-get install gcc`)"
         );
     }
-    ensure_apt_packages(BENCH_APT_PACKAGES)?;
-    let names: Vec<&str> = BENCH_APT_PACKAGES.iter().map(|pkg| pkg.provides).collect();
-    println!("ok: benchmark dependencies (gcc, {})", names.join(", "));
+    ensure_apt_packages(packages)?;
+    let names: Vec<&str> = packages.iter().map(|pkg| pkg.provides).collect();
+    println!("ok: programs {who} need (gcc, {})", names.join(", "));
     Ok(())
 }
 

@@ -202,7 +202,7 @@ impl<'l, 'a> Table<'l, 'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{Builder, frame, location, profile};
+    use super::super::test_support::{Builder, frame, hot_at, location, profile};
     use super::*;
     use crate::profile::{Format, GroupBy, LocationKind, LossCause};
 
@@ -317,15 +317,7 @@ mod tests {
     fn combine_off_splits_one_line_by_address() {
         let mut b = Builder::new();
         let main = b.named("main");
-        let mut hot = |address| {
-            b.location(location(
-                LocationKind::User,
-                "/usr/bin/app",
-                address,
-                vec![frame("hot", Some("app.c"), 42, false)],
-            ))
-        };
-        let (first, second) = (hot(0x1a2b), hot(0x1a30));
+        let (first, second) = (hot_at(&mut b, 0x1a2b), hot_at(&mut b, 0x1a30));
         b.sample(0, vec![main, first], 3);
         b.sample(0, vec![main, second], 2);
         let p = b.build();

@@ -270,7 +270,7 @@ fn clean(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{Builder, frame, location, profile};
+    use super::super::test_support::{Builder, Random, frame, location, profile};
     use super::*;
     use crate::profile::{Format, LossCause};
 
@@ -430,13 +430,8 @@ mod tests {
         let names = [
             "a", "a-", "a:", "a;b", "a:b", "ab", "a b", "", "a\nb", "b", "a0", "a_[i]", "~",
         ];
-        let mut random = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = |below: usize| {
-            random ^= random << 13;
-            random ^= random >> 7;
-            random ^= random << 17;
-            (random % below as u64) as usize
-        };
+        let mut random = Random::new(0x2545_f491_4f6c_dd1d_u64);
+        let mut next = |below: usize| random.below(below);
         let mut b = Builder::new();
         let threads = [
             0,

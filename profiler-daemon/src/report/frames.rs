@@ -453,7 +453,7 @@ impl<'a> Lines<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{Builder, frame, location};
+    use super::super::test_support::{Builder, frame, hot_at, location};
     use super::*;
 
     fn texts(expansion: &Expansion<'_>, sample: usize, combine: bool) -> Vec<String> {
@@ -576,15 +576,7 @@ mod tests {
     #[test]
     fn combine_merges_frames_of_one_source_line() {
         let mut b = Builder::new();
-        let mut hot = |address| {
-            b.location(location(
-                LocationKind::User,
-                "/usr/bin/app",
-                address,
-                vec![frame("hot", Some("app.c"), 42, false)],
-            ))
-        };
-        let (first, second) = (hot(0x10), hot(0x20));
+        let (first, second) = (hot_at(&mut b, 0x10), hot_at(&mut b, 0x20));
         b.sample(0, vec![first], 1);
         b.sample(0, vec![second], 1);
         let p = b.build();

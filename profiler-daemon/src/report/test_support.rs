@@ -162,3 +162,31 @@ pub fn profile(stacks: &[(&[&str], u64)]) -> Profile {
     builder.stacks(0, stacks);
     builder.build()
 }
+
+/// A fixed pseudo-random sequence (xorshift64) for tests that shake inputs.
+pub struct Random(u64);
+
+impl Random {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    /// A number below `below`.
+    pub fn below(&mut self, below: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % below as u64) as usize
+    }
+}
+
+/// `hot` at app.c:42, compiled at `address` of /usr/bin/app: several calls
+/// give one source line at several addresses.
+pub fn hot_at(b: &mut Builder, address: u64) -> u32 {
+    b.location(location(
+        LocationKind::User,
+        "/usr/bin/app",
+        address,
+        vec![frame("hot", Some("app.c"), 42, false)],
+    ))
+}

@@ -450,7 +450,7 @@ fn guides(columns: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{Builder, frame, location, profile};
+    use super::super::test_support::{Builder, Random, frame, location, profile};
     use super::*;
     use crate::profile::{Format, GroupBy, LocationKind, LossCause};
 
@@ -1015,13 +1015,8 @@ mod tests {
 
     #[test]
     fn random_trees_match_a_naive_tree() {
-        let mut random = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = |below: usize| {
-            random ^= random << 13;
-            random ^= random >> 7;
-            random ^= random << 17;
-            (random % below as u64) as usize
-        };
+        let mut random = Random::new(0x9e37_79b9_7f4a_7c15_u64);
+        let mut next = |below: usize| random.below(below);
         let mut b = Builder::new();
         let mut sites = Vec::new();
         for (index, name) in ["a", "b", "c", "k:d", "k:e", "f"].iter().enumerate() {
