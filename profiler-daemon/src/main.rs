@@ -84,6 +84,7 @@ async fn run(config: Config) -> Result<()> {
     let started = Instant::now();
     // First, so that a second daemon fails before touching the kernel.
     let (listener, _socket_file) = bind(&config.socket)?;
+    tokio::spawn(release_freed_memory());
     let mut sampler = Sampler::start(&SamplerSettings {
         frequency_hz: config.frequency_hz,
         drain_interval: config.drain_interval,
@@ -164,6 +165,18 @@ fn bind(socket: &Path) -> Result<(UnixListener, SocketFile)> {
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("cannot set the permissions of {}", socket.display()))?;
     Ok((listener, file))
+}
+
+/// Returns memory freed after large reports to the system now and then, so
+/// that one big request does not leave the daemon's resident size high.
+async fn release_freed_memory() {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(30));
+    loop {
+        every.tick().await;
+        // SAFETY: malloc_trim only returns free heap pages to the kernel; it
+        // is safe to call at any time from any thread.
+        unsafe { libc::malloc_trim(0) };
+    }
 }
 
 async fn shutdown_signal() {

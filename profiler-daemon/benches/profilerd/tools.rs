@@ -134,20 +134,27 @@ impl Profiler {
         self.child.id()
     }
 
-    /// Waits until the profiler is in its steady state: profilerd has
-    /// drained twice (its first drains symbolize everything already
-    /// running); the others get half a second.
+    /// Waits until the profiler has caught up with what ran so far: two
+    /// more drains for profilerd (the first symbolizes what it had not seen
+    /// yet); half a second for the others.
     pub async fn settle(&self) -> Result<()> {
         match self.tool {
             Tool::Profilerd => {
                 let mut daemon = client::connect(&self.socket).await?;
+                let drains = |status: v1::StatusReply| status.drains;
+                let start = drains(
+                    daemon
+                        .get_status(v1::GetStatusRequest {})
+                        .await?
+                        .into_inner(),
+                );
                 let deadline = Instant::now() + Duration::from_secs(30);
-                while daemon
-                    .get_status(v1::GetStatusRequest {})
-                    .await?
-                    .into_inner()
-                    .drains
-                    < 2
+                while drains(
+                    daemon
+                        .get_status(v1::GetStatusRequest {})
+                        .await?
+                        .into_inner(),
+                ) < start + 2
                 {
                     if Instant::now() > deadline {
                         bail!("profilerd did not drain twice within 30 s");
