@@ -22,7 +22,7 @@ use profiler_common::Counter;
 use tracing::{debug, error, warn};
 
 use crate::{
-    drain::{CounterDeltas, Drainer},
+    drain::{self, CounterDeltas, Drainer},
     processes::{NormalizedBatch, ProcessStats, ProcessTable},
     sampling::Sampler,
     store::Store,
@@ -231,11 +231,13 @@ fn drain_periodically(
         let raw = match drainer.drain() {
             Ok(raw) => raw,
             Err(err) => {
+                // Those waiting for this drain get an error (their channel
+                // closes); the next drain tries again.
                 error!("draining the kernel maps failed: {err}");
                 continue;
             }
         };
-        let lost: u64 = raw.counters[1..].iter().sum();
+        let lost: u64 = drain::losses(&raw.counters).map(|(_, count)| count).sum();
         if lost > 0 {
             warn!(
                 lost,

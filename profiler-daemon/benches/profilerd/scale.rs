@@ -67,7 +67,7 @@ async fn run_profilerd(
     let retention = humantime::format_duration(plan.scale_window).to_string();
     println!(
         "\n== scale: profilerd at {HZ} Hz holding {retention} of a storm of short-lived \
-         processes ({width} at a time, paths from a pool of 60000)"
+         processes ({width} at a time, skewed paths from a pool of 10000)"
     );
     let dir = out_dir.join("runs").join("scale-profilerd");
     let profiler = Profiler::start(
@@ -262,6 +262,7 @@ fn memory_table(plan: &Plan, ours: &Ours, others: &[Other]) -> Table {
             "processes",
             "what it holds",
             "peak RSS, MiB",
+            "with reports, MiB",
             "CPU-s per minute",
         ],
     );
@@ -292,9 +293,10 @@ fn memory_table(plan: &Plan, ours: &Ours, others: &[Other]) -> Table {
         ]);
     }
     table.note(format!(
-        "stack_storm keeps one process per CPU busy, each living 0.1–0.8 s and walking random \
-         depth-8 paths through 32 functions, drawn from a pool of 60,000 (a bounded set of \
-         stacks, as a real service has). profilerd runs with retention {} and the default \
+        "stack_storm keeps one process per CPU busy, each living 1–5 s and walking random \
+         depth-8 paths through 32 functions, drawn from a pool of 10,000 with the first paths \
+         far more often than the last (bounded and skewed, as a real service's stacks are; \
+         the instructions a sample lands on make several distinct stacks per path). profilerd runs with retention {} and the default \
          memory ceiling; its peak RSS (VmHWM) is taken once it holds the whole window, and again \
          after the report requests of table 5, which add the size of the largest report (the \
          tree of every stack, in the table) a few times over while it is built and sent. perf \

@@ -11,11 +11,17 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 use crate::measure::{self, Exited};
 
+/// Distinct call paths of the storm: with the instructions of the leaf a
+/// sample can land on, several times as many distinct stacks, the
+/// 50,000-stack scale the memory and latency questions are asked at.
+pub const STORM_PATHS: u32 = 10_000;
+
 /// The built workloads.
 pub struct Workloads {
     /// Fixed CPU-bound work through many distinct stacks.
     pub cpu_paths: PathBuf,
-    /// Short-lived processes walking 60,000 distinct stacks.
+    /// Short-lived processes walking 10,000 distinct paths, some far more
+    /// often than others.
     pub stack_storm: PathBuf,
 }
 
@@ -79,6 +85,7 @@ impl Workloads {
         let child = Command::new(&self.stack_storm)
             .arg(seconds.to_string())
             .arg(width.to_string())
+            .arg(STORM_PATHS.to_string())
             .stdout(Stdio::piped())
             .spawn()
             .context("starting stack_storm")?;

@@ -1,9 +1,10 @@
 /* The scale benchmark's workload: for argv[1] seconds (or until SIGTERM),
- * keeps argv[2] child processes busy, each living 0.1 to 0.8 s and walking
+ * keeps argv[2] child processes busy, each living 1 to 5 s and walking
  * random paths of depth 8, then replaced by a new one. The paths are drawn
- * from a fixed pool of argv[3] (default 60000), so that the number of
- * distinct stacks is bounded as in a real service. Prints the number of
- * processes it started. */
+ * from a fixed pool of argv[3] (default 10000), the first ones far more
+ * often than the last (the index is the pool size times a uniform number
+ * cubed), so that stacks are bounded and skewed as in a real service.
+ * Prints the number of processes it started. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static unsigned long pool = 60000;
+static unsigned long pool = 10000;
 
 /* The i-th path of the pool: a fixed seed of at least 40 bits (8 levels of
  * 5 bits choose the functions). */
@@ -30,12 +31,19 @@ static unsigned long path(unsigned long i)
 	return next_seed(&state);
 }
 
+/* A path index, skewed towards the start of the pool. */
+static unsigned long pick(unsigned long *state)
+{
+	double u = (next_seed(state) >> 11) / 9007199254740992.0; /* [0, 1) */
+	return (unsigned long)(pool * u * u * u);
+}
+
 static void child(unsigned long state)
 {
-	double end = now() + 0.1 + (state % 700) / 1000.0;
+	double end = now() + 1.0 + (state % 4000) / 1000.0;
 	while (now() < end)
 		for (int i = 0; i < 64; i++) {
-			unsigned long seed = path(next_seed(&state) % pool);
+			unsigned long seed = path(pick(&state));
 			steps[seed % 32](8, seed / 32, 500);
 		}
 	_exit(0);

@@ -7,9 +7,11 @@
 //! assembling a self-contained [`Profile`]; it must not format reports or
 //! symbolize.
 
+mod tables;
+
 use std::{
     collections::VecDeque,
-    hash::Hash,
+    mem::{size_of, size_of_val},
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -18,6 +20,7 @@ use profiler_common::{COUNTER_COUNT, SampleKind};
 use rustc_hash::FxHashMap as HashMap;
 use tracing::{debug, info};
 
+use self::tables::{Interner, StackTable};
 use crate::{
     drain::{CounterDeltas, losses},
     profile::{LossCause, Profile, Sample, Stack, ThreadInfo},
@@ -71,70 +74,41 @@ pub struct StoreStats {
     pub buckets_evicted_for_memory: u64,
 }
 
+/// CPU-clock samples of one thread with one stack in one bucket. Each
+/// weighs one sampling period, so their weight is not stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct StoredSample {
+struct CpuSamples {
     thread: u32,
     stack: u32,
-    kind: SampleKind,
-    count: u64,
-    weight: u64,
+    count: u32,
 }
 
 #[derive(Debug)]
 struct Bucket {
     start: SystemTime,
     end: SystemTime,
-    samples: Box<[StoredSample]>,
+    /// Nanoseconds of CPU one sample of this bucket stands for.
+    period_ns: u64,
+    cpu: Box<[CpuSamples]>,
     counters: CounterDeltas,
 }
 
 impl Bucket {
     fn bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + std::mem::size_of_val(&*self.samples)
+        size_of::<Self>() + size_of_val(&*self.cpu)
+    }
+
+    fn samples(&self) -> u64 {
+        self.cpu
+            .iter()
+            .map(|samples| u64::from(samples.count))
+            .sum()
     }
 }
 
-/// Values numbered in order of first appearance.
-#[derive(Debug)]
-struct Interner<K, V> {
-    ids: HashMap<K, u32>,
-    values: Vec<V>,
-}
-
-impl<K: Eq + Hash, V> Default for Interner<K, V> {
-    fn default() -> Self {
-        Self {
-            ids: HashMap::default(),
-            values: Vec::new(),
-        }
-    }
-}
-
-impl<K: Eq + Hash, V> Interner<K, V> {
-    fn intern(&mut self, key: K, value: impl FnOnce() -> V) -> (u32, bool) {
-        if let Some(&id) = self.ids.get(&key) {
-            return (id, false);
-        }
-        let id = self.values.len() as u32;
-        self.values.push(value());
-        self.ids.insert(key, id);
-        (id, true)
-    }
-
-    fn get(&self, id: u32) -> &V {
-        &self.values[id as usize]
-    }
-
-    fn len(&self) -> usize {
-        self.values.len()
-    }
-}
-
-/// Rough per-entry costs of the intern tables, for the memory estimate.
-const THREAD_BYTES: usize = 160;
-const LOCATION_BYTES: usize = 96;
-const FRAME_BYTES: usize = 64;
-const STACK_BYTES: usize = 96;
+/// What a location owns beyond itself, roughly (its names are shared).
+const LOCATION_HEAP_BYTES: usize = 64;
+const FRAME_BYTES: usize = size_of::<crate::profile::Frame>();
 
 /// Buckets of aggregated samples and the tables they refer to.
 #[derive(Debug)]
@@ -144,9 +118,8 @@ pub struct Store {
     buckets: VecDeque<Bucket>,
     threads: Interner<ThreadInfo, ThreadInfo>,
     locations: Interner<LocationKey, Arc<SymbolizedLocation>>,
-    stacks: Interner<Arc<[u32]>, Arc<[u32]>>,
-    /// Estimated bytes of the tables and the buckets.
-    table_bytes: usize,
+    stacks: StackTable,
+    /// Bytes of the buckets (the tables are measured when asked).
     bucket_bytes: usize,
     buckets_evicted_for_memory: u64,
     /// Windows of the buckets dropped for memory, and their samples, until
@@ -154,6 +127,8 @@ pub struct Store {
     /// them say what they lost.
     evictions: VecDeque<Eviction>,
     last_compaction: SystemTime,
+    /// When the first bucket began: what came before was never sampled.
+    first_sample: Option<SystemTime>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -171,41 +146,46 @@ impl Store {
             buckets: VecDeque::new(),
             threads: Interner::default(),
             locations: Interner::default(),
-            stacks: Interner::default(),
-            table_bytes: 0,
+            stacks: StackTable::default(),
             bucket_bytes: 0,
             buckets_evicted_for_memory: 0,
             evictions: VecDeque::new(),
             last_compaction: SystemTime::now(),
+            first_sample: None,
         }
     }
 
     /// Adds a batch as one bucket, then enforces retention and the ceiling.
     pub fn insert(&mut self, batch: SymbolizedBatch) {
-        let mut aggregated: HashMap<(u32, u32, SampleKind), (u64, u64)> = HashMap::default();
+        let mut counts: HashMap<(u32, u32), u32> = HashMap::default();
+        let (mut samples, mut weight) = (0_u64, 0_u64);
         for sample in batch.samples {
-            let thread = self.intern_thread(sample.thread);
-            let stack = self.intern_stack(&sample.stack);
-            let entry = aggregated.entry((thread, stack, sample.kind)).or_default();
-            entry.0 += sample.count;
-            entry.1 += sample.weight;
+            match sample.kind {
+                SampleKind::CpuClock => {
+                    let thread = self.intern_thread(sample.thread);
+                    let stack = self.intern_stack(&sample.stack);
+                    let count = counts.entry((thread, stack)).or_default();
+                    *count = count.saturating_add(u32::try_from(sample.count).unwrap_or(u32::MAX));
+                    samples += sample.count;
+                    weight += sample.weight;
+                }
+            }
         }
-        let samples = aggregated
-            .into_iter()
-            .map(|((thread, stack, kind), (count, weight))| StoredSample {
-                thread,
-                stack,
-                kind,
-                count,
-                weight,
-            })
-            .collect();
         let bucket = Bucket {
             start: batch.start,
             end: batch.end,
-            samples,
+            period_ns: weight.checked_div(samples).unwrap_or(0),
+            cpu: counts
+                .into_iter()
+                .map(|((thread, stack), count)| CpuSamples {
+                    thread,
+                    stack,
+                    count,
+                })
+                .collect(),
             counters: batch.counters,
         };
+        self.first_sample.get_or_insert(bucket.start);
         self.bucket_bytes += bucket.bytes();
         self.buckets.push_back(bucket);
         self.expire(batch.end);
@@ -213,33 +193,18 @@ impl Store {
     }
 
     fn intern_thread(&mut self, thread: ThreadInfo) -> u32 {
-        let (id, new) = self.threads.intern(thread.clone(), || thread);
-        if new {
-            self.table_bytes += THREAD_BYTES;
-        }
-        id
+        self.threads.intern(thread.clone(), || thread)
     }
 
     fn intern_stack(&mut self, stack: &[Arc<SymbolizedLocation>]) -> u32 {
-        let ids: Arc<[u32]> = stack
+        let ids: Vec<u32> = stack
             .iter()
             .map(|location| {
-                let (id, new) = self
-                    .locations
-                    .intern(location.key.clone(), || location.clone());
-                if new {
-                    self.table_bytes +=
-                        LOCATION_BYTES + FRAME_BYTES * location.location.frames.len();
-                }
-                id
+                self.locations
+                    .intern(location.key.clone(), || location.clone())
             })
             .collect();
-        let bytes = STACK_BYTES + 4 * ids.len();
-        let (id, new) = self.stacks.intern(ids.clone(), || ids);
-        if new {
-            self.table_bytes += bytes;
-        }
-        id
+        self.stacks.intern(&ids)
     }
 
     /// Drops buckets that ended before the retention window.
@@ -269,7 +234,7 @@ impl Store {
         }
     }
 
-    /// Keeps the estimate under the ceiling: first by compacting the tables,
+    /// Keeps the store under the ceiling: first by compacting the tables,
     /// then by dropping the oldest buckets (counted, never silently).
     fn enforce_ceiling(&mut self) {
         if self.memory_bytes() <= self.memory_limit {
@@ -282,7 +247,7 @@ impl Store {
             self.evictions.push_back(Eviction {
                 start: bucket.start,
                 end: bucket.end,
-                samples: bucket.samples.iter().map(|sample| sample.count).sum(),
+                samples: bucket.samples(),
             });
             if self.buckets_evicted_for_memory.is_power_of_two() {
                 info!(
@@ -314,22 +279,25 @@ impl Store {
         let old_locations = std::mem::take(&mut self.locations);
         let old_stacks = std::mem::take(&mut self.stacks);
         let before = old_stacks.len();
-        self.table_bytes = 0;
         let mut thread_map: HashMap<u32, u32> = HashMap::default();
         let mut stack_map: HashMap<u32, u32> = HashMap::default();
         let mut buckets = std::mem::take(&mut self.buckets);
         for bucket in &mut buckets {
-            for sample in bucket.samples.iter_mut() {
-                sample.thread = *thread_map
-                    .entry(sample.thread)
-                    .or_insert_with(|| self.intern_thread(old_threads.get(sample.thread).clone()));
-                sample.stack = *stack_map.entry(sample.stack).or_insert_with(|| {
-                    let locations: Vec<_> = old_stacks
-                        .get(sample.stack)
+            for samples in bucket.cpu.iter_mut() {
+                samples.thread = *thread_map
+                    .entry(samples.thread)
+                    .or_insert_with(|| self.intern_thread(old_threads.get(samples.thread).clone()));
+                samples.stack = *stack_map.entry(samples.stack).or_insert_with(|| {
+                    let ids: Vec<u32> = old_stacks
+                        .get(samples.stack)
                         .iter()
-                        .map(|&id| old_locations.get(id).clone())
+                        .map(|&id| {
+                            let location = old_locations.get(id);
+                            self.locations
+                                .intern(location.key.clone(), || location.clone())
+                        })
                         .collect();
-                    self.intern_stack(&locations)
+                    self.stacks.intern(&ids)
                 });
             }
         }
@@ -341,8 +309,14 @@ impl Store {
         );
     }
 
+    /// Bytes the store holds: its buckets and its tables at their capacity.
     pub fn memory_bytes(&self) -> u64 {
-        (self.table_bytes + self.bucket_bytes) as u64
+        let tables = self.threads.bytes(|_| 0)
+            + self.locations.bytes(|location| {
+                LOCATION_HEAP_BYTES + FRAME_BYTES * location.location.frames.len()
+            })
+            + self.stacks.bytes();
+        (self.bucket_bytes + self.buckets.capacity() * size_of::<Bucket>() + tables) as u64
     }
 
     /// The oldest time samples are still held for.
@@ -367,7 +341,7 @@ impl Store {
     pub fn profile(&self, query: &Query) -> Profile {
         let thread_matches: Vec<bool> = self
             .threads
-            .values
+            .values()
             .iter()
             .map(|thread| query.selector.matches(thread))
             .collect();
@@ -381,11 +355,18 @@ impl Store {
             for (total, delta) in counters.iter_mut().zip(bucket.counters) {
                 *total += delta;
             }
-            for sample in bucket.samples.iter() {
-                if sample.kind == query.kind && thread_matches[sample.thread as usize] {
-                    let entry = aggregated.entry((sample.thread, sample.stack)).or_default();
-                    entry.0 += sample.count;
-                    entry.1 += sample.weight;
+            match query.kind {
+                SampleKind::CpuClock => {
+                    for samples in bucket.cpu.iter() {
+                        if thread_matches[samples.thread as usize] {
+                            let count = u64::from(samples.count);
+                            let entry = aggregated
+                                .entry((samples.thread, samples.stack))
+                                .or_default();
+                            entry.0 += count;
+                            entry.1 += count * bucket.period_ns;
+                        }
+                    }
                 }
             }
         }
@@ -458,14 +439,23 @@ impl Store {
         if let Some(oldest) = self.oldest()
             && query.start < oldest
         {
-            let missing = oldest.duration_since(query.start).unwrap_or_default();
-            profile.warnings.push(format!(
-                "the first {} of the window are no longer held (retention {}, memory ceiling {} bytes); \
-                 the report covers the rest",
-                humantime::format_duration(round_to_millis(missing)),
-                humantime::format_duration(self.retention),
-                self.memory_limit
+            let missing = humantime::format_duration(round_to_millis(
+                oldest.duration_since(query.start).unwrap_or_default(),
             ));
+            let nothing_dropped = self.first_sample.is_some_and(|first| first >= oldest);
+            profile.warnings.push(if nothing_dropped {
+                format!(
+                    "the first {missing} of the window are from before the daemon started \
+                     sampling; the report covers the rest"
+                )
+            } else {
+                format!(
+                    "the first {missing} of the window are no longer held (retention {}, memory \
+                     ceiling {}); the report covers the rest",
+                    humantime::format_duration(self.retention),
+                    bytesize::ByteSize::b(self.memory_limit)
+                )
+            });
         }
         let evicted: u64 = self
             .evictions
@@ -618,6 +608,24 @@ mod tests {
         assert_eq!(profile.total_samples(), 11);
         assert_eq!(profile.warnings.len(), 1, "{:?}", profile.warnings);
         assert!(profile.warnings[0].contains("no longer held"));
+        let before_start = store.profile(&Query {
+            start: at(0) - Duration::from_secs(5),
+            ..query(0, 30, Selector::default())
+        });
+        assert!(before_start.warnings[0].contains("no longer held"));
+    }
+
+    #[test]
+    fn a_window_from_before_the_start_says_so() {
+        let mut store = Store::new(Duration::from_secs(600), 1 << 30);
+        store.insert(batch(10, &[(1, &["main"], 1)]));
+        let profile = store.profile(&query(0, 11, Selector::default()));
+        assert_eq!(profile.total_samples(), 1);
+        assert!(
+            profile.warnings[0].contains("before the daemon started sampling"),
+            "{:?}",
+            profile.warnings
+        );
     }
 
     #[test]

@@ -1,0 +1,162 @@
+//! The store's intern tables: threads, locations and stacks numbered once,
+//! so that a bucket entry is a few integers, with what they really occupy.
+//!
+//! This module owns the tables and their memory accounting; it must not
+//! know about buckets, time or queries.
+
+use std::{
+    hash::{BuildHasher as _, Hash},
+    mem::size_of,
+};
+
+use hashbrown::HashTable;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+
+/// Values numbered in order of first appearance, found by key.
+#[derive(Debug)]
+pub(super) struct Interner<K, V> {
+    ids: FxHashMap<K, u32>,
+    values: Vec<V>,
+}
+
+impl<K, V> Default for Interner<K, V> {
+    fn default() -> Self {
+        Self {
+            ids: FxHashMap::default(),
+            values: Vec::new(),
+        }
+    }
+}
+
+impl<K: Eq + Hash, V> Interner<K, V> {
+    /// The id of `key`, numbering it (with `value()`) if it is new.
+    pub fn intern(&mut self, key: K, value: impl FnOnce() -> V) -> u32 {
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        let id = self.values.len() as u32;
+        self.values.push(value());
+        self.ids.insert(key, id);
+        id
+    }
+
+    pub fn get(&self, id: u32) -> &V {
+        &self.values[id as usize]
+    }
+
+    pub fn values(&self) -> &[V] {
+        &self.values
+    }
+
+    /// Bytes held: both tables at their capacity, plus `heap` per value for
+    /// what it owns beyond itself.
+    pub fn bytes(&self, heap: impl Fn(&V) -> usize) -> usize {
+        // A hash table slot holds the entry and one control byte.
+        self.ids.capacity() * (size_of::<(K, u32)>() + 1)
+            + self.values.capacity() * size_of::<V>()
+            + self.values.iter().map(heap).sum::<usize>()
+    }
+}
+
+/// Where a stack lies in the arena.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+impl Span {
+    fn range(self) -> std::ops::Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
+    }
+}
+
+/// Stacks of location ids, stored end to end in one arena and found by
+/// content: 4 bytes per frame and about 13 per stack, where a table of
+/// boxed slices would spend three allocations' worth.
+#[derive(Debug, Default)]
+pub(super) struct StackTable {
+    arena: Vec<u32>,
+    spans: Vec<Span>,
+    /// Stack ids, hashed by the stack they stand for.
+    index: HashTable<u32>,
+}
+
+impl StackTable {
+    /// The id of `stack`, storing it if it is new.
+    pub fn intern(&mut self, stack: &[u32]) -> u32 {
+        let Self {
+            arena,
+            spans,
+            index,
+        } = self;
+        let hash = FxBuildHasher.hash_one(stack);
+        if let Some(&id) = index.find(hash, |&id| &arena[spans[id as usize].range()] == stack) {
+            return id;
+        }
+        let id = spans.len() as u32;
+        spans.push(Span {
+            start: arena.len() as u32,
+            len: stack.len() as u32,
+        });
+        arena.extend_from_slice(stack);
+        index.insert_unique(hash, id, |&id| {
+            FxBuildHasher.hash_one(&arena[spans[id as usize].range()])
+        });
+        id
+    }
+
+    pub fn get(&self, id: u32) -> &[u32] {
+        &self.arena[self.spans[id as usize].range()]
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Bytes held, at capacity.
+    pub fn bytes(&self) -> usize {
+        self.arena.capacity() * size_of::<u32>()
+            + self.spans.capacity() * size_of::<Span>()
+            + self.index.capacity() * (size_of::<u32>() + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_are_found_by_content() {
+        let mut table = StackTable::default();
+        let a = table.intern(&[1, 2, 3]);
+        let b = table.intern(&[1, 2]);
+        let empty = table.intern(&[]);
+        assert_eq!(table.intern(&[1, 2, 3]), a);
+        assert_eq!(table.intern(&[]), empty);
+        assert_ne!(a, b);
+        assert_eq!(table.get(a), [1, 2, 3]);
+        assert_eq!(table.get(b), [1, 2]);
+        assert!(table.get(empty).is_empty());
+        assert_eq!(table.len(), 3);
+        // Many stacks: the index grows and still finds every one.
+        let ids: Vec<u32> = (0..10_000).map(|n| table.intern(&[n, n + 1, 7])).collect();
+        for (n, &id) in ids.iter().enumerate() {
+            let n = n as u32;
+            assert_eq!(table.get(id), [n, n + 1, 7]);
+            assert_eq!(table.intern(&[n, n + 1, 7]), id);
+        }
+        assert!(table.bytes() >= 10_003 * (3 * 4 + 8));
+    }
+
+    #[test]
+    fn interned_values_keep_their_ids() {
+        let mut interner: Interner<&str, String> = Interner::default();
+        let a = interner.intern("a", || "A".to_owned());
+        let b = interner.intern("b", || "B".to_owned());
+        assert_eq!(interner.intern("a", || unreachable!()), a);
+        assert_eq!(interner.get(b), "B");
+        assert_eq!(interner.values().len(), 2);
+        assert!(interner.bytes(String::capacity) > 0);
+    }
+}
