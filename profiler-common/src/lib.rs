@@ -22,6 +22,11 @@ pub const TASK_COMM_LEN: usize = 16;
 pub enum SampleKind {
     /// A tick of the software CPU clock: the task was on a CPU.
     CpuClock = 0,
+    /// A tick of a peek's per-thread CPU clock: the peeked thread was on a CPU.
+    Peek = 1,
+    /// The first peek tick of a thread (counted as a `Peek` tick too): where
+    /// it was when the peek began.
+    PeekInstant = 2,
 }
 
 impl SampleKind {
@@ -29,6 +34,8 @@ impl SampleKind {
     pub const fn from_raw(raw: u32) -> Option<Self> {
         match raw {
             0 => Some(Self::CpuClock),
+            1 => Some(Self::Peek),
+            2 => Some(Self::PeekInstant),
             _ => None,
         }
     }
@@ -138,10 +145,16 @@ pub enum Counter {
     /// New-process notifications dropped because the ring buffer was full:
     /// such a process is only symbolized if it still runs at the next drain.
     LostProcessNotification = 6,
+    /// Every run of the peek sampling program (not in `Samples`).
+    PeekSamples = 7,
+    /// Peek signals seen by the kernel.
+    PeekSignals = 8,
+    /// Peek signals not passed on because the ring buffer was full.
+    LostPeekSignal = 9,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTER_COUNT: u32 = 7;
+pub const COUNTER_COUNT: u32 = 10;
 
 impl Counter {
     /// Every counter, in index order.
@@ -153,6 +166,50 @@ impl Counter {
         Counter::LostStackWalkError,
         Counter::LostNoScratch,
         Counter::LostProcessNotification,
+        Counter::PeekSamples,
+        Counter::PeekSignals,
+        Counter::LostPeekSignal,
+    ];
+}
+
+/// The peek signal as the kernel saw it being sent, passed to the daemon
+/// through the peek ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeekSignal {
+    /// The task the signal was sent to (a process id for `kill`, a thread
+    /// id for `tgkill`), in the initial pid namespace.
+    pub target: u32,
+    /// The signal number.
+    pub signal: u32,
+    /// Process and thread id of the sender.
+    pub sender_pid: u32,
+    pub sender_tid: u32,
+    /// The kernel's verdict (`TRACE_SIGNAL_*`: 0 delivered, 1 ignored, 2
+    /// already pending, ...).
+    pub result: i32,
+    /// Non-zero when the signal was sent to the whole thread group.
+    pub group: u32,
+    /// CLOCK_MONOTONIC (`bpf_ktime_get_ns`) when the signal was sent.
+    pub time_ns: u64,
+    /// The sender's command name, NUL-padded.
+    pub sender_comm: [u8; TASK_COMM_LEN],
+}
+
+/// Offsets of the fields of the `signal:signal_generate` tracepoint the
+/// signal watcher reads (its `format` file; stable since Linux 3.7, and the
+/// daemon checks them before attaching).
+pub mod signal_generate {
+    pub const SIG: usize = 8;
+    pub const PID: usize = 36;
+    pub const GROUP: usize = 40;
+    pub const RESULT: usize = 44;
+    /// Every field read, by name.
+    pub const FIELDS: [(&str, usize); 4] = [
+        ("sig", SIG),
+        ("pid", PID),
+        ("group", GROUP),
+        ("result", RESULT),
     ];
 }
 
@@ -161,6 +218,13 @@ pub mod names {
     pub const PROGRAM_SAMPLE_CPU: &str = "sample_cpu";
     pub const PROGRAM_FORGET_ON_EXEC: &str = "forget_on_exec";
     pub const PROGRAM_FORGET_ON_EXIT: &str = "forget_on_exit";
+    pub const PROGRAM_SAMPLE_PEEK: &str = "sample_peek";
+    pub const PROGRAM_WATCH_SIGNALS: &str = "watch_signals";
+    pub const PROGRAM_PROBE_LSM: &str = "probe_lsm";
+    /// Global: the peek signal's number (0: peeks by signal are off).
+    pub const PEEK_SIGNAL_NUMBER: &str = "PEEK_SIGNAL_NUMBER";
+    pub const PEEK_SIGNALS: &str = "PEEK_SIGNALS";
+    pub const PEEK_THREADS: &str = "PEEK_THREADS";
     pub const CONTROL: &str = "CONTROL";
     pub const COUNTERS: &str = "COUNTERS";
     pub const SCRATCH: &str = "SCRATCH";
@@ -183,6 +247,8 @@ mod pod {
     unsafe impl aya::Pod for super::StackTrace {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Control {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PeekSignal {}
 }
 
 const _: () = assert!(Counter::ALL.len() == COUNTER_COUNT as usize);
@@ -190,4 +256,5 @@ const _: () = assert!(Counter::ALL.len() == COUNTER_COUNT as usize);
 // Layout checks: keys must have no padding.
 const _: () = assert!(core::mem::size_of::<SampleKey>() == 48);
 const _: () = assert!(core::mem::size_of::<SampleValue>() == 16);
+const _: () = assert!(core::mem::size_of::<PeekSignal>() == 48);
 const _: () = assert!(core::mem::size_of::<StackTrace>() == 8 + 8 * MAX_STACK_DEPTH);

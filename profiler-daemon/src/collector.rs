@@ -1,6 +1,7 @@
 //! The pipeline that moves samples one way, from the kernel to the store:
 //! kernel maps → raw batch (drain) → normalized stacks (process table) →
-//! symbolized stacks (symbolizer) → time-stamped buckets (store).
+//! symbolized stacks (symbolizer) → time-stamped buckets (store), or, for
+//! the samples of peeks, the peek inbox.
 //!
 //! This module owns the pipeline's threads: the drain thread (periodic and
 //! on-demand drains), the symbolizer thread (blazesym must stay on one
@@ -18,11 +19,12 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use profiler_common::Counter;
+use profiler_common::{Counter, SampleKind};
 use tracing::{debug, error, warn};
 
 use crate::{
     drain::{self, CounterDeltas, Drainer},
+    peek::Inbox,
     processes::{NormalizedBatch, ProcessStats, ProcessTable},
     sampling::Sampler,
     store::Store,
@@ -114,6 +116,7 @@ impl Collector {
     pub fn start(
         sampler: &mut Sampler,
         store: Arc<RwLock<Store>>,
+        peeks: Arc<Inbox>,
         drain_interval: Duration,
     ) -> Result<Self, CollectorError> {
         let maps = sampler
@@ -146,7 +149,7 @@ impl Collector {
         })?);
         threads.push(spawn("symbolize", {
             let stats = stats.clone();
-            Box::new(move || symbolize_into_store(job_queue, &store, &stats))
+            Box::new(move || symbolize_into_store(job_queue, &store, &peeks, &stats))
         })?);
         threads.push(spawn("drain", {
             let (stats, stopping) = (stats.clone(), stopping.clone());
@@ -273,16 +276,23 @@ fn drain_periodically(
     }
 }
 
-/// The symbolizer thread: owns the (not `Send`) symbolizer.
+/// The symbolizer thread: owns the (not `Send`) symbolizer; hands peek
+/// samples to the peek inbox, the rest to the store.
 fn symbolize_into_store(
     jobs: mpsc::Receiver<SymbolizeJob>,
     store: &RwLock<Store>,
+    peeks: &Inbox,
     stats: &Mutex<PipelineStats>,
 ) {
     let mut symbolizer = Symbolizer::new();
     for job in jobs {
         let cut = job.batch.end;
-        let batch = symbolizer.symbolize(job.batch);
+        let mut batch = symbolizer.symbolize(job.batch);
+        let (peek_samples, samples): (Vec<_>, Vec<_>) = std::mem::take(&mut batch.samples)
+            .into_iter()
+            .partition(|sample| sample.kind != SampleKind::CpuClock);
+        batch.samples = samples;
+        peeks.deliver(peek_samples);
         store
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

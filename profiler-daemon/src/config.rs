@@ -60,6 +60,29 @@ pub struct Config {
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax
     /// (e.g. `info`, `profilerd=debug`).
     pub log_level: String,
+    /// The signal whose sending to a process starts a peek at it: a name
+    /// (`SIGUSR1`, `USR2`), a number, or `off`.
+    pub peek_signal: String,
+    /// How long a peek samples its process.
+    #[serde(deserialize_with = "duration")]
+    pub peek_duration: Duration,
+    /// Samples per second of each peeked thread's CPU time.
+    pub peek_frequency_hz: u32,
+    /// Peek only processes with one of these command names (empty: any).
+    pub peek_allow_commands: Vec<String>,
+    /// Peek only processes of one of these user ids (empty: any).
+    pub peek_allow_uids: Vec<u32>,
+    /// Peek only processes in one of these cgroups or below (paths as in
+    /// `/proc/PID/cgroup`, e.g. `/system.slice`; empty: any).
+    pub peek_allow_cgroups: Vec<String>,
+    /// Most peeks running at once; more triggers are dropped and counted.
+    pub max_concurrent_peeks: u32,
+    /// Where the daemon keeps its state (peek reports under `peeks/`).
+    pub state_dir: PathBuf,
+    /// Most peek reports kept on disk; the oldest go first.
+    pub peeks_kept: u32,
+    /// Most bytes of peek reports kept on disk.
+    pub peeks_max_bytes: ByteSize,
 }
 
 impl Default for Config {
@@ -75,6 +98,16 @@ impl Default for Config {
             max_stacks: 0,
             max_sample_keys: 0,
             log_level: "info".to_owned(),
+            peek_signal: "SIGUSR1".to_owned(),
+            peek_duration: Duration::from_secs(1),
+            peek_frequency_hz: 1000,
+            peek_allow_commands: Vec::new(),
+            peek_allow_uids: Vec::new(),
+            peek_allow_cgroups: Vec::new(),
+            max_concurrent_peeks: 4,
+            state_dir: PathBuf::from("/var/lib/profilerd"),
+            peeks_kept: 100,
+            peeks_max_bytes: ByteSize::mib(16),
         }
     }
 }
@@ -112,6 +145,36 @@ pub struct Overrides {
     /// Log filter, e.g. info or profilerd=debug [default: info]
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
+    /// Signal that starts a peek: a name, a number or off [default: SIGUSR1]
+    #[arg(long, value_name = "SIGNAL")]
+    pub peek_signal: Option<String>,
+    /// How long a peek samples, e.g. 1s, 500ms [default: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub peek_duration: Option<Duration>,
+    /// Samples per second of a peeked thread's CPU time, 1-1000 [default: 1000]
+    #[arg(long, value_name = "HZ")]
+    pub peek_frequency_hz: Option<u32>,
+    /// Peek only these command names, comma-separated [default: any]
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub peek_allow_commands: Option<Vec<String>>,
+    /// Peek only processes of these uids, comma-separated [default: any]
+    #[arg(long, value_name = "UIDS", value_delimiter = ',')]
+    pub peek_allow_uids: Option<Vec<u32>>,
+    /// Peek only processes in these cgroups, comma-separated [default: any]
+    #[arg(long, value_name = "PATHS", value_delimiter = ',')]
+    pub peek_allow_cgroups: Option<Vec<String>>,
+    /// Most peeks running at once [default: 4]
+    #[arg(long, value_name = "N")]
+    pub max_concurrent_peeks: Option<u32>,
+    /// State directory; peek reports go under its peeks/ [default: /var/lib/profilerd]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Most peek reports kept on disk [default: 100]
+    #[arg(long, value_name = "N")]
+    pub peeks_kept: Option<u32>,
+    /// Most bytes of peek reports kept on disk, e.g. 16MiB [default: 16MiB]
+    #[arg(long, value_name = "SIZE")]
+    pub peeks_max_bytes: Option<ByteSize>,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -174,6 +237,16 @@ impl Config {
             max_stacks,
             max_sample_keys,
             log_level,
+            peek_signal,
+            peek_duration,
+            peek_frequency_hz,
+            peek_allow_commands,
+            peek_allow_uids,
+            peek_allow_cgroups,
+            max_concurrent_peeks,
+            state_dir,
+            peeks_kept,
+            peeks_max_bytes,
         } = overrides.clone();
         fn set<T>(slot: &mut T, value: Option<T>) {
             if let Some(value) = value {
@@ -192,6 +265,22 @@ impl Config {
         set(&mut self.max_stacks, max_stacks);
         set(&mut self.max_sample_keys, max_sample_keys);
         set(&mut self.log_level, log_level);
+        set(&mut self.peek_signal, peek_signal);
+        set(&mut self.peek_duration, peek_duration);
+        set(&mut self.peek_frequency_hz, peek_frequency_hz);
+        set(&mut self.peek_allow_commands, peek_allow_commands);
+        set(&mut self.peek_allow_uids, peek_allow_uids);
+        set(&mut self.peek_allow_cgroups, peek_allow_cgroups);
+        set(&mut self.max_concurrent_peeks, max_concurrent_peeks);
+        set(&mut self.state_dir, state_dir);
+        set(&mut self.peeks_kept, peeks_kept);
+        set(&mut self.peeks_max_bytes, peeks_max_bytes);
+    }
+
+    /// The peek signal's number; 0 when peeks by signal are off. Valid once
+    /// [`Config::validate`] passed.
+    pub fn peek_signal_number(&self) -> u32 {
+        parse_signal(&self.peek_signal).unwrap_or(0)
     }
 
     /// Checks every rule; the error names the key and the accepted values.
@@ -264,8 +353,121 @@ impl Config {
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             return invalid("log_level", format!("{:?}: {err}", self.log_level));
         }
+        if let Err(message) = parse_signal(&self.peek_signal) {
+            return invalid("peek_signal", message);
+        }
+        if self.peek_duration < Duration::from_millis(100)
+            || self.peek_duration > Duration::from_secs(60)
+        {
+            return invalid(
+                "peek_duration",
+                format!(
+                    "{} is out of range; accepted: 100ms-60s",
+                    humantime::format_duration(self.peek_duration)
+                ),
+            );
+        }
+        if !FREQUENCY_RANGE_HZ.contains(&self.peek_frequency_hz) {
+            return invalid(
+                "peek_frequency_hz",
+                format!(
+                    "{} Hz is out of range; accepted: {}-{} Hz",
+                    self.peek_frequency_hz,
+                    FREQUENCY_RANGE_HZ.start(),
+                    FREQUENCY_RANGE_HZ.end()
+                ),
+            );
+        }
+        if let Some(cgroup) = self.peek_allow_cgroups.iter().find(|c| !c.starts_with('/')) {
+            return invalid(
+                "peek_allow_cgroups",
+                format!(
+                    "{cgroup:?} is not a cgroup path; write it as in /proc/PID/cgroup, e.g. \"/system.slice\""
+                ),
+            );
+        }
+        if !(1..=64).contains(&self.max_concurrent_peeks) {
+            return invalid(
+                "max_concurrent_peeks",
+                format!(
+                    "{} is out of range; accepted: 1-64",
+                    self.max_concurrent_peeks
+                ),
+            );
+        }
+        if self.peeks_kept == 0 {
+            return invalid("peeks_kept", "must be at least 1".to_owned());
+        }
+        if self.peeks_max_bytes < ByteSize::kib(64) {
+            return invalid(
+                "peeks_max_bytes",
+                format!("{} is too small; at least 64 KiB", self.peeks_max_bytes),
+            );
+        }
         Ok(())
     }
+}
+
+/// Signals by name, as `kill -l` lists them (without the `SIG`).
+const SIGNALS: [(&str, i32); 29] = [
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("ILL", libc::SIGILL),
+    ("TRAP", libc::SIGTRAP),
+    ("ABRT", libc::SIGABRT),
+    ("BUS", libc::SIGBUS),
+    ("FPE", libc::SIGFPE),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("SEGV", libc::SIGSEGV),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("STKFLT", libc::SIGSTKFLT),
+    ("CHLD", libc::SIGCHLD),
+    ("CONT", libc::SIGCONT),
+    ("STOP", libc::SIGSTOP),
+    ("TSTP", libc::SIGTSTP),
+    ("TTIN", libc::SIGTTIN),
+    ("TTOU", libc::SIGTTOU),
+    ("URG", libc::SIGURG),
+    ("XCPU", libc::SIGXCPU),
+    ("XFSZ", libc::SIGXFSZ),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+    ("WINCH", libc::SIGWINCH),
+    ("SYS", libc::SIGSYS),
+];
+
+/// A signal's number from its name (`SIGUSR1`, `usr1`) or number; `off`
+/// is 0. SIGKILL and SIGSTOP cannot be handled, so they are refused.
+pub fn parse_signal(text: &str) -> Result<u32, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(0);
+    }
+    let upper = text.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let number = match name.parse::<i32>() {
+        Ok(number) if (1..=64).contains(&number) => number,
+        Ok(number) => return Err(format!("{number} is not a signal number; accepted: 1-64")),
+        Err(_) => SIGNALS
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|&(_, number)| number)
+            .ok_or_else(|| {
+                format!("{text:?} is not a signal; use a name such as SIGUSR1 or SIGUSR2, a number, or off")
+            })?,
+    };
+    if number == libc::SIGKILL || number == libc::SIGSTOP {
+        return Err(format!(
+            "{text} cannot be caught by anyone, so peeking on it would always kill or stop \
+             the process; use SIGUSR1, SIGUSR2 or a real-time signal"
+        ));
+    }
+    Ok(number as u32)
 }
 
 #[cfg(test)]
@@ -298,6 +500,16 @@ mod tests {
             max_stacks = 4096
             max_sample_keys = 8192
             log_level = "debug"
+            peek_signal = "SIGUSR2"
+            peek_duration = "2s"
+            peek_frequency_hz = 500
+            peek_allow_commands = ["nginx"]
+            peek_allow_uids = [0, 1000]
+            peek_allow_cgroups = ["/system.slice"]
+            max_concurrent_peeks = 2
+            state_dir = "/tmp/profilerd"
+            peeks_kept = 10
+            peeks_max_bytes = "1 MiB"
             "#,
         )
         .unwrap();
@@ -308,6 +520,16 @@ mod tests {
         assert_eq!(config.memory_limit, ByteSize::mib(32));
         assert_eq!(config.max_stacks, 4096);
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn signals_by_name_or_number() {
+        assert_eq!(parse_signal("SIGUSR1"), Ok(libc::SIGUSR1 as u32));
+        assert_eq!(parse_signal("usr2"), Ok(libc::SIGUSR2 as u32));
+        assert_eq!(parse_signal("34"), Ok(34));
+        assert_eq!(parse_signal("off"), Ok(0));
+        assert!(parse_signal("SIGSTOP").is_err());
+        assert_eq!(Config::default().peek_signal_number(), libc::SIGUSR1 as u32);
     }
 
     #[test]
@@ -335,6 +557,17 @@ mod tests {
             ("max_profile_duration = \"1h\"", "max_profile_duration"),
             ("max_stacks = 10", "max_stacks"),
             ("log_level = \"[\"", "log_level"),
+            ("peek_signal = \"SIGFOO\"", "peek_signal"),
+            ("peek_signal = \"SIGKILL\"", "peek_signal"),
+            ("peek_signal = \"65\"", "peek_signal"),
+            ("peek_duration = \"10ms\"", "peek_duration"),
+            ("peek_frequency_hz = 0", "peek_frequency_hz"),
+            (
+                "peek_allow_cgroups = [\"system.slice\"]",
+                "peek_allow_cgroups",
+            ),
+            ("max_concurrent_peeks = 0", "max_concurrent_peeks"),
+            ("peeks_kept = 0", "peeks_kept"),
         ] {
             let err = Config::parse(text).unwrap().validate().unwrap_err();
             assert!(

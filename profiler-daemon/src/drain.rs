@@ -50,7 +50,10 @@ pub type CounterDeltas = [u64; COUNTER_COUNT as usize];
 /// What a kernel counter counts the loss of; `None` for the samples counter.
 pub fn loss_cause(counter: Counter) -> Option<LossCause> {
     Some(match counter {
-        Counter::Samples => return None,
+        Counter::Samples
+        | Counter::PeekSamples
+        | Counter::PeekSignals
+        | Counter::LostPeekSignal => return None,
         Counter::LostCountsMapFull => LossCause::CountsMapFull,
         Counter::LostStackMapFull => LossCause::StackMapFull,
         Counter::LostStackCollision => LossCause::StackCollision,

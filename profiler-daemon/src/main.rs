@@ -7,7 +7,7 @@
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
-    sync::{Arc, RwLock},
+    sync::{Arc, Mutex, RwLock},
     time::Instant,
 };
 
@@ -17,6 +17,7 @@ use profilerd::{
     api::{DaemonInfo, ProfilerServer, ProfilerService},
     collector::Collector,
     config::{Config, Overrides},
+    peek::{self, Allowlist, Inbox, PeekSettings, Peeker},
     sampling::{Sampler, SamplerSettings},
     store::Store,
 };
@@ -90,23 +91,69 @@ async fn run(config: Config) -> Result<()> {
         drain_interval: config.drain_interval,
         max_stacks: config.max_stacks,
         max_sample_keys: config.max_sample_keys,
+        peek_signal: config.peek_signal_number(),
+        peek_frequency_hz: config.peek_frequency_hz,
     })
     .context("cannot start sampling")?;
     let store = Arc::new(RwLock::new(Store::new(
         config.retention,
         config.memory_limit.as_u64(),
     )));
-    let collector = Collector::start(&mut sampler, store.clone(), config.drain_interval)
-        .context("cannot start the sample pipeline")?;
+    let peek_inbox = Arc::new(Inbox::default());
+    let collector = Collector::start(
+        &mut sampler,
+        store.clone(),
+        peek_inbox.clone(),
+        config.drain_interval,
+    )
+    .context("cannot start the sample pipeline")?;
+    let peek_signals = sampler.take_peek_signals().context("cannot set up peeks")?;
+    let peek_threads = sampler.take_peek_threads().context("cannot set up peeks")?;
+    let protection = peek::probe_protection(
+        if sampler.signal_watch_error().is_none() {
+            config.peek_signal_number()
+        } else {
+            0
+        },
+        sampler.bpf_lsm(),
+    );
+    let (cpus, frequency_hz) = (sampler.cpus().to_vec(), sampler.frequency_hz());
+    let peek_signal_off = sampler.signal_watch_error().map(str::to_owned);
+    let sampler = Arc::new(Mutex::new(sampler));
+    let peeker = Peeker::new(
+        PeekSettings {
+            signal: config.peek_signal_number(),
+            duration: config.peek_duration,
+            frequency_hz: config.peek_frequency_hz,
+            allow: Allowlist {
+                commands: config.peek_allow_commands.clone(),
+                uids: config.peek_allow_uids.clone(),
+                cgroups: config.peek_allow_cgroups.clone(),
+            },
+            max_concurrent: config.max_concurrent_peeks as usize,
+            directory: config.state_dir.join("peeks"),
+            max_reports: config.peeks_kept as usize,
+            max_bytes: config.peeks_max_bytes.as_u64(),
+        },
+        sampler.clone(),
+        peek_threads,
+        peek_inbox,
+        collector.handle(),
+        protection,
+    );
+    peek::warn_about_protection(&peeker);
+    tokio::spawn(peek::follow_signals(peeker.clone(), peek_signals));
     let service = ProfilerService::new(
         collector.handle(),
         store,
         config.max_sessions as usize,
+        peeker,
         DaemonInfo {
-            cpus: sampler.cpus().to_vec(),
-            frequency_hz: sampler.frequency_hz(),
+            cpus,
+            frequency_hz,
             max_profile_duration: config.max_profile_duration(),
             started,
+            peek_signal_off,
         },
     );
 

@@ -3,8 +3,9 @@
 //!
 //! This module owns the [`aya::Ebpf`] object (dropping a [`Sampler`] detaches
 //! everything) and hands the maps out to their readers: the draining maps to
-//! the drainer, the process announcements to the process watcher. It must not
-//! read samples itself.
+//! the drainer, the process announcements to the process watcher, the peek
+//! signals and peeked threads to the peeker, for which it also opens
+//! per-thread clocks. It must not read samples itself.
 
 use std::{io, path::Path, time::Duration};
 
@@ -12,11 +13,11 @@ use aya::{
     Ebpf, EbpfError, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        PerfEvent, ProgramError, TracePoint,
-        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        Lsm, PerfEvent, ProgramError, TracePoint,
+        perf_event::{PerfEventConfig, PerfEventLink, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
-use profiler_common::{Control, SampleKey, SampleValue, StackTrace, names};
+use profiler_common::{Control, SampleKey, SampleValue, StackTrace, names, signal_generate};
 use tracing::{debug, info, warn};
 
 /// The eBPF object built by build.rs.
@@ -76,6 +77,11 @@ pub enum SamplingError {
     Missing(&'static str),
     #[error("loading the BPF programs failed: {0}")]
     Load(String),
+    #[error(
+        "cannot sample thread {tid} for a peek: {source}; the thread may have exited, or \
+         the kernel refused a per-thread perf event"
+    )]
+    SampleThread { tid: u32, source: ProgramError },
 }
 
 /// What to sample and how big the kernel's maps are.
@@ -87,6 +93,10 @@ pub struct SamplerSettings {
     pub max_stacks: u32,
     /// 0 = size automatically.
     pub max_sample_keys: u32,
+    /// Signal whose sending starts a peek; 0: none.
+    pub peek_signal: u32,
+    /// Samples per second of a peeked thread.
+    pub peek_frequency_hz: u32,
 }
 
 /// Capacities of the per-generation maps.
@@ -101,7 +111,8 @@ impl MapSizes {
     /// bring on `cpus` CPUs (stacks: two per sample, user and kernel), so a
     /// late drain does not lose samples; explicit settings win.
     pub fn for_settings(settings: &SamplerSettings, cpus: usize) -> Self {
-        let samples_per_drain = (f64::from(settings.frequency_hz)
+        // Peeks sample running threads only, so at most one per CPU at once.
+        let samples_per_drain = (f64::from(settings.frequency_hz + settings.peek_frequency_hz)
             * cpus as f64
             * settings.drain_interval.as_secs_f64())
         .ceil() as u64;
@@ -137,6 +148,10 @@ pub struct Sampler {
     ebpf: Ebpf,
     cpus: Vec<u32>,
     frequency_hz: u32,
+    /// Why peek signals are not watched, if they are not.
+    signal_watch_error: Option<String>,
+    /// Why the kernel refused a BPF LSM program, if it did.
+    lsm_error: Option<String>,
 }
 
 impl Sampler {
@@ -158,6 +173,8 @@ impl Sampler {
             loader.map_max_entries(name, map_sizes.sample_keys);
         }
         loader.map_max_entries(names::KNOWN_PIDS, 1 << 15);
+        loader.map_max_entries(names::PEEK_THREADS, 1 << 14);
+        loader.override_global(names::PEEK_SIGNAL_NUMBER, &settings.peek_signal, true);
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(load_error)?;
 
         match aya_log::EbpfLogger::init(&mut ebpf) {
@@ -187,6 +204,16 @@ impl Sampler {
                 .attach("sched", tracepoint)
                 .map_err(|source| SamplingError::AttachTracepoint { tracepoint, source })?;
         }
+        let peeker: &mut PerfEvent = program(&mut ebpf, names::PROGRAM_SAMPLE_PEEK)?;
+        peeker.load().map_err(program_load_error)?;
+        let signal_watch_error = match watch_signals(&mut ebpf, settings.peek_signal) {
+            Ok(()) => None,
+            Err(err) => {
+                warn!("peeks by signal are off: {err}; `profilerctl peek PID` still works");
+                Some(err.to_string())
+            }
+        };
+        let lsm_error = probe_lsm(&mut ebpf).err();
         info!(
             cpus = cpus.len(),
             frequency_hz = settings.frequency_hz,
@@ -198,7 +225,55 @@ impl Sampler {
             ebpf,
             cpus,
             frequency_hz: settings.frequency_hz,
+            signal_watch_error,
+            lsm_error,
         })
+    }
+
+    /// Whether the kernel accepts BPF LSM programs; if not, why.
+    pub fn bpf_lsm(&self) -> Result<(), String> {
+        self.lsm_error.clone().map_or(Ok(()), Err)
+    }
+
+    /// Why the kernel does not pass peek signals on, if it does not.
+    pub fn signal_watch_error(&self) -> Option<&str> {
+        self.signal_watch_error.as_deref()
+    }
+
+    /// Starts sampling one thread (on whichever CPU it runs) for a peek, at
+    /// `frequency_hz` of its own CPU time; threads it starts are sampled
+    /// too. Sampling stops when the returned link is dropped.
+    pub fn sample_thread(
+        &mut self,
+        tid: u32,
+        frequency_hz: u32,
+    ) -> Result<PerfEventLink, SamplingError> {
+        let sampler: &mut PerfEvent = program(&mut self.ebpf, names::PROGRAM_SAMPLE_PEEK)?;
+        let error = |source| SamplingError::SampleThread { tid, source };
+        let link = sampler
+            .attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::OneProcess {
+                    pid: tid,
+                    cpu: None,
+                },
+                // The CPU clock counts nanoseconds: one sample per period of
+                // the thread's own CPU time.
+                SamplePolicy::Period(1_000_000_000 / u64::from(frequency_hz.max(1))),
+                true,
+            )
+            .map_err(error)?;
+        sampler.take_link(link).map_err(error)
+    }
+
+    /// Takes the ring buffer of peek signals.
+    pub fn take_peek_signals(&mut self) -> Result<RingBuf<MapData>, SamplingError> {
+        take_map(&mut self.ebpf, names::PEEK_SIGNALS)
+    }
+
+    /// Takes the map of peeked threads.
+    pub fn take_peek_threads(&mut self) -> Result<HashMap<MapData, u32, u32>, SamplingError> {
+        take_map(&mut self.ebpf, names::PEEK_THREADS)
     }
 
     pub fn cpus(&self) -> &[u32] {
@@ -229,6 +304,61 @@ impl Sampler {
     pub fn take_process_announcements(&mut self) -> Result<RingBuf<MapData>, SamplingError> {
         take_map(&mut self.ebpf, names::NEW_PROCESSES)
     }
+}
+
+/// Attaches the peek signal watcher, after checking that the tracepoint's
+/// fields are where the program reads them.
+fn watch_signals(ebpf: &mut Ebpf, signal: u32) -> Result<(), SamplingError> {
+    if signal == 0 {
+        return Err(SamplingError::Load(
+            "no peek signal is configured".to_owned(),
+        ));
+    }
+    let format_path = format!("{TRACEFS}/events/signal/signal_generate/format");
+    let format = std::fs::read_to_string(&format_path)
+        .map_err(|err| SamplingError::Load(format!("cannot read {format_path}: {err}")))?;
+    for (field, offset) in signal_generate::FIELDS {
+        if field_offset(&format, field) != Some(offset) {
+            return Err(SamplingError::Load(format!(
+                "the kernel's signal:signal_generate tracepoint does not have `{field}` at \
+                 offset {offset} ({format_path})"
+            )));
+        }
+    }
+    let tracepoint = "signal_generate";
+    let program: &mut TracePoint = program(ebpf, names::PROGRAM_WATCH_SIGNALS)?;
+    program.load().map_err(program_load_error)?;
+    program
+        .attach("signal", tracepoint)
+        .map_err(|source| SamplingError::AttachTracepoint { tracepoint, source })?;
+    Ok(())
+}
+
+/// Loads (without attaching) an LSM program on `task_kill`.
+fn probe_lsm(ebpf: &mut Ebpf) -> Result<(), String> {
+    let btf =
+        aya::Btf::from_sys_fs().map_err(|err| format!("cannot read the kernel's BTF: {err}"))?;
+    let program: &mut Lsm =
+        program(ebpf, names::PROGRAM_PROBE_LSM).map_err(|err| err.to_string())?;
+    program
+        .load("task_kill", &btf)
+        .map_err(|err| error_chain(&err))?;
+    debug!("the kernel accepts BPF LSM programs");
+    Ok(())
+}
+
+/// The offset of a field in a tracepoint's `format` file.
+fn field_offset(format: &str, field: &str) -> Option<usize> {
+    format.lines().find_map(|line| {
+        let mut parts = line.trim().split(';').map(str::trim);
+        let declaration = parts.next()?.strip_prefix("field:")?;
+        let name = declaration.rsplit([' ', '*']).next()?;
+        let name = name.split('[').next()?;
+        if name != field {
+            return None;
+        }
+        parts.find_map(|part| part.strip_prefix("offset:")?.parse().ok())
+    })
 }
 
 fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, SamplingError>
@@ -418,7 +548,23 @@ mod tests {
             drain_interval: Duration::from_secs(1),
             max_stacks: 0,
             max_sample_keys: 0,
+            peek_signal: 10,
+            peek_frequency_hz: 0,
         }
+    }
+
+    #[test]
+    fn finds_tracepoint_field_offsets() {
+        let format = "name: signal_generate\nformat:\n\
+            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+            \tfield:int sig;\toffset:8;\tsize:4;\tsigned:1;\n\
+            \tfield:char comm[16];\toffset:20;\tsize:16;\tsigned:0;\n\
+            \tfield:pid_t pid;\toffset:36;\tsize:4;\tsigned:1;\n";
+        assert_eq!(field_offset(format, "sig"), Some(8));
+        assert_eq!(field_offset(format, "comm"), Some(20));
+        assert_eq!(field_offset(format, "pid"), Some(36));
+        assert_eq!(field_offset(format, "group"), None);
+        assert_eq!(field_offset(format, "common_type"), Some(0));
     }
 
     #[test]

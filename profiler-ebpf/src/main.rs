@@ -5,7 +5,9 @@
 //! (one counts entry per distinct pid/tid/comm/stacks key) into the
 //! generation of maps the daemon selected, counts every sample it takes and
 //! every way one is lost, and announces processes it sees for the first time.
-//! It must not block, allocate or log on the hot path.
+//! `sample_peek` does the same on the per-thread clocks the daemon opens for
+//! a peek, and `watch_signals` tells the daemon when a peek signal is sent.
+//! They must not block, allocate or log on the hot path.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
 
 #[cfg(target_arch = "bpf")]

@@ -7,6 +7,7 @@
 //! kernel or the symbolizer.
 
 mod convert;
+mod peeks;
 
 use std::{
     sync::{Arc, Mutex, RwLock},
@@ -19,6 +20,7 @@ use tonic::{Request, Response, Status};
 use crate::{
     collector::{CollectorError, CollectorHandle},
     drain,
+    peek::Peeker,
     profile::ReportOptions,
     proto::v1::{self, profiler_server::Profiler},
     report,
@@ -78,6 +80,8 @@ pub struct DaemonInfo {
     pub frequency_hz: u32,
     pub max_profile_duration: Duration,
     pub started: Instant,
+    /// Why peeks by signal are off, when they are.
+    pub peek_signal_off: Option<String>,
 }
 
 /// The `Profiler` service.
@@ -85,6 +89,7 @@ pub struct ProfilerService {
     collector: CollectorHandle,
     store: Arc<RwLock<Store>>,
     sessions: Mutex<Sessions>,
+    peeker: Peeker,
     info: DaemonInfo,
 }
 
@@ -93,12 +98,14 @@ impl ProfilerService {
         collector: CollectorHandle,
         store: Arc<RwLock<Store>>,
         max_sessions: usize,
+        peeker: Peeker,
         info: DaemonInfo,
     ) -> Self {
         Self {
             collector,
             store,
             sessions: Mutex::new(Sessions::new(max_sessions)),
+            peeker,
             info,
         }
     }
@@ -270,6 +277,11 @@ impl ProfilerService {
             max_profile_duration_ms: self.info.max_profile_duration.as_millis() as u64,
             open_sessions: self.sessions().len() as u32,
             drains: pipeline.drains,
+            peek: Some(peeks::status(
+                &self.peeker,
+                self.info.peek_signal_off.as_deref(),
+                &pipeline,
+            )),
         }
     }
 }
@@ -309,5 +321,60 @@ impl Profiler for ProfilerService {
         _request: Request<v1::GetStatusRequest>,
     ) -> Result<Response<v1::StatusReply>, Status> {
         Ok(Response::new(self.status()))
+    }
+
+    async fn peek(
+        &self,
+        request: Request<v1::PeekRequest>,
+    ) -> Result<Response<v1::PeekReport>, Status> {
+        let pid = request.into_inner().pid;
+        if pid == 0 {
+            return Err(ApiError::invalid("pid must be a process id (not 0)").into());
+        }
+        let report = self.peeker.request(pid).await.map_err(ApiError::from)?;
+        Ok(Response::new(peeks::report(&report)))
+    }
+
+    async fn list_peeks(
+        &self,
+        _request: Request<v1::ListPeeksRequest>,
+    ) -> Result<Response<v1::ListPeeksReply>, Status> {
+        Ok(Response::new(v1::ListPeeksReply {
+            peeks: self.peeker.list().into_iter().map(peeks::summary).collect(),
+        }))
+    }
+
+    async fn get_peek(
+        &self,
+        request: Request<v1::GetPeekRequest>,
+    ) -> Result<Response<v1::PeekReport>, Status> {
+        let id = request.into_inner().id;
+        match self.peeker.get(&id) {
+            Some(Ok(report)) => Ok(Response::new(peeks::report(&report))),
+            Some(Err(err)) => Err(ApiError::Internal(err).into()),
+            None => Err(peeks::not_found(&id).into()),
+        }
+    }
+
+    type WatchPeeksStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<v1::PeekReport, Status>> + Send + 'static>,
+    >;
+
+    async fn watch_peeks(
+        &self,
+        _request: Request<v1::WatchPeeksRequest>,
+    ) -> Result<Response<Self::WatchPeeksStream>, Status> {
+        use tokio_stream::StreamExt as _;
+        let reports = tokio_stream::wrappers::BroadcastStream::new(self.peeker.subscribe());
+        let stream = reports.map(|report| match report {
+            Ok(report) => Ok(peeks::report(&report)),
+            Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(missed)) => {
+                Err(Status::data_loss(format!(
+                    "this subscriber fell {missed} reports behind and missed them; \
+                     `profilerctl peeks` lists every kept report"
+                )))
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 }

@@ -64,6 +64,21 @@ enum Command {
         #[command(flatten)]
         report: ReportArgs,
     },
+    /// Peek at a process now, thread by thread, as the peek signal does
+    /// (without sending any signal), and print the report
+    Peek {
+        /// The process (or one of its threads)
+        pid: u32,
+    },
+    /// List the kept peek reports, print one, or follow new ones
+    Peeks {
+        /// Print this report (an id from the list)
+        #[arg(long, conflicts_with = "follow")]
+        id: Option<String>,
+        /// Print each new report as it is made, until interrupted
+        #[arg(long, short)]
+        follow: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -328,8 +343,73 @@ async fn run(cli: Cli) -> Result<()> {
                 .into_inner();
             deliver(reply, &report)?;
         }
+        Command::Peek { pid } => {
+            let settings = daemon
+                .get_status(v1::GetStatusRequest {})
+                .await?
+                .into_inner()
+                .peek
+                .unwrap_or_default();
+            eprintln!("peeking at process {pid} ({})", settings.signal_name);
+            let report = daemon.peek(v1::PeekRequest { pid }).await?.into_inner();
+            print_text(&report.text)?;
+            eprintln!(
+                "peek report {} kept; `profilerctl peeks --id {}` prints it again",
+                report.id, report.id
+            );
+        }
+        Command::Peeks {
+            id: Some(id),
+            follow: _,
+        } => {
+            let report = daemon
+                .get_peek(v1::GetPeekRequest { id })
+                .await?
+                .into_inner();
+            print_text(&report.text)?;
+        }
+        Command::Peeks {
+            id: None,
+            follow: false,
+        } => {
+            let peeks = daemon
+                .list_peeks(v1::ListPeeksRequest {})
+                .await?
+                .into_inner()
+                .peeks;
+            if peeks.is_empty() {
+                eprintln!(
+                    "no peek reports are kept; `kill -USR1 PID` or `profilerctl peek PID` makes one"
+                );
+            }
+            for peek in peeks {
+                println!("{}  {}", peek.id, peek.title);
+            }
+        }
+        Command::Peeks {
+            id: None,
+            follow: true,
+        } => {
+            let mut reports = daemon
+                .watch_peeks(v1::WatchPeeksRequest {})
+                .await?
+                .into_inner();
+            eprintln!("waiting for peeks (Ctrl-C to stop)");
+            while let Some(report) = reports.message().await? {
+                print_text(&report.text)?;
+                println!();
+            }
+        }
     }
     Ok(())
+}
+
+fn print_text(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write the report to standard output")
 }
 
 /// Writes the report where asked and a one-line summary to standard error.
@@ -414,7 +494,8 @@ fn format_status(status: &v1::StatusReply) -> String {
          processes:  {seen} seen, {tracked} tracked\n\
          symbolizer: {binaries} binaries, {user} user and {kernel} kernel addresses cached\n\
          store:      {used:.1} MiB of {limit:.1} MiB, {buckets} buckets, {stacks} stacks, oldest sample {oldest}, retention {retention}, {evicted} buckets evicted for memory\n\
-         sessions:   {sessions} open; longest profile {max}\n",
+         sessions:   {sessions} open; longest profile {max}\n\
+         peeks:      {peeks}\n",
         version = status.version,
         uptime = humantime::format_duration(Duration::from_secs(status.uptime_ms / 1000)),
         cpus = status.cpus.len(),
@@ -435,6 +516,46 @@ fn format_status(status: &v1::StatusReply) -> String {
         evicted = store.buckets_evicted_for_memory,
         sessions = status.open_sessions,
         max = humantime::format_duration(Duration::from_millis(status.max_profile_duration_ms)),
+        peeks = format_peek_status(&status.peek.clone().unwrap_or_default()),
+    )
+}
+
+fn format_peek_status(peek: &v1::PeekStatus) -> String {
+    let trigger = if peek.signal == 0 || !peek.signal_off_reason.is_empty() {
+        format!(
+            "by signal off ({}); `profilerctl peek PID` works",
+            if peek.signal_off_reason.is_empty() {
+                "peek_signal = off"
+            } else {
+                &peek.signal_off_reason
+            }
+        )
+    } else {
+        format!("on {}", peek.signal_name)
+    };
+    let protection = if peek.protection_active {
+        "processes without a handler are protected".to_owned()
+    } else {
+        format!(
+            "processes without a handler are NOT protected ({})",
+            peek.protection_reason
+        )
+    };
+    format!(
+        "{trigger}; {protection}\n            \
+         {completed} done, {failed} failed, {running} running; triggers: {signals} signals, \
+         {requests} requests, {folded} folded, {refused} refused by the allowlist, {gone} for \
+         exited processes, {dropped} dropped (max_concurrent_peeks), {kernel} dropped in the kernel",
+        completed = peek.completed,
+        failed = peek.failed,
+        running = peek.running,
+        signals = peek.signals,
+        requests = peek.requests,
+        folded = peek.folded,
+        refused = peek.refused,
+        gone = peek.gone,
+        dropped = peek.dropped_limit,
+        kernel = peek.dropped_in_kernel,
     )
 }
 

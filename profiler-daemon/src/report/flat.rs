@@ -17,6 +17,7 @@ use std::fmt::Write as _;
 use super::frames::{Expansion, LineId, Lines};
 use super::{
     ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_spaces, render_sections,
+    sections,
 };
 use crate::profile::{Profile, ReportOptions, SortedBy};
 
@@ -24,7 +25,8 @@ pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Strin
     let expansion = Expansion::new(profile, options.kernel)?;
     let lines = Lines::new(&expansion, options.combine)?;
     let mut table = Table::new(&expansion, &lines, options);
-    render_sections(profile, &expansion, options, "", |out, section| {
+    let sections = sections(profile, &expansion, options.groupby)?;
+    render_sections(profile, sections, "", |out, section| {
         table.write(out, section)
     })
 }

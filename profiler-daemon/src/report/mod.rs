@@ -59,6 +59,27 @@ pub enum ReportError {
     Compress(#[from] std::io::Error),
 }
 
+/// A section of [`render_thread_trees`]: one thread of the profile and the
+/// lines that introduce its tree.
+#[derive(Clone, Debug)]
+pub struct ThreadSection {
+    /// Index into [`Profile::threads`].
+    pub thread: u32,
+    /// One or more lines, without the final newline.
+    pub title: String,
+}
+
+/// A tree report in the given sections, in the given order, each with the
+/// given title: how a peek shows each thread, those without samples too.
+/// `options.groupby` is ignored.
+pub fn render_thread_trees(
+    profile: &Profile,
+    options: &ReportOptions,
+    sections: &[ThreadSection],
+) -> Result<String, ReportError> {
+    tree::render_threads(profile, options, sections)
+}
+
 /// Renders `profile` as `options.format` asks. Text formats are UTF-8; pprof
 /// is a gzipped profile.proto.
 pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
@@ -75,15 +96,14 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
 /// summary line when not), its body written by `write_body`.
 fn render_sections(
     profile: &Profile,
-    expansion: &Expansion<'_>,
-    options: &ReportOptions,
+    sections: Vec<Section>,
     header: &str,
     mut write_body: impl FnMut(&mut String, &Section) -> Result<(), ReportError>,
 ) -> Result<String, ReportError> {
     let mut out = String::new();
     write_comments(&mut out, profile)?;
     out.push_str(header);
-    for section in sections(profile, expansion, options.groupby)? {
+    for section in sections {
         match &section.title {
             Some(title) => {
                 writeln!(out, "{title}")?;
@@ -210,6 +230,34 @@ fn sections(
             }
         })
         .collect())
+}
+
+/// The sections `titled` asks for, each with its thread's samples.
+fn thread_sections(
+    profile: &Profile,
+    expansion: &Expansion<'_>,
+    titled: &[ThreadSection],
+) -> Result<Vec<Section>, ReportError> {
+    let mut by_thread: Vec<Vec<u32>> = vec![Vec::new(); profile.threads.len()];
+    for (index, sample) in expansion.samples.iter().enumerate() {
+        by_thread[sample.thread_index as usize].push(frames::small_id(index, "samples")?);
+    }
+    titled
+        .iter()
+        .map(|section| {
+            let samples = by_thread
+                .get(section.thread as usize)
+                .ok_or_else(|| {
+                    ReportError::InvalidProfile(format!("no thread {}", section.thread))
+                })?
+                .clone();
+            Ok(Section {
+                title: Some(section.title.clone()),
+                total: total(&expansion.samples, &samples),
+                samples,
+            })
+        })
+        .collect()
 }
 
 /// Sum of the counts of `samples[indexes]`.

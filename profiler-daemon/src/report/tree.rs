@@ -21,7 +21,8 @@
 use super::frames::{Expansion, LineId, Lines, StackSample, small_id};
 use super::sequences::Sequences;
 use super::{
-    ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_spaces, render_sections,
+    ReportError, SECTION_END_BYTES, Section, ThreadSection, digits, push_decimal, push_spaces,
+    render_sections, sections, thread_sections,
 };
 use crate::profile::{Profile, ReportOptions, SortedBy};
 
@@ -36,12 +37,33 @@ const HEADER: &str = "Overhead ╎ [+additional indent] Count File:Line; Functio
 const GUIDE: char = '╎';
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
+    render_with(profile, options, |expansion| {
+        sections(profile, expansion, options.groupby)
+    })
+}
+
+/// The tree in explicit sections (see [`super::render_thread_trees`]).
+pub(super) fn render_threads(
+    profile: &Profile,
+    options: &ReportOptions,
+    titled: &[ThreadSection],
+) -> Result<String, ReportError> {
+    render_with(profile, options, |expansion| {
+        thread_sections(profile, expansion, titled)
+    })
+}
+
+fn render_with(
+    profile: &Profile,
+    options: &ReportOptions,
+    sections: impl FnOnce(&Expansion<'_>) -> Result<Vec<Section>, ReportError>,
+) -> Result<String, ReportError> {
     let expansion = Expansion::new(profile, options.kernel)?;
     let lines = Lines::new(&expansion, options.combine)?;
     // The stacks' lines in lexicographic order: the order of the nodes.
     let (stacks, ranks) = lines.of_stacks(&expansion)?.sorted(lines.keys().len());
     let mut printer = Printer::new(&expansion, &lines, stacks, ranks, options);
-    render_sections(profile, &expansion, options, HEADER, |out, section| {
+    render_sections(profile, sections(&expansion)?, HEADER, |out, section| {
         printer.write_tree(out, section)
     })
 }

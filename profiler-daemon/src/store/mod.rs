@@ -169,6 +169,8 @@ impl Store {
                     samples += sample.count;
                     weight += sample.weight;
                 }
+                // Peeks keep their own samples (see `peek`); none come here.
+                SampleKind::Peek | SampleKind::PeekInstant => {}
             }
         }
         let bucket = Bucket {
@@ -368,6 +370,7 @@ impl Store {
                         }
                     }
                 }
+                SampleKind::Peek | SampleKind::PeekInstant => {}
             }
         }
 

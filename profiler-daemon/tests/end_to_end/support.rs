@@ -6,7 +6,7 @@ use std::{
     fs,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::Mutex,
+    sync::{Arc, LazyLock, Mutex},
     time::{Duration, Instant},
 };
 
@@ -29,11 +29,24 @@ pub fn require_root() {
     );
 }
 
-/// A daemon of its own for one test, on a socket in a temporary directory.
+/// Tests share the machine's CPUs: most run side by side, but a test that
+/// measures how much CPU its workload gets runs alone.
+static CPUS: LazyLock<Arc<tokio::sync::RwLock<()>>> =
+    LazyLock::new(|| Arc::new(tokio::sync::RwLock::new(())));
+
+enum CpuShare {
+    Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
+    Alone(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
+}
+
+/// A daemon of its own for one test, on a socket in a temporary directory,
+/// with its state (peek reports) there too.
 pub struct Daemon {
     child: Child,
     dir: tempfile::TempDir,
     pub socket: PathBuf,
+    /// Released after the child is stopped (fields drop after `drop`).
+    _cpus: CpuShare,
 }
 
 impl Daemon {
@@ -42,6 +55,22 @@ impl Daemon {
     }
 
     pub async fn start_with(args: &[&str]) -> Self {
+        let share = CpuShare::Shared(CPUS.clone().read_owned().await);
+        Self::spawn(args, share).await
+    }
+
+    /// A daemon for a test that no other test's workload may compete with
+    /// for CPU time while it runs.
+    pub async fn start_alone(args: &[&str]) -> Self {
+        let share = CpuShare::Alone(CPUS.clone().write_owned().await);
+        Self::spawn(args, share).await
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    async fn spawn(args: &[&str], share: CpuShare) -> Self {
         require_root();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("profilerd.sock");
@@ -51,13 +80,20 @@ impl Daemon {
             .arg(&socket)
             .arg("--frequency-hz")
             .arg(TEST_FREQUENCY_HZ.to_string())
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
             .args(args)
             .env("PROFILERD_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("profilerd starts");
-        let mut daemon = Self { child, dir, socket };
+        let mut daemon = Self {
+            child,
+            dir,
+            socket,
+            _cpus: share,
+        };
         daemon.wait_until_serving().await;
         daemon
     }
@@ -95,6 +131,13 @@ impl Daemon {
 
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Whether the daemon still runs and answers.
+    pub fn is_running_now(&self) -> bool {
+        let pid = self.child.id();
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "))
     }
 }
 
@@ -190,7 +233,7 @@ fn build_workload(name: &str) -> PathBuf {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !built.iter().any(|done| done == name) {
         let output = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
             .arg(&binary)
             .arg(&source)
             .output()

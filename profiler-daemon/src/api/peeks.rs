@@ -1,0 +1,115 @@
+//! The peek handlers' conversions: peek reports, summaries, status and
+//! errors to and from their protobuf messages.
+
+use profiler_common::Counter;
+
+use super::{ApiError, convert::unix_nanos};
+use crate::{
+    collector::PipelineStats,
+    peek::{PeekError, PeekReport, PeekSummary, Peeker, TriggerSource},
+    proto::v1,
+};
+
+impl From<PeekError> for ApiError {
+    fn from(err: PeekError) -> Self {
+        let message = err.to_string();
+        match err {
+            PeekError::NoProcess(_) => Self::NotFound(message),
+            PeekError::NotAllowed { .. } => Self::InvalidArgument(message),
+            PeekError::TooMany { .. } => Self::ResourceExhausted(message),
+            PeekError::Sampling { .. } | PeekError::Report(_) | PeekError::Stopped => {
+                Self::Internal(message)
+            }
+        }
+    }
+}
+
+pub(super) fn report(report: &PeekReport) -> v1::PeekReport {
+    let trigger = match &report.source {
+        TriggerSource::Signal {
+            signal,
+            sender_pid,
+            sender_command,
+        } => v1::PeekTrigger {
+            source: v1::peek_trigger::Source::Signal as i32,
+            signal: *signal,
+            sender_pid: *sender_pid,
+            sender_command: sender_command.clone(),
+        },
+        TriggerSource::Request => v1::PeekTrigger {
+            source: v1::peek_trigger::Source::Request as i32,
+            ..v1::PeekTrigger::default()
+        },
+        TriggerSource::Unknown => v1::PeekTrigger::default(),
+    };
+    v1::PeekReport {
+        id: report.id.clone(),
+        pid: report.pid,
+        command: report.command.clone(),
+        command_line: report.command_line.clone(),
+        triggered_unix_nanos: unix_nanos(report.triggered),
+        trigger: Some(trigger),
+        duration_ms: report.duration.as_millis() as u64,
+        frequency_hz: report.frequency_hz,
+        folded_triggers: report.folded_triggers,
+        threads: report
+            .threads
+            .iter()
+            .map(|thread| v1::PeekThread {
+                tid: thread.tid,
+                name: thread.name.clone(),
+                state: thread.state.clone(),
+                at_trigger: thread.at_trigger.clone(),
+                wait_channel: thread.wait_channel.clone().unwrap_or_default(),
+                snapshots: thread.snapshots,
+                utilization_percent: thread.utilization_percent,
+            })
+            .collect(),
+        warnings: report.warnings.clone(),
+        text: report.text.clone(),
+    }
+}
+
+pub(super) fn summary(summary: PeekSummary) -> v1::PeekSummary {
+    v1::PeekSummary {
+        id: summary.id,
+        pid: summary.pid,
+        title: summary.title,
+        triggered_unix_nanos: unix_nanos(summary.triggered),
+        bytes: summary.bytes,
+    }
+}
+
+pub(super) fn status(
+    peeker: &Peeker,
+    signal_off_reason: Option<&str>,
+    pipeline: &PipelineStats,
+) -> v1::PeekStatus {
+    let stats = peeker.stats();
+    let protection = peeker.protection();
+    let signal = peeker.settings().signal;
+    v1::PeekStatus {
+        signal,
+        signal_name: crate::peek::signal_name(signal),
+        signal_off_reason: signal_off_reason.unwrap_or_default().to_owned(),
+        protection_active: protection.active,
+        protection_reason: protection.reason.clone(),
+        signals: stats.signals,
+        requests: stats.requests,
+        completed: stats.completed,
+        failed: stats.failed,
+        folded: stats.folded,
+        dropped_limit: stats.dropped_limit,
+        dropped_in_kernel: pipeline.counters[Counter::LostPeekSignal as usize],
+        refused: stats.refused,
+        gone: stats.gone,
+        running: peeker.running() as u32,
+    }
+}
+
+pub(super) fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound(format!(
+        "no peek report {id:?} is kept (it may have been dropped to stay within peeks_kept \
+         and peeks_max_bytes); `profilerctl peeks` lists those kept"
+    ))
+}

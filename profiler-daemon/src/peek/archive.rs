@@ -1,0 +1,187 @@
+//! The peek reports kept: one text file per peek under the state
+//! directory, bounded by count and bytes (the oldest go first), and the
+//! reports of this run in memory for the API.
+//!
+//! Owns the `peeks/` directory; it must not make reports.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::{self, Write as _},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::SystemTime,
+};
+
+use tracing::warn;
+
+use super::report::PeekReport;
+
+/// A kept report, as listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeekSummary {
+    pub id: String,
+    pub pid: u32,
+    /// The header's first line, e.g. `Peek at process 12 (nginx): nginx -g`.
+    pub title: String,
+    pub triggered: SystemTime,
+    pub bytes: u64,
+}
+
+struct Kept {
+    summary: PeekSummary,
+    /// Reports of this run; those of earlier runs are read back from disk.
+    report: Option<Arc<PeekReport>>,
+}
+
+/// The bounded set of kept reports.
+pub struct Archive {
+    /// `None` when the directory could not be made: reports are then kept
+    /// in memory only (and said so at start-up).
+    directory: Option<PathBuf>,
+    max_reports: usize,
+    max_bytes: u64,
+    /// By id, which sorts by trigger time.
+    kept: BTreeMap<String, Kept>,
+}
+
+impl Archive {
+    /// Opens (creating it if needed) `directory` and lists the reports
+    /// earlier runs left there.
+    pub fn open(directory: &Path, max_reports: usize, max_bytes: u64) -> Self {
+        let mut archive = Self {
+            directory: None,
+            max_reports,
+            max_bytes,
+            kept: BTreeMap::new(),
+        };
+        if let Err(err) = create_private_dir(directory) {
+            warn!(
+                directory = %directory.display(),
+                "cannot create the peek report directory: {err}; peek reports are kept in \
+                 memory only (set state_dir to a writable directory)"
+            );
+            return archive;
+        }
+        archive.directory = Some(directory.to_owned());
+        if let Ok(entries) = fs::read_dir(directory) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if let Some(summary) = read_summary(&path) {
+                    archive.kept.insert(
+                        summary.id.clone(),
+                        Kept {
+                            summary,
+                            report: None,
+                        },
+                    );
+                }
+            }
+        }
+        archive.enforce_bounds();
+        archive
+    }
+
+    /// Keeps `report`, on disk when possible; drops the oldest reports
+    /// beyond the bounds.
+    pub fn keep(&mut self, report: Arc<PeekReport>) {
+        let bytes = report.text.len() as u64;
+        if let Some(directory) = &self.directory {
+            let path = directory.join(format!("{}.txt", report.id));
+            if let Err(err) = write_atomically(&path, report.text.as_bytes()) {
+                warn!(path = %path.display(), "cannot write the peek report: {err}");
+            }
+        }
+        let summary = PeekSummary {
+            id: report.id.clone(),
+            pid: report.pid,
+            title: report.text.lines().nth(1).unwrap_or_default().to_owned(),
+            triggered: report.triggered,
+            bytes,
+        };
+        self.kept.insert(
+            report.id.clone(),
+            Kept {
+                summary,
+                report: Some(report),
+            },
+        );
+        self.enforce_bounds();
+    }
+
+    /// Every kept report, oldest first.
+    pub fn list(&self) -> Vec<PeekSummary> {
+        self.kept
+            .values()
+            .map(|kept| kept.summary.clone())
+            .collect()
+    }
+
+    /// A kept report: this run's whole, an earlier run's as its text.
+    pub fn get(&self, id: &str) -> Option<Result<Arc<PeekReport>, String>> {
+        let kept = self.kept.get(id)?;
+        if let Some(report) = &kept.report {
+            return Some(Ok(report.clone()));
+        }
+        let path = self.directory.as_ref()?.join(format!("{id}.txt"));
+        Some(
+            fs::read_to_string(&path)
+                .map(|text| Arc::new(PeekReport::from_text(&kept.summary, text)))
+                .map_err(|err| format!("cannot read {}: {err}", path.display())),
+        )
+    }
+
+    fn enforce_bounds(&mut self) {
+        let mut bytes: u64 = self.kept.values().map(|kept| kept.summary.bytes).sum();
+        while self.kept.len() > self.max_reports || (bytes > self.max_bytes && self.kept.len() > 1)
+        {
+            let Some((id, kept)) = self.kept.pop_first() else {
+                break;
+            };
+            bytes -= kept.summary.bytes;
+            if let Some(directory) = &self.directory {
+                let _ = fs::remove_file(directory.join(format!("{id}.txt")));
+            }
+        }
+    }
+}
+
+fn create_private_dir(directory: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(directory)
+}
+
+/// Writes through a temporary file, so a crash never leaves half a report.
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temporary = path.with_extension("tmp");
+    let mut file = fs::File::create(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_data()?;
+    fs::rename(&temporary, path)
+}
+
+/// The summary of a report file `<id>.txt` left by an earlier run.
+fn read_summary(path: &Path) -> Option<PeekSummary> {
+    if path.extension()? != "txt" {
+        return None;
+    }
+    let id = path.file_stem()?.to_str()?.to_owned();
+    let (triggered, pid) = super::parse_id(&id)?;
+    let metadata = fs::metadata(path).ok()?;
+    let title = fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    Some(PeekSummary {
+        id,
+        pid,
+        title,
+        triggered,
+        bytes: metadata.len(),
+    })
+}

@@ -1,0 +1,58 @@
+//! Where the sample pipeline leaves the symbolized samples of peeks, until
+//! the peek that asked for them takes them.
+//!
+//! Owns only those samples, per peeked process. It must not aggregate or
+//! report them.
+
+use std::sync::{
+    Mutex,
+    atomic::{AtomicU64, Ordering},
+};
+
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::symbolize::SymbolizedSample;
+
+/// Peek samples by process, for the processes being peeked at.
+#[derive(Debug, Default)]
+pub struct Inbox {
+    open: Mutex<HashMap<u32, Vec<SymbolizedSample>>>,
+    stray: AtomicU64,
+}
+
+impl Inbox {
+    /// Starts collecting the samples of `pid`, dropping any left over.
+    pub fn open(&self, pid: u32) {
+        self.lock().insert(pid, Vec::new());
+    }
+
+    /// Stops collecting for `pid` and hands over what it collected.
+    pub fn close(&self, pid: u32) -> Vec<SymbolizedSample> {
+        self.lock().remove(&pid).unwrap_or_default()
+    }
+
+    /// Files samples under their processes, dropping (and counting) those
+    /// of processes no peek is open for (a peek that failed or ended early).
+    pub fn deliver(&self, samples: impl IntoIterator<Item = SymbolizedSample>) {
+        let mut open = self.lock();
+        let mut dropped = 0;
+        for sample in samples {
+            match open.get_mut(&sample.thread.pid) {
+                Some(collected) => collected.push(sample),
+                None => dropped += sample.count,
+            }
+        }
+        self.stray.fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// Samples dropped by [`Inbox::deliver`] since start.
+    pub fn stray_samples(&self) -> u64 {
+        self.stray.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Vec<SymbolizedSample>>> {
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

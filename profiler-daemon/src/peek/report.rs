@@ -1,0 +1,379 @@
+//! A peek's report: the samples a peek collected and the process snapshot
+//! taken at its trigger, made into one self-contained report per peek, in
+//! the spirit of Julia's `Profile.peek_report`: a header, where each thread
+//! was at the trigger, then per thread `Total snapshots` and `Utilization`
+//! and its tree.
+//!
+//! Owns the report's layout and the aggregation of a peek's samples; the
+//! tree itself is the `report` module's. It must not sample or store.
+
+use std::{
+    fmt::Write as _,
+    time::{Duration, SystemTime},
+};
+
+use profiler_common::SampleKind;
+use rustc_hash::FxHashMap as HashMap;
+
+use super::snapshot::{Disposition, ProcessSnapshot};
+use crate::{
+    profile::{GroupBy, Location, Profile, ReportOptions, Sample, Stack, ThreadInfo},
+    report::{self, ReportError, ThreadSection},
+    symbolize::{LocationKey, SymbolizedSample},
+};
+
+/// What started a peek.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TriggerSource {
+    /// The peek signal, sent by a process.
+    Signal {
+        signal: u32,
+        sender_pid: u32,
+        sender_command: String,
+    },
+    /// A `Peek` request of the API.
+    Request,
+    /// Not known: a report of an earlier run, read back from its file.
+    Unknown,
+}
+
+/// A finished peek.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeekReport {
+    /// Unique, and in the order peeks were triggered.
+    pub id: String,
+    pub pid: u32,
+    pub command: String,
+    pub command_line: String,
+    pub source: TriggerSource,
+    pub triggered: SystemTime,
+    /// How long the threads were sampled.
+    pub duration: Duration,
+    pub frequency_hz: u32,
+    /// Further triggers for the same process while this peek ran.
+    pub folded_triggers: u32,
+    pub threads: Vec<ThreadReport>,
+    pub warnings: Vec<String>,
+    /// The whole report as text.
+    pub text: String,
+}
+
+impl PeekReport {
+    /// A report of an earlier run, of which only the text was kept.
+    pub fn from_text(summary: &super::archive::PeekSummary, text: String) -> Self {
+        Self {
+            id: summary.id.clone(),
+            pid: summary.pid,
+            command: String::new(),
+            command_line: String::new(),
+            source: TriggerSource::Unknown,
+            triggered: summary.triggered,
+            duration: Duration::ZERO,
+            frequency_hz: 0,
+            folded_triggers: 0,
+            threads: Vec::new(),
+            warnings: Vec::new(),
+            text,
+        }
+    }
+}
+
+/// One thread of a peek.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadReport {
+    pub tid: u32,
+    pub name: String,
+    /// Its scheduler state at the trigger, e.g. `S (sleeping)`; empty for
+    /// a thread started during the peek.
+    pub state: String,
+    /// Where it was at the trigger, innermost frame first: its first sample
+    /// when it was running, else its kernel stack from procfs.
+    pub at_trigger: Vec<String>,
+    /// The kernel function it waited in, when it was not running.
+    pub wait_channel: Option<String>,
+    /// Samples taken of it.
+    pub snapshots: u64,
+    /// Its share of one CPU during the peek, in percent.
+    pub utilization_percent: f64,
+}
+
+/// Everything a report is made from.
+pub struct PeekRun<'a> {
+    pub id: String,
+    pub snapshot: &'a ProcessSnapshot,
+    pub source: TriggerSource,
+    pub signal_name: &'a str,
+    pub triggered: SystemTime,
+    pub started: SystemTime,
+    pub duration: Duration,
+    pub frequency_hz: u32,
+    pub folded_triggers: u32,
+    pub samples: Vec<SymbolizedSample>,
+    pub warnings: Vec<String>,
+}
+
+impl PeekRun<'_> {
+    pub fn report(self) -> Result<PeekReport, ReportError> {
+        let (profile, instants) = aggregate(&self);
+        let ticks = self.duration.as_secs_f64() * f64::from(self.frequency_hz);
+        let mut snapshots = vec![0_u64; profile.threads.len()];
+        for sample in &profile.samples {
+            snapshots[sample.thread as usize] += sample.count;
+        }
+        let threads: Vec<ThreadReport> = profile
+            .threads
+            .iter()
+            .zip(&snapshots)
+            .map(|(thread, &snapshots)| {
+                let snapshot = self
+                    .snapshot
+                    .threads
+                    .iter()
+                    .find(|known| known.tid == thread.tid);
+                let at_trigger = match snapshot {
+                    Some(known) if !known.running() => known.kernel_stack.clone(),
+                    _ => instants.get(&thread.tid).cloned().unwrap_or_default(),
+                };
+                ThreadReport {
+                    tid: thread.tid,
+                    name: thread.thread_name.to_string(),
+                    state: snapshot.map(|known| known.state_text()).unwrap_or_default(),
+                    at_trigger,
+                    wait_channel: snapshot.and_then(|known| known.wait_channel.clone()),
+                    snapshots,
+                    utilization_percent: if ticks > 0.0 {
+                        (snapshots as f64 / ticks * 100.0).min(100.0)
+                    } else {
+                        0.0
+                    },
+                }
+            })
+            .collect();
+        let text = self.text(&profile, &threads)?;
+        Ok(PeekReport {
+            id: self.id,
+            pid: self.snapshot.pid,
+            command: self.snapshot.command.clone(),
+            command_line: self.snapshot.command_line.clone(),
+            source: self.source,
+            triggered: self.triggered,
+            duration: self.duration,
+            frequency_hz: self.frequency_hz,
+            folded_triggers: self.folded_triggers,
+            threads,
+            warnings: self.warnings,
+            text,
+        })
+    }
+
+    fn text(&self, profile: &Profile, threads: &[ThreadReport]) -> Result<String, ReportError> {
+        let snapshot = self.snapshot;
+        let rule = "=".repeat(78);
+        let mut out = String::new();
+        writeln!(out, "{rule}")?;
+        write!(
+            out,
+            "Peek at process {} ({})",
+            snapshot.pid, snapshot.command
+        )?;
+        if !snapshot.command_line.is_empty() {
+            write!(out, ": {}", snapshot.command_line)?;
+        }
+        writeln!(out)?;
+        let when = humantime::format_rfc3339_millis(self.triggered);
+        match &self.source {
+            TriggerSource::Signal {
+                sender_pid,
+                sender_command,
+                ..
+            } => {
+                write!(
+                    out,
+                    "Triggered at {when} by {} from process {sender_pid} ({sender_command})",
+                    self.signal_name
+                )?;
+                match snapshot.disposition {
+                    Disposition::Handled => write!(out, "; the process handles it")?,
+                    Disposition::Ignored => write!(out, "; the process ignores it")?,
+                    Disposition::Default => write!(
+                        out,
+                        "; the process has no handler, so the kernel's default action applies"
+                    )?,
+                    Disposition::Unknown => {}
+                }
+                writeln!(out)?;
+            }
+            TriggerSource::Request | TriggerSource::Unknown => {
+                writeln!(out, "Triggered at {when} by a Peek request")?;
+            }
+        }
+        write!(
+            out,
+            "Sampled each thread's CPU time at {} Hz for {:.2} s; {} threads",
+            self.frequency_hz,
+            self.duration.as_secs_f64(),
+            threads.len()
+        )?;
+        if self.folded_triggers > 0 {
+            write!(
+                out,
+                "; {} more triggers folded into this peek",
+                self.folded_triggers
+            )?;
+        }
+        writeln!(out)?;
+        for warning in &self.warnings {
+            writeln!(out, "# warning: {}", warning.replace(['\n', '\r'], " "))?;
+        }
+        writeln!(out, "{rule}")?;
+        writeln!(out)?;
+        writeln!(out, "Where each thread was at the trigger:")?;
+        for thread in threads {
+            write!(out, "Thread {} ({})", thread.tid, thread.name)?;
+            if thread.state.is_empty() {
+                write!(out, ": started during the peek")?;
+            } else {
+                write!(out, ": {}", thread.state)?;
+            }
+            if let Some(channel) = &thread.wait_channel {
+                write!(out, " in {channel}")?;
+            }
+            if thread.state.starts_with('R') && !thread.at_trigger.is_empty() {
+                write!(out, ", its first sample")?;
+            }
+            writeln!(out)?;
+            for frame in &thread.at_trigger {
+                writeln!(out, "    {frame}")?;
+            }
+        }
+        writeln!(out)?;
+        let sections: Vec<ThreadSection> = threads
+            .iter()
+            .enumerate()
+            .map(|(index, thread)| ThreadSection {
+                thread: index as u32,
+                title: format!(
+                    "Thread {} ({}) Total snapshots: {}. Utilization: {:.0}%",
+                    thread.tid, thread.name, thread.snapshots, thread.utilization_percent
+                ),
+            })
+            .collect();
+        let options = ReportOptions {
+            groupby: GroupBy::Thread,
+            ..ReportOptions::default()
+        };
+        out.push_str(&report::render_thread_trees(profile, &options, &sections)?);
+        Ok(out)
+    }
+}
+
+/// The peek's samples as a profile whose threads are those of the snapshot
+/// (by thread id) and then any started during the peek; and each thread's
+/// first sample as text, innermost frame first.
+fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
+    let mut profile = Profile {
+        start: run.started,
+        end: run.started + run.duration,
+        frequency_hz: run.frequency_hz,
+        period_ns: 1_000_000_000 / u64::from(run.frequency_hz.max(1)),
+        threads: Vec::new(),
+        locations: Vec::new(),
+        stacks: Vec::new(),
+        samples: Vec::new(),
+        lost: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let mut thread_ids: HashMap<u32, u32> = HashMap::default();
+    for thread in &run.snapshot.threads {
+        thread_ids.insert(thread.tid, profile.threads.len() as u32);
+        profile.threads.push(ThreadInfo {
+            pid: run.snapshot.pid,
+            tid: thread.tid,
+            thread_name: thread.name.as_str().into(),
+            process_name: run.snapshot.command.as_str().into(),
+        });
+    }
+    let mut new_threads: Vec<&ThreadInfo> = run
+        .samples
+        .iter()
+        .map(|sample| &sample.thread)
+        .filter(|thread| !thread_ids.contains_key(&thread.tid))
+        .collect();
+    new_threads.sort_by_key(|thread| thread.tid);
+    new_threads.dedup_by_key(|thread| thread.tid);
+    for thread in new_threads {
+        thread_ids.insert(thread.tid, profile.threads.len() as u32);
+        profile.threads.push(thread.clone());
+    }
+
+    let mut instants = HashMap::default();
+    let mut locations: HashMap<&LocationKey, u32> = HashMap::default();
+    let mut stacks: HashMap<Vec<u32>, u32> = HashMap::default();
+    let mut samples: HashMap<(u32, u32), (u64, u64)> = HashMap::default();
+    for sample in &run.samples {
+        match sample.kind {
+            SampleKind::CpuClock => continue,
+            // The first sample of a thread is also one of its samples.
+            SampleKind::PeekInstant => {
+                instants.insert(
+                    sample.thread.tid,
+                    sample
+                        .stack
+                        .iter()
+                        .rev()
+                        .flat_map(|location| frame_lines(&location.location))
+                        .collect(),
+                );
+            }
+            SampleKind::Peek => {}
+        }
+        {
+            let ids: Vec<u32> = sample
+                .stack
+                .iter()
+                .map(|location| {
+                    *locations.entry(&location.key).or_insert_with(|| {
+                        profile.locations.push(location.location.clone());
+                        profile.locations.len() as u32 - 1
+                    })
+                })
+                .collect();
+            let next = stacks.len() as u32;
+            let stack = *stacks.entry(ids.clone()).or_insert_with(|| {
+                profile.stacks.push(Stack { locations: ids });
+                next
+            });
+            let entry = samples
+                .entry((thread_ids[&sample.thread.tid], stack))
+                .or_default();
+            entry.0 += sample.count;
+            entry.1 += sample.weight;
+        }
+    }
+    let mut samples: Vec<_> = samples.into_iter().collect();
+    samples.sort_unstable_by_key(|&(key, _)| key);
+    profile.samples = samples
+        .into_iter()
+        .map(|((thread, stack), (count, weight_ns))| Sample {
+            thread,
+            stack,
+            count,
+            weight_ns,
+        })
+        .collect();
+    (profile, instants)
+}
+
+/// A location's frames as stack-trace lines, innermost first.
+fn frame_lines(location: &Location) -> Vec<String> {
+    location
+        .frames
+        .iter()
+        .rev()
+        .map(|frame| match (&frame.file, frame.line) {
+            (Some(file), line) if line > 0 => format!("{} at {file}:{line}", frame.function),
+            (Some(file), _) => format!("{} at {file}", frame.function),
+            (None, _) => format!("{} in {}", frame.function, location.module),
+        })
+        .collect()
+}

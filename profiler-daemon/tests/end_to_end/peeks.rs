@@ -1,0 +1,330 @@
+//! Peeks against a real daemon: `kill -USR1`, `profilerctl peek`, signal
+//! storms, WatchPeeks, and the protection of processes without a handler.
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use profilerd::proto::v1;
+use rustix::process::{Pid, Signal, kill_process, test_kill_process};
+
+use crate::support::{Client, Daemon, Workload};
+
+/// How long the workload's threads get to start and be named.
+const SETTLE: Duration = Duration::from_millis(500);
+
+fn send_usr1(pid: u32) {
+    let pid = Pid::from_raw(pid as i32).expect("a real pid");
+    kill_process(pid, Signal::USR1).expect("SIGUSR1 is sent");
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie still "exists"; the workloads are our children, so check its
+    // state too.
+    let Some(pid_ref) = Pid::from_raw(pid as i32) else {
+        return false;
+    };
+    test_kill_process(pid_ref).is_ok()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+}
+
+fn thread<'a>(report: &'a v1::PeekReport, name: &str) -> &'a v1::PeekThread {
+    report
+        .threads
+        .iter()
+        .find(|thread| thread.name == name)
+        .unwrap_or_else(|| panic!("no thread {name:?} in the report:\n{}", report.text))
+}
+
+/// The lines of one thread's tree in the report's text.
+fn tree_of<'a>(report: &'a v1::PeekReport, thread: &v1::PeekThread) -> Vec<&'a str> {
+    let title = format!("Thread {} ({}) Total snapshots:", thread.tid, thread.name);
+    report
+        .text
+        .lines()
+        .skip_while(|line| !line.starts_with(&title))
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+        .collect()
+}
+
+async fn peeks_of(client: &mut Client, pid: u32) -> Vec<v1::PeekSummary> {
+    client
+        .list_peeks(v1::ListPeeksRequest {})
+        .await
+        .expect("ListPeeks answers")
+        .into_inner()
+        .peeks
+        .into_iter()
+        .filter(|peek| peek.pid == pid)
+        .collect()
+}
+
+async fn peek_status(client: &mut Client) -> v1::PeekStatus {
+    client
+        .get_status(v1::GetStatusRequest {})
+        .await
+        .expect("GetStatus answers")
+        .into_inner()
+        .peek
+        .expect("the status has a peek section")
+}
+
+/// The first scenario, with a subscriber connected before the
+/// signal: the report of `kill -USR1` reaches it within 2 s and shows each
+/// thread's name, utilization, hot function or wait location.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_usr1_reports_each_thread_to_a_watcher() {
+    // Alone: the busy threads must each get a whole CPU.
+    let daemon = Daemon::start_alone(&[]).await;
+    let workload = Workload::start_as("peek_threads", "peek-handler", &[]);
+    let pid = workload.pid();
+    let mut client = daemon.client().await;
+    let mut watcher = client
+        .watch_peeks(v1::WatchPeeksRequest {})
+        .await
+        .expect("WatchPeeks answers")
+        .into_inner();
+    tokio::time::sleep(SETTLE).await;
+
+    let sent = Instant::now();
+    send_usr1(pid);
+    let report = tokio::time::timeout(Duration::from_secs(2), watcher.message())
+        .await
+        .unwrap_or_else(|_| panic!("no peek report within 2 s of the signal:\n{}", daemon.log()))
+        .expect("the stream stays open")
+        .expect("a report arrives");
+    let latency = sent.elapsed();
+
+    assert_eq!(report.pid, pid, "{}", report.text);
+    let trigger = report.trigger.clone().expect("a trigger");
+    assert_eq!(trigger.source, v1::peek_trigger::Source::Signal as i32);
+    assert_eq!(trigger.signal, libc::SIGUSR1 as u32);
+    assert_eq!(trigger.sender_pid, std::process::id());
+    assert!(
+        report
+            .text
+            .contains(&format!("Peek at process {pid} (peek-handler)")),
+        "{}",
+        report.text
+    );
+    for (name, function) in [("spin-alpha", "spin_alpha"), ("spin-beta", "spin_beta")] {
+        let busy = thread(&report, name);
+        assert!(
+            (85.0..=100.0).contains(&busy.utilization_percent),
+            "{name} should be ~100% busy (latency {latency:?}):\n{}",
+            report.text
+        );
+        assert!(busy.snapshots > 800, "{}", report.text);
+        let tree = tree_of(&report, busy);
+        assert!(
+            tree.iter()
+                .any(|line| line.ends_with(&format!("; {function}"))),
+            "{function} should be in {name}'s tree:\n{}",
+            report.text
+        );
+        assert!(
+            busy.at_trigger
+                .iter()
+                .any(|frame| frame.starts_with(function)),
+            "{name} was running {function} at the signal:\n{}",
+            report.text
+        );
+    }
+    let sleeper = thread(&report, "sleeper");
+    assert!(sleeper.utilization_percent <= 15.0, "{}", report.text);
+    assert!(sleeper.state.starts_with('S'), "{}", report.text);
+    assert!(
+        sleeper.wait_channel.contains("sleep"),
+        "the sleeper waits in a sleep call: {:?}\n{}",
+        sleeper.wait_channel,
+        report.text
+    );
+    assert!(
+        sleeper
+            .at_trigger
+            .iter()
+            .any(|frame| frame.contains("nanosleep")),
+        "{}",
+        report.text
+    );
+    assert!(alive(pid), "the workload handles SIGUSR1 and lives on");
+
+    // The report is kept: listed, fetched, and written under the state dir.
+    let kept = peeks_of(&mut client, pid).await;
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let fetched = client
+        .get_peek(v1::GetPeekRequest {
+            id: kept[0].id.clone(),
+        })
+        .await
+        .expect("GetPeek answers")
+        .into_inner();
+    assert_eq!(fetched.text, report.text);
+    let file = daemon
+        .state_dir()
+        .join("peeks")
+        .join(format!("{}.txt", report.id));
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("the report file exists"),
+        report.text
+    );
+    assert!(daemon.log().contains(&format!("Peek at process {pid}")));
+}
+
+/// `profilerctl peek` needs no signal, so a process without a handler is
+/// reported and survives; `profilerctl peeks` lists and prints it.
+#[tokio::test(flavor = "multi_thread")]
+async fn profilerctl_peek_spares_a_process_without_handler() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start_as("peek_threads", "peek-nohandler", &["--no-handler"]);
+    let pid = workload.pid();
+    tokio::time::sleep(SETTLE).await;
+
+    let profilerctl = |args: Vec<String>| {
+        let socket = daemon.socket.clone();
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+                .arg("--socket")
+                .arg(socket)
+                .args(args)
+                .output()
+                .expect("profilerctl runs")
+        })
+    };
+    let output = profilerctl(vec!["peek".into(), pid.to_string()])
+        .await
+        .expect("profilerctl finishes");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        daemon.log()
+    );
+    assert!(
+        text.contains(&format!("Peek at process {pid} (peek-nohandler)")),
+        "{text}"
+    );
+    assert!(text.contains("by a Peek request"), "{text}");
+    for name in ["spin-alpha", "spin-beta", "sleeper"] {
+        assert!(
+            text.contains(&format!("({name}) Total snapshots: ")),
+            "{text}"
+        );
+    }
+    assert!(text.contains("; spin_alpha"), "{text}");
+    assert!(
+        alive(pid),
+        "a peek without a signal leaves the process alone"
+    );
+
+    let listed = profilerctl(vec!["peeks".into()]).await.expect("finishes");
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let id = listed
+        .lines()
+        .find(|line| line.contains(&format!("Peek at process {pid} ")))
+        .and_then(|line| line.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the peek is listed:\n{listed}"))
+        .to_owned();
+    let again = profilerctl(vec!["peeks".into(), "--id".into(), id])
+        .await
+        .expect("finishes");
+    assert_eq!(String::from_utf8_lossy(&again.stdout), text);
+
+    let missing = profilerctl(vec!["peeks".into(), "--id".into(), "nope".into()])
+        .await
+        .expect("finishes");
+    assert!(!missing.status.success());
+    let error = String::from_utf8_lossy(&missing.stderr);
+    assert!(error.contains("no peek report \"nope\""), "{error}");
+    let gone = profilerctl(vec!["peek".into(), "999999999".into()])
+        .await
+        .expect("finishes");
+    assert!(!gone.status.success());
+    let error = String::from_utf8_lossy(&gone.stderr);
+    assert!(
+        error.contains("999999999") && error.contains("NotFound"),
+        "{error}"
+    );
+}
+
+/// 50 signals within 100 ms give one report (or a few), the rest folded
+/// and counted, and the daemon keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signal_storm_is_folded_into_one_peek() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start_as("peek_threads", "peek-storm", &[]);
+    let pid = workload.pid();
+    let mut client = daemon.client().await;
+    tokio::time::sleep(SETTLE).await;
+
+    let started = Instant::now();
+    for _ in 0..50 {
+        send_usr1(pid);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(started.elapsed() < Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let peeks = peeks_of(&mut client, pid).await;
+    assert!(
+        (1..=3).contains(&peeks.len()),
+        "50 signals in 100 ms should make one peek (or a few): {peeks:?}\n{}",
+        daemon.log()
+    );
+    let status = peek_status(&mut client).await;
+    assert_eq!(status.signals + status.dropped_in_kernel, 50, "{status:?}");
+    assert!(
+        status.folded >= 50 - peeks.len() as u64 - status.dropped_in_kernel,
+        "{status:?}"
+    );
+    let report = client
+        .get_peek(v1::GetPeekRequest {
+            id: peeks[0].id.clone(),
+        })
+        .await
+        .expect("GetPeek answers")
+        .into_inner();
+    assert!(report.folded_triggers > 0, "{}", report.text);
+    assert!(
+        report.text.contains("more triggers folded into this peek"),
+        "{}",
+        report.text
+    );
+    assert!(alive(pid));
+    assert!(daemon.is_running_now());
+}
+
+/// Where the kernel accepts the BPF LSM guard, a process without a handler
+/// survives `kill -USR1` and is reported; where it does not, the test says
+/// it is skipped, and why.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_usr1_spares_a_process_without_handler_where_protected() {
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let status = peek_status(&mut client).await;
+    if !status.protection_active {
+        eprintln!(
+            "skipped: the peek signal cannot be intercepted on this machine: {}",
+            status.protection_reason
+        );
+        assert!(
+            daemon
+                .log()
+                .contains("will terminate that process (the kernel's default action)"),
+            "the start-up log warns about unprotected processes:\n{}",
+            daemon.log()
+        );
+        return;
+    }
+    let workload = Workload::start_as("peek_threads", "peek-guarded", &["--no-handler"]);
+    let pid = workload.pid();
+    tokio::time::sleep(SETTLE).await;
+    send_usr1(pid);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(alive(pid), "the guard keeps the process alive");
+    assert_eq!(peeks_of(&mut client, pid).await.len(), 1);
+}
