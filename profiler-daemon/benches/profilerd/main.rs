@@ -15,6 +15,7 @@ mod ebpf;
 mod machine;
 mod measure;
 mod overhead;
+mod peek;
 mod report;
 mod scale;
 mod symbolization;
@@ -179,6 +180,7 @@ fn main() -> Result<()> {
         show(table);
     }
     show(symbolization::run(&plan, &args.symbolize_binary)?);
+    show(runtime.block_on(peek::run(&plan, &workloads, &args.out_dir))?);
 
     let results = Results {
         command: args.command.clone(),

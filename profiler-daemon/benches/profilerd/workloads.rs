@@ -23,17 +23,31 @@ pub struct Workloads {
     /// Short-lived processes walking 10,000 distinct paths, some far more
     /// often than others.
     pub stack_storm: PathBuf,
+    /// Three named threads, two busy and one asleep (the peek tests' own).
+    pub peek_threads: PathBuf,
 }
 
 impl Workloads {
     pub fn build(out_dir: &Path) -> Result<Self> {
-        let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/workloads");
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
         let build = |name: &str| -> Result<PathBuf> {
             let binary = out_dir.join(name);
+            let source = ["benches/workloads", "tests/workloads"]
+                .iter()
+                .map(|dir| crate_dir.join(dir).join(format!("{name}.c")))
+                .find(|source| source.exists())
+                .with_context(|| format!("the source of workload {name} is missing"))?;
             let output = Command::new("gcc")
-                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
+                .args([
+                    "-O1",
+                    "-g",
+                    "-fno-omit-frame-pointer",
+                    "-pthread",
+                    "-Wall",
+                    "-o",
+                ])
                 .arg(&binary)
-                .arg(sources.join(format!("{name}.c")))
+                .arg(source)
                 .output()
                 .context("running gcc (the benchmark builds its workloads with it)")?;
             ensure!(
@@ -46,6 +60,7 @@ impl Workloads {
         Ok(Self {
             cpu_paths: build("cpu_paths")?,
             stack_storm: build("stack_storm")?,
+            peek_threads: build("peek_threads")?,
         })
     }
 
