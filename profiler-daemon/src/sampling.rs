@@ -160,6 +160,7 @@ impl Sampler {
     pub fn start(settings: &SamplerSettings) -> Result<Self, SamplingError> {
         check_requirements()?;
         raise_memlock_limit();
+        raise_open_files_limit();
         ensure_tracefs()?;
 
         let cpus = aya::util::online_cpus()
@@ -416,6 +417,28 @@ fn privileged() -> bool {
 
 /// Kernels before 5.11 charge BPF maps against RLIMIT_MEMLOCK; lift it
 /// there (later kernels charge the memory cgroup instead).
+/// Peeks open one perf event per thread of the peeked process, and the
+/// process table keeps binaries open: lift the soft limit on open files to
+/// the hard one.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return;
+    }
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    if let Err(err) = setrlimit(Resource::Nofile, raised) {
+        warn!(
+            limit = ?limit.current,
+            "cannot raise RLIMIT_NOFILE ({err}); peeks of processes with many threads may \
+             leave threads unsampled (LimitNOFILE= under systemd raises it)"
+        );
+    }
+}
+
 fn raise_memlock_limit() {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     if !kernel_charges_memlock() {

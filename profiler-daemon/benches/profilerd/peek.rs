@@ -46,7 +46,10 @@ pub async fn run(plan: &Plan, workloads: &Workloads, out_dir: &Path) -> Result<T
     let _ = target.wait();
     daemon.stop()?;
     let (signalled, requested) = result?;
-    let perf = perf_peek(start_peek_threads(workloads)?, rounds.min(3))?;
+    let perf = perf_peek(
+        start_peek_threads(workloads)?,
+        if plan.quick { 1 } else { 3 },
+    )?;
 
     let mut table = Table::new(
         "7. Peek latency (1.0 s peek at 1000 Hz)",

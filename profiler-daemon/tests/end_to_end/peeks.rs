@@ -327,3 +327,28 @@ async fn kill_usr1_spares_a_process_without_handler_where_protected() {
     assert!(alive(pid), "the guard keeps the process alive");
     assert_eq!(peeks_of(&mut client, pid).await.len(), 1);
 }
+
+/// A signal to a process outside the allowlist is refused and counted; a
+/// Peek request (root only, through the socket) is not restricted.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_allowlist_refuses_signals_from_outside_it() {
+    let daemon = Daemon::start_with(&["--peek-allow-commands", "someone-else"]).await;
+    let workload = Workload::start_as("peek_threads", "peek-refused", &[]);
+    let pid = workload.pid();
+    let mut client = daemon.client().await;
+    tokio::time::sleep(SETTLE).await;
+
+    send_usr1(pid);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = peek_status(&mut client).await;
+    assert_eq!((status.signals, status.refused), (1, 1), "{status:?}");
+    assert!(peeks_of(&mut client, pid).await.is_empty());
+
+    let report = client
+        .peek(v1::PeekRequest { pid })
+        .await
+        .expect("Peek answers")
+        .into_inner();
+    assert_eq!(report.pid, pid);
+    assert_eq!(peeks_of(&mut client, pid).await.len(), 1);
+}
