@@ -87,6 +87,20 @@ async fn kill_usr1_reports_each_thread_to_a_watcher() {
         .await
         .expect("WatchPeeks answers")
         .into_inner();
+    // Past the daemon's first drains, which symbolize everything already
+    // running and would take CPU time from the workload during the peek.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client
+        .get_status(v1::GetStatusRequest {})
+        .await
+        .expect("GetStatus answers")
+        .into_inner()
+        .drains
+        < 2
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     tokio::time::sleep(SETTLE).await;
 
     let sent = Instant::now();
