@@ -213,6 +213,13 @@ pub mod signal_generate {
     ];
 }
 
+/// Values of [`PeekSignal::result`] beyond the kernel's `TRACE_SIGNAL_*`.
+pub mod peek_signal_result {
+    /// The guard refused the signal (the process has no handler for it)
+    /// and passed it on for a peek; the process never received it.
+    pub const INTERCEPTED: i32 = 100;
+}
+
 /// Names of the maps and programs, shared so neither side spells them twice.
 pub mod names {
     pub const PROGRAM_SAMPLE_CPU: &str = "sample_cpu";
@@ -220,7 +227,13 @@ pub mod names {
     pub const PROGRAM_FORGET_ON_EXIT: &str = "forget_on_exit";
     pub const PROGRAM_SAMPLE_PEEK: &str = "sample_peek";
     pub const PROGRAM_WATCH_SIGNALS: &str = "watch_signals";
-    pub const PROGRAM_PROBE_LSM: &str = "probe_lsm";
+    pub const PROGRAM_GUARD_PEEK_SIGNAL: &str = "guard_peek_signal";
+    /// Globals: where the guard finds the kernel fields it reads.
+    pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
+    pub const TASK_SIGHAND_OFFSET: &str = "TASK_SIGHAND_OFFSET";
+    pub const SIGHAND_ACTION_OFFSET: &str = "SIGHAND_ACTION_OFFSET";
+    pub const K_SIGACTION_SIZE: &str = "K_SIGACTION_SIZE";
+    pub const HANDLER_OFFSET: &str = "HANDLER_OFFSET";
     /// Global: the peek signal's number (0: peeks by signal are off).
     pub const PEEK_SIGNAL_NUMBER: &str = "PEEK_SIGNAL_NUMBER";
     pub const PEEK_SIGNALS: &str = "PEEK_SIGNALS";

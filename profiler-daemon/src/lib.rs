@@ -14,6 +14,7 @@ pub mod client;
 pub mod collector;
 pub mod config;
 pub mod drain;
+pub mod kernel_types;
 pub mod peek;
 pub mod processes;
 pub mod profile;

@@ -109,14 +109,7 @@ async fn run(config: Config) -> Result<()> {
     .context("cannot start the sample pipeline")?;
     let peek_signals = sampler.take_peek_signals().context("cannot set up peeks")?;
     let peek_threads = sampler.take_peek_threads().context("cannot set up peeks")?;
-    let protection = peek::probe_protection(
-        if sampler.signal_watch_error().is_none() {
-            config.peek_signal_number()
-        } else {
-            0
-        },
-        sampler.bpf_lsm(),
-    );
+    let protection = peek::protection(sampler.signal_guard());
     let (cpus, frequency_hz) = (sampler.cpus().to_vec(), sampler.frequency_hz());
     let peek_signal_off = sampler.signal_watch_error().map(str::to_owned);
     let sampler = Arc::new(Mutex::new(sampler));

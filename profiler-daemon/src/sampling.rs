@@ -150,8 +150,8 @@ pub struct Sampler {
     frequency_hz: u32,
     /// Why peek signals are not watched, if they are not.
     signal_watch_error: Option<String>,
-    /// Why the kernel refused a BPF LSM program, if it did.
-    lsm_error: Option<String>,
+    /// Why the signal guard is not active, if it is not.
+    guard_error: Option<String>,
 }
 
 impl Sampler {
@@ -176,6 +176,18 @@ impl Sampler {
         loader.map_max_entries(names::KNOWN_PIDS, 1 << 15);
         loader.map_max_entries(names::PEEK_THREADS, 1 << 14);
         loader.override_global(names::PEEK_SIGNAL_NUMBER, &settings.peek_signal, true);
+        let layout = crate::kernel_types::signal_layout();
+        if let Ok(layout) = &layout {
+            for (name, value) in [
+                (names::TASK_TGID_OFFSET, &layout.task_tgid),
+                (names::TASK_SIGHAND_OFFSET, &layout.task_sighand),
+                (names::SIGHAND_ACTION_OFFSET, &layout.sighand_action),
+                (names::K_SIGACTION_SIZE, &layout.k_sigaction_size),
+                (names::HANDLER_OFFSET, &layout.handler),
+            ] {
+                loader.override_global(name, value, true);
+            }
+        }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(load_error)?;
 
         match aya_log::EbpfLogger::init(&mut ebpf) {
@@ -214,7 +226,13 @@ impl Sampler {
                 Some(err.to_string())
             }
         };
-        let lsm_error = probe_lsm(&mut ebpf).err();
+        let guard_error = match layout {
+            _ if settings.peek_signal == 0 => Some("peeks by signal are off".to_owned()),
+            Err(err) => Some(format!(
+                "cannot find the kernel fields the guard reads: {err}"
+            )),
+            Ok(_) => guard_peek_signal(&mut ebpf).err(),
+        };
         info!(
             cpus = cpus.len(),
             frequency_hz = settings.frequency_hz,
@@ -227,13 +245,14 @@ impl Sampler {
             cpus,
             frequency_hz: settings.frequency_hz,
             signal_watch_error,
-            lsm_error,
+            guard_error,
         })
     }
 
-    /// Whether the kernel accepts BPF LSM programs; if not, why.
-    pub fn bpf_lsm(&self) -> Result<(), String> {
-        self.lsm_error.clone().map_or(Ok(()), Err)
+    /// Whether the guard that keeps the peek signal from killing processes
+    /// without a handler is active; if not, why.
+    pub fn signal_guard(&self) -> Result<(), String> {
+        self.guard_error.clone().map_or(Ok(()), Err)
     }
 
     /// Why the kernel does not pass peek signals on, if it does not.
@@ -335,16 +354,25 @@ fn watch_signals(ebpf: &mut Ebpf, signal: u32) -> Result<(), SamplingError> {
     Ok(())
 }
 
-/// Loads (without attaching) an LSM program on `task_kill`.
-fn probe_lsm(ebpf: &mut Ebpf) -> Result<(), String> {
+/// Loads and attaches the BPF LSM guard on `task_kill`.
+fn guard_peek_signal(ebpf: &mut Ebpf) -> Result<(), String> {
     let btf =
         aya::Btf::from_sys_fs().map_err(|err| format!("cannot read the kernel's BTF: {err}"))?;
     let program: &mut Lsm =
-        program(ebpf, names::PROGRAM_PROBE_LSM).map_err(|err| err.to_string())?;
-    program
-        .load("task_kill", &btf)
-        .map_err(|err| error_chain(&err))?;
-    debug!("the kernel accepts BPF LSM programs");
+        program(ebpf, names::PROGRAM_GUARD_PEEK_SIGNAL).map_err(|err| err.to_string())?;
+    program.load("task_kill", &btf).map_err(|err| {
+        format!(
+            "the kernel refused a BPF LSM program ({})",
+            error_chain(&err)
+        )
+    })?;
+    program.attach().map_err(|err| {
+        format!(
+            "cannot attach the BPF LSM guard to task_kill: {}",
+            error_chain(&err)
+        )
+    })?;
+    info!("peek signals to processes without a handler are intercepted (BPF LSM on task_kill)");
     Ok(())
 }
 

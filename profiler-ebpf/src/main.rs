@@ -6,12 +6,16 @@
 //! generation of maps the daemon selected, counts every sample it takes and
 //! every way one is lost, and announces processes it sees for the first time.
 //! `sample_peek` does the same on the per-thread clocks the daemon opens for
-//! a peek, and `watch_signals` tells the daemon when a peek signal is sent.
+//! a peek, `watch_signals` tells the daemon when a peek signal is sent, and
+//! `guard_peek_signal` (BPF LSM, where the kernel allows it) keeps a peek
+//! signal from killing a process without a handler.
 //! They must not block, allocate or log on the hot path.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
 
 #[cfg(target_arch = "bpf")]
 mod sampler;
+#[cfg(target_arch = "bpf")]
+mod signals;
 
 #[cfg(not(target_arch = "bpf"))]
 fn main() {

@@ -1,6 +1,6 @@
 //! The CPU-clock sampling programs (system-wide and per peeked thread), the
-//! tracepoints that keep process announcements fresh and pass peek signals
-//! on, and the maps they write.
+//! tracepoints that keep process announcements fresh, and the maps they
+//! write.
 
 // Map keys and values are passed by reference on purpose: a StackTrace by
 // value would not fit on the 512-byte BPF stack, and copies of the others
@@ -12,17 +12,15 @@ use core::{ffi::c_void, mem::size_of};
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_stack,
-    },
-    macros::{lsm, map, perf_event, tracepoint},
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, generated::bpf_get_stack},
+    macros::{map, perf_event, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
-    programs::{LsmContext, PerfEventContext, TracePointContext},
+    programs::{PerfEventContext, TracePointContext},
 };
 use aya_log_ebpf::error;
 use profiler_common::{
-    COUNTER_COUNT, Control, Counter, MAX_STACK_DEPTH, PeekSignal, SampleKey, SampleKind,
-    SampleValue, StackTrace, sample_flags, signal_generate,
+    COUNTER_COUNT, Control, Counter, MAX_STACK_DEPTH, SampleKey, SampleKind, SampleValue,
+    StackTrace, sample_flags,
 };
 
 /// Sizes below are placeholders: the daemon sizes every map at load time.
@@ -56,15 +54,6 @@ static KNOWN_PIDS: LruHashMap<u32, u8> = LruHashMap::with_max_entries(DEFAULT_EN
 /// memory mappings while they are alive.
 #[map]
 static NEW_PROCESSES: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
-
-/// The peek signal's number, set by the daemon at load time; 0 turns
-/// peeks by signal off.
-#[unsafe(no_mangle)]
-static PEEK_SIGNAL_NUMBER: u32 = 0;
-
-/// Peek signals on their way to the daemon.
-#[map]
-static PEEK_SIGNALS: RingBuf = RingBuf::with_byte_size(16 * 1024, 0);
 
 /// Threads being peeked at, written by the daemon: 0 until the thread's
 /// first peek sample, which is recorded as a [`SampleKind::PeekInstant`].
@@ -370,51 +359,6 @@ pub fn forget_on_exit(_ctx: TracePointContext) -> u32 {
     0
 }
 
-/// On `signal:signal_generate`: passes every peek signal on to the daemon,
-/// whoever sent it to whom and whatever the kernel did with it.
-#[tracepoint]
-pub fn watch_signals(ctx: TracePointContext) -> u32 {
-    // SAFETY: a volatile read of a global the daemon sets at load time.
-    let peek_signal = unsafe { core::ptr::read_volatile(&PEEK_SIGNAL_NUMBER) };
-    // SAFETY: the offsets are those of the tracepoint's format.
-    let signal = unsafe { ctx.read_at::<i32>(signal_generate::SIG) }.unwrap_or(0);
-    if peek_signal == 0 || signal != peek_signal as i32 {
-        return 0;
-    }
-    count(Counter::PeekSignals);
-    let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: as above.
-    let (target, group, result) = unsafe {
-        (
-            ctx.read_at::<i32>(signal_generate::PID).unwrap_or(0),
-            ctx.read_at::<i32>(signal_generate::GROUP).unwrap_or(0),
-            ctx.read_at::<i32>(signal_generate::RESULT).unwrap_or(0),
-        )
-    };
-    let event = PeekSignal {
-        target: target as u32,
-        signal: signal as u32,
-        sender_pid: (pid_tgid >> 32) as u32,
-        sender_tid: pid_tgid as u32,
-        result,
-        group: group as u32,
-        // SAFETY: a helper without arguments.
-        time_ns: unsafe { bpf_ktime_get_ns() },
-        sender_comm: bpf_get_current_comm().unwrap_or([0; 16]),
-    };
-    if PEEK_SIGNALS.output::<PeekSignal>(&event, 0).is_err() {
-        count(Counter::LostPeekSignal);
-    }
-    0
-}
-
-/// Never attached: the daemon loads it to learn whether the kernel accepts
-/// BPF LSM programs on `task_kill`, which protecting peeked processes needs.
-#[lsm(hook = "task_kill")]
-pub fn probe_lsm(_ctx: LsmContext) -> i32 {
-    0
-}
-
 #[inline(always)]
 fn announce_process(pid: u32) {
     if KNOWN_PIDS.get_ptr(&pid).is_some() {
@@ -432,7 +376,7 @@ fn announce_process(pid: u32) {
 }
 
 #[inline(always)]
-fn count(counter: Counter) {
+pub(crate) fn count(counter: Counter) {
     if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
         // SAFETY: per-CPU slot; this program does not nest on one CPU.
         unsafe { *slot += 1 };

@@ -30,11 +30,13 @@ pub(super) fn report(report: &PeekReport) -> v1::PeekReport {
             signal,
             sender_pid,
             sender_command,
+            intercepted,
         } => v1::PeekTrigger {
             source: v1::peek_trigger::Source::Signal as i32,
             signal: *signal,
             sender_pid: *sender_pid,
             sender_command: sender_command.clone(),
+            intercepted: *intercepted,
         },
         TriggerSource::Request => v1::PeekTrigger {
             source: v1::peek_trigger::Source::Request as i32,
@@ -103,6 +105,7 @@ pub(super) fn status(
         dropped_in_kernel: pipeline.counters[Counter::LostPeekSignal as usize],
         refused: stats.refused,
         gone: stats.gone,
+        self_sent: stats.self_sent,
         running: peeker.running() as u32,
     }
 }

@@ -545,7 +545,7 @@ fn format_peek_status(peek: &v1::PeekStatus) -> String {
         "{trigger}; {protection}\n            \
          {completed} done, {failed} failed, {running} running; triggers: {signals} signals, \
          {requests} requests, {folded} folded, {refused} refused by the allowlist, {gone} for \
-         exited processes, {dropped} dropped (max_concurrent_peeks), {kernel} dropped in the kernel",
+         exited processes, {self_sent} sent by a process to itself (ignored), {dropped} dropped (max_concurrent_peeks), {kernel} dropped in the kernel",
         completed = peek.completed,
         failed = peek.failed,
         running = peek.running,
@@ -554,6 +554,7 @@ fn format_peek_status(peek: &v1::PeekStatus) -> String {
         folded = peek.folded,
         refused = peek.refused,
         gone = peek.gone,
+        self_sent = peek.self_sent,
         dropped = peek.dropped_limit,
         kernel = peek.dropped_in_kernel,
     )

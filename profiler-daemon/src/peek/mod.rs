@@ -120,6 +120,9 @@ pub struct PeekStats {
     pub refused: u64,
     /// Signals whose process was gone before the peek began.
     pub gone: u64,
+    /// Signals a process sent to itself (programs use SIGUSR1 internally,
+    /// e.g. the jobserver of cargo and make): not a request for a peek.
+    pub self_sent: u64,
     /// Peek samples that arrived when no peek of their process was open.
     pub stray_samples: u64,
 }
@@ -244,10 +247,15 @@ impl Peeker {
                 return;
             }
         };
+        if pid == signal.sender_pid {
+            lock(&self.inner.stats).self_sent += 1;
+            return;
+        }
         let source = TriggerSource::Signal {
             signal: signal.signal,
             sender_pid: signal.sender_pid,
             sender_command: comm_text(&signal.sender_comm),
+            intercepted: signal.result == profiler_common::peek_signal_result::INTERCEPTED,
         };
         self.start(pid, source, SystemTime::now(), None);
     }
@@ -514,29 +522,20 @@ pub async fn follow_signals(peeker: Peeker, signals: RingBuf<MapData>) {
     }
 }
 
-/// What the start-up log and the status say about protecting processes
-/// without a handler from the peek signal.
-pub fn probe_protection(signal: u32, bpf_lsm: Result<(), String>) -> Protection {
-    let lsms = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
-    let lsms = lsms.trim();
-    let reason = if signal == 0 {
-        "peeks by signal are off".to_owned()
-    } else if !lsms.is_empty() && !lsms.split(',').any(|lsm| lsm == "bpf") {
-        format!(
-            "the kernel's active LSMs ({lsms}) do not include bpf, so profilerd cannot \
-             intercept the peek signal"
-        )
-    } else {
-        match bpf_lsm {
-            Err(err) => format!("the kernel refused a BPF LSM program ({err})"),
-            Ok(()) => "the kernel accepts BPF LSM programs, but this profilerd does not yet \
-                       install the guard that intercepts the peek signal"
+/// Whether processes without a handler are protected from the peek
+/// signal, and why or why not, for the start-up log and the status.
+pub fn protection(signal_guard: Result<(), String>) -> Protection {
+    match signal_guard {
+        Ok(()) => Protection {
+            active: true,
+            reason: "a BPF LSM program on task_kill refuses the peek signal to a process \
+                     without a handler (the sender gets EPERM) and peeks at it instead"
                 .to_owned(),
-        }
-    };
-    Protection {
-        active: false,
-        reason,
+        },
+        Err(reason) => Protection {
+            active: false,
+            reason,
+        },
     }
 }
 

@@ -30,6 +30,8 @@ pub enum TriggerSource {
         signal: u32,
         sender_pid: u32,
         sender_command: String,
+        /// The guard kept the signal from the process (it has no handler).
+        intercepted: bool,
     },
     /// A `Peek` request of the API.
     Request,
@@ -185,6 +187,7 @@ impl PeekRun<'_> {
             TriggerSource::Signal {
                 sender_pid,
                 sender_command,
+                intercepted,
                 ..
             } => {
                 write!(
@@ -193,6 +196,11 @@ impl PeekRun<'_> {
                     self.signal_name
                 )?;
                 match snapshot.disposition {
+                    _ if *intercepted => write!(
+                        out,
+                        "; the process has no handler, so profilerd intercepted the signal: it \
+                         was not delivered, and the sender's kill() failed with EPERM"
+                    )?,
                     Disposition::Handled => write!(out, "; the process handles it")?,
                     Disposition::Ignored => write!(out, "; the process ignores it")?,
                     Disposition::Default => write!(

@@ -105,11 +105,21 @@ async fn kill_usr1_reports_each_thread_to_a_watcher() {
 
     let sent = Instant::now();
     send_usr1(pid);
-    let report = tokio::time::timeout(Duration::from_secs(2), watcher.message())
-        .await
-        .unwrap_or_else(|_| panic!("no peek report within 2 s of the signal:\n{}", daemon.log()))
-        .expect("the stream stays open")
-        .expect("a report arrives");
+    // Other processes on the machine may send SIGUSR1 too: wait for ours.
+    let report = tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            let report = watcher
+                .message()
+                .await
+                .expect("the stream stays open")
+                .expect("a report arrives");
+            if report.pid == pid {
+                return report;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no peek report within 2 s of the signal:\n{}", daemon.log()));
     let latency = sent.elapsed();
 
     assert_eq!(report.pid, pid, "{}", report.text);
@@ -288,19 +298,35 @@ async fn a_signal_storm_is_folded_into_one_peek() {
         "50 signals in 100 ms should make one peek (or a few): {peeks:?}\n{}",
         daemon.log()
     );
+    // Every signal is in one of the peeks: its trigger or a folded one
+    // (other processes' signals may be counted in the status too).
+    let mut reports = Vec::new();
+    for peek in &peeks {
+        reports.push(
+            client
+                .get_peek(v1::GetPeekRequest {
+                    id: peek.id.clone(),
+                })
+                .await
+                .expect("GetPeek answers")
+                .into_inner(),
+        );
+    }
     let status = peek_status(&mut client).await;
-    assert_eq!(status.signals + status.dropped_in_kernel, 50, "{status:?}");
-    assert!(
-        status.folded >= 50 - peeks.len() as u64 - status.dropped_in_kernel,
+    let accounted: u64 = reports
+        .iter()
+        .map(|report| 1 + u64::from(report.folded_triggers))
+        .sum();
+    assert_eq!(
+        accounted + status.dropped_in_kernel.min(50),
+        50,
         "{status:?}"
     );
-    let report = client
-        .get_peek(v1::GetPeekRequest {
-            id: peeks[0].id.clone(),
-        })
-        .await
-        .expect("GetPeek answers")
-        .into_inner();
+    assert!(
+        status.folded >= accounted - reports.len() as u64,
+        "{status:?}"
+    );
+    let report = &reports[0];
     assert!(report.folded_triggers > 0, "{}", report.text);
     assert!(
         report.text.contains("more triggers folded into this peek"),
@@ -352,10 +378,11 @@ async fn the_allowlist_refuses_signals_from_outside_it() {
     let mut client = daemon.client().await;
     tokio::time::sleep(SETTLE).await;
 
+    let before = peek_status(&mut client).await;
     send_usr1(pid);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let status = peek_status(&mut client).await;
-    assert_eq!((status.signals, status.refused), (1, 1), "{status:?}");
+    assert!(status.refused > before.refused, "{status:?}");
     assert!(peeks_of(&mut client, pid).await.is_empty());
 
     let report = client

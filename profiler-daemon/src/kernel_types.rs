@@ -1,0 +1,227 @@
+//! Where the kernel keeps the fields the signal guard reads, from the
+//! kernel's own type information (BTF, `/sys/kernel/btf/vmlinux`): aya's
+//! eBPF programs have no CO-RE relocations, so the daemon finds the offsets
+//! and hands them to the program as globals.
+//!
+//! Owns a minimal BTF reader (structs, unions and their members); it must
+//! not load or attach anything.
+
+use std::collections::HashMap;
+
+/// Byte offsets the signal guard needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalLayout {
+    /// `task_struct.tgid`.
+    pub task_tgid: u32,
+    /// `task_struct.sighand` (a pointer).
+    pub task_sighand: u32,
+    /// `sighand_struct.action` (an array of `k_sigaction`).
+    pub sighand_action: u32,
+    /// `sizeof(struct k_sigaction)`.
+    pub k_sigaction_size: u32,
+    /// `k_sigaction.sa.sa_handler`.
+    pub handler: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    #[error("cannot read the kernel's BTF ({path}): {source}")]
+    Read {
+        path: &'static str,
+        source: std::io::Error,
+    },
+    #[error("the kernel's BTF is malformed: {0}")]
+    Malformed(&'static str),
+    #[error("the kernel's BTF has no {0}")]
+    Missing(String),
+}
+
+const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+const BTF_MAGIC: u16 = 0xeb9f;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+
+/// Reads the offsets from the running kernel's BTF.
+pub fn signal_layout() -> Result<SignalLayout, BtfError> {
+    let data = std::fs::read(VMLINUX_BTF).map_err(|source| BtfError::Read {
+        path: VMLINUX_BTF,
+        source,
+    })?;
+    SignalLayout::from_btf(&Btf::parse(&data)?)
+}
+
+impl SignalLayout {
+    fn from_btf(btf: &Btf) -> Result<Self, BtfError> {
+        let k_sigaction = btf.struct_named("k_sigaction")?;
+        let sa = btf.member_offset(k_sigaction, "sa")?;
+        let sigaction = btf.struct_named("sigaction")?;
+        Ok(Self {
+            task_tgid: btf.member_offset(btf.struct_named("task_struct")?, "tgid")?,
+            task_sighand: btf.member_offset(btf.struct_named("task_struct")?, "sighand")?,
+            sighand_action: btf.member_offset(btf.struct_named("sighand_struct")?, "action")?,
+            k_sigaction_size: k_sigaction.size,
+            handler: sa + btf.member_offset(sigaction, "sa_handler")?,
+        })
+    }
+}
+
+/// A struct or union of the BTF.
+#[derive(Clone, Debug)]
+struct Composite {
+    size: u32,
+    /// (name, type id, bit offset); anonymous members have an empty name.
+    members: Vec<(String, u32, u32)>,
+}
+
+/// The structs and unions of a BTF blob, by type id and by name.
+struct Btf {
+    composites: HashMap<u32, Composite>,
+    by_name: HashMap<String, u32>,
+}
+
+impl Btf {
+    fn parse(data: &[u8]) -> Result<Self, BtfError> {
+        let u16_at = |at: usize| -> Option<u16> {
+            Some(u16::from_le_bytes(data.get(at..at + 2)?.try_into().ok()?))
+        };
+        let u32_at = |at: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
+        };
+        if u16_at(0) != Some(BTF_MAGIC) {
+            return Err(BtfError::Malformed("no BTF magic (or not little-endian)"));
+        }
+        let header = |index: usize| {
+            u32_at(4 + index * 4)
+                .map(|value| value as usize)
+                .ok_or(BtfError::Malformed("truncated header"))
+        };
+        let (header_len, type_off, type_len, str_off, str_len) =
+            (header(0)?, header(1)?, header(2)?, header(3)?, header(4)?);
+        let types = header_len + type_off;
+        let strings = header_len + str_off;
+        if data.len() < types + type_len || data.len() < strings + str_len {
+            return Err(BtfError::Malformed("sections beyond the end of the data"));
+        }
+        let name_at = |offset: u32| -> String {
+            let start = strings + offset as usize;
+            let bytes = data.get(start..strings + str_len).unwrap_or_default();
+            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+            String::from_utf8_lossy(&bytes[..end]).into_owned()
+        };
+
+        let mut composites = HashMap::new();
+        let mut by_name = HashMap::new();
+        let mut at = types;
+        let mut id = 1_u32;
+        while at < types + type_len {
+            let (Some(name_off), Some(info), Some(size)) =
+                (u32_at(at), u32_at(at + 4), u32_at(at + 8))
+            else {
+                return Err(BtfError::Malformed("truncated type"));
+            };
+            let (kind, vlen, kind_flag) = ((info >> 24) & 0x1f, info & 0xffff, info >> 31);
+            at += 12;
+            let extra = match kind {
+                1 | 14 | 17 => 4,
+                3 => 12,
+                KIND_STRUCT | KIND_UNION | 15 | 19 => 12 * vlen as usize,
+                6 | 13 => 8 * vlen as usize,
+                2 | 7..=12 | 16 | 18 => 0,
+                _ => return Err(BtfError::Malformed("unknown type kind")),
+            };
+            if kind == KIND_STRUCT || kind == KIND_UNION {
+                let mut members = Vec::with_capacity(vlen as usize);
+                for index in 0..vlen as usize {
+                    let member = at + index * 12;
+                    let (Some(name), Some(member_type), Some(offset)) =
+                        (u32_at(member), u32_at(member + 4), u32_at(member + 8))
+                    else {
+                        return Err(BtfError::Malformed("truncated member"));
+                    };
+                    // With kind_flag, the top 8 bits are a bitfield's size.
+                    let bit_offset = if kind_flag == 1 {
+                        offset & 0x00ff_ffff
+                    } else {
+                        offset
+                    };
+                    members.push((name_at(name), member_type, bit_offset));
+                }
+                let name = name_at(name_off);
+                if kind == KIND_STRUCT && !name.is_empty() {
+                    by_name.entry(name).or_insert(id);
+                }
+                composites.insert(id, Composite { size, members });
+            }
+            at += extra;
+            id += 1;
+        }
+        Ok(Self {
+            composites,
+            by_name,
+        })
+    }
+
+    fn struct_named(&self, name: &str) -> Result<&Composite, BtfError> {
+        self.by_name
+            .get(name)
+            .and_then(|id| self.composites.get(id))
+            .ok_or_else(|| BtfError::Missing(format!("struct {name}")))
+    }
+
+    /// The byte offset of `name` in `composite`, looking into anonymous
+    /// struct and union members too.
+    fn member_offset(&self, composite: &Composite, name: &str) -> Result<u32, BtfError> {
+        self.find_member(composite, name, 0)
+            .ok_or_else(|| BtfError::Missing(format!("member {name}")))
+    }
+
+    fn find_member(&self, composite: &Composite, name: &str, depth: u32) -> Option<u32> {
+        for (member, member_type, bit_offset) in &composite.members {
+            if member == name {
+                return Some(bit_offset / 8);
+            }
+            if member.is_empty()
+                && depth < 8
+                && let Some(inner) = self.composites.get(member_type)
+                && let Some(offset) = self.find_member(inner, name, depth + 1)
+            {
+                return Some(bit_offset / 8 + offset);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_running_kernel_has_the_fields() {
+        let layout = signal_layout().expect("the kernel's BTF describes the signal fields");
+        assert!(layout.k_sigaction_size >= 16, "{layout:?}");
+        assert!(layout.handler < layout.k_sigaction_size, "{layout:?}");
+        assert!(
+            layout.task_tgid > 0 && layout.task_sighand > 0,
+            "{layout:?}"
+        );
+        assert_eq!(
+            layout.task_sighand % 8,
+            0,
+            "a pointer is aligned: {layout:?}"
+        );
+    }
+
+    #[test]
+    fn garbage_is_refused() {
+        assert!(matches!(
+            Btf::parse(b"not btf at all"),
+            Err(BtfError::Malformed(_))
+        ));
+        assert!(matches!(Btf::parse(&[]), Err(BtfError::Malformed(_))));
+        let mut header = vec![0x9f, 0xeb, 1, 0];
+        header.extend_from_slice(&24_u32.to_le_bytes());
+        header.extend_from_slice(&[0xff; 16]);
+        assert!(matches!(Btf::parse(&header), Err(BtfError::Malformed(_))));
+    }
+}
