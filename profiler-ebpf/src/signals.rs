@@ -74,11 +74,10 @@ pub fn watch_signals(ctx: TracePointContext) -> u32 {
 /// or ignores it, is left alone.
 #[lsm(hook = "task_kill")]
 pub fn guard_peek_signal(ctx: LsmContext) -> i32 {
-    // SAFETY: task_kill(struct task_struct *p, struct kernel_siginfo *info,
-    // int sig, const struct cred *cred), then the verdict of the BPF LSM
-    // programs before this one.
-    let (task, signal, verdict) =
-        unsafe { (ctx.arg::<u64>(0), ctx.arg::<i32>(2), ctx.arg::<i32>(4)) };
+    // task_kill(struct task_struct *p, struct kernel_siginfo *info, int sig,
+    // const struct cred *cred), then the verdict of the BPF LSM programs
+    // before this one.
+    let (task, signal, verdict) = (ctx.arg::<u64>(0), ctx.arg::<i32>(2), ctx.arg::<i32>(4));
     if verdict != 0 {
         return verdict;
     }
