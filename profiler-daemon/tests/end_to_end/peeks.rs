@@ -393,3 +393,43 @@ async fn the_allowlist_refuses_signals_from_outside_it() {
     assert_eq!(report.pid, pid);
     assert_eq!(peeks_of(&mut client, pid).await.len(), 1);
 }
+
+/// Beyond max_concurrent_peeks, a trigger is dropped with an error that
+/// names the limit, and counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn peeks_beyond_the_limit_are_dropped_and_counted() {
+    let daemon = Daemon::start_with(&["--max-concurrent-peeks", "1"]).await;
+    let first = Workload::start_as("peek_threads", "peek-first", &[]);
+    let second = Workload::start_as("peek_threads", "peek-second", &[]);
+    let mut client = daemon.client().await;
+    tokio::time::sleep(SETTLE).await;
+
+    let running = tokio::spawn({
+        let mut client = daemon.client().await;
+        let pid = first.pid();
+        async move { client.peek(v1::PeekRequest { pid }).await }
+    });
+    // The first peek is under way once the status counts it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while peek_status(&mut client).await.running == 0 {
+        assert!(Instant::now() < deadline, "the first peek never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = client
+        .peek(v1::PeekRequest { pid: second.pid() })
+        .await
+        .expect_err("a second peek is over the limit");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("max_concurrent_peeks"),
+        "{}",
+        refused.message()
+    );
+    let report = running
+        .await
+        .expect("the first peek's task")
+        .expect("the first peek succeeds")
+        .into_inner();
+    assert_eq!(report.pid, first.pid());
+    assert_eq!(peek_status(&mut client).await.dropped_limit, 1);
+}
