@@ -18,6 +18,13 @@ fn build_protos() -> Result<()> {
         println!("cargo:rerun-if-changed={proto}");
     }
     let descriptors = protox::compile(protos, ["proto"]).context("compiling the .proto files")?;
+    // For gRPC server reflection.
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out_dir.join("descriptors.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )
+    .context("writing the descriptor set")?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

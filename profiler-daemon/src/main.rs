@@ -157,7 +157,24 @@ async fn run(config: Config) -> Result<()> {
         memory_limit = %config.memory_limit,
         "profilerd is serving"
     );
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<ProfilerServer<ProfilerService>>()
+        .await;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(profilerd::proto::DESCRIPTORS)
+    };
+    let reflection_v1 = reflection()
+        .build_v1()
+        .context("cannot build the gRPC reflection service")?;
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .context("cannot build the gRPC reflection service")?;
     let served = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(ProfilerServer::new(service))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown_signal())
         .await;

@@ -9,3 +9,6 @@ pub mod v1 {
 pub mod pprof {
     tonic::include_proto!("perftools.profiles");
 }
+
+/// The encoded descriptors of every .proto file, for server reflection.
+pub const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
