@@ -115,6 +115,60 @@ pub fn test_deps() -> Result<()> {
     Ok(())
 }
 
+/// PyPI packages of the test suite's foreign gRPC client (Python's grpcio,
+/// which learns the API by reflection), pinned.
+const PYTHON_CLIENT_PACKAGES: &[&str] = &[
+    "grpcio==1.85.1",
+    "grpcio-reflection==1.85.1",
+    "grpcio-health-checking==1.85.1",
+];
+
+/// A Python virtual environment under `target_dir` with the client
+/// packages, created (once) when missing; returns its interpreter.
+pub fn python_clients(target_dir: &Path) -> Result<PathBuf> {
+    let venv = target_dir.join("python-clients");
+    let python = venv.join("bin/python");
+    let ready = python.exists()
+        && process::output(
+            process::command(&python).args(["-c", "import grpc, grpc_reflection, grpc_health"]),
+        )
+        .is_ok();
+    if !ready {
+        let system_python = process::find_program("python3").context(
+            "python3 is not on PATH: the tests run Python's grpcio against the daemon; \
+             install it (Debian: `apt-get install python3 python3-venv`)",
+        )?;
+        println!(
+            "==> creating {} with {}",
+            venv.display(),
+            PYTHON_CLIENT_PACKAGES.join(", ")
+        );
+        process::run(
+            process::command(system_python)
+                .arg("-m")
+                .arg("venv")
+                .arg(&venv),
+        )
+        .context(
+            "creating the Python virtual environment (Debian: apt-get install python3-venv)",
+        )?;
+        process::run(
+            process::command(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .args(PYTHON_CLIENT_PACKAGES),
+        )
+        .context("installing the Python gRPC packages from PyPI")?;
+    }
+    println!("ok: Python gRPC client ({})", python.display());
+    Ok(python)
+}
+
 /// Makes sure the benchmark's programs are there: gcc, and the packages in
 /// [`BENCH_APT_PACKAGES`] (installed when missing).
 pub fn bench_deps() -> Result<()> {

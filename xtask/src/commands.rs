@@ -94,9 +94,11 @@ fn test(args: TestArgs) -> Result<()> {
     kernel::check()?;
     bootstrap::ebpf_toolchain()?;
     bootstrap::test_deps()?;
+    let python = bootstrap::python_clients(&target_dir()?)?;
 
     let mut cmd = workspace_cargo()?;
     cmd.arg("test");
+    cmd.env("PROFILERD_TEST_PYTHON", python);
     if !names_packages(&args.cargo_args) {
         cmd.args(["--workspace", "--exclude", EBPF_PACKAGE]);
     }

@@ -7,6 +7,7 @@
 
 mod api_errors;
 mod cli;
+mod foreign_client;
 mod peeks;
 mod pprof;
 mod profiles;
