@@ -34,6 +34,9 @@ pub enum ConfigError {
 pub struct Config {
     /// Unix socket the gRPC API is served on.
     pub socket: PathBuf,
+    /// Members of this group (and root) may profile every process; other
+    /// users only their own.
+    pub admin_group: String,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
     /// How often the kernel maps are drained into the store.
@@ -89,6 +92,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             socket: PathBuf::from("/run/profilerd/profilerd.sock"),
+            admin_group: "profilerd".to_owned(),
             frequency_hz: 49,
             drain_interval: Duration::from_secs(1),
             retention: Duration::from_secs(600),
@@ -118,6 +122,9 @@ pub struct Overrides {
     /// Unix socket to serve the gRPC API on [default: /run/profilerd/profilerd.sock]
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Group whose members may profile every process [default: profilerd]
+    #[arg(long, value_name = "GROUP")]
+    pub admin_group: Option<String>,
     /// Samples per second on each CPU, 1-1000 [default: 49]
     #[arg(long, value_name = "HZ")]
     pub frequency_hz: Option<u32>,
@@ -228,6 +235,7 @@ impl Config {
     fn apply(&mut self, overrides: &Overrides) {
         let Overrides {
             socket,
+            admin_group,
             frequency_hz,
             drain_interval,
             retention,
@@ -254,6 +262,7 @@ impl Config {
             }
         }
         set(&mut self.socket, socket);
+        set(&mut self.admin_group, admin_group);
         set(&mut self.frequency_hz, frequency_hz);
         set(&mut self.drain_interval, drain_interval);
         set(&mut self.retention, retention);
@@ -491,6 +500,7 @@ mod tests {
         let config = Config::parse(
             r#"
             socket = "/tmp/p.sock"
+            admin_group = "wheel"
             frequency_hz = 99
             drain_interval = "500ms"
             retention = "5m"

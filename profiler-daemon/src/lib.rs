@@ -8,6 +8,7 @@
 //! [`profile::Profile`] of any window and served over gRPC ([`api`]). The
 //! [`collector`] runs that pipeline; [`config`] holds the settings.
 
+pub mod access;
 pub mod api;
 mod batch;
 pub mod client;

@@ -141,6 +141,7 @@ async fn run(config: Config) -> Result<()> {
         store,
         config.max_sessions as usize,
         peeker,
+        profilerd::access::AccessPolicy::new(&config.admin_group),
         DaemonInfo {
             cpus,
             frequency_hz,
@@ -217,10 +218,10 @@ fn bind(socket: &Path) -> Result<(UnixListener, SocketFile)> {
     let listener = UnixListener::bind(socket)
         .with_context(|| format!("cannot listen on {}", socket.display()))?;
     let file = SocketFile(socket.to_owned());
-    // Profiles show every process's code paths: only root (and the socket's
-    // group) may ask for them.
+    // Anyone may connect: each request is authorized by the caller's
+    // credentials (see `access`).
     use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
         .with_context(|| format!("cannot set the permissions of {}", socket.display()))?;
     Ok((listener, file))
 }

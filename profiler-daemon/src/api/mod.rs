@@ -18,6 +18,7 @@ use profiler_common::SampleKind;
 use tonic::{Request, Response, Status};
 
 use crate::{
+    access::{AccessError, AccessPolicy, Caller, Credentials},
     collector::{CollectorError, CollectorHandle},
     drain,
     peek::Peeker,
@@ -38,6 +39,8 @@ pub enum ApiError {
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
+    PermissionDenied(String),
+    #[error("{0}")]
     ResourceExhausted(String),
     #[error(transparent)]
     Unavailable(#[from] CollectorError),
@@ -48,6 +51,15 @@ pub enum ApiError {
 impl ApiError {
     fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidArgument(message.into())
+    }
+}
+
+impl From<AccessError> for ApiError {
+    fn from(err: AccessError) -> Self {
+        match err {
+            AccessError::NoSuchProcess(_) => Self::NotFound(err.to_string()),
+            _ => Self::PermissionDenied(err.to_string()),
+        }
     }
 }
 
@@ -66,6 +78,7 @@ impl From<ApiError> for Status {
         match err {
             ApiError::InvalidArgument(_) => Status::invalid_argument(message),
             ApiError::NotFound(_) => Status::not_found(message),
+            ApiError::PermissionDenied(_) => Status::permission_denied(message),
             ApiError::ResourceExhausted(_) => Status::resource_exhausted(message),
             ApiError::Unavailable(_) => Status::unavailable(message),
             ApiError::Internal(_) => Status::internal(message),
@@ -90,6 +103,7 @@ pub struct ProfilerService {
     store: Arc<RwLock<Store>>,
     sessions: Mutex<Sessions>,
     peeker: Peeker,
+    access: AccessPolicy,
     info: DaemonInfo,
 }
 
@@ -99,6 +113,7 @@ impl ProfilerService {
         store: Arc<RwLock<Store>>,
         max_sessions: usize,
         peeker: Peeker,
+        access: AccessPolicy,
         info: DaemonInfo,
     ) -> Self {
         Self {
@@ -106,8 +121,42 @@ impl ProfilerService {
             store,
             sessions: Mutex::new(Sessions::new(max_sessions)),
             peeker,
+            access,
             info,
         }
+    }
+
+    /// Who sent `request`, by the socket's peer credentials.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, ApiError> {
+        let credentials = request
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+            .and_then(|info| info.peer_cred)
+            .map(|cred| Credentials {
+                uid: cred.uid(),
+                gid: cred.gid(),
+                pid: cred.pid().and_then(|pid| u32::try_from(pid).ok()),
+            });
+        Ok(self.access.caller(credentials)?)
+    }
+
+    /// Checks that `caller` may see what `selector` selects.
+    fn check_selector(
+        &self,
+        caller: Caller,
+        selector: Option<&v1::Selector>,
+    ) -> Result<(), ApiError> {
+        let tasks: Vec<u32> = selector
+            .map(|selector| {
+                selector
+                    .pids
+                    .iter()
+                    .chain(&selector.tids)
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(self.access.check_tasks(caller, &tasks)?)
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
@@ -292,6 +341,8 @@ impl Profiler for ProfilerService {
         &self,
         request: Request<v1::ProfileRequest>,
     ) -> Result<Response<v1::ProfileReply>, Status> {
+        let caller = self.caller(&request)?;
+        self.check_selector(caller, request.get_ref().selector.as_ref())?;
         Ok(Response::new(self.do_profile(request.into_inner()).await?))
     }
 
@@ -299,6 +350,8 @@ impl Profiler for ProfilerService {
         &self,
         request: Request<v1::StartProfileRequest>,
     ) -> Result<Response<v1::StartProfileReply>, Status> {
+        let caller = self.caller(&request)?;
+        self.check_selector(caller, request.get_ref().selector.as_ref())?;
         Ok(Response::new(self.do_start(request.into_inner()).await?))
     }
 
@@ -313,6 +366,8 @@ impl Profiler for ProfilerService {
         &self,
         request: Request<v1::QueryRequest>,
     ) -> Result<Response<v1::ProfileReply>, Status> {
+        let caller = self.caller(&request)?;
+        self.check_selector(caller, request.get_ref().selector.as_ref())?;
         Ok(Response::new(self.do_query(request.into_inner()).await?))
     }
 
@@ -327,20 +382,31 @@ impl Profiler for ProfilerService {
         &self,
         request: Request<v1::PeekRequest>,
     ) -> Result<Response<v1::PeekReport>, Status> {
+        let caller = self.caller(&request)?;
         let pid = request.into_inner().pid;
         if pid == 0 {
             return Err(ApiError::invalid("pid must be a process id (not 0)").into());
         }
+        self.access
+            .check_tasks(caller, &[pid])
+            .map_err(ApiError::from)?;
         let report = self.peeker.request(pid).await.map_err(ApiError::from)?;
         Ok(Response::new(peeks::report(&report)))
     }
 
     async fn list_peeks(
         &self,
-        _request: Request<v1::ListPeeksRequest>,
+        request: Request<v1::ListPeeksRequest>,
     ) -> Result<Response<v1::ListPeeksReply>, Status> {
+        let caller = self.caller(&request)?;
         Ok(Response::new(v1::ListPeeksReply {
-            peeks: self.peeker.list().into_iter().map(peeks::summary).collect(),
+            peeks: self
+                .peeker
+                .list()
+                .into_iter()
+                .filter(|peek| peeks::may_see(caller, peek.uid))
+                .map(peeks::summary)
+                .collect(),
         }))
     }
 
@@ -348,9 +414,13 @@ impl Profiler for ProfilerService {
         &self,
         request: Request<v1::GetPeekRequest>,
     ) -> Result<Response<v1::PeekReport>, Status> {
+        let caller = self.caller(&request)?;
         let id = request.into_inner().id;
         match self.peeker.get(&id) {
-            Some(Ok(report)) => Ok(Response::new(peeks::report(&report))),
+            Some(Ok(report)) if peeks::may_see(caller, report.uid) => {
+                Ok(Response::new(peeks::report(&report)))
+            }
+            Some(Ok(_)) => Err(peeks::not_found(&id).into()),
             Some(Err(err)) => Err(ApiError::Internal(err).into()),
             None => Err(peeks::not_found(&id).into()),
         }
@@ -362,10 +432,17 @@ impl Profiler for ProfilerService {
 
     async fn watch_peeks(
         &self,
-        _request: Request<v1::WatchPeeksRequest>,
+        request: Request<v1::WatchPeeksRequest>,
     ) -> Result<Response<Self::WatchPeeksStream>, Status> {
         use tokio_stream::StreamExt as _;
-        let reports = tokio_stream::wrappers::BroadcastStream::new(self.peeker.subscribe());
+        let caller = self.caller(&request)?;
+        let reports = tokio_stream::wrappers::BroadcastStream::new(self.peeker.subscribe()).filter(
+            move |report| {
+                report
+                    .as_ref()
+                    .map_or(true, |report| peeks::may_see(caller, report.uid))
+            },
+        );
         let stream = reports.map(|report| match report {
             Ok(report) => Ok(peeks::report(&report)),
             Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(missed)) => {

@@ -5,6 +5,7 @@ use profiler_common::Counter;
 
 use super::{ApiError, convert::unix_nanos};
 use crate::{
+    access::{AccessPolicy, Caller},
     collector::PipelineStats,
     peek::{PeekError, PeekReport, PeekSummary, Peeker, TriggerSource},
     proto::v1,
@@ -107,6 +108,15 @@ pub(super) fn status(
         gone: stats.gone,
         self_sent: stats.self_sent,
         running: peeker.running() as u32,
+    }
+}
+
+/// Whether `caller` may see a report of a process of `owner` (unknown for
+/// reports of earlier runs: only privileged callers).
+pub(super) fn may_see(caller: Caller, owner: Option<u32>) -> bool {
+    match owner {
+        Some(owner) => AccessPolicy::may_see(caller, owner),
+        None => caller == Caller::Privileged,
     }
 }
 

@@ -26,6 +26,8 @@ pub struct PeekSummary {
     pub title: String,
     pub triggered: SystemTime,
     pub bytes: u64,
+    /// The user the process ran as; `None` for reports of earlier runs.
+    pub uid: Option<u32>,
 }
 
 struct Kept {
@@ -98,6 +100,7 @@ impl Archive {
             title: report.text.lines().nth(1).unwrap_or_default().to_owned(),
             triggered: report.triggered,
             bytes,
+            uid: report.uid,
         };
         self.kept.insert(
             report.id.clone(),
@@ -183,5 +186,6 @@ fn read_summary(path: &Path) -> Option<PeekSummary> {
         title,
         triggered,
         bytes: metadata.len(),
+        uid: None,
     })
 }

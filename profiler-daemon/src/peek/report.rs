@@ -45,6 +45,8 @@ pub struct PeekReport {
     /// Unique, and in the order peeks were triggered.
     pub id: String,
     pub pid: u32,
+    /// The user the process ran as; `None` for reports of earlier runs.
+    pub uid: Option<u32>,
     pub command: String,
     pub command_line: String,
     pub source: TriggerSource,
@@ -66,6 +68,7 @@ impl PeekReport {
         Self {
             id: summary.id.clone(),
             pid: summary.pid,
+            uid: summary.uid,
             command: String::new(),
             command_line: String::new(),
             source: TriggerSource::Unknown,
@@ -155,6 +158,7 @@ impl PeekRun<'_> {
         Ok(PeekReport {
             id: self.id,
             pid: self.snapshot.pid,
+            uid: Some(self.snapshot.uid),
             command: self.snapshot.command.clone(),
             command_line: self.snapshot.command_line.clone(),
             source: self.source,

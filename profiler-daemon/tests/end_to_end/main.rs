@@ -5,6 +5,7 @@
 //! They need root (BPF); `cargo xtask test` runs them as root. Run as
 //! another user they fail, saying so, rather than pass without testing.
 
+mod access;
 mod api_errors;
 mod cli;
 mod foreign_client;

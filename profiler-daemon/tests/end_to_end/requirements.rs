@@ -12,12 +12,7 @@ fn without_privileges_the_daemon_says_to_run_as_root() {
     let daemon = dir.path().join("profilerd");
     std::fs::copy(env!("CARGO_BIN_EXE_profilerd"), &daemon).expect("the daemon is copied");
     let output = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
+        .args(crate::support::NOBODY)
         .arg(&daemon)
         .arg("--socket")
         .arg(dir.path().join("profilerd.sock"))

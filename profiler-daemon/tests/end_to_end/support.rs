@@ -29,6 +29,14 @@ pub fn require_root() {
     );
 }
 
+/// `setpriv` arguments that drop to the user and group `nobody`.
+pub const NOBODY: [&str; 4] = [
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+    "--inh-caps=-all",
+];
+
 /// Tests share the machine's CPUs: most run side by side, but a test that
 /// measures how much CPU its workload gets runs alone.
 static CPUS: LazyLock<Arc<tokio::sync::RwLock<()>>> =
@@ -193,6 +201,18 @@ impl Workload {
         Self::spawn(&copy, args)
     }
 
+    /// Starts `binary` with `args` as the unprivileged user `nobody`.
+    pub fn start_as_nobody(binary: &Path, args: &[&str]) -> Self {
+        let child = Command::new("setpriv")
+            .args(NOBODY)
+            .arg(binary)
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("setpriv (util-linux) starts: {err}"));
+        Self { child }
+    }
+
     fn spawn(binary: &Path, args: &[&str]) -> Self {
         let name = binary.display();
         let child = Command::new(binary)
@@ -222,7 +242,7 @@ impl Drop for Workload {
 
 /// Compiles a workload once per test run: -O1 with frame pointers, named
 /// functions kept out of line, and debug information for file:line.
-fn build_workload(name: &str) -> PathBuf {
+pub fn build_workload(name: &str) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/workloads")
