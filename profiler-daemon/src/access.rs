@@ -49,6 +49,11 @@ pub struct AccessPolicy {
     gid: Option<u32>,
 }
 
+/// Marks a request that came over the TCP listener, past mutual TLS (or
+/// explicitly allowed loopback plaintext): such callers see everything.
+#[derive(Clone, Copy, Debug)]
+pub struct TrustedRemote;
+
 /// What the socket told about a caller.
 #[derive(Clone, Copy, Debug)]
 pub struct Credentials {

@@ -37,6 +37,17 @@ pub struct Config {
     /// Members of this group (and root) may profile every process; other
     /// users only their own.
     pub admin_group: String,
+    /// Address of the optional TCP listener for remote dashboards (off when
+    /// unset). It needs mutual TLS (`tls_cert`, `tls_key`, `tls_client_ca`)
+    /// unless `tcp_plaintext_loopback` allows plaintext on a loopback address.
+    pub tcp_listen: Option<std::net::SocketAddr>,
+    /// The server's certificate chain and private key (PEM).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// The CA whose client certificates are let in (PEM).
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve TCP without TLS, allowed only on a loopback address.
+    pub tcp_plaintext_loopback: bool,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
     /// How often the kernel maps are drained into the store.
@@ -93,6 +104,11 @@ impl Default for Config {
         Self {
             socket: PathBuf::from("/run/profilerd/profilerd.sock"),
             admin_group: "profilerd".to_owned(),
+            tcp_listen: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            tcp_plaintext_loopback: false,
             frequency_hz: 49,
             drain_interval: Duration::from_secs(1),
             retention: Duration::from_secs(600),
@@ -125,6 +141,21 @@ pub struct Overrides {
     /// Group whose members may profile every process [default: profilerd]
     #[arg(long, value_name = "GROUP")]
     pub admin_group: Option<String>,
+    /// Also serve on this TCP address, e.g. 0.0.0.0:7443 (needs mutual TLS) [default: off]
+    #[arg(long, value_name = "ADDRESS")]
+    pub tcp_listen: Option<std::net::SocketAddr>,
+    /// The TCP listener's certificate chain (PEM)
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The TCP listener's private key (PEM)
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificate of the clients let in over TCP (PEM)
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Allow TCP without TLS on a loopback address [default: false]
+    #[arg(long, value_name = "BOOL")]
+    pub tcp_plaintext_loopback: Option<bool>,
     /// Samples per second on each CPU, 1-1000 [default: 49]
     #[arg(long, value_name = "HZ")]
     pub frequency_hz: Option<u32>,
@@ -236,6 +267,11 @@ impl Config {
         let Overrides {
             socket,
             admin_group,
+            tcp_listen,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+            tcp_plaintext_loopback,
             frequency_hz,
             drain_interval,
             retention,
@@ -263,6 +299,19 @@ impl Config {
         }
         set(&mut self.socket, socket);
         set(&mut self.admin_group, admin_group);
+        for (slot, value) in [
+            (&mut self.tls_cert, tls_cert),
+            (&mut self.tls_key, tls_key),
+            (&mut self.tls_client_ca, tls_client_ca),
+        ] {
+            if value.is_some() {
+                *slot = value;
+            }
+        }
+        if tcp_listen.is_some() {
+            self.tcp_listen = tcp_listen;
+        }
+        set(&mut self.tcp_plaintext_loopback, tcp_plaintext_loopback);
         set(&mut self.frequency_hz, frequency_hz);
         set(&mut self.drain_interval, drain_interval);
         set(&mut self.retention, retention);
@@ -362,6 +411,7 @@ impl Config {
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             return invalid("log_level", format!("{:?}: {err}", self.log_level));
         }
+        self.validate_tcp()?;
         if let Err(message) = parse_signal(&self.peek_signal) {
             return invalid("peek_signal", message);
         }
@@ -411,6 +461,41 @@ impl Config {
             return invalid(
                 "peeks_max_bytes",
                 format!("{} is too small; at least 64 KiB", self.peeks_max_bytes),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The TCP listener needs all of mutual TLS, or explicit plaintext on a
+    /// loopback address.
+    fn validate_tcp(&self) -> Result<(), ConfigError> {
+        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
+        let tls = [&self.tls_cert, &self.tls_key, &self.tls_client_ca];
+        let given = tls.iter().filter(|path| path.is_some()).count();
+        if given != 0 && given != tls.len() {
+            return invalid(
+                "tls_cert",
+                "mutual TLS needs all of tls_cert, tls_key and tls_client_ca".to_owned(),
+            );
+        }
+        let Some(address) = self.tcp_listen else {
+            return Ok(());
+        };
+        if given == 0 && !(self.tcp_plaintext_loopback && address.ip().is_loopback()) {
+            let why = if address.ip().is_loopback() {
+                "set tcp_plaintext_loopback = true to serve it without TLS, or"
+            } else {
+                "plaintext is only ever allowed on a loopback address:"
+            };
+            return invalid(
+                "tcp_listen",
+                format!(
+                    "{address} would serve profiles (function names, paths, command lines) \
+                     without authentication; {why} set tls_cert, tls_key and tls_client_ca \
+                     so that only clients with a certificate of that CA get in"
+                ),
             );
         }
         Ok(())
@@ -501,6 +586,8 @@ mod tests {
             r#"
             socket = "/tmp/p.sock"
             admin_group = "wheel"
+            tcp_listen = "127.0.0.1:7443"
+            tcp_plaintext_loopback = true
             frequency_hz = 99
             drain_interval = "500ms"
             retention = "5m"
@@ -578,6 +665,13 @@ mod tests {
             ),
             ("max_concurrent_peeks = 0", "max_concurrent_peeks"),
             ("peeks_kept = 0", "peeks_kept"),
+            ("tcp_listen = \"0.0.0.0:7443\"", "tcp_listen"),
+            ("tcp_listen = \"127.0.0.1:7443\"", "tcp_listen"),
+            (
+                "tcp_listen = \"0.0.0.0:7443\"\ntcp_plaintext_loopback = true",
+                "tcp_listen",
+            ),
+            ("tls_cert = \"/c.pem\"", "tls_cert"),
         ] {
             let err = Config::parse(text).unwrap().validate().unwrap_err();
             assert!(

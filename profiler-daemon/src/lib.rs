@@ -22,6 +22,7 @@ pub mod profile;
 pub mod proto;
 pub mod report;
 pub mod sampling;
+pub mod serving;
 pub mod sessions;
 pub mod store;
 pub mod symbolize;

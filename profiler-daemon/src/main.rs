@@ -1,28 +1,28 @@
 //! profilerd: loads the sampling programs, runs the sample pipeline and
-//! serves profiles over gRPC on a Unix socket until SIGINT or SIGTERM.
+//! serves profiles over gRPC on a Unix socket (and optionally TCP) until
+//! SIGINT or SIGTERM.
 //!
 //! This file only wires the modules together: flags and configuration,
-//! logging, the runtime, the socket, and shutdown.
+//! logging, the runtime, and shutdown.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::ExitCode,
     sync::{Arc, Mutex, RwLock},
     time::Instant,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use clap::Parser;
 use profilerd::{
-    api::{DaemonInfo, ProfilerServer, ProfilerService},
+    api::{DaemonInfo, ProfilerService},
     collector::Collector,
     config::{Config, Overrides},
     peek::{self, Allowlist, Inbox, PeekSettings, Peeker},
     sampling::{Sampler, SamplerSettings},
+    serving::{self, TcpListener, TlsFiles},
     store::Store,
 };
-use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tracing::{error, info};
 
 /// The always-on, system-wide sampling profiler daemon.
@@ -84,7 +84,7 @@ fn init_logging(filter: &str) {
 async fn run(config: Config) -> Result<()> {
     let started = Instant::now();
     // First, so that a second daemon fails before touching the kernel.
-    let (listener, _socket_file) = bind(&config.socket)?;
+    let (listener, _socket_file) = serving::bind_socket(&config.socket)?;
     tokio::spawn(release_freed_memory());
     let mut sampler = Sampler::start(&SamplerSettings {
         frequency_hz: config.frequency_hz,
@@ -158,72 +158,23 @@ async fn run(config: Config) -> Result<()> {
         memory_limit = %config.memory_limit,
         "profilerd is serving"
     );
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<ProfilerServer<ProfilerService>>()
-        .await;
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(profilerd::proto::DESCRIPTORS)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection_v1 = reflection()
-        .build_v1()
-        .context("cannot build the gRPC reflection service")?;
-    let reflection_v1alpha = reflection()
-        .build_v1alpha()
-        .context("cannot build the gRPC reflection service")?;
-    let served = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(ProfilerServer::new(service))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown_signal())
-        .await;
+    let tcp = config.tcp_listen.map(|address| TcpListener {
+        address,
+        tls: match (&config.tls_cert, &config.tls_key, &config.tls_client_ca) {
+            (Some(cert), Some(key), Some(client_ca)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: client_ca.clone(),
+            }),
+            _ => None,
+        },
+    });
+    let served = serving::serve(service, listener, tcp, shutdown_signal()).await;
     drop(collector);
     drop(sampler);
     served.context("the gRPC server failed")?;
     info!("profilerd stopped");
     Ok(())
-}
-
-/// The socket file, removed when the daemon stops (or fails to start).
-struct SocketFile(PathBuf);
-
-impl Drop for SocketFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Binds the API socket, replacing a stale socket file but never a live
-/// daemon's.
-fn bind(socket: &Path) -> Result<(UnixListener, SocketFile)> {
-    if let Some(dir) = socket.parent()
-        && !dir.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create the socket's directory {}", dir.display()))?;
-    }
-    if socket.exists() {
-        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
-            bail!(
-                "another profilerd is already serving on {}; stop it first, or pass --socket",
-                socket.display()
-            );
-        }
-        std::fs::remove_file(socket)
-            .with_context(|| format!("cannot remove the stale socket {}", socket.display()))?;
-    }
-    let listener = UnixListener::bind(socket)
-        .with_context(|| format!("cannot listen on {}", socket.display()))?;
-    let file = SocketFile(socket.to_owned());
-    // Anyone may connect: each request is authorized by the caller's
-    // credentials (see `access`).
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
-        .with_context(|| format!("cannot set the permissions of {}", socket.display()))?;
-    Ok((listener, file))
 }
 
 /// Returns memory freed after large reports to the system now and then, so

@@ -12,6 +12,7 @@ mod foreign_client;
 mod peeks;
 mod pprof;
 mod profiles;
+mod remote;
 mod requirements;
 mod sessions;
 mod support;

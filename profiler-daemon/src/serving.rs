@@ -1,0 +1,197 @@
+//! Where the API is served: the Unix socket (always) and the optional TCP
+//! listener with mutual TLS, each with gRPC health checking and server
+//! reflection beside the Profiler service, until shutdown.
+//!
+//! Owns the listeners and the socket file; it must not decide who may see
+//! what (see `access`), nor answer requests (see `api`).
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use anyhow::{Context as _, Result, bail};
+use tokio::{net::UnixListener, sync::watch};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{
+    service::interceptor::InterceptedService,
+    transport::{Certificate, Identity, Server, ServerTlsConfig},
+};
+use tracing::{info, warn};
+
+use crate::{
+    access::TrustedRemote,
+    api::{ProfilerServer, ProfilerService},
+    proto,
+};
+
+/// The optional TCP listener.
+#[derive(Clone, Debug)]
+pub struct TcpListener {
+    pub address: SocketAddr,
+    /// `None`: plaintext (validated to be on a loopback address).
+    pub tls: Option<TlsFiles>,
+}
+
+/// PEM files of the TCP listener's mutual TLS.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
+}
+
+/// The socket file, removed when the daemon stops (or fails to start).
+pub struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Binds the API socket, replacing a stale socket file but never a live
+/// daemon's.
+pub fn bind_socket(socket: &Path) -> Result<(UnixListener, SocketFile)> {
+    if let Some(dir) = socket.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the socket's directory {}", dir.display()))?;
+    }
+    if socket.exists() {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            bail!(
+                "another profilerd is already serving on {}; stop it first, or pass --socket",
+                socket.display()
+            );
+        }
+        std::fs::remove_file(socket)
+            .with_context(|| format!("cannot remove the stale socket {}", socket.display()))?;
+    }
+    let listener = UnixListener::bind(socket)
+        .with_context(|| format!("cannot listen on {}", socket.display()))?;
+    let file = SocketFile(socket.to_owned());
+    // Anyone may connect: each request is authorized by the caller's
+    // credentials (see `access`).
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
+        .with_context(|| format!("cannot set the permissions of {}", socket.display()))?;
+    Ok((listener, file))
+}
+
+/// Serves `service` on the socket (and on TCP when configured) until
+/// `shutdown` resolves.
+pub async fn serve(
+    service: ProfilerService,
+    socket: UnixListener,
+    tcp: Option<TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let service = Arc::new(service);
+    let (stop, stopped) = watch::channel(false);
+    let wait_for_stop = |mut stopped: watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+
+    let tcp_server = match tcp {
+        Some(tcp) => {
+            let mut server = Server::builder();
+            if let Some(tls) = &tcp.tls {
+                server = server
+                    .tls_config(tls_config(tls)?)
+                    .context("cannot set up TLS for the TCP listener")?;
+            } else {
+                warn!(
+                    address = %tcp.address,
+                    "serving TCP without TLS (tcp_plaintext_loopback): every local user who \
+                     can connect sees every process's profile"
+                );
+            }
+            let listener = tokio::net::TcpListener::bind(tcp.address)
+                .await
+                .with_context(|| format!("cannot listen on TCP {}", tcp.address))?;
+            info!(address = %tcp.address, mutual_tls = tcp.tls.is_some(), "serving on TCP");
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let profiler = InterceptedService::new(
+                ProfilerServer::from_arc(service.clone()),
+                mark_trusted_remote as fn(_) -> _,
+            );
+            let routes = with_discovery(server.add_service(profiler)).await?;
+            Some(tokio::spawn(routes.serve_with_incoming_shutdown(
+                incoming,
+                wait_for_stop(stopped.clone()),
+            )))
+        }
+        None => None,
+    };
+
+    let unix =
+        with_discovery(Server::builder().add_service(ProfilerServer::from_arc(service))).await?;
+    let unix_server = tokio::spawn(
+        unix.serve_with_incoming_shutdown(UnixListenerStream::new(socket), wait_for_stop(stopped)),
+    );
+    shutdown.await;
+    let _ = stop.send(true);
+    let served = unix_server.await.context("the gRPC server task failed")?;
+    served.context("the gRPC server on the socket failed")?;
+    if let Some(tcp_server) = tcp_server {
+        tcp_server
+            .await
+            .context("the gRPC server task failed")?
+            .context("the gRPC server on TCP failed")?;
+    }
+    Ok(())
+}
+
+/// Requests over TCP got past mutual TLS (or explicit loopback plaintext).
+fn mark_trusted_remote(
+    mut request: tonic::Request<()>,
+) -> Result<tonic::Request<()>, tonic::Status> {
+    request.extensions_mut().insert(TrustedRemote);
+    Ok(request)
+}
+
+/// Adds health checking and server reflection (v1 and v1alpha).
+async fn with_discovery(
+    router: tonic::transport::server::Router,
+) -> Result<tonic::transport::server::Router> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<ProfilerServer<ProfilerService>>()
+        .await;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::DESCRIPTORS)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok(router
+        .add_service(health_service)
+        .add_service(
+            reflection()
+                .build_v1()
+                .context("cannot build the gRPC reflection service")?,
+        )
+        .add_service(
+            reflection()
+                .build_v1alpha()
+                .context("cannot build the gRPC reflection service")?,
+        ))
+}
+
+fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
+    let read = |path: &Path, what: &str| {
+        std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
+    };
+    Ok(ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            read(&files.cert, "TLS certificate (tls_cert)")?,
+            read(&files.key, "TLS key (tls_key)")?,
+        ))
+        .client_ca_root(Certificate::from_pem(read(
+            &files.client_ca,
+            "client CA certificate (tls_client_ca)",
+        )?)))
+}
