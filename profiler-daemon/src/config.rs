@@ -63,8 +63,13 @@ pub struct Config {
     /// retention (see [`Config::max_profile_duration`]).
     #[serde(deserialize_with = "optional_duration")]
     pub max_profile_duration: Option<Duration>,
-    /// Most profiling sessions open at once.
+    /// Most profiling sessions open at once, and per caller.
     pub max_sessions: u32,
+    pub max_sessions_per_caller: u32,
+    /// Most streams (WatchPeeks) one caller may hold open.
+    pub max_streams_per_caller: u32,
+    /// Largest report a request may return.
+    pub max_response_bytes: ByteSize,
     /// Per-generation capacity of the kernel's stacks map; 0 sizes it from
     /// the frequency, the CPU count and the drain interval.
     pub max_stacks: u32,
@@ -115,6 +120,9 @@ impl Default for Config {
             memory_limit: ByteSize::mib(64),
             max_profile_duration: None,
             max_sessions: 16,
+            max_sessions_per_caller: 4,
+            max_streams_per_caller: 8,
+            max_response_bytes: ByteSize::mib(64),
             max_stacks: 0,
             max_sample_keys: 0,
             log_level: "info".to_owned(),
@@ -174,6 +182,15 @@ pub struct Overrides {
     /// Most profiling sessions open at once [default: 16]
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<u32>,
+    /// Most profiling sessions one caller may hold open [default: 4]
+    #[arg(long, value_name = "N")]
+    pub max_sessions_per_caller: Option<u32>,
+    /// Most streams one caller may hold open [default: 8]
+    #[arg(long, value_name = "N")]
+    pub max_streams_per_caller: Option<u32>,
+    /// Largest report a request may return, e.g. 64MiB [default: 64MiB]
+    #[arg(long, value_name = "SIZE")]
+    pub max_response_bytes: Option<ByteSize>,
     /// Kernel stacks map capacity per generation, 0 = automatic [default: 0]
     #[arg(long, value_name = "N")]
     pub max_stacks: Option<u32>,
@@ -278,6 +295,9 @@ impl Config {
             memory_limit,
             max_profile_duration,
             max_sessions,
+            max_sessions_per_caller,
+            max_streams_per_caller,
+            max_response_bytes,
             max_stacks,
             max_sample_keys,
             log_level,
@@ -320,6 +340,9 @@ impl Config {
             self.max_profile_duration = max_profile_duration;
         }
         set(&mut self.max_sessions, max_sessions);
+        set(&mut self.max_sessions_per_caller, max_sessions_per_caller);
+        set(&mut self.max_streams_per_caller, max_streams_per_caller);
+        set(&mut self.max_response_bytes, max_response_bytes);
         set(&mut self.max_stacks, max_stacks);
         set(&mut self.max_sample_keys, max_sample_keys);
         set(&mut self.log_level, log_level);
@@ -394,8 +417,20 @@ impl Config {
                 ),
             );
         }
-        if self.max_sessions == 0 {
-            return invalid("max_sessions", "must be at least 1".to_owned());
+        for (key, value) in [
+            ("max_sessions", self.max_sessions),
+            ("max_sessions_per_caller", self.max_sessions_per_caller),
+            ("max_streams_per_caller", self.max_streams_per_caller),
+        ] {
+            if value == 0 {
+                return invalid(key, "must be at least 1".to_owned());
+            }
+        }
+        if self.max_response_bytes < ByteSize::kib(64) {
+            return invalid(
+                "max_response_bytes",
+                format!("{} is too small; at least 64 KiB", self.max_response_bytes),
+            );
         }
         for (key, value) in [
             ("max_stacks", self.max_stacks),

@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use profilerd::{
-    api::{DaemonInfo, ProfilerService},
+    api::{ApiLimits, DaemonInfo, ProfilerService},
     collector::Collector,
     config::{Config, Overrides},
     peek::{self, Allowlist, Inbox, PeekSettings, Peeker},
@@ -139,9 +139,14 @@ async fn run(config: Config) -> Result<()> {
     let service = ProfilerService::new(
         collector.handle(),
         store,
-        config.max_sessions as usize,
         peeker,
         profilerd::access::AccessPolicy::new(&config.admin_group),
+        ApiLimits {
+            max_sessions: config.max_sessions as usize,
+            max_sessions_per_caller: config.max_sessions_per_caller as usize,
+            max_streams_per_caller: config.max_streams_per_caller as usize,
+            max_response_bytes: config.max_response_bytes.as_u64(),
+        },
         DaemonInfo {
             cpus,
             frequency_hz,

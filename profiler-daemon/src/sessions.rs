@@ -18,6 +18,11 @@ pub enum SessionError {
     )]
     TooMany { open: usize },
     #[error(
+        "{open} profiling sessions of this caller are already open (the limit is \
+         max_sessions_per_caller = {open}); stop one first"
+    )]
+    TooManyForCaller { open: usize },
+    #[error(
         "no open profiling session has id {0:?}; it was never started, already stopped, or the daemon restarted"
     )]
     Unknown(String),
@@ -26,6 +31,8 @@ pub enum SessionError {
 /// An open session.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Session {
+    /// Who opened it (sessions are bounded per caller too).
+    pub owner: crate::api::CallerKey,
     pub start: SystemTime,
     pub selector: Selector,
     pub kind: SampleKind,
@@ -35,13 +42,15 @@ pub struct Session {
 pub struct Sessions {
     open: HashMap<String, Session>,
     limit: usize,
+    per_caller: usize,
 }
 
 impl Sessions {
-    pub fn new(limit: usize) -> Self {
+    pub fn new(limit: usize, per_caller: usize) -> Self {
         Self {
             open: HashMap::new(),
             limit,
+            per_caller,
         }
     }
 
@@ -51,6 +60,14 @@ impl Sessions {
             return Err(SessionError::TooMany {
                 open: self.open.len(),
             });
+        }
+        let of_owner = self
+            .open
+            .values()
+            .filter(|open| open.owner == session.owner)
+            .count();
+        if of_owner >= self.per_caller {
+            return Err(SessionError::TooManyForCaller { open: of_owner });
         }
         let id = loop {
             let id = new_id();
@@ -104,7 +121,12 @@ mod tests {
     use super::*;
 
     fn session() -> Session {
+        owned_by(crate::api::CallerKey::User(0))
+    }
+
+    fn owned_by(owner: crate::api::CallerKey) -> Session {
         Session {
+            owner,
             start: SystemTime::now(),
             selector: Selector::default(),
             kind: SampleKind::CpuClock,
@@ -113,7 +135,7 @@ mod tests {
 
     #[test]
     fn open_close_and_limits() {
-        let mut sessions = Sessions::new(2);
+        let mut sessions = Sessions::new(2, 2);
         let a = sessions.open(session()).unwrap();
         let b = sessions.open(session()).unwrap();
         assert_ne!(a, b);
@@ -125,5 +147,17 @@ mod tests {
         sessions.close(&a).unwrap();
         assert_eq!(sessions.close(&a), Err(SessionError::Unknown(a.clone())));
         assert_eq!(sessions.len(), 1);
+    }
+
+    #[test]
+    fn each_caller_has_its_own_bound() {
+        use crate::api::CallerKey;
+        let mut sessions = Sessions::new(10, 1);
+        sessions.open(owned_by(CallerKey::User(5))).unwrap();
+        assert_eq!(
+            sessions.open(owned_by(CallerKey::User(5))),
+            Err(SessionError::TooManyForCaller { open: 1 })
+        );
+        sessions.open(owned_by(CallerKey::Remote)).unwrap();
     }
 }

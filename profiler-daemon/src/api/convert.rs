@@ -13,6 +13,10 @@ use crate::{
     store::Selector,
 };
 
+/// Deepest `maxdepth` accepted: two stacks of 127 frames, each frame with
+/// its inlined functions, stay far below it.
+const MAX_DEPTH: u32 = 4096;
+
 impl TryFrom<Option<v1::ReportOptions>> for ReportOptions {
     type Error = ApiError;
 
@@ -23,6 +27,13 @@ impl TryFrom<Option<v1::ReportOptions>> for ReportOptions {
             return Err(ApiError::invalid(format!(
                 "noisefloor must be a number >= 0 (2.0 is a good start), not {}",
                 options.noisefloor
+            )));
+        }
+        if options.maxdepth > MAX_DEPTH {
+            return Err(ApiError::invalid(format!(
+                "maxdepth {} is deeper than any stack can be (at most {MAX_DEPTH}); use 0 for \
+                 no limit",
+                options.maxdepth
             )));
         }
         Ok(Self {

@@ -7,7 +7,10 @@
 //! kernel or the symbolizer.
 
 mod convert;
+mod limits;
 mod peeks;
+
+pub use limits::{ApiLimits, CallerKey};
 
 use std::{
     sync::{Arc, Mutex, RwLock},
@@ -66,7 +69,9 @@ impl From<AccessError> for ApiError {
 impl From<SessionError> for ApiError {
     fn from(err: SessionError) -> Self {
         match err {
-            SessionError::TooMany { .. } => Self::ResourceExhausted(err.to_string()),
+            SessionError::TooMany { .. } | SessionError::TooManyForCaller { .. } => {
+                Self::ResourceExhausted(err.to_string())
+            }
             SessionError::Unknown(_) => Self::NotFound(err.to_string()),
         }
     }
@@ -104,6 +109,8 @@ pub struct ProfilerService {
     sessions: Mutex<Sessions>,
     peeker: Peeker,
     access: AccessPolicy,
+    limits: ApiLimits,
+    streams: limits::StreamSlots,
     info: DaemonInfo,
 }
 
@@ -111,19 +118,36 @@ impl ProfilerService {
     pub fn new(
         collector: CollectorHandle,
         store: Arc<RwLock<Store>>,
-        max_sessions: usize,
         peeker: Peeker,
         access: AccessPolicy,
+        limits: ApiLimits,
         info: DaemonInfo,
     ) -> Self {
         Self {
             collector,
             store,
-            sessions: Mutex::new(Sessions::new(max_sessions)),
+            sessions: Mutex::new(Sessions::new(
+                limits.max_sessions,
+                limits.max_sessions_per_caller,
+            )),
             peeker,
             access,
+            limits,
+            streams: limits::StreamSlots::default(),
             info,
         }
+    }
+
+    /// The caller's key for the per-caller bounds.
+    fn caller_key<T>(request: &Request<T>) -> CallerKey {
+        if request.extensions().get::<TrustedRemote>().is_some() {
+            return CallerKey::Remote;
+        }
+        request
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+            .and_then(|info| info.peer_cred)
+            .map_or(CallerKey::Remote, |cred| CallerKey::User(cred.uid()))
     }
 
     /// Who sent `request`, by the socket's peer credentials.
@@ -197,12 +221,14 @@ impl ProfilerService {
 
     async fn do_start(
         &self,
+        owner: CallerKey,
         request: v1::StartProfileRequest,
     ) -> Result<v1::StartProfileReply, ApiError> {
         let selector = convert::selector(request.selector)?;
         let kind = convert::sample_kind(request.mode)?;
         let start = self.collector.open_window().await?;
         let session_id = self.sessions().open(Session {
+            owner,
             start,
             selector,
             kind,
@@ -283,6 +309,7 @@ impl ProfilerService {
             frequency_hz: self.info.frequency_hz,
         };
         let store = self.store.clone();
+        let max_response_bytes = self.limits.max_response_bytes;
         tokio::task::spawn_blocking(move || {
             let profile = store
                 .read()
@@ -290,6 +317,7 @@ impl ProfilerService {
                 .profile(&query);
             let report = report::render(&profile, &options)
                 .map_err(|err| ApiError::Internal(format!("cannot render the report: {err}")))?;
+            limits::check_reply_size(report.len(), max_response_bytes)?;
             Ok(v1::ProfileReply {
                 report,
                 format: convert::format_to_proto(options.format) as i32,
@@ -355,7 +383,10 @@ impl Profiler for ProfilerService {
     ) -> Result<Response<v1::StartProfileReply>, Status> {
         let caller = self.caller(&request)?;
         self.check_selector(caller, request.get_ref().selector.as_ref())?;
-        Ok(Response::new(self.do_start(request.into_inner()).await?))
+        let owner = Self::caller_key(&request);
+        Ok(Response::new(
+            self.do_start(owner, request.into_inner()).await?,
+        ))
     }
 
     async fn stop_profile(
@@ -439,6 +470,10 @@ impl Profiler for ProfilerService {
     ) -> Result<Response<Self::WatchPeeksStream>, Status> {
         use tokio_stream::StreamExt as _;
         let caller = self.caller(&request)?;
+        let slot = self.streams.acquire(
+            Self::caller_key(&request),
+            self.limits.max_streams_per_caller,
+        )?;
         let reports = tokio_stream::wrappers::BroadcastStream::new(self.peeker.subscribe()).filter(
             move |report| {
                 report
@@ -446,7 +481,12 @@ impl Profiler for ProfilerService {
                     .map_or(true, |report| peeks::may_see(caller, report.uid))
             },
         );
-        let stream = reports.map(|report| match report {
+        // The slot is held as long as the stream lives.
+        let stream = reports.map(move |report| {
+            let _held = &slot;
+            report
+        });
+        let stream = stream.map(|report| match report {
             Ok(report) => Ok(peeks::report(&report)),
             Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(missed)) => {
                 Err(Status::data_loss(format!(

@@ -39,6 +39,22 @@ async fn bad_requests_are_refused_with_the_right_status() {
             Code::NotFound,
             "no process with id",
         ),
+        (
+            request(u64::MAX, &[], tree),
+            Code::InvalidArgument,
+            "longer than the maximum",
+        ),
+        (
+            v1::ProfileRequest {
+                options: Some(v1::ReportOptions {
+                    maxdepth: 1_000_000,
+                    ..Default::default()
+                }),
+                ..request(100, &[], tree)
+            },
+            Code::InvalidArgument,
+            "deeper than any stack",
+        ),
     ];
     for (request, code, message) in cases {
         let status = client
@@ -134,4 +150,52 @@ async fn status_reports_sampling_and_zero_losses() {
     let store = status.store.expect("store status");
     assert!(store.memory_bytes > 0 && store.memory_bytes <= store.memory_limit_bytes);
     assert!(store.buckets >= 2 && store.distinct_stacks > 0, "{store:?}");
+}
+
+/// 100 streams at once from one caller: the first max_streams_per_caller
+/// open, the rest are refused with RESOURCE_EXHAUSTED, the daemon answers
+/// GetStatus at once, and closing streams frees their slots.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hundred_streams_are_bounded_per_caller() {
+    let daemon = Daemon::start_with(&["--max-streams-per-caller", "8"]).await;
+    let mut streams = Vec::new();
+    let mut refused = 0;
+    for _ in 0..100 {
+        let mut client = daemon.client().await;
+        match client.watch_peeks(v1::WatchPeeksRequest {}).await {
+            Ok(stream) => streams.push((client, stream.into_inner())),
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                assert!(
+                    status.message().contains("max_streams_per_caller"),
+                    "{status:?}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((streams.len(), refused), (8, 92));
+
+    let mut client = daemon.client().await;
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        client.get_status(v1::GetStatusRequest {}),
+    )
+    .await
+    .expect("GetStatus answers at once")
+    .expect("GetStatus succeeds");
+
+    streams.clear();
+    // The server notices the closed streams when they reset.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match client.watch_peeks(v1::WatchPeeksRequest {}).await {
+            Ok(_) => break,
+            Err(status) if std::time::Instant::now() < deadline => {
+                assert_eq!(status.code(), Code::ResourceExhausted);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("closed streams kept their slots: {status:?}"),
+        }
+    }
 }
