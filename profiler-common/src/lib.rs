@@ -151,10 +151,12 @@ pub enum Counter {
     PeekSignals = 8,
     /// Peek signals not passed on because the ring buffer was full.
     LostPeekSignal = 9,
+    /// Ticks of processes outside the targets (`SetTargets`), not sampled.
+    OutsideTargets = 10,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTER_COUNT: u32 = 10;
+pub const COUNTER_COUNT: u32 = 11;
 
 impl Counter {
     /// Every counter, in index order.
@@ -169,6 +171,7 @@ impl Counter {
         Counter::PeekSamples,
         Counter::PeekSignals,
         Counter::LostPeekSignal,
+        Counter::OutsideTargets,
     ];
 }
 
@@ -213,6 +216,17 @@ pub mod signal_generate {
     ];
 }
 
+/// Bits of the targets mode (the single entry of the targets-mode map):
+/// which processes the sampler records. 0 records every process.
+pub mod targets {
+    /// Processes whose id is in the target pids map.
+    pub const PIDS: u32 = 1 << 0;
+    /// Processes in a cgroup (or below one) of the target cgroups map.
+    pub const CGROUPS: u32 = 1 << 1;
+    /// Deepest cgroup level whose ancestors are looked up.
+    pub const MAX_CGROUP_LEVEL: i32 = 16;
+}
+
 /// Values of [`PeekSignal::result`] beyond the kernel's `TRACE_SIGNAL_*`.
 pub mod peek_signal_result {
     /// The guard refused the signal (the process has no handler for it)
@@ -238,6 +252,9 @@ pub mod names {
     pub const PEEK_SIGNAL_NUMBER: &str = "PEEK_SIGNAL_NUMBER";
     pub const PEEK_SIGNALS: &str = "PEEK_SIGNALS";
     pub const PEEK_THREADS: &str = "PEEK_THREADS";
+    pub const TARGETS_MODE: &str = "TARGETS_MODE";
+    pub const TARGET_PIDS: &str = "TARGET_PIDS";
+    pub const TARGET_CGROUPS: &str = "TARGET_CGROUPS";
     pub const CONTROL: &str = "CONTROL";
     pub const COUNTERS: &str = "COUNTERS";
     pub const SCRATCH: &str = "SCRATCH";

@@ -53,7 +53,8 @@ pub fn loss_cause(counter: Counter) -> Option<LossCause> {
         Counter::Samples
         | Counter::PeekSamples
         | Counter::PeekSignals
-        | Counter::LostPeekSignal => return None,
+        | Counter::LostPeekSignal
+        | Counter::OutsideTargets => return None,
         Counter::LostCountsMapFull => LossCause::CountsMapFull,
         Counter::LostStackMapFull => LossCause::StackMapFull,
         Counter::LostStackCollision => LossCause::StackCollision,

@@ -26,3 +26,4 @@ pub mod serving;
 pub mod sessions;
 pub mod store;
 pub mod symbolize;
+pub mod targets;

@@ -109,6 +109,9 @@ async fn run(config: Config) -> Result<()> {
     .context("cannot start the sample pipeline")?;
     let peek_signals = sampler.take_peek_signals().context("cannot set up peeks")?;
     let peek_threads = sampler.take_peek_threads().context("cannot set up peeks")?;
+    let targets = sampler
+        .take_targets()
+        .context("cannot set up the sampling targets")?;
     let protection = peek::protection(sampler.signal_guard());
     let (cpus, frequency_hz) = (sampler.cpus().to_vec(), sampler.frequency_hz());
     let peek_signal_off = sampler.signal_watch_error().map(str::to_owned);
@@ -147,6 +150,7 @@ async fn run(config: Config) -> Result<()> {
             max_streams_per_caller: config.max_streams_per_caller as usize,
             max_response_bytes: config.max_response_bytes.as_u64(),
         },
+        targets,
         DaemonInfo {
             cpus,
             frequency_hz,

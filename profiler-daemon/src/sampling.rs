@@ -175,6 +175,8 @@ impl Sampler {
         }
         loader.map_max_entries(names::KNOWN_PIDS, 1 << 15);
         loader.map_max_entries(names::PEEK_THREADS, 1 << 14);
+        loader.map_max_entries(names::TARGET_PIDS, crate::targets::MAX_PIDS);
+        loader.map_max_entries(names::TARGET_CGROUPS, crate::targets::MAX_CGROUPS);
         loader.override_global(names::PEEK_SIGNAL_NUMBER, &settings.peek_signal, true);
         let layout = crate::kernel_types::signal_layout();
         if let Ok(layout) = &layout {
@@ -289,6 +291,15 @@ impl Sampler {
     /// Takes the ring buffer of peek signals.
     pub fn take_peek_signals(&mut self) -> Result<RingBuf<MapData>, SamplingError> {
         take_map(&mut self.ebpf, names::PEEK_SIGNALS)
+    }
+
+    /// Takes the maps of the sampling targets.
+    pub fn take_targets(&mut self) -> Result<crate::targets::Targets, SamplingError> {
+        Ok(crate::targets::Targets::new(
+            take_map(&mut self.ebpf, names::TARGETS_MODE)?,
+            take_map(&mut self.ebpf, names::TARGET_PIDS)?,
+            take_map(&mut self.ebpf, names::TARGET_CGROUPS)?,
+        ))
     }
 
     /// Takes the map of peeked threads.

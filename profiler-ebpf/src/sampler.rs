@@ -12,7 +12,10 @@ use core::{ffi::c_void, mem::size_of};
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, generated::bpf_get_stack},
+    helpers::{
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        generated::bpf_get_stack,
+    },
     macros::{map, perf_event, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{PerfEventContext, TracePointContext},
@@ -20,7 +23,7 @@ use aya_ebpf::{
 use aya_log_ebpf::error;
 use profiler_common::{
     COUNTER_COUNT, Control, Counter, MAX_STACK_DEPTH, SampleKey, SampleKind, SampleValue,
-    StackTrace, sample_flags,
+    StackTrace, sample_flags, targets,
 };
 
 /// Sizes below are placeholders: the daemon sizes every map at load time.
@@ -60,11 +63,56 @@ static NEW_PROCESSES: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 #[map]
 static PEEK_THREADS: HashMap<u32, u32> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
 
+/// Which processes are sampled ([`targets`] bits; 0: all), set by the
+/// daemon at run time.
+#[map]
+static TARGETS_MODE: Array<u32> = Array::with_max_entries(1, 0);
+/// Target process ids, when [`targets::PIDS`] is set.
+#[map]
+static TARGET_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
+/// Target cgroup (v2) ids, when [`targets::CGROUPS`] is set; a cgroup
+/// targets its descendants too.
+#[map]
+static TARGET_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
+
 #[perf_event]
 pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
+    if !targeted() {
+        count(Counter::OutsideTargets);
+        return 0;
+    }
     count(Counter::Samples);
     record_in_generation(&ctx, SampleKind::CpuClock);
     0
+}
+
+/// Whether the current task is one the daemon wants sampled: the first
+/// check of every tick, and all that a task outside the targets costs.
+#[inline(always)]
+fn targeted() -> bool {
+    let mode = TARGETS_MODE.get(0).copied().unwrap_or(0);
+    if mode == 0 {
+        return true;
+    }
+    if mode & targets::PIDS != 0 {
+        let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        if TARGET_PIDS.get_ptr(&pid).is_some() {
+            return true;
+        }
+    }
+    if mode & targets::CGROUPS != 0 {
+        for level in 0..=targets::MAX_CGROUP_LEVEL {
+            // SAFETY: a helper that only reads the current task's cgroup.
+            let id = unsafe { bpf_get_current_ancestor_cgroup_id(level) };
+            if id == 0 {
+                break;
+            }
+            if TARGET_CGROUPS.get_ptr(&id).is_some() {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// Runs on the per-thread CPU clocks the daemon opens for a peek: only the

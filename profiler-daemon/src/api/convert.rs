@@ -7,6 +7,7 @@ use std::{collections::HashSet, time::SystemTime};
 use profiler_common::SampleKind;
 
 use super::ApiError;
+use crate::targets::TargetSet;
 use crate::{
     profile::{Format, GroupBy, LossCause, Profile, ReportOptions, SortedBy},
     proto::v1,
@@ -258,5 +259,30 @@ mod tests {
         }))
         .unwrap_err();
         assert!(matches!(err, ApiError::NotFound(_)), "{err}");
+    }
+}
+
+/// The targets a SetTargets request asks for.
+pub(super) fn target_set(request: v1::SetTargetsRequest) -> Result<TargetSet, ApiError> {
+    let set = TargetSet {
+        pids: request.pids,
+        cgroups: request.cgroups,
+    };
+    match (request.everything, set.everything()) {
+        (true, true) | (false, false) => Ok(set),
+        (true, false) => Err(ApiError::invalid(
+            "everything = true samples every process: leave pids and cgroups empty",
+        )),
+        (false, true) => Err(ApiError::invalid(
+            "name the pids or cgroups to sample, or set everything = true to sample every process",
+        )),
+    }
+}
+
+pub(super) fn targets(set: &TargetSet) -> v1::Targets {
+    v1::Targets {
+        everything: set.everything(),
+        pids: set.pids.clone(),
+        cgroups: set.cgroups.clone(),
     }
 }

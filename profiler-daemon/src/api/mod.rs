@@ -17,7 +17,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use profiler_common::SampleKind;
+use profiler_common::{Counter, SampleKind};
 use tonic::{Request, Response, Status};
 
 use crate::{
@@ -30,6 +30,7 @@ use crate::{
     report,
     sessions::{Session, SessionError, Sessions},
     store::{Query, Selector, Store},
+    targets::{Targets, TargetsError},
 };
 
 pub use crate::proto::v1::profiler_server::ProfilerServer;
@@ -111,6 +112,7 @@ pub struct ProfilerService {
     access: AccessPolicy,
     limits: ApiLimits,
     streams: limits::StreamSlots,
+    targets: Mutex<Targets>,
     info: DaemonInfo,
 }
 
@@ -121,6 +123,7 @@ impl ProfilerService {
         peeker: Peeker,
         access: AccessPolicy,
         limits: ApiLimits,
+        targets: Targets,
         info: DaemonInfo,
     ) -> Self {
         Self {
@@ -134,6 +137,7 @@ impl ProfilerService {
             access,
             limits,
             streams: limits::StreamSlots::default(),
+            targets: Mutex::new(targets),
             info,
         }
     }
@@ -357,6 +361,13 @@ impl ProfilerService {
             max_profile_duration_ms: self.info.max_profile_duration.as_millis() as u64,
             open_sessions: self.sessions().len() as u32,
             drains: pipeline.drains,
+            targets: Some(convert::targets(
+                self.targets
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .current(),
+            )),
+            samples_outside_targets: pipeline.counters[Counter::OutsideTargets as usize],
             peek: Some(peeks::status(
                 &self.peeker,
                 self.info.peek_signal_off.as_deref(),
@@ -458,6 +469,32 @@ impl Profiler for ProfilerService {
             Some(Err(err)) => Err(ApiError::Internal(err).into()),
             None => Err(peeks::not_found(&id).into()),
         }
+    }
+
+    async fn set_targets(
+        &self,
+        request: Request<v1::SetTargetsRequest>,
+    ) -> Result<Response<v1::Targets>, Status> {
+        if self.caller(&request)? != Caller::Privileged {
+            return Err(ApiError::PermissionDenied(
+                "permission denied: only root and the admin group may choose what the whole \
+                 machine samples"
+                    .to_owned(),
+            )
+            .into());
+        }
+        let set = convert::target_set(request.into_inner())?;
+        let mut targets = self
+            .targets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        targets.set(set).map_err(|err| match err {
+            TargetsError::NoSuchCgroup { .. } | TargetsError::TooMany { .. } => {
+                ApiError::invalid(err.to_string())
+            }
+            _ => ApiError::Internal(err.to_string()),
+        })?;
+        Ok(Response::new(convert::targets(targets.current())))
     }
 
     type WatchPeeksStream = std::pin::Pin<

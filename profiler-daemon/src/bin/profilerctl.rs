@@ -70,6 +70,19 @@ enum Command {
         /// The process (or one of its threads)
         pid: u32,
     },
+    /// Show or choose which processes the kernel samples (root only to
+    /// choose): named pids and cgroups, or --everything (the default)
+    Targets {
+        /// Sample this process (repeatable)
+        #[arg(long = "pid", value_name = "PID")]
+        pids: Vec<u32>,
+        /// Sample the processes in this cgroup and below, as /proc/PID/cgroup shows it (repeatable)
+        #[arg(long = "cgroup", value_name = "PATH")]
+        cgroups: Vec<String>,
+        /// Sample every process again
+        #[arg(long, conflicts_with_all = ["pids", "cgroups"])]
+        everything: bool,
+    },
     /// List the kept peek reports, print one, or follow new ones
     Peeks {
         /// Print this report (an id from the list)
@@ -358,6 +371,30 @@ async fn run(cli: Cli) -> Result<()> {
                 report.id, report.id
             );
         }
+        Command::Targets {
+            pids,
+            cgroups,
+            everything,
+        } => {
+            let targets = if everything || !pids.is_empty() || !cgroups.is_empty() {
+                daemon
+                    .set_targets(v1::SetTargetsRequest {
+                        everything,
+                        pids,
+                        cgroups,
+                    })
+                    .await?
+                    .into_inner()
+            } else {
+                daemon
+                    .get_status(v1::GetStatusRequest {})
+                    .await?
+                    .into_inner()
+                    .targets
+                    .unwrap_or_default()
+            };
+            println!("{}", format_targets(&targets));
+        }
         Command::Peeks {
             id: Some(id),
             follow: _,
@@ -490,6 +527,7 @@ fn format_status(status: &v1::StatusReply) -> String {
     format!(
         "profilerd {version}, up {uptime}\n\
          sampling:   {cpus} CPUs at {hz} Hz; {taken} samples taken, {drains} drains\n\
+         targets:    {targets} ({outside} ticks outside them)\n\
          lost:       {lost}\n\
          processes:  {seen} seen, {tracked} tracked\n\
          symbolizer: {binaries} binaries, {user} user and {kernel} kernel addresses cached\n\
@@ -502,6 +540,11 @@ fn format_status(status: &v1::StatusReply) -> String {
         hz = status.frequency_hz,
         taken = status.samples_taken,
         drains = status.drains,
+        targets = format_targets(&status.targets.clone().unwrap_or(v1::Targets {
+            everything: true,
+            ..Default::default()
+        })),
+        outside = status.samples_outside_targets,
         lost = lost.join(", "),
         seen = status.processes_seen,
         tracked = symbolizer.processes_tracked,
@@ -518,6 +561,24 @@ fn format_status(status: &v1::StatusReply) -> String {
         max = humantime::format_duration(Duration::from_millis(status.max_profile_duration_ms)),
         peeks = format_peek_status(&status.peek.clone().unwrap_or_default()),
     )
+}
+
+fn format_targets(targets: &v1::Targets) -> String {
+    if targets.everything {
+        return "every process".to_owned();
+    }
+    let mut parts: Vec<String> = targets
+        .pids
+        .iter()
+        .map(|pid| format!("pid {pid}"))
+        .collect();
+    parts.extend(
+        targets
+            .cgroups
+            .iter()
+            .map(|cgroup| format!("cgroup {cgroup}")),
+    );
+    parts.join(", ")
 }
 
 fn format_peek_status(peek: &v1::PeekStatus) -> String {

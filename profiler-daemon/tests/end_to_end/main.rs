@@ -16,3 +16,4 @@ mod remote;
 mod requirements;
 mod sessions;
 mod support;
+mod targets;

@@ -1,0 +1,136 @@
+//! SetTargets: the kernel samples only the processes named (by pid, or by a
+//! cgroup the test creates), counts the ticks of the others, and samples
+//! every process again when asked.
+
+use std::{path::PathBuf, time::Duration};
+
+use profilerd::{proto::v1, targets::cgroup2_root};
+
+use crate::support::{Client, Daemon, Workload, options, profile};
+
+/// A cgroup of the test's own, removed when dropped (after its processes).
+struct TestCgroup {
+    path: String,
+    directory: PathBuf,
+}
+
+impl TestCgroup {
+    fn create() -> Self {
+        let root = cgroup2_root().expect("cgroup v2 is mounted");
+        let path = format!("/profilerd-test-{}", std::process::id());
+        let directory = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(&directory).expect("the test cgroup is created");
+        Self { path, directory }
+    }
+
+    fn adopt(&self, pid: u32) {
+        std::fs::write(self.directory.join("cgroup.procs"), pid.to_string())
+            .expect("the process moves into the test cgroup");
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.directory);
+    }
+}
+
+async fn samples_of(client: &mut Client, pid: u32) -> u64 {
+    profile(
+        client,
+        &[pid],
+        Duration::from_millis(700),
+        options(v1::Format::Flat),
+    )
+    .await
+    .summary
+    .expect("a summary")
+    .samples
+}
+
+async fn set(client: &mut Client, request: v1::SetTargetsRequest) -> v1::Targets {
+    client
+        .set_targets(request)
+        .await
+        .unwrap_or_else(|status| panic!("SetTargets failed: {status:?}"))
+        .into_inner()
+}
+
+async fn outside(client: &mut Client) -> u64 {
+    client
+        .get_status(v1::GetStatusRequest {})
+        .await
+        .expect("GetStatus answers")
+        .into_inner()
+        .samples_outside_targets
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn targets_select_processes_in_the_kernel() {
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let cgroup = TestCgroup::create();
+    let inside = Workload::start_as("peek_threads", "target-inside", &[]);
+    let other = Workload::start_as("peek_threads", "target-other", &[]);
+    cgroup.adopt(inside.pid());
+
+    let targets = set(
+        &mut client,
+        v1::SetTargetsRequest {
+            cgroups: vec![cgroup.path.clone()],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(targets.cgroups, [cgroup.path.clone()]);
+    assert!(!targets.everything);
+    let before = outside(&mut client).await;
+    assert!(samples_of(&mut client, inside.pid()).await > 0);
+    assert_eq!(samples_of(&mut client, other.pid()).await, 0);
+    assert!(
+        outside(&mut client).await > before,
+        "the other's ticks are counted"
+    );
+
+    set(
+        &mut client,
+        v1::SetTargetsRequest {
+            pids: vec![other.pid()],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(samples_of(&mut client, other.pid()).await > 0);
+    assert_eq!(samples_of(&mut client, inside.pid()).await, 0);
+
+    let everything = set(
+        &mut client,
+        v1::SetTargetsRequest {
+            everything: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(everything.everything);
+    assert!(samples_of(&mut client, inside.pid()).await > 0);
+    assert!(samples_of(&mut client, other.pid()).await > 0);
+
+    for (request, message) in [
+        (v1::SetTargetsRequest::default(), "name the pids or cgroups"),
+        (
+            v1::SetTargetsRequest {
+                cgroups: vec!["/no/such/cgroup".into()],
+                ..Default::default()
+            },
+            "does not exist",
+        ),
+    ] {
+        let status = client
+            .set_targets(request)
+            .await
+            .expect_err("a bad SetTargets fails");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains(message), "{status:?}");
+    }
+    drop((inside, other));
+}
