@@ -187,6 +187,31 @@ pub(super) fn summary(profile: &Profile) -> v1::ProfileSummary {
     }
 }
 
+/// The targets a SetTargets request asks for.
+pub(super) fn target_set(request: v1::SetTargetsRequest) -> Result<TargetSet, ApiError> {
+    let set = TargetSet {
+        pids: request.pids,
+        cgroups: request.cgroups,
+    };
+    match (request.everything, set.everything()) {
+        (true, true) | (false, false) => Ok(set),
+        (true, false) => Err(ApiError::invalid(
+            "everything = true samples every process: leave pids and cgroups empty",
+        )),
+        (false, true) => Err(ApiError::invalid(
+            "name the pids or cgroups to sample, or set everything = true to sample every process",
+        )),
+    }
+}
+
+pub(super) fn targets(set: &TargetSet) -> v1::Targets {
+    v1::Targets {
+        everything: set.everything(),
+        pids: set.pids.clone(),
+        cgroups: set.cgroups.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,30 +284,5 @@ mod tests {
         }))
         .unwrap_err();
         assert!(matches!(err, ApiError::NotFound(_)), "{err}");
-    }
-}
-
-/// The targets a SetTargets request asks for.
-pub(super) fn target_set(request: v1::SetTargetsRequest) -> Result<TargetSet, ApiError> {
-    let set = TargetSet {
-        pids: request.pids,
-        cgroups: request.cgroups,
-    };
-    match (request.everything, set.everything()) {
-        (true, true) | (false, false) => Ok(set),
-        (true, false) => Err(ApiError::invalid(
-            "everything = true samples every process: leave pids and cgroups empty",
-        )),
-        (false, true) => Err(ApiError::invalid(
-            "name the pids or cgroups to sample, or set everything = true to sample every process",
-        )),
-    }
-}
-
-pub(super) fn targets(set: &TargetSet) -> v1::Targets {
-    v1::Targets {
-        everything: set.everything(),
-        pids: set.pids.clone(),
-        cgroups: set.cgroups.clone(),
     }
 }
