@@ -82,7 +82,7 @@ async fn targets_select_processes_in_the_kernel() {
         },
     )
     .await;
-    assert_eq!(targets.cgroups, [cgroup.path.clone()]);
+    assert_eq!(targets.cgroups, std::slice::from_ref(&cgroup.path));
     assert!(!targets.everything);
     let before = outside(&mut client).await;
     assert!(samples_of(&mut client, inside.pid()).await > 0);
