@@ -78,6 +78,12 @@ pub struct SampleKey {
     pub kind: u32,
     /// [`sample_flags`] bits.
     pub flags: u32,
+    /// The task's real user id.
+    pub uid: u32,
+    /// Zero (keeps the key free of padding).
+    pub reserved: u32,
+    /// The task's cgroup (v2) id: the inode of its cgroup directory.
+    pub cgroup: u64,
 }
 
 /// What the kernel accumulates per [`SampleKey`].
@@ -284,7 +290,7 @@ mod pod {
 const _: () = assert!(Counter::ALL.len() == COUNTER_COUNT as usize);
 
 // Layout checks: keys must have no padding.
-const _: () = assert!(core::mem::size_of::<SampleKey>() == 48);
+const _: () = assert!(core::mem::size_of::<SampleKey>() == 64);
 const _: () = assert!(core::mem::size_of::<SampleValue>() == 16);
 const _: () = assert!(core::mem::size_of::<PeekSignal>() == 48);
 const _: () = assert!(core::mem::size_of::<StackTrace>() == 8 + 8 * MAX_STACK_DEPTH);

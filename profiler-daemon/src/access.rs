@@ -21,8 +21,8 @@ pub enum Caller {
 pub enum AccessError {
     #[error(
         "permission denied: user {uid} may only profile its own processes, and must name \
-         them (a pid or tid selector); root and members of the group {group:?} may profile \
-         everything"
+         them (a pid or tid selector, or a uid selector of {uid}); root and members of the \
+         group {group:?} may profile everything"
     )]
     NeedsOwnSelection { uid: u32, group: String },
     #[error(
@@ -97,6 +97,24 @@ impl AccessPolicy {
         Ok(Caller::User {
             uid: credentials.uid,
         })
+    }
+
+    /// Checks that `caller` may see what a selector of `tasks` (process
+    /// and thread ids) and `uids` selects: an unprivileged caller must
+    /// select only its own uid, or name tasks that are all its own.
+    pub fn check_selection(
+        &self,
+        caller: Caller,
+        tasks: &[u32],
+        uids: &[u32],
+    ) -> Result<(), AccessError> {
+        if let Caller::User { uid } = caller
+            && !uids.is_empty()
+            && uids.iter().all(|&selected| selected == uid)
+        {
+            return Ok(());
+        }
+        self.check_tasks(caller, tasks)
     }
 
     /// Checks that `caller` may see the processes or threads `tasks`
@@ -221,6 +239,12 @@ mod tests {
             policy.check_tasks(stranger, &[std::process::id()]),
             Err(AccessError::NotYours { .. })
         ));
+        policy.check_selection(me_caller, &[], &[me]).unwrap();
+        assert!(
+            policy
+                .check_selection(me_caller, &[], &[me, me + 1])
+                .is_err()
+        );
         assert!(AccessPolicy::may_see(Caller::Privileged, 5));
         assert!(!AccessPolicy::may_see(stranger, me));
     }

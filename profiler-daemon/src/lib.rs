@@ -11,6 +11,7 @@
 pub mod access;
 pub mod api;
 mod batch;
+pub mod cgroups;
 pub mod client;
 pub mod collector;
 pub mod config;

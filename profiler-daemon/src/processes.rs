@@ -148,6 +148,7 @@ pub struct ProcessTable {
     binaries: HashMap<BinaryKey, Arc<Binary>>,
     processes_seen: u64,
     last_collection: Option<Instant>,
+    cgroups: crate::cgroups::CgroupPaths,
 }
 
 impl ProcessTable {
@@ -294,6 +295,8 @@ impl ProcessTable {
                         tid: sample.tid,
                         thread_name: sample.thread_name,
                         process_name,
+                        uid: sample.uid,
+                        cgroup: self.cgroups.path(sample.cgroup),
                     },
                     kind: sample.kind,
                     flags: sample.flags,

@@ -58,6 +58,11 @@ pub struct ThreadInfo {
     pub thread_name: Arc<str>,
     /// The process's command name (`/proc/<pid>/comm`).
     pub process_name: Arc<str>,
+    /// The thread's real user id when sampled.
+    pub uid: u32,
+    /// Its cgroup (v2) path when sampled, as `/proc/<pid>/cgroup` shows it;
+    /// empty when not known.
+    pub cgroup: Arc<str>,
 }
 
 /// A call stack, root first: user frames, then (for samples taken in the

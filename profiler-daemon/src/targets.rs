@@ -5,14 +5,12 @@
 //!
 //! Owns those maps and the current targets; it must not read samples.
 
-use std::{
-    fs,
-    os::unix::fs::MetadataExt as _,
-    path::{Path, PathBuf},
-};
+use std::path::Path;
 
 use aya::maps::{Array, HashMap, MapData};
 use profiler_common::targets;
+
+use crate::cgroups::{self, cgroup2_root};
 
 /// Capacities of the target maps (the sampler sizes them so).
 pub const MAX_PIDS: u32 = 1 << 12;
@@ -126,30 +124,12 @@ impl Targets {
     }
 }
 
-/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or
-/// `/sys/fs/cgroup/unified` on hybrid systems).
-pub fn cgroup2_root() -> Option<PathBuf> {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mountinfo.lines().find_map(|line| {
-        let (before, after) = line.split_once(" - ")?;
-        if after.split_whitespace().next()? != "cgroup2" {
-            return None;
-        }
-        before.split_whitespace().nth(4).map(PathBuf::from)
-    })
-}
-
-/// A cgroup's id: the inode of its directory in the v2 hierarchy.
+/// A cgroup's id, or why it has none.
 fn cgroup_id(root: &Path, path: &str) -> Result<u64, TargetsError> {
-    let directory = root.join(path.trim_start_matches('/'));
-    fs::metadata(&directory)
-        .ok()
-        .filter(|metadata| metadata.is_dir())
-        .map(|metadata| metadata.ino())
-        .ok_or_else(|| TargetsError::NoSuchCgroup {
-            path: path.to_owned(),
-            root: root.display().to_string(),
-        })
+    cgroups::cgroup_id(root, path).ok_or_else(|| TargetsError::NoSuchCgroup {
+        path: path.to_owned(),
+        root: root.display().to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -157,7 +137,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_machine_has_a_cgroup2_root_with_ids() {
+    fn cgroups_are_found_by_path() {
         let root = cgroup2_root().expect("cgroup v2 is mounted");
         assert!(cgroup_id(&root, "/").unwrap() > 0);
         assert!(matches!(

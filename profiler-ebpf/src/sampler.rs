@@ -13,8 +13,8 @@ use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::{
-        bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        generated::bpf_get_stack,
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
+        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, generated::bpf_get_stack,
     },
     macros::{map, perf_event, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -191,6 +191,10 @@ fn record(
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
         kind: kind as u32,
         flags,
+        uid: bpf_get_current_uid_gid() as u32,
+        reserved: 0,
+        // SAFETY: a helper that only reads the current task's cgroup.
+        cgroup: unsafe { bpf_get_current_cgroup_id() },
     };
     // SAFETY: the context of a perf_event program is a bpf_perf_event_data.
     let period = unsafe { (*ctx.ctx).sample_period };

@@ -150,6 +150,8 @@ fn rate(symbolizer: &mut Symbolizer, binary: &Arc<Binary>, offsets: &[u64]) -> R
         tid: 1,
         thread_name: Arc::from("bench"),
         process_name: Arc::from("bench"),
+        uid: 0,
+        cgroup: Arc::from("/"),
     };
     let batch = NormalizedBatch {
         start: SystemTime::now(),

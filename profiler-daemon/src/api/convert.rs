@@ -7,12 +7,12 @@ use std::{collections::HashSet, time::SystemTime};
 use profiler_common::SampleKind;
 
 use super::ApiError;
-use crate::targets::TargetSet;
 use crate::{
     profile::{Format, GroupBy, LossCause, Profile, ReportOptions, SortedBy},
     proto::v1,
     store::Selector,
 };
+use crate::{store::CommPattern, targets::TargetSet};
 
 /// Deepest `maxdepth` accepted: two stacks of 127 frames, each frame with
 /// its inlined functions, stay far below it.
@@ -137,10 +137,32 @@ pub(super) fn selector_of_past(selector: Option<v1::Selector>) -> Result<Selecto
             "an empty command name ({empty:?}) matches nothing; leave comms out to select every process"
         )));
     }
+    if let Some(cgroup) = selector.cgroups.iter().find(|c| !c.starts_with('/')) {
+        return Err(ApiError::invalid(format!(
+            "{cgroup:?} is not a cgroup path; write it as /proc/PID/cgroup shows it, e.g. \
+             \"/system.slice/nginx.service\""
+        )));
+    }
+    let comm_pattern = match selector.comm_regex.as_str() {
+        "" => None,
+        text => Some(CommPattern(
+            regex::RegexBuilder::new(text)
+                .size_limit(1 << 20)
+                .build()
+                .map_err(|err| {
+                    ApiError::invalid(format!(
+                        "comm_regex {text:?} is not a valid regular expression: {err}"
+                    ))
+                })?,
+        )),
+    };
     Ok(Selector {
         pids: selector.pids,
         tids: selector.tids,
         comms: selector.comms,
+        comm_pattern,
+        uids: selector.uids,
+        cgroups: selector.cgroups,
     })
 }
 
@@ -275,9 +297,24 @@ mod tests {
             pids: vec![me, 0],
             tids: vec![me],
             comms: vec!["x".into()],
+            comm_regex: "^x".into(),
+            ..Default::default()
         }))
         .unwrap();
         assert_eq!(ok.pids, [me, 0]);
+        for bad in [
+            v1::Selector {
+                comm_regex: "(".into(),
+                ..Default::default()
+            },
+            v1::Selector {
+                cgroups: vec!["system.slice".into()],
+                ..Default::default()
+            },
+        ] {
+            let err = selector(Some(bad)).unwrap_err();
+            assert!(matches!(err, ApiError::InvalidArgument(_)), "{err}");
+        }
         let err = selector(Some(v1::Selector {
             pids: vec![u32::MAX - 1],
             ..Default::default()

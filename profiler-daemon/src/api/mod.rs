@@ -187,7 +187,8 @@ impl ProfilerService {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(self.access.check_tasks(caller, &tasks)?)
+        let uids = selector.map_or(&[][..], |selector| &selector.uids[..]);
+        Ok(self.access.check_selection(caller, &tasks, uids)?)
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {

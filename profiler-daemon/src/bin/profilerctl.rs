@@ -105,6 +105,15 @@ struct SelectorArgs {
     /// Only processes or threads with this exact command name (repeatable)
     #[arg(long = "comm", value_name = "NAME")]
     comms: Vec<String>,
+    /// Only processes or threads whose name matches this regular expression
+    #[arg(long = "comm-regex", value_name = "REGEX")]
+    comm_regex: Option<String>,
+    /// Only threads of this user id (repeatable)
+    #[arg(long = "uid", value_name = "UID")]
+    uids: Vec<u32>,
+    /// Only processes in this cgroup or below, as /proc/PID/cgroup shows it (repeatable)
+    #[arg(long = "cgroup", value_name = "PATH")]
+    cgroups: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -215,6 +224,9 @@ impl SelectorArgs {
             pids: self.pids.clone(),
             tids: self.tids.clone(),
             comms: self.comms.clone(),
+            comm_regex: self.comm_regex.clone().unwrap_or_default(),
+            uids: self.uids.clone(),
+            cgroups: self.cgroups.clone(),
         }
     }
 }

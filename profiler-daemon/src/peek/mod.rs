@@ -63,14 +63,9 @@ impl Allowlist {
             && (self.uids.is_empty() || self.uids.contains(&process.uid))
             && (self.cgroups.is_empty()
                 || process.cgroups.iter().any(|cgroup| {
-                    self.cgroups.iter().any(|allowed| {
-                        let allowed = allowed.trim_end_matches('/');
-                        cgroup == allowed
-                            || cgroup
-                                .strip_prefix(allowed)
-                                .is_some_and(|rest| rest.starts_with('/'))
-                            || allowed.is_empty()
-                    })
+                    self.cgroups
+                        .iter()
+                        .any(|allowed| crate::cgroups::within(cgroup, allowed))
                 }))
     }
 }
@@ -612,6 +607,7 @@ mod tests {
             command_line: String::new(),
             uid,
             cgroups: cgroups.iter().map(|c| (*c).to_owned()).collect(),
+            cgroup_v2: String::new(),
             disposition: Disposition::Unknown,
             threads: Vec::new(),
         }

@@ -303,6 +303,8 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
             tid: thread.tid,
             thread_name: thread.name.as_str().into(),
             process_name: run.snapshot.command.as_str().into(),
+            uid: run.snapshot.uid,
+            cgroup: run.snapshot.cgroup_v2.as_str().into(),
         });
     }
     let mut new_threads: Vec<&ThreadInfo> = run

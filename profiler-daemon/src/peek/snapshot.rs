@@ -20,6 +20,8 @@ pub struct ProcessSnapshot {
     pub uid: u32,
     /// The cgroup paths of `/proc/PID/cgroup`.
     pub cgroups: Vec<String>,
+    /// Its cgroup v2 path (the `0::` line), empty when there is none.
+    pub cgroup_v2: String,
     /// What the process does with the peek signal, when there is one.
     pub disposition: Disposition,
     pub threads: Vec<ThreadSnapshot>,
@@ -149,6 +151,7 @@ pub fn take(pid: u32, signal: u32) -> Result<ProcessSnapshot, SnapshotError> {
         command_line,
         uid: status.ruid,
         cgroups: read_cgroups(pid),
+        cgroup_v2: read_cgroup_v2(pid),
         disposition,
         threads,
     })
@@ -183,6 +186,15 @@ fn parse_kernel_stack(text: &str) -> Vec<String> {
             (!function.is_empty()).then(|| function.to_owned())
         })
         .collect()
+}
+
+/// The cgroup v2 path of `/proc/PID/cgroup` (the `0::` line).
+fn read_cgroup_v2(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("0::").map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// The paths of `/proc/PID/cgroup` (`0::/system.slice/x.service`).

@@ -65,6 +65,8 @@ impl Builder {
             tid,
             thread_name: thread_name.into(),
             process_name: process_name.into(),
+            uid: 0,
+            cgroup: "/".into(),
         });
         self.profile.threads.len() as u32 - 1
     }

@@ -31,14 +31,33 @@ use crate::{
 /// at most this often, unless memory is short.
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(60);
 
-/// Which samples a query covers; empty lists do not restrict.
+/// Which samples a query covers; empty lists do not restrict, different
+/// kinds must all match, values within one list are alternatives.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selector {
     pub pids: Vec<u32>,
     pub tids: Vec<u32>,
     /// Exact process or thread names.
     pub comms: Vec<String>,
+    /// A regular expression a process or thread name must match.
+    pub comm_pattern: Option<CommPattern>,
+    /// Real user ids.
+    pub uids: Vec<u32>,
+    /// Cgroup (v2) paths; each selects its descendants too.
+    pub cgroups: Vec<String>,
 }
+
+/// A compiled regular expression over command names.
+#[derive(Clone, Debug)]
+pub struct CommPattern(pub regex::Regex);
+
+impl PartialEq for CommPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Eq for CommPattern {}
 
 impl Selector {
     pub fn matches(&self, thread: &ThreadInfo) -> bool {
@@ -49,6 +68,15 @@ impl Selector {
                     .comms
                     .iter()
                     .any(|comm| **comm == *thread.process_name || **comm == *thread.thread_name))
+            && self.comm_pattern.as_ref().is_none_or(|pattern| {
+                pattern.0.is_match(&thread.process_name) || pattern.0.is_match(&thread.thread_name)
+            })
+            && (self.uids.is_empty() || self.uids.contains(&thread.uid))
+            && (self.cgroups.is_empty()
+                || self
+                    .cgroups
+                    .iter()
+                    .any(|cgroup| crate::cgroups::within(&thread.cgroup, cgroup)))
     }
 }
 
@@ -509,6 +537,8 @@ mod tests {
             tid,
             thread_name: Arc::from(name),
             process_name: Arc::from(name),
+            uid: 0,
+            cgroup: Arc::from("/"),
         }
     }
 
@@ -598,6 +628,38 @@ mod tests {
             ..Selector::default()
         };
         assert!(store.profile(&query(0, 1, nothing)).samples.is_empty());
+    }
+
+    #[test]
+    fn selectors_by_pattern_uid_and_cgroup() {
+        let thread = ThreadInfo {
+            uid: 33,
+            cgroup: Arc::from("/system.slice/nginx.service"),
+            ..thread(7, 8, "nginx-worker")
+        };
+        let matches = |selector: Selector| selector.matches(&thread);
+        let pattern = |text: &str| Some(CommPattern(regex::Regex::new(text).unwrap()));
+        assert!(matches(Selector {
+            comm_pattern: pattern("^nginx"),
+            ..Selector::default()
+        }));
+        assert!(!matches(Selector {
+            comm_pattern: pattern("^apache"),
+            ..Selector::default()
+        }));
+        assert!(matches(Selector {
+            uids: vec![0, 33],
+            cgroups: vec!["/system.slice".into()],
+            ..Selector::default()
+        }));
+        assert!(!matches(Selector {
+            uids: vec![0],
+            ..Selector::default()
+        }));
+        assert!(!matches(Selector {
+            cgroups: vec!["/user.slice".into()],
+            ..Selector::default()
+        }));
     }
 
     #[test]

@@ -63,6 +63,36 @@ async fn a_user_profiles_its_own_processes_only() {
     );
     assert!(text.contains("spin_alpha"), "{text}");
 
+    // A uid selector of its own uid is enough, and selects only its own.
+    let by_uid = as_nobody(
+        [
+            "profile",
+            "--duration",
+            "1s",
+            "--format",
+            "flat",
+            "--groupby",
+            "process",
+            "--uid",
+            "65534",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .await
+    .expect("finishes");
+    let text = String::from_utf8_lossy(&by_uid.stdout);
+    assert!(
+        by_uid.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_uid.stderr)
+    );
+    assert!(text.contains(&format!("Process {} ", own.pid())), "{text}");
+    assert!(
+        !text.contains(&format!("Process {} ", roots.pid())),
+        "{text}"
+    );
+
     for (args, expected) in [
         (profile(Some(roots.pid())), "does not run as user 65534"),
         (profile(None), "must name them"),

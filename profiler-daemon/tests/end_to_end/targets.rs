@@ -1,12 +1,15 @@
-//! SetTargets: the kernel samples only the processes named (by pid, or by a
-//! cgroup the test creates), counts the ticks of the others, and samples
-//! every process again when asked.
+//! Selection by cgroup and name: SetTargets makes the kernel sample only
+//! the processes named (by pid, or by a cgroup the test creates), counting
+//! the ticks of the others; selectors by command regex and cgroup pick
+//! exactly the right processes out of a profile.
 
 use std::{path::PathBuf, time::Duration};
 
-use profilerd::{proto::v1, targets::cgroup2_root};
+use profilerd::{cgroups::cgroup2_root, proto::v1};
 
 use crate::support::{Client, Daemon, Workload, options, profile};
+
+use std::collections::BTreeSet;
 
 /// A cgroup of the test's own, removed when dropped (after its processes).
 struct TestCgroup {
@@ -133,4 +136,82 @@ async fn targets_select_processes_in_the_kernel() {
         assert!(status.message().contains(message), "{status:?}");
     }
     drop((inside, other));
+}
+
+/// The processes a one-second flat report grouped by process holds.
+async fn processes_selected(client: &mut Client, selector: v1::Selector) -> BTreeSet<u32> {
+    let reply = client
+        .profile(v1::ProfileRequest {
+            duration_ms: 1000,
+            selector: Some(selector),
+            options: Some(v1::ReportOptions {
+                format: v1::Format::Flat as i32,
+                groupby: v1::GroupBy::Process as i32,
+                ..Default::default()
+            }),
+            mode: v1::Mode::Cpu as i32,
+        })
+        .await
+        .unwrap_or_else(|status| panic!("Profile failed: {status:?}"))
+        .into_inner();
+    String::from_utf8_lossy(&reply.report)
+        .lines()
+        .filter_map(|line| {
+            line.strip_prefix("Process ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn selectors_by_command_regex_and_cgroup_pick_exactly() {
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let cgroup = TestCgroup::create();
+    let alpha = Workload::start_as("peek_threads", "select-alpha", &[]);
+    let beta = Workload::start_as("peek_threads", "select-beta", &[]);
+    let gamma = Workload::start_as("peek_threads", "other-gamma", &[]);
+    cgroup.adopt(gamma.pid());
+
+    let by_regex = processes_selected(
+        &mut client,
+        v1::Selector {
+            comm_regex: "^select-(alpha|beta)$".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(by_regex, BTreeSet::from([alpha.pid(), beta.pid()]));
+
+    let by_cgroup = processes_selected(
+        &mut client,
+        v1::Selector {
+            cgroups: vec![cgroup.path.clone()],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(by_cgroup, BTreeSet::from([gamma.pid()]));
+
+    let status = client
+        .profile(v1::ProfileRequest {
+            duration_ms: 100,
+            selector: Some(v1::Selector {
+                comm_regex: "select-(".into(),
+                ..Default::default()
+            }),
+            options: None,
+            mode: v1::Mode::Cpu as i32,
+        })
+        .await
+        .expect_err("an invalid regex is refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("not a valid regular expression"),
+        "{status:?}"
+    );
+    drop((alpha, beta, gamma));
 }
