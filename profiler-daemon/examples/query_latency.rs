@@ -50,6 +50,10 @@ struct Args {
     /// Print a digest of each report under several option sets instead.
     #[arg(long)]
     digests: bool,
+    /// Also write each format's report (default options) into this
+    /// directory.
+    #[arg(long)]
+    write: Option<std::path::PathBuf>,
     /// Samples in all.
     #[arg(long, default_value_t = 1_300_000)]
     samples: u64,
@@ -154,6 +158,9 @@ fn main() {
             let bytes = report::render(&profile, &options).expect("renders");
             let total = started.elapsed();
             drop(profile);
+            if let Some(dir) = &args.write {
+                std::fs::write(dir.join(format!("report.{name}")), &bytes).expect("writes");
+            }
             size = bytes.len();
             profiles.push(profiled);
             renders.push(total - profiled);
