@@ -58,8 +58,8 @@ impl<K: Eq + Hash, V> Interner<K, V> {
     }
 }
 
-/// A table's ids renumbered from 0 in order of first use, as a profile
-/// numbers the part of the tables it copies.
+/// A table's ids renumbered from 0 in the order they are first asked for,
+/// as a profile numbers the part of the tables it copies.
 pub(super) struct Renumbering(Vec<u32>);
 
 impl Renumbering {
@@ -79,6 +79,11 @@ impl Renumbering {
             *slot = add() as u32;
         }
         *slot
+    }
+
+    /// The new number of an id numbered before.
+    pub fn get(&self, id: u32) -> u32 {
+        self.0[id as usize]
     }
 }
 
