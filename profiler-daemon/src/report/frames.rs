@@ -100,7 +100,9 @@ impl<'a> Expansion<'a> {
             let stack = match *slot {
                 Some(stack) => stack,
                 None => {
-                    for &index in &profile.stacks[sample.stack as usize].locations {
+                    // The slot's existence checked the index.
+                    let locations = profile.stacks.get(sample.stack).unwrap_or_default();
+                    for &index in locations {
                         let location = profile
                             .locations
                             .get(index as usize)

@@ -24,7 +24,7 @@ use tracing::{debug, info};
 use self::tables::{Interner, Renumbering, StackTable};
 use crate::{
     drain::{CounterDeltas, losses},
-    profile::{LossCause, Profile, Sample, Stack, ThreadInfo},
+    profile::{LossCause, Profile, Sample, Stacks, ThreadInfo},
     symbolize::{LocationKey, SymbolizedBatch, SymbolizedLocation},
 };
 
@@ -407,7 +407,7 @@ impl Store {
             period_ns: 1_000_000_000 / u64::from(query.frequency_hz.max(1)),
             threads: Vec::new(),
             locations: Vec::new(),
-            stacks: Vec::new(),
+            stacks: Stacks::default(),
             samples: Vec::with_capacity(capacity),
             lost: losses(&counters).filter(|&(_, count)| count > 0).collect(),
             warnings: Vec::new(),
@@ -440,26 +440,23 @@ impl Store {
         let mut stacks = Renumbering::new(self.stacks.len());
         let mut locations = Renumbering::new(self.locations.values().len());
         // Store ids are 32-bit.
-        for stack in (0..)
+        let used: Vec<u32> = (0..)
             .zip(&used)
             .filter_map(|(stack, &used)| used.then_some(stack))
-        {
+            .collect();
+        let frames = used.iter().map(|&stack| self.stacks.get(stack).len()).sum();
+        profile.stacks = Stacks::with_capacity(used.len(), frames);
+        for stack in used {
             stacks.get_or_add(stack, || {
-                let ids = self
-                    .stacks
-                    .get(stack)
-                    .iter()
-                    .map(|&location| {
-                        locations.get_or_add(location, || {
-                            profile
-                                .locations
-                                .push(self.locations.get(location).location.clone());
-                            profile.locations.len() - 1
-                        })
+                let ids = self.stacks.get(stack).iter().map(|&location| {
+                    locations.get_or_add(location, || {
+                        profile
+                            .locations
+                            .push(self.locations.get(location).location.clone());
+                        profile.locations.len() - 1
                     })
-                    .collect();
-                profile.stacks.push(Stack { locations: ids });
-                profile.stacks.len() - 1
+                });
+                profile.stacks.push(ids) as usize
             });
         }
         for sample in &mut profile.samples {
@@ -599,8 +596,8 @@ mod tests {
             .samples
             .iter()
             .map(|sample| {
-                let stack = &profile.stacks[sample.stack as usize];
-                let leaf = &profile.locations[*stack.locations.last().unwrap() as usize];
+                let stack = profile.stacks.get(sample.stack).unwrap();
+                let leaf = &profile.locations[*stack.last().unwrap() as usize];
                 (leaf.frames[0].function.to_string(), sample.count)
             })
             .collect();
