@@ -40,7 +40,7 @@ pub(super) fn cpu_totals(
         .collect();
     let mut runs: Vec<usize> = Vec::new();
     // A thread's entries as (stack, count, weight), run after run.
-    let mut entries: Vec<(u32, u64, u64)> = Vec::new();
+    let mut entries: Vec<(u32, u32, u64)> = Vec::new();
     while let Some(&Reverse((thread, _))) = next.peek() {
         runs.clear();
         while let Some(&Reverse((t, bucket))) = next.peek()
@@ -58,8 +58,8 @@ pub(super) fn cpu_totals(
             let run = &rest[..rest.partition_point(|samples| samples.thread == thread)];
             if wanted {
                 entries.extend(run.iter().map(|samples| {
-                    let count = u64::from(samples.count);
-                    (samples.stack, count, count * bucket.period_ns)
+                    let weight = u64::from(samples.count) * bucket.period_ns;
+                    (samples.stack, samples.count, weight)
                 }));
             }
             cursors[index] += run.len();
@@ -76,6 +76,7 @@ pub(super) fn cpu_totals(
         // Equal stacks are next to each other: sum them.
         let mut sum: Option<Total> = None;
         for &(stack, count, weight_ns) in &entries {
+            let count = u64::from(count);
             match &mut sum {
                 Some(total) if total.stack == stack => {
                     total.count += count;
