@@ -4,9 +4,10 @@
 //!
 //! One submodule per format (`tree`, `flat`, `folded`, `pprof`);
 //! `frames` expands stacks into frames for all of them, `sequences` stores
-//! and sorts stacks as sequences of ids, and this module holds the dispatch,
-//! the error type and what tree and flat share: the `# ` comment lines, the
-//! sections of `groupby` and the utilization figures.
+//! and sorts stacks as sequences of ids, `protobuf` encodes pprof samples
+//! by hand, and this module holds the dispatch, the error type and what
+//! tree and flat share: the `# ` comment lines, the sections of `groupby`
+//! and the utilization figures.
 //!
 //! Profiles hold hundreds of distinct locations but millions of frames, so
 //! reports are made for speed and memory: sites, frames, lines and names
@@ -34,6 +35,7 @@ mod flat;
 mod folded;
 mod frames;
 mod pprof;
+mod protobuf;
 mod sequences;
 #[cfg(test)]
 mod test_support;
