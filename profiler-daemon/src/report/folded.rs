@@ -137,7 +137,7 @@ impl Groups {
         for sample in &expansion.samples {
             let slot = &mut thread_groups[sample.thread_index as usize];
             if slot.is_none() {
-                let text = group_frames(sample.thread, groupby)
+                let text = group_frames(expansion.thread(sample), groupby)
                     .into_iter()
                     .map(|frame| frame + ";")
                     .collect();
@@ -411,7 +411,7 @@ mod tests {
         let depth = options.maxdepth.map_or(usize::MAX, |d| (d as usize).max(1));
         let mut lines = std::collections::BTreeMap::<String, u64>::new();
         for sample in &expansion.samples {
-            let mut names = group_frames(sample.thread, options.groupby);
+            let mut names = group_frames(expansion.thread(sample), options.groupby);
             let frames = expansion.frames_of(sample.stack).take(depth);
             names.extend(frames.map(|frame| frame_name(expansion.frames[frame as usize])));
             *lines.entry(names.join(";")).or_default() += sample.count;

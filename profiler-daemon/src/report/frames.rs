@@ -36,7 +36,9 @@ pub(super) type LineId = u32;
 /// The samples of a profile with their stacks resolved and interned.
 pub(super) struct Expansion<'a> {
     /// Every sample with a non-zero count, in profile order.
-    pub samples: Vec<StackSample<'a>>,
+    pub samples: Vec<StackSample>,
+    /// The profile's threads, which samples refer to.
+    threads: &'a [ThreadInfo],
     /// The distinct sites the stacks use, in order of first use.
     pub sites: Vec<SiteEntry<'a>>,
     /// The frames of every site, a site's frames one after another,
@@ -46,10 +48,10 @@ pub(super) struct Expansion<'a> {
     stacks: Sequences,
 }
 
-/// One profile sample with its thread resolved.
-pub(super) struct StackSample<'a> {
-    pub thread: &'a ThreadInfo,
-    /// The thread's index in [`Profile::threads`].
+/// One profile sample with its stack resolved.
+pub(super) struct StackSample {
+    /// The thread's index in [`Profile::threads`] (see
+    /// [`Expansion::thread`]).
     pub thread_index: u32,
     pub count: u64,
     pub weight_ns: u64,
@@ -70,6 +72,7 @@ impl<'a> Expansion<'a> {
     pub fn new(profile: &'a Profile, kernel: bool) -> Result<Self, ReportError> {
         let mut expansion = Expansion {
             samples: Vec::with_capacity(profile.samples.len()),
+            threads: &profile.threads,
             sites: Vec::new(),
             frames: Vec::new(),
             stacks: Sequences::with_capacity(profile.stacks.len(), 0),
@@ -90,10 +93,9 @@ impl<'a> Expansion<'a> {
                     "sample {number} refers to {what} {index} of {len}"
                 ))
             };
-            let thread = profile
-                .threads
-                .get(sample.thread as usize)
-                .ok_or_else(|| invalid("thread", sample.thread, profile.threads.len()))?;
+            if sample.thread as usize >= profile.threads.len() {
+                return Err(invalid("thread", sample.thread, profile.threads.len()));
+            }
             let slot = stack_ids
                 .get_mut(sample.stack as usize)
                 .ok_or_else(|| invalid("stack", sample.stack, profile.stacks.len()))?;
@@ -128,7 +130,6 @@ impl<'a> Expansion<'a> {
                 }
             };
             expansion.samples.push(StackSample {
-                thread,
                 thread_index: sample.thread,
                 count: sample.count,
                 weight_ns: sample.weight_ns,
@@ -136,6 +137,12 @@ impl<'a> Expansion<'a> {
             });
         }
         Ok(expansion)
+    }
+
+    /// The sample's thread.
+    pub fn thread(&self, sample: &StackSample) -> &'a ThreadInfo {
+        // Checked when the sample was resolved.
+        &self.threads[sample.thread_index as usize]
     }
 
     /// Number of distinct stacks.

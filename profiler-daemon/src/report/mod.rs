@@ -176,7 +176,7 @@ fn sections(
         let sample = &samples[index as usize];
         let group = &mut thread_groups[sample.thread_index as usize];
         let group = *group.get_or_insert_with(|| {
-            by_thread.push((sample.thread, Vec::new()));
+            by_thread.push((expansion.thread(sample), Vec::new()));
             by_thread.len() - 1
         });
         by_thread[group].1.push(index);
@@ -263,7 +263,7 @@ fn thread_sections(
 }
 
 /// Sum of the counts of `samples[indexes]`.
-fn total(samples: &[StackSample<'_>], indexes: &[u32]) -> u64 {
+fn total(samples: &[StackSample], indexes: &[u32]) -> u64 {
     indexes.iter().fold(0, |sum, &index| {
         sum.saturating_add(samples[index as usize].count)
     })

@@ -149,7 +149,7 @@ impl<'e, 'a> Builder<'e, 'a> {
 
     /// Appends the `sample` field of the pprof sample of `sample`; `keys`
     /// are the label keys' strings.
-    fn write_sample(&mut self, out: &mut Vec<u8>, sample: &StackSample<'a>, keys: [i64; 4]) {
+    fn write_sample(&mut self, out: &mut Vec<u8>, sample: &StackSample, keys: [i64; 4]) {
         // Labels first: their strings come before the locations'.
         let labels = self.thread_labels(sample, keys);
         let locations = self.stack_locations(sample.stack);
@@ -187,12 +187,12 @@ impl<'e, 'a> Builder<'e, 'a> {
 
     /// The encoded label fields of the sample's thread: `pid`, `tid`,
     /// `thread_name` and `comm`, whose keys are `keys`.
-    fn thread_labels(&mut self, sample: &StackSample<'a>, keys: [i64; 4]) -> Range<usize> {
+    fn thread_labels(&mut self, sample: &StackSample, keys: [i64; 4]) -> Range<usize> {
         let index = sample.thread_index as usize;
         if let Some(labels) = &self.thread_labels[index] {
             return labels.clone();
         }
-        let thread = sample.thread;
+        let thread = self.expansion.thread(sample);
         let thread_name = self.string(&thread.thread_name);
         let comm = self.string(&thread.process_name);
         let start = self.encoded.len();

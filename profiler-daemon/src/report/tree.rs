@@ -156,8 +156,8 @@ impl Tree {
 
 /// Writes the trees of a report's sections, with what they share computed
 /// once and buffers kept from section to section.
-struct Printer<'l, 'a> {
-    samples: &'l [StackSample<'a>],
+struct Printer<'l> {
+    samples: &'l [StackSample],
     options: &'l ReportOptions,
     /// ` file:line; function` and a line break, for each line.
     texts: Vec<String>,
@@ -174,9 +174,9 @@ struct Printer<'l, 'a> {
     walk: Walk,
 }
 
-impl<'l, 'a> Printer<'l, 'a> {
+impl<'l> Printer<'l> {
     fn new(
-        expansion: &'l Expansion<'a>,
+        expansion: &'l Expansion<'_>,
         lines: &Lines<'_>,
         stacks: Sequences,
         ranks: Vec<u32>,
