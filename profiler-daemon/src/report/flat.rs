@@ -107,13 +107,23 @@ impl<'l, 'a> Table<'l, 'a> {
         // with one stack count towards the same lines. Counts are above 0,
         // so 0 means not seen yet.
         let mut stacks: Vec<StackId> = Vec::new();
-        for &index in &section.samples {
-            let sample = &expansion.samples[index as usize];
-            let count = &mut self.stack_counts[sample.stack as usize];
-            if *count == 0 {
-                stacks.push(sample.stack);
+        if expansion.is_every_sample(&section.samples) {
+            // Their counts per stack are known.
+            self.stack_counts.copy_from_slice(&expansion.stack_counts);
+            stacks.extend(
+                (0..)
+                    .zip(&self.stack_counts)
+                    .filter_map(|(stack, &count)| (count > 0).then_some(stack)),
+            );
+        } else {
+            for &index in &section.samples {
+                let sample = &expansion.samples[index as usize];
+                let count = &mut self.stack_counts[sample.stack as usize];
+                if *count == 0 {
+                    stacks.push(sample.stack);
+                }
+                *count = count.saturating_add(sample.count);
             }
-            *count = count.saturating_add(sample.count);
         }
         // The lines in the section's stacks, in order of first sight.
         let mut seen: Vec<LineId> = Vec::new();

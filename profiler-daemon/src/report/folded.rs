@@ -175,9 +175,9 @@ fn count_lines(
     if groups.texts.len() <= 1 {
         // One group: counting per stack rank beats sorting the samples.
         let mut counts = vec![0u64; stack_count];
-        for sample in samples {
-            let count = &mut counts[stack_ranks[sample.stack as usize] as usize];
-            *count = count.saturating_add(sample.count);
+        for (&rank, &stack_count) in stack_ranks.iter().zip(&expansion.stack_counts) {
+            let count = &mut counts[rank as usize];
+            *count = count.saturating_add(stack_count);
         }
         lines.extend(
             (0..)

@@ -37,6 +37,9 @@ pub(super) type LineId = u32;
 pub(super) struct Expansion<'a> {
     /// Every sample with a non-zero count, in profile order.
     pub samples: Vec<StackSample>,
+    /// The samples of each stack, all threads together: what a report of
+    /// the whole profile needs without a pass over every sample.
+    pub stack_counts: Vec<u64>,
     /// The profile's threads, which samples refer to.
     threads: &'a [ThreadInfo],
     /// The distinct sites the stacks use, in order of first use.
@@ -76,6 +79,7 @@ impl<'a> Expansion<'a> {
     pub fn new(profile: &'a Profile, kernel: bool) -> Result<Self, ReportError> {
         let mut expansion = Expansion {
             samples: Vec::with_capacity(profile.samples.len()),
+            stack_counts: Vec::new(),
             threads: &profile.threads,
             sites: Vec::new(),
             frames: Vec::new(),
@@ -131,18 +135,18 @@ impl<'a> Expansion<'a> {
         if !valid {
             return Err(first_dangling_index(profile, &dangling));
         }
-        expansion.samples.extend(
-            profile
-                .samples
-                .iter()
-                .filter(|sample| sample.count > 0)
-                .map(|sample| StackSample {
-                    thread_index: sample.thread,
-                    count: sample.count,
-                    weight_ns: sample.weight_ns,
-                    stack: stack_ids[sample.stack as usize],
-                }),
-        );
+        expansion.stack_counts = vec![0; expansion.stacks.len()];
+        for sample in profile.samples.iter().filter(|sample| sample.count > 0) {
+            let stack = stack_ids[sample.stack as usize];
+            let total = &mut expansion.stack_counts[stack as usize];
+            *total = total.saturating_add(sample.count);
+            expansion.samples.push(StackSample {
+                thread_index: sample.thread,
+                count: sample.count,
+                weight_ns: sample.weight_ns,
+                stack,
+            });
+        }
         Ok(expansion)
     }
 
@@ -150,6 +154,12 @@ impl<'a> Expansion<'a> {
     pub fn thread(&self, sample: &StackSample) -> &'a ThreadInfo {
         // Checked when the sample was resolved.
         &self.threads[sample.thread_index as usize]
+    }
+
+    /// Whether these indexes of samples (distinct, as a section's are) are
+    /// all the samples, so that [`Expansion::stack_counts`] are theirs.
+    pub fn is_every_sample(&self, indexes: &[u32]) -> bool {
+        indexes.len() == self.samples.len()
     }
 
     /// Number of distinct stacks.

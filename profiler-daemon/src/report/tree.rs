@@ -158,6 +158,8 @@ impl Tree {
 /// once and buffers kept from section to section.
 struct Printer<'l> {
     samples: &'l [StackSample],
+    /// Samples per stack, over all samples.
+    stack_counts: &'l [u64],
     options: &'l ReportOptions,
     /// ` file:line; function` and a line break, for each line.
     texts: Vec<String>,
@@ -184,6 +186,7 @@ impl<'l> Printer<'l> {
     ) -> Self {
         Printer {
             samples: &expansion.samples,
+            stack_counts: &expansion.stack_counts,
             options,
             texts: lines
                 .keys()
@@ -247,7 +250,21 @@ impl<'l> Printer<'l> {
         let samples = self.samples;
         let rank = |index: u32| self.ranks[samples[index as usize].stack as usize];
         let ranks = self.stacks.len();
-        if section.samples.len() < ranks / 4 {
+        if section.samples.len() == samples.len() {
+            // Every sample: their counts per stack are known.
+            self.rank_counts.clear();
+            self.rank_counts.resize(ranks, 0);
+            for (&rank, &count) in self.ranks.iter().zip(self.stack_counts) {
+                let total = &mut self.rank_counts[rank as usize];
+                *total = total.saturating_add(count);
+            }
+            self.entries.extend(
+                (0..)
+                    .zip(&self.rank_counts)
+                    .filter(|&(_, &count)| count > 0)
+                    .map(|(rank, &count)| (rank, count)),
+            );
+        } else if section.samples.len() < ranks / 4 {
             let counts = section
                 .samples
                 .iter()
