@@ -102,16 +102,25 @@ fn stack_tokens(
     tokens: &Tokens,
     depth: usize,
 ) -> Result<Sequences, ReportError> {
-    let mut stacks = Sequences::with_capacity(expansion.stack_count(), 0);
+    let values = expansion.site_count();
+    let mut stacks = Sequences::with_capacity(expansion.stack_count(), values + values / 8);
     for stack in 0..expansion.stack_count() {
+        // Every frame is followed by another but the last.
+        let mut last = None;
+        let mut left = depth;
         // Stack ids are 32-bit, so their number fits in one.
-        let mut frames = expansion.frames_of(stack as StackId).take(depth).peekable();
-        while let Some(frame) = frames.next() {
-            let frame = frame as usize;
-            stacks.push(match frames.peek() {
-                Some(_) => tokens.followed[frame],
-                None => tokens.last[frame],
-            });
+        'sites: for &site in expansion.sites_of(stack as StackId) {
+            for frame in expansion.site_frames(site) {
+                if left == 0 {
+                    break 'sites;
+                }
+                left -= 1;
+                stacks.push(tokens.followed[frame as usize]);
+                last = Some(frame);
+            }
+        }
+        if let Some(last) = last {
+            stacks.set_last(tokens.last[last as usize]);
         }
         stacks.finish()?;
     }

@@ -167,6 +167,11 @@ impl<'a> Expansion<'a> {
         self.stacks.len()
     }
 
+    /// Number of sites of all distinct stacks.
+    pub fn site_count(&self) -> usize {
+        self.stacks.value_count()
+    }
+
     /// The sites of a stack, root first; never empty.
     pub fn sites_of(&self, stack: StackId) -> &[SiteId] {
         self.stacks.get(stack)
@@ -179,6 +184,7 @@ impl<'a> Expansion<'a> {
     }
 
     /// All frames of a stack, root first, inlined frames outermost first.
+    #[cfg(test)]
     pub fn frames_of(&self, stack: StackId) -> impl Iterator<Item = FrameId> + '_ {
         self.sites_of(stack)
             .iter()
@@ -485,15 +491,24 @@ impl<'a> Lines<'a> {
     /// The lines of every stack of the expansion, root first, numbered as
     /// in the expansion.
     pub fn of_stacks(&self, expansion: &Expansion<'_>) -> Result<Sequences, ReportError> {
-        let sites = || expansion.stacks.iter().flatten();
-        let total = sites()
-            .map(|&site| self.of_site(expansion, site).len())
-            .sum();
-        let mut stacks = Sequences::with_capacity(expansion.stack_count(), total);
+        // Where each site's lines are in `frame_lines`.
+        let site_lines: Vec<(usize, usize)> = expansion
+            .sites
+            .iter()
+            .map(|entry| (entry.first_frame as usize, entry.end_frame as usize))
+            .collect();
+        // A line per site but for inlined frames: a little more.
+        let values = expansion.stacks.value_count();
+        let mut stacks = Sequences::with_capacity(expansion.stack_count(), values + values / 8);
         for sites in expansion.stacks.iter() {
             for &site in sites {
-                // Mostly one line: a loop beats a call to copy it.
-                stacks.extend(self.of_site(expansion, site).iter().copied());
+                let (first, end) = site_lines[site as usize];
+                // Mostly one line.
+                if end == first + 1 {
+                    stacks.push(self.frame_lines[first]);
+                } else {
+                    stacks.extend_from_slice(&self.frame_lines[first..end]);
+                }
             }
             stacks.finish()?;
         }

@@ -25,13 +25,22 @@ impl Sequences {
         }
     }
 
-    /// Adds values to the sequence being added.
-    pub fn extend(&mut self, values: impl IntoIterator<Item = u32>) {
-        self.values.extend(values);
-    }
-
     pub fn push(&mut self, value: u32) {
         self.values.push(value);
+    }
+
+    /// Adds values to the sequence being added.
+    pub fn extend_from_slice(&mut self, values: &[u32]) {
+        self.values.extend_from_slice(values);
+    }
+
+    /// Replaces the last value of the sequence being added, if it has one.
+    pub fn set_last(&mut self, value: u32) {
+        if !self.current().is_empty()
+            && let Some(last) = self.values.last_mut()
+        {
+            *last = value;
+        }
     }
 
     /// The values of the sequence being added so far.
@@ -50,6 +59,11 @@ impl Sequences {
     /// Number of sequences.
     pub fn len(&self) -> usize {
         self.starts.len() - 1
+    }
+
+    /// Number of values of all sequences.
+    pub fn value_count(&self) -> usize {
+        self.values.len()
     }
 
     pub fn get(&self, sequence: u32) -> &[u32] {
@@ -150,7 +164,7 @@ mod tests {
     fn sequences(values: &[Vec<u32>]) -> Sequences {
         let mut sequences = Sequences::with_capacity(0, 0);
         for sequence in values {
-            sequences.extend(sequence.iter().copied());
+            sequences.extend_from_slice(sequence);
             sequences.finish().expect("few");
         }
         sequences
@@ -218,7 +232,7 @@ mod tests {
     fn sequences_are_numbered_in_order() {
         let mut s = Sequences::with_capacity(2, 3);
         s.push(4);
-        s.extend([5, 6]);
+        s.extend_from_slice(&[5, 6]);
         assert_eq!(s.current(), [4, 5, 6]);
         assert_eq!(s.finish().expect("few"), 0);
         assert_eq!(s.current(), []);
