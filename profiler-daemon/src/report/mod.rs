@@ -158,9 +158,7 @@ fn sections(
     groupby: GroupBy,
 ) -> Result<Vec<Section>, ReportError> {
     let samples = &expansion.samples;
-    let all = (0..samples.len())
-        .map(|index| frames::small_id(index, "samples"))
-        .collect::<Result<Vec<u32>, _>>()?;
+    let all: Vec<u32> = (0..frames::small_id(samples.len(), "samples")?).collect();
     if groupby == GroupBy::None {
         return Ok(vec![Section {
             title: None,

@@ -119,12 +119,13 @@ fn sort_by_sequence<'s>(items: &mut [u32], alphabet: usize, sequence: impl Fn(u3
     let last_value = (1u128 << bits) - 1;
     let key = |item: u32, offset: usize| {
         let values = sequence(item).get(offset..).unwrap_or_default();
-        (0..packed).fold(0u128, |key, position| {
-            let digit = values
-                .get(position)
-                .map_or(0, |&value| u128::from(value) + 1);
-            (key << bits) | digit
-        })
+        let values = &values[..values.len().min(packed)];
+        let key = values
+            .iter()
+            .fold(0u128, |key, &value| (key << bits) | (u128::from(value) + 1));
+        // Digits past the end are 0.
+        let missing = (packed - values.len()) as u32 * bits;
+        key.checked_shl(missing).unwrap_or(0)
     };
     let mut keyed: Vec<(u128, u32)> = Vec::with_capacity(items.len());
     // Ranges of `items` in order up to `offset` values, to sort on the rest.
