@@ -1,7 +1,8 @@
 //! Query latency without root or a kernel: fills a [`Store`] with a
 //! synthetic but realistic ten minutes of samples (the scale of
 //! BENCHMARKS.md's table 5) and times `Store::profile` and each report
-//! format over the whole window, in-process.
+//! format over the whole window, in-process, as the API makes them (the
+//! profile and the report dropped before the reply would be sent).
 //!
 //! ```sh
 //! cargo run --release -p profiler-daemon --example query_latency
@@ -11,10 +12,16 @@
 //! The data: 600 one-second buckets at 1000 Hz on 2 CPUs (1.3 million
 //! samples), each CPU running a succession of short-lived processes (1–5 s
 //! each, as the benchmark's stack storm does) plus a few long-lived
-//! threads; about 170,000 distinct stacks, 8–22 locations deep, drawn with
-//! a skew (a few stacks far more often than most) from a pool of random
-//! walks down a call graph of 1,200 functions, 3,000-odd locations of 1–3
-//! frames each, and some kernel stacks on top.
+//! threads: 1.16 million distinct (thread, stack) pairs of 170,000
+//! distinct stacks, 9–27 locations deep. Stacks are drawn with a skew (a
+//! few paths far more often than most) from 13,000 call paths down a call
+//! graph of 400 functions, landing on one of a few instructions of the
+//! last; 4,900 locations of 1–3 frames (inlined functions); kernel frames
+//! on top of 3% of the samples. Its reports are bigger than the
+//! benchmark's (tree and folded about twice as big).
+//!
+//! "CPU per req" is the thread's CPU time (10 ms ticks, averaged over the
+//! requests): steadier than wall time on a shared machine.
 //!
 //! `--digests` prints a digest of each report under several option sets, to
 //! check that a change to the query path leaves every report's bytes as
