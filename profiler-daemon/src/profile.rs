@@ -19,7 +19,7 @@ pub struct Profile {
     pub period_ns: u64,
     pub threads: Vec<ThreadInfo>,
     pub locations: Vec<Location>,
-    pub stacks: Vec<Stack>,
+    pub stacks: Stacks,
     /// One entry per distinct (thread, stack); never two with the same pair.
     pub samples: Vec<Sample>,
     /// Samples or stacks lost system-wide during the window, by cause.
@@ -65,12 +65,61 @@ pub struct ThreadInfo {
     pub cgroup: Arc<str>,
 }
 
-/// A call stack, root first: user frames, then (for samples taken in the
-/// kernel) kernel frames.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Stack {
-    /// Indexes into [`Profile::locations`], outermost caller first.
-    pub locations: Vec<u32>,
+/// The call stacks of a profile, each root first: user frames, then (for
+/// samples taken in the kernel) kernel frames; a stack is indexes into
+/// [`Profile::locations`], outermost caller first.
+///
+/// Stored end to end in one vector: a profile can hold hundreds of
+/// thousands of stacks, and an allocation each would cost more to make and
+/// free than the rest of a query.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stacks {
+    /// Every stack's locations, one stack after another.
+    locations: Vec<u32>,
+    /// Where each stack ends in `locations`.
+    ends: Vec<usize>,
+}
+
+impl Stacks {
+    /// Room for `stacks` stacks of `locations` locations in all.
+    pub fn with_capacity(stacks: usize, locations: usize) -> Self {
+        Self {
+            locations: Vec::with_capacity(locations),
+            ends: Vec::with_capacity(stacks),
+        }
+    }
+
+    /// Adds a stack, root first, and returns its index.
+    pub fn push(&mut self, locations: impl IntoIterator<Item = u32>) -> u32 {
+        self.locations.extend(locations);
+        self.ends.push(self.locations.len());
+        self.ends.len() as u32 - 1
+    }
+
+    /// The stack at `index`, root first.
+    pub fn get(&self, index: u32) -> Option<&[u32]> {
+        let index = index as usize;
+        let end = *self.ends.get(index)?;
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        Some(&self.locations[start..end])
+    }
+
+    /// Number of stacks.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The stacks in index order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u32]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, &end)| &self.locations[start..end])
+    }
 }
 
 /// Samples of one thread with one stack.
@@ -218,4 +267,25 @@ pub enum GroupBy {
     None,
     Thread,
     Process,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_keep_their_locations_and_order() {
+        let mut stacks = Stacks::with_capacity(3, 4);
+        assert!(stacks.is_empty());
+        assert_eq!(stacks.push([3, 1, 4]), 0);
+        assert_eq!(stacks.push([]), 1);
+        assert_eq!(stacks.push(vec![1]), 2);
+        assert_eq!(stacks.len(), 3);
+        assert_eq!(stacks.get(0), Some(&[3, 1, 4][..]));
+        assert_eq!(stacks.get(1), Some(&[][..]));
+        assert_eq!(stacks.get(2), Some(&[1][..]));
+        assert_eq!(stacks.get(3), None);
+        let all: Vec<&[u32]> = stacks.iter().collect();
+        assert_eq!(all, [&[3, 1, 4][..], &[], &[1]]);
+    }
 }

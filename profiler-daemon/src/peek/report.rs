@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::snapshot::{Disposition, ProcessSnapshot};
 use crate::{
-    profile::{GroupBy, Location, Profile, ReportOptions, Sample, Stack, ThreadInfo},
+    profile::{GroupBy, Location, Profile, ReportOptions, Sample, Stacks, ThreadInfo},
     report::{self, ReportError, ThreadSection},
     symbolize::{LocationKey, SymbolizedSample},
 };
@@ -290,7 +290,7 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
         period_ns: 1_000_000_000 / u64::from(run.frequency_hz.max(1)),
         threads: Vec::new(),
         locations: Vec::new(),
-        stacks: Vec::new(),
+        stacks: Stacks::default(),
         samples: Vec::new(),
         lost: Vec::new(),
         warnings: Vec::new(),
@@ -354,7 +354,7 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
                 .collect();
             let next = stacks.len() as u32;
             let stack = *stacks.entry(ids.clone()).or_insert_with(|| {
-                profile.stacks.push(Stack { locations: ids });
+                profile.stacks.push(ids);
                 next
             });
             let entry = samples

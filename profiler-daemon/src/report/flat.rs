@@ -8,13 +8,17 @@
 //! `frames`) nor how sections are formed (see the parent module); `maxdepth`
 //! and `noisefloor` do not apply to it.
 //!
+//! A section's samples are summed per stack first: a profile has several
+//! samples (one per thread) of most stacks, and a stack's lines are then
+//! walked once.
+//!
 //! Deviation from Julia: `sortedby = Count` and `Overhead` list the biggest
 //! row first (Julia lists it last), ties broken by count, then by file,
 //! function and line.
 
 use std::fmt::Write as _;
 
-use super::frames::{Expansion, LineId, Lines};
+use super::frames::{Expansion, LineId, Lines, StackId};
 use super::{
     ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_spaces, render_sections,
     sections,
@@ -62,9 +66,13 @@ struct Table<'l, 'a> {
     /// Per line: samples whose leaf it is, in the section so far (0
     /// between sections).
     overheads: Vec<u64>,
-    /// Per line: 1 + the index of the last sample counted, so that a frame
+    /// Per stack: its samples in the section so far (0 between sections).
+    stack_counts: Vec<u64>,
+    /// Per line: the stamp of the last stack counted, so that a frame
     /// recurring in one stack counts once.
-    last_sample: Vec<usize>,
+    last_stack: Vec<usize>,
+    /// The stamp of the last stack counted; stacks are stamped from 1 on.
+    stamp: usize,
 }
 
 impl<'l, 'a> Table<'l, 'a> {
@@ -86,29 +94,52 @@ impl<'l, 'a> Table<'l, 'a> {
                 .collect(),
             counts: vec![0; line_count],
             overheads: vec![0; line_count],
-            last_sample: vec![0; line_count],
+            stack_counts: vec![0; expansion.stack_count()],
+            last_stack: vec![0; line_count],
+            stamp: 0,
         }
     }
 
     /// The rows of a section that pass `mincount`, in `sortedby` order.
     fn rows(&mut self, section: &Section) -> Vec<Row> {
         let expansion = self.expansion;
+        // The section's samples per stack, in order of first sight: samples
+        // with one stack count towards the same lines. Counts are above 0,
+        // so 0 means not seen yet.
+        let mut stacks: Vec<StackId> = Vec::new();
+        if expansion.is_every_sample(&section.samples) {
+            // Their counts per stack are known.
+            self.stack_counts.copy_from_slice(&expansion.stack_counts);
+            stacks.extend(
+                (0..)
+                    .zip(&self.stack_counts)
+                    .filter_map(|(stack, &count)| (count > 0).then_some(stack)),
+            );
+        } else {
+            for &index in &section.samples {
+                let sample = &expansion.samples[index as usize];
+                let count = &mut self.stack_counts[sample.stack as usize];
+                if *count == 0 {
+                    stacks.push(sample.stack);
+                }
+                *count = count.saturating_add(sample.count);
+            }
+        }
         // The lines in the section's stacks, in order of first sight.
         let mut seen: Vec<LineId> = Vec::new();
-        for &index in &section.samples {
-            let sample = &expansion.samples[index as usize];
-            let stamp = index as usize + 1;
-            let sites = expansion.sites_of(sample.stack);
+        for stack in stacks {
+            let count = std::mem::take(&mut self.stack_counts[stack as usize]);
+            self.stamp += 1;
+            let sites = expansion.sites_of(stack);
             for &site in sites {
                 for &line in self.lines.of_site(expansion, site) {
                     let slot = line as usize;
-                    if self.last_sample[slot] != stamp {
-                        self.last_sample[slot] = stamp;
-                        // Counts are above 0, so 0 means not seen yet.
+                    if self.last_stack[slot] != self.stamp {
+                        self.last_stack[slot] = self.stamp;
                         if self.counts[slot] == 0 {
                             seen.push(line);
                         }
-                        self.counts[slot] = self.counts[slot].saturating_add(sample.count);
+                        self.counts[slot] = self.counts[slot].saturating_add(count);
                     }
                 }
             }
@@ -118,7 +149,7 @@ impl<'l, 'a> Table<'l, 'a> {
                 .and_then(|&site| self.lines.of_site(expansion, site).last());
             if let Some(&leaf) = leaf {
                 let leaf = leaf as usize;
-                self.overheads[leaf] = self.overheads[leaf].saturating_add(sample.count);
+                self.overheads[leaf] = self.overheads[leaf].saturating_add(count);
             }
         }
         let mut rows = Vec::with_capacity(seen.len());

@@ -102,16 +102,25 @@ fn stack_tokens(
     tokens: &Tokens,
     depth: usize,
 ) -> Result<Sequences, ReportError> {
-    let mut stacks = Sequences::with_capacity(expansion.stack_count(), 0);
+    let values = expansion.site_count();
+    let mut stacks = Sequences::with_capacity(expansion.stack_count(), values + values / 8);
     for stack in 0..expansion.stack_count() {
+        // Every frame is followed by another but the last.
+        let mut last = None;
+        let mut left = depth;
         // Stack ids are 32-bit, so their number fits in one.
-        let mut frames = expansion.frames_of(stack as StackId).take(depth).peekable();
-        while let Some(frame) = frames.next() {
-            let frame = frame as usize;
-            stacks.push(match frames.peek() {
-                Some(_) => tokens.followed[frame],
-                None => tokens.last[frame],
-            });
+        'sites: for &site in expansion.sites_of(stack as StackId) {
+            for frame in expansion.site_frames(site) {
+                if left == 0 {
+                    break 'sites;
+                }
+                left -= 1;
+                stacks.push(tokens.followed[frame as usize]);
+                last = Some(frame);
+            }
+        }
+        if let Some(last) = last {
+            stacks.set_last(tokens.last[last as usize]);
         }
         stacks.finish()?;
     }
@@ -137,7 +146,7 @@ impl Groups {
         for sample in &expansion.samples {
             let slot = &mut thread_groups[sample.thread_index as usize];
             if slot.is_none() {
-                let text = group_frames(sample.thread, groupby)
+                let text = group_frames(expansion.thread(sample), groupby)
                     .into_iter()
                     .map(|frame| frame + ";")
                     .collect();
@@ -175,9 +184,9 @@ fn count_lines(
     if groups.texts.len() <= 1 {
         // One group: counting per stack rank beats sorting the samples.
         let mut counts = vec![0u64; stack_count];
-        for sample in samples {
-            let count = &mut counts[stack_ranks[sample.stack as usize] as usize];
-            *count = count.saturating_add(sample.count);
+        for (&rank, &stack_count) in stack_ranks.iter().zip(&expansion.stack_counts) {
+            let count = &mut counts[rank as usize];
+            *count = count.saturating_add(stack_count);
         }
         lines.extend(
             (0..)
@@ -411,7 +420,7 @@ mod tests {
         let depth = options.maxdepth.map_or(usize::MAX, |d| (d as usize).max(1));
         let mut lines = std::collections::BTreeMap::<String, u64>::new();
         for sample in &expansion.samples {
-            let mut names = group_frames(sample.thread, options.groupby);
+            let mut names = group_frames(expansion.thread(sample), options.groupby);
             let frames = expansion.frames_of(sample.stack).take(depth);
             names.extend(frames.map(|frame| frame_name(expansion.frames[frame as usize])));
             *lines.entry(names.join(";")).or_default() += sample.count;

@@ -36,7 +36,12 @@ pub(super) type LineId = u32;
 /// The samples of a profile with their stacks resolved and interned.
 pub(super) struct Expansion<'a> {
     /// Every sample with a non-zero count, in profile order.
-    pub samples: Vec<StackSample<'a>>,
+    pub samples: Vec<StackSample>,
+    /// The samples of each stack, all threads together: what a report of
+    /// the whole profile needs without a pass over every sample.
+    pub stack_counts: Vec<u64>,
+    /// The profile's threads, which samples refer to.
+    threads: &'a [ThreadInfo],
     /// The distinct sites the stacks use, in order of first use.
     pub sites: Vec<SiteEntry<'a>>,
     /// The frames of every site, a site's frames one after another,
@@ -46,10 +51,10 @@ pub(super) struct Expansion<'a> {
     stacks: Sequences,
 }
 
-/// One profile sample with its thread resolved.
-pub(super) struct StackSample<'a> {
-    pub thread: &'a ThreadInfo,
-    /// The thread's index in [`Profile::threads`].
+/// One profile sample with its stack resolved.
+pub(super) struct StackSample {
+    /// The thread's index in [`Profile::threads`] (see
+    /// [`Expansion::thread`]).
     pub thread_index: u32,
     pub count: u64,
     pub weight_ns: u64,
@@ -67,9 +72,15 @@ pub(super) struct SiteEntry<'a> {
 
 impl<'a> Expansion<'a> {
     /// Resolves every sample with a non-zero count, in profile order.
+    ///
+    /// The stacks the samples use are expanded in the profile's order, not
+    /// the samples': reading a large profile's stacks front to back costs a
+    /// fraction of reading them in the order samples refer to them.
     pub fn new(profile: &'a Profile, kernel: bool) -> Result<Self, ReportError> {
         let mut expansion = Expansion {
             samples: Vec::with_capacity(profile.samples.len()),
+            stack_counts: Vec::new(),
+            threads: &profile.threads,
             sites: Vec::new(),
             frames: Vec::new(),
             stacks: Sequences::with_capacity(profile.stacks.len(), 0),
@@ -79,54 +90,57 @@ impl<'a> Expansion<'a> {
             kernel_marker: None,
             unknown_marker: None,
         };
-        // The expansion of each profile stack, once expanded.
-        let mut stack_ids: Vec<Option<StackId>> = vec![None; profile.stacks.len()];
-        for (number, sample) in profile.samples.iter().enumerate() {
-            if sample.count == 0 {
+        // The expansion of each profile stack: first whether a sample uses
+        // it, then its id.
+        const UNUSED: StackId = StackId::MAX;
+        const USED: StackId = 0;
+        let mut stack_ids: Vec<StackId> = vec![UNUSED; profile.stacks.len()];
+        let mut valid = true;
+        for sample in profile.samples.iter().filter(|sample| sample.count > 0) {
+            match stack_ids.get_mut(sample.stack as usize) {
+                Some(id) if (sample.thread as usize) < profile.threads.len() => *id = USED,
+                _ => valid = false,
+            }
+        }
+        // The first location of each stack that is not in the profile.
+        let mut dangling: Vec<Option<u32>> = Vec::new();
+        for (stack, id) in (0..).zip(&mut stack_ids) {
+            if *id == UNUSED {
                 continue;
             }
-            let invalid = |what: &str, index: u32, len: usize| {
-                ReportError::InvalidProfile(format!(
-                    "sample {number} refers to {what} {index} of {len}"
-                ))
-            };
-            let thread = profile
-                .threads
-                .get(sample.thread as usize)
-                .ok_or_else(|| invalid("thread", sample.thread, profile.threads.len()))?;
-            let slot = stack_ids
-                .get_mut(sample.stack as usize)
-                .ok_or_else(|| invalid("stack", sample.stack, profile.stacks.len()))?;
-            let stack = match *slot {
-                Some(stack) => stack,
-                None => {
-                    for &index in &profile.stacks[sample.stack as usize].locations {
-                        let location = profile
-                            .locations
-                            .get(index as usize)
-                            .ok_or_else(|| invalid("location", index, profile.locations.len()))?;
-                        let site = if !kernel && location.kind == LocationKind::Kernel {
-                            let marker = interner.marker(&mut expansion, KERNEL_MARKER)?;
-                            if expansion.stacks.current().last() == Some(&marker) {
-                                continue;
-                            }
-                            marker
-                        } else {
-                            interner.location(&mut expansion, index, location)?
-                        };
-                        expansion.stacks.push(site);
+            for &index in profile.stacks.get(stack).unwrap_or_default() {
+                let Some(location) = profile.locations.get(index as usize) else {
+                    dangling.resize(profile.stacks.len(), None);
+                    dangling[stack as usize].get_or_insert(index);
+                    valid = false;
+                    continue;
+                };
+                let site = if !kernel && location.kind == LocationKind::Kernel {
+                    let marker = interner.marker(&mut expansion, KERNEL_MARKER)?;
+                    if expansion.stacks.current().last() == Some(&marker) {
+                        continue;
                     }
-                    if expansion.stacks.current().is_empty() {
-                        let marker = interner.marker(&mut expansion, UNKNOWN_MARKER)?;
-                        expansion.stacks.push(marker);
-                    }
-                    let stack = expansion.stacks.finish()?;
-                    *slot = Some(stack);
-                    stack
-                }
-            };
+                    marker
+                } else {
+                    interner.location(&mut expansion, index, location)?
+                };
+                expansion.stacks.push(site);
+            }
+            if expansion.stacks.current().is_empty() {
+                let marker = interner.marker(&mut expansion, UNKNOWN_MARKER)?;
+                expansion.stacks.push(marker);
+            }
+            *id = expansion.stacks.finish()?;
+        }
+        if !valid {
+            return Err(first_dangling_index(profile, &dangling));
+        }
+        expansion.stack_counts = vec![0; expansion.stacks.len()];
+        for sample in profile.samples.iter().filter(|sample| sample.count > 0) {
+            let stack = stack_ids[sample.stack as usize];
+            let total = &mut expansion.stack_counts[stack as usize];
+            *total = total.saturating_add(sample.count);
             expansion.samples.push(StackSample {
-                thread,
                 thread_index: sample.thread,
                 count: sample.count,
                 weight_ns: sample.weight_ns,
@@ -136,9 +150,26 @@ impl<'a> Expansion<'a> {
         Ok(expansion)
     }
 
+    /// The sample's thread.
+    pub fn thread(&self, sample: &StackSample) -> &'a ThreadInfo {
+        // Checked when the sample was resolved.
+        &self.threads[sample.thread_index as usize]
+    }
+
+    /// Whether these indexes of samples (distinct, as a section's are) are
+    /// all the samples, so that [`Expansion::stack_counts`] are theirs.
+    pub fn is_every_sample(&self, indexes: &[u32]) -> bool {
+        indexes.len() == self.samples.len()
+    }
+
     /// Number of distinct stacks.
     pub fn stack_count(&self) -> usize {
         self.stacks.len()
+    }
+
+    /// Number of sites of all distinct stacks.
+    pub fn site_count(&self) -> usize {
+        self.stacks.value_count()
     }
 
     /// The sites of a stack, root first; never empty.
@@ -153,11 +184,36 @@ impl<'a> Expansion<'a> {
     }
 
     /// All frames of a stack, root first, inlined frames outermost first.
+    #[cfg(test)]
     pub fn frames_of(&self, stack: StackId) -> impl Iterator<Item = FrameId> + '_ {
         self.sites_of(stack)
             .iter()
             .flat_map(|&site| self.site_frames(site))
     }
+}
+
+/// The error of the first sample (with a non-zero count) that refers to a
+/// thread, stack or location the profile does not hold; `dangling` holds
+/// each stack's first dangling location, or is empty.
+fn first_dangling_index(profile: &Profile, dangling: &[Option<u32>]) -> ReportError {
+    let error = |number: usize, what: &str, index: u32, len: usize| {
+        ReportError::InvalidProfile(format!("sample {number} refers to {what} {index} of {len}"))
+    };
+    for (number, sample) in profile.samples.iter().enumerate() {
+        if sample.count == 0 {
+            continue;
+        }
+        if sample.thread as usize >= profile.threads.len() {
+            return error(number, "thread", sample.thread, profile.threads.len());
+        }
+        if sample.stack as usize >= profile.stacks.len() {
+            return error(number, "stack", sample.stack, profile.stacks.len());
+        }
+        if let Some(&Some(location)) = dangling.get(sample.stack as usize) {
+            return error(number, "location", location, profile.locations.len());
+        }
+    }
+    ReportError::InvalidProfile("a sample refers to what the profile does not hold".to_owned())
 }
 
 /// Gives sites their ids on first use.
@@ -435,15 +491,24 @@ impl<'a> Lines<'a> {
     /// The lines of every stack of the expansion, root first, numbered as
     /// in the expansion.
     pub fn of_stacks(&self, expansion: &Expansion<'_>) -> Result<Sequences, ReportError> {
-        let sites = || expansion.stacks.iter().flatten();
-        let total = sites()
-            .map(|&site| self.of_site(expansion, site).len())
-            .sum();
-        let mut stacks = Sequences::with_capacity(expansion.stack_count(), total);
+        // Where each site's lines are in `frame_lines`.
+        let site_lines: Vec<(usize, usize)> = expansion
+            .sites
+            .iter()
+            .map(|entry| (entry.first_frame as usize, entry.end_frame as usize))
+            .collect();
+        // A line per site but for inlined frames: a little more.
+        let values = expansion.stacks.value_count();
+        let mut stacks = Sequences::with_capacity(expansion.stack_count(), values + values / 8);
         for sites in expansion.stacks.iter() {
             for &site in sites {
-                // Mostly one line: a loop beats a call to copy it.
-                stacks.extend(self.of_site(expansion, site).iter().copied());
+                let (first, end) = site_lines[site as usize];
+                // Mostly one line.
+                if end == first + 1 {
+                    stacks.push(self.frame_lines[first]);
+                } else {
+                    stacks.extend_from_slice(&self.frame_lines[first..end]);
+                }
             }
             stacks.finish()?;
         }
@@ -455,6 +520,7 @@ impl<'a> Lines<'a> {
 mod tests {
     use super::super::test_support::{Builder, frame, hot_at, location};
     use super::*;
+    use crate::profile::Stacks;
 
     fn texts(expansion: &Expansion<'_>, sample: usize, combine: bool) -> Vec<String> {
         expansion
@@ -497,6 +563,41 @@ mod tests {
         let samples = Expansion::new(&p, false).expect("valid");
         assert_eq!(texts(&samples, 0, true), ["[unknown]"]);
         assert_eq!(texts(&samples, 1, true), ["[kernel]"]);
+    }
+
+    #[test]
+    fn the_first_sample_with_a_dangling_index_is_reported() {
+        let error = |p: &Profile| match Expansion::new(p, true) {
+            Err(error) => error.to_string(),
+            Ok(_) => "no error".to_owned(),
+        };
+        let mut b = Builder::new();
+        b.stacks(0, &[(&["main"], 1), (&["a"], 1), (&["b"], 1), (&["c"], 0)]);
+        let valid = b.build();
+        let mut p = valid.clone();
+        p.stacks = Stacks::default();
+        for locations in [vec![0], vec![1, 9], vec![2, 8], vec![5]] {
+            p.stacks.push(locations);
+        }
+        p.samples[2].thread = 4;
+        assert_eq!(
+            error(&p),
+            "inconsistent profile: sample 1 refers to location 9 of 4"
+        );
+        p.samples[1].stack = 0;
+        assert_eq!(
+            error(&p),
+            "inconsistent profile: sample 2 refers to thread 4 of 1"
+        );
+        // Samples with a count of 0 are not looked at.
+        let mut p = valid;
+        p.samples[3].stack = 40;
+        assert!(Expansion::new(&p, true).is_ok());
+        p.samples[2].stack = 40;
+        assert_eq!(
+            error(&p),
+            "inconsistent profile: sample 2 refers to stack 40 of 4"
+        );
     }
 
     #[test]

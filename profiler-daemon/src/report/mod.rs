@@ -4,9 +4,10 @@
 //!
 //! One submodule per format (`tree`, `flat`, `folded`, `pprof`);
 //! `frames` expands stacks into frames for all of them, `sequences` stores
-//! and sorts stacks as sequences of ids, and this module holds the dispatch,
-//! the error type and what tree and flat share: the `# ` comment lines, the
-//! sections of `groupby` and the utilization figures.
+//! and sorts stacks as sequences of ids, `protobuf` encodes pprof samples
+//! by hand, and this module holds the dispatch, the error type and what
+//! tree and flat share: the `# ` comment lines, the sections of `groupby`
+//! and the utilization figures.
 //!
 //! Profiles hold hundreds of distinct locations but millions of frames, so
 //! reports are made for speed and memory: sites, frames, lines and names
@@ -34,6 +35,7 @@ mod flat;
 mod folded;
 mod frames;
 mod pprof;
+mod protobuf;
 mod sequences;
 #[cfg(test)]
 mod test_support;
@@ -156,9 +158,7 @@ fn sections(
     groupby: GroupBy,
 ) -> Result<Vec<Section>, ReportError> {
     let samples = &expansion.samples;
-    let all = (0..samples.len())
-        .map(|index| frames::small_id(index, "samples"))
-        .collect::<Result<Vec<u32>, _>>()?;
+    let all: Vec<u32> = (0..frames::small_id(samples.len(), "samples")?).collect();
     if groupby == GroupBy::None {
         return Ok(vec![Section {
             title: None,
@@ -174,7 +174,7 @@ fn sections(
         let sample = &samples[index as usize];
         let group = &mut thread_groups[sample.thread_index as usize];
         let group = *group.get_or_insert_with(|| {
-            by_thread.push((sample.thread, Vec::new()));
+            by_thread.push((expansion.thread(sample), Vec::new()));
             by_thread.len() - 1
         });
         by_thread[group].1.push(index);
@@ -261,7 +261,7 @@ fn thread_sections(
 }
 
 /// Sum of the counts of `samples[indexes]`.
-fn total(samples: &[StackSample<'_>], indexes: &[u32]) -> u64 {
+fn total(samples: &[StackSample], indexes: &[u32]) -> u64 {
     indexes.iter().fold(0, |sum, &index| {
         sum.saturating_add(samples[index as usize].count)
     })

@@ -25,13 +25,22 @@ impl Sequences {
         }
     }
 
-    /// Adds values to the sequence being added.
-    pub fn extend(&mut self, values: impl IntoIterator<Item = u32>) {
-        self.values.extend(values);
-    }
-
     pub fn push(&mut self, value: u32) {
         self.values.push(value);
+    }
+
+    /// Adds values to the sequence being added.
+    pub fn extend_from_slice(&mut self, values: &[u32]) {
+        self.values.extend_from_slice(values);
+    }
+
+    /// Replaces the last value of the sequence being added, if it has one.
+    pub fn set_last(&mut self, value: u32) {
+        if !self.current().is_empty()
+            && let Some(last) = self.values.last_mut()
+        {
+            *last = value;
+        }
     }
 
     /// The values of the sequence being added so far.
@@ -50,6 +59,11 @@ impl Sequences {
     /// Number of sequences.
     pub fn len(&self) -> usize {
         self.starts.len() - 1
+    }
+
+    /// Number of values of all sequences.
+    pub fn value_count(&self) -> usize {
+        self.values.len()
     }
 
     pub fn get(&self, sequence: u32) -> &[u32] {
@@ -92,44 +106,66 @@ impl Sequences {
 /// `alphabet`) in lexicographic order, a proper prefix first.
 ///
 /// Comparing long slices that share long prefixes is what makes sorting
-/// stacks slow, so each item first gets a 128-bit key packing the start of
-/// its sequence (each value + 1, 0 past the end); only items with equal keys
-/// compare the rest of their slices.
+/// stacks slow (stacks share their first frames), so items are sorted by
+/// 128-bit keys packing a chunk of their sequence (each value + 1, 0 past
+/// the end), first chunk first. Only items whose keys tie on a full chunk
+/// need more: many are sorted again by their next chunk, a few compare the
+/// rest of their slices.
 fn sort_by_sequence<'s>(items: &mut [u32], alphabet: usize, sequence: impl Fn(u32) -> &'s [u32]) {
+    /// Ties up to this many compare the rest of their slices.
+    const FEW: usize = 32;
     let bits = (usize::BITS - alphabet.leading_zeros()).max(1);
     let packed = (u128::BITS / bits) as usize;
-    let mut keyed: Vec<(u128, u32)> = items
-        .iter()
-        .map(|&item| {
-            let values = sequence(item);
-            let key = (0..packed).fold(0u128, |key, position| {
-                let digit = values
-                    .get(position)
-                    .map_or(0, |&value| u128::from(value) + 1);
-                (key << bits) | digit
-            });
-            (key, item)
-        })
-        .collect();
-    keyed.sort_unstable_by(|(a_key, a), (b_key, b)| {
-        a_key.cmp(b_key).then_with(|| {
-            let rest = |item| sequence(item).get(packed..).unwrap_or_default();
-            rest(*a).cmp(rest(*b))
-        })
-    });
-    for (item, (_, sorted)) in items.iter_mut().zip(keyed) {
-        *item = sorted;
+    let last_value = (1u128 << bits) - 1;
+    let key = |item: u32, offset: usize| {
+        let values = sequence(item).get(offset..).unwrap_or_default();
+        let values = &values[..values.len().min(packed)];
+        let key = values
+            .iter()
+            .fold(0u128, |key, &value| (key << bits) | (u128::from(value) + 1));
+        // Digits past the end are 0.
+        let missing = (packed - values.len()) as u32 * bits;
+        key.checked_shl(missing).unwrap_or(0)
+    };
+    let mut keyed: Vec<(u128, u32)> = Vec::with_capacity(items.len());
+    // Ranges of `items` in order up to `offset` values, to sort on the rest.
+    let mut pending = vec![(0, items.len(), 0)];
+    while let Some((start, end, offset)) = pending.pop() {
+        let items = &mut items[start..end];
+        keyed.clear();
+        keyed.extend(items.iter().map(|&item| (key(item, offset), item)));
+        keyed.sort_unstable_by_key(|&(key, _)| key);
+        for (item, &(_, sorted)) in items.iter_mut().zip(&keyed) {
+            *item = sorted;
+        }
+        // Ties on a chunk that is full: their sequences go on.
+        let next = offset + packed;
+        let rest = |item: u32| sequence(item).get(next..).unwrap_or_default();
+        let mut first = 0;
+        for tie in keyed.chunk_by(|a, b| a.0 == b.0) {
+            let range = first..first + tie.len();
+            first = range.end;
+            if tie.len() == 1 || tie[0].0 & last_value == 0 {
+                continue;
+            }
+            if tie.len() <= FEW {
+                items[range].sort_unstable_by(|&a, &b| rest(a).cmp(rest(b)));
+            } else {
+                pending.push((start + range.start, start + range.end, next));
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::Random;
     use super::*;
 
     fn sequences(values: &[Vec<u32>]) -> Sequences {
         let mut sequences = Sequences::with_capacity(0, 0);
         for sequence in values {
-            sequences.extend(sequence.iter().copied());
+            sequences.extend_from_slice(sequence);
             sequences.finish().expect("few");
         }
         sequences
@@ -169,10 +205,35 @@ mod tests {
     }
 
     #[test]
+    fn many_sequences_with_long_common_prefixes_sort_like_slices() {
+        // Enough ties on every chunk to sort groups again, and to compare
+        // the slices of small ones.
+        let mut random = Random::new(7);
+        let values: Vec<Vec<u32>> = (0..3000)
+            .map(|_| {
+                let mut values = vec![7; 3 + random.below(40)];
+                values.extend((0..random.below(10)).map(|_| random.below(3) as u32));
+                values
+            })
+            .collect();
+        let mut expected = values.clone();
+        expected.sort();
+        expected.dedup();
+        for alphabet in [8, 1 << 20] {
+            let (sorted, ranks) = sequences(&values).sorted(alphabet);
+            let sorted: Vec<Vec<u32>> = sorted.iter().map(<[u32]>::to_vec).collect();
+            assert_eq!(sorted, expected);
+            for (sequence, rank) in values.iter().zip(ranks) {
+                assert_eq!(&expected[rank as usize], sequence);
+            }
+        }
+    }
+
+    #[test]
     fn sequences_are_numbered_in_order() {
         let mut s = Sequences::with_capacity(2, 3);
         s.push(4);
-        s.extend([5, 6]);
+        s.extend_from_slice(&[5, 6]);
         assert_eq!(s.current(), [4, 5, 6]);
         assert_eq!(s.finish().expect("few"), 0);
         assert_eq!(s.current(), []);

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::profile::{Frame, Location, LocationKind, Profile, Sample, Stack, ThreadInfo};
+use crate::profile::{Frame, Location, LocationKind, Profile, Sample, Stacks, ThreadInfo};
 
 pub fn frame(function: &str, file: Option<&str>, line: u32, inlined: bool) -> Frame {
     Frame {
@@ -48,7 +48,7 @@ impl Builder {
                 period_ns: 10_000_000,
                 threads: Vec::new(),
                 locations: Vec::new(),
-                stacks: Vec::new(),
+                stacks: Stacks::default(),
                 samples: Vec::new(),
                 lost: Vec::new(),
                 warnings: Vec::new(),
@@ -117,13 +117,10 @@ impl Builder {
     /// Adds `count` samples (10 ms each) of `thread` with a stack of these
     /// locations, root first, merging with an existing (thread, stack) pair.
     pub fn sample(&mut self, thread: u32, locations: Vec<u32>, count: u64) {
-        let stack = Stack { locations };
-        let stack = match self.profile.stacks.iter().position(|s| *s == stack) {
+        let known = self.profile.stacks.iter().position(|s| *s == locations);
+        let stack = match known {
             Some(index) => index as u32,
-            None => {
-                self.profile.stacks.push(stack);
-                self.profile.stacks.len() as u32 - 1
-            }
+            None => self.profile.stacks.push(locations),
         };
         let weight_ns = count.saturating_mul(self.profile.period_ns);
         match self

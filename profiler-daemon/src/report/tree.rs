@@ -156,8 +156,10 @@ impl Tree {
 
 /// Writes the trees of a report's sections, with what they share computed
 /// once and buffers kept from section to section.
-struct Printer<'l, 'a> {
-    samples: &'l [StackSample<'a>],
+struct Printer<'l> {
+    samples: &'l [StackSample],
+    /// Samples per stack, over all samples.
+    stack_counts: &'l [u64],
     options: &'l ReportOptions,
     /// ` file:line; function` and a line break, for each line.
     texts: Vec<String>,
@@ -174,9 +176,9 @@ struct Printer<'l, 'a> {
     walk: Walk,
 }
 
-impl<'l, 'a> Printer<'l, 'a> {
+impl<'l> Printer<'l> {
     fn new(
-        expansion: &'l Expansion<'a>,
+        expansion: &'l Expansion<'_>,
         lines: &Lines<'_>,
         stacks: Sequences,
         ranks: Vec<u32>,
@@ -184,6 +186,7 @@ impl<'l, 'a> Printer<'l, 'a> {
     ) -> Self {
         Printer {
             samples: &expansion.samples,
+            stack_counts: &expansion.stack_counts,
             options,
             texts: lines
                 .keys()
@@ -247,7 +250,21 @@ impl<'l, 'a> Printer<'l, 'a> {
         let samples = self.samples;
         let rank = |index: u32| self.ranks[samples[index as usize].stack as usize];
         let ranks = self.stacks.len();
-        if section.samples.len() < ranks / 4 {
+        if section.samples.len() == samples.len() {
+            // Every sample: their counts per stack are known.
+            self.rank_counts.clear();
+            self.rank_counts.resize(ranks, 0);
+            for (&rank, &count) in self.ranks.iter().zip(self.stack_counts) {
+                let total = &mut self.rank_counts[rank as usize];
+                *total = total.saturating_add(count);
+            }
+            self.entries.extend(
+                (0..)
+                    .zip(&self.rank_counts)
+                    .filter(|&(_, &count)| count > 0)
+                    .map(|(rank, &count)| (rank, count)),
+            );
+        } else if section.samples.len() < ranks / 4 {
             let counts = section
                 .samples
                 .iter()

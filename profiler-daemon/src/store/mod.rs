@@ -7,6 +7,7 @@
 //! assembling a self-contained [`Profile`]; it must not format reports or
 //! symbolize.
 
+mod aggregate;
 mod tables;
 
 use std::{
@@ -20,10 +21,10 @@ use profiler_common::{COUNTER_COUNT, SampleKind};
 use rustc_hash::FxHashMap as HashMap;
 use tracing::{debug, info};
 
-use self::tables::{Interner, StackTable};
+use self::tables::{Interner, Renumbering, StackTable};
 use crate::{
     drain::{CounterDeltas, losses},
-    profile::{LossCause, Profile, Sample, Stack, ThreadInfo},
+    profile::{LossCause, Profile, Sample, Stacks, ThreadInfo},
     symbolize::{LocationKey, SymbolizedBatch, SymbolizedLocation},
 };
 
@@ -103,7 +104,8 @@ pub struct StoreStats {
 }
 
 /// CPU-clock samples of one thread with one stack in one bucket. Each
-/// weighs one sampling period, so their weight is not stored.
+/// weighs one sampling period, so their weight is not stored. A bucket's
+/// are sorted by (thread, stack).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct CpuSamples {
     thread: u32,
@@ -201,18 +203,20 @@ impl Store {
                 SampleKind::Peek | SampleKind::PeekInstant => {}
             }
         }
+        let mut cpu: Box<[CpuSamples]> = counts
+            .into_iter()
+            .map(|((thread, stack), count)| CpuSamples {
+                thread,
+                stack,
+                count,
+            })
+            .collect();
+        sort_cpu_samples(&mut cpu);
         let bucket = Bucket {
             start: batch.start,
             end: batch.end,
             period_ns: weight.checked_div(samples).unwrap_or(0),
-            cpu: counts
-                .into_iter()
-                .map(|((thread, stack), count)| CpuSamples {
-                    thread,
-                    stack,
-                    count,
-                })
-                .collect(),
+            cpu,
             counters: batch.counters,
         };
         self.first_sample.get_or_insert(bucket.start);
@@ -330,6 +334,8 @@ impl Store {
                     self.stacks.intern(&ids)
                 });
             }
+            // Renumbered: sorted again.
+            sort_cpu_samples(&mut bucket.cpu);
         }
         self.buckets = buckets;
         debug!(
@@ -375,33 +381,23 @@ impl Store {
             .iter()
             .map(|thread| query.selector.matches(thread))
             .collect();
-        let mut aggregated: HashMap<(u32, u32), (u64, u64)> = HashMap::default();
         let mut counters = [0_u64; COUNTER_COUNT as usize];
         let mut covered: Option<(SystemTime, SystemTime)> = None;
-        for bucket in self.buckets_in(query.start, query.end) {
+        let buckets: Vec<&Bucket> = self.buckets_in(query.start, query.end).collect();
+        for bucket in &buckets {
             covered = Some(covered.map_or((bucket.start, bucket.end), |(start, end)| {
                 (start.min(bucket.start), end.max(bucket.end))
             }));
             for (total, delta) in counters.iter_mut().zip(bucket.counters) {
                 *total += delta;
             }
-            match query.kind {
-                SampleKind::CpuClock => {
-                    for samples in bucket.cpu.iter() {
-                        if thread_matches[samples.thread as usize] {
-                            let count = u64::from(samples.count);
-                            let entry = aggregated
-                                .entry((samples.thread, samples.stack))
-                                .or_default();
-                            entry.0 += count;
-                            entry.1 += count * bucket.period_ns;
-                        }
-                    }
-                }
-                SampleKind::Peek | SampleKind::PeekInstant => {}
-            }
         }
 
+        // At most one sample per entry: reserved, never grown and copied.
+        let capacity = match query.kind {
+            SampleKind::CpuClock => buckets.iter().map(|bucket| bucket.cpu.len()).sum(),
+            SampleKind::Peek | SampleKind::PeekInstant => 0,
+        };
         // The report states the window its buckets really cover.
         let (start, end) = covered.unwrap_or((query.start, query.end));
         let mut profile = Profile {
@@ -411,44 +407,60 @@ impl Store {
             period_ns: 1_000_000_000 / u64::from(query.frequency_hz.max(1)),
             threads: Vec::new(),
             locations: Vec::new(),
-            stacks: Vec::new(),
-            samples: Vec::new(),
+            stacks: Stacks::default(),
+            samples: Vec::with_capacity(capacity),
             lost: losses(&counters).filter(|&(_, count)| count > 0).collect(),
             warnings: Vec::new(),
         };
-        let mut threads = HashMap::default();
-        let mut stacks = HashMap::default();
-        let mut locations = HashMap::default();
-        let mut entries: Vec<_> = aggregated.into_iter().collect();
-        entries.sort_unstable_by_key(|&(key, _)| key);
-        for ((thread, stack), (count, weight)) in entries {
-            let thread = *threads.entry(thread).or_insert_with(|| {
-                profile.threads.push(self.threads.get(thread).clone());
-                profile.threads.len() as u32 - 1
+        // Samples refer to the store's stacks until the stacks they use are
+        // copied, then in the store's order: reading its stacks front to
+        // back costs a fraction of reading them in the samples' order.
+        let mut threads = Renumbering::new(self.threads.values().len());
+        let mut used = vec![false; self.stacks.len()];
+        let mut add = |total: aggregate::Total| {
+            let thread = threads.get_or_add(total.thread, || {
+                profile.threads.push(self.threads.get(total.thread).clone());
+                profile.threads.len() - 1
             });
-            let stack = *stacks.entry(stack).or_insert_with(|| {
-                let ids = self
-                    .stacks
-                    .get(stack)
-                    .iter()
-                    .map(|&location| {
-                        *locations.entry(location).or_insert_with(|| {
-                            profile
-                                .locations
-                                .push(self.locations.get(location).location.clone());
-                            profile.locations.len() as u32 - 1
-                        })
-                    })
-                    .collect();
-                profile.stacks.push(Stack { locations: ids });
-                profile.stacks.len() as u32 - 1
-            });
+            used[total.stack as usize] = true;
             profile.samples.push(Sample {
                 thread,
-                stack,
-                count,
-                weight_ns: weight,
+                stack: total.stack,
+                count: total.count,
+                weight_ns: total.weight_ns,
             });
+        };
+        match query.kind {
+            SampleKind::CpuClock => {
+                aggregate::cpu_totals(&buckets, |thread| thread_matches[thread as usize], &mut add)
+            }
+            // Peeks keep their own samples (see `peek`); none are here.
+            SampleKind::Peek | SampleKind::PeekInstant => {}
+        }
+        let mut stacks = Renumbering::new(self.stacks.len());
+        let mut locations = Renumbering::new(self.locations.values().len());
+        // Store ids are 32-bit.
+        let used: Vec<u32> = (0..)
+            .zip(&used)
+            .filter_map(|(stack, &used)| used.then_some(stack))
+            .collect();
+        let frames = used.iter().map(|&stack| self.stacks.get(stack).len()).sum();
+        profile.stacks = Stacks::with_capacity(used.len(), frames);
+        for stack in used {
+            stacks.get_or_add(stack, || {
+                let ids = self.stacks.get(stack).iter().map(|&location| {
+                    locations.get_or_add(location, || {
+                        profile
+                            .locations
+                            .push(self.locations.get(location).location.clone());
+                        profile.locations.len() - 1
+                    })
+                });
+                profile.stacks.push(ids) as usize
+            });
+        }
+        for sample in &mut profile.samples {
+            sample.stack = stacks.get(sample.stack);
         }
         self.add_coverage_warnings(query, &mut profile);
         profile
@@ -498,6 +510,11 @@ impl Store {
             profile.lost.push((LossCause::MemoryCeiling, evicted));
         }
     }
+}
+
+/// Sorts a bucket's entries by (thread, stack), as queries read them.
+fn sort_cpu_samples(cpu: &mut [CpuSamples]) {
+    cpu.sort_unstable_by_key(|samples| (samples.thread, samples.stack));
 }
 
 fn round_to_millis(duration: Duration) -> Duration {
@@ -579,8 +596,8 @@ mod tests {
             .samples
             .iter()
             .map(|sample| {
-                let stack = &profile.stacks[sample.stack as usize];
-                let leaf = &profile.locations[*stack.locations.last().unwrap() as usize];
+                let stack = profile.stacks.get(sample.stack).unwrap();
+                let leaf = &profile.locations[*stack.last().unwrap() as usize];
                 (leaf.frames[0].function.to_string(), sample.count)
             })
             .collect();

@@ -58,6 +58,35 @@ impl<K: Eq + Hash, V> Interner<K, V> {
     }
 }
 
+/// A table's ids renumbered from 0 in the order they are first asked for,
+/// as a profile numbers the part of the tables it copies.
+pub(super) struct Renumbering(Vec<u32>);
+
+impl Renumbering {
+    const UNUSED: u32 = u32::MAX;
+
+    /// For ids below `len`.
+    pub fn new(len: usize) -> Self {
+        Self(vec![Self::UNUSED; len])
+    }
+
+    /// The new number of `id`; on its first use, `add()` copies what it
+    /// stands for and returns its new number.
+    pub fn get_or_add(&mut self, id: u32, add: impl FnOnce() -> usize) -> u32 {
+        let slot = &mut self.0[id as usize];
+        if *slot == Self::UNUSED {
+            // Fewer than the table's ids, which are 32-bit.
+            *slot = add() as u32;
+        }
+        *slot
+    }
+
+    /// The new number of an id numbered before.
+    pub fn get(&self, id: u32) -> u32 {
+        self.0[id as usize]
+    }
+}
+
 /// Where a stack lies in the arena.
 #[derive(Clone, Copy, Debug)]
 struct Span {

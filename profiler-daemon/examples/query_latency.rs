@@ -1,0 +1,665 @@
+//! Query latency without root or a kernel: fills a [`Store`] with a
+//! synthetic but realistic ten minutes of samples (the scale of
+//! BENCHMARKS.md's table 5) and times `Store::profile` and each report
+//! format over the whole window, in-process, as the API makes them (the
+//! profile and the report dropped before the reply would be sent).
+//!
+//! ```sh
+//! cargo run --release -p profiler-daemon --example query_latency
+//! cargo run --release -p profiler-daemon --example query_latency -- --digests
+//! ```
+//!
+//! The data: 600 one-second buckets at 1000 Hz on 2 CPUs (1.3 million
+//! samples), each CPU running a succession of short-lived processes (1–5 s
+//! each, as the benchmark's stack storm does) plus a few long-lived
+//! threads: 1.16 million distinct (thread, stack) pairs of 170,000
+//! distinct stacks, 9–27 locations deep. Stacks are drawn with a skew (a
+//! few paths far more often than most) from 13,000 call paths down a call
+//! graph of 400 functions, landing on one of a few instructions of the
+//! last; 4,900 locations of 1–3 frames (inlined functions); kernel frames
+//! on top of 3% of the samples. Its reports are bigger than the
+//! benchmark's (tree and folded about twice as big).
+//!
+//! "CPU per req" is the thread's CPU time (10 ms ticks, averaged over the
+//! requests): steadier than wall time on a shared machine.
+//!
+//! `--digests` prints a digest of each report under several option sets, to
+//! check that a change to the query path leaves every report's bytes as
+//! they were.
+
+use std::{
+    hint::black_box,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use clap::Parser;
+use profiler_common::{COUNTER_COUNT, SampleKind};
+use profilerd::{
+    processes::BinaryKey,
+    profile::{
+        Format, Frame, GroupBy, Location, LocationKind, ReportOptions, SortedBy, ThreadInfo,
+    },
+    report,
+    store::{Query, Selector, Store},
+    symbolize::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
+};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+#[derive(Parser)]
+struct Args {
+    /// Timed requests per format (and of `Store::profile` alone).
+    #[arg(long, default_value_t = 11)]
+    reps: usize,
+    /// Only these formats (tree, flat, folded, pprof, profile).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Print a digest of each report under several option sets instead.
+    #[arg(long)]
+    digests: bool,
+    /// Also write each format's report (default options) into this
+    /// directory.
+    #[arg(long)]
+    write: Option<std::path::PathBuf>,
+    /// Samples in all.
+    #[arg(long, default_value_t = 1_300_000)]
+    samples: u64,
+    /// Distinct call paths samples are drawn from.
+    #[arg(long, default_value_t = 13_000)]
+    paths: usize,
+    /// Skew of the paths' popularity: the path is the number of paths
+    /// times a uniform number to this power.
+    #[arg(long, default_value_t = 3.0)]
+    path_skew: f64,
+    /// Skew of the instruction a sample lands on in its leaf function.
+    #[arg(long, default_value_t = 1.0)]
+    leaf_skew: f64,
+    /// Percent of samples with kernel frames.
+    #[arg(long, default_value_t = 3)]
+    kernel_percent: usize,
+}
+
+const BUCKETS: u64 = 600;
+const CPUS: u64 = 2;
+const FREQUENCY_HZ: u32 = 1000;
+const PERIOD_NS: u64 = 1_000_000;
+
+fn main() {
+    let args = Args::parse();
+    let started = Instant::now();
+    let (store, start) = fill_store(&args);
+    let stats = store.stats();
+    println!(
+        "filled in {:.1} s: {} buckets, {} distinct stacks, store {:.1} MiB, {} buckets evicted",
+        started.elapsed().as_secs_f64(),
+        stats.buckets,
+        stats.distinct_stacks,
+        stats.memory_bytes as f64 / (1 << 20) as f64,
+        stats.buckets_evicted_for_memory
+    );
+    let query = Query {
+        start,
+        end: start + Duration::from_secs(BUCKETS),
+        selector: Selector::default(),
+        kind: SampleKind::CpuClock,
+        frequency_hz: FREQUENCY_HZ,
+    };
+    let profile = store.profile(&query);
+    println!(
+        "profile: {} samples in {} (thread, stack) pairs, {} threads, {} stacks, {} locations",
+        profile.total_samples(),
+        profile.samples.len(),
+        profile.threads.len(),
+        profile.stacks.len(),
+        profile.locations.len()
+    );
+    drop(profile);
+
+    if args.digests {
+        print_digests(&store, &query);
+        return;
+    }
+    let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|only| only == name);
+    println!(
+        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "request", "profile", "render", "total p50", "total min", "total max", "CPU per req"
+    );
+    let formats = [
+        ("profile", None),
+        ("tree", Some(Format::Tree)),
+        ("flat", Some(Format::Flat)),
+        ("folded", Some(Format::Folded)),
+        ("pprof", Some(Format::Pprof)),
+    ];
+    for (name, format) in formats {
+        if !wanted(name) {
+            continue;
+        }
+        let options = format.map(|format| ReportOptions {
+            format,
+            ..ReportOptions::default()
+        });
+        let (mut profiles, mut totals) = (Vec::new(), Vec::new());
+        let mut size = 0;
+        let cpu_before = thread_cpu_time();
+        for _ in 0..args.reps {
+            // As the API does: the profile and the report are dropped
+            // before the reply is sent.
+            let started = Instant::now();
+            let profile = store.profile(&query);
+            profiles.push(started.elapsed());
+            if let Some(options) = &options {
+                let bytes = report::render(&profile, options).expect("renders");
+                size = bytes.len();
+                if let Some(dir) = &args.write {
+                    std::fs::write(dir.join(format!("report.{name}")), &bytes).expect("writes");
+                }
+            }
+            drop(black_box(profile));
+            totals.push(started.elapsed());
+        }
+        let cpu = (thread_cpu_time() - cpu_before) / args.reps as u32;
+        let renders: Vec<Duration> = totals.iter().zip(&profiles).map(|(t, p)| *t - *p).collect();
+        println!(
+            "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}   {} KiB",
+            name,
+            ms(median(&profiles)),
+            ms(median(&renders)),
+            ms(median(&totals)),
+            ms(*totals.iter().min().unwrap()),
+            ms(*totals.iter().max().unwrap()),
+            ms(cpu),
+            size / 1024
+        );
+    }
+}
+
+/// CPU time this thread has used, from `/proc/thread-self/stat` (in clock
+/// ticks of 10 ms: meaningful over many requests). Unlike wall time, it
+/// does not count the time other processes took the CPU.
+fn thread_cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("reads");
+    // The fields after the command name (which may hold spaces); utime and
+    // stime are the 14th and 15th fields.
+    let fields: Vec<u64> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|field| field.parse().expect("a number"))
+        .collect();
+    Duration::from_millis(fields.iter().sum::<u64>() * 10)
+}
+
+/// Digests of every format under several option sets, and of a selection.
+fn print_digests(store: &Store, query: &Query) {
+    let variants: Vec<(&str, ReportOptions)> = vec![
+        ("default", ReportOptions::default()),
+        (
+            "thread,count,nokernel",
+            ReportOptions {
+                groupby: GroupBy::Thread,
+                sortedby: SortedBy::Count,
+                kernel: false,
+                ..ReportOptions::default()
+            },
+        ),
+        (
+            "process,overhead,nocombine,maxdepth6,mincount3",
+            ReportOptions {
+                groupby: GroupBy::Process,
+                sortedby: SortedBy::Overhead,
+                combine: false,
+                maxdepth: Some(6),
+                mincount: 3,
+                ..ReportOptions::default()
+            },
+        ),
+        (
+            "noisefloor2",
+            ReportOptions {
+                noisefloor: 2.0,
+                ..ReportOptions::default()
+            },
+        ),
+    ];
+    let selected = Query {
+        selector: Selector {
+            comms: vec!["kworker/0:1".to_owned(), "postgres".to_owned()],
+            ..Selector::default()
+        },
+        start: query.start + Duration::from_secs(100),
+        end: query.start + Duration::from_secs(250),
+        ..query.clone()
+    };
+    for (window, query) in [("whole", query), ("selected", &selected)] {
+        let profile = store.profile(query);
+        for (name, options) in &variants {
+            for format in [Format::Tree, Format::Flat, Format::Folded, Format::Pprof] {
+                let bytes = report::render(
+                    &profile,
+                    &ReportOptions {
+                        format,
+                        ..options.clone()
+                    },
+                )
+                .expect("renders");
+                println!(
+                    "{window:<8} {name:<48} {:<7} {:016x} {:>9} bytes",
+                    format!("{format:?}"),
+                    fnv1a(&bytes),
+                    bytes.len()
+                );
+            }
+        }
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn median(times: &[Duration]) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
+}
+
+fn ms(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
+}
+
+/// SplitMix64: small, fast, and the same sequence everywhere.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn range(&mut self, low: usize, high: usize) -> usize {
+        low + self.below(high - low + 1)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// An index below `n`, `n` times a uniform number to the `power`.
+    fn skewed_by(&mut self, n: usize, power: f64) -> usize {
+        ((n as f64 * self.unit().powf(power)) as usize).min(n - 1)
+    }
+}
+
+/// The code the samples run in: functions, their locations and a call graph.
+struct Program {
+    locations: Vec<Arc<SymbolizedLocation>>,
+    /// The locations from `_start` down to the first function of a path.
+    roots: Vec<u32>,
+    functions: Vec<Function>,
+    /// Kernel stacks a sample can end in, root first.
+    kernel_stacks: Vec<Vec<u32>>,
+}
+
+struct Function {
+    /// (callee, location of the call) pairs.
+    calls: Vec<(usize, u32)>,
+    /// Locations a sample can land on in the function itself: a few
+    /// instructions on each of a few lines.
+    leaves: Vec<u32>,
+}
+
+/// A call path: the call sites from the roots down, and the function it
+/// ends in.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Path {
+    calls: Vec<u32>,
+    function: usize,
+}
+
+const FUNCTIONS: usize = 400;
+
+/// A function's name and where its code is.
+struct Source {
+    /// Index of its binary.
+    module: usize,
+    name: Arc<str>,
+    file: Option<Arc<str>>,
+    first_line: u32,
+}
+
+impl Program {
+    fn new(random: &mut Random) -> Self {
+        let modules: Vec<(Arc<str>, BinaryKey)> = [
+            "/usr/bin/service",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libssl.so.3",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(inode, path)| {
+            (
+                Arc::from(*path),
+                BinaryKey {
+                    device: 8,
+                    inode: inode as u64 + 100,
+                },
+            )
+        })
+        .collect();
+        let files: Vec<Arc<str>> = (0..40)
+            .map(|n| Arc::from(format!("/build/service/src/component_{}/part_{n}.c", n % 7)))
+            .collect();
+        let mut program = Program {
+            locations: Vec::new(),
+            roots: Vec::new(),
+            functions: Vec::new(),
+            kernel_stacks: Vec::new(),
+        };
+        let mut next_offset = 0x1000_u64;
+        let mut add = |program: &mut Program, module: Option<usize>, frames: Vec<Frame>| -> u32 {
+            next_offset += 0x4 + (next_offset % 7) * 2;
+            let (kind, path, key) = match module {
+                Some(module) => (
+                    LocationKind::User,
+                    modules[module].0.clone(),
+                    LocationKey::User(modules[module].1, next_offset),
+                ),
+                None => (
+                    LocationKind::Kernel,
+                    Arc::from("[kernel]"),
+                    LocationKey::Kernel(next_offset),
+                ),
+            };
+            program.locations.push(Arc::new(SymbolizedLocation {
+                key,
+                location: Location {
+                    kind,
+                    module: path,
+                    address: next_offset,
+                    frames,
+                },
+            }));
+            program.locations.len() as u32 - 1
+        };
+        let frame =
+            |function: &Arc<str>, file: &Option<Arc<str>>, line: u32, inlined: bool| Frame {
+                function: function.clone(),
+                file: file.clone(),
+                line,
+                inlined,
+            };
+        for (module, function, file, line) in [
+            (0, "_start", None, 0),
+            (
+                1,
+                "__libc_start_main_impl",
+                Some("../csu/libc-start.c"),
+                360,
+            ),
+            (
+                1,
+                "__libc_start_call_main",
+                Some("../sysdeps/nptl/libc_start_call_main.h"),
+                58,
+            ),
+            (0, "main", Some("/build/service/src/main.c"), 41),
+            (0, "serve", Some("/build/service/src/main.c"), 120),
+        ] {
+            let location = add(
+                &mut program,
+                Some(module),
+                vec![frame(
+                    &Arc::from(function),
+                    &file.map(Arc::from),
+                    line,
+                    false,
+                )],
+            );
+            program.roots.push(location);
+        }
+
+        // Functions each calling a few of the later ones, so paths end; most
+        // in the binary, some in libraries without source files.
+        let functions: Vec<Source> = (0..FUNCTIONS)
+            .map(|n| {
+                let module = match n % 20 {
+                    0 | 1 => 1,
+                    2 => 2,
+                    _ => 0,
+                };
+                let name = Arc::from(match module {
+                    0 => format!("component{}_handler_{n}", n % 7),
+                    1 => format!("__libc_function_{n}"),
+                    _ => format!("ssl_function_{n}"),
+                });
+                let file = (module == 0).then(|| files[n % files.len()].clone());
+                Source {
+                    module,
+                    name,
+                    file,
+                    first_line: 10 + random.below(2000) as u32,
+                }
+            })
+            .collect();
+        // A location on `line` of function `n`, with 1 or 2 functions
+        // inlined into it one time in five.
+        let mut site = |program: &mut Program, n: usize, line: u32, random: &mut Random| -> u32 {
+            let source = &functions[n];
+            let mut frames = vec![frame(&source.name, &source.file, line, false)];
+            if source.module == 0 && random.below(5) == 0 {
+                for _ in 0..random.range(1, 2) {
+                    let inlined = &functions[random.below(FUNCTIONS)];
+                    let line = inlined.first_line + random.below(20) as u32;
+                    frames.push(frame(&inlined.name, &inlined.file, line, true));
+                }
+            }
+            add(program, Some(source.module), frames)
+        };
+        for (n, source) in functions.iter().enumerate() {
+            let first_line = source.first_line;
+            let mut leaves = Vec::new();
+            for line in 0..random.range(2, 6) as u32 {
+                let line = first_line + 2 + line * 3;
+                for _ in 0..random.range(1, 4) {
+                    leaves.push(site(&mut program, n, line, random));
+                }
+            }
+            let remaining = FUNCTIONS - n - 1;
+            let calls = (0..random.range(2, 5).min(remaining))
+                .map(|_| {
+                    let callee = n + 1 + random.below(remaining.min(60));
+                    let line = first_line + 20 + random.below(40) as u32;
+                    (callee, site(&mut program, n, line, random))
+                })
+                .collect();
+            program.functions.push(Function { calls, leaves });
+        }
+
+        // Kernel: interrupts, faults and system calls, 3–7 frames deep.
+        let kernel: Vec<u32> = (0..150)
+            .map(|n| {
+                let name = Arc::from(format!("kernel_function_{n}"));
+                add(&mut program, None, vec![frame(&name, &None, 0, false)])
+            })
+            .collect();
+        program.kernel_stacks = (0..60)
+            .map(|_| {
+                (0..random.range(3, 7))
+                    .map(|_| kernel[random.below(kernel.len())])
+                    .collect()
+            })
+            .collect();
+        program
+    }
+
+    /// A random path 3–14 calls down the graph.
+    fn path(&self, random: &mut Random) -> Path {
+        let mut calls = Vec::new();
+        let mut function = random.below(20);
+        for _ in 0..random.range(3, 14) {
+            let callees = &self.functions[function].calls;
+            if callees.is_empty() {
+                break;
+            }
+            let (callee, call) = callees[random.below(callees.len())];
+            calls.push(call);
+            function = callee;
+        }
+        Path { calls, function }
+    }
+
+    /// The stack of a sample on `path`: the roots, the calls, one of the
+    /// leaf function's instructions, and kernel frames when `kernel`.
+    fn stack(&self, path: &Path, leaf: usize, kernel: Option<usize>) -> Vec<u32> {
+        let mut stack = self.roots.clone();
+        stack.extend(&path.calls);
+        let leaves = &self.functions[path.function].leaves;
+        stack.push(leaves[leaf % leaves.len()]);
+        if let Some(kernel) = kernel {
+            stack.extend(&self.kernel_stacks[kernel]);
+        }
+        stack
+    }
+}
+
+/// A thread and the paths it is drawn from.
+struct Worker {
+    thread: ThreadInfo,
+    /// Where in the pool its paths start: long-lived threads run code of
+    /// their own.
+    pool_offset: usize,
+}
+
+/// Fills a store as ten minutes of the benchmark's storm would; returns it
+/// and the start of its first bucket.
+fn fill_store(args: &Args) -> (Store, SystemTime) {
+    let mut random = Random(0x5eed);
+    let program = Program::new(&mut random);
+    let mut seen = HashSet::default();
+    let paths: Vec<Path> = std::iter::repeat_with(|| program.path(&mut random))
+        .filter(|path| seen.insert(path.clone()))
+        .take(args.paths)
+        .collect();
+    drop(seen);
+
+    let thread = |pid: u32, tid: u32, thread_name: &str, process_name: &str| ThreadInfo {
+        pid,
+        tid,
+        thread_name: Arc::from(thread_name),
+        process_name: Arc::from(process_name),
+        uid: 0,
+        cgroup: Arc::from("/system.slice/service.service"),
+    };
+    // Long-lived threads that take a share of every second.
+    let background: Vec<Worker> = [
+        (0, 0, "swapper/0", "swapper/0"),
+        (0, 0, "swapper/1", "swapper/1"),
+        (412, 412, "kworker/0:1", "kworker/0:1"),
+        (1, 1, "systemd", "systemd"),
+        (530, 530, "systemd-journal", "systemd-journal"),
+        (900, 900, "profilerd", "profilerd"),
+        (900, 903, "profilerd-drain", "profilerd"),
+        (900, 904, "profilerd-symbo", "profilerd"),
+        (1200, 1200, "postgres", "postgres"),
+        (1200, 1201, "postgres", "postgres"),
+        (1300, 1300, "nginx", "nginx"),
+        (1300, 1301, "nginx", "nginx"),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(n, &(pid, tid, name, process))| Worker {
+        thread: thread(pid, tid, name, process),
+        pool_offset: n * 977,
+    })
+    .collect();
+
+    let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let mut store = Store::new(Duration::from_secs(BUCKETS), 64 << 20);
+    let ticks_per_cpu = args.samples / (BUCKETS * CPUS);
+    // The distinct stacks as (path, leaf, kernel stack), numbered.
+    let mut stack_ids: HashMap<(usize, usize, Option<usize>), usize> = HashMap::default();
+    let mut stacks: Vec<Vec<Arc<SymbolizedLocation>>> = Vec::new();
+    // What each CPU runs: the current short-lived process and when it ends.
+    let mut next_pid = 20_000;
+    let mut running: Vec<(Worker, u64)> = Vec::new();
+    for second in 0..BUCKETS {
+        let mut counts: HashMap<(usize, usize), u64> = HashMap::default();
+        for cpu in 0..CPUS as usize {
+            if running.len() <= cpu || running[cpu].1 <= second {
+                next_pid += 1 + random.below(20) as u32;
+                let worker = Worker {
+                    thread: thread(next_pid, next_pid, "service", "service"),
+                    pool_offset: 0,
+                };
+                let end = second + random.range(1, 5) as u64;
+                if running.len() <= cpu {
+                    running.push((worker, end));
+                } else {
+                    running[cpu] = (worker, end);
+                }
+            }
+            for _ in 0..ticks_per_cpu {
+                // One tick in twenty goes to a long-lived thread; workers
+                // below CPUS are the CPUs' short-lived processes.
+                let worker = if random.below(20) == 0 {
+                    CPUS as usize + random.below(background.len())
+                } else {
+                    cpu
+                };
+                let offset = match worker.checked_sub(CPUS as usize) {
+                    Some(n) => background[n].pool_offset,
+                    None => 0,
+                };
+                let path = (offset + random.skewed_by(paths.len(), args.path_skew)) % paths.len();
+                let leaf = random.skewed_by(64, args.leaf_skew);
+                let kernel = (random.below(100) < args.kernel_percent)
+                    .then(|| random.below(program.kernel_stacks.len()));
+                let next = stacks.len();
+                let stack = *stack_ids.entry((path, leaf, kernel)).or_insert_with(|| {
+                    stacks.push(
+                        program
+                            .stack(&paths[path], leaf, kernel)
+                            .iter()
+                            .map(|&location| program.locations[location as usize].clone())
+                            .collect(),
+                    );
+                    next
+                });
+                *counts.entry((worker, stack)).or_default() += 1;
+            }
+        }
+        let samples = counts
+            .into_iter()
+            .map(|((worker, stack), count)| SymbolizedSample {
+                thread: match worker.checked_sub(CPUS as usize) {
+                    Some(n) => background[n].thread.clone(),
+                    None => running[worker].0.thread.clone(),
+                },
+                kind: SampleKind::CpuClock,
+                stack: stacks[stack].clone(),
+                count,
+                weight: count * PERIOD_NS,
+            })
+            .collect();
+        store.insert(SymbolizedBatch {
+            start: start + Duration::from_secs(second),
+            end: start + Duration::from_secs(second + 1),
+            samples,
+            counters: [0; COUNTER_COUNT as usize],
+        });
+    }
+    (store, start)
+}

@@ -1,0 +1,201 @@
+//! Summing a window's buckets per (thread, stack), in (thread, stack) order,
+//! without hashing.
+//!
+//! Each bucket keeps its entries sorted by (thread, stack), so a thread's
+//! entries in one bucket are one sorted run. Threads are visited in order
+//! (a heap holds each bucket's next thread), and a thread's runs, a few for
+//! most threads since most live a few seconds, are merged by a stable sort,
+//! which merges the runs it is given rather than sorting anew. Every bucket
+//! is read once, front to back.
+//!
+//! This module must not know about intern tables, selectors or profiles.
+
+use std::{cmp::Reverse, collections::BinaryHeap};
+
+use super::Bucket;
+
+/// Samples of one thread with one stack over a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Total {
+    pub thread: u32,
+    pub stack: u32,
+    pub count: u64,
+    pub weight_ns: u64,
+}
+
+/// The CPU samples of `buckets` of the threads `selected` accepts, summed
+/// per (thread, stack): each sum goes to `add`, in (thread, stack) order.
+pub(super) fn cpu_totals(
+    buckets: &[&Bucket],
+    selected: impl Fn(u32) -> bool,
+    mut add: impl FnMut(Total),
+) {
+    // Where each bucket's entries of the next thread start.
+    let mut cursors = vec![0; buckets.len()];
+    // (next thread, bucket) of the buckets with entries left, least first.
+    let mut next: BinaryHeap<Reverse<(u32, usize)>> = buckets
+        .iter()
+        .enumerate()
+        .filter_map(|(index, bucket)| Some(Reverse((bucket.cpu.first()?.thread, index))))
+        .collect();
+    let mut runs: Vec<usize> = Vec::new();
+    // A thread's entries as (stack, count, weight), run after run.
+    let mut entries: Vec<(u32, u32, u64)> = Vec::new();
+    while let Some(&Reverse((thread, _))) = next.peek() {
+        runs.clear();
+        while let Some(&Reverse((t, bucket))) = next.peek()
+            && t == thread
+        {
+            next.pop();
+            runs.push(bucket);
+        }
+        let wanted = selected(thread);
+        entries.clear();
+        // The heap gave them in bucket order.
+        for &index in &runs {
+            let bucket = buckets[index];
+            let rest = &bucket.cpu[cursors[index]..];
+            let run = &rest[..rest.partition_point(|samples| samples.thread == thread)];
+            if wanted {
+                entries.extend(run.iter().map(|samples| {
+                    let weight = u64::from(samples.count) * bucket.period_ns;
+                    (samples.stack, samples.count, weight)
+                }));
+            }
+            cursors[index] += run.len();
+            if let Some(samples) = bucket.cpu.get(cursors[index]) {
+                next.push(Reverse((samples.thread, index)));
+            }
+        }
+        if !wanted {
+            continue;
+        }
+        if runs.len() > 1 {
+            entries.sort_by_key(|&(stack, ..)| stack);
+        }
+        // Equal stacks are next to each other: sum them.
+        let mut sum: Option<Total> = None;
+        for &(stack, count, weight_ns) in &entries {
+            let count = u64::from(count);
+            match &mut sum {
+                Some(total) if total.stack == stack => {
+                    total.count += count;
+                    total.weight_ns += weight_ns;
+                }
+                _ => {
+                    if let Some(total) = sum.take() {
+                        add(total);
+                    }
+                    sum = Some(Total {
+                        thread,
+                        stack,
+                        count,
+                        weight_ns,
+                    });
+                }
+            }
+        }
+        if let Some(total) = sum {
+            add(total);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use profiler_common::COUNTER_COUNT;
+
+    use super::super::CpuSamples;
+    use super::*;
+
+    fn bucket(period_ns: u64, entries: &[(u32, u32, u32)]) -> Bucket {
+        let mut cpu: Vec<CpuSamples> = entries
+            .iter()
+            .map(|&(thread, stack, count)| CpuSamples {
+                thread,
+                stack,
+                count,
+            })
+            .collect();
+        cpu.sort_unstable_by_key(|samples| (samples.thread, samples.stack));
+        Bucket {
+            start: UNIX_EPOCH,
+            end: UNIX_EPOCH + Duration::from_secs(1),
+            period_ns,
+            cpu: cpu.into_boxed_slice(),
+            counters: [0; COUNTER_COUNT as usize],
+        }
+    }
+
+    fn totals(buckets: &[Bucket], selected: impl Fn(u32) -> bool) -> Vec<(u32, u32, u64, u64)> {
+        let buckets: Vec<&Bucket> = buckets.iter().collect();
+        let mut totals = Vec::new();
+        cpu_totals(&buckets, selected, |total| {
+            totals.push((total.thread, total.stack, total.count, total.weight_ns));
+        });
+        totals
+    }
+
+    #[test]
+    fn sums_per_thread_and_stack_in_order() {
+        let buckets = [
+            bucket(10, &[(2, 7, 1), (0, 3, 2), (2, 1, 4)]),
+            bucket(10, &[]),
+            bucket(20, &[(2, 7, 1), (1, 5, 1), (2, 0, 3)]),
+            bucket(10, &[(0, 3, 5), (3, 9, 1)]),
+        ];
+        assert_eq!(
+            totals(&buckets, |_| true),
+            [
+                (0, 3, 7, 70),
+                (1, 5, 1, 20),
+                (2, 0, 3, 60),
+                (2, 1, 4, 40),
+                (2, 7, 2, 30),
+                (3, 9, 1, 10),
+            ]
+        );
+        assert_eq!(
+            totals(&buckets, |thread| thread % 2 == 1),
+            [(1, 5, 1, 20), (3, 9, 1, 10)]
+        );
+        assert!(totals(&[], |_| true).is_empty());
+    }
+
+    #[test]
+    fn matches_a_map_on_many_buckets() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut random = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n) as u32
+        };
+        let buckets: Vec<Bucket> = (0..50)
+            .map(|_| {
+                let mut seen = std::collections::BTreeMap::new();
+                for _ in 0..200 {
+                    seen.insert((random(30), random(100)), 1 + random(5));
+                }
+                let entries: Vec<(u32, u32, u32)> =
+                    seen.into_iter().map(|((t, s), c)| (t, s, c)).collect();
+                bucket(u64::from(1 + random(3)), &entries)
+            })
+            .collect();
+        let mut expected = std::collections::BTreeMap::<(u32, u32), (u64, u64)>::new();
+        for bucket in &buckets {
+            for samples in bucket.cpu.iter() {
+                let entry = expected.entry((samples.thread, samples.stack)).or_default();
+                entry.0 += u64::from(samples.count);
+                entry.1 += u64::from(samples.count) * bucket.period_ns;
+            }
+        }
+        let expected: Vec<_> = expected
+            .into_iter()
+            .map(|((thread, stack), (count, weight))| (thread, stack, count, weight))
+            .collect();
+        assert_eq!(totals(&buckets, |_| true), expected);
+    }
+}
