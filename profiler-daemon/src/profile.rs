@@ -253,6 +253,8 @@ pub enum Format {
     Flat,
     Folded,
     Pprof,
+    Flamegraph,
+    Speedscope,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -64,6 +64,8 @@ fn format(value: i32) -> Result<Format, ApiError> {
         v1::Format::Flat => Format::Flat,
         v1::Format::Folded => Format::Folded,
         v1::Format::Pprof => Format::Pprof,
+        v1::Format::Flamegraph => Format::Flamegraph,
+        v1::Format::Speedscope => Format::Speedscope,
     })
 }
 
@@ -73,6 +75,8 @@ pub(super) fn format_to_proto(format: Format) -> v1::Format {
         Format::Flat => v1::Format::Flat,
         Format::Folded => v1::Format::Folded,
         Format::Pprof => v1::Format::Pprof,
+        Format::Flamegraph => v1::Format::Flamegraph,
+        Format::Speedscope => v1::Format::Speedscope,
     }
 }
 

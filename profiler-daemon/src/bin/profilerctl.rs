@@ -198,6 +198,8 @@ enum FormatArg {
     Flat,
     Folded,
     Pprof,
+    Flamegraph,
+    Speedscope,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -239,6 +241,8 @@ impl ReportArgs {
                 FormatArg::Flat => v1::Format::Flat,
                 FormatArg::Folded => v1::Format::Folded,
                 FormatArg::Pprof => v1::Format::Pprof,
+                FormatArg::Flamegraph => v1::Format::Flamegraph,
+                FormatArg::Speedscope => v1::Format::Speedscope,
             } as i32,
             maxdepth: self.maxdepth,
             mincount: self.mincount,

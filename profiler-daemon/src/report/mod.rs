@@ -31,6 +31,7 @@
 //! - Utilization is samples / [`Profile::ticks_per_cpu`] as a rounded
 //!   percentage of one CPU (`n/a` when the window has no ticks).
 
+mod flamegraph;
 mod flat;
 mod folded;
 mod frames;
@@ -59,6 +60,9 @@ pub enum ReportError {
     /// Gzip-compressing the pprof profile failed.
     #[error("compressing the pprof profile failed: {0}")]
     Compress(#[from] std::io::Error),
+    /// Drawing the flame graph failed.
+    #[error("drawing the flame graph failed: {0}")]
+    Flamegraph(String),
 }
 
 /// A section of [`render_thread_trees`]: one thread of the profile and the
@@ -90,6 +94,8 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
         Format::Flat => flat::render(profile, options).map(String::into_bytes),
         Format::Folded => folded::render(profile, options).map(String::into_bytes),
         Format::Pprof => pprof::render(profile, options),
+        Format::Flamegraph => flamegraph::svg(profile, options),
+        Format::Speedscope => flamegraph::speedscope(profile, options),
     }
 }
 

@@ -297,3 +297,49 @@ async fn queries_report_past_windows_and_only_them() {
         .expect_err("a window long before the daemon started");
     assert_eq!(ancient.code(), tonic::Code::NotFound, "{ancient:?}");
 }
+
+/// A flame graph is well-formed SVG with the hot function in it, and
+/// speedscope JSON parses with the hot function among its frames.
+#[tokio::test(flavor = "multi_thread")]
+async fn flame_graphs_and_speedscope_show_the_hot_function() {
+    let (_daemon, workload, mut client) = crate::support::daemon_and_workload("split", &[]).await;
+    let svg = profile(
+        &mut client,
+        &[workload.pid()],
+        Duration::from_secs(1),
+        options(v1::Format::Flamegraph),
+    )
+    .await
+    .report;
+    let svg = String::from_utf8(svg).expect("SVG is text");
+    // inferno writes the SVG DOCTYPE, which roxmltree accepts when asked.
+    let parsing = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    let document = roxmltree::Document::parse_with_options(&svg, parsing)
+        .expect("the flame graph is well-formed XML");
+    assert_eq!(document.root_element().tag_name().name(), "svg");
+    assert!(
+        document
+            .descendants()
+            .any(|node| node.text().is_some_and(|text| text.contains("hot"))),
+        "no frame names the hot function"
+    );
+
+    let json = profile(
+        &mut client,
+        &[workload.pid()],
+        Duration::from_secs(1),
+        options(v1::Format::Speedscope),
+    )
+    .await
+    .report;
+    let json: serde_json::Value = serde_json::from_slice(&json).expect("speedscope is JSON");
+    let frames = json["shared"]["frames"].as_array().expect("a frame list");
+    assert!(
+        frames.iter().any(|frame| frame["name"] == "hot"),
+        "{frames:?}"
+    );
+    assert_eq!(json["profiles"][0]["type"], "sampled");
+}
