@@ -256,18 +256,60 @@ impl ProfilerService {
         let options = ReportOptions::try_from(request.options)?;
         let selector = convert::selector_of_past(request.selector)?;
         let kind = convert::sample_kind(request.mode)?;
+        let (start, end) = self
+            .past_window(request.start_unix_nanos, request.end_unix_nanos)
+            .await?;
+        self.report(start, end, selector, kind, options).await
+    }
+
+    async fn do_callers(&self, request: v1::CallersRequest) -> Result<v1::CallersReply, ApiError> {
+        if request.function.is_empty() {
+            return Err(ApiError::invalid(
+                "function must name a function, e.g. \"malloc\" or \"app::handle\"",
+            ));
+        }
+        let selector = convert::selector_of_past(request.selector)?;
+        let (start, end) = self
+            .past_window(request.start_unix_nanos, request.end_unix_nanos)
+            .await?;
+        let function = request.function;
+        self.with_profile(start, end, selector, SampleKind::CpuClock, move |profile| {
+            let (callers, total) = report::callers(profile, &function);
+            Ok(v1::CallersReply {
+                text: report::callers_text(&function, &callers, total),
+                total,
+                callers: callers
+                    .into_iter()
+                    .map(|caller| v1::Caller {
+                        function: caller.function.to_string(),
+                        file: caller.file.map(|file| file.to_string()).unwrap_or_default(),
+                        line: caller.line,
+                        count: caller.count,
+                    })
+                    .collect(),
+                summary: Some(convert::summary(profile)),
+            })
+        })
+        .await
+    }
+
+    /// A past window from its bounds in Unix nanoseconds (end 0: now, after
+    /// a drain), checked against what the store holds.
+    async fn past_window(
+        &self,
+        start_unix_nanos: i64,
+        end_unix_nanos: i64,
+    ) -> Result<(SystemTime, SystemTime), ApiError> {
         let now = SystemTime::now();
-        let start = convert::time(request.start_unix_nanos, "start_unix_nanos")?;
-        let end = match request.end_unix_nanos {
+        let start = convert::time(start_unix_nanos, "start_unix_nanos")?;
+        let end = match end_unix_nanos {
             0 => None,
             nanos => Some(convert::time(nanos, "end_unix_nanos")?),
         };
         if end.is_some_and(|end| end <= start) || start >= now {
             return Err(ApiError::invalid(format!(
-                "the window must start before it ends and before now (start_unix_nanos {}, \
-                 end_unix_nanos {}, now {})",
-                request.start_unix_nanos,
-                request.end_unix_nanos,
+                "the window must start before it ends and before now (start_unix_nanos \
+                 {start_unix_nanos}, end_unix_nanos {end_unix_nanos}, now {})",
                 convert::unix_nanos(now)
             )));
         }
@@ -287,7 +329,7 @@ impl ProfilerService {
                 humantime::format_duration(self.store_stats().retention)
             )));
         }
-        self.report(start, end, selector, kind, options).await
+        Ok((start, end))
     }
 
     fn store_stats(&self) -> crate::store::StoreStats {
@@ -306,6 +348,30 @@ impl ProfilerService {
         kind: SampleKind,
         options: ReportOptions,
     ) -> Result<v1::ProfileReply, ApiError> {
+        let max_response_bytes = self.limits.max_response_bytes;
+        self.with_profile(start, end, selector, kind, move |profile| {
+            let report = report::render(profile, &options)
+                .map_err(|err| ApiError::Internal(format!("cannot render the report: {err}")))?;
+            limits::check_reply_size(report.len(), max_response_bytes)?;
+            Ok(v1::ProfileReply {
+                report,
+                format: convert::format_to_proto(options.format) as i32,
+                summary: Some(convert::summary(profile)),
+            })
+        })
+        .await
+    }
+
+    /// Reads a window from the store and hands its profile to `make`, off
+    /// the async threads.
+    async fn with_profile<T: Send + 'static>(
+        &self,
+        start: SystemTime,
+        end: SystemTime,
+        selector: Selector,
+        kind: SampleKind,
+        make: impl FnOnce(&crate::profile::Profile) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
         let query = Query {
             start,
             end,
@@ -314,20 +380,12 @@ impl ProfilerService {
             frequency_hz: self.info.frequency_hz,
         };
         let store = self.store.clone();
-        let max_response_bytes = self.limits.max_response_bytes;
         tokio::task::spawn_blocking(move || {
             let profile = store
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .profile(&query);
-            let report = report::render(&profile, &options)
-                .map_err(|err| ApiError::Internal(format!("cannot render the report: {err}")))?;
-            limits::check_reply_size(report.len(), max_response_bytes)?;
-            Ok(v1::ProfileReply {
-                report,
-                format: convert::format_to_proto(options.format) as i32,
-                summary: Some(convert::summary(&profile)),
-            })
+            make(&profile)
         })
         .await
         .map_err(|err| ApiError::Internal(format!("the report task failed: {err}")))?
@@ -422,6 +480,15 @@ impl Profiler for ProfilerService {
         _request: Request<v1::GetStatusRequest>,
     ) -> Result<Response<v1::StatusReply>, Status> {
         Ok(Response::new(self.status()))
+    }
+
+    async fn callers(
+        &self,
+        request: Request<v1::CallersRequest>,
+    ) -> Result<Response<v1::CallersReply>, Status> {
+        let caller = self.caller(&request)?;
+        self.check_selector(caller, request.get_ref().selector.as_ref())?;
+        Ok(Response::new(self.do_callers(request.into_inner()).await?))
     }
 
     async fn peek(

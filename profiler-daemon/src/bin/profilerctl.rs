@@ -52,6 +52,16 @@ enum Command {
         #[command(flatten)]
         report: ReportArgs,
     },
+    /// Who called a function, with counts, over a past window (like Julia's
+    /// Profile.callers)
+    Callers {
+        /// The function, e.g. malloc or app::handle (or its last part)
+        function: String,
+        #[command(flatten)]
+        selector: SelectorArgs,
+        #[command(flatten)]
+        window: WindowArgs,
+    },
     /// Start an open-ended profiling session and print its id
     Start {
         #[command(flatten)]
@@ -350,6 +360,23 @@ async fn run(cli: Cli) -> Result<()> {
                 .await?
                 .into_inner();
             deliver(reply, &report)?;
+        }
+        Command::Callers {
+            function,
+            selector,
+            window,
+        } => {
+            let (start_unix_nanos, end_unix_nanos) = window.to_unix_nanos();
+            let reply = daemon
+                .callers(v1::CallersRequest {
+                    function,
+                    start_unix_nanos,
+                    end_unix_nanos,
+                    selector: Some(selector.to_proto()),
+                })
+                .await?
+                .into_inner();
+            print_text(&reply.text)?;
         }
         Command::Start { selector } => {
             let reply = daemon

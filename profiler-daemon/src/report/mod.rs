@@ -31,6 +31,7 @@
 //! - Utilization is samples / [`Profile::ticks_per_cpu`] as a rounded
 //!   percentage of one CPU (`n/a` when the window has no ticks).
 
+mod callers;
 mod flamegraph;
 mod flat;
 mod folded;
@@ -45,6 +46,7 @@ mod tree;
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use crate::profile::{Format, GroupBy, Profile, ReportOptions, ThreadInfo};
+pub use callers::{CallerCount, callers, callers_text};
 use frames::{Expansion, StackSample};
 
 /// Why a report could not be made.

@@ -343,3 +343,41 @@ async fn flame_graphs_and_speedscope_show_the_hot_function() {
     );
     assert_eq!(json["profiles"][0]["type"], "sampled");
 }
+
+/// `profilerctl callers spin` names spin's callers over the last seconds,
+/// the hot path above the cold one, as the workload's 75/25 split has them.
+#[tokio::test(flavor = "multi_thread")]
+async fn callers_of_a_function_come_with_counts() {
+    let (daemon, workload, _client) = crate::support::daemon_and_workload("split", &[]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let output = tokio::task::spawn_blocking({
+        let socket = daemon.socket.clone();
+        let pid = workload.pid().to_string();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+                .arg("--socket")
+                .arg(socket)
+                .args(["callers", "spin", "--since", "3s", "--pid", &pid])
+                .output()
+                .expect("profilerctl runs")
+        }
+    })
+    .await
+    .expect("finishes");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.starts_with("Callers of spin ("), "{text}");
+    let count_of = |caller: &str| -> u64 {
+        text.lines()
+            .find(|line| line.ends_with(&format!("; {caller}")))
+            .and_then(|line| line.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{caller} is a caller:\n{text}"))
+    };
+    // hot's loop is inlined into it: spin's caller there is hot_loop.
+    let (hot, cold) = (count_of("hot_loop"), count_of("cold"));
+    assert!(hot > 2 * cold, "hot {hot} vs cold {cold}:\n{text}");
+}

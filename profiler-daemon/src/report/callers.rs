@@ -1,0 +1,131 @@
+//! Who called a function, with counts: Julia's `Profile.callers(funcname)`.
+//!
+//! A frame matches when its function is the name given, or ends with
+//! `::` and the name (so `spin` finds `app::spin`). Each sample counts once
+//! per distinct caller of its stack, however often the function recurs in
+//! it; a match at the root of a stack has the caller `[root]`.
+
+use std::{collections::HashMap, fmt::Write as _, sync::Arc};
+
+use crate::profile::{Frame, Profile};
+
+/// A caller's function, file and line.
+type Site = (Arc<str>, Option<Arc<str>>, u32);
+
+/// One caller and the samples in which it called the function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallerCount {
+    pub function: Arc<str>,
+    pub file: Option<Arc<str>>,
+    pub line: u32,
+    pub count: u64,
+}
+
+/// The callers of `function` in `profile`, most samples first, and the
+/// samples in which the function appears at all.
+pub fn callers(profile: &Profile, function: &str) -> (Vec<CallerCount>, u64) {
+    let suffix = format!("::{function}");
+    let matches = |frame: &Frame| *frame.function == *function || frame.function.ends_with(&suffix);
+    let root = Frame {
+        function: Arc::from("[root]"),
+        file: None,
+        line: 0,
+        inlined: false,
+    };
+    let mut counts: HashMap<Site, u64> = HashMap::new();
+    let mut total = 0;
+    for sample in &profile.samples {
+        let Some(stack) = profile.stacks.get(sample.stack) else {
+            continue;
+        };
+        let frames: Vec<&Frame> = stack
+            .iter()
+            .filter_map(|&location| profile.locations.get(location as usize))
+            .flat_map(|location| location.frames.iter())
+            .collect();
+        let mut seen = Vec::new();
+        for (index, frame) in frames.iter().enumerate() {
+            if !matches(frame) {
+                continue;
+            }
+            let caller = index.checked_sub(1).map_or(&root, |caller| frames[caller]);
+            let key = (caller.function.clone(), caller.file.clone(), caller.line);
+            if !seen.contains(&key) {
+                seen.push(key);
+            }
+        }
+        if !seen.is_empty() {
+            total += sample.count;
+        }
+        for key in seen {
+            *counts.entry(key).or_default() += sample.count;
+        }
+    }
+    let mut callers: Vec<CallerCount> = counts
+        .into_iter()
+        .map(|((function, file, line), count)| CallerCount {
+            function,
+            file,
+            line,
+            count,
+        })
+        .collect();
+    callers.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.function.cmp(&b.function))
+            .then_with(|| a.file.cmp(&b.file))
+            .then_with(|| a.line.cmp(&b.line))
+    });
+    (callers, total)
+}
+
+/// The callers as a text table, Julia-style: count, `file:line; function`.
+pub fn callers_text(function: &str, callers: &[CallerCount], total: u64) -> String {
+    let mut out = String::new();
+    if callers.is_empty() {
+        let _ = writeln!(out, "no sample holds a function named {function:?}");
+        return out;
+    }
+    let _ = writeln!(out, "Callers of {function} ({total} samples):");
+    let _ = writeln!(out, " Count File:Line; Function");
+    for caller in callers {
+        let place = match (&caller.file, caller.line) {
+            (Some(file), line) if line > 0 => format!("{file}:{line}"),
+            (Some(file), _) => format!("{file}:?"),
+            (None, _) => "?".to_owned(),
+        };
+        let _ = writeln!(out, "{:>6} {place}; {}", caller.count, caller.function);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::profile;
+
+    #[test]
+    fn callers_are_counted_once_per_sample() {
+        let profile = profile(&[
+            (&["main", "a", "hot"], 5),
+            (&["main", "b", "hot"], 3),
+            (&["main", "hot", "hot"], 2),
+            (&["hot"], 1),
+            (&["main", "cold"], 7),
+        ]);
+        let (callers, total) = callers(&profile, "hot");
+        assert_eq!(total, 11);
+        let counts: Vec<(&str, u64)> = callers
+            .iter()
+            .map(|caller| (&*caller.function, caller.count))
+            .collect();
+        assert_eq!(
+            counts,
+            [("a", 5), ("b", 3), ("hot", 2), ("main", 2), ("[root]", 1)]
+        );
+        let text = callers_text("hot", &callers, total);
+        assert!(text.starts_with("Callers of hot (11 samples):"), "{text}");
+        assert!(callers_text("nope", &[], 0).contains("no sample holds"));
+    }
+}
