@@ -293,6 +293,71 @@ impl ProfilerService {
         .await
     }
 
+    async fn do_diff(&self, request: v1::DiffRequest) -> Result<v1::DiffReply, ApiError> {
+        let window = |window: Option<v1::Window>, name: &str| {
+            window.ok_or_else(|| {
+                ApiError::invalid(format!("{name} must give the window (start_unix_nanos)"))
+            })
+        };
+        let (base, target) = (
+            window(request.base, "base")?,
+            window(request.target, "target")?,
+        );
+        let base_selector = convert::selector_of_past(request.selector)?;
+        let target_selector = match request.target_selector {
+            Some(selector) => convert::selector_of_past(Some(selector))?,
+            None => base_selector.clone(),
+        };
+        let (base_start, base_end) = self
+            .past_window(base.start_unix_nanos, base.end_unix_nanos)
+            .await?;
+        let (target_start, target_end) = self
+            .past_window(target.start_unix_nanos, target.end_unix_nanos)
+            .await?;
+        let query = |start, end, selector| Query {
+            start,
+            end,
+            selector,
+            kind: SampleKind::CpuClock,
+            frequency_hz: self.info.frequency_hz,
+        };
+        let queries = [
+            query(base_start, base_end, base_selector),
+            query(target_start, target_end, target_selector),
+        ];
+        let limit = match request.limit {
+            0 => 50,
+            limit => limit as usize,
+        };
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let [base, target] = queries.map(|query| {
+                store
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .profile(&query)
+            });
+            let changes = report::diff(&base, &target);
+            Ok(v1::DiffReply {
+                text: report::diff_text(&changes, limit),
+                changes: changes
+                    .into_iter()
+                    .map(|change| v1::FunctionChange {
+                        function: change.function.to_string(),
+                        base_self_percent: change.base_self,
+                        target_self_percent: change.target_self,
+                        base_total_percent: change.base_total,
+                        target_total_percent: change.target_total,
+                    })
+                    .collect(),
+                base: Some(convert::summary(&base)),
+                target: Some(convert::summary(&target)),
+            })
+        })
+        .await
+        .map_err(|err| ApiError::Internal(format!("the diff task failed: {err}")))?
+    }
+
     /// A past window from its bounds in Unix nanoseconds (end 0: now, after
     /// a drain), checked against what the store holds.
     async fn past_window(
@@ -489,6 +554,18 @@ impl Profiler for ProfilerService {
         let caller = self.caller(&request)?;
         self.check_selector(caller, request.get_ref().selector.as_ref())?;
         Ok(Response::new(self.do_callers(request.into_inner()).await?))
+    }
+
+    async fn diff(
+        &self,
+        request: Request<v1::DiffRequest>,
+    ) -> Result<Response<v1::DiffReply>, Status> {
+        let caller = self.caller(&request)?;
+        self.check_selector(caller, request.get_ref().selector.as_ref())?;
+        if let Some(target) = &request.get_ref().target_selector {
+            self.check_selector(caller, Some(target))?;
+        }
+        Ok(Response::new(self.do_diff(request.into_inner()).await?))
     }
 
     async fn peek(

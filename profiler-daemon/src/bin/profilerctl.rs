@@ -62,6 +62,27 @@ enum Command {
         #[command(flatten)]
         window: WindowArgs,
     },
+    /// Compare two past windows function by function: each function's
+    /// share of its window's samples, base → target
+    Diff {
+        /// The base window starts this long ago, e.g. 10m
+        #[arg(long, value_parser = parse_duration)]
+        base_since: Duration,
+        /// The base window ends this long ago [default: when the target starts]
+        #[arg(long, value_parser = parse_duration)]
+        base_until: Option<Duration>,
+        /// The target window starts this long ago, e.g. 5m
+        #[arg(long, value_parser = parse_duration)]
+        since: Duration,
+        /// The target window ends this long ago [default: now]
+        #[arg(long, value_parser = parse_duration)]
+        until: Option<Duration>,
+        /// Most rows shown [default: 50]
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[command(flatten)]
+        selector: SelectorArgs,
+    },
     /// Start an open-ended profiling session and print its id
     Start {
         #[command(flatten)]
@@ -373,6 +394,34 @@ async fn run(cli: Cli) -> Result<()> {
                     start_unix_nanos,
                     end_unix_nanos,
                     selector: Some(selector.to_proto()),
+                })
+                .await?
+                .into_inner();
+            print_text(&reply.text)?;
+        }
+        Command::Diff {
+            base_since,
+            base_until,
+            since,
+            until,
+            limit,
+            selector,
+        } => {
+            let now = SystemTime::now();
+            let ago = |duration: Duration| unix_nanos(now - duration);
+            let reply = daemon
+                .diff(v1::DiffRequest {
+                    base: Some(v1::Window {
+                        start_unix_nanos: ago(base_since),
+                        end_unix_nanos: ago(base_until.unwrap_or(since)),
+                    }),
+                    target: Some(v1::Window {
+                        start_unix_nanos: ago(since),
+                        end_unix_nanos: until.map_or(0, ago),
+                    }),
+                    selector: Some(selector.to_proto()),
+                    target_selector: None,
+                    limit,
                 })
                 .await?
                 .into_inner();

@@ -32,6 +32,7 @@
 //!   percentage of one CPU (`n/a` when the window has no ticks).
 
 mod callers;
+mod diff;
 mod flamegraph;
 mod flat;
 mod folded;
@@ -47,6 +48,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use crate::profile::{Format, GroupBy, Profile, ReportOptions, ThreadInfo};
 pub use callers::{CallerCount, callers, callers_text};
+pub use diff::{FunctionChange, diff, diff_text};
 use frames::{Expansion, StackSample};
 
 /// Why a report could not be made.

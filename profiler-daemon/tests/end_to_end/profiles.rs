@@ -381,3 +381,56 @@ async fn callers_of_a_function_come_with_counts() {
     let (hot, cold) = (count_of("hot_loop"), count_of("cold"));
     assert!(hot > 2 * cold, "hot {hot} vs cold {cold}:\n{text}");
 }
+
+/// Diff of two windows with different hot functions: the function that
+/// took over gains share, the one that stopped loses it.
+#[tokio::test(flavor = "multi_thread")]
+async fn diff_shows_which_function_took_over() {
+    let daemon = crate::support::Daemon::start().await;
+    let mut client = daemon.client().await;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_nanos() as i64
+    };
+    let base_start = now();
+    let first = crate::support::Workload::start_as("split", "diff-first", &[]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop(first);
+    let target_start = now();
+    let second = crate::support::Workload::start_as("peek_threads", "diff-second", &[]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let reply = client
+        .diff(v1::DiffRequest {
+            base: Some(v1::Window {
+                start_unix_nanos: base_start,
+                end_unix_nanos: target_start,
+            }),
+            target: Some(v1::Window {
+                start_unix_nanos: target_start,
+                end_unix_nanos: 0,
+            }),
+            selector: Some(v1::Selector {
+                comm_regex: "^diff-".into(),
+                ..Default::default()
+            }),
+            target_selector: None,
+            limit: 10,
+        })
+        .await
+        .unwrap_or_else(|status| panic!("Diff failed: {status:?}"))
+        .into_inner();
+    drop(second);
+    let change = |name: &str| {
+        reply
+            .changes
+            .iter()
+            .find(|change| change.function == name)
+            .map(|change| change.target_self_percent - change.base_self_percent)
+            .unwrap_or_else(|| panic!("{name} is in the diff:\n{}", reply.text))
+    };
+    assert!(change("spin_alpha") > 10.0, "{}", reply.text);
+    assert!(change("spin") < -10.0, "{}", reply.text);
+    assert!(reply.text.contains("spin_alpha"), "{}", reply.text);
+}
