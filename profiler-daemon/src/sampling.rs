@@ -372,10 +372,17 @@ fn guard_peek_signal(ebpf: &mut Ebpf) -> Result<(), String> {
     let program: &mut Lsm =
         program(ebpf, names::PROGRAM_GUARD_PEEK_SIGNAL).map_err(|err| err.to_string())?;
     program.load("task_kill", &btf).map_err(|err| {
-        format!(
-            "the kernel refused a BPF LSM program ({})",
-            error_chain(&err)
-        )
+        if io_errno(&err) == Some(libc::EPERM) {
+            "the kernel refused to load a BPF LSM program (EPERM): BPF LSM needs \
+             CONFIG_BPF_LSM=y and `bpf` among the active LSMs (the lsm= boot parameter), and \
+             some kernel builds refuse it even then"
+                .to_owned()
+        } else {
+            format!(
+                "the kernel refused a BPF LSM program: {}",
+                error_chain(&err)
+            )
+        }
     })?;
     program.attach().map_err(|err| {
         format!(
