@@ -24,6 +24,7 @@ use tracing::{debug, error, warn};
 
 use crate::{
     drain::{self, CounterDeltas, Drainer},
+    lock,
     peek::Inbox,
     processes::{NormalizedBatch, ProcessStats, ProcessTable},
     sampling::Sampler,
@@ -185,13 +186,6 @@ impl Drop for Collector {
             let _ = thread.join();
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panicked pipeline thread must not take the status report down too.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The drain thread: drains every `interval`, and at once when asked.

@@ -28,3 +28,11 @@ pub mod sessions;
 pub mod store;
 pub mod symbolize;
 pub mod targets;
+
+/// Locks a mutex, taking over the data of a holder that panicked: one
+/// failed request or pipeline thread must not take the daemon down with it.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

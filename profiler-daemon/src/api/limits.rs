@@ -7,6 +7,7 @@ use std::{
 };
 
 use super::ApiError;
+use crate::lock;
 
 /// The API's bounds, from the configuration.
 #[derive(Clone, Copy, Debug)]
@@ -78,12 +79,6 @@ pub(super) fn check_reply_size(bytes: usize, limit: u64) -> Result<(), ApiError>
          window, raise mincount or lower maxdepth, or ask for pprof (the most compact format)",
         bytes
     )))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -192,9 +192,7 @@ impl ProfilerService {
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::lock(&self.sessions)
     }
 
     async fn do_profile(&self, request: v1::ProfileRequest) -> Result<v1::ProfileReply, ApiError> {
@@ -485,12 +483,7 @@ impl ProfilerService {
             max_profile_duration_ms: self.info.max_profile_duration.as_millis() as u64,
             open_sessions: self.sessions().len() as u32,
             drains: pipeline.drains,
-            targets: Some(convert::targets(
-                self.targets
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .current(),
-            )),
+            targets: Some(convert::targets(crate::lock(&self.targets).current())),
             samples_outside_targets: pipeline.counters[Counter::OutsideTargets as usize],
             peek: Some(peeks::status(
                 &self.peeker,
@@ -629,10 +622,7 @@ impl Profiler for ProfilerService {
             .into());
         }
         let set = convert::target_set(request.into_inner())?;
-        let mut targets = self
-            .targets
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut targets = crate::lock(&self.targets);
         targets.set(set).map_err(|err| match err {
             TargetsError::NoSuchCgroup { .. } | TargetsError::TooMany { .. } => {
                 ApiError::invalid(err.to_string())

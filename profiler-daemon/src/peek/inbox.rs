@@ -51,8 +51,6 @@ impl Inbox {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Vec<SymbolizedSample>>> {
-        self.open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::lock(&self.open)
     }
 }

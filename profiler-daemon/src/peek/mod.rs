@@ -32,7 +32,7 @@ pub use self::{
     report::{PeekReport, ThreadReport, TriggerSource},
     snapshot::SnapshotError,
 };
-use crate::{collector::CollectorHandle, sampling::Sampler};
+use crate::{collector::CollectorHandle, lock, sampling::Sampler};
 
 /// How peeks run, from the configuration.
 #[derive(Clone, Debug)]
@@ -587,12 +587,6 @@ fn comm_text(comm: &[u8]) -> String {
         .position(|&byte| byte == 0)
         .unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

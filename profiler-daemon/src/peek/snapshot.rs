@@ -120,6 +120,7 @@ pub fn take(pid: u32, signal: u32) -> Result<ProcessSnapshot, SnapshotError> {
         }
         _ => Disposition::Unknown,
     };
+    let (cgroups, cgroup_v2) = read_cgroups(pid);
     let mut threads = Vec::new();
     for task in process.tasks().map_err(|source| proc_error(pid, source))? {
         // A thread that exits while being listed is simply not there.
@@ -150,8 +151,8 @@ pub fn take(pid: u32, signal: u32) -> Result<ProcessSnapshot, SnapshotError> {
         command: stat.comm,
         command_line,
         uid: status.ruid,
-        cgroups: read_cgroups(pid),
-        cgroup_v2: read_cgroup_v2(pid),
+        cgroups,
+        cgroup_v2,
         disposition,
         threads,
     })
@@ -188,22 +189,20 @@ fn parse_kernel_stack(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The cgroup v2 path of `/proc/PID/cgroup` (the `0::` line).
-fn read_cgroup_v2(pid: u32) -> String {
-    fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .unwrap_or_default()
+/// The paths of `/proc/PID/cgroup` (`0::/system.slice/x.service`), and
+/// among them the cgroup v2 one (the `0::` line; empty when there is none).
+fn read_cgroups(pid: u32) -> (Vec<String>, String) {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let v2 = text
         .lines()
-        .find_map(|line| line.strip_prefix("0::").map(str::to_owned))
+        .find_map(|line| line.strip_prefix("0::"))
         .unwrap_or_default()
-}
-
-/// The paths of `/proc/PID/cgroup` (`0::/system.slice/x.service`).
-fn read_cgroups(pid: u32) -> Vec<String> {
-    fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .unwrap_or_default()
+        .to_owned();
+    let all = text
         .lines()
         .filter_map(|line| line.splitn(3, ':').nth(2).map(str::to_owned))
-        .collect()
+        .collect();
+    (all, v2)
 }
 
 #[cfg(test)]

@@ -279,7 +279,7 @@ async fn profilerctl_peek_spares_a_process_without_handler() {
 /// and counted, and the daemon keeps serving.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_signal_storm_is_folded_into_one_peek() {
-    let daemon = Daemon::start().await;
+    let mut daemon = Daemon::start().await;
     let workload = Workload::start_as("peek_threads", "peek-storm", &[]);
     let pid = workload.pid();
     let mut client = daemon.client().await;
@@ -334,7 +334,7 @@ async fn a_signal_storm_is_folded_into_one_peek() {
         report.text
     );
     assert!(alive(pid));
-    assert!(daemon.is_running_now());
+    assert!(daemon.is_running());
 }
 
 /// Where the kernel accepts the BPF LSM guard, a process without a handler

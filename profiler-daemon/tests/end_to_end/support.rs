@@ -140,13 +140,6 @@ impl Daemon {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
-
-    /// Whether the daemon still runs and answers.
-    pub fn is_running_now(&self) -> bool {
-        let pid = self.child.id();
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|stat| !stat.contains(") Z "))
-    }
 }
 
 impl Drop for Daemon {
