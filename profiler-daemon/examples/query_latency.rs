@@ -41,7 +41,7 @@ use profilerd::{
         Format, Frame, GroupBy, Location, LocationKind, ReportOptions, SortedBy, ThreadInfo,
     },
     report,
-    store::{Query, Selector, Store},
+    store::{Query, Selector, Store, StoreSettings},
     symbolize::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
 };
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -587,7 +587,13 @@ fn fill_store(args: &Args) -> (Store, SystemTime) {
     .collect();
 
     let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-    let mut store = Store::new(Duration::from_secs(BUCKETS), 64 << 20);
+    // As the daemon keeps them by default: 1 s drains merged into 10 s
+    // buckets.
+    let mut store = Store::new(StoreSettings {
+        retention: Duration::from_secs(BUCKETS),
+        resolution: Duration::from_secs(10),
+        memory_limit: 64 << 20,
+    });
     let ticks_per_cpu = args.samples / (BUCKETS * CPUS);
     // The distinct stacks as (path, leaf, kernel stack), numbered.
     let mut stack_ids: HashMap<(usize, usize, Option<usize>), usize> = HashMap::default();

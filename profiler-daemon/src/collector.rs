@@ -287,10 +287,7 @@ fn symbolize_into_store(
             .partition(|sample| sample.kind != SampleKind::CpuClock);
         batch.samples = samples;
         peeks.deliver(peek_samples);
-        store
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(batch);
+        crate::write_lock(store).insert(batch);
         lock(stats).symbolizer = symbolizer.stats();
         for waiting in job.waiting {
             let _ = waiting.send(cut);

@@ -56,6 +56,10 @@ pub struct Config {
     /// How long aggregated samples are kept in memory.
     #[serde(deserialize_with = "duration")]
     pub retention: Duration,
+    /// The time span of one stored bucket once its time is past: past
+    /// windows are reported in whole buckets.
+    #[serde(deserialize_with = "duration")]
+    pub resolution: Duration,
     /// Hard ceiling on the memory the profile store may hold; the oldest
     /// samples are dropped (and counted) to stay under it.
     pub memory_limit: ByteSize,
@@ -116,7 +120,8 @@ impl Default for Config {
             tcp_plaintext_loopback: false,
             frequency_hz: 49,
             drain_interval: Duration::from_secs(1),
-            retention: Duration::from_secs(600),
+            retention: Duration::from_secs(3600),
+            resolution: Duration::from_secs(10),
             memory_limit: ByteSize::mib(64),
             max_profile_duration: None,
             max_sessions: 16,
@@ -170,9 +175,12 @@ pub struct Overrides {
     /// How often the kernel maps are drained, e.g. 1s, 500ms [default: 1s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub drain_interval: Option<Duration>,
-    /// How long samples are kept, e.g. 10m [default: 10m]
+    /// How long samples are kept, e.g. 10m [default: 1h]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub retention: Option<Duration>,
+    /// Time span of a stored bucket once past, e.g. 10s [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub resolution: Option<Duration>,
     /// Memory ceiling of the profile store, e.g. 64MiB [default: 64MiB]
     #[arg(long, value_name = "SIZE")]
     pub memory_limit: Option<ByteSize>,
@@ -292,6 +300,7 @@ impl Config {
             frequency_hz,
             drain_interval,
             retention,
+            resolution,
             memory_limit,
             max_profile_duration,
             max_sessions,
@@ -335,6 +344,7 @@ impl Config {
         set(&mut self.frequency_hz, frequency_hz);
         set(&mut self.drain_interval, drain_interval);
         set(&mut self.retention, retention);
+        set(&mut self.resolution, resolution);
         set(&mut self.memory_limit, memory_limit);
         if max_profile_duration.is_some() {
             self.max_profile_duration = max_profile_duration;
@@ -395,6 +405,21 @@ impl Config {
                 "retention",
                 format!(
                     "{} is out of range; accepted: 10s-24h",
+                    humantime::format_duration(self.retention)
+                ),
+            );
+        }
+        if self.resolution < Duration::from_secs(1)
+            || self.resolution < self.drain_interval
+            || self.resolution > self.retention
+        {
+            return invalid(
+                "resolution",
+                format!(
+                    "{} is out of range; accepted: from 1s and the drain_interval ({}) up to the \
+                     retention ({})",
+                    humantime::format_duration(self.resolution),
+                    humantime::format_duration(self.drain_interval),
                     humantime::format_duration(self.retention)
                 ),
             );
@@ -626,6 +651,7 @@ mod tests {
             frequency_hz = 99
             drain_interval = "500ms"
             retention = "5m"
+            resolution = "30s"
             memory_limit = "32 MiB"
             max_profile_duration = "2m"
             max_sessions = 3
@@ -648,6 +674,7 @@ mod tests {
         assert_eq!(config.frequency_hz, 99);
         assert_eq!(config.drain_interval, Duration::from_millis(500));
         assert_eq!(config.retention, Duration::from_secs(300));
+        assert_eq!(config.resolution, Duration::from_secs(30));
         assert_eq!(config.max_profile_duration(), Duration::from_secs(120));
         assert_eq!(config.memory_limit, ByteSize::mib(32));
         assert_eq!(config.max_stacks, 4096);
@@ -686,7 +713,10 @@ mod tests {
             ("frequency_hz = 1001", "frequency_hz"),
             ("drain_interval = \"1ms\"", "drain_interval"),
             ("memory_limit = \"1KiB\"", "memory_limit"),
-            ("max_profile_duration = \"1h\"", "max_profile_duration"),
+            ("max_profile_duration = \"2h\"", "max_profile_duration"),
+            ("resolution = \"500ms\"", "resolution"),
+            ("resolution = \"2h\"", "resolution"),
+            ("drain_interval = \"5s\"\nresolution = \"2s\"", "resolution"),
             ("max_stacks = 10", "max_stacks"),
             ("log_level = \"[\"", "log_level"),
             ("peek_signal = \"SIGFOO\"", "peek_signal"),
@@ -723,7 +753,7 @@ mod tests {
         assert_eq!(config.max_profile_duration(), Duration::from_secs(30));
         assert_eq!(
             Config::default().max_profile_duration(),
-            Duration::from_secs(600)
+            Duration::from_secs(3600)
         );
     }
 
@@ -735,6 +765,6 @@ mod tests {
             ..Overrides::default()
         });
         assert_eq!(config.frequency_hz, 1000);
-        assert_eq!(config.retention, Duration::from_secs(600));
+        assert_eq!(config.retention, Duration::from_secs(3600));
     }
 }

@@ -21,7 +21,7 @@ use profilerd::{
     peek::{self, Allowlist, Inbox, PeekSettings, Peeker},
     sampling::{Sampler, SamplerSettings},
     serving::{self, TcpListener, TlsFiles},
-    store::Store,
+    store::{Store, StoreSettings},
 };
 use tracing::{error, info};
 
@@ -95,10 +95,11 @@ async fn run(config: Config) -> Result<()> {
         peek_frequency_hz: config.peek_frequency_hz,
     })
     .context("cannot start sampling")?;
-    let store = Arc::new(RwLock::new(Store::new(
-        config.retention,
-        config.memory_limit.as_u64(),
-    )));
+    let store = Arc::new(RwLock::new(Store::new(StoreSettings {
+        retention: config.retention,
+        resolution: config.resolution,
+        memory_limit: config.memory_limit.as_u64(),
+    })));
     let peek_inbox = Arc::new(Inbox::default());
     let collector = Collector::start(
         &mut sampler,
@@ -164,6 +165,7 @@ async fn run(config: Config) -> Result<()> {
         socket = %config.socket.display(),
         frequency_hz = config.frequency_hz,
         retention = %humantime::format_duration(config.retention),
+        resolution = %humantime::format_duration(config.resolution),
         memory_limit = %config.memory_limit,
         "profilerd is serving"
     );

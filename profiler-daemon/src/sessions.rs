@@ -9,7 +9,7 @@ use std::{collections::HashMap, time::SystemTime};
 
 use profiler_common::SampleKind;
 
-use crate::store::Selector;
+use crate::store::{Selector, WindowHold};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SessionError {
@@ -34,6 +34,9 @@ pub struct Session {
     /// Who opened it (sessions are bounded per caller too).
     pub owner: crate::api::CallerKey,
     pub start: SystemTime,
+    /// Keeps the store's buckets from the start on as drained until the
+    /// session is stopped.
+    pub hold: WindowHold,
     pub selector: Selector,
     pub kind: SampleKind,
 }
@@ -125,9 +128,11 @@ mod tests {
     }
 
     fn owned_by(owner: crate::api::CallerKey) -> Session {
+        let start = SystemTime::now();
         Session {
             owner,
-            start: SystemTime::now(),
+            start,
+            hold: crate::store::WindowHolds::default().hold(start),
             selector: Selector::default(),
             kind: SampleKind::CpuClock,
         }

@@ -9,6 +9,7 @@
 mod convert;
 mod limits;
 mod peeks;
+mod top;
 
 pub use limits::{ApiLimits, CallerKey};
 
@@ -29,7 +30,7 @@ use crate::{
     proto::v1::{self, profiler_server::Profiler},
     report,
     sessions::{Session, SessionError, Sessions},
-    store::{Query, Selector, Store},
+    store::{Query, Selector, Store, WindowHolds},
     targets::{Targets, TargetsError},
 };
 
@@ -107,6 +108,8 @@ pub struct DaemonInfo {
 pub struct ProfilerService {
     collector: CollectorHandle,
     store: Arc<RwLock<Store>>,
+    /// Keeps the store's buckets as drained while a window is open.
+    holds: WindowHolds,
     sessions: Mutex<Sessions>,
     peeker: Peeker,
     access: AccessPolicy,
@@ -126,9 +129,11 @@ impl ProfilerService {
         targets: Targets,
         info: DaemonInfo,
     ) -> Self {
+        let holds = crate::read_lock(&store).holds();
         Self {
             collector,
             store,
+            holds,
             sessions: Mutex::new(Sessions::new(
                 limits.max_sessions,
                 limits.max_sessions_per_caller,
@@ -216,6 +221,7 @@ impl ProfilerService {
         let kind = convert::sample_kind(request.mode)?;
 
         let started = Instant::now();
+        let _hold = self.holds.hold(SystemTime::now());
         let start = self.collector.open_window().await?;
         tokio::time::sleep_until((started + duration).into()).await;
         let end = self.collector.close_window().await?;
@@ -229,10 +235,12 @@ impl ProfilerService {
     ) -> Result<v1::StartProfileReply, ApiError> {
         let selector = convert::selector(request.selector)?;
         let kind = convert::sample_kind(request.mode)?;
+        let hold = self.holds.hold(SystemTime::now());
         let start = self.collector.open_window().await?;
         let session_id = self.sessions().open(Session {
             owner,
             start,
+            hold,
             selector,
             kind,
         })?;
@@ -327,14 +335,38 @@ impl ProfilerService {
             0 => 50,
             limit => limit as usize,
         };
+        let drawing = match request.options {
+            None => None,
+            Some(options) => {
+                let options = ReportOptions::try_from(Some(options))?;
+                let format = match options.format {
+                    crate::profile::Format::Pprof => report::DiffFormat::Pprof,
+                    crate::profile::Format::Flamegraph => report::DiffFormat::Flamegraph,
+                    other => {
+                        return Err(ApiError::invalid(format!(
+                            "a diff is drawn as pprof or flamegraph, not {other:?}; leave \
+                             options unset for the table only"
+                        )));
+                    }
+                };
+                Some((format, options))
+            }
+        };
+        let (normalize, max_response_bytes) = (request.normalize, self.limits.max_response_bytes);
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
-            let [base, target] = queries.map(|query| {
-                store
-                    .read()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .profile(&query)
-            });
+            let [base, target] = queries.map(|query| crate::read_lock(&store).profile(&query));
+            let report = match drawing {
+                None => Vec::new(),
+                Some((format, options)) => {
+                    let report = report::render_diff(&base, &target, format, &options, normalize)
+                        .map_err(|err| {
+                        ApiError::Internal(format!("cannot draw the diff: {err}"))
+                    })?;
+                    limits::check_reply_size(report.len(), max_response_bytes)?;
+                    report
+                }
+            };
             let changes = report::diff(&base, &target);
             Ok(v1::DiffReply {
                 text: report::diff_text(&changes, limit),
@@ -350,6 +382,7 @@ impl ProfilerService {
                     .collect(),
                 base: Some(convert::summary(&base)),
                 target: Some(convert::summary(&target)),
+                report,
             })
         })
         .await
@@ -377,7 +410,13 @@ impl ProfilerService {
             )));
         }
         let end = match end {
-            Some(end) if end < now => end,
+            Some(end) if end < now => {
+                // Samples up to `end` may still be in the kernel's maps.
+                if self.store_stats().newest.is_none_or(|newest| newest < end) {
+                    self.collector.close_window().await?;
+                }
+                end
+            }
             _ => self.collector.close_window().await?,
         };
         let oldest = self.store_stats().oldest;
@@ -396,10 +435,7 @@ impl ProfilerService {
     }
 
     fn store_stats(&self) -> crate::store::StoreStats {
-        self.store
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .stats()
+        crate::read_lock(&self.store).stats()
     }
 
     /// Reads a window from the store and renders it, off the async threads.
@@ -444,10 +480,7 @@ impl ProfilerService {
         };
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
-            let profile = store
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .profile(&query);
+            let profile = crate::read_lock(&store).profile(&query);
             make(&profile)
         })
         .await
@@ -479,6 +512,9 @@ impl ProfilerService {
                 oldest_unix_nanos: store.oldest.map_or(0, convert::unix_nanos),
                 distinct_stacks: store.distinct_stacks,
                 buckets_evicted_for_memory: store.buckets_evicted_for_memory,
+                resolution_ms: store.resolution.as_millis() as u64,
+                coarsest_bucket_ms: store.coarsest_bucket.as_millis() as u64,
+                buckets_coarsened_for_memory: store.buckets_coarsened_for_memory,
             }),
             max_profile_duration_ms: self.info.max_profile_duration.as_millis() as u64,
             open_sessions: self.sessions().len() as u32,
@@ -668,5 +704,32 @@ impl Profiler for ProfilerService {
             }
         });
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    type TopStream = tokio_stream::wrappers::ReceiverStream<Result<v1::TopUpdate, Status>>;
+
+    async fn top(
+        &self,
+        request: Request<v1::TopRequest>,
+    ) -> Result<Response<Self::TopStream>, Status> {
+        let caller = self.caller(&request)?;
+        self.check_selector(caller, request.get_ref().selector.as_ref())?;
+        let slot = self.streams.acquire(
+            Self::caller_key(&request),
+            self.limits.max_streams_per_caller,
+        )?;
+        let top_request = top::TopRequest::try_from(request.into_inner())?;
+        let sources = top::TopSources {
+            collector: self.collector.clone(),
+            store: self.store.clone(),
+            holds: self.holds.clone(),
+            frequency_hz: self.info.frequency_hz,
+        };
+        // One update may wait while the next is made.
+        let (updates, stream) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(top::run(sources, top_request, updates, slot));
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            stream,
+        )))
     }
 }

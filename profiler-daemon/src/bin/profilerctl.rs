@@ -80,8 +80,59 @@ enum Command {
         /// Most rows shown [default: 50]
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// text: the table; pprof: the target minus the base as one profile
+        /// (`go tool pprof -top FILE`); flamegraph: a differential flame
+        /// graph (red: grew, blue: shrank)
+        #[arg(long, short, value_enum, default_value_t = DiffFormatArg::Text)]
+        format: DiffFormatArg,
+        /// Scale the base to the target's samples first, so windows of
+        /// different lengths or load compare
+        #[arg(long)]
+        normalize: bool,
+        /// Write the pprof or flame graph to this file instead of standard output
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
         #[command(flatten)]
         selector: SelectorArgs,
+    },
+    /// Draw a flame graph (SVG) of the next --duration or of a past window
+    /// (--since), like `profile --format flamegraph`
+    Flamegraph {
+        #[command(flatten)]
+        selector: SelectorArgs,
+        /// Profile for this long from now, e.g. 10s
+        #[arg(long, short, value_parser = parse_duration, conflicts_with_all = ["since", "until"])]
+        duration: Option<Duration>,
+        /// Or draw the past window that starts this long ago, e.g. 15m
+        #[arg(long, value_parser = parse_duration)]
+        since: Option<Duration>,
+        /// ... and ends this long ago [default: now]
+        #[arg(long, value_parser = parse_duration, requires = "since")]
+        until: Option<Duration>,
+        /// Show each run of kernel frames as one "[kernel]" frame
+        #[arg(long)]
+        no_kernel: bool,
+        /// Where to write the SVG
+        #[arg(long, short, value_name = "FILE", default_value = "flamegraph.svg")]
+        output: PathBuf,
+    },
+    /// Show the functions with the most samples, live, every interval (like
+    /// perf top); until interrupted, or for --count updates
+    Top {
+        #[command(flatten)]
+        selector: SelectorArgs,
+        /// How often to update, e.g. 1s, 500ms (100ms-60s)
+        #[arg(long, short, value_parser = parse_duration, default_value = "1s")]
+        interval: Duration,
+        /// Functions shown
+        #[arg(long, short = 'n', default_value_t = 20)]
+        limit: u32,
+        /// Leave kernel frames out (time in the kernel counts for its caller)
+        #[arg(long)]
+        user_only: bool,
+        /// Stop after this many updates
+        #[arg(long)]
+        count: Option<u64>,
     },
     /// Start an open-ended profiling session and print its id
     Start {
@@ -231,6 +282,13 @@ enum FormatArg {
     Pprof,
     Flamegraph,
     Speedscope,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DiffFormatArg {
+    Text,
+    Pprof,
+    Flamegraph,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -405,8 +463,27 @@ async fn run(cli: Cli) -> Result<()> {
             since,
             until,
             limit,
+            format,
+            normalize,
+            output,
             selector,
         } => {
+            if format == DiffFormatArg::Pprof && output.is_none() && std::io::stdout().is_terminal()
+            {
+                bail!(
+                    "a pprof diff is binary (gzipped protobuf): pass --output FILE or redirect \
+                     standard output"
+                );
+            }
+            let options = match format {
+                DiffFormatArg::Text => None,
+                DiffFormatArg::Pprof => Some(v1::Format::Pprof),
+                DiffFormatArg::Flamegraph => Some(v1::Format::Flamegraph),
+            }
+            .map(|format| v1::ReportOptions {
+                format: format as i32,
+                ..Default::default()
+            });
             let now = SystemTime::now();
             let ago = |duration: Duration| unix_nanos(now - duration);
             let reply = daemon
@@ -422,10 +499,101 @@ async fn run(cli: Cli) -> Result<()> {
                     selector: Some(selector.to_proto()),
                     target_selector: None,
                     limit,
+                    options,
+                    normalize,
                 })
                 .await?
                 .into_inner();
-            print_text(&reply.text)?;
+            if format == DiffFormatArg::Text {
+                print_text(&reply.text)?;
+            } else {
+                write_output(&reply.report, output.as_deref())?;
+                if let Some(path) = &output {
+                    eprintln!("diff written to {}", path.display());
+                }
+            }
+        }
+        Command::Flamegraph {
+            selector,
+            duration,
+            since,
+            until,
+            no_kernel,
+            output,
+        } => {
+            let options = Some(v1::ReportOptions {
+                format: v1::Format::Flamegraph as i32,
+                kernel: Some(!no_kernel),
+                ..Default::default()
+            });
+            let reply = match (duration, since) {
+                (Some(duration), _) => {
+                    let progress = Progress::start(duration);
+                    let reply = daemon
+                        .profile(v1::ProfileRequest {
+                            duration_ms: duration.as_millis() as u64,
+                            selector: Some(selector.to_proto()),
+                            options,
+                            mode: v1::Mode::Cpu as i32,
+                        })
+                        .await;
+                    progress.finish();
+                    reply?.into_inner()
+                }
+                (None, Some(since)) => {
+                    let now = SystemTime::now();
+                    daemon
+                        .query(v1::QueryRequest {
+                            start_unix_nanos: unix_nanos(now - since),
+                            end_unix_nanos: until.map_or(0, |until| unix_nanos(now - until)),
+                            selector: Some(selector.to_proto()),
+                            options,
+                            mode: v1::Mode::Cpu as i32,
+                        })
+                        .await?
+                        .into_inner()
+                }
+                (None, None) => bail!(
+                    "say which window to draw: --duration 10s profiles the next 10 seconds, \
+                     --since 15m draws the last 15 minutes"
+                ),
+            };
+            write_output(&reply.report, Some(&output))?;
+            if let Some(summary) = reply.summary {
+                eprintln!("{}", format_summary(&summary, Some(&output)));
+            }
+        }
+        Command::Top {
+            selector,
+            interval,
+            limit,
+            user_only,
+            count,
+        } => {
+            let mut updates = daemon
+                .top(v1::TopRequest {
+                    selector: Some(selector.to_proto()),
+                    interval_ms: interval.as_millis() as u64,
+                    limit,
+                    user_only,
+                })
+                .await?
+                .into_inner();
+            let live = std::io::stdout().is_terminal();
+            let mut shown = 0;
+            while count.is_none_or(|count| shown < count) {
+                let Some(update) = updates.message().await? else {
+                    bail!("the daemon ended the top stream (it is shutting down?)");
+                };
+                let text = format_top(&update);
+                print_text(&if live {
+                    // Home the cursor and clear the screen: one frame per update.
+                    format!("\x1b[H\x1b[2J{text}")
+                } else {
+                    format!("{text}\n")
+                })?;
+                shown += 1;
+            }
         }
         Command::Start { selector } => {
             let reply = daemon
@@ -541,19 +709,61 @@ fn print_text(text: &str) -> Result<()> {
         .context("cannot write the report to standard output")
 }
 
-/// Writes the report where asked and a one-line summary to standard error.
-fn deliver(reply: v1::ProfileReply, report: &ReportArgs) -> Result<()> {
-    match &report.output {
-        Some(path) => std::fs::write(path, &reply.report)
-            .with_context(|| format!("cannot write the report to {}", path.display()))?,
+/// Writes `bytes` to the file, or to standard output.
+fn write_output(bytes: &[u8], output: Option<&std::path::Path>) -> Result<()> {
+    match output {
+        Some(path) => std::fs::write(path, bytes)
+            .with_context(|| format!("cannot write the report to {}", path.display())),
         None => {
             let mut stdout = std::io::stdout().lock();
             stdout
-                .write_all(&reply.report)
+                .write_all(bytes)
                 .and_then(|()| stdout.flush())
-                .context("cannot write the report to standard output")?;
+                .context("cannot write the report to standard output")
         }
     }
+}
+
+/// One update of `profilerctl top`: a summary line, then the functions.
+fn format_top(update: &v1::TopUpdate) -> String {
+    let summary = update.summary.clone().unwrap_or_default();
+    let seconds = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
+    // Samples over ticks of one CPU: how many CPUs the selection kept busy.
+    let cpus = if seconds > 0.0 && summary.frequency_hz > 0 {
+        summary.samples as f64 / (seconds * f64::from(summary.frequency_hz))
+    } else {
+        0.0
+    };
+    let mut text = format!(
+        "profilerd top: {} in {seconds:.1}s ({cpus:.2} CPUs busy), {}, {}\n\n",
+        plural(summary.samples, "sample"),
+        plural(u64::from(summary.processes), "process"),
+        plural(u64::from(summary.threads), "thread"),
+    );
+    for loss in &summary.lost {
+        text.push_str(&format!("lost: {} {}\n", loss.count, loss.cause));
+    }
+    text.push_str(" self%  total%    self   total  function  (module)\n");
+    for function in &update.functions {
+        text.push_str(&format!(
+            "{:>6.1} {:>6.1} {:>7} {:>7}  {}  ({})\n",
+            function.self_percent,
+            function.total_percent,
+            function.self_samples,
+            function.total_samples,
+            function.function,
+            function.module
+        ));
+    }
+    if update.functions.is_empty() {
+        text.push_str("  (no samples of the selection in this interval)\n");
+    }
+    text
+}
+
+/// Writes the report where asked and a one-line summary to standard error.
+fn deliver(reply: v1::ProfileReply, report: &ReportArgs) -> Result<()> {
+    write_output(&reply.report, report.output.as_deref())?;
     if let Some(summary) = reply.summary {
         eprintln!("{}", format_summary(&summary, report.output.as_deref()));
     }
@@ -607,12 +817,26 @@ fn format_status(status: &v1::StatusReply) -> String {
     let symbolizer = status.symbolizer.unwrap_or_default();
     let store = status.store.unwrap_or_default();
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
-    let oldest = if store.oldest_unix_nanos > 0 {
+    let seconds = |ms: u64| humantime::format_duration(Duration::from_secs(ms / 1000));
+    let history = if store.oldest_unix_nanos > 0 {
         let age = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|now| now.as_nanos() as i64 - store.oldest_unix_nanos)
-            .unwrap_or(0);
-        format!("{:.0}s ago", age as f64 / 1e9)
+            .unwrap_or(0)
+            .max(0);
+        let coarsest = if store.coarsest_bucket_ms > store.resolution_ms + 1000 {
+            format!(
+                " (the oldest coarsened up to {})",
+                seconds(store.coarsest_bucket_ms)
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "the last {} at {} resolution{coarsest}",
+            seconds(age as u64 / 1_000_000),
+            seconds(store.resolution_ms)
+        )
     } else {
         "none yet".to_owned()
     };
@@ -623,7 +847,8 @@ fn format_status(status: &v1::StatusReply) -> String {
          lost:       {lost}\n\
          processes:  {seen} seen, {tracked} tracked\n\
          symbolizer: {binaries} binaries, {user} user and {kernel} kernel addresses cached\n\
-         store:      {used:.1} MiB of {limit:.1} MiB, {buckets} buckets, {stacks} stacks, oldest sample {oldest}, retention {retention}, {evicted} buckets evicted for memory\n\
+         history:    {history}; retention {retention}\n\
+         store:      {used:.1} MiB of {limit:.1} MiB, {buckets} buckets, {stacks} stacks; for memory {coarsened} buckets merged, {evicted} evicted\n\
          sessions:   {sessions} open; longest profile {max}\n\
          peeks:      {peeks}\n",
         version = status.version,
@@ -649,6 +874,7 @@ fn format_status(status: &v1::StatusReply) -> String {
         stacks = store.distinct_stacks,
         retention = humantime::format_duration(Duration::from_millis(store.retention_ms)),
         evicted = store.buckets_evicted_for_memory,
+        coarsened = store.buckets_coarsened_for_memory,
         sessions = status.open_sessions,
         max = humantime::format_duration(Duration::from_millis(status.max_profile_duration_ms)),
         peeks = format_peek_status(&status.peek.clone().unwrap_or_default()),

@@ -4,8 +4,9 @@
 //! change in percentage points. Shares, not counts, so windows of
 //! different lengths compare.
 
-use std::{collections::HashMap, fmt::Write as _, sync::Arc};
+use std::{fmt::Write as _, sync::Arc};
 
+use super::functions::function_counts;
 use crate::profile::Profile;
 
 /// One function in both profiles.
@@ -30,61 +31,36 @@ impl FunctionChange {
     }
 }
 
-/// Self and total samples per function, and the profile's samples.
-fn shares(profile: &Profile) -> (HashMap<Arc<str>, (u64, u64)>, u64) {
-    let mut counts: HashMap<Arc<str>, (u64, u64)> = HashMap::new();
-    let mut all = 0;
-    for sample in &profile.samples {
-        let Some(stack) = profile.stacks.get(sample.stack) else {
-            continue;
-        };
-        all += sample.count;
-        let functions: Vec<&Arc<str>> = stack
-            .iter()
-            .filter_map(|&location| profile.locations.get(location as usize))
-            .flat_map(|location| location.frames.iter().map(|frame| &frame.function))
-            .collect();
-        if let Some(leaf) = functions.last() {
-            counts.entry((*leaf).clone()).or_default().0 += sample.count;
-        }
-        let mut seen: Vec<&Arc<str>> = Vec::new();
-        for function in functions {
-            if !seen.contains(&function) {
-                seen.push(function);
-                counts.entry(function.clone()).or_default().1 += sample.count;
-            }
-        }
-    }
-    (counts, all)
-}
-
 /// Every function of either profile, the largest change (self, then total)
 /// first.
 pub fn diff(base: &Profile, target: &Profile) -> Vec<FunctionChange> {
-    let (base_counts, base_all) = shares(base);
-    let (target_counts, target_all) = shares(target);
-    let percent = |count: u64, all: u64| {
-        if all == 0 {
-            0.0
-        } else {
-            count as f64 * 100.0 / all as f64
-        }
-    };
-    let mut functions: Vec<&Arc<str>> = base_counts.keys().chain(target_counts.keys()).collect();
+    let (base, target) = (function_counts(base, true), function_counts(target, true));
+    let mut functions: Vec<&Arc<str>> = base
+        .functions
+        .keys()
+        .chain(target.functions.keys())
+        .collect();
     functions.sort();
     functions.dedup();
     let mut changes: Vec<FunctionChange> = functions
         .into_iter()
         .map(|function| {
-            let (base_self, base_total) = base_counts.get(function).copied().unwrap_or_default();
-            let (target_self, target_total) =
-                target_counts.get(function).copied().unwrap_or_default();
+            let counts = |of: &super::functions::FunctionCounts| {
+                of.functions.get(function).map_or((0.0, 0.0), |count| {
+                    (
+                        of.percent(count.self_samples),
+                        of.percent(count.total_samples),
+                    )
+                })
+            };
+            let ((base_self, base_total), (target_self, target_total)) =
+                (counts(&base), counts(&target));
             FunctionChange {
                 function: function.clone(),
-                base_self: percent(base_self, base_all),
-                target_self: percent(target_self, target_all),
-                base_total: percent(base_total, base_all),
-                target_total: percent(target_total, target_all),
+                base_self,
+                target_self,
+                base_total,
+                target_total,
             }
         })
         .collect();

@@ -23,20 +23,67 @@ pub(super) fn svg(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>,
     );
     flamegraph.count_name = "samples".to_owned();
     if folded.is_empty() {
-        // inferno refuses an empty input; an empty graph still says why.
-        return Ok(format!(
-            "<?xml version=\"1.0\" standalone=\"no\"?>\n\
-             <svg version=\"1.1\" width=\"1200\" height=\"60\" \
-             xmlns=\"http://www.w3.org/2000/svg\"><text x=\"10\" y=\"30\">{}: no samples \
-             in this window</text></svg>\n",
-            flamegraph.title
-        )
-        .into_bytes());
+        return Ok(empty_svg(&flamegraph.title));
     }
     let mut svg = Vec::new();
     inferno::flamegraph::from_lines(&mut flamegraph, folded.lines(), &mut svg)
         .map_err(|err| ReportError::Flamegraph(err.to_string()))?;
     Ok(svg)
+}
+
+/// A differential flame graph: the target's stacks, each frame coloured by
+/// how its samples changed from the base's (red: more, blue: fewer), as
+/// Brendan Gregg's difffolded.pl and flamegraph.pl draw it. With
+/// `normalize`, the base is first scaled to the target's sample total.
+pub(super) fn diff_svg(
+    base: &Profile,
+    target: &Profile,
+    options: &ReportOptions,
+    normalize: bool,
+) -> Result<Vec<u8>, ReportError> {
+    let (base_folded, target_folded) = (
+        folded::render(base, options)?,
+        folded::render(target, options)?,
+    );
+    let mut both = Vec::new();
+    inferno::differential::from_readers(
+        inferno::differential::Options {
+            normalize,
+            strip_hex: false,
+        },
+        base_folded.as_bytes(),
+        target_folded.as_bytes(),
+        &mut both,
+    )?;
+    let mut flamegraph = inferno::flamegraph::Options::default();
+    flamegraph.title = format!(
+        "profilerd diff: {:.1} s against a base of {:.1} s{}",
+        target.duration_secs(),
+        base.duration_secs(),
+        if normalize { " (normalized)" } else { "" }
+    );
+    flamegraph.subtitle = Some("red: more samples than in the base, blue: fewer".to_owned());
+    flamegraph.count_name = "samples".to_owned();
+    let both = String::from_utf8_lossy(&both);
+    if both.trim().is_empty() {
+        return Ok(empty_svg(&flamegraph.title));
+    }
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut flamegraph, both.lines(), &mut svg)
+        .map_err(|err| ReportError::Flamegraph(err.to_string()))?;
+    Ok(svg)
+}
+
+/// An SVG that says the window had no samples (inferno refuses an empty
+/// input).
+fn empty_svg(title: &str) -> Vec<u8> {
+    format!(
+        "<?xml version=\"1.0\" standalone=\"no\"?>\n\
+         <svg version=\"1.1\" width=\"1200\" height=\"60\" \
+         xmlns=\"http://www.w3.org/2000/svg\"><text x=\"10\" y=\"30\">{title}: no samples \
+         in this window</text></svg>\n"
+    )
+    .into_bytes()
 }
 
 /// The profile in speedscope's file format

@@ -37,11 +37,14 @@ mod flamegraph;
 mod flat;
 mod folded;
 mod frames;
+mod functions;
 mod pprof;
+mod pprof_diff;
 mod protobuf;
 mod sequences;
 #[cfg(test)]
 mod test_support;
+mod top;
 mod tree;
 
 use std::{collections::BTreeMap, fmt::Write as _};
@@ -50,6 +53,7 @@ use crate::profile::{Format, GroupBy, Profile, ReportOptions, ThreadInfo};
 pub use callers::{CallerCount, callers, callers_text};
 pub use diff::{FunctionChange, diff, diff_text};
 use frames::{Expansion, StackSample};
+pub use top::{TopFunction, top};
 
 /// Why a report could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +104,31 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
         Format::Pprof => pprof::render(profile, options),
         Format::Flamegraph => flamegraph::svg(profile, options),
         Format::Speedscope => flamegraph::speedscope(profile, options),
+    }
+}
+
+/// How a diff of two profiles is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiffFormat {
+    /// The target minus the base as one gzipped pprof profile.
+    Pprof,
+    /// A differential flame graph (SVG).
+    Flamegraph,
+}
+
+/// Renders the difference of `target` from `base`; `options.kernel`,
+/// `maxdepth`, `mincount` and `groupby` apply as to the single profiles'
+/// reports. With `normalize` the base is scaled to the target's samples.
+pub fn render_diff(
+    base: &Profile,
+    target: &Profile,
+    format: DiffFormat,
+    options: &ReportOptions,
+    normalize: bool,
+) -> Result<Vec<u8>, ReportError> {
+    match format {
+        DiffFormat::Pprof => pprof_diff::render(base, target, options, normalize),
+        DiffFormat::Flamegraph => flamegraph::diff_svg(base, target, options, normalize),
     }
 }
 

@@ -8,19 +8,21 @@
 //! symbolize.
 
 mod aggregate;
+mod holds;
 mod tables;
 
 use std::{
     collections::VecDeque,
     mem::{size_of, size_of_val},
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use profiler_common::{COUNTER_COUNT, SampleKind};
 use rustc_hash::FxHashMap as HashMap;
 use tracing::{debug, info};
 
+pub use self::holds::{WindowHold, WindowHolds};
 use self::tables::{Interner, Renumbering, StackTable};
 use crate::{
     drain::{CounterDeltas, losses},
@@ -31,6 +33,22 @@ use crate::{
 /// Rebuild the intern tables (dropping what no bucket refers to any more)
 /// at most this often, unless memory is short.
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(60);
+
+/// At the memory ceiling, the oldest buckets are merged into buckets of up
+/// to this many times the resolution before any are dropped.
+const MAX_COARSENING: u32 = 6;
+
+/// How the store keeps its history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// How long samples are kept.
+    pub retention: Duration,
+    /// The span of a bucket once its time is past (drains are finer; the
+    /// buckets of a complete span are merged into one).
+    pub resolution: Duration,
+    /// Hard ceiling on the bytes the store holds.
+    pub memory_limit: u64,
+}
 
 /// Which samples a query covers; empty lists do not restrict, different
 /// kinds must all match, values within one list are alternatives.
@@ -97,10 +115,17 @@ pub struct StoreStats {
     pub memory_bytes: u64,
     pub memory_limit_bytes: u64,
     pub retention: Duration,
+    pub resolution: Duration,
     pub buckets: u64,
+    /// How far back samples reach, and up to when they are stored.
     pub oldest: Option<SystemTime>,
+    pub newest: Option<SystemTime>,
+    /// The span of the longest bucket: the coarsest resolution history is
+    /// held at (longer than `resolution` once the ceiling made it coarsen).
+    pub coarsest_bucket: Duration,
     pub distinct_stacks: u64,
     pub buckets_evicted_for_memory: u64,
+    pub buckets_coarsened_for_memory: u64,
 }
 
 /// CPU-clock samples of one thread with one stack in one bucket. Each
@@ -129,11 +154,51 @@ impl Bucket {
     }
 
     fn samples(&self) -> u64 {
-        self.cpu
-            .iter()
-            .map(|samples| u64::from(samples.count))
-            .sum()
+        samples_in(&self.cpu)
     }
+
+    fn span(&self) -> Duration {
+        self.end.duration_since(self.start).unwrap_or_default()
+    }
+
+    fn middle(&self) -> SystemTime {
+        self.start + self.span() / 2
+    }
+
+    /// One bucket for the time of `parts` (consecutive, oldest first), with
+    /// their samples added up.
+    fn merge(parts: impl IntoIterator<Item = Bucket>) -> Bucket {
+        let mut parts = parts.into_iter();
+        let mut merged = parts.next().expect("at least one bucket to merge");
+        let mut cpu = std::mem::take(&mut merged.cpu).into_vec();
+        let mut samples = samples_in(&cpu);
+        let mut weight = u128::from(merged.period_ns) * u128::from(samples);
+        for part in parts {
+            merged.end = part.end;
+            let part_samples = part.samples();
+            weight += u128::from(part.period_ns) * u128::from(part_samples);
+            samples += part_samples;
+            for (total, delta) in merged.counters.iter_mut().zip(part.counters) {
+                *total += delta;
+            }
+            cpu.extend_from_slice(&part.cpu);
+        }
+        sort_cpu_samples(&mut cpu);
+        cpu.dedup_by(|next, kept| {
+            let same = (next.thread, next.stack) == (kept.thread, kept.stack);
+            if same {
+                kept.count = kept.count.saturating_add(next.count);
+            }
+            same
+        });
+        merged.cpu = cpu.into_boxed_slice();
+        merged.period_ns = weight.checked_div(u128::from(samples)).unwrap_or(0) as u64;
+        merged
+    }
+}
+
+fn samples_in(cpu: &[CpuSamples]) -> u64 {
+    cpu.iter().map(|samples| u64::from(samples.count)).sum()
 }
 
 /// What a location owns beyond itself, roughly (its names are shared).
@@ -143,8 +208,11 @@ const FRAME_BYTES: usize = size_of::<crate::profile::Frame>();
 /// Buckets of aggregated samples and the tables they refer to.
 #[derive(Debug)]
 pub struct Store {
-    retention: Duration,
-    memory_limit: u64,
+    settings: StoreSettings,
+    /// Open windows: buckets from the oldest on are kept as drained.
+    holds: WindowHolds,
+    /// Buckets that end by this instant are merged at the resolution.
+    coarsened_until: SystemTime,
     buckets: VecDeque<Bucket>,
     threads: Interner<ThreadInfo, ThreadInfo>,
     locations: Interner<LocationKey, Arc<SymbolizedLocation>>,
@@ -152,6 +220,7 @@ pub struct Store {
     /// Bytes of the buckets (the tables are measured when asked).
     bucket_bytes: usize,
     buckets_evicted_for_memory: u64,
+    buckets_coarsened_for_memory: u64,
     /// Windows of the buckets dropped for memory, and their samples, until
     /// they are older than the retention: reports of windows that overlap
     /// them say what they lost.
@@ -169,23 +238,26 @@ struct Eviction {
 }
 
 impl Store {
-    pub fn new(retention: Duration, memory_limit: u64) -> Self {
+    pub fn new(settings: StoreSettings) -> Self {
         Self {
-            retention,
-            memory_limit,
+            settings,
+            holds: WindowHolds::default(),
+            coarsened_until: UNIX_EPOCH,
             buckets: VecDeque::new(),
             threads: Interner::default(),
             locations: Interner::default(),
             stacks: StackTable::default(),
             bucket_bytes: 0,
             buckets_evicted_for_memory: 0,
+            buckets_coarsened_for_memory: 0,
             evictions: VecDeque::new(),
             last_compaction: SystemTime::now(),
             first_sample: None,
         }
     }
 
-    /// Adds a batch as one bucket, then enforces retention and the ceiling.
+    /// Adds a batch as one bucket, merges the buckets of spans now complete,
+    /// then enforces retention and the ceiling.
     pub fn insert(&mut self, batch: SymbolizedBatch) {
         let mut counts: HashMap<(u32, u32), u32> = HashMap::default();
         let (mut samples, mut weight) = (0_u64, 0_u64);
@@ -222,8 +294,54 @@ impl Store {
         self.first_sample.get_or_insert(bucket.start);
         self.bucket_bytes += bucket.bytes();
         self.buckets.push_back(bucket);
+        self.coarsen_complete_spans();
         self.expire(batch.end);
         self.enforce_ceiling();
+    }
+
+    /// Merges the buckets of each resolution span (aligned on the epoch; a
+    /// bucket belongs to the span its middle falls in) once a later bucket
+    /// shows the span complete, unless an open window still holds it.
+    fn coarsen_complete_spans(&mut self) {
+        let resolution = self.settings.resolution.as_nanos().max(1);
+        let span_of = |bucket: &Bucket| {
+            bucket
+                .middle()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+                / resolution
+        };
+        let held_from = self.holds.oldest();
+        let mut first = self
+            .buckets
+            .partition_point(|bucket| bucket.end <= self.coarsened_until);
+        while first < self.buckets.len() {
+            let span = span_of(&self.buckets[first]);
+            let Some(next) =
+                (first..self.buckets.len()).find(|&index| span_of(&self.buckets[index]) != span)
+            else {
+                // The span is still being filled.
+                return;
+            };
+            if held_from.is_some_and(|held| self.buckets[next - 1].end > held) {
+                return;
+            }
+            if next - first > 1 {
+                self.merge_buckets(first, next);
+            }
+            self.coarsened_until = self.buckets[first].end;
+            first += 1;
+        }
+    }
+
+    /// Replaces the buckets `first..end` by one.
+    fn merge_buckets(&mut self, first: usize, end: usize) {
+        let parts: Vec<Bucket> = self.buckets.drain(first..end).collect();
+        self.bucket_bytes -= parts.iter().map(Bucket::bytes).sum::<usize>();
+        let merged = Bucket::merge(parts);
+        self.bucket_bytes += merged.bytes();
+        self.buckets.insert(first, merged);
     }
 
     fn intern_thread(&mut self, thread: ThreadInfo) -> u32 {
@@ -243,7 +361,7 @@ impl Store {
 
     /// Drops buckets that ended before the retention window.
     fn expire(&mut self, now: SystemTime) {
-        let Some(horizon) = now.checked_sub(self.retention) else {
+        let Some(horizon) = now.checked_sub(self.settings.retention) else {
             return;
         };
         while self
@@ -269,13 +387,15 @@ impl Store {
     }
 
     /// Keeps the store under the ceiling: first by compacting the tables,
-    /// then by dropping the oldest buckets (counted, never silently).
+    /// then by coarsening the oldest buckets, then by dropping them (counted,
+    /// never silently).
     fn enforce_ceiling(&mut self) {
-        if self.memory_bytes() <= self.memory_limit {
+        if self.memory_bytes() <= self.settings.memory_limit {
             return;
         }
         self.compact(SystemTime::now());
-        while self.memory_bytes() > self.memory_limit && self.buckets.len() > 1 {
+        self.coarsen_for_memory();
+        while self.memory_bytes() > self.settings.memory_limit && self.buckets.len() > 1 {
             let bucket = self.pop_oldest();
             self.buckets_evicted_for_memory += 1;
             self.evictions.push_back(Eviction {
@@ -286,13 +406,44 @@ impl Store {
             if self.buckets_evicted_for_memory.is_power_of_two() {
                 info!(
                     evicted = self.buckets_evicted_for_memory,
-                    limit = self.memory_limit,
+                    limit = self.settings.memory_limit,
                     "the profile store is at its memory ceiling; dropping the oldest samples \
                      before their retention ends (raise memory_limit to keep them)"
                 );
             }
             if self.buckets.len().is_multiple_of(16) {
                 self.compact(SystemTime::now());
+            }
+        }
+    }
+
+    /// Merges neighbouring buckets of the older half of the store, oldest
+    /// first, into buckets of up to [`MAX_COARSENING`] times the resolution,
+    /// until the store is under its ceiling. Held buckets are left alone.
+    fn coarsen_for_memory(&mut self) {
+        let longest = self.settings.resolution * MAX_COARSENING;
+        let held_from = self.holds.oldest();
+        // The tables do not shrink by merging buckets: measured once.
+        let tables = self.table_bytes();
+        let over = |store: &Self| store.bucket_part_bytes() + tables > store.settings.memory_limit;
+        let mut first = 0;
+        while over(self) && first + 1 < self.buckets.len() / 2 {
+            let (older, newer) = (&self.buckets[first], &self.buckets[first + 1]);
+            let span = newer.end.duration_since(older.start).unwrap_or_default();
+            if span > longest || held_from.is_some_and(|held| newer.end > held) {
+                first += 1;
+                continue;
+            }
+            self.merge_buckets(first, first + 2);
+            self.buckets_coarsened_for_memory += 1;
+            self.coarsened_until = self.coarsened_until.max(self.buckets[first].end);
+            if self.buckets_coarsened_for_memory.is_power_of_two() {
+                info!(
+                    coarsened = self.buckets_coarsened_for_memory,
+                    limit = self.settings.memory_limit,
+                    "the profile store is at its memory ceiling; merging its oldest buckets \
+                     into coarser ones (raise memory_limit to keep the resolution)"
+                );
             }
         }
     }
@@ -345,14 +496,27 @@ impl Store {
         );
     }
 
+    /// The holds of the windows still open, which keep the buckets they
+    /// cover as drained.
+    pub fn holds(&self) -> WindowHolds {
+        self.holds.clone()
+    }
+
     /// Bytes the store holds: its buckets and its tables at their capacity.
     pub fn memory_bytes(&self) -> u64 {
-        let tables = self.threads.bytes(|_| 0)
+        self.bucket_part_bytes() + self.table_bytes()
+    }
+
+    fn bucket_part_bytes(&self) -> u64 {
+        (self.bucket_bytes + self.buckets.capacity() * size_of::<Bucket>()) as u64
+    }
+
+    fn table_bytes(&self) -> u64 {
+        (self.threads.bytes(|_| 0)
             + self.locations.bytes(|location| {
                 LOCATION_HEAP_BYTES + FRAME_BYTES * location.location.frames.len()
             })
-            + self.stacks.bytes();
-        (self.bucket_bytes + self.buckets.capacity() * size_of::<Bucket>() + tables) as u64
+            + self.stacks.bytes()) as u64
     }
 
     /// The oldest time samples are still held for.
@@ -363,12 +527,21 @@ impl Store {
     pub fn stats(&self) -> StoreStats {
         StoreStats {
             memory_bytes: self.memory_bytes(),
-            memory_limit_bytes: self.memory_limit,
-            retention: self.retention,
+            memory_limit_bytes: self.settings.memory_limit,
+            retention: self.settings.retention,
+            resolution: self.settings.resolution,
             buckets: self.buckets.len() as u64,
             oldest: self.oldest(),
+            newest: self.buckets.back().map(|bucket| bucket.end),
+            coarsest_bucket: self
+                .buckets
+                .iter()
+                .map(Bucket::span)
+                .max()
+                .unwrap_or_default(),
             distinct_stacks: self.stacks.len() as u64,
             buckets_evicted_for_memory: self.buckets_evicted_for_memory,
+            buckets_coarsened_for_memory: self.buckets_coarsened_for_memory,
         }
     }
 
@@ -471,8 +644,7 @@ impl Store {
     /// buckets, any other window the nearest whole buckets.
     fn buckets_in(&self, start: SystemTime, end: SystemTime) -> impl Iterator<Item = &Bucket> {
         self.buckets.iter().filter(move |bucket| {
-            let middle =
-                bucket.start + bucket.end.duration_since(bucket.start).unwrap_or_default() / 2;
+            let middle = bucket.middle();
             start <= middle && middle <= end
         })
     }
@@ -495,8 +667,8 @@ impl Store {
                 format!(
                     "the first {missing} of the window are no longer held (retention {}, memory \
                      ceiling {}); the report covers the rest",
-                    humantime::format_duration(self.retention),
-                    bytesize::ByteSize::b(self.memory_limit)
+                    humantime::format_duration(self.settings.retention),
+                    bytesize::ByteSize::b(self.settings.memory_limit)
                 )
             });
         }
@@ -581,6 +753,15 @@ mod tests {
         }
     }
 
+    /// A store of 1 s buckets, as the batches below are.
+    fn store(retention_secs: u64, memory_limit: u64) -> Store {
+        Store::new(StoreSettings {
+            retention: Duration::from_secs(retention_secs),
+            resolution: Duration::from_secs(1),
+            memory_limit,
+        })
+    }
+
     fn query(start: u64, end: u64, selector: Selector) -> Query {
         Query {
             start: at(start),
@@ -607,7 +788,7 @@ mod tests {
 
     #[test]
     fn windows_select_whole_buckets_and_aggregate() {
-        let mut store = Store::new(Duration::from_secs(600), 1 << 30);
+        let mut store = store(600, 1 << 30);
         store.insert(batch(0, &[(1, &["main", "a"], 3)]));
         store.insert(batch(1, &[(1, &["main", "a"], 2), (1, &["main", "b"], 1)]));
         store.insert(batch(2, &[(1, &["main", "b"], 7)]));
@@ -621,7 +802,7 @@ mod tests {
 
     #[test]
     fn selectors_filter_threads() {
-        let mut store = Store::new(Duration::from_secs(600), 1 << 30);
+        let mut store = store(600, 1 << 30);
         store.insert(batch(0, &[(1, &["x"], 1), (2, &["y"], 2), (3, &["z"], 4)]));
         let by_pid = Selector {
             pids: vec![2, 3],
@@ -681,7 +862,7 @@ mod tests {
 
     #[test]
     fn retention_expires_old_buckets_and_says_so() {
-        let mut store = Store::new(Duration::from_secs(10), 1 << 30);
+        let mut store = store(10, 1 << 30);
         for second in 0..30 {
             store.insert(batch(second, &[(1, &["main"], 1)]));
         }
@@ -699,7 +880,7 @@ mod tests {
 
     #[test]
     fn a_window_from_before_the_start_says_so() {
-        let mut store = Store::new(Duration::from_secs(600), 1 << 30);
+        let mut store = store(600, 1 << 30);
         store.insert(batch(10, &[(1, &["main"], 1)]));
         let profile = store.profile(&query(0, 11, Selector::default()));
         assert_eq!(profile.total_samples(), 1);
@@ -712,7 +893,7 @@ mod tests {
 
     #[test]
     fn memory_ceiling_holds_and_counts_what_it_drops() {
-        let mut store = Store::new(Duration::from_secs(3600), 64 * 1024);
+        let mut store = store(3600, 64 * 1024);
         for second in 0..200 {
             let names: Vec<String> = (0..20).map(|i| format!("f{second}_{i}")).collect();
             let stack: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -735,12 +916,75 @@ mod tests {
 
     #[test]
     fn compaction_preserves_profiles() {
-        let mut store = Store::new(Duration::from_secs(600), 1 << 30);
+        let mut store = store(600, 1 << 30);
         store.insert(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 1)]));
         store.insert(batch(1, &[(1, &["main", "b"], 2)]));
         let before = counts_by_leaf(&store.profile(&query(0, 2, Selector::default())));
         store.compact(at(2));
         let after = counts_by_leaf(&store.profile(&query(0, 2, Selector::default())));
         assert_eq!(before, after);
+    }
+
+    #[test]
+    fn complete_spans_are_merged_at_the_resolution() {
+        let mut store = Store::new(StoreSettings {
+            retention: Duration::from_secs(3600),
+            resolution: Duration::from_secs(10),
+            memory_limit: 1 << 30,
+        });
+        let hold = store.holds().hold(at(5));
+        for second in 0..25 {
+            let leaf = if second < 10 { "a" } else { "b" };
+            store.insert(batch(second, &[(1, &["main", leaf], 2), (2, &["main"], 1)]));
+        }
+        assert_eq!(store.stats().buckets, 25, "an open window holds them");
+        drop(hold);
+        store.insert(batch(25, &[(1, &["main", "b"], 2), (2, &["main"], 1)]));
+        // Spans [0, 10) and [10, 20) are complete: one bucket each.
+        let stats = store.stats();
+        assert_eq!(stats.buckets, 2 + 6, "{stats:?}");
+        assert_eq!(stats.coarsest_bucket, Duration::from_secs(10));
+        assert_eq!(stats.buckets_coarsened_for_memory, 0);
+        let all = store.profile(&query(0, 26, Selector::default()));
+        assert_eq!(
+            counts_by_leaf(&all),
+            [("a".into(), 20), ("b".into(), 32), ("main".into(), 26)]
+        );
+        assert_eq!(all.samples.iter().map(|s| s.weight_ns).sum::<u64>(), 780);
+        // Past windows are whole buckets now: the second span, not a part.
+        let part = store.profile(&query(12, 14, Selector::default()));
+        assert!(part.samples.is_empty(), "{:?}", counts_by_leaf(&part));
+        let second_span = store.profile(&query(10, 20, Selector::default()));
+        assert_eq!(
+            counts_by_leaf(&second_span),
+            [("b".into(), 20), ("main".into(), 10)]
+        );
+    }
+
+    #[test]
+    fn the_ceiling_coarsens_before_it_drops() {
+        let threads: Vec<(u32, &[&str], u64)> = (0..200)
+            .map(|pid| (pid, &["main", "work"][..], 1))
+            .collect();
+        let mut store = store(3600, 1 << 30);
+        store.insert(batch(0, &threads));
+        let first = store.memory_bytes();
+        store.insert(batch(1, &threads));
+        let one_bucket = store.memory_bytes() - first;
+        // Room for 70 buckets of these, not 100: merging the older half (up
+        // to 6 into one) keeps them all.
+        store.settings.memory_limit = first + one_bucket * 70;
+        for second in 2..100 {
+            store.insert(batch(second, &threads));
+            assert!(store.memory_bytes() <= store.settings.memory_limit);
+        }
+        let stats = store.stats();
+        assert!(stats.buckets_coarsened_for_memory > 0, "{stats:?}");
+        assert_eq!(stats.buckets_evicted_for_memory, 0, "{stats:?}");
+        assert!(stats.coarsest_bucket > Duration::from_secs(1));
+        assert!(stats.coarsest_bucket <= Duration::from_secs(u64::from(MAX_COARSENING)));
+        let all = store.profile(&query(0, 100, Selector::default()));
+        assert_eq!(all.total_samples(), 200 * 100);
+        assert!(all.lost.is_empty(), "{:?}", all.lost);
     }
 }

@@ -72,6 +72,36 @@ async fn profilerctl_profiles_reports_status_and_errors() {
         text.contains("samples taken") && text.contains("lost:"),
         "{text}"
     );
+    // The history's defaults: an hour, 10 s buckets once past.
+    assert!(text.contains("at 10s resolution; retention 1h"), "{text}");
+
+    // The flame graph shortcut, of the next second and of the last ones.
+    for window in [["--duration", "1s"], ["--since", "3s"]] {
+        let svg_file = dir.path().join("flamegraph.svg");
+        let svg_path = svg_file.display().to_string();
+        let mut args = vec!["flamegraph", "--pid", &pid, "-o", &svg_path];
+        args.extend(window);
+        let output = crate::support::profilerctl(&daemon.socket, &args).await;
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let svg = std::fs::read_to_string(&svg_file).expect("the flame graph file");
+        crate::support::parse_svg(&svg);
+        assert!(
+            svg.contains(">hot"),
+            "{window:?}: no hot in the flame graph"
+        );
+        std::fs::remove_file(&svg_file).expect("removed");
+    }
+    let no_window = profilerctl(&daemon, &["flamegraph", "--pid", &pid]);
+    assert!(!no_window.status.success());
+    assert!(
+        String::from_utf8_lossy(&no_window.stderr).contains("--duration 10s"),
+        "{}",
+        String::from_utf8_lossy(&no_window.stderr)
+    );
 
     let bad = profilerctl(
         &daemon,

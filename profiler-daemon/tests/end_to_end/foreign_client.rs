@@ -58,17 +58,7 @@ async fn python_grpcio_finds_the_api_by_reflection_and_profiles() {
     }
     assert!(printed.contains("health: SERVING"), "{printed}");
 
-    let top = Command::new("go")
-        .args(["tool", "pprof", "-top"])
-        .arg(&profile)
-        .output()
-        .expect("go tool pprof runs");
-    let top_text = String::from_utf8_lossy(&top.stdout);
-    assert!(
-        top.status.success(),
-        "{}",
-        String::from_utf8_lossy(&top.stderr)
-    );
+    let top_text = crate::support::go_pprof_top(&std::fs::read(&profile).expect("the profile"));
     for function in ["spin_alpha", "spin_beta"] {
         assert!(top_text.contains(function), "{function} in:\n{top_text}");
     }

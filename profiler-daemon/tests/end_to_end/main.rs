@@ -9,6 +9,7 @@ mod access;
 mod api_errors;
 mod cli;
 mod foreign_client;
+mod history;
 mod peeks;
 mod pprof;
 mod profiles;

@@ -198,7 +198,9 @@ async fn tree_reports_name_files_and_lines() {
 #[tokio::test(flavor = "multi_thread")]
 async fn queries_report_past_windows_and_only_them() {
     const COMM: &str = "query-split";
-    let daemon = crate::support::Daemon::start().await;
+    // Past windows are reported in whole buckets: 1 s ones, for windows of
+    // a few seconds.
+    let daemon = crate::support::Daemon::start_with(&["--resolution", "1s"]).await;
     let mut client = daemon.client().await;
     let now = || {
         std::time::SystemTime::now()
@@ -312,13 +314,7 @@ async fn flame_graphs_and_speedscope_show_the_hot_function() {
     .await
     .report;
     let svg = String::from_utf8(svg).expect("SVG is text");
-    // inferno writes the SVG DOCTYPE, which roxmltree accepts when asked.
-    let parsing = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..roxmltree::ParsingOptions::default()
-    };
-    let document = roxmltree::Document::parse_with_options(&svg, parsing)
-        .expect("the flame graph is well-formed XML");
+    let document = crate::support::parse_svg(&svg);
     assert_eq!(document.root_element().tag_name().name(), "svg");
     assert!(
         document
@@ -386,7 +382,8 @@ async fn callers_of_a_function_come_with_counts() {
 /// took over gains share, the one that stopped loses it.
 #[tokio::test(flavor = "multi_thread")]
 async fn diff_shows_which_function_took_over() {
-    let daemon = crate::support::Daemon::start().await;
+    // Windows of 1.5 s: buckets of 1 s.
+    let daemon = crate::support::Daemon::start_with(&["--resolution", "1s"]).await;
     let mut client = daemon.client().await;
     let now = || {
         std::time::SystemTime::now()
@@ -401,23 +398,27 @@ async fn diff_shows_which_function_took_over() {
     let target_start = now();
     let second = crate::support::Workload::start_as("peek_threads", "diff-second", &[]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    let target_end = now();
+    let request = |options: Option<v1::ReportOptions>| v1::DiffRequest {
+        base: Some(v1::Window {
+            start_unix_nanos: base_start,
+            end_unix_nanos: target_start,
+        }),
+        target: Some(v1::Window {
+            start_unix_nanos: target_start,
+            end_unix_nanos: target_end,
+        }),
+        selector: Some(v1::Selector {
+            comm_regex: "^diff-".into(),
+            ..Default::default()
+        }),
+        target_selector: None,
+        limit: 10,
+        options,
+        normalize: true,
+    };
     let reply = client
-        .diff(v1::DiffRequest {
-            base: Some(v1::Window {
-                start_unix_nanos: base_start,
-                end_unix_nanos: target_start,
-            }),
-            target: Some(v1::Window {
-                start_unix_nanos: target_start,
-                end_unix_nanos: 0,
-            }),
-            selector: Some(v1::Selector {
-                comm_regex: "^diff-".into(),
-                ..Default::default()
-            }),
-            target_selector: None,
-            limit: 10,
-        })
+        .diff(request(None))
         .await
         .unwrap_or_else(|status| panic!("Diff failed: {status:?}"))
         .into_inner();
@@ -433,4 +434,38 @@ async fn diff_shows_which_function_took_over() {
     assert!(change("spin_alpha") > 10.0, "{}", reply.text);
     assert!(change("spin") < -10.0, "{}", reply.text);
     assert!(reply.text.contains("spin_alpha"), "{}", reply.text);
+
+    // As pprof: the target minus the base, which `go tool pprof` reads as
+    // spin_alpha gained and spin lost.
+    let drawn = client
+        .diff(request(Some(options(v1::Format::Pprof))))
+        .await
+        .unwrap_or_else(|status| panic!("Diff as pprof failed: {status:?}"))
+        .into_inner();
+    let top = crate::support::go_pprof_top(&drawn.report);
+    let flat_of = |name: &str| {
+        top.lines()
+            // flat flat% sum% cum cum% function [(inline)]
+            .find(|line| line.split_whitespace().nth(5) == Some(name))
+            .and_then(|line| line.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{name} in go tool pprof -top:\n{top}"))
+            .to_owned()
+    };
+    assert!(!flat_of("spin_alpha").starts_with('-'), "{top}");
+    assert!(flat_of("spin").starts_with('-'), "{top}");
+    // As a differential flame graph.
+    let svg = client
+        .diff(request(Some(options(v1::Format::Flamegraph))))
+        .await
+        .unwrap_or_else(|status| panic!("Diff as flamegraph failed: {status:?}"))
+        .into_inner()
+        .report;
+    let svg = String::from_utf8(svg).expect("SVG is text");
+    crate::support::parse_svg(&svg);
+    assert!(svg.contains("spin_alpha"), "{svg}");
+    let tree = client
+        .diff(request(Some(options(v1::Format::Tree))))
+        .await
+        .expect_err("a diff is not drawn as a tree");
+    assert_eq!(tree.code(), tonic::Code::InvalidArgument, "{tree:?}");
 }

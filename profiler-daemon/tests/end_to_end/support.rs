@@ -335,3 +335,53 @@ pub fn has_chain(frames: &[String], chain: &[&str]) -> bool {
 pub fn total(stacks: &[(Vec<String>, u64)]) -> u64 {
     stacks.iter().map(|(_, count)| count).sum()
 }
+
+/// What `go tool pprof -top` prints for the gzipped profile `bytes`
+/// (panics, showing its error, when it cannot read them).
+pub fn go_pprof_top(bytes: &[u8]) -> String {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("profile.pb.gz");
+    fs::write(&path, bytes).expect("the profile is written");
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(&path)
+        .env("HOME", dir.path())
+        .env("PPROF_TMPDIR", dir.path())
+        .output()
+        .expect("`go` runs: install golang-go (cargo xtask test does)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "go tool pprof failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// Parses an SVG document (panics when it is not well-formed XML).
+pub fn parse_svg(svg: &str) -> roxmltree::Document<'_> {
+    // inferno writes the SVG DOCTYPE, which roxmltree accepts when asked.
+    let parsing = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    roxmltree::Document::parse_with_options(svg, parsing)
+        .unwrap_or_else(|err| panic!("the SVG is not well-formed XML: {err}"))
+}
+
+/// Runs profilerctl against the daemon at `socket` with `args`, off the
+/// async threads, and returns its output.
+pub async fn profilerctl(socket: &Path, args: &[&str]) -> std::process::Output {
+    let socket = socket.to_owned();
+    let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+            .arg("--socket")
+            .arg(socket)
+            .args(args)
+            .output()
+            .expect("profilerctl runs")
+    })
+    .await
+    .expect("profilerctl finishes")
+}

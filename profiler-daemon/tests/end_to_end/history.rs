@@ -1,0 +1,164 @@
+//! The store's history: past buckets merged at the resolution, windows that
+//! are still open kept exact; and Top, the live view of the last interval.
+
+use std::time::Duration;
+
+use profilerd::proto::v1;
+
+use crate::support::{Daemon, Workload};
+
+async fn store_status(client: &mut crate::support::Client) -> v1::StoreStatus {
+    client
+        .get_status(v1::GetStatusRequest {})
+        .await
+        .expect("GetStatus")
+        .into_inner()
+        .store
+        .expect("a store status")
+}
+
+/// With 3 s buckets, a session open for 7 s keeps its buckets as drained
+/// (its report covers exactly its window); once it is stopped, the spans
+/// behind it are merged into 3 s buckets.
+#[tokio::test(flavor = "multi_thread")]
+async fn past_buckets_are_merged_but_open_windows_stay_exact() {
+    let daemon = Daemon::start_with(&["--resolution", "3s"]).await;
+    let mut client = daemon.client().await;
+    let workload = Workload::start("split", &[]);
+    let selector = Some(v1::Selector {
+        pids: vec![workload.pid()],
+        ..Default::default()
+    });
+    let session = client
+        .start_profile(v1::StartProfileRequest {
+            selector: selector.clone(),
+            mode: v1::Mode::Cpu as i32,
+        })
+        .await
+        .expect("StartProfile")
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+
+    let held = store_status(&mut client).await;
+    assert_eq!(held.resolution_ms, 3000);
+    // Drains are 1 s apart: a merged span would be about 3 s.
+    assert!(
+        held.coarsest_bucket_ms < 2000,
+        "buckets of an open session were merged: {held:?}"
+    );
+
+    let report = client
+        .stop_profile(v1::StopProfileRequest {
+            session_id: session.session_id,
+            options: Some(crate::support::options(v1::Format::Folded)),
+        })
+        .await
+        .expect("StopProfile")
+        .into_inner();
+    let summary = report.summary.expect("a summary");
+    assert_eq!(
+        summary.start_unix_nanos, session.start_unix_nanos,
+        "the report starts where the session did"
+    );
+    assert!(
+        crate::support::samples_containing(&crate::support::folded(&report.report))
+            .contains_key("hot")
+    );
+
+    // Two more spans complete after the session let go.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let merged = store_status(&mut client).await;
+    assert!(
+        merged.coarsest_bucket_ms >= 2500,
+        "no span was merged after the session ended: {merged:?}"
+    );
+    assert!(
+        merged.buckets < held.buckets + 7,
+        "{held:?} then {merged:?}"
+    );
+    assert_eq!(merged.buckets_evicted_for_memory, 0);
+    assert_eq!(merged.buckets_coarsened_for_memory, 0);
+}
+
+/// Top streams, every interval, the selection's functions with the most
+/// self samples: for split, spin (which hot and cold call) leads.
+#[tokio::test(flavor = "multi_thread")]
+async fn top_streams_the_hottest_functions_every_interval() {
+    let (daemon, workload, mut client) = crate::support::daemon_and_workload("split", &[]).await;
+    let mut updates = client
+        .top(v1::TopRequest {
+            selector: Some(v1::Selector {
+                pids: vec![workload.pid()],
+                ..Default::default()
+            }),
+            interval_ms: 500,
+            limit: 5,
+            user_only: true,
+        })
+        .await
+        .expect("Top")
+        .into_inner();
+    let mut windows = Vec::new();
+    for _ in 0..3 {
+        let update = updates
+            .message()
+            .await
+            .expect("an update")
+            .expect("the stream goes on");
+        let summary = update.summary.expect("a summary");
+        assert!(update.functions.len() <= 5);
+        assert!(summary.samples > 0, "{summary:?}");
+        let first = &update.functions[0];
+        assert!(
+            first.function.contains("spin") || first.function.starts_with("hot"),
+            "{:?}",
+            update.functions
+        );
+        assert!(
+            update
+                .functions
+                .iter()
+                .all(|f| f.module != "[kernel]" || f.function == "[kernel]"),
+            "user_only: {:?}",
+            update.functions
+        );
+        windows.push((summary.start_unix_nanos, summary.end_unix_nanos));
+    }
+    // Consecutive intervals of about 0.5 s, end to end.
+    for pair in windows.windows(2) {
+        assert_eq!(pair[0].1, pair[1].0, "{windows:?}");
+    }
+    for (start, end) in &windows {
+        let length = Duration::from_nanos((end - start) as u64);
+        assert!(
+            length > Duration::from_millis(300) && length < Duration::from_millis(1500),
+            "{windows:?}"
+        );
+    }
+    drop(updates);
+
+    let bad = client
+        .top(v1::TopRequest {
+            interval_ms: 10,
+            ..Default::default()
+        })
+        .await
+        .expect_err("an interval of 10 ms is refused");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+
+    // The CLI, not on a terminal: one block per update.
+    let pid = workload.pid().to_string();
+    let output = crate::support::profilerctl(
+        &daemon.socket,
+        &["top", "--pid", &pid, "--interval", "300ms", "--count", "2"],
+    )
+    .await;
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(text.matches("profilerd top: ").count(), 2, "{text}");
+    assert!(text.contains(" spin"), "{text}");
+}
