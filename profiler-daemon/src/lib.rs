@@ -25,6 +25,7 @@ pub mod report;
 pub mod sampling;
 pub mod serving;
 pub mod sessions;
+pub mod stopping;
 pub mod store;
 pub mod symbolize;
 pub mod targets;

@@ -62,7 +62,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config)) {
+    let result = runtime.block_on(run(config));
+    // Blocking tasks still running (a report being rendered for a client
+    // that is gone) must not hold up the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             error!("{err:#}");

@@ -25,6 +25,7 @@ use crate::{
     access::TrustedRemote,
     api::{ProfilerServer, ProfilerService},
     proto,
+    stopping::Stopping,
 };
 
 /// The optional TCP listener.
@@ -68,6 +69,10 @@ pub fn bind_socket(socket: &Path) -> Result<(UnixListener, SocketFile)> {
                 socket.display()
             );
         }
+        info!(
+            socket = %socket.display(),
+            "replacing the stale socket of an instance that did not stop cleanly"
+        );
         std::fs::remove_file(socket)
             .with_context(|| format!("cannot remove the stale socket {}", socket.display()))?;
     }
@@ -117,7 +122,10 @@ pub async fn serve(
             let incoming = tonic::transport::server::TcpIncoming::from(listener);
             let profiler = InterceptedService::new(
                 ProfilerServer::from_arc(service.clone()),
-                mark_trusted_remote as fn(_) -> _,
+                Gate {
+                    stopping: service.stopping(),
+                    trusted_remote: true,
+                },
             );
             let routes = with_discovery(server.add_service(profiler)).await?;
             Some(tokio::spawn(routes.serve_with_incoming_shutdown(
@@ -128,30 +136,83 @@ pub async fn serve(
         None => None,
     };
 
-    let unix =
-        with_discovery(Server::builder().add_service(ProfilerServer::from_arc(service))).await?;
-    let unix_server = tokio::spawn(
+    let unix = with_discovery(Server::builder().add_service(InterceptedService::new(
+        ProfilerServer::from_arc(service.clone()),
+        Gate {
+            stopping: service.stopping(),
+            trusted_remote: false,
+        },
+    )))
+    .await?;
+    let mut unix_server = tokio::spawn(
         unix.serve_with_incoming_shutdown(UnixListenerStream::new(socket), wait_for_stop(stopped)),
     );
-    shutdown.await;
-    let _ = stop.send(true);
-    let served = unix_server.await.context("the gRPC server task failed")?;
-    served.context("the gRPC server on the socket failed")?;
-    if let Some(tcp_server) = tcp_server {
-        tcp_server
-            .await
-            .context("the gRPC server task failed")?
-            .context("the gRPC server on TCP failed")?;
+    tokio::select! {
+        () = shutdown => {}
+        // The server ends by itself only when it fails.
+        served = &mut unix_server => {
+            return served
+                .context("the gRPC server task failed")?
+                .context("the gRPC server on the socket failed");
+        }
     }
-    Ok(())
+    let discarded = service.stop();
+    if discarded > 0 {
+        warn!(
+            sessions = discarded,
+            "discarding the open profiling sessions; StopProfile will not find them"
+        );
+    }
+    let _ = stop.send(true);
+    let servers = async {
+        let served = unix_server.await.context("the gRPC server task failed")?;
+        served.context("the gRPC server on the socket failed")?;
+        if let Some(tcp_server) = tcp_server {
+            tcp_server
+                .await
+                .context("the gRPC server task failed")?
+                .context("the gRPC server on TCP failed")?;
+        }
+        anyhow::Ok(())
+    };
+    match tokio::time::timeout(STOP_GRACE, servers).await {
+        Ok(served) => served,
+        Err(_) => {
+            warn!(
+                grace = ?STOP_GRACE,
+                "requests were still running after the grace period; closing their connections"
+            );
+            Ok(())
+        }
+    }
 }
 
-/// Requests over TCP got past mutual TLS (or explicit loopback plaintext).
-fn mark_trusted_remote(
-    mut request: tonic::Request<()>,
-) -> Result<tonic::Request<()>, tonic::Status> {
-    request.extensions_mut().insert(TrustedRemote);
-    Ok(request)
+/// How long requests under way may take to end after a stop was asked
+/// for, so that the daemon exits within systemd's usual patience.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Checks every request before the service sees it: refuses new ones once
+/// the daemon is stopping, and marks the ones that came over TCP (past
+/// mutual TLS or explicit loopback plaintext) as trusted remote callers.
+#[derive(Clone)]
+struct Gate {
+    stopping: Stopping,
+    trusted_remote: bool,
+}
+
+impl tonic::service::Interceptor for Gate {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if self.stopping.is_stopping() {
+            return Err(tonic::Status::unavailable(crate::stopping::MESSAGE));
+        }
+        if self.trusted_remote {
+            request.extensions_mut().insert(TrustedRemote);
+        }
+        Ok(request)
+    }
 }
 
 /// Adds health checking and server reflection (v1 and v1alpha).

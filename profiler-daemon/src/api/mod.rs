@@ -30,6 +30,7 @@ use crate::{
     proto::v1::{self, profiler_server::Profiler},
     report,
     sessions::{Session, SessionError, Sessions},
+    stopping::{StopSwitch, Stopping},
     store::{Query, Selector, Store, WindowHolds},
     targets::{Targets, TargetsError},
 };
@@ -49,6 +50,9 @@ pub enum ApiError {
     ResourceExhausted(String),
     #[error(transparent)]
     Unavailable(#[from] CollectorError),
+    /// The daemon is shutting down.
+    #[error("{}", crate::stopping::MESSAGE)]
+    Stopping,
     #[error("{0}")]
     Internal(String),
 }
@@ -87,7 +91,7 @@ impl From<ApiError> for Status {
             ApiError::NotFound(_) => Status::not_found(message),
             ApiError::PermissionDenied(_) => Status::permission_denied(message),
             ApiError::ResourceExhausted(_) => Status::resource_exhausted(message),
-            ApiError::Unavailable(_) => Status::unavailable(message),
+            ApiError::Unavailable(_) | ApiError::Stopping => Status::unavailable(message),
             ApiError::Internal(_) => Status::internal(message),
         }
     }
@@ -110,6 +114,8 @@ pub struct ProfilerService {
     store: Arc<RwLock<Store>>,
     /// Keeps the store's buckets as drained while a window is open.
     holds: WindowHolds,
+    stop_switch: StopSwitch,
+    stopping: Stopping,
     sessions: Mutex<Sessions>,
     peeker: Peeker,
     access: AccessPolicy,
@@ -130,10 +136,13 @@ impl ProfilerService {
         info: DaemonInfo,
     ) -> Self {
         let holds = crate::read_lock(&store).holds();
+        let (stop_switch, stopping) = crate::stopping::flag();
         Self {
             collector,
             store,
             holds,
+            stop_switch,
+            stopping,
             sessions: Mutex::new(Sessions::new(
                 limits.max_sessions,
                 limits.max_sessions_per_caller,
@@ -145,6 +154,19 @@ impl ProfilerService {
             targets: Mutex::new(targets),
             info,
         }
+    }
+
+    /// Ends the requests that wait (Profile, Top, WatchPeeks) with a status
+    /// that says the daemon is stopping, and refuses new ones; returns the
+    /// number of open sessions, which are discarded.
+    pub fn stop(&self) -> usize {
+        self.stop_switch.stop();
+        self.sessions().len()
+    }
+
+    /// The flag [`ProfilerService::stop`] raises.
+    pub fn stopping(&self) -> Stopping {
+        self.stopping.clone()
     }
 
     /// The caller's key for the per-caller bounds.
@@ -223,7 +245,10 @@ impl ProfilerService {
         let started = Instant::now();
         let _hold = self.holds.hold(SystemTime::now());
         let start = self.collector.open_window().await?;
-        tokio::time::sleep_until((started + duration).into()).await;
+        tokio::select! {
+            () = tokio::time::sleep_until((started + duration).into()) => {}
+            () = self.stopping.wait() => return Err(ApiError::Stopping),
+        }
         let end = self.collector.close_window().await?;
         self.report(start, end, selector, kind, options).await
     }
@@ -668,42 +693,28 @@ impl Profiler for ProfilerService {
         Ok(Response::new(convert::targets(targets.current())))
     }
 
-    type WatchPeeksStream = std::pin::Pin<
-        Box<dyn tokio_stream::Stream<Item = Result<v1::PeekReport, Status>> + Send + 'static>,
-    >;
+    type WatchPeeksStream = tokio_stream::wrappers::ReceiverStream<Result<v1::PeekReport, Status>>;
 
     async fn watch_peeks(
         &self,
         request: Request<v1::WatchPeeksRequest>,
     ) -> Result<Response<Self::WatchPeeksStream>, Status> {
-        use tokio_stream::StreamExt as _;
         let caller = self.caller(&request)?;
         let slot = self.streams.acquire(
             Self::caller_key(&request),
             self.limits.max_streams_per_caller,
         )?;
-        let reports = tokio_stream::wrappers::BroadcastStream::new(self.peeker.subscribe()).filter(
-            move |report| {
-                report
-                    .as_ref()
-                    .map_or(true, |report| peeks::may_see(caller, report.uid))
-            },
-        );
-        // The slot is held as long as the stream lives.
-        let stream = reports.map(move |report| {
-            let _held = &slot;
-            report
-        });
-        let stream = stream.map(|report| match report {
-            Ok(report) => Ok(peeks::report(&report)),
-            Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(missed)) => {
-                Err(Status::data_loss(format!(
-                    "this subscriber fell {missed} reports behind and missed them; \
-                     `profilerctl peeks` lists every kept report"
-                )))
-            }
-        });
-        Ok(Response::new(Box::pin(stream)))
+        let (reports, stream) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(peeks::forward(
+            self.peeker.subscribe(),
+            caller,
+            reports,
+            self.stopping.clone(),
+            slot,
+        ));
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            stream,
+        )))
     }
 
     type TopStream = tokio_stream::wrappers::ReceiverStream<Result<v1::TopUpdate, Status>>;
@@ -724,6 +735,7 @@ impl Profiler for ProfilerService {
             store: self.store.clone(),
             holds: self.holds.clone(),
             frequency_hz: self.info.frequency_hz,
+            stopping: self.stopping.clone(),
         };
         // One update may wait while the next is made.
         let (updates, stream) = tokio::sync::mpsc::channel(1);

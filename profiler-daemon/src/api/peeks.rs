@@ -126,3 +126,36 @@ pub(super) fn not_found(id: &str) -> ApiError {
          and peeks_max_bytes); `profilerctl peeks` lists those kept"
     ))
 }
+
+/// Sends each peek report `caller` may see to `reports` as it is published,
+/// until the client leaves or the daemon stops (which ends the stream with
+/// UNAVAILABLE); `slot` (the caller's stream slot) is freed at the end.
+pub(super) async fn forward(
+    mut published: tokio::sync::broadcast::Receiver<std::sync::Arc<PeekReport>>,
+    caller: Caller,
+    reports: tokio::sync::mpsc::Sender<Result<v1::PeekReport, tonic::Status>>,
+    stopping: crate::stopping::Stopping,
+    slot: super::limits::StreamSlot,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let _slot = slot;
+    loop {
+        let next = tokio::select! {
+            () = reports.closed() => return,
+            () = stopping.wait() => Err(ApiError::Stopping.into()),
+            report = published.recv() => match report {
+                Ok(report) if may_see(caller, report.uid) => Ok(self::report(&report)),
+                Ok(_) => continue,
+                Err(RecvError::Lagged(missed)) => Err(tonic::Status::data_loss(format!(
+                    "this subscriber fell {missed} reports behind and missed them; \
+                     `profilerctl peeks` lists every kept report"
+                ))),
+                Err(RecvError::Closed) => Err(ApiError::Stopping.into()),
+            },
+        };
+        let end = next.is_err();
+        if reports.send(next).await.is_err() || end {
+            return;
+        }
+    }
+}

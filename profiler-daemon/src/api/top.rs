@@ -74,6 +74,7 @@ pub(super) struct TopSources {
     pub store: Arc<RwLock<Store>>,
     pub holds: WindowHolds,
     pub frequency_hz: u32,
+    pub stopping: crate::stopping::Stopping,
 }
 
 /// Sends an update every interval to `updates` until it closes or the
@@ -99,6 +100,10 @@ pub(super) async fn run(
     loop {
         tokio::select! {
             () = updates.closed() => return,
+            () = sources.stopping.wait() => {
+                let _ = updates.send(Err(ApiError::Stopping.into())).await;
+                return;
+            }
             () = tokio::time::sleep_until(next) => {}
         }
         // A slow update does not make the next ones come in bursts.

@@ -124,14 +124,15 @@ async fn top_streams_the_hottest_functions_every_interval() {
         );
         windows.push((summary.start_unix_nanos, summary.end_unix_nanos));
     }
-    // Consecutive intervals of about 0.5 s, end to end.
+    // Consecutive intervals, end to end, of 0.5 s or more (a busy machine
+    // delays the drain that ends one).
     for pair in windows.windows(2) {
         assert_eq!(pair[0].1, pair[1].0, "{windows:?}");
     }
     for (start, end) in &windows {
         let length = Duration::from_nanos((end - start) as u64);
         assert!(
-            length > Duration::from_millis(300) && length < Duration::from_millis(1500),
+            length > Duration::from_millis(400) && length < Duration::from_secs(5),
             "{windows:?}"
         );
     }

@@ -10,6 +10,7 @@ mod api_errors;
 mod cli;
 mod foreign_client;
 mod history;
+mod lifecycle;
 mod peeks;
 mod pprof;
 mod profiles;

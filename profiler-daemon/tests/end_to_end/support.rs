@@ -50,6 +50,8 @@ enum CpuShare {
 /// A daemon of its own for one test, on a socket in a temporary directory,
 /// with its state (peek reports) there too.
 pub struct Daemon {
+    /// The flags given beyond the socket, frequency and state directory.
+    args: Vec<String>,
     child: Child,
     dir: tempfile::TempDir,
     pub socket: PathBuf,
@@ -82,21 +84,12 @@ impl Daemon {
         require_root();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("profilerd.sock");
-        let log = fs::File::create(dir.path().join("daemon.log")).expect("a log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_profilerd"))
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--frequency-hz")
-            .arg(TEST_FREQUENCY_HZ.to_string())
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .args(args)
-            .env("PROFILERD_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        let child = Self::command_in(dir.path(), &socket, &args)
             .spawn()
             .expect("profilerd starts");
         let mut daemon = Self {
+            args,
             child,
             dir,
             socket,
@@ -104,6 +97,33 @@ impl Daemon {
         };
         daemon.wait_until_serving().await;
         daemon
+    }
+
+    /// The daemon's command line: its socket and state in `dir`, its log
+    /// appended to `dir`/daemon.log.
+    fn command_in(dir: &Path, socket: &Path, args: &[String]) -> Command {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("daemon.log"))
+            .expect("a log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_profilerd"));
+        command
+            .arg("--socket")
+            .arg(socket)
+            .arg("--frequency-hz")
+            .arg(TEST_FREQUENCY_HZ.to_string())
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .args(args)
+            .env("PROFILERD_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log);
+        command
+    }
+
+    fn command(&self) -> Command {
+        Self::command_in(self.dir.path(), &self.socket, &self.args)
     }
 
     async fn wait_until_serving(&mut self) {
@@ -139,6 +159,56 @@ impl Daemon {
 
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.pid() as i32).expect("a pid");
+        rustix::process::kill_process(pid, signal).expect("the daemon can be signalled");
+    }
+
+    /// Waits up to `within` for the daemon to exit, and returns how it did.
+    pub async fn exit_status(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// Starts the daemon again (after it exited) on the same socket and
+    /// state directory, with the same flags.
+    pub async fn restart(&mut self) {
+        assert!(!self.is_running(), "restart a daemon that has exited");
+        self.child = self.command().spawn().expect("profilerd starts");
+        self.wait_until_serving().await;
+    }
+
+    /// Runs a second daemon with this one's flags (and so its socket) to
+    /// its end, which must come within 20 s.
+    pub async fn run_another(&self) -> std::process::Output {
+        let mut command = self.command();
+        command.stderr(Stdio::piped());
+        tokio::task::spawn_blocking(move || {
+            let mut child = command.spawn().expect("profilerd starts");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return child.wait_with_output().expect("its output");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            terminate(&mut child);
+            panic!("a second daemon on the same socket kept running");
+        })
+        .await
+        .expect("finishes")
     }
 }
 

@@ -1,0 +1,149 @@
+//! The daemon's life: SIGTERM ends what runs with a clear status and leaves
+//! nothing behind; after SIGKILL nothing of it stays in the kernel and it
+//! starts again over its stale socket; a second instance is refused.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use profilerd::proto::v1;
+use rustix::process::Signal;
+
+use crate::support::{Daemon, Workload};
+
+/// The ids of the BPF programs the process `pid` holds, from its fdinfo.
+fn programs_held_by(pid: u32) -> BTreeSet<u32> {
+    let fdinfo = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("the daemon's fdinfo");
+    fdinfo
+        .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("prog_id:"))
+                .and_then(|id| id.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// Which of `ids` the kernel still has loaded, after up to a second for it
+/// to let go of them.
+async fn still_loaded(ids: &BTreeSet<u32>) -> BTreeSet<u32> {
+    let mut loaded = BTreeSet::new();
+    for _ in 0..20 {
+        loaded = aya::programs::loaded_programs()
+            .filter_map(Result::ok)
+            .map(|program| program.id())
+            .filter(|id| ids.contains(id))
+            .collect();
+        if loaded.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    loaded
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_ends_requests_with_a_status_and_leaves_nothing() {
+    let mut daemon = Daemon::start().await;
+    let programs = programs_held_by(daemon.pid());
+    assert!(
+        programs.len() >= 2,
+        "the daemon holds its programs: {programs:?}"
+    );
+    let workload = Workload::start("split", &[]);
+    let mut client = daemon.client().await;
+    let long_profile = tokio::spawn({
+        let mut client = client.clone();
+        let pid = workload.pid();
+        async move {
+            client
+                .profile(v1::ProfileRequest {
+                    duration_ms: 60_000,
+                    selector: Some(v1::Selector {
+                        pids: vec![pid],
+                        ..Default::default()
+                    }),
+                    options: None,
+                    mode: v1::Mode::Cpu as i32,
+                })
+                .await
+        }
+    });
+    let mut top = client
+        .top(v1::TopRequest {
+            interval_ms: 200,
+            ..Default::default()
+        })
+        .await
+        .expect("Top")
+        .into_inner();
+    top.message()
+        .await
+        .expect("an update")
+        .expect("the stream goes on");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    daemon.signal(Signal::TERM);
+    let status = daemon
+        .exit_status(Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM:\n{}", daemon.log()));
+    assert!(status.success(), "{status}:\n{}", daemon.log());
+
+    let cut_short = long_profile
+        .await
+        .expect("the request task")
+        .expect_err("a 60 s profile cut short");
+    assert_eq!(cut_short.code(), tonic::Code::Unavailable, "{cut_short:?}");
+    assert!(
+        cut_short.message().contains("shutting down"),
+        "{cut_short:?}"
+    );
+    let ended = loop {
+        match top.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the Top stream ended without saying why"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
+    assert!(!daemon.socket.exists(), "the socket is removed");
+    assert_eq!(
+        still_loaded(&programs).await,
+        BTreeSet::new(),
+        "programs left loaded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_sigkill_nothing_stays_and_a_restart_works() {
+    let mut daemon = Daemon::start().await;
+    let programs = programs_held_by(daemon.pid());
+    assert!(!programs.is_empty());
+
+    // While it serves, a second instance on its socket is refused.
+    let second = daemon.run_another().await;
+    assert!(!second.status.success());
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(said.contains("already serving"), "{said}");
+
+    daemon.signal(Signal::KILL);
+    daemon
+        .exit_status(Duration::from_secs(5))
+        .await
+        .expect("SIGKILL ends it");
+    assert!(daemon.socket.exists(), "a killed daemon leaves its socket");
+    assert_eq!(
+        still_loaded(&programs).await,
+        BTreeSet::new(),
+        "programs left loaded"
+    );
+
+    daemon.restart().await;
+    let mut client = daemon.client().await;
+    let status = client
+        .get_status(v1::GetStatusRequest {})
+        .await
+        .expect("the restarted daemon answers")
+        .into_inner();
+    assert!(status.uptime_ms < 60_000);
+    assert!(daemon.log().contains("stale socket"), "{}", daemon.log());
+}
