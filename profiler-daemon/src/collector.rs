@@ -48,6 +48,8 @@ pub struct PipelineStats {
     /// Totals of the kernel counters since start, indexed by [`Counter`].
     pub counters: CounterDeltas,
     pub drains: u64,
+    /// Time spent draining the kernel maps since start.
+    pub drain_time: Duration,
     pub symbolizer: SymbolizerStats,
     pub processes: ProcessStats,
 }
@@ -225,6 +227,7 @@ fn drain_periodically(
             }
         }
 
+        let drain_started = Instant::now();
         let raw = match drainer.drain() {
             Ok(raw) => raw,
             Err(err) => {
@@ -248,6 +251,7 @@ fn drain_periodically(
                 *total += delta;
             }
             stats.drains += 1;
+            stats.drain_time += drain_started.elapsed();
         }
         let (store_waiting, cut_waiting): (Vec<_>, Vec<_>) =
             waiting.into_iter().partition(|request| request.stored);

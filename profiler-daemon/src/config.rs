@@ -48,6 +48,9 @@ pub struct Config {
     pub tls_client_ca: Option<PathBuf>,
     /// Serve TCP without TLS, allowed only on a loopback address.
     pub tcp_plaintext_loopback: bool,
+    /// Address of the optional HTTP listener that serves the self-metrics
+    /// to Prometheus at /metrics (off when unset).
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
     /// How often the kernel maps are drained into the store.
@@ -118,6 +121,7 @@ impl Default for Config {
             tls_key: None,
             tls_client_ca: None,
             tcp_plaintext_loopback: false,
+            metrics_listen: None,
             frequency_hz: 49,
             drain_interval: Duration::from_secs(1),
             retention: Duration::from_secs(3600),
@@ -166,6 +170,9 @@ pub struct Overrides {
     /// CA certificate of the clients let in over TCP (PEM)
     #[arg(long, value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Serve the self-metrics for Prometheus at http://ADDRESS/metrics, e.g. 127.0.0.1:9464 [default: off]
+    #[arg(long, value_name = "ADDRESS")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Allow TCP without TLS on a loopback address [default: false]
     #[arg(long, value_name = "BOOL")]
     pub tcp_plaintext_loopback: Option<bool>,
@@ -297,6 +304,7 @@ impl Config {
             tls_key,
             tls_client_ca,
             tcp_plaintext_loopback,
+            metrics_listen,
             frequency_hz,
             drain_interval,
             retention,
@@ -339,6 +347,9 @@ impl Config {
         }
         if tcp_listen.is_some() {
             self.tcp_listen = tcp_listen;
+        }
+        if metrics_listen.is_some() {
+            self.metrics_listen = metrics_listen;
         }
         set(&mut self.tcp_plaintext_loopback, tcp_plaintext_loopback);
         set(&mut self.frequency_hz, frequency_hz);
@@ -648,6 +659,7 @@ mod tests {
             admin_group = "wheel"
             tcp_listen = "127.0.0.1:7443"
             tcp_plaintext_loopback = true
+            metrics_listen = "127.0.0.1:9464"
             frequency_hz = 99
             drain_interval = "500ms"
             retention = "5m"

@@ -17,6 +17,7 @@ pub mod collector;
 pub mod config;
 pub mod drain;
 pub mod kernel_types;
+pub mod metrics;
 pub mod peek;
 pub mod processes;
 pub mod profile;

@@ -184,7 +184,14 @@ async fn run(config: Config) -> Result<()> {
             _ => None,
         },
     });
-    let served = serving::serve(service, listener, tcp, shutdown_signal()).await;
+    let served = serving::serve(
+        service,
+        listener,
+        tcp,
+        config.metrics_listen,
+        shutdown_signal(),
+    )
+    .await;
     drop(collector);
     drop(sampler);
     served.context("the gRPC server failed")?;

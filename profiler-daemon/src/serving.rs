@@ -93,6 +93,7 @@ pub async fn serve(
     service: ProfilerService,
     socket: UnixListener,
     tcp: Option<TcpListener>,
+    metrics: Option<SocketAddr>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let service = Arc::new(service);
@@ -100,10 +101,16 @@ pub async fn serve(
     let wait_for_stop = |mut stopped: watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
+    let metrics_server = match metrics {
+        Some(address) => {
+            Some(serve_metrics(address, service.clone(), wait_for_stop(stopped.clone())).await?)
+        }
+        None => None,
+    };
 
     let tcp_server = match tcp {
         Some(tcp) => {
-            let mut server = Server::builder();
+            let mut server = Server::builder().layer(service.rpc_counts().layer());
             if let Some(tls) = &tcp.tls {
                 server = server
                     .tls_config(tls_config(tls)?)
@@ -136,13 +143,17 @@ pub async fn serve(
         None => None,
     };
 
-    let unix = with_discovery(Server::builder().add_service(InterceptedService::new(
-        ProfilerServer::from_arc(service.clone()),
-        Gate {
-            stopping: service.stopping(),
-            trusted_remote: false,
-        },
-    )))
+    let unix = with_discovery(
+        Server::builder()
+            .layer(service.rpc_counts().layer())
+            .add_service(InterceptedService::new(
+                ProfilerServer::from_arc(service.clone()),
+                Gate {
+                    stopping: service.stopping(),
+                    trusted_remote: false,
+                },
+            )),
+    )
     .await?;
     let mut unix_server = tokio::spawn(
         unix.serve_with_incoming_shutdown(UnixListenerStream::new(socket), wait_for_stop(stopped)),
@@ -172,6 +183,12 @@ pub async fn serve(
                 .await
                 .context("the gRPC server task failed")?
                 .context("the gRPC server on TCP failed")?;
+        }
+        if let Some(metrics_server) = metrics_server {
+            metrics_server
+                .await
+                .context("the metrics server task failed")?
+                .context("the metrics listener failed")?;
         }
         anyhow::Ok(())
     };
@@ -215,10 +232,44 @@ impl tonic::service::Interceptor for Gate {
     }
 }
 
+/// Serves the self-metrics at http://`address`/metrics until `stopped`.
+async fn serve_metrics(
+    address: SocketAddr,
+    service: Arc<ProfilerService>,
+    stopped: impl Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen for metrics on {address} (metrics_listen); choose a free address"
+            )
+        })?;
+    info!(%address, "serving metrics at /metrics");
+    let metrics = axum::routing::get(move || {
+        let text = service.metrics();
+        async move {
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
+                text,
+            )
+        }
+    });
+    let app = axum::Router::new().route("/metrics", metrics);
+    Ok(tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stopped)
+            .into_future(),
+    ))
+}
+
 /// Adds health checking and server reflection (v1 and v1alpha).
-async fn with_discovery(
-    router: tonic::transport::server::Router,
-) -> Result<tonic::transport::server::Router> {
+async fn with_discovery<L>(
+    router: tonic::transport::server::Router<L>,
+) -> Result<tonic::transport::server::Router<L>> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<ProfilerServer<ProfilerService>>()

@@ -80,6 +80,11 @@ pub struct SymbolizerStats {
     pub user_addresses_cached: u64,
     pub kernel_addresses_cached: u64,
     pub binaries: u64,
+    /// Addresses looked up since start: found cached, or symbolized.
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Time spent symbolizing batches since start.
+    pub busy: std::time::Duration,
 }
 
 /// The symbolizer and its caches. Not `Send`: keep it on one thread.
@@ -91,6 +96,9 @@ pub struct Symbolizer {
     binaries: HashMap<BinaryKey, Arc<Binary>>,
     names: Names,
     markers: HashMap<&'static str, Arc<SymbolizedLocation>>,
+    cache_hits: u64,
+    cache_misses: u64,
+    busy: std::time::Duration,
 }
 
 /// Interned strings, so the many frames of one function share their name.
@@ -175,6 +183,9 @@ impl Symbolizer {
             binaries: HashMap::default(),
             names: Names::default(),
             markers: HashMap::default(),
+            cache_hits: 0,
+            cache_misses: 0,
+            busy: std::time::Duration::ZERO,
         }
     }
 
@@ -183,6 +194,9 @@ impl Symbolizer {
             user_addresses_cached: (self.locations.len() - self.kernel_cached) as u64,
             kernel_addresses_cached: self.kernel_cached as u64,
             binaries: self.binaries.len() as u64,
+            cache_hits: self.cache_hits,
+            cache_misses: self.cache_misses,
+            busy: self.busy,
         }
     }
 
@@ -208,9 +222,11 @@ impl Symbolizer {
                 }
             })
             .collect::<Vec<_>>();
+        let elapsed = started.elapsed();
+        self.busy += elapsed;
         debug!(
             samples = samples.len(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms = elapsed.as_millis() as u64,
             "symbolized a batch"
         );
         SymbolizedBatch {
@@ -218,6 +234,14 @@ impl Symbolizer {
             end: batch.end,
             samples,
             counters: batch.counters,
+        }
+    }
+
+    fn count_lookup(&mut self, cached: bool) {
+        if cached {
+            self.cache_hits += 1;
+        } else {
+            self.cache_misses += 1;
         }
     }
 
@@ -230,10 +254,11 @@ impl Symbolizer {
             for (depth, address) in sample.user.iter().enumerate() {
                 if let UserAddress::File { binary, offset } = address {
                     let offset = code_address(*offset, depth > 0 || in_kernel);
-                    if !self
+                    let cached = self
                         .locations
-                        .contains_key(&LocationKey::User(binary.key, offset))
-                    {
+                        .contains_key(&LocationKey::User(binary.key, offset));
+                    self.count_lookup(cached);
+                    if !cached {
                         by_binary
                             .entry(binary.key)
                             .or_insert_with(|| (binary.clone(), Vec::new()))
@@ -244,7 +269,9 @@ impl Symbolizer {
             }
             for (depth, &address) in sample.kernel.iter().enumerate() {
                 let address = code_address(address, depth > 0);
-                if !self.locations.contains_key(&LocationKey::Kernel(address)) {
+                let cached = self.locations.contains_key(&LocationKey::Kernel(address));
+                self.count_lookup(cached);
+                if !cached {
                     kernel.push(address);
                 }
             }

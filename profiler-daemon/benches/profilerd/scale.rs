@@ -84,7 +84,7 @@ async fn run_profilerd(
     while started.elapsed() < plan.scale_window {
         tokio::time::sleep(Duration::from_secs(10).min(plan.scale_window)).await;
         let status = daemon
-            .get_status(v1::GetStatusRequest {})
+            .get_status(v1::GetStatusRequest::default())
             .await?
             .into_inner();
         let store = status.store.unwrap_or_default();
@@ -112,7 +112,7 @@ async fn run_profilerd(
         let mut size = 0;
         for _ in 0..plan.query_requests {
             let status = daemon
-                .get_status(v1::GetStatusRequest {})
+                .get_status(v1::GetStatusRequest::default())
                 .await?
                 .into_inner();
             let oldest = status.store.unwrap_or_default().oldest_unix_nanos;
@@ -143,7 +143,7 @@ async fn run_profilerd(
     }
 
     let status = daemon
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await?
         .into_inner();
     let peak_rss = measure::peak_rss_bytes(profiler.pid())?;

@@ -112,7 +112,10 @@ impl Profiler {
             }
             let ready = match self.tool {
                 Tool::Profilerd => match client::connect(&self.socket).await {
-                    Ok(mut daemon) => daemon.get_status(v1::GetStatusRequest {}).await.is_ok(),
+                    Ok(mut daemon) => daemon
+                        .get_status(v1::GetStatusRequest::default())
+                        .await
+                        .is_ok(),
                     Err(_) => false,
                 },
                 // perf says nothing when it starts; give it time to open its
@@ -144,14 +147,14 @@ impl Profiler {
                 let drains = |status: v1::StatusReply| status.drains;
                 let start = drains(
                     daemon
-                        .get_status(v1::GetStatusRequest {})
+                        .get_status(v1::GetStatusRequest::default())
                         .await?
                         .into_inner(),
                 );
                 let deadline = Instant::now() + Duration::from_secs(30);
                 while drains(
                     daemon
-                        .get_status(v1::GetStatusRequest {})
+                        .get_status(v1::GetStatusRequest::default())
                         .await?
                         .into_inner(),
                 ) < start + 2

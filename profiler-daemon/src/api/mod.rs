@@ -25,6 +25,7 @@ use crate::{
     access::{AccessError, AccessPolicy, Caller, Credentials, TrustedRemote},
     collector::{CollectorError, CollectorHandle},
     drain,
+    metrics::RpcCounts,
     peek::Peeker,
     profile::ReportOptions,
     proto::v1::{self, profiler_server::Profiler},
@@ -116,6 +117,8 @@ pub struct ProfilerService {
     holds: WindowHolds,
     stop_switch: StopSwitch,
     stopping: Stopping,
+    /// Requests answered, by method and code, for the metrics.
+    rpc_counts: RpcCounts,
     sessions: Mutex<Sessions>,
     peeker: Peeker,
     access: AccessPolicy,
@@ -143,6 +146,7 @@ impl ProfilerService {
             holds,
             stop_switch,
             stopping,
+            rpc_counts: RpcCounts::default(),
             sessions: Mutex::new(Sessions::new(
                 limits.max_sessions,
                 limits.max_sessions_per_caller,
@@ -162,6 +166,26 @@ impl ProfilerService {
     pub fn stop(&self) -> usize {
         self.stop_switch.stop();
         self.sessions().len()
+    }
+
+    /// The counts of the requests answered, which the serving module's
+    /// layer fills.
+    pub fn rpc_counts(&self) -> RpcCounts {
+        self.rpc_counts.clone()
+    }
+
+    /// The self-metrics in the Prometheus text format.
+    pub fn metrics(&self) -> String {
+        crate::metrics::render(crate::metrics::Snapshot {
+            uptime: self.info.started.elapsed(),
+            frequency_hz: self.info.frequency_hz,
+            pipeline: self.collector.stats(),
+            store: self.store_stats(),
+            peeks: self.peeker.stats(),
+            peeks_running: self.peeker.running(),
+            sessions_open: self.sessions().len(),
+            rpcs: self.rpc_counts.snapshot(),
+        })
     }
 
     /// The flag [`ProfilerService::stop`] raises.
@@ -551,6 +575,7 @@ impl ProfilerService {
                 self.info.peek_signal_off.as_deref(),
                 &pipeline,
             )),
+            metrics: String::new(),
         }
     }
 }
@@ -596,9 +621,13 @@ impl Profiler for ProfilerService {
 
     async fn get_status(
         &self,
-        _request: Request<v1::GetStatusRequest>,
+        request: Request<v1::GetStatusRequest>,
     ) -> Result<Response<v1::StatusReply>, Status> {
-        Ok(Response::new(self.status()))
+        let mut status = self.status();
+        if request.into_inner().metrics {
+            status.metrics = self.metrics();
+        }
+        Ok(Response::new(status))
     }
 
     async fn callers(

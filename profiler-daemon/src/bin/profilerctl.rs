@@ -33,6 +33,8 @@ struct Cli {
 enum Command {
     /// Show what the daemon samples, what it lost and what it holds
     Status,
+    /// Print the daemon's self-metrics in the Prometheus text format
+    Metrics,
     /// Profile for a duration and print or write the report
     Profile {
         #[command(flatten)]
@@ -399,10 +401,17 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Status => {
             let status = daemon
-                .get_status(v1::GetStatusRequest {})
+                .get_status(v1::GetStatusRequest::default())
                 .await?
                 .into_inner();
             print!("{}", format_status(&status));
+        }
+        Command::Metrics => {
+            let status = daemon
+                .get_status(v1::GetStatusRequest { metrics: true })
+                .await?
+                .into_inner();
+            print_text(&status.metrics)?;
         }
         Command::Profile {
             selector,
@@ -618,7 +627,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Peek { pid } => {
             let settings = daemon
-                .get_status(v1::GetStatusRequest {})
+                .get_status(v1::GetStatusRequest::default())
                 .await?
                 .into_inner()
                 .peek
@@ -647,7 +656,7 @@ async fn run(cli: Cli) -> Result<()> {
                     .into_inner()
             } else {
                 daemon
-                    .get_status(v1::GetStatusRequest {})
+                    .get_status(v1::GetStatusRequest::default())
                     .await?
                     .into_inner()
                     .targets

@@ -90,7 +90,7 @@ async fn bad_requests_are_refused_with_the_right_status() {
         "a good request after bad ones works"
     );
     let status = client
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await
         .expect("the daemon still answers")
         .into_inner();
@@ -108,7 +108,7 @@ async fn status_reports_sampling_and_zero_losses() {
     )
     .await;
     let status = client
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await
         .expect("status")
         .into_inner();
@@ -179,7 +179,7 @@ async fn a_hundred_streams_are_bounded_per_caller() {
     let mut client = daemon.client().await;
     tokio::time::timeout(
         Duration::from_secs(1),
-        client.get_status(v1::GetStatusRequest {}),
+        client.get_status(v1::GetStatusRequest::default()),
     )
     .await
     .expect("GetStatus answers at once")

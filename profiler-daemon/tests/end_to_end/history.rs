@@ -9,7 +9,7 @@ use crate::support::{Daemon, Workload};
 
 async fn store_status(client: &mut crate::support::Client) -> v1::StoreStatus {
     client
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await
         .expect("GetStatus")
         .into_inner()

@@ -140,7 +140,7 @@ async fn after_sigkill_nothing_stays_and_a_restart_works() {
     daemon.restart().await;
     let mut client = daemon.client().await;
     let status = client
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await
         .expect("the restarted daemon answers")
         .into_inner();

@@ -11,6 +11,7 @@ mod cli;
 mod foreign_client;
 mod history;
 mod lifecycle;
+mod metrics;
 mod peeks;
 mod pprof;
 mod profiles;

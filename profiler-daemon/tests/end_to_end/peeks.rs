@@ -64,7 +64,7 @@ async fn peeks_of(client: &mut Client, pid: u32) -> Vec<v1::PeekSummary> {
 
 async fn peek_status(client: &mut Client) -> v1::PeekStatus {
     client
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await
         .expect("GetStatus answers")
         .into_inner()
@@ -91,7 +91,7 @@ async fn kill_usr1_reports_each_thread_to_a_watcher() {
     // running and would take CPU time from the workload during the peek.
     let deadline = Instant::now() + Duration::from_secs(10);
     while client
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await
         .expect("GetStatus answers")
         .into_inner()

@@ -66,7 +66,7 @@ async fn status_over_tls(
         .await
         .map_err(|err| format!("connect: {err:?}"))?;
     ProfilerClient::new(channel)
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await
         .map(tonic::Response::into_inner)
         .map_err(|status| format!("request: {status:?}"))
@@ -147,7 +147,7 @@ async fn plaintext_is_refused_off_loopback_and_allowed_on_it_when_asked() {
         .await
         .unwrap_or_else(|err| panic!("plaintext loopback connects: {err}\n{}", daemon.log()));
     client
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await
         .expect("GetStatus answers over loopback");
     assert!(daemon.log().contains("serving TCP without TLS"));

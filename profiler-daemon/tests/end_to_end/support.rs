@@ -133,7 +133,10 @@ impl Daemon {
                 panic!("profilerd exited early ({status}):\n{}", self.log());
             }
             if let Ok(mut client) = client::connect(&self.socket).await
-                && client.get_status(v1::GetStatusRequest {}).await.is_ok()
+                && client
+                    .get_status(v1::GetStatusRequest::default())
+                    .await
+                    .is_ok()
             {
                 return;
             }

@@ -61,7 +61,7 @@ async fn set(client: &mut Client, request: v1::SetTargetsRequest) -> v1::Targets
 
 async fn outside(client: &mut Client) -> u64 {
     client
-        .get_status(v1::GetStatusRequest {})
+        .get_status(v1::GetStatusRequest::default())
         .await
         .expect("GetStatus answers")
         .into_inner()

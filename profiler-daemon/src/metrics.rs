@@ -1,0 +1,400 @@
+//! Self-metrics in the Prometheus text format (OpenMetrics, written by
+//! prometheus-client): samples, losses by cause, drains and their time, the
+//! symbolizer's cache and time, the store, peeks, sessions, and RPCs by
+//! method and code. Served by `GetStatus` (on request) and, when configured,
+//! on an HTTP listener for Prometheus to scrape (`metrics_listen`).
+//!
+//! Owns the exposition and the counts of RPCs (a tower layer in front of the
+//! gRPC services counts them); everything else is read, at each scrape, from
+//! the statistics the other modules own. It must not keep those itself.
+//! Metrics carry no profile data (no function, process or file names).
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{counter::ConstCounter, gauge::ConstGauge},
+    registry::Registry,
+};
+
+use crate::{collector::PipelineStats, drain, peek::PeekStats, store::StoreStats};
+
+/// What the metrics are made of, read at one scrape.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub uptime: Duration,
+    pub frequency_hz: u32,
+    pub pipeline: PipelineStats,
+    pub store: StoreStats,
+    pub peeks: PeekStats,
+    pub peeks_running: usize,
+    pub sessions_open: usize,
+    pub rpcs: BTreeMap<(String, &'static str), u64>,
+}
+
+/// The snapshot in the Prometheus text format.
+pub fn render(snapshot: Snapshot) -> String {
+    let mut registry = Registry::with_prefix("profilerd");
+    registry.register_collector(Box::new(snapshot));
+    let mut text = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+    text
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let out = &mut encoder;
+        let pipeline = &self.pipeline;
+        gauge(
+            out,
+            "uptime_seconds",
+            "Seconds since the daemon started",
+            self.uptime.as_secs_f64(),
+        )?;
+        gauge(
+            out,
+            "sampling_frequency_hertz",
+            "Samples per second on each CPU",
+            self.frequency_hz,
+        )?;
+        counter(
+            out,
+            "samples",
+            "Samples taken by the kernel",
+            pipeline.samples_taken(),
+        )?;
+        let mut lost = out.encode_descriptor(
+            "samples_lost",
+            "Samples or stacks lost, by cause",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (cause, count) in drain::losses(&pipeline.counters) {
+            let labels = [("cause", cause.name())];
+            ConstCounter::new(count).encode(lost.encode_family(&labels)?)?;
+        }
+        counter(out, "drains", "Drains of the kernel maps", pipeline.drains)?;
+        counter(
+            out,
+            "drain_seconds",
+            "Time spent draining the kernel maps",
+            pipeline.drain_time.as_secs_f64(),
+        )?;
+        counter(
+            out,
+            "processes_seen",
+            "Processes the kernel announced",
+            pipeline.processes.processes_seen,
+        )?;
+        gauge(
+            out,
+            "processes_tracked",
+            "Processes whose memory maps are held",
+            pipeline.processes.processes_tracked,
+        )?;
+        let symbolizer = &pipeline.symbolizer;
+        counter(
+            out,
+            "symbolizer_cache_hits",
+            "Addresses found in the symbolizer's cache",
+            symbolizer.cache_hits,
+        )?;
+        counter(
+            out,
+            "symbolizer_cache_misses",
+            "Addresses the symbolizer had to look up",
+            symbolizer.cache_misses,
+        )?;
+        counter(
+            out,
+            "symbolizer_seconds",
+            "Time spent symbolizing",
+            symbolizer.busy.as_secs_f64(),
+        )?;
+        gauge(
+            out,
+            "symbolizer_cached_addresses",
+            "Addresses in the symbolizer's cache",
+            symbolizer.user_addresses_cached + symbolizer.kernel_addresses_cached,
+        )?;
+        let store = &self.store;
+        gauge(
+            out,
+            "store_bytes",
+            "Bytes the profile store holds",
+            store.memory_bytes,
+        )?;
+        gauge(
+            out,
+            "store_limit_bytes",
+            "The profile store's memory ceiling",
+            store.memory_limit_bytes,
+        )?;
+        gauge(
+            out,
+            "store_buckets",
+            "Time buckets the store holds",
+            store.buckets,
+        )?;
+        gauge(
+            out,
+            "store_stacks",
+            "Distinct stacks the store holds",
+            store.distinct_stacks,
+        )?;
+        let history = store
+            .oldest
+            .and_then(|oldest| oldest.elapsed().ok())
+            .map_or(0.0, |age| age.as_secs_f64());
+        gauge(
+            out,
+            "store_history_seconds",
+            "How far back the store's samples reach",
+            history,
+        )?;
+        counter(
+            out,
+            "store_buckets_evicted",
+            "Buckets dropped before their retention ended, for memory",
+            store.buckets_evicted_for_memory,
+        )?;
+        counter(
+            out,
+            "store_buckets_coarsened",
+            "Bucket merges to stay under the memory ceiling",
+            store.buckets_coarsened_for_memory,
+        )?;
+        let peeks = &self.peeks;
+        counter(out, "peek_signals", "Peek signals received", peeks.signals)?;
+        counter(
+            out,
+            "peek_requests",
+            "Peek requests of the API",
+            peeks.requests,
+        )?;
+        counter(out, "peeks_completed", "Peeks completed", peeks.completed)?;
+        counter(out, "peeks_failed", "Peeks failed", peeks.failed)?;
+        counter(
+            out,
+            "peeks_dropped",
+            "Peek triggers dropped: too many peeks running",
+            peeks.dropped_limit,
+        )?;
+        gauge(
+            out,
+            "peeks_running",
+            "Peeks running now",
+            self.peeks_running as u64,
+        )?;
+        gauge(
+            out,
+            "sessions_open",
+            "Profiling sessions open now",
+            self.sessions_open as u64,
+        )?;
+        let mut rpcs = out.encode_descriptor(
+            "rpcs",
+            "gRPC requests answered, by method and status code",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for ((method, code), count) in &self.rpcs {
+            let labels = [("method", method.as_str()), ("code", *code)];
+            ConstCounter::new(*count).encode(rpcs.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+fn counter<N>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: N,
+) -> Result<(), std::fmt::Error>
+where
+    ConstCounter<N>: EncodeMetric,
+{
+    let counter = ConstCounter::new(value);
+    counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)
+}
+
+fn gauge<N>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: N,
+) -> Result<(), std::fmt::Error>
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    let gauge = ConstGauge::new(value);
+    gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)
+}
+
+/// gRPC requests answered, by method (the request path's last part) and
+/// status code. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct RpcCounts(Arc<Mutex<BTreeMap<(String, &'static str), u64>>>);
+
+impl RpcCounts {
+    pub fn snapshot(&self) -> BTreeMap<(String, &'static str), u64> {
+        crate::lock(&self.0).clone()
+    }
+
+    fn count(&self, method: String, code: &'static str) {
+        *crate::lock(&self.0).entry((method, code)).or_default() += 1;
+    }
+
+    /// The tower layer that counts the requests of the services it wraps.
+    pub fn layer(&self) -> CountRpcs {
+        CountRpcs(self.clone())
+    }
+}
+
+/// Counts each request by method and the status its response starts with
+/// (a handler's error is sent at once, in the response's headers; a
+/// stream's later end is not counted again).
+#[derive(Clone, Debug)]
+pub struct CountRpcs(RpcCounts);
+
+impl<S> tower::Layer<S> for CountRpcs {
+    type Service = CountedService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CountedService {
+            inner,
+            counts: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CountedService<S> {
+    inner: S,
+    counts: RpcCounts,
+}
+
+type Http<B> = tonic::codegen::http::Request<B>;
+type HttpResponse<B> = tonic::codegen::http::Response<B>;
+
+impl<S, B, R> tower::Service<Http<B>> for CountedService<S>
+where
+    S: tower::Service<Http<B>, Response = HttpResponse<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Http<B>) -> Self::Future {
+        let method = request
+            .uri()
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let counts = self.counts.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            let code = response
+                .headers()
+                .get("grpc-status")
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.parse::<i32>().ok())
+                .map_or("OK", code_name);
+            counts.count(method, code);
+            Ok(response)
+        })
+    }
+}
+
+/// The name of a gRPC status code, as Prometheus labels usually carry it.
+fn code_name(code: i32) -> &'static str {
+    match tonic::Code::from_i32(code) {
+        tonic::Code::Ok => "OK",
+        tonic::Code::Cancelled => "CANCELLED",
+        tonic::Code::Unknown => "UNKNOWN",
+        tonic::Code::InvalidArgument => "INVALID_ARGUMENT",
+        tonic::Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        tonic::Code::NotFound => "NOT_FOUND",
+        tonic::Code::AlreadyExists => "ALREADY_EXISTS",
+        tonic::Code::PermissionDenied => "PERMISSION_DENIED",
+        tonic::Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        tonic::Code::FailedPrecondition => "FAILED_PRECONDITION",
+        tonic::Code::Aborted => "ABORTED",
+        tonic::Code::OutOfRange => "OUT_OF_RANGE",
+        tonic::Code::Unimplemented => "UNIMPLEMENTED",
+        tonic::Code::Internal => "INTERNAL",
+        tonic::Code::Unavailable => "UNAVAILABLE",
+        tonic::Code::DataLoss => "DATA_LOSS",
+        tonic::Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_format_names_every_figure_with_its_labels() {
+        let mut pipeline = PipelineStats::default();
+        pipeline.counters[profiler_common::Counter::Samples as usize] = 1234;
+        pipeline.drains = 7;
+        pipeline.drain_time = Duration::from_millis(1500);
+        let mut rpcs = BTreeMap::new();
+        rpcs.insert(("Profile".to_owned(), "OK"), 3);
+        rpcs.insert(("Query".to_owned(), "NOT_FOUND"), 1);
+        let text = render(Snapshot {
+            uptime: Duration::from_secs(60),
+            frequency_hz: 49,
+            pipeline,
+            store: StoreStats {
+                memory_bytes: 1000,
+                memory_limit_bytes: 2000,
+                retention: Duration::from_secs(3600),
+                resolution: Duration::from_secs(10),
+                buckets: 3,
+                oldest: None,
+                newest: None,
+                coarsest_bucket: Duration::ZERO,
+                distinct_stacks: 5,
+                buckets_evicted_for_memory: 0,
+                buckets_coarsened_for_memory: 0,
+            },
+            peeks: PeekStats::default(),
+            peeks_running: 0,
+            sessions_open: 2,
+            rpcs,
+        });
+        for line in [
+            "profilerd_samples_total 1234",
+            "profilerd_drains_total 7",
+            "profilerd_drain_seconds_total 1.5",
+            "profilerd_samples_lost_total{cause=\"counts_map_full\"} 0",
+            "profilerd_rpcs_total{method=\"Profile\",code=\"OK\"} 3",
+            "profilerd_rpcs_total{method=\"Query\",code=\"NOT_FOUND\"} 1",
+            "profilerd_store_bytes 1000",
+            "profilerd_sessions_open 2",
+            "# TYPE profilerd_samples counter",
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}
