@@ -10,7 +10,7 @@ use std::{
 };
 
 use bytesize::ByteSize;
-use serde::{Deserialize, Deserializer, de::Error as _};
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
 
 /// Lowest and highest accepted sampling frequencies.
 pub const FREQUENCY_RANGE_HZ: std::ops::RangeInclusive<u32> = 1..=1000;
@@ -29,7 +29,7 @@ pub enum ConfigError {
 }
 
 /// The validated configuration.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Unix socket the gRPC API is served on.
@@ -40,35 +40,44 @@ pub struct Config {
     /// Address of the optional TCP listener for remote dashboards (off when
     /// unset). It needs mutual TLS (`tls_cert`, `tls_key`, `tls_client_ca`)
     /// unless `tcp_plaintext_loopback` allows plaintext on a loopback address.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_listen: Option<std::net::SocketAddr>,
     /// The server's certificate chain and private key (PEM).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_cert: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<PathBuf>,
     /// The CA whose client certificates are let in (PEM).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_client_ca: Option<PathBuf>,
     /// Serve TCP without TLS, allowed only on a loopback address.
     pub tcp_plaintext_loopback: bool,
     /// Address of the optional HTTP listener that serves the self-metrics
     /// to Prometheus at /metrics (off when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
     /// How often the kernel maps are drained into the store.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub drain_interval: Duration,
     /// How long aggregated samples are kept in memory.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub retention: Duration,
     /// The time span of one stored bucket once its time is past: past
     /// windows are reported in whole buckets.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub resolution: Duration,
     /// Hard ceiling on the memory the profile store may hold; the oldest
     /// samples are dropped (and counted) to stay under it.
     pub memory_limit: ByteSize,
     /// Longest `Profile` request or session accepted; `None`: the
     /// retention (see [`Config::max_profile_duration`]).
-    #[serde(deserialize_with = "optional_duration")]
+    #[serde(
+        deserialize_with = "optional_duration",
+        serialize_with = "optional_duration_text",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_profile_duration: Option<Duration>,
     /// Most profiling sessions open at once, and per caller.
     pub max_sessions: u32,
@@ -90,7 +99,7 @@ pub struct Config {
     /// (`SIGUSR1`, `USR2`), a number, or `off`.
     pub peek_signal: String,
     /// How long a peek samples its process.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub peek_duration: Duration,
     /// Samples per second of each peeked thread's CPU time.
     pub peek_frequency_hz: u32,
@@ -256,13 +265,60 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     parse_duration(&text).map_err(D::Error::custom)
 }
 
+fn duration_text<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&humantime::format_duration(*duration).to_string())
+}
+
+fn optional_duration_text<S: Serializer>(
+    duration: &Option<Duration>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match duration {
+        Some(duration) => duration_text(duration, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
 fn optional_duration<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Duration>, D::Error> {
     duration(deserializer).map(Some)
 }
 
+/// Keys a configuration reload applies while the daemon runs; every other
+/// key needs a restart.
+pub const LIVE_KEYS: &[&str] = &[
+    "frequency_hz",
+    "retention",
+    "resolution",
+    "memory_limit",
+    "max_profile_duration",
+    "log_level",
+    "peek_duration",
+    "peek_frequency_hz",
+    "peek_allow_commands",
+    "peek_allow_uids",
+    "peek_allow_cgroups",
+    "max_concurrent_peeks",
+    "peeks_kept",
+    "peeks_max_bytes",
+];
+
 impl Config {
+    /// The keys whose values differ between `self` and `other`, in the
+    /// order of the file's keys.
+    pub fn changed_keys(&self, other: &Config) -> Vec<String> {
+        let table = |config: &Config| toml::Table::try_from(config).unwrap_or_default();
+        let (old, new) = (table(self), table(other));
+        let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        keys.into_iter()
+            .filter(|key| old.get(*key) != new.get(*key))
+            .cloned()
+            .collect()
+    }
+
     /// Longest `Profile` request or session accepted: as configured, else
     /// the retention (a longer one could not be reported whole).
     pub fn max_profile_duration(&self) -> Duration {
@@ -767,6 +823,31 @@ mod tests {
             Config::default().max_profile_duration(),
             Duration::from_secs(3600)
         );
+    }
+
+    #[test]
+    fn changed_keys_name_what_differs() {
+        let old = Config::default();
+        let new = Config::parse(
+            "frequency_hz = 99\nretention = \"2h\"\nsocket = \"/tmp/x.sock\"\nmax_profile_duration = \"5m\"",
+        )
+        .unwrap();
+        assert_eq!(
+            old.changed_keys(&new),
+            [
+                "frequency_hz",
+                "max_profile_duration",
+                "retention",
+                "socket"
+            ]
+        );
+        assert!(old.changed_keys(&old.clone()).is_empty());
+        // Every key serializes, so every change is seen.
+        let table = toml::Table::try_from(&new).unwrap();
+        assert!(table.contains_key("peek_allow_cgroups"));
+        for key in LIVE_KEYS {
+            assert!(table.contains_key(*key), "{key}");
+        }
     }
 
     #[test]

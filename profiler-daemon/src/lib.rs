@@ -22,6 +22,7 @@ pub mod peek;
 pub mod processes;
 pub mod profile;
 pub mod proto;
+pub mod reload;
 pub mod report;
 pub mod sampling;
 pub mod serving;

@@ -1,6 +1,6 @@
 //! profilerd: loads the sampling programs, runs the sample pipeline and
 //! serves profiles over gRPC on a Unix socket (and optionally TCP) until
-//! SIGINT or SIGTERM.
+//! SIGINT or SIGTERM; reloads its configuration on SIGHUP.
 //!
 //! This file only wires the modules together: flags and configuration,
 //! logging, the runtime, and shutdown.
@@ -18,7 +18,8 @@ use profilerd::{
     api::{ApiLimits, DaemonInfo, ProfilerService},
     collector::Collector,
     config::{Config, Overrides},
-    peek::{self, Allowlist, Inbox, PeekSettings, Peeker},
+    peek::{self, Inbox, PeekSettings, Peeker},
+    reload::{Reloader, SetLogFilter},
     sampling::{Sampler, SamplerSettings},
     serving::{self, TcpListener, TlsFiles},
     store::{Store, StoreSettings},
@@ -42,7 +43,7 @@ fn main() -> ExitCode {
     let log_level = config
         .as_ref()
         .map_or("info", |config| config.log_level.as_str());
-    init_logging(log_level);
+    let set_log_filter = init_logging(log_level);
     let config = match config {
         Ok(config) => config,
         Err(err) => {
@@ -62,7 +63,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(config));
+    let result = runtime.block_on(run(config, args, set_log_filter));
     // Blocking tasks still running (a report being rendered for a client
     // that is gone) must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
@@ -75,17 +76,30 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PROFILERD_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+/// Logs to standard error, filtered by PROFILERD_LOG or else `filter`;
+/// returns how to change the filter later (a configuration reload).
+fn init_logging(filter: &str) -> SetLogFilter {
+    use tracing_subscriber::{EnvFilter, layer::SubscriberExt as _, util::SubscriberInitExt as _};
+    let from_env = EnvFilter::try_from_env("PROFILERD_LOG").ok();
+    let pinned_by_env = from_env.is_some();
+    let filter = from_env
+        .or_else(|| EnvFilter::try_new(filter).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
+    Box::new(move |level: &str| {
+        if pinned_by_env {
+            return Err("PROFILERD_LOG is set in the daemon's environment and wins".to_owned());
+        }
+        let filter = EnvFilter::try_new(level).map_err(|err| err.to_string())?;
+        handle.reload(filter).map_err(|err| err.to_string())
+    })
 }
 
-async fn run(config: Config) -> Result<()> {
+async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result<()> {
     let started = Instant::now();
     // First, so that a second daemon fails before touching the kernel.
     let (listener, _socket_file) = serving::bind_socket(&config.socket)?;
@@ -99,11 +113,7 @@ async fn run(config: Config) -> Result<()> {
         peek_frequency_hz: config.peek_frequency_hz,
     })
     .context("cannot start sampling")?;
-    let store = Arc::new(RwLock::new(Store::new(StoreSettings {
-        retention: config.retention,
-        resolution: config.resolution,
-        memory_limit: config.memory_limit.as_u64(),
-    })));
+    let store = Arc::new(RwLock::new(Store::new(StoreSettings::from_config(&config))));
     let peek_inbox = Arc::new(Inbox::default());
     let collector = Collector::start(
         &mut sampler,
@@ -122,20 +132,7 @@ async fn run(config: Config) -> Result<()> {
     let peek_signal_off = sampler.signal_watch_error().map(str::to_owned);
     let sampler = Arc::new(Mutex::new(sampler));
     let peeker = Peeker::new(
-        PeekSettings {
-            signal: config.peek_signal_number(),
-            duration: config.peek_duration,
-            frequency_hz: config.peek_frequency_hz,
-            allow: Allowlist {
-                commands: config.peek_allow_commands.clone(),
-                uids: config.peek_allow_uids.clone(),
-                cgroups: config.peek_allow_cgroups.clone(),
-            },
-            max_concurrent: config.max_concurrent_peeks as usize,
-            directory: config.state_dir.join("peeks"),
-            max_reports: config.peeks_kept as usize,
-            max_bytes: config.peeks_max_bytes.as_u64(),
-        },
+        PeekSettings::from_config(&config),
         sampler.clone(),
         peek_threads,
         peek_inbox,
@@ -143,6 +140,7 @@ async fn run(config: Config) -> Result<()> {
         protection,
     );
     peek::warn_about_protection(&peeker);
+    let (reload_store, reload_peeker) = (store.clone(), peeker.clone());
     tokio::spawn(peek::follow_signals(peeker.clone(), peek_signals));
     let service = ProfilerService::new(
         collector.handle(),
@@ -184,6 +182,17 @@ async fn run(config: Config) -> Result<()> {
             _ => None,
         },
     });
+    let service = Arc::new(service);
+    tokio::spawn(profilerd::reload::follow_hangups(Reloader {
+        path: args.config,
+        overrides: args.overrides,
+        running: config.clone(),
+        sampler: sampler.clone(),
+        store: reload_store,
+        peeker: reload_peeker,
+        service: service.clone(),
+        set_log_filter,
+    }));
     let served = serving::serve(
         service,
         listener,

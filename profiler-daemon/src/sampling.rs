@@ -148,6 +148,8 @@ pub struct Sampler {
     ebpf: Ebpf,
     cpus: Vec<u32>,
     frequency_hz: u32,
+    /// The CPU clock's attachments, one per CPU, at `frequency_hz`.
+    cpu_clocks: Vec<aya::programs::perf_event::PerfEventLinkId>,
     /// Why peek signals are not watched, if they are not.
     signal_watch_error: Option<String>,
     /// Why the signal guard is not active, if it is not.
@@ -199,16 +201,7 @@ impl Sampler {
 
         let sampler: &mut PerfEvent = program(&mut ebpf, names::PROGRAM_SAMPLE_CPU)?;
         sampler.load().map_err(program_load_error)?;
-        for &cpu in &cpus {
-            sampler
-                .attach(
-                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                    PerfEventScope::AllProcessesOneCpu { cpu },
-                    SamplePolicy::Frequency(u64::from(settings.frequency_hz)),
-                    false,
-                )
-                .map_err(|source| SamplingError::AttachCpuClock { cpu, source })?;
-        }
+        let cpu_clocks = attach_cpu_clocks(sampler, &cpus, settings.frequency_hz)?;
         for (name, tracepoint) in [
             (names::PROGRAM_FORGET_ON_EXEC, "sched_process_exec"),
             (names::PROGRAM_FORGET_ON_EXIT, "sched_process_exit"),
@@ -246,6 +239,7 @@ impl Sampler {
             ebpf,
             cpus,
             frequency_hz: settings.frequency_hz,
+            cpu_clocks,
             signal_watch_error,
             guard_error,
         })
@@ -265,6 +259,34 @@ impl Sampler {
     /// Starts sampling one thread (on whichever CPU it runs) for a peek, at
     /// `frequency_hz` of its own CPU time; threads it starts are sampled
     /// too. Sampling stops when the returned link is dropped.
+    /// Samples every CPU at `frequency_hz` from now on (configuration
+    /// reload): the old attachments go, then the new ones come, so no tick
+    /// is counted twice (the few microseconds between are not sampled).
+    pub fn set_frequency(&mut self, frequency_hz: u32) -> Result<(), SamplingError> {
+        if frequency_hz == self.frequency_hz {
+            return Ok(());
+        }
+        let sampler: &mut PerfEvent = program(&mut self.ebpf, names::PROGRAM_SAMPLE_CPU)?;
+        for link in self.cpu_clocks.drain(..) {
+            if let Err(err) = sampler.detach(link) {
+                warn!("detaching a CPU clock failed: {err}");
+            }
+        }
+        match attach_cpu_clocks(sampler, &self.cpus, frequency_hz) {
+            Ok(links) => {
+                self.cpu_clocks = links;
+                self.frequency_hz = frequency_hz;
+                info!(frequency_hz, "sampling frequency changed");
+                Ok(())
+            }
+            Err(err) => {
+                // Back to the old frequency rather than not sampling at all.
+                self.cpu_clocks = attach_cpu_clocks(sampler, &self.cpus, self.frequency_hz)?;
+                Err(err)
+            }
+        }
+    }
+
     pub fn sample_thread(
         &mut self,
         tid: u32,
@@ -516,6 +538,33 @@ fn kernel_charges_memlock() -> bool {
         .filter_map(|part| part.parse::<u32>().ok());
     let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
     (major, minor) < (5, 11)
+}
+
+/// Attaches the CPU-clock sampler to every CPU at `frequency_hz`; on an
+/// error, the CPUs attached so far are detached again.
+fn attach_cpu_clocks(
+    sampler: &mut PerfEvent,
+    cpus: &[u32],
+    frequency_hz: u32,
+) -> Result<Vec<aya::programs::perf_event::PerfEventLinkId>, SamplingError> {
+    let mut links = Vec::with_capacity(cpus.len());
+    for &cpu in cpus {
+        match sampler.attach(
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Frequency(u64::from(frequency_hz)),
+            false,
+        ) {
+            Ok(link) => links.push(link),
+            Err(source) => {
+                for link in links {
+                    let _ = sampler.detach(link);
+                }
+                return Err(SamplingError::AttachCpuClock { cpu, source });
+            }
+        }
+    }
+    Ok(links)
 }
 
 /// Mounts tracefs when it is missing (it is not mounted at boot on every

@@ -90,13 +90,12 @@ pub fn bind_socket(socket: &Path) -> Result<(UnixListener, SocketFile)> {
 /// Serves `service` on the socket (and on TCP when configured) until
 /// `shutdown` resolves.
 pub async fn serve(
-    service: ProfilerService,
+    service: Arc<ProfilerService>,
     socket: UnixListener,
     tcp: Option<TcpListener>,
     metrics: Option<SocketAddr>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
-    let service = Arc::new(service);
     let (stop, stopped) = watch::channel(false);
     let wait_for_stop = |mut stopped: watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|stop| *stop).await;

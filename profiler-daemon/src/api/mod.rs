@@ -14,7 +14,10 @@ mod top;
 pub use limits::{ApiLimits, CallerKey};
 
 use std::{
-    sync::{Arc, Mutex, RwLock},
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicU32, AtomicU64, Ordering},
+    },
     time::{Duration, Instant, SystemTime},
 };
 
@@ -119,6 +122,10 @@ pub struct ProfilerService {
     stopping: Stopping,
     /// Requests answered, by method and code, for the metrics.
     rpc_counts: RpcCounts,
+    /// What a configuration reload changes: the sampling frequency and the
+    /// longest profile (ms).
+    frequency_hz: AtomicU32,
+    max_profile_duration_ms: AtomicU64,
     sessions: Mutex<Sessions>,
     peeker: Peeker,
     access: AccessPolicy,
@@ -147,6 +154,8 @@ impl ProfilerService {
             stop_switch,
             stopping,
             rpc_counts: RpcCounts::default(),
+            frequency_hz: AtomicU32::new(info.frequency_hz),
+            max_profile_duration_ms: AtomicU64::new(info.max_profile_duration.as_millis() as u64),
             sessions: Mutex::new(Sessions::new(
                 limits.max_sessions,
                 limits.max_sessions_per_caller,
@@ -168,6 +177,23 @@ impl ProfilerService {
         self.sessions().len()
     }
 
+    /// The sampling frequency now (a reload may change it).
+    fn frequency_hz(&self) -> u32 {
+        self.frequency_hz.load(Ordering::Relaxed)
+    }
+
+    fn max_profile_duration(&self) -> Duration {
+        Duration::from_millis(self.max_profile_duration_ms.load(Ordering::Relaxed))
+    }
+
+    /// Applies a configuration reload's sampling frequency and longest
+    /// profile to the requests that come from now on.
+    pub fn set_live_settings(&self, frequency_hz: u32, max_profile_duration: Duration) {
+        self.frequency_hz.store(frequency_hz, Ordering::Relaxed);
+        self.max_profile_duration_ms
+            .store(max_profile_duration.as_millis() as u64, Ordering::Relaxed);
+    }
+
     /// The counts of the requests answered, which the serving module's
     /// layer fills.
     pub fn rpc_counts(&self) -> RpcCounts {
@@ -178,7 +204,7 @@ impl ProfilerService {
     pub fn metrics(&self) -> String {
         crate::metrics::render(crate::metrics::Snapshot {
             uptime: self.info.started.elapsed(),
-            frequency_hz: self.info.frequency_hz,
+            frequency_hz: self.frequency_hz(),
             pipeline: self.collector.stats(),
             store: self.store_stats(),
             peeks: self.peeker.stats(),
@@ -253,13 +279,13 @@ impl ProfilerService {
                 "duration_ms must be at least 1 (it is how long to profile, in milliseconds)",
             ));
         }
-        if duration > self.info.max_profile_duration {
+        if duration > self.max_profile_duration() {
             return Err(ApiError::invalid(format!(
                 "duration_ms {} is longer than the maximum {} ms ({}); profile for less, or \
                  raise max_profile_duration in the daemon's configuration",
                 request.duration_ms,
-                self.info.max_profile_duration.as_millis(),
-                humantime::format_duration(self.info.max_profile_duration)
+                self.max_profile_duration().as_millis(),
+                humantime::format_duration(self.max_profile_duration())
             )));
         }
         let options = ReportOptions::try_from(request.options)?;
@@ -374,7 +400,7 @@ impl ProfilerService {
             end,
             selector,
             kind: SampleKind::CpuClock,
-            frequency_hz: self.info.frequency_hz,
+            frequency_hz: self.frequency_hz(),
         };
         let queries = [
             query(base_start, base_end, base_selector),
@@ -525,7 +551,7 @@ impl ProfilerService {
             end,
             selector,
             kind,
-            frequency_hz: self.info.frequency_hz,
+            frequency_hz: self.frequency_hz(),
         };
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
@@ -543,7 +569,7 @@ impl ProfilerService {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             uptime_ms: self.info.started.elapsed().as_millis() as u64,
             cpus: self.info.cpus.clone(),
-            frequency_hz: self.info.frequency_hz,
+            frequency_hz: self.frequency_hz(),
             samples_taken: pipeline.samples_taken(),
             samples_lost: convert::loss_counts(drain::losses(&pipeline.counters)),
             processes_seen: pipeline.processes.processes_seen,
@@ -565,7 +591,7 @@ impl ProfilerService {
                 coarsest_bucket_ms: store.coarsest_bucket.as_millis() as u64,
                 buckets_coarsened_for_memory: store.buckets_coarsened_for_memory,
             }),
-            max_profile_duration_ms: self.info.max_profile_duration.as_millis() as u64,
+            max_profile_duration_ms: self.max_profile_duration().as_millis() as u64,
             open_sessions: self.sessions().len() as u32,
             drains: pipeline.drains,
             targets: Some(convert::targets(crate::lock(&self.targets).current())),
@@ -763,7 +789,7 @@ impl Profiler for ProfilerService {
             collector: self.collector.clone(),
             store: self.store.clone(),
             holds: self.holds.clone(),
-            frequency_hz: self.info.frequency_hz,
+            frequency_hz: self.frequency_hz(),
             stopping: self.stopping.clone(),
         };
         // One update may wait while the next is made.

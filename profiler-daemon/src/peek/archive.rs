@@ -134,6 +134,14 @@ impl Archive {
         )
     }
 
+    /// Changes the bounds (configuration reload); the oldest reports beyond
+    /// them go at once.
+    pub fn set_bounds(&mut self, max_reports: usize, max_bytes: u64) {
+        self.max_reports = max_reports;
+        self.max_bytes = max_bytes;
+        self.enforce_bounds();
+    }
+
     fn enforce_bounds(&mut self) {
         let mut bytes: u64 = self.kept.values().map(|kept| kept.summary.bytes).sum();
         while self.kept.len() > self.max_reports || (bytes > self.max_bytes && self.kept.len() > 1)

@@ -48,6 +48,26 @@ pub struct PeekSettings {
     pub max_bytes: u64,
 }
 
+impl PeekSettings {
+    /// The peek settings of a configuration.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Self {
+            signal: config.peek_signal_number(),
+            duration: config.peek_duration,
+            frequency_hz: config.peek_frequency_hz,
+            allow: Allowlist {
+                commands: config.peek_allow_commands.clone(),
+                uids: config.peek_allow_uids.clone(),
+                cgroups: config.peek_allow_cgroups.clone(),
+            },
+            max_concurrent: config.max_concurrent_peeks as usize,
+            directory: config.state_dir.join("peeks"),
+            max_reports: config.peeks_kept as usize,
+            max_bytes: config.peeks_max_bytes.as_u64(),
+        }
+    }
+}
+
 /// Which processes a signal may peek at; an empty list does not restrict.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Allowlist {
@@ -138,7 +158,9 @@ pub struct Peeker {
 }
 
 struct Inner {
-    settings: PeekSettings,
+    /// Replaced whole by a configuration reload (the signal and directory
+    /// stay as they were at start).
+    settings: std::sync::RwLock<PeekSettings>,
     signal_name: String,
     sampler: Arc<Mutex<Sampler>>,
     threads: Mutex<BpfHashMap<MapData, u32, u32>>,
@@ -170,7 +192,7 @@ impl Peeker {
         Self {
             inner: Arc::new(Inner {
                 signal_name: signal_name(settings.signal),
-                settings,
+                settings: std::sync::RwLock::new(settings),
                 sampler,
                 threads: Mutex::new(threads),
                 inbox,
@@ -189,8 +211,21 @@ impl Peeker {
         &self.inner.protection
     }
 
-    pub fn settings(&self) -> &PeekSettings {
-        &self.inner.settings
+    pub fn settings(&self) -> PeekSettings {
+        crate::read_lock(&self.inner.settings).clone()
+    }
+
+    /// Applies new settings (configuration reload) to the peeks that start
+    /// from now on; the signal and the directory stay as they were at start
+    /// (they need a restart).
+    pub fn set_settings(&self, new: PeekSettings) {
+        let mut settings = crate::write_lock(&self.inner.settings);
+        lock(&self.inner.archive).set_bounds(new.max_reports, new.max_bytes);
+        *settings = PeekSettings {
+            signal: settings.signal,
+            directory: settings.directory.clone(),
+            ..new
+        };
     }
 
     pub fn stats(&self) -> PeekStats {
@@ -273,13 +308,12 @@ impl Peeker {
                 lock(&inner.stats).folded += 1;
                 return;
             }
-            if running.len() >= inner.settings.max_concurrent {
+            let limit = self.settings().max_concurrent;
+            if running.len() >= limit {
                 lock(&inner.stats).dropped_limit += 1;
                 debug!(pid, "peek trigger dropped: too many peeks running");
                 if let Some(waiter) = waiter {
-                    let _ = waiter.send(Err(PeekError::TooMany {
-                        limit: inner.settings.max_concurrent,
-                    }));
+                    let _ = waiter.send(Err(PeekError::TooMany { limit }));
                 }
                 return;
             }
@@ -306,7 +340,8 @@ impl Peeker {
         triggered: SystemTime,
     ) -> Result<PeekReport, PeekError> {
         let inner = &self.inner;
-        let signal = inner.settings.signal;
+        let settings = self.settings();
+        let signal = settings.signal;
         let snapshot = tokio::task::spawn_blocking(move || snapshot::take(pid, signal))
             .await
             .map_err(|_| PeekError::Stopped)?
@@ -314,8 +349,7 @@ impl Peeker {
                 lock(&inner.stats).gone += 1;
                 PeekError::NoProcess(Arc::new(err))
             })?;
-        if matches!(source, TriggerSource::Signal { .. }) && !inner.settings.allow.allows(&snapshot)
-        {
+        if matches!(source, TriggerSource::Signal { .. }) && !settings.allow.allows(&snapshot) {
             lock(&inner.stats).refused += 1;
             return Err(PeekError::NotAllowed {
                 pid,
@@ -330,7 +364,7 @@ impl Peeker {
         let clock = Instant::now();
         let outcome = match sampled {
             Ok(links) => {
-                tokio::time::sleep(inner.settings.duration).await;
+                tokio::time::sleep(settings.duration).await;
                 drop(links);
                 Ok(())
             }
@@ -353,7 +387,7 @@ impl Peeker {
             triggered,
             started,
             duration,
-            frequency_hz: inner.settings.frequency_hz,
+            frequency_hz: settings.frequency_hz,
             folded_triggers: folded,
             samples,
             warnings,
@@ -381,9 +415,10 @@ impl Peeker {
         }
         let mut links = Vec::with_capacity(snapshot.threads.len());
         let mut failed = Vec::new();
+        let frequency_hz = self.settings().frequency_hz;
         let mut sampler = lock(&inner.sampler);
         for thread in &snapshot.threads {
-            match sampler.sample_thread(thread.tid, inner.settings.frequency_hz) {
+            match sampler.sample_thread(thread.tid, frequency_hz) {
                 Ok(link) => links.push(link),
                 Err(err) => failed.push((thread.tid, err.to_string())),
             }

@@ -109,6 +109,17 @@ pub struct Query {
     pub frequency_hz: u32,
 }
 
+impl StoreSettings {
+    /// The store settings of a configuration.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Self {
+            retention: config.retention,
+            resolution: config.resolution,
+            memory_limit: config.memory_limit.as_u64(),
+        }
+    }
+}
+
 /// What the store holds, for the status report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoreStats {
@@ -494,6 +505,15 @@ impl Store {
             stacks_after = self.stacks.len(),
             "compacted the profile store"
         );
+    }
+
+    /// Changes retention, resolution and ceiling (configuration reload):
+    /// what the new ones no longer allow goes at once; buckets already
+    /// merged stay as they are.
+    pub fn set_settings(&mut self, settings: StoreSettings, now: SystemTime) {
+        self.settings = settings;
+        self.expire(now);
+        self.enforce_ceiling();
     }
 
     /// The holds of the windows still open, which keep the buckets they

@@ -15,6 +15,7 @@ mod metrics;
 mod peeks;
 mod pprof;
 mod profiles;
+mod reload;
 mod remote;
 mod requirements;
 mod sessions;

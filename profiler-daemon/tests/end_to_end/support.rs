@@ -108,11 +108,17 @@ impl Daemon {
             .open(dir.join("daemon.log"))
             .expect("a log file");
         let mut command = Command::new(env!("CARGO_BIN_EXE_profilerd"));
+        command.arg("--socket").arg(socket);
+        // Unless the test sets it (on the command line or in a file).
+        if !args
+            .iter()
+            .any(|arg| arg == "--frequency-hz" || arg == "--config")
+        {
+            command
+                .arg("--frequency-hz")
+                .arg(TEST_FREQUENCY_HZ.to_string());
+        }
         command
-            .arg("--socket")
-            .arg(socket)
-            .arg("--frequency-hz")
-            .arg(TEST_FREQUENCY_HZ.to_string())
             .arg("--state-dir")
             .arg(dir.join("state"))
             .args(args)
