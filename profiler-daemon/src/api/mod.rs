@@ -101,6 +101,12 @@ impl From<ApiError> for Status {
     }
 }
 
+/// Where a request came from.
+enum Peer {
+    TrustedRemote,
+    Local(Option<Credentials>),
+}
+
 /// What the service reports about the daemon itself.
 #[derive(Clone, Debug)]
 pub struct DaemonInfo {
@@ -221,31 +227,37 @@ impl ProfilerService {
 
     /// The caller's key for the per-caller bounds.
     fn caller_key<T>(request: &Request<T>) -> CallerKey {
-        if request.extensions().get::<TrustedRemote>().is_some() {
-            return CallerKey::Remote;
+        match Self::peer(request) {
+            Peer::Local(Some(credentials)) => CallerKey::User(credentials.uid),
+            Peer::Local(None) | Peer::TrustedRemote => CallerKey::Remote,
         }
-        request
-            .extensions()
-            .get::<tonic::transport::server::UdsConnectInfo>()
-            .and_then(|info| info.peer_cred)
-            .map_or(CallerKey::Remote, |cred| CallerKey::User(cred.uid()))
     }
 
     /// Who sent `request`, by the socket's peer credentials.
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, ApiError> {
-        if request.extensions().get::<TrustedRemote>().is_some() {
-            return Ok(Caller::Privileged);
+        match Self::peer(request) {
+            Peer::TrustedRemote => Ok(Caller::Privileged),
+            Peer::Local(credentials) => Ok(self.access.caller(credentials)?),
         }
-        let credentials = request
-            .extensions()
-            .get::<tonic::transport::server::UdsConnectInfo>()
-            .and_then(|info| info.peer_cred)
-            .map(|cred| Credentials {
-                uid: cred.uid(),
-                gid: cred.gid(),
-                pid: cred.pid().and_then(|pid| u32::try_from(pid).ok()),
-            });
-        Ok(self.access.caller(credentials)?)
+    }
+
+    /// Where `request` came from: a client over TCP that passed mutual TLS,
+    /// or a local process with the socket's peer credentials.
+    fn peer<T>(request: &Request<T>) -> Peer {
+        if request.extensions().get::<TrustedRemote>().is_some() {
+            return Peer::TrustedRemote;
+        }
+        Peer::Local(
+            request
+                .extensions()
+                .get::<tonic::transport::server::UdsConnectInfo>()
+                .and_then(|info| info.peer_cred)
+                .map(|cred| Credentials {
+                    uid: cred.uid(),
+                    gid: cred.gid(),
+                    pid: cred.pid().and_then(|pid| u32::try_from(pid).ok()),
+                }),
+        )
     }
 
     /// Checks that `caller` may see what `selector` selects.

@@ -1,10 +1,7 @@
 //! Peeks against a real daemon: `kill -USR1`, `profilerctl peek`, signal
 //! storms, WatchPeeks, and the protection of processes without a handler.
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use profilerd::proto::v1;
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
@@ -207,20 +204,7 @@ async fn profilerctl_peek_spares_a_process_without_handler() {
     let pid = workload.pid();
     tokio::time::sleep(SETTLE).await;
 
-    let profilerctl = |args: Vec<String>| {
-        let socket = daemon.socket.clone();
-        tokio::task::spawn_blocking(move || {
-            Command::new(env!("CARGO_BIN_EXE_profilerctl"))
-                .arg("--socket")
-                .arg(socket)
-                .args(args)
-                .output()
-                .expect("profilerctl runs")
-        })
-    };
-    let output = profilerctl(vec!["peek".into(), pid.to_string()])
-        .await
-        .expect("profilerctl finishes");
+    let output = crate::support::profilerctl(&daemon.socket, &["peek", &pid.to_string()]).await;
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
@@ -245,7 +229,7 @@ async fn profilerctl_peek_spares_a_process_without_handler() {
         "a peek without a signal leaves the process alone"
     );
 
-    let listed = profilerctl(vec!["peeks".into()]).await.expect("finishes");
+    let listed = crate::support::profilerctl(&daemon.socket, &["peeks"]).await;
     let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
     let id = listed
         .lines()
@@ -253,20 +237,14 @@ async fn profilerctl_peek_spares_a_process_without_handler() {
         .and_then(|line| line.split_whitespace().next())
         .unwrap_or_else(|| panic!("the peek is listed:\n{listed}"))
         .to_owned();
-    let again = profilerctl(vec!["peeks".into(), "--id".into(), id])
-        .await
-        .expect("finishes");
+    let again = crate::support::profilerctl(&daemon.socket, &["peeks", "--id", &id]).await;
     assert_eq!(String::from_utf8_lossy(&again.stdout), text);
 
-    let missing = profilerctl(vec!["peeks".into(), "--id".into(), "nope".into()])
-        .await
-        .expect("finishes");
+    let missing = crate::support::profilerctl(&daemon.socket, &["peeks", "--id", "nope"]).await;
     assert!(!missing.status.success());
     let error = String::from_utf8_lossy(&missing.stderr);
     assert!(error.contains("no peek report \"nope\""), "{error}");
-    let gone = profilerctl(vec!["peek".into(), "999999999".into()])
-        .await
-        .expect("finishes");
+    let gone = crate::support::profilerctl(&daemon.socket, &["peek", "999999999"]).await;
     assert!(!gone.status.success());
     let error = String::from_utf8_lossy(&gone.stderr);
     assert!(

@@ -346,20 +346,12 @@ async fn flame_graphs_and_speedscope_show_the_hot_function() {
 async fn callers_of_a_function_come_with_counts() {
     let (daemon, workload, _client) = crate::support::daemon_and_workload("split", &[]).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let output = tokio::task::spawn_blocking({
-        let socket = daemon.socket.clone();
-        let pid = workload.pid().to_string();
-        move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_profilerctl"))
-                .arg("--socket")
-                .arg(socket)
-                .args(["callers", "spin", "--since", "3s", "--pid", &pid])
-                .output()
-                .expect("profilerctl runs")
-        }
-    })
-    .await
-    .expect("finishes");
+    let pid = workload.pid().to_string();
+    let output = crate::support::profilerctl(
+        &daemon.socket,
+        &["callers", "spin", "--since", "3s", "--pid", &pid],
+    )
+    .await;
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
