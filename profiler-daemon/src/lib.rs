@@ -17,6 +17,7 @@ pub mod collector;
 pub mod config;
 pub mod drain;
 pub mod kernel_types;
+pub mod logging;
 pub mod peek;
 pub mod processes;
 pub mod profile;
@@ -27,6 +28,7 @@ pub mod serving;
 pub mod sessions;
 pub mod store;
 pub mod symbolize;
+pub mod systemd;
 pub mod targets;
 
 /// Locks a mutex, taking over the data of a holder that panicked: one

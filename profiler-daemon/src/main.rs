@@ -3,7 +3,8 @@
 //! SIGINT or SIGTERM.
 //!
 //! This file only wires the modules together: flags and configuration,
-//! logging, the runtime, and shutdown.
+//! logging, the runtime, readiness (told to systemd once the programs are
+//! attached and the socket listens), and shutdown.
 
 use std::{
     path::PathBuf,
@@ -22,6 +23,7 @@ use profilerd::{
     sampling::{Sampler, SamplerSettings},
     serving::{self, TcpListener, TlsFiles},
     store::Store,
+    systemd,
 };
 use tracing::{error, info};
 
@@ -42,11 +44,12 @@ fn main() -> ExitCode {
     let log_level = config
         .as_ref()
         .map_or("info", |config| config.log_level.as_str());
-    init_logging(log_level);
+    profilerd::logging::init(log_level);
     let config = match config {
         Ok(config) => config,
         Err(err) => {
             error!("{err}");
+            systemd::failed(&err.to_string());
             return ExitCode::from(2);
         }
     };
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(err) => {
             error!("cannot start the async runtime: {err}");
+            systemd::failed(&format!("cannot start the async runtime: {err}"));
             return ExitCode::FAILURE;
         }
     };
@@ -66,23 +70,15 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             error!("{err:#}");
+            systemd::failed(&format!("{err:#}"));
             ExitCode::FAILURE
         }
     }
 }
 
-fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PROFILERD_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 async fn run(config: Config) -> Result<()> {
     let started = Instant::now();
+    tokio::spawn(systemd::keep_watchdog_alive());
     // First, so that a second daemon fails before touching the kernel.
     let (listener, _socket_file) = serving::bind_socket(&config.socket)?;
     tokio::spawn(release_freed_memory());
@@ -114,6 +110,7 @@ async fn run(config: Config) -> Result<()> {
         .context("cannot set up the sampling targets")?;
     let protection = peek::protection(sampler.signal_guard());
     let (cpus, frequency_hz) = (sampler.cpus().to_vec(), sampler.frequency_hz());
+    let cpus_sampled = cpus.len();
     let peek_signal_off = sampler.signal_watch_error().map(str::to_owned);
     let sampler = Arc::new(Mutex::new(sampler));
     let peeker = Peeker::new(
@@ -178,7 +175,20 @@ async fn run(config: Config) -> Result<()> {
             _ => None,
         },
     });
-    let served = serving::serve(service, listener, tcp, shutdown_signal()).await;
+    let ready_status = format!(
+        "serving on {}; sampling {} CPUs at {} Hz",
+        config.socket.display(),
+        cpus_sampled,
+        config.frequency_hz
+    );
+    // `serve` polls this future once its servers run: only then is the
+    // daemon ready.
+    let until_shutdown = async move {
+        systemd::ready(&ready_status);
+        shutdown_signal().await;
+        systemd::stopping("shutting down");
+    };
+    let served = serving::serve(service, listener, tcp, until_shutdown).await;
     drop(collector);
     drop(sampler);
     served.context("the gRPC server failed")?;
