@@ -14,6 +14,7 @@ mod pprof;
 mod profiles;
 mod remote;
 mod requirements;
+mod service;
 mod sessions;
 mod support;
 mod targets;

@@ -57,6 +57,16 @@ pub struct Daemon {
     _cpus: CpuShare,
 }
 
+/// How a daemon is started beyond its flags.
+#[derive(Clone, Copy, Default)]
+pub struct Launch<'a> {
+    /// Extra environment variables.
+    pub env: &'a [(&'a str, &'a std::ffi::OsStr)],
+    /// A command (and its arguments) the daemon is run through, e.g.
+    /// `setpriv` with a capability set.
+    pub through: &'a [&'a str],
+}
+
 impl Daemon {
     pub async fn start() -> Self {
         Self::start_with(&[]).await
@@ -64,26 +74,50 @@ impl Daemon {
 
     pub async fn start_with(args: &[&str]) -> Self {
         let share = CpuShare::Shared(CPUS.clone().read_owned().await);
-        Self::spawn(args, share).await
+        let mut daemon = Self::spawn(args, Launch::default(), share).await;
+        daemon.wait_until_serving().await;
+        daemon
     }
 
     /// A daemon for a test that no other test's workload may compete with
     /// for CPU time while it runs.
     pub async fn start_alone(args: &[&str]) -> Self {
         let share = CpuShare::Alone(CPUS.clone().write_owned().await);
-        Self::spawn(args, share).await
+        let mut daemon = Self::spawn(args, Launch::default(), share).await;
+        daemon.wait_until_serving().await;
+        daemon
+    }
+
+    /// A daemon started as `launch` says; returns at once, without waiting
+    /// for it to serve (see [`Daemon::wait_until_serving`]).
+    pub async fn launch(args: &[&str], launch: Launch<'_>) -> Self {
+        let share = CpuShare::Shared(CPUS.clone().read_owned().await);
+        Self::spawn(args, launch, share).await
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn state_dir(&self) -> PathBuf {
         self.dir.path().join("state")
     }
 
-    async fn spawn(args: &[&str], share: CpuShare) -> Self {
+    async fn spawn(args: &[&str], launch: Launch<'_>, share: CpuShare) -> Self {
         require_root();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("profilerd.sock");
         let log = fs::File::create(dir.path().join("daemon.log")).expect("a log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_profilerd"))
+        let daemon = env!("CARGO_BIN_EXE_profilerd");
+        let mut command = match launch.through.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(daemon);
+                command
+            }
+            None => Command::new(daemon),
+        };
+        let child = command
             .arg("--socket")
             .arg(&socket)
             .arg("--frequency-hz")
@@ -92,21 +126,21 @@ impl Daemon {
             .arg(dir.path().join("state"))
             .args(args)
             .env("PROFILERD_LOG", "info")
+            .envs(launch.env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("profilerd starts");
-        let mut daemon = Self {
+        Self {
             child,
             dir,
             socket,
             _cpus: share,
-        };
-        daemon.wait_until_serving().await;
-        daemon
+        }
     }
 
-    async fn wait_until_serving(&mut self) {
+    /// Waits until the daemon answers GetStatus (at most 20 s).
+    pub async fn wait_until_serving(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
