@@ -209,10 +209,10 @@ pub fn next_steps_after_install(layout: &Layout) -> Vec<String> {
             .to_owned(),
         "systemctl daemon-reload && systemctl enable --now profilerd".to_owned(),
         format!(
-            "{} status                 # check that it serves",
+            "{} status    # check that it serves",
             layout.binary("profilerctl").display()
         ),
-        "systemctl restart profilerd     # after an upgrade, if it was running".to_owned(),
+        "systemctl restart profilerd    # after an upgrade, if it was running".to_owned(),
     ];
     if layout.destdir.is_some() {
         steps.insert(
