@@ -423,8 +423,8 @@ async fn the_units_capabilities_are_enough() {
     std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
         .expect("chmod");
     assert_eq!(std::fs::metadata(private.path()).unwrap().uid(), 65534);
+    // One workload at a time, so as not to starve other tests of CPU.
     let syscalls = Workload::start_as_nobody(&private.path().join("syscalls"), &[]);
-    let peeked = Workload::start_as_nobody(&private.path().join("peek_threads"), &[]);
     let mut client = daemon.client().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -449,11 +449,15 @@ async fn the_units_capabilities_are_enough() {
         "the kernel frames are named: {frames:?}"
     );
 
+    drop(syscalls);
+
+    let peeked = Workload::start_as_nobody(&private.path().join("peek_threads"), &[]);
     let mut watcher = client
         .watch_peeks(v1::WatchPeeksRequest {})
         .await
         .expect("WatchPeeks answers")
         .into_inner();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = peeked.pid();
     let target = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
     rustix::process::kill_process(target, rustix::process::Signal::USR1).expect("SIGUSR1 is sent");
