@@ -8,7 +8,10 @@
 //! daemon is ready (the caller says so) nor configure logging (see
 //! `logging`).
 
-use std::time::Duration;
+use std::{
+    sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
+};
 
 use sd_notify::NotifyState;
 use tracing::{debug, warn};
@@ -57,12 +60,21 @@ fn watchdog_interval() -> Option<Duration> {
     (!timeout.is_zero()).then(|| (timeout / 2).max(Duration::from_millis(1)))
 }
 
+/// Sends `states`; a failure is logged as a warning the first time (the
+/// watchdog would repeat it every few seconds), then at debug level.
 fn send(states: &[NotifyState]) {
-    if let Err(err) = sd_notify::notify(states) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let Err(err) = sd_notify::notify(states) else {
+        return;
+    };
+    let notify_socket = std::env::var_os("NOTIFY_SOCKET");
+    if WARNED.swap(true, Ordering::Relaxed) {
+        debug!(?notify_socket, "cannot notify the service manager: {err}");
+    } else {
         warn!(
-            notify_socket = ?std::env::var_os("NOTIFY_SOCKET"),
+            ?notify_socket,
             "cannot notify the service manager: {err}; under systemd, check that the unit's \
-             NotifyAccess= allows the main process"
+             NotifyAccess= allows the main process (a watchdog will restart the daemon)"
         );
     }
 }
