@@ -707,6 +707,72 @@ mod tests {
         assert_eq!(Config::parse(example).unwrap(), Config::default());
     }
 
+    /// deploy/config.toml names every key the configuration knows, set to
+    /// its default or, for a key without one, commented out
+    /// (`# key = ...`), so the example cannot fall behind a new key.
+    #[test]
+    fn the_example_file_names_every_key() {
+        let example = include_str!("../../deploy/config.toml");
+        let named = |key: &str| {
+            example.lines().any(|line| {
+                let line = line.trim_start();
+                let line = line.strip_prefix('#').unwrap_or(line).trim_start();
+                line.strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+        };
+        let keys = field_names::<Config>();
+        assert!(keys.len() > 20, "too few keys found: {keys:?}");
+        let missing: Vec<_> = keys.iter().filter(|key| !named(key)).collect();
+        assert!(
+            missing.is_empty(),
+            "deploy/config.toml does not name {missing:?}: add each with its default \
+             (commented out if it has none) and a comment saying what it does"
+        );
+    }
+
+    /// The names of the fields `T` deserializes, as serde knows them.
+    fn field_names<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+        /// A deserializer that only records the struct's field names.
+        struct Fields(Option<&'static [&'static str]>);
+        #[derive(Debug)]
+        struct Stop;
+        impl std::fmt::Display for Stop {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("field names recorded")
+            }
+        }
+        impl std::error::Error for Stop {}
+        impl serde::de::Error for Stop {
+            fn custom<M: std::fmt::Display>(_: M) -> Self {
+                Stop
+            }
+        }
+        impl<'de> Deserializer<'de> for &mut Fields {
+            type Error = Stop;
+            fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+                Err(Stop)
+            }
+            fn deserialize_struct<V: serde::de::Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Stop> {
+                self.0 = Some(fields);
+                Err(Stop)
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+                enum identifier ignored_any
+            }
+        }
+        let mut fields = Fields(None);
+        let _ = T::deserialize(&mut fields);
+        fields.0.expect("a struct")
+    }
+
     #[test]
     fn every_key_parses() {
         let config = Config::parse(

@@ -17,6 +17,7 @@ pub mod collector;
 pub mod config;
 pub mod drain;
 pub mod kernel_types;
+pub mod logging;
 pub mod metrics;
 pub mod peek;
 pub mod processes;
@@ -30,6 +31,7 @@ pub mod sessions;
 pub mod stopping;
 pub mod store;
 pub mod symbolize;
+pub mod systemd;
 pub mod targets;
 
 /// Locks a mutex, taking over the data of a holder that panicked: one

@@ -3,7 +3,8 @@
 //! SIGINT or SIGTERM; reloads its configuration on SIGHUP.
 //!
 //! This file only wires the modules together: flags and configuration,
-//! logging, the runtime, and shutdown.
+//! logging, the runtime, readiness (told to systemd once the programs are
+//! attached and the socket listens), and shutdown.
 
 use std::{
     path::PathBuf,
@@ -23,6 +24,7 @@ use profilerd::{
     sampling::{Sampler, SamplerSettings},
     serving::{self, TcpListener, TlsFiles},
     store::{Store, StoreSettings},
+    systemd,
 };
 use tracing::{error, info};
 
@@ -43,11 +45,12 @@ fn main() -> ExitCode {
     let log_level = config
         .as_ref()
         .map_or("info", |config| config.log_level.as_str());
-    let set_log_filter = init_logging(log_level);
+    let set_log_filter = profilerd::logging::init(log_level);
     let config = match config {
         Ok(config) => config,
         Err(err) => {
             error!("{err}");
+            systemd::failed(&err.to_string());
             return ExitCode::from(2);
         }
     };
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(err) => {
             error!("cannot start the async runtime: {err}");
+            systemd::failed(&format!("cannot start the async runtime: {err}"));
             return ExitCode::FAILURE;
         }
     };
@@ -71,36 +75,15 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             error!("{err:#}");
+            systemd::failed(&format!("{err:#}"));
             ExitCode::FAILURE
         }
     }
 }
 
-/// Logs to standard error, filtered by PROFILERD_LOG or else `filter`;
-/// returns how to change the filter later (a configuration reload).
-fn init_logging(filter: &str) -> SetLogFilter {
-    use tracing_subscriber::{EnvFilter, layer::SubscriberExt as _, util::SubscriberInitExt as _};
-    let from_env = EnvFilter::try_from_env("PROFILERD_LOG").ok();
-    let pinned_by_env = from_env.is_some();
-    let filter = from_env
-        .or_else(|| EnvFilter::try_new(filter).ok())
-        .unwrap_or_else(|| EnvFilter::new("info"));
-    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-        .init();
-    Box::new(move |level: &str| {
-        if pinned_by_env {
-            return Err("PROFILERD_LOG is set in the daemon's environment and wins".to_owned());
-        }
-        let filter = EnvFilter::try_new(level).map_err(|err| err.to_string())?;
-        handle.reload(filter).map_err(|err| err.to_string())
-    })
-}
-
 async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result<()> {
     let started = Instant::now();
+    tokio::spawn(systemd::keep_watchdog_alive());
     // First, so that a second daemon fails before touching the kernel.
     let (listener, _socket_file) = serving::bind_socket(&config.socket)?;
     tokio::spawn(release_freed_memory());
@@ -129,6 +112,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         .context("cannot set up the sampling targets")?;
     let protection = peek::protection(sampler.signal_guard());
     let (cpus, frequency_hz) = (sampler.cpus().to_vec(), sampler.frequency_hz());
+    let cpus_sampled = cpus.len();
     let peek_signal_off = sampler.signal_watch_error().map(str::to_owned);
     let sampler = Arc::new(Mutex::new(sampler));
     let peeker = Peeker::new(
@@ -193,12 +177,25 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         service: service.clone(),
         set_log_filter,
     }));
+    let ready_status = format!(
+        "serving on {}; sampling {} CPUs at {} Hz",
+        config.socket.display(),
+        cpus_sampled,
+        config.frequency_hz
+    );
+    // `serve` polls this future once its servers run: only then is the
+    // daemon ready.
+    let until_shutdown = async move {
+        systemd::ready(&ready_status);
+        shutdown_signal().await;
+        systemd::stopping("shutting down");
+    };
     let served = serving::serve(
         service,
         listener,
         tcp,
         config.metrics_listen,
-        shutdown_signal(),
+        until_shutdown,
     )
     .await;
     drop(collector);

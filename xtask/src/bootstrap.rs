@@ -40,6 +40,11 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
         name: "golang-go",
         provides: "go",
     },
+    // `systemd-analyze verify` checks deploy/profilerd.service.
+    AptPackage {
+        name: "systemd",
+        provides: "systemd-analyze",
+    },
 ];
 
 /// Debian packages the benchmark needs: the profilers it compares profilerd
@@ -116,11 +121,13 @@ pub fn test_deps() -> Result<()> {
 }
 
 /// PyPI packages of the test suite's foreign gRPC client (Python's grpcio,
-/// which learns the API by reflection), pinned.
+/// which learns the API by reflection), and PyYAML, which reads the
+/// Kubernetes manifests in deploy/; pinned.
 const PYTHON_CLIENT_PACKAGES: &[&str] = &[
     "grpcio==1.85.1",
     "grpcio-reflection==1.85.1",
     "grpcio-health-checking==1.85.1",
+    "PyYAML==6.0.3",
 ];
 
 /// A Python virtual environment under `target_dir` with the client
@@ -130,7 +137,8 @@ pub fn python_clients(target_dir: &Path) -> Result<PathBuf> {
     let python = venv.join("bin/python");
     let ready = python.exists()
         && process::output(
-            process::command(&python).args(["-c", "import grpc, grpc_reflection, grpc_health"]),
+            process::command(&python)
+                .args(["-c", "import grpc, grpc_reflection, grpc_health, yaml"]),
         )
         .is_ok();
     if !ready {

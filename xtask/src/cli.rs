@@ -4,6 +4,7 @@
 //! it takes options) plus its function in `commands`.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -51,6 +52,20 @@ pub enum Command {
     Lint,
     /// Only install what building (and with --test-deps, testing) needs, then stop.
     Bootstrap(BootstrapArgs),
+    /// Build the release and install profilerd, profilerctl, the systemd unit
+    /// and the example configuration (as root).
+    ///
+    /// Binaries go to PREFIX/bin, the unit (its ExecStart pointing there) to
+    /// /etc/systemd/system/profilerd.service, the example configuration to
+    /// /etc/profilerd/profilerd.toml unless a configuration is there already
+    /// (it is never overwritten). Everything goes under DESTDIR when given.
+    /// Prints the commands that enable the service; runs none of them.
+    Install(InstallArgs),
+    /// Remove what `install` installed (same --prefix and --destdir).
+    ///
+    /// A configuration that differs from the example, and the state
+    /// directory (peek reports), are kept unless --purge.
+    Uninstall(UninstallArgs),
 }
 
 #[derive(Debug, Args)]
@@ -88,6 +103,29 @@ pub struct BenchArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// Installation prefix; the binaries go to PREFIX/bin.
+    #[arg(long, value_name = "DIR", default_value = "/usr/local")]
+    pub prefix: PathBuf,
+    /// Staging root prepended to every installed path (for packaging).
+    #[arg(long, value_name = "DIR", env = "DESTDIR")]
+    pub destdir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct UninstallArgs {
+    /// The prefix given to `install`.
+    #[arg(long, value_name = "DIR", default_value = "/usr/local")]
+    pub prefix: PathBuf,
+    /// The staging root given to `install`.
+    #[arg(long, value_name = "DIR", env = "DESTDIR")]
+    pub destdir: Option<PathBuf>,
+    /// Also remove a changed configuration and the state directory.
+    #[arg(long)]
+    pub purge: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct BootstrapArgs {
     /// Also install the test suite's dependencies.
     #[arg(long)]
@@ -118,5 +156,20 @@ mod tests {
         };
         assert!(args.debug);
         assert_eq!(args.args, ["--socket", "/tmp/s"]);
+    }
+
+    #[test]
+    fn install_defaults_to_usr_local() {
+        let cli = Cli::parse_from(["xtask", "install"]);
+        let Command::Install(args) = cli.command else {
+            panic!("expected the install command");
+        };
+        assert_eq!(args.prefix, PathBuf::from("/usr/local"));
+        let cli = Cli::parse_from(["xtask", "uninstall", "--destdir", "/tmp/d", "--purge"]);
+        let Command::Uninstall(args) = cli.command else {
+            panic!("expected the uninstall command");
+        };
+        assert_eq!(args.destdir, Some(PathBuf::from("/tmp/d")));
+        assert!(args.purge);
     }
 }

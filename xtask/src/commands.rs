@@ -9,9 +9,11 @@ use std::process::Command as Child;
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::cli::{BenchArgs, BootstrapArgs, BuildArgs, Command, RunArgs, TestArgs};
+use crate::cli::{
+    BenchArgs, BootstrapArgs, BuildArgs, Command, InstallArgs, RunArgs, TestArgs, UninstallArgs,
+};
 use crate::process::{self, Privilege};
-use crate::{bootstrap, kernel};
+use crate::{bootstrap, install, kernel};
 
 /// The eBPF crate: built for its own target only (by the daemon's build script).
 const EBPF_PACKAGE: &str = "profiler-ebpf";
@@ -28,6 +30,8 @@ pub fn dispatch(command: Command) -> Result<()> {
         Command::Bench(args) => bench(args),
         Command::Lint => lint(),
         Command::Bootstrap(args) => bootstrap(args),
+        Command::Install(args) => install(args),
+        Command::Uninstall(args) => uninstall(args),
     }
 }
 
@@ -175,6 +179,78 @@ fn bootstrap(args: BootstrapArgs) -> Result<()> {
         bootstrap::test_deps()?;
     }
     Ok(())
+}
+
+fn install(args: InstallArgs) -> Result<()> {
+    let layout = install::Layout::new(&args.prefix, args.destdir.as_deref())?;
+    if layout.destdir.is_none() && !process::is_root()? {
+        bail!(
+            "installing into {} and /etc needs root: run `cargo xtask install` as root, or \
+             pass --destdir DIR to stage the files under DIR",
+            args.prefix.display()
+        );
+    }
+    bootstrap::ebpf_toolchain()?;
+    build_daemon(Profile::Release)?;
+    let root = workspace_root()?;
+    let read = |path: &str| {
+        std::fs::read_to_string(root.join(path))
+            .with_context(|| format!("cannot read {path} of the workspace"))
+    };
+    let (unit, config) = (
+        read("deploy/profilerd.service")?,
+        read("deploy/config.toml")?,
+    );
+    let done = install::install(
+        &layout,
+        &install::Sources {
+            binaries: target_dir()?.join(Profile::Release.dir()),
+            unit: &unit,
+            config: &config,
+        },
+    )?;
+    for line in done {
+        println!("==> {line}");
+    }
+    println!("Next, as root:");
+    for step in install::next_steps_after_install(&layout) {
+        println!("  {step}");
+    }
+    Ok(())
+}
+
+fn uninstall(args: UninstallArgs) -> Result<()> {
+    let layout = install::Layout::new(&args.prefix, args.destdir.as_deref())?;
+    if layout.destdir.is_none() && service_in_use() {
+        bail!(
+            "the profilerd service is enabled or running: stop and disable it first \
+             (`systemctl disable --now profilerd`), then uninstall"
+        );
+    }
+    let config = std::fs::read_to_string(workspace_root()?.join("deploy/config.toml"))
+        .context("cannot read deploy/config.toml of the workspace")?;
+    for line in install::uninstall(&layout, &config, args.purge)? {
+        println!("==> {line}");
+    }
+    println!("Next, as root:");
+    for step in install::next_steps_after_uninstall() {
+        println!("  {step}");
+    }
+    Ok(())
+}
+
+/// Whether systemd runs here and has the profilerd service enabled or
+/// active.
+fn service_in_use() -> bool {
+    if !Path::new("/run/systemd/system").is_dir() {
+        return false;
+    }
+    ["is-enabled", "is-active"].into_iter().any(|query| {
+        process::command("systemctl")
+            .args([query, "--quiet", "profilerd.service"])
+            .status()
+            .is_ok_and(|status| status.success())
+    })
 }
 
 /// `cargo build --package profiler-daemon --bins` for `profile`.

@@ -1,4 +1,5 @@
-//! `cargo xtask`: profilerd's developer tasks (build, run, test, lint).
+//! `cargo xtask`: profilerd's developer tasks (build, run, test, lint,
+//! install).
 //!
 //! Every task first bootstraps what a fresh machine lacks (the eBPF
 //! toolchain, and for the tests their system packages), idempotently, so that
@@ -7,6 +8,7 @@
 mod bootstrap;
 mod cli;
 mod commands;
+mod install;
 mod kernel;
 mod process;
 

@@ -456,7 +456,8 @@ impl Peeker {
                 lock(&inner.stats).completed += 1;
                 info!(
                     pid,
-                    id = %report.id,
+                    peek_id = %report.id,
+                    command = %report.command,
                     threads = report.threads.len(),
                     folded_triggers = running.folded,
                     "peek report\n{}",

@@ -18,6 +18,7 @@ mod profiles;
 mod reload;
 mod remote;
 mod requirements;
+mod service;
 mod sessions;
 mod support;
 mod targets;

@@ -50,13 +50,26 @@ enum CpuShare {
 /// A daemon of its own for one test, on a socket in a temporary directory,
 /// with its state (peek reports) there too.
 pub struct Daemon {
-    /// The flags given beyond the socket, frequency and state directory.
+    /// The flags given beyond the socket, frequency and state directory,
+    /// and how it is launched: kept to start it again.
     args: Vec<String>,
+    through: Vec<String>,
+    env: Vec<(String, std::ffi::OsString)>,
     child: Child,
     dir: tempfile::TempDir,
     pub socket: PathBuf,
     /// Released after the child is stopped (fields drop after `drop`).
     _cpus: CpuShare,
+}
+
+/// How a daemon is started beyond its flags.
+#[derive(Clone, Copy, Default)]
+pub struct Launch<'a> {
+    /// Extra environment variables.
+    pub env: &'a [(&'a str, &'a std::ffi::OsStr)],
+    /// A command (and its arguments) the daemon is run through, e.g.
+    /// `setpriv` with a capability set.
+    pub through: &'a [&'a str],
 }
 
 impl Daemon {
@@ -66,48 +79,83 @@ impl Daemon {
 
     pub async fn start_with(args: &[&str]) -> Self {
         let share = CpuShare::Shared(CPUS.clone().read_owned().await);
-        Self::spawn(args, share).await
+        let mut daemon = Self::spawn(args, Launch::default(), share).await;
+        daemon.wait_until_serving().await;
+        daemon
     }
 
     /// A daemon for a test that no other test's workload may compete with
     /// for CPU time while it runs.
     pub async fn start_alone(args: &[&str]) -> Self {
         let share = CpuShare::Alone(CPUS.clone().write_owned().await);
-        Self::spawn(args, share).await
+        let mut daemon = Self::spawn(args, Launch::default(), share).await;
+        daemon.wait_until_serving().await;
+        daemon
+    }
+
+    /// A daemon started as `launch` says; returns at once, without waiting
+    /// for it to serve (see [`Daemon::wait_until_serving`]).
+    pub async fn launch(args: &[&str], launch: Launch<'_>) -> Self {
+        let share = CpuShare::Shared(CPUS.clone().read_owned().await);
+        Self::spawn(args, launch, share).await
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn state_dir(&self) -> PathBuf {
         self.dir.path().join("state")
     }
 
-    async fn spawn(args: &[&str], share: CpuShare) -> Self {
+    async fn spawn(args: &[&str], launch: Launch<'_>, share: CpuShare) -> Self {
         require_root();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("profilerd.sock");
         let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        let child = Self::command_in(dir.path(), &socket, &args)
+        let through: Vec<String> = launch.through.iter().map(|arg| arg.to_string()).collect();
+        let env: Vec<(String, std::ffi::OsString)> = launch
+            .env
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_os_string()))
+            .collect();
+        let child = Self::command_in(dir.path(), &socket, &args, &through, &env)
             .spawn()
             .expect("profilerd starts");
-        let mut daemon = Self {
+        Self {
             args,
+            through,
+            env,
             child,
             dir,
             socket,
             _cpus: share,
-        };
-        daemon.wait_until_serving().await;
-        daemon
+        }
     }
 
-    /// The daemon's command line: its socket and state in `dir`, its log
-    /// appended to `dir`/daemon.log.
-    fn command_in(dir: &Path, socket: &Path, args: &[String]) -> Command {
+    /// The daemon's command line: run through `through` (when given), its
+    /// socket and state in `dir`, its log appended to `dir`/daemon.log.
+    fn command_in(
+        dir: &Path,
+        socket: &Path,
+        args: &[String],
+        through: &[String],
+        env: &[(String, std::ffi::OsString)],
+    ) -> Command {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(dir.join("daemon.log"))
             .expect("a log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_profilerd"));
+        let daemon = env!("CARGO_BIN_EXE_profilerd");
+        let mut command = match through.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(daemon);
+                command
+            }
+            None => Command::new(daemon),
+        };
         command.arg("--socket").arg(socket);
         // Unless the test sets it (on the command line or in a file).
         if !args
@@ -123,16 +171,24 @@ impl Daemon {
             .arg(dir.join("state"))
             .args(args)
             .env("PROFILERD_LOG", "info")
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::null())
             .stderr(log);
         command
     }
 
     fn command(&self) -> Command {
-        Self::command_in(self.dir.path(), &self.socket, &self.args)
+        Self::command_in(
+            self.dir.path(),
+            &self.socket,
+            &self.args,
+            &self.through,
+            &self.env,
+        )
     }
 
-    async fn wait_until_serving(&mut self) {
+    /// Waits until the daemon answers GetStatus (at most 20 s).
+    pub async fn wait_until_serving(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -168,10 +224,6 @@ impl Daemon {
 
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
     }
 
     pub fn signal(&self, signal: rustix::process::Signal) {
