@@ -64,26 +64,42 @@ impl Daemon {
 
     pub async fn start_with(args: &[&str]) -> Self {
         let share = CpuShare::Shared(CPUS.clone().read_owned().await);
-        Self::spawn(args, share).await
+        Self::spawn(&[], args, share).await
+    }
+
+    /// A daemon started through `wrapper`, a command (and its arguments)
+    /// given the daemon's command line to exec, e.g. `unshare -m …`.
+    pub async fn start_wrapped(wrapper: &[&str], args: &[&str]) -> Self {
+        let share = CpuShare::Shared(CPUS.clone().read_owned().await);
+        Self::spawn(wrapper, args, share).await
     }
 
     /// A daemon for a test that no other test's workload may compete with
     /// for CPU time while it runs.
     pub async fn start_alone(args: &[&str]) -> Self {
         let share = CpuShare::Alone(CPUS.clone().write_owned().await);
-        Self::spawn(args, share).await
+        Self::spawn(&[], args, share).await
     }
 
     pub fn state_dir(&self) -> PathBuf {
         self.dir.path().join("state")
     }
 
-    async fn spawn(args: &[&str], share: CpuShare) -> Self {
+    async fn spawn(wrapper: &[&str], args: &[&str], share: CpuShare) -> Self {
         require_root();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let socket = dir.path().join("profilerd.sock");
         let log = fs::File::create(dir.path().join("daemon.log")).expect("a log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_profilerd"))
+        let daemon = env!("CARGO_BIN_EXE_profilerd");
+        let mut command = match wrapper {
+            [] => Command::new(daemon),
+            [program, wrapper_args @ ..] => {
+                let mut command = Command::new(program);
+                command.args(wrapper_args).arg(daemon);
+                command
+            }
+        };
+        let child = command
             .arg("--socket")
             .arg(&socket)
             .arg("--frequency-hz")
@@ -139,6 +155,11 @@ impl Daemon {
 
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The daemon's process (or its wrapper's, until the wrapper execs it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
@@ -206,7 +227,8 @@ impl Workload {
         Self { child }
     }
 
-    fn spawn(binary: &Path, args: &[&str]) -> Self {
+    /// Starts the program at `binary` with `args`.
+    pub fn spawn(binary: &Path, args: &[&str]) -> Self {
         let name = binary.display();
         let child = Command::new(binary)
             .args(args)
@@ -218,6 +240,11 @@ impl Workload {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Its exit status if it has exited, without waiting.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// Waits for the workload to exit by itself.
