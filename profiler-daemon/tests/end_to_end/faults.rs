@@ -128,16 +128,16 @@ async fn a_process_that_execs_mid_profile_shows_both_programs() {
     let stacks = folded(&reply.report);
     let before = owners_of(&stacks, "spin_before_exec");
     let after = owners_of(&stacks, "hot");
-    let (process_a, thread_a) = (format!("fault-exec-a-{pid}"), format!("fault-exec-a-{pid}"));
-    let (process_b, thread_b) = (format!("fault-exec-b-{pid}"), format!("fault-exec-b-{pid}"));
+    // One thread, the process's main one: process and thread frames alike.
+    let (a, b) = (format!("fault-exec-a-{pid}"), format!("fault-exec-b-{pid}"));
     assert_eq!(
         before.keys().collect::<Vec<_>>(),
-        [&(process_a, thread_a)],
+        [&(a.clone(), a)],
         "spin_before_exec belongs to fault-exec-a only: {stacks:?}"
     );
     assert_eq!(
         after.keys().collect::<Vec<_>>(),
-        [&(process_b, thread_b)],
+        [&(b.clone(), b)],
         "hot belongs to fault-exec-b only: {stacks:?}"
     );
     assert!(
