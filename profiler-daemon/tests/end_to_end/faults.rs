@@ -437,7 +437,9 @@ fn threads_of(pid: u32) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_process_with_thousands_of_threads_is_profiled_and_peeked() {
     const THREADS: usize = 2000;
-    let mut daemon = Daemon::start().await;
+    // Alone: every daemon running would sample and record these threads,
+    // and the peek samples all of them; other tests' timings would suffer.
+    let mut daemon = Daemon::start_alone(&[]).await;
     let mut client = daemon.client().await;
     let dir = tempfile::tempdir().expect("a temporary directory");
     let binary = copy_workload("many_threads", dir.path(), "fault-threads");
@@ -521,7 +523,8 @@ async fn a_process_with_thousands_of_threads_is_profiled_and_peeked() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_storm_of_short_lived_processes_is_reported() {
     const CHILDREN: u64 = 2000;
-    let mut daemon = Daemon::start().await;
+    // Alone: every daemon running would record each of the 2000 processes.
+    let mut daemon = Daemon::start_alone(&[]).await;
     let mut client = daemon.client().await;
     let dir = tempfile::tempdir().expect("a temporary directory");
     let binary = copy_workload("fork_storm", dir.path(), "fault-storm");
@@ -621,8 +624,12 @@ async fn full_maps_are_counted_and_the_daemon_recovers() {
     // Drains 5 s apart (and at the cuts of profiles): on a busy machine the
     // heavy workload may get little CPU time, yet over 256 samples. The
     // counts map has room for them all: had it filled first, samples would
-    // be dropped whole (counts_map_full) rather than kept as [lost].
+    // be dropped whole (counts_map_full) rather than kept as [lost]. Peeks
+    // (which other tests' signals would start) are off: their samples share
+    // the maps.
     let mut daemon = Daemon::start_with(&[
+        "--peek-signal",
+        "off",
         "--max-stacks",
         "256",
         "--max-sample-keys",
@@ -914,7 +921,8 @@ impl Drop for SmallDisk {
 /// behind; once there is room again, reports are written.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_disk_keeps_peek_reports_in_memory_and_counts_the_failure() {
-    let mut daemon = Daemon::start().await;
+    // Peeks by request only: other tests' peek signals would be reports too.
+    let mut daemon = Daemon::start_with(&["--peek-signal", "off"]).await;
     let mut client = daemon.client().await;
     let peeks = daemon.state_dir().join("peeks");
     // Mounted over the directory the daemon made (and holds no handle on).
@@ -1027,7 +1035,8 @@ fn open_stream(socket: &Path, args: &[&str]) -> std::process::Child {
 /// of them is gone, and gets the next report.
 #[tokio::test(flavor = "multi_thread")]
 async fn clients_killed_mid_stream_free_their_slots() {
-    let mut daemon = Daemon::start_with(&["--max-streams-per-caller", "2"]).await;
+    let mut daemon =
+        Daemon::start_with(&["--max-streams-per-caller", "2", "--peek-signal", "off"]).await;
     let mut client = daemon.client().await;
     let workload = Workload::start_as("split", "fault-streams", &[]);
     let pid = workload.pid().to_string();
@@ -1073,12 +1082,22 @@ async fn clients_killed_mid_stream_free_their_slots() {
             .await
             .expect("Peek answers")
             .into_inner();
-        let streamed = tokio::time::timeout(Duration::from_secs(5), replacement.message())
-            .await
-            .expect("the new stream gets the report")
-            .expect("the stream stays open")
-            .expect("a report");
-        assert_eq!(streamed.id, report.id);
+        // Other tests' peek signals reach this daemon too: wait for ours.
+        let streamed = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let streamed = replacement
+                    .message()
+                    .await
+                    .expect("the stream stays open")
+                    .expect("a report");
+                if streamed.id == report.id {
+                    return streamed;
+                }
+            }
+        })
+        .await
+        .expect("the new stream gets the report");
+        assert_eq!(streamed.pid, workload.pid());
         assert!(
             watcher.try_wait().expect("the watcher").is_none(),
             "the other client's stream is untouched"
