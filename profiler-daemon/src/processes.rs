@@ -30,6 +30,11 @@ use crate::{
 /// is simply recorded again.
 const RECORD_IDLE_LIMIT: Duration = Duration::from_secs(60);
 
+/// How many earlier memory maps of a process are kept: an exec is often
+/// recorded twice (once while the new program is still being loaded), and
+/// samples of the old program may be drained after both.
+const EARLIER_MAPS_KEPT: usize = 3;
+
 /// The identity of a binary file: device and inode as the kernel maps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BinaryKey {
@@ -102,9 +107,10 @@ struct ProcessRecord {
     name: Arc<str>,
     /// Executable mappings, sorted by start address.
     mappings: Vec<Mapping>,
-    /// The mappings of the record this one replaced (before an exec, say):
-    /// samples taken before the change but drained after it fall there.
-    earlier: Vec<Mapping>,
+    /// The mappings of the records this one replaced (before an exec, say),
+    /// newest first: samples taken before the change but drained after it
+    /// fall there.
+    earlier: Vec<Vec<Mapping>>,
     recorded_at: Instant,
     last_used: Instant,
 }
@@ -147,6 +153,9 @@ pub struct ProcessTable {
     processes: HashMap<u32, ProcessRecord>,
     binaries: HashMap<BinaryKey, Arc<Binary>>,
     processes_seen: u64,
+    /// Processes sampled but never recorded (gone too soon), counted in
+    /// `processes_seen` once each, and when they were last sampled.
+    unrecorded: HashMap<u32, Instant>,
     last_collection: Option<Instant>,
     cgroups: crate::cgroups::CgroupPaths,
 }
@@ -204,9 +213,18 @@ impl ProcessTable {
             return Ok(());
         }
         let earlier = match self.processes.remove(&pid) {
-            Some(previous) => previous.mappings,
+            Some(previous) => {
+                let mut earlier = previous.earlier;
+                if !previous.mappings.is_empty() {
+                    earlier.insert(0, previous.mappings);
+                    earlier.truncate(EARLIER_MAPS_KEPT);
+                }
+                earlier
+            }
             None => {
-                self.processes_seen += 1;
+                if self.unrecorded.remove(&pid).is_none() {
+                    self.processes_seen += 1;
+                }
                 Vec::new()
             }
         };
@@ -261,6 +279,7 @@ impl ProcessTable {
     pub fn normalize_batch(&mut self, batch: RawBatch) -> NormalizedBatch {
         let started = Instant::now();
         let mut unrecordable = std::collections::HashSet::new();
+        let mut orphans = std::collections::HashSet::new();
         let mut try_record = |table: &mut Self, pid: u32| {
             if pid == 0 || unrecordable.contains(&pid) || table.recorded_since(pid, started) {
                 return false;
@@ -279,14 +298,27 @@ impl ProcessTable {
                 if !self.processes.contains_key(&pid) {
                     try_record(self, pid);
                 }
-                let (mut user, complete) = self.normalize(pid, &sample.user);
+                let (mut user, mut complete) = self.normalize(pid, &sample.user);
                 if !complete && try_record(self, pid) {
-                    user = self.normalize(pid, &sample.user).0;
+                    (user, complete) = self.normalize(pid, &sample.user);
                 }
+                if !complete && pid == sample.tid && !orphans.contains(&pid) {
+                    if self.adopt_mappings(pid, &sample.thread_name, &sample.user) {
+                        user = self.normalize(pid, &sample.user).0;
+                    } else {
+                        orphans.insert(pid);
+                    }
+                }
+                if pid != 0 && !self.processes.contains_key(&pid) {
+                    self.count_unrecorded(pid);
+                }
+                // The kernel names a process after its main thread: for that
+                // thread, the name at the sample is exact, even across an
+                // exec drained late.
                 let process_name = match self.processes.get(&pid) {
-                    Some(record) => record.name.clone(),
                     None if pid == 0 => Arc::from("swapper"),
-                    None if pid == sample.tid => sample.thread_name.clone(),
+                    _ if pid == sample.tid => sample.thread_name.clone(),
+                    Some(record) => record.name.clone(),
                     None => Arc::from("[exited]"),
                 };
                 NormalizedSample {
@@ -316,6 +348,68 @@ impl ProcessTable {
         }
     }
 
+    /// Gives a process that could not be recorded (it exited first, or is a
+    /// zombie without a memory map) the mappings of a recorded process of
+    /// the same name whose mappings hold every address of `stack`: a child
+    /// forked without exec shares its parent's address space, while the
+    /// mappings of an unrelated process (randomized) would not hold them.
+    /// Returns whether it did.
+    fn adopt_mappings(&mut self, pid: u32, name: &str, stack: &[u64]) -> bool {
+        if stack.is_empty()
+            || self
+                .processes
+                .get(&pid)
+                .is_some_and(|record| !record.mappings.is_empty())
+        {
+            return false;
+        }
+        let donor = self
+            .processes
+            .iter()
+            .filter(|(other, record)| {
+                **other != pid
+                    && &*record.name == name
+                    && stack.iter().all(|&address| {
+                        !matches!(
+                            lookup(&record.mappings, address),
+                            UserAddress::Unmapped { .. }
+                        )
+                    })
+            })
+            .max_by_key(|(_, record)| record.recorded_at);
+        let Some((&donor_pid, donor)) = donor else {
+            return false;
+        };
+        debug!(
+            pid,
+            donor_pid,
+            "a process gone before it was recorded gets the mappings of one it was forked from"
+        );
+        let mappings = donor.mappings.clone();
+        let now = Instant::now();
+        if self.processes.remove(&pid).is_none() && self.unrecorded.remove(&pid).is_none() {
+            self.processes_seen += 1;
+        }
+        self.processes.insert(
+            pid,
+            ProcessRecord {
+                name: name.into(),
+                mappings,
+                earlier: Vec::new(),
+                recorded_at: now,
+                last_used: now,
+            },
+        );
+        true
+    }
+
+    /// Counts a process sampled without ever being recorded, once.
+    fn count_unrecorded(&mut self, pid: u32) {
+        if self.unrecorded.insert(pid, Instant::now()).is_none() {
+            self.processes_seen += 1;
+        }
+    }
+
     /// Whether the process has a record made at or after `since`.
     fn recorded_since(&self, pid: u32, since: Instant) -> bool {
         self.processes
@@ -337,7 +431,12 @@ impl ProcessTable {
                     .map(|&address| match lookup(&record.mappings, address) {
                         UserAddress::Unmapped { .. } => {
                             complete = false;
-                            lookup(&record.earlier, address)
+                            record
+                                .earlier
+                                .iter()
+                                .map(|earlier| lookup(earlier, address))
+                                .find(|found| !matches!(found, UserAddress::Unmapped { .. }))
+                                .unwrap_or(UserAddress::Unmapped { address })
                         }
                         found => found,
                     })
@@ -367,6 +466,8 @@ impl ProcessTable {
         self.last_collection = Some(now);
         self.processes
             .retain(|_, record| now.duration_since(record.last_used) < RECORD_IDLE_LIMIT);
+        self.unrecorded
+            .retain(|_, sampled| now.duration_since(*sampled) < RECORD_IDLE_LIMIT);
         self.binaries
             .retain(|_, binary| Arc::strong_count(binary) > 1);
     }
@@ -468,6 +569,43 @@ mod tests {
         let (frames, complete) = table.normalize(pid, &[code]);
         assert!(complete, "{frames:?}");
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_process_gone_unrecorded_adopts_the_mappings_of_its_forking_parent() {
+        let mut table = ProcessTable::new();
+        let pid = std::process::id();
+        table.record(pid).unwrap();
+        let name = table.processes[&pid].name.clone();
+        let here = records_this_process_and_normalizes_its_code as *const () as u64;
+        let gone = u32::MAX - 2;
+        assert!(!table.adopt_mappings(gone, "another-name", &[here]));
+        assert!(!table.adopt_mappings(gone, &name, &[here, 0x10]));
+        assert!(table.adopt_mappings(gone, &name, &[here]));
+        let (frames, complete) = table.normalize(gone, &[here]);
+        assert!(complete, "{frames:?}");
+        assert!(matches!(frames[0], UserAddress::File { .. }));
+        assert_eq!(table.stats().processes_seen, 2);
+        // A recorded process keeps its own mappings.
+        assert!(!table.adopt_mappings(pid, &name, &[here]));
+    }
+
+    #[test]
+    fn earlier_maps_survive_two_records() {
+        let mut table = ProcessTable::new();
+        let pid = std::process::id();
+        table.record(pid).unwrap();
+        let first = table.processes[&pid].mappings.clone();
+        table.processes.get_mut(&pid).unwrap().mappings.clear();
+        table.record(pid).unwrap();
+        table.record(pid).unwrap();
+        let record = &table.processes[&pid];
+        assert_eq!(record.earlier.len(), 1, "an empty map is not kept");
+        assert_eq!(record.earlier[0].len(), first.len());
+        table.record(pid).unwrap();
+        table.record(pid).unwrap();
+        table.record(pid).unwrap();
+        assert_eq!(table.processes[&pid].earlier.len(), EARLIER_MAPS_KEPT);
     }
 
     #[test]

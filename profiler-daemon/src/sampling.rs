@@ -18,7 +18,7 @@ use aya::{
     },
 };
 use profiler_common::{Control, SampleKey, SampleValue, StackTrace, names, signal_generate};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 /// The eBPF object built by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
@@ -163,7 +163,15 @@ impl Sampler {
         check_requirements()?;
         raise_memlock_limit();
         raise_open_files_limit();
-        ensure_tracefs()?;
+        // Without tracefs, tracepoints cannot be attached: sampling and
+        // peeks by request still work, so the daemon starts without them.
+        let tracefs_error = ensure_tracefs().err();
+        if let Some(err) = &tracefs_error {
+            warn!(
+                "{err}; without it, processes that exec or exit are not announced again (they \
+                 are read at the next drain instead), and peeks by signal are off"
+            );
+        }
 
         let cpus = aya::util::online_cpus()
             .map_err(|(path, source)| SamplingError::OnlineCpus { path, source })?;
@@ -208,13 +216,19 @@ impl Sampler {
         ] {
             let program: &mut TracePoint = program(&mut ebpf, name)?;
             program.load().map_err(program_load_error)?;
-            program
-                .attach("sched", tracepoint)
-                .map_err(|source| SamplingError::AttachTracepoint { tracepoint, source })?;
+            if tracefs_error.is_none() {
+                program
+                    .attach("sched", tracepoint)
+                    .map_err(|source| SamplingError::AttachTracepoint { tracepoint, source })?;
+            }
         }
         let peeker: &mut PerfEvent = program(&mut ebpf, names::PROGRAM_SAMPLE_PEEK)?;
         peeker.load().map_err(program_load_error)?;
-        let signal_watch_error = match watch_signals(&mut ebpf, settings.peek_signal) {
+        let watched = match tracefs_error {
+            Some(err) => Err(err),
+            None => watch_signals(&mut ebpf, settings.peek_signal),
+        };
+        let signal_watch_error = match watched {
             Ok(()) => None,
             Err(err) => {
                 warn!("peeks by signal are off: {err}; `profilerctl peek PID` still works");
@@ -576,7 +590,6 @@ fn ensure_tracefs() -> Result<(), SamplingError> {
     if mounted {
         return Ok(());
     }
-    debug!("mounting tracefs at {TRACEFS}");
     rustix::mount::mount(
         "tracefs",
         TRACEFS,
@@ -584,7 +597,9 @@ fn ensure_tracefs() -> Result<(), SamplingError> {
         rustix::mount::MountFlags::empty(),
         None,
     )
-    .map_err(|errno| SamplingError::Tracefs(errno.into()))
+    .map_err(|errno| SamplingError::Tracefs(errno.into()))?;
+    info!("tracefs was not mounted: mounted it at {TRACEFS}");
+    Ok(())
 }
 
 fn load_error(err: EbpfError) -> SamplingError {

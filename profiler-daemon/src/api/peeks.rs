@@ -108,6 +108,7 @@ pub(super) fn status(
         gone: stats.gone,
         self_sent: stats.self_sent,
         running: peeker.running() as u32,
+        not_written: stats.not_written,
     }
 }
 

@@ -933,7 +933,7 @@ fn format_peek_status(peek: &v1::PeekStatus) -> String {
         "{trigger}; {protection}\n            \
          {completed} done, {failed} failed, {running} running; triggers: {signals} signals, \
          {requests} requests, {folded} folded, {refused} refused by the allowlist, {gone} for \
-         exited processes, {self_sent} sent by a process to itself (ignored), {dropped} dropped (max_concurrent_peeks), {kernel} dropped in the kernel",
+         exited processes, {self_sent} sent by a process to itself (ignored), {dropped} dropped (max_concurrent_peeks), {kernel} dropped in the kernel; {not_written} reports not written to disk (kept in memory)",
         completed = peek.completed,
         failed = peek.failed,
         running = peek.running,
@@ -945,6 +945,7 @@ fn format_peek_status(peek: &v1::PeekStatus) -> String {
         self_sent = peek.self_sent,
         dropped = peek.dropped_limit,
         kernel = peek.dropped_in_kernel,
+        not_written = peek.not_written,
     )
 }
 

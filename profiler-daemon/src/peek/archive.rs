@@ -85,13 +85,20 @@ impl Archive {
     }
 
     /// Keeps `report`, on disk when possible; drops the oldest reports
-    /// beyond the bounds.
-    pub fn keep(&mut self, report: Arc<PeekReport>) {
+    /// beyond the bounds. Returns false when the report could not be
+    /// written to disk (it is then kept in memory only, for this run).
+    pub fn keep(&mut self, report: Arc<PeekReport>) -> bool {
         let bytes = report.text.len() as u64;
+        let mut written = true;
         if let Some(directory) = &self.directory {
             let path = directory.join(format!("{}.txt", report.id));
             if let Err(err) = write_atomically(&path, report.text.as_bytes()) {
-                warn!(path = %path.display(), "cannot write the peek report: {err}");
+                written = false;
+                warn!(
+                    path = %path.display(),
+                    "cannot write the peek report: {err}; it is kept in memory until the \
+                     daemon stops (make room on that disk, or set state_dir elsewhere)"
+                );
             }
         }
         let summary = PeekSummary {
@@ -110,6 +117,7 @@ impl Archive {
             },
         );
         self.enforce_bounds();
+        written
     }
 
     /// Every kept report, oldest first.
@@ -165,13 +173,19 @@ fn create_private_dir(directory: &Path) -> io::Result<()> {
         .create(directory)
 }
 
-/// Writes through a temporary file, so a crash never leaves half a report.
+/// Writes through a temporary file, so a crash never leaves half a report;
+/// a failed write (a full disk, say) removes what it wrote.
 fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let temporary = path.with_extension("tmp");
-    let mut file = fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_data()?;
-    fs::rename(&temporary, path)
+    let written = fs::File::create(&temporary).and_then(|mut file| {
+        file.write_all(bytes)?;
+        file.sync_data()?;
+        fs::rename(&temporary, path)
+    });
+    if written.is_err() {
+        let _ = fs::remove_file(&temporary);
+    }
+    written
 }
 
 /// The summary of a report file `<id>.txt` left by an earlier run.

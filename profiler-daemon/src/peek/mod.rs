@@ -140,6 +140,9 @@ pub struct PeekStats {
     pub self_sent: u64,
     /// Peek samples that arrived when no peek of their process was open.
     pub stray_samples: u64,
+    /// Reports that could not be written under the state directory (kept
+    /// in memory only).
+    pub not_written: u64,
 }
 
 type Waiter = oneshot::Sender<Result<Arc<PeekReport>, PeekError>>;
@@ -463,7 +466,9 @@ impl Peeker {
                     "peek report\n{}",
                     report.text
                 );
-                lock(&inner.archive).keep(report.clone());
+                if !lock(&inner.archive).keep(report.clone()) {
+                    lock(&inner.stats).not_written += 1;
+                }
                 let _ = inner.published.send(report.clone());
             }
             Err(PeekError::NotAllowed { .. }) => {

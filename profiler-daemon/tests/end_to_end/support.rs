@@ -84,6 +84,18 @@ impl Daemon {
         daemon
     }
 
+    /// A daemon started through `wrapper`, a command (and its arguments)
+    /// given the daemon's command line to exec, e.g. `unshare -m …`.
+    pub async fn start_wrapped(wrapper: &[&str], args: &[&str]) -> Self {
+        let launch = Launch {
+            through: wrapper,
+            ..Launch::default()
+        };
+        let mut daemon = Self::launch(args, launch).await;
+        daemon.wait_until_serving().await;
+        daemon
+    }
+
     /// A daemon for a test that no other test's workload may compete with
     /// for CPU time while it runs.
     pub async fn start_alone(args: &[&str]) -> Self {
@@ -337,7 +349,8 @@ impl Workload {
         Self { child }
     }
 
-    fn spawn(binary: &Path, args: &[&str]) -> Self {
+    /// Starts the program at `binary` with `args`.
+    pub fn spawn(binary: &Path, args: &[&str]) -> Self {
         let name = binary.display();
         let child = Command::new(binary)
             .args(args)
@@ -349,6 +362,11 @@ impl Workload {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Its exit status if it has exited, without waiting.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// Waits for the workload to exit by itself.

@@ -1,0 +1,55 @@
+/* Process storm: forks argv[1] children in all (bounded to 5000), at most
+ * argv[2] at a time (bounded to 64); each spins in child_work for about
+ * argv[3] milliseconds of wall time and exits. Exits once every child is
+ * reaped, with status 0 if they all exited cleanly. */
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline, noclone)) void child_work(double seconds)
+{
+	volatile unsigned long sink = 0;
+	double end = now() + seconds;
+	while (now() < end)
+		for (unsigned long i = 0; i < 10000; i++)
+			sink += i * i;
+}
+
+int main(int argc, char **argv)
+{
+	int total = argc > 1 ? atoi(argv[1]) : 100;
+	int parallel = argc > 2 ? atoi(argv[2]) : 4;
+	double seconds = (argc > 3 ? atof(argv[3]) : 1.0) / 1000.0;
+	if (total < 0 || total > 5000 || parallel < 1 || parallel > 64)
+		return 2;
+	int running = 0, failed = 0;
+	for (int started = 0; started < total; started++) {
+		if (running == parallel) {
+			int status;
+			if (wait(&status) > 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+				failed++;
+			running--;
+		}
+		pid_t pid = fork();
+		if (pid < 0)
+			return 1;
+		if (pid == 0) {
+			child_work(seconds);
+			_exit(0);
+		}
+		running++;
+	}
+	int status;
+	while (wait(&status) > 0)
+		if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			failed++;
+	return failed ? 1 : 0;
+}
