@@ -307,13 +307,25 @@ fn watch_processes(
     stopping: &AtomicBool,
 ) {
     use rustix::event::{PollFd, PollFlags, Timespec, poll};
-    let timeout = Timespec {
-        tv_sec: 0,
-        tv_nsec: 200_000_000,
-    };
+    // A process is announced at its first sample, which can come while the
+    // dynamic loader still maps its libraries: it is read once more a
+    // moment later, so that a process that exits before the next drain is
+    // still symbolized whole.
+    const SECOND_LOOK: Duration = Duration::from_millis(250);
+    let mut second_looks: std::collections::VecDeque<(Instant, u32)> = Default::default();
     let mut pids = Vec::new();
     while !stopping.load(Ordering::Relaxed) {
         {
+            let wait = second_looks
+                .front()
+                .map_or(Duration::from_millis(200), |(due, _)| {
+                    due.saturating_duration_since(Instant::now())
+                })
+                .min(Duration::from_millis(200));
+            let timeout = Timespec {
+                tv_sec: 0,
+                tv_nsec: wait.subsec_nanos().into(),
+            };
             let mut fds = [PollFd::new(&announcements, PollFlags::IN)];
             if let Err(err) = poll(&mut fds, Some(&timeout))
                 && err != rustix::io::Errno::INTR
@@ -328,12 +340,20 @@ fn watch_processes(
             }
         }
         for pid in pids.drain(..) {
-            if let Err(err) = lock(processes).record(pid) {
-                debug!(
+            match lock(processes).record(pid) {
+                Ok(()) => second_looks.push_back((Instant::now() + SECOND_LOOK, pid)),
+                Err(err) => debug!(
                     pid,
                     "a new process was gone before it could be recorded: {err}"
-                );
+                ),
             }
+        }
+        while let Some(&(due, pid)) = second_looks.front()
+            && due <= Instant::now()
+        {
+            second_looks.pop_front();
+            // Gone by now: its first record stays.
+            let _ = lock(processes).record(pid);
         }
     }
 }
