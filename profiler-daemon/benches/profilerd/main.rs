@@ -64,7 +64,8 @@ impl Plan {
             rounds: 8,
             run_seconds: 4.0,
             configs,
-            // profilerd's default retention: the window it holds in production.
+            // Ten minutes of the default hour of retention, at the default
+            // 10 s resolution.
             scale_window: Duration::from_secs(600),
             query_requests: 20,
             compare_seconds: 60.0,
