@@ -224,8 +224,7 @@ fn counter<N>(
 where
     ConstCounter<N>: EncodeMetric,
 {
-    let counter = ConstCounter::new(value);
-    counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)
+    one(encoder, name, help, ConstCounter::new(value))
 }
 
 fn gauge<N>(
@@ -237,8 +236,17 @@ fn gauge<N>(
 where
     ConstGauge<N>: EncodeMetric,
 {
-    let gauge = ConstGauge::new(value);
-    gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)
+    one(encoder, name, help, ConstGauge::new(value))
+}
+
+/// One metric without labels.
+fn one(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
 /// gRPC requests answered, by method (the request path's last part) and
@@ -371,7 +379,6 @@ mod tests {
                 resolution: Duration::from_secs(10),
                 buckets: 3,
                 oldest: None,
-                newest: None,
                 coarsest_bucket: Duration::ZERO,
                 distinct_stacks: 5,
                 buckets_evicted_for_memory: 0,

@@ -101,6 +101,21 @@ impl From<ApiError> for Status {
     }
 }
 
+/// Reads `query`'s profile from the store and hands it to `make`, off the
+/// async threads.
+async fn read_profile<T: Send + 'static>(
+    store: Arc<RwLock<Store>>,
+    query: Query,
+    make: impl FnOnce(&crate::profile::Profile) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(move || {
+        let profile = crate::read_lock(&store).profile(&query);
+        make(&profile)
+    })
+    .await
+    .map_err(|err| ApiError::Internal(format!("the report task failed: {err}")))?
+}
+
 /// Where a request came from.
 enum Peer {
     TrustedRemote,
@@ -499,14 +514,15 @@ impl ProfilerService {
         let end = match end {
             Some(end) if end < now => {
                 // Samples up to `end` may still be in the kernel's maps.
-                if self.store_stats().newest.is_none_or(|newest| newest < end) {
+                let newest = crate::read_lock(&self.store).newest();
+                if newest.is_none_or(|newest| newest < end) {
                     self.collector.close_window().await?;
                 }
                 end
             }
             _ => self.collector.close_window().await?,
         };
-        let oldest = self.store_stats().oldest;
+        let oldest = crate::read_lock(&self.store).oldest();
         if oldest.is_none_or(|oldest| end <= oldest) {
             return Err(ApiError::NotFound(format!(
                 "nothing is held for that window: the daemon holds samples from {} on (its \
@@ -565,13 +581,7 @@ impl ProfilerService {
             kind,
             frequency_hz: self.frequency_hz(),
         };
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
-            let profile = crate::read_lock(&store).profile(&query);
-            make(&profile)
-        })
-        .await
-        .map_err(|err| ApiError::Internal(format!("the report task failed: {err}")))?
+        read_profile(self.store.clone(), query, make).await
     }
 
     fn status(&self) -> v1::StatusReply {

@@ -144,12 +144,11 @@ async fn update(
         kind: SampleKind::CpuClock,
         frequency_hz: sources.frequency_hz,
     };
-    let (store, limit, kernel) = (sources.store.clone(), request.limit, request.kernel);
-    tokio::task::spawn_blocking(move || {
-        let profile = crate::read_lock(&store).profile(&query);
-        let (functions, _) = report::top(&profile, limit, kernel);
-        v1::TopUpdate {
-            summary: Some(convert::summary(&profile)),
+    let (limit, kernel) = (request.limit, request.kernel);
+    super::read_profile(sources.store.clone(), query, move |profile| {
+        let (functions, _) = report::top(profile, limit, kernel);
+        Ok(v1::TopUpdate {
+            summary: Some(convert::summary(profile)),
             functions: functions
                 .into_iter()
                 .map(|function| v1::TopFunction {
@@ -161,8 +160,7 @@ async fn update(
                     total_percent: function.total_percent,
                 })
                 .collect(),
-        }
+        })
     })
     .await
-    .map_err(|err| ApiError::Internal(format!("the top task failed: {err}")))
 }

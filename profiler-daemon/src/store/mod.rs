@@ -128,9 +128,8 @@ pub struct StoreStats {
     pub retention: Duration,
     pub resolution: Duration,
     pub buckets: u64,
-    /// How far back samples reach, and up to when they are stored.
+    /// How far back samples reach.
     pub oldest: Option<SystemTime>,
-    pub newest: Option<SystemTime>,
     /// The span of the longest bucket: the coarsest resolution history is
     /// held at (longer than `resolution` once the ceiling made it coarsen).
     pub coarsest_bucket: Duration,
@@ -544,6 +543,11 @@ impl Store {
         self.buckets.front().map(|bucket| bucket.start)
     }
 
+    /// Up to when samples are stored (the last drain's cut).
+    pub fn newest(&self) -> Option<SystemTime> {
+        self.buckets.back().map(|bucket| bucket.end)
+    }
+
     pub fn stats(&self) -> StoreStats {
         StoreStats {
             memory_bytes: self.memory_bytes(),
@@ -552,7 +556,6 @@ impl Store {
             resolution: self.settings.resolution,
             buckets: self.buckets.len() as u64,
             oldest: self.oldest(),
-            newest: self.buckets.back().map(|bucket| bucket.end),
             coarsest_bucket: self
                 .buckets
                 .iter()

@@ -763,18 +763,6 @@ fn tracefs_mounted(pid: u32) -> bool {
         })
 }
 
-async fn peeks_of(client: &mut Client, pid: u32) -> usize {
-    client
-        .list_peeks(v1::ListPeeksRequest {})
-        .await
-        .expect("ListPeeks answers")
-        .into_inner()
-        .peeks
-        .iter()
-        .filter(|peek| peek.pid == pid)
-        .count()
-}
-
 /// 6. tracefs is not mounted where the daemon starts: it mounts it (in its
 /// own mount namespace here), and peeks by signal work.
 #[tokio::test(flavor = "multi_thread")]
@@ -806,7 +794,10 @@ async fn tracefs_missing_at_start_is_mounted_and_peeks_by_signal_work() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     send_signal(workload.pid(), Signal::USR1);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while peeks_of(&mut client, workload.pid()).await == 0 {
+    while crate::support::peeks_of(&mut client, workload.pid())
+        .await
+        .is_empty()
+    {
         assert!(
             Instant::now() < deadline,
             "no peek after the signal: {:?}\n{}",

@@ -47,18 +47,6 @@ fn tree_of<'a>(report: &'a v1::PeekReport, thread: &v1::PeekThread) -> Vec<&'a s
         .collect()
 }
 
-async fn peeks_of(client: &mut Client, pid: u32) -> Vec<v1::PeekSummary> {
-    client
-        .list_peeks(v1::ListPeeksRequest {})
-        .await
-        .expect("ListPeeks answers")
-        .into_inner()
-        .peeks
-        .into_iter()
-        .filter(|peek| peek.pid == pid)
-        .collect()
-}
-
 async fn peek_status(client: &mut Client) -> v1::PeekStatus {
     client
         .get_status(v1::GetStatusRequest::default())
@@ -103,20 +91,9 @@ async fn kill_usr1_reports_each_thread_to_a_watcher() {
     let sent = Instant::now();
     send_usr1(pid);
     // Other processes on the machine may send SIGUSR1 too: wait for ours.
-    let report = tokio::time::timeout(Duration::from_secs(2), async {
-        loop {
-            let report = watcher
-                .message()
-                .await
-                .expect("the stream stays open")
-                .expect("a report arrives");
-            if report.pid == pid {
-                return report;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no peek report within 2 s of the signal:\n{}", daemon.log()));
+    let report = crate::support::next_peek_of(&mut watcher, pid, Duration::from_secs(2))
+        .await
+        .unwrap_or_else(|| panic!("no peek report within 2 s of the signal:\n{}", daemon.log()));
     let latency = sent.elapsed();
 
     assert_eq!(report.pid, pid, "{}", report.text);
@@ -174,7 +151,7 @@ async fn kill_usr1_reports_each_thread_to_a_watcher() {
     assert!(alive(pid), "the workload handles SIGUSR1 and lives on");
 
     // The report is kept: listed, fetched, and written under the state dir.
-    let kept = peeks_of(&mut client, pid).await;
+    let kept = crate::support::peeks_of(&mut client, pid).await;
     assert_eq!(kept.len(), 1, "{kept:?}");
     let fetched = client
         .get_peek(v1::GetPeekRequest {
@@ -270,7 +247,7 @@ async fn a_signal_storm_is_folded_into_one_peek() {
     assert!(started.elapsed() < Duration::from_millis(100));
     tokio::time::sleep(Duration::from_millis(2500)).await;
 
-    let peeks = peeks_of(&mut client, pid).await;
+    let peeks = crate::support::peeks_of(&mut client, pid).await;
     assert!(
         (1..=3).contains(&peeks.len()),
         "50 signals in 100 ms should make one peek (or a few): {peeks:?}\n{}",
@@ -343,7 +320,7 @@ async fn kill_usr1_spares_a_process_without_handler_where_protected() {
     send_usr1(pid);
     tokio::time::sleep(Duration::from_millis(2000)).await;
     assert!(alive(pid), "the guard keeps the process alive");
-    assert_eq!(peeks_of(&mut client, pid).await.len(), 1);
+    assert_eq!(crate::support::peeks_of(&mut client, pid).await.len(), 1);
 }
 
 /// A signal to a process outside the allowlist is refused and counted; a
@@ -361,7 +338,7 @@ async fn the_allowlist_refuses_signals_from_outside_it() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let status = peek_status(&mut client).await;
     assert!(status.refused > before.refused, "{status:?}");
-    assert!(peeks_of(&mut client, pid).await.is_empty());
+    assert!(crate::support::peeks_of(&mut client, pid).await.is_empty());
 
     let report = client
         .peek(v1::PeekRequest { pid })
@@ -369,7 +346,7 @@ async fn the_allowlist_refuses_signals_from_outside_it() {
         .expect("Peek answers")
         .into_inner();
     assert_eq!(report.pid, pid);
-    assert_eq!(peeks_of(&mut client, pid).await.len(), 1);
+    assert_eq!(crate::support::peeks_of(&mut client, pid).await.len(), 1);
 }
 
 /// Beyond max_concurrent_peeks, a trigger is dropped with an error that

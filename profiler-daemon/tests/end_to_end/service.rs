@@ -461,20 +461,9 @@ async fn the_units_capabilities_are_enough() {
     let pid = peeked.pid();
     let target = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
     rustix::process::kill_process(target, rustix::process::Signal::USR1).expect("SIGUSR1 is sent");
-    let report = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            let report = watcher
-                .message()
-                .await
-                .expect("the stream stays open")
-                .expect("a report arrives");
-            if report.pid == pid {
-                return report;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no peek report within 5 s:\n{}", daemon.log()));
+    let report = crate::support::next_peek_of(&mut watcher, pid, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("no peek report within 5 s:\n{}", daemon.log()));
     assert!(report.text.contains("spin_alpha"), "{}", report.text);
     let sleeper = report
         .threads

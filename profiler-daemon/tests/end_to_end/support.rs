@@ -534,3 +534,40 @@ pub async fn profilerctl(socket: &Path, args: &[&str]) -> std::process::Output {
     .await
     .expect("profilerctl finishes")
 }
+
+/// The kept peek reports of process `pid`.
+pub async fn peeks_of(client: &mut Client, pid: u32) -> Vec<v1::PeekSummary> {
+    client
+        .list_peeks(v1::ListPeeksRequest {})
+        .await
+        .expect("ListPeeks answers")
+        .into_inner()
+        .peeks
+        .into_iter()
+        .filter(|peek| peek.pid == pid)
+        .collect()
+}
+
+/// The next peek report of process `pid` that `watcher` (a WatchPeeks
+/// stream) receives within `within` (other processes on the machine may be
+/// peeked too); `None` when none comes.
+pub async fn next_peek_of(
+    watcher: &mut tonic::Streaming<v1::PeekReport>,
+    pid: u32,
+    within: Duration,
+) -> Option<v1::PeekReport> {
+    tokio::time::timeout(within, async {
+        loop {
+            let report = watcher
+                .message()
+                .await
+                .expect("the stream stays open")
+                .expect("a report arrives");
+            if report.pid == pid {
+                return report;
+            }
+        }
+    })
+    .await
+    .ok()
+}
