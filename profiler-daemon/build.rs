@@ -28,6 +28,8 @@ fn build_protos() -> Result<()> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Undecodable requests are INVALID_ARGUMENT, not INTERNAL.
+        .codec_path("crate::api::codec::ApiCodec")
         .compile_fds(descriptors)
         .context("generating Rust code from the .proto files")?;
     Ok(())

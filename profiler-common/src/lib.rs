@@ -53,6 +53,12 @@ pub mod sample_flags {
     pub const USER_STACK_TRUNCATED: u32 = 1 << 2;
     /// The kernel stack filled all slots.
     pub const KERNEL_STACK_TRUNCATED: u32 = 1 << 3;
+    /// Only root and the admin group may see this sample, as the kernel
+    /// lets only them trace its task (`ptrace_may_access`): the task's
+    /// real, effective and saved user ids differ (a setuid program, or one
+    /// that changed users), so do its group ids, or it is not dumpable; or
+    /// the sampler could not read its credentials.
+    pub const PROTECTED: u32 = 1 << 4;
 }
 
 /// The identity of a group of samples, aggregated in the kernel: one counts
@@ -80,8 +86,8 @@ pub struct SampleKey {
     pub flags: u32,
     /// The task's real user id.
     pub uid: u32,
-    /// Zero (keeps the key free of padding).
-    pub reserved: u32,
+    /// The task's real group id.
+    pub gid: u32,
     /// The task's cgroup (v2) id: the inode of its cgroup directory.
     pub cgroup: u64,
 }
@@ -203,6 +209,18 @@ pub struct PeekSignal {
     pub time_ns: u64,
     /// The sender's command name, NUL-padded.
     pub sender_comm: [u8; TASK_COMM_LEN],
+    /// The target's command name, NUL-padded.
+    pub target_comm: [u8; TASK_COMM_LEN],
+}
+
+/// A process that joined a followed family: forked by a member of it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FamilyJoin {
+    /// The process the family was started from.
+    pub root: u32,
+    /// The new member's process id.
+    pub pid: u32,
 }
 
 /// Offsets of the fields of the `signal:signal_generate` tracepoint the
@@ -210,12 +228,15 @@ pub struct PeekSignal {
 /// daemon checks them before attaching).
 pub mod signal_generate {
     pub const SIG: usize = 8;
+    /// The target's command name.
+    pub const COMM: usize = 20;
     pub const PID: usize = 36;
     pub const GROUP: usize = 40;
     pub const RESULT: usize = 44;
     /// Every field read, by name.
-    pub const FIELDS: [(&str, usize); 4] = [
+    pub const FIELDS: [(&str, usize); 5] = [
         ("sig", SIG),
+        ("comm", COMM),
         ("pid", PID),
         ("group", GROUP),
         ("result", RESULT),
@@ -233,11 +254,26 @@ pub mod targets {
     pub const MAX_CGROUP_LEVEL: i32 = 16;
 }
 
+/// The user and group ids of a `struct cred` as the sampler reads them:
+/// six consecutive `u32`s from `uid` on (the layout since Linux 2.6.29;
+/// the daemon checks it in the kernel's BTF before handing the sampler the
+/// offset of `uid`).
+pub mod cred_ids {
+    pub const FIELDS: [&str; 6] = ["uid", "gid", "suid", "sgid", "euid", "egid"];
+    /// `mm_struct.flags & DUMPABLE_MASK` is the task's dumpability;
+    /// `SUID_DUMP_USER` is the only value that lets its owner trace it.
+    pub const DUMPABLE_MASK: u64 = 3;
+    pub const SUID_DUMP_USER: u64 = 1;
+}
+
 /// Values of [`PeekSignal::result`] beyond the kernel's `TRACE_SIGNAL_*`.
 pub mod peek_signal_result {
     /// The guard refused the signal (the process has no handler for it)
     /// and passed it on for a peek; the process never received it.
     pub const INTERCEPTED: i32 = 100;
+    /// Not a signal being sent: the process a peek signal was sent to
+    /// exited, terminated by that signal (it had no handler for it).
+    pub const KILLED: i32 = 101;
 }
 
 /// Names of the maps and programs, shared so neither side spells them twice.
@@ -248,12 +284,25 @@ pub mod names {
     pub const PROGRAM_SAMPLE_PEEK: &str = "sample_peek";
     pub const PROGRAM_WATCH_SIGNALS: &str = "watch_signals";
     pub const PROGRAM_GUARD_PEEK_SIGNAL: &str = "guard_peek_signal";
+    pub const PROGRAM_FOLLOW_FORKS: &str = "follow_forks";
+    pub const FOLLOWED: &str = "FOLLOWED";
+    pub const FAMILY_JOINS: &str = "FAMILY_JOINS";
     /// Globals: where the guard finds the kernel fields it reads.
     pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
     pub const TASK_SIGHAND_OFFSET: &str = "TASK_SIGHAND_OFFSET";
     pub const SIGHAND_ACTION_OFFSET: &str = "SIGHAND_ACTION_OFFSET";
     pub const K_SIGACTION_SIZE: &str = "K_SIGACTION_SIZE";
     pub const HANDLER_OFFSET: &str = "HANDLER_OFFSET";
+    /// Globals: where the exit tracepoint finds how a process died.
+    pub const TASK_SIGNAL_OFFSET: &str = "TASK_SIGNAL_OFFSET";
+    pub const GROUP_EXIT_CODE_OFFSET: &str = "GROUP_EXIT_CODE_OFFSET";
+    pub const PEEK_SIGNALLED: &str = "PEEK_SIGNALLED";
+    /// Globals: where the sampler finds a task's credentials and
+    /// dumpability (all 0 when not found: every sample is then protected).
+    pub const TASK_REAL_CRED_OFFSET: &str = "TASK_REAL_CRED_OFFSET";
+    pub const CRED_IDS_OFFSET: &str = "CRED_IDS_OFFSET";
+    pub const TASK_MM_OFFSET: &str = "TASK_MM_OFFSET";
+    pub const MM_FLAGS_OFFSET: &str = "MM_FLAGS_OFFSET";
     /// Global: the peek signal's number (0: peeks by signal are off).
     pub const PEEK_SIGNAL_NUMBER: &str = "PEEK_SIGNAL_NUMBER";
     pub const PEEK_SIGNALS: &str = "PEEK_SIGNALS";
@@ -285,6 +334,8 @@ mod pod {
     unsafe impl aya::Pod for super::Control {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PeekSignal {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::FamilyJoin {}
 }
 
 const _: () = assert!(Counter::ALL.len() == COUNTER_COUNT as usize);
@@ -292,5 +343,6 @@ const _: () = assert!(Counter::ALL.len() == COUNTER_COUNT as usize);
 // Layout checks: keys must have no padding.
 const _: () = assert!(core::mem::size_of::<SampleKey>() == 64);
 const _: () = assert!(core::mem::size_of::<SampleValue>() == 16);
-const _: () = assert!(core::mem::size_of::<PeekSignal>() == 48);
+const _: () = assert!(core::mem::size_of::<PeekSignal>() == 64);
+const _: () = assert!(core::mem::size_of::<FamilyJoin>() == 8);
 const _: () = assert!(core::mem::size_of::<StackTrace>() == 8 + 8 * MAX_STACK_DEPTH);

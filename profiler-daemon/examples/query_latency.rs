@@ -41,7 +41,7 @@ use profilerd::{
         Format, Frame, GroupBy, Location, LocationKind, ReportOptions, SortedBy, ThreadInfo,
     },
     report,
-    store::{Query, Selector, Store, StoreSettings},
+    store::{Query, SampleAccess, Selector, Store, StoreSettings},
     symbolize::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
 };
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -101,6 +101,7 @@ fn main() {
         start,
         end: start + Duration::from_secs(BUCKETS),
         selector: Selector::default(),
+        access: SampleAccess::All,
         kind: SampleKind::CpuClock,
         frequency_hz: FREQUENCY_HZ,
     };
@@ -561,6 +562,8 @@ fn fill_store(args: &Args) -> (Store, SystemTime) {
         thread_name: Arc::from(thread_name),
         process_name: Arc::from(process_name),
         uid: 0,
+        gid: 0,
+        protected: false,
         cgroup: Arc::from("/system.slice/service.service"),
     };
     // Long-lived threads that take a share of every second.

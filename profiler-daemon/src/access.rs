@@ -1,20 +1,71 @@
 //! Who may ask: the caller's credentials (SO_PEERCRED on the Unix socket)
-//! and what they let it see. Root and members of the admin group see
-//! everything; any other user only processes that run under its own uid.
+//! and what they let it see. Root and members of the admin group see every
+//! process; any other user sees what the kernel would let it trace
+//! (`ptrace_may_access`): tasks whose real, effective and saved user ids
+//! are all its uid, whose group ids are all its gid, and that are dumpable.
+//! Live processes are checked in procfs when a request names them; every
+//! sample is checked again by the credentials the kernel recorded with it
+//! ([`SampleAccess`]), so a reused pid or a process that changed users
+//! shows nothing that was not the caller's. Kernel addresses go only to
+//! callers the kernel shows them to (`kptr_restrict`).
 //!
 //! Owns the access rules; it must not read profiles or serve requests.
 
-use std::fs;
+use std::{fs, os::unix::fs::MetadataExt as _};
 
 use tracing::warn;
+
+use crate::{profile::Owner, store::SampleAccess};
 
 /// A caller of the API, as its credentials make it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
-    /// Root, or a member of the admin group: sees everything.
-    Privileged,
-    /// Any other user: sees only processes of its own (real) uid.
-    User { uid: u32 },
+    /// Root, or a client of the TCP listener past mutual TLS: sees
+    /// everything, kernel addresses included.
+    Root,
+    /// A member of the admin group: sees every process; kernel addresses
+    /// only where the kernel shows them to every user.
+    Admin { uid: u32 },
+    /// Any other user: sees what the kernel would let it trace.
+    User { uid: u32, gid: u32 },
+}
+
+impl Caller {
+    /// Root or the admin group.
+    pub fn sees_everything(self) -> bool {
+        !matches!(self, Caller::User { .. })
+    }
+
+    /// Which samples the caller may see.
+    pub fn sample_access(self) -> SampleAccess {
+        match self {
+            Caller::Root | Caller::Admin { .. } => SampleAccess::All,
+            Caller::User { uid, gid } => SampleAccess::Owner { uid, gid },
+        }
+    }
+
+    /// Whether the caller may see what a task of `owner` did.
+    pub fn may_see(self, owner: Owner) -> bool {
+        self.sample_access().admits(owner)
+    }
+
+    /// Whether the caller may read kernel addresses: root, or anyone when
+    /// the kernel shows `/proc/kallsyms` addresses to every user
+    /// (`kptr_restrict` 0 and `perf_event_paranoid` at most 1).
+    pub fn reads_kernel_addresses(self) -> bool {
+        match self {
+            Caller::Root => true,
+            Caller::Admin { .. } | Caller::User { .. } => kernel_addresses_are_public(),
+        }
+    }
+
+    /// The caller's uid, for messages; `None` for root and remote clients.
+    pub fn uid(self) -> Option<u32> {
+        match self {
+            Caller::Root => None,
+            Caller::Admin { uid } | Caller::User { uid, .. } => Some(uid),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -33,6 +84,25 @@ pub enum AccessError {
         pid: u32,
         uid: u32,
         owner: u32,
+        group: String,
+    },
+    #[error(
+        "permission denied: process {pid} runs as group {owner_gid}, not as your group \
+         {gid}; as for ptrace, only root and members of the group {group:?} may look at it"
+    )]
+    OtherGroup {
+        pid: u32,
+        gid: u32,
+        owner_gid: u32,
+        group: String,
+    },
+    #[error(
+        "permission denied: process {pid} {why}; as for ptrace (and /proc/{pid}/maps), only \
+         root and members of the group {group:?} may look at it"
+    )]
+    Protected {
+        pid: u32,
+        why: &'static str,
         group: String,
     },
     #[error("no process or thread {0} exists (it may have exited)")]
@@ -62,6 +132,14 @@ pub struct Credentials {
     pub pid: Option<u32>,
 }
 
+/// Whether a window is still to come (its processes must be alive) or past
+/// (they may be gone: every sample is checked by its recorded owner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    Live,
+    Past,
+}
+
 impl AccessPolicy {
     /// The rules for the admin group `group` (looked up in /etc/group).
     pub fn new(group: &str) -> Self {
@@ -79,11 +157,16 @@ impl AccessPolicy {
         }
     }
 
+    /// The admin group's name, for messages.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
     /// The caller behind `credentials`; `None` (no credentials) is refused.
     pub fn caller(&self, credentials: Option<Credentials>) -> Result<Caller, AccessError> {
         let credentials = credentials.ok_or(AccessError::Anonymous)?;
         if credentials.uid == 0 {
-            return Ok(Caller::Privileged);
+            return Ok(Caller::Root);
         }
         if let Some(admin) = self.gid {
             let supplementary = credentials
@@ -91,36 +174,47 @@ impl AccessPolicy {
                 .map(supplementary_groups)
                 .unwrap_or_default();
             if credentials.gid == admin || supplementary.contains(&admin) {
-                return Ok(Caller::Privileged);
+                return Ok(Caller::Admin {
+                    uid: credentials.uid,
+                });
             }
         }
         Ok(Caller::User {
             uid: credentials.uid,
+            gid: credentials.gid,
         })
     }
 
     /// Checks that `caller` may see what a selector of `tasks` (process
     /// and thread ids) and `uids` selects: an unprivileged caller must
-    /// select only its own uid, or name tasks that are all its own.
+    /// select only its own uid, or name tasks it may look at. Named tasks
+    /// of a past window that are gone are let through: their samples are
+    /// checked one by one.
     pub fn check_selection(
         &self,
         caller: Caller,
         tasks: &[u32],
         uids: &[u32],
+        window: Window,
     ) -> Result<(), AccessError> {
-        if let Caller::User { uid } = caller
+        if let Caller::User { uid, .. } = caller
             && !uids.is_empty()
             && uids.iter().all(|&selected| selected == uid)
         {
             return Ok(());
         }
-        self.check_tasks(caller, tasks)
+        self.check_tasks(caller, tasks, window)
     }
 
-    /// Checks that `caller` may see the processes or threads `tasks`
-    /// (an unprivileged caller must name some, all its own).
-    pub fn check_tasks(&self, caller: Caller, tasks: &[u32]) -> Result<(), AccessError> {
-        let Caller::User { uid } = caller else {
+    /// Checks that `caller` may look at the processes or threads `tasks`
+    /// (an unprivileged caller must name some, each one it could trace).
+    pub fn check_tasks(
+        &self,
+        caller: Caller,
+        tasks: &[u32],
+        window: Window,
+    ) -> Result<(), AccessError> {
+        let Caller::User { uid, gid } = caller else {
             return Ok(());
         };
         if tasks.is_empty() {
@@ -130,26 +224,120 @@ impl AccessPolicy {
             });
         }
         for &task in tasks {
-            let owner = owner(task).ok_or(AccessError::NoSuchProcess(task))?;
-            if owner != uid {
-                return Err(AccessError::NotYours {
-                    pid: task,
-                    uid,
-                    owner,
-                    group: self.group.clone(),
-                });
+            match TaskCredentials::read(task) {
+                Some(task_credentials) => self.check_task(task, uid, gid, &task_credentials)?,
+                None if window == Window::Past => {}
+                None => return Err(AccessError::NoSuchProcess(task)),
             }
         }
         Ok(())
     }
 
-    /// Whether `caller` may see what belongs to `owner`.
-    pub fn may_see(caller: Caller, owner: u32) -> bool {
-        match caller {
-            Caller::Privileged => true,
-            Caller::User { uid } => uid == owner,
+    /// The kernel's rule for tracing a task (`ptrace_may_access`), for a
+    /// caller of `uid` and `gid` without privileges.
+    fn check_task(
+        &self,
+        pid: u32,
+        uid: u32,
+        gid: u32,
+        task: &TaskCredentials,
+    ) -> Result<(), AccessError> {
+        let group = || self.group.clone();
+        if task.uids[0] != uid {
+            return Err(AccessError::NotYours {
+                pid,
+                uid,
+                owner: task.uids[0],
+                group: group(),
+            });
+        }
+        if task.uids.iter().any(|&id| id != uid) {
+            return Err(AccessError::Protected {
+                pid,
+                why: "runs with other effective or saved user ids (a setuid program)",
+                group: group(),
+            });
+        }
+        if task.gids.iter().any(|&id| id != task.gids[0]) {
+            return Err(AccessError::Protected {
+                pid,
+                why: "runs with other effective or saved group ids (a setgid program)",
+                group: group(),
+            });
+        }
+        if task.gids[0] != gid {
+            return Err(AccessError::OtherGroup {
+                pid,
+                gid,
+                owner_gid: task.gids[0],
+                group: group(),
+            });
+        }
+        if !task.dumpable {
+            return Err(AccessError::Protected {
+                pid,
+                why: "is not dumpable (it changed credentials, or asked not to be traced)",
+                group: group(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What procfs says of a task's credentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskCredentials {
+    /// Real, effective and saved user ids.
+    pub uids: [u32; 3],
+    /// Real, effective and saved group ids.
+    pub gids: [u32; 3],
+    /// Whether its owner may trace it (`SUID_DUMP_USER`).
+    pub dumpable: bool,
+}
+
+impl TaskCredentials {
+    /// Reads `/proc/TASK/status`; `None` when the task is gone.
+    pub fn read(task: u32) -> Option<Self> {
+        let path = format!("/proc/{task}/status");
+        let status = fs::read_to_string(&path).ok()?;
+        let ids = |field: &str| -> Option<[u32; 3]> {
+            let line = status.lines().find_map(|line| line.strip_prefix(field))?;
+            let mut ids = line.split_whitespace().map(|id| id.parse().ok());
+            Some([ids.next()??, ids.next()??, ids.next()??])
+        };
+        let (uids, gids) = (ids("Uid:")?, ids("Gid:")?);
+        // procfs gives a task's files to root when it is not dumpable, and
+        // to its effective uid and gid otherwise (task_dump_owner).
+        let owner = fs::metadata(&path).ok()?;
+        let dumpable = uids[1] != 0 && owner.uid() == uids[1];
+        Some(Self {
+            uids,
+            gids,
+            dumpable,
+        })
+    }
+
+    /// The task's owner as a sample would record it.
+    pub fn owner(&self) -> Owner {
+        Owner {
+            uid: self.uids[0],
+            gid: self.gids[0],
+            protected: !self.dumpable
+                || self.uids.iter().any(|&id| id != self.uids[0])
+                || self.gids.iter().any(|&id| id != self.gids[0]),
         }
     }
+}
+
+/// Whether the kernel shows kernel addresses to every user: the rule of
+/// `kallsyms_show_value` for a user without CAP_SYSLOG.
+fn kernel_addresses_are_public() -> bool {
+    let read = |name: &str| {
+        fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+            .ok()
+            .and_then(|text| text.trim().parse::<i64>().ok())
+    };
+    read("kptr_restrict") == Some(0) && read("perf_event_paranoid").is_some_and(|level| level <= 1)
 }
 
 /// A group's id from the text of /etc/group.
@@ -161,18 +349,15 @@ fn group_id(group: &str, etc_group: &str) -> Option<u32> {
     })
 }
 
-/// The real uid a process or thread runs as.
-fn owner(task: u32) -> Option<u32> {
-    status_field(task, "Uid:")?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// The supplementary groups of a process.
 fn supplementary_groups(pid: u32) -> Vec<u32> {
-    status_field(pid, "Groups:")
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("Groups:").map(str::to_owned))
+        })
         .map(|groups| {
             groups
                 .split_whitespace()
@@ -180,13 +365,6 @@ fn supplementary_groups(pid: u32) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn status_field(pid: u32, field: &str) -> Option<String> {
-    fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|line| line.strip_prefix(field).map(str::to_owned))
 }
 
 #[cfg(test)]
@@ -209,43 +387,124 @@ mod tests {
         })
     }
 
-    #[test]
-    fn root_and_the_group_see_everything_others_their_own() {
-        let policy = AccessPolicy {
+    fn policy() -> AccessPolicy {
+        AccessPolicy {
             group: "profilerd".to_owned(),
             gid: Some(998),
-        };
-        assert_eq!(policy.caller(credentials(0, 0)), Ok(Caller::Privileged));
+        }
+    }
+
+    #[test]
+    fn root_and_the_group_see_everything_others_their_own() {
+        let policy = policy();
+        assert_eq!(policy.caller(credentials(0, 0)), Ok(Caller::Root));
         assert_eq!(
             policy.caller(credentials(1000, 998)),
-            Ok(Caller::Privileged)
+            Ok(Caller::Admin { uid: 1000 })
         );
         let user = policy.caller(credentials(1000, 1000)).unwrap();
-        assert_eq!(user, Caller::User { uid: 1000 });
+        assert_eq!(user, Caller::User {
+            uid: 1000,
+            gid: 1000
+        });
         assert_eq!(policy.caller(None), Err(AccessError::Anonymous));
+        assert!(Caller::Root.sees_everything() && Caller::Admin { uid: 5 }.sees_everything());
+        assert!(!user.sees_everything());
+        assert!(Caller::Root.reads_kernel_addresses());
+    }
 
-        // This test runs as some user: its own process is its own.
-        let me = owner(std::process::id()).unwrap();
-        let me_caller = Caller::User { uid: me };
-        policy
-            .check_tasks(me_caller, &[std::process::id()])
-            .unwrap();
+    #[test]
+    fn samples_are_seen_by_their_owner_unless_protected() {
+        let user = Caller::User { uid: 7, gid: 8 };
+        let owner = |uid, gid, protected| Owner {
+            uid,
+            gid,
+            protected,
+        };
+        assert!(user.may_see(owner(7, 8, false)));
+        assert!(!user.may_see(owner(7, 8, true)), "protected");
+        assert!(!user.may_see(owner(0, 8, false)), "another user");
+        assert!(!user.may_see(owner(7, 0, false)), "another group");
+        assert!(Caller::Admin { uid: 9 }.may_see(owner(0, 0, true)));
+    }
+
+    #[test]
+    fn tasks_follow_the_kernels_tracing_rule() {
+        let policy = policy();
+        let plain = TaskCredentials {
+            uids: [7; 3],
+            gids: [8; 3],
+            dumpable: true,
+        };
+        policy.check_task(1, 7, 8, &plain).unwrap();
+        assert!(!plain.owner().protected);
+        let refused = |task: TaskCredentials| policy.check_task(1, 7, 8, &task).unwrap_err();
         assert!(matches!(
-            policy.check_tasks(me_caller, &[]),
-            Err(AccessError::NeedsOwnSelection { .. })
+            refused(TaskCredentials {
+                uids: [0; 3],
+                ..plain
+            }),
+            AccessError::NotYours { owner: 0, .. }
         ));
-        let stranger = Caller::User { uid: me + 1 };
+        let setuid = TaskCredentials {
+            uids: [7, 0, 0],
+            ..plain
+        };
+        assert!(matches!(refused(setuid), AccessError::Protected { .. }));
+        assert!(setuid.owner().protected);
+        let setgid = TaskCredentials {
+            gids: [8, 42, 42],
+            ..plain
+        };
+        assert!(matches!(refused(setgid), AccessError::Protected { .. }));
         assert!(matches!(
-            policy.check_tasks(stranger, &[std::process::id()]),
+            refused(TaskCredentials {
+                gids: [9; 3],
+                ..plain
+            }),
+            AccessError::OtherGroup { owner_gid: 9, .. }
+        ));
+        let undumpable = TaskCredentials {
+            dumpable: false,
+            ..plain
+        };
+        assert!(matches!(refused(undumpable), AccessError::Protected { .. }));
+        assert!(undumpable.owner().protected);
+    }
+
+    #[test]
+    fn this_process_is_read_from_procfs() {
+        let me = TaskCredentials::read(std::process::id()).unwrap();
+        let uid = rustix::process::getuid().as_raw();
+        assert_eq!(me.uids[0], uid);
+        assert!(TaskCredentials::read(u32::MAX / 2).is_none());
+        let policy = policy();
+        let stranger = Caller::User {
+            uid: uid + 1,
+            gid: me.gids[0],
+        };
+        assert!(matches!(
+            policy.check_tasks(stranger, &[std::process::id()], Window::Live),
             Err(AccessError::NotYours { .. })
         ));
-        policy.check_selection(me_caller, &[], &[me]).unwrap();
+        assert!(matches!(
+            policy.check_tasks(stranger, &[], Window::Live),
+            Err(AccessError::NeedsOwnSelection { .. })
+        ));
+        assert!(matches!(
+            policy.check_tasks(stranger, &[u32::MAX / 2], Window::Live),
+            Err(AccessError::NoSuchProcess(_))
+        ));
+        policy
+            .check_tasks(stranger, &[u32::MAX / 2], Window::Past)
+            .unwrap();
+        policy
+            .check_selection(stranger, &[], &[uid + 1], Window::Live)
+            .unwrap();
         assert!(
             policy
-                .check_selection(me_caller, &[], &[me, me + 1])
+                .check_selection(stranger, &[], &[uid, uid + 1], Window::Live)
                 .is_err()
         );
-        assert!(AccessPolicy::may_see(Caller::Privileged, 5));
-        assert!(!AccessPolicy::may_see(stranger, me));
     }
 }

@@ -118,6 +118,12 @@ pub struct Config {
     pub peeks_kept: u32,
     /// Most bytes of peek reports kept on disk.
     pub peeks_max_bytes: ByteSize,
+    /// Most peek reports of one user's processes kept (and their share of
+    /// `peeks_max_bytes`): one user cannot push out the others' reports.
+    pub peeks_kept_per_user: u32,
+    /// Most peeks of one user's processes started per minute; more triggers
+    /// are dropped and counted.
+    pub peeks_per_user_per_minute: u32,
 }
 
 impl Default for Config {
@@ -154,6 +160,8 @@ impl Default for Config {
             state_dir: PathBuf::from("/var/lib/profilerd"),
             peeks_kept: 100,
             peeks_max_bytes: ByteSize::mib(16),
+            peeks_kept_per_user: 20,
+            peeks_per_user_per_minute: 20,
         }
     }
 }
@@ -254,6 +262,12 @@ pub struct Overrides {
     /// Most bytes of peek reports kept on disk, e.g. 16MiB [default: 16MiB]
     #[arg(long, value_name = "SIZE")]
     pub peeks_max_bytes: Option<ByteSize>,
+    /// Most peek reports of one user's processes kept [default: 20]
+    #[arg(long, value_name = "N")]
+    pub peeks_kept_per_user: Option<u32>,
+    /// Most peeks of one user's processes started per minute [default: 20]
+    #[arg(long, value_name = "N")]
+    pub peeks_per_user_per_minute: Option<u32>,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -302,6 +316,8 @@ pub const LIVE_KEYS: &[&str] = &[
     "max_concurrent_peeks",
     "peeks_kept",
     "peeks_max_bytes",
+    "peeks_kept_per_user",
+    "peeks_per_user_per_minute",
 ];
 
 impl Config {
@@ -384,6 +400,8 @@ impl Config {
             state_dir,
             peeks_kept,
             peeks_max_bytes,
+            peeks_kept_per_user,
+            peeks_per_user_per_minute,
         } = overrides.clone();
         fn set<T>(slot: &mut T, value: Option<T>) {
             if let Some(value) = value {
@@ -433,6 +451,8 @@ impl Config {
         set(&mut self.state_dir, state_dir);
         set(&mut self.peeks_kept, peeks_kept);
         set(&mut self.peeks_max_bytes, peeks_max_bytes);
+        set(&mut self.peeks_kept_per_user, peeks_kept_per_user);
+        set(&mut self.peeks_per_user_per_minute, peeks_per_user_per_minute);
     }
 
     /// The peek signal's number; 0 when peeks by signal are off. Valid once
@@ -588,6 +608,19 @@ impl Config {
             return invalid(
                 "peeks_max_bytes",
                 format!("{} is too small; at least 64 KiB", self.peeks_max_bytes),
+            );
+        }
+        if self.peeks_kept_per_user == 0 {
+            return invalid(
+                "peeks_kept_per_user",
+                "must be at least 1 (more than peeks_kept means no bound per user)".to_owned(),
+            );
+        }
+        if self.peeks_per_user_per_minute == 0 {
+            return invalid(
+                "peeks_per_user_per_minute",
+                "must be at least 1 (peek_signal = \"off\" turns peeks by signal off)"
+                    .to_owned(),
             );
         }
         Ok(())

@@ -31,8 +31,9 @@ pub const GRACE_PERIOD: Duration = Duration::from_millis(10);
 pub struct RawSample {
     pub pid: u32,
     pub tid: u32,
-    /// Real user id and cgroup (v2) id of the thread.
+    /// Real user and group ids and cgroup (v2) id of the thread.
     pub uid: u32,
+    pub gid: u32,
     pub cgroup: u64,
     /// The thread's command name, as the kernel had it.
     pub thread_name: Arc<str>,
@@ -153,6 +154,7 @@ impl Drainer {
                     pid: key.pid,
                     tid: key.tid,
                     uid: key.uid,
+                    gid: key.gid,
                     cgroup: key.cgroup,
                     thread_name: self.thread_name(&key),
                     kind,

@@ -1,12 +1,15 @@
-//! Where the kernel keeps the fields the signal guard reads, from the
+//! Where the kernel keeps the fields the eBPF programs read (the signal
+//! guard's signal handlers, the sampler's task credentials), from the
 //! kernel's own type information (BTF, `/sys/kernel/btf/vmlinux`): aya's
 //! eBPF programs have no CO-RE relocations, so the daemon finds the offsets
-//! and hands them to the program as globals.
+//! and hands them to the programs as globals.
 //!
 //! Owns a minimal BTF reader (structs, unions and their members); it must
 //! not load or attach anything.
 
 use std::collections::HashMap;
+
+use profiler_common::cred_ids;
 
 /// Byte offsets the signal guard needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,19 +24,39 @@ pub struct SignalLayout {
     pub k_sigaction_size: u32,
     /// `k_sigaction.sa.sa_handler`.
     pub handler: u32,
+    /// `task_struct.signal` (a pointer).
+    pub task_signal: u32,
+    /// `signal_struct.group_exit_code`.
+    pub group_exit_code: u32,
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Byte offsets the sampler needs to tell who may see a sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CredentialLayout {
+    /// `task_struct.real_cred` (a pointer): the task's objective
+    /// credentials, those `ptrace_may_access` checks.
+    pub task_real_cred: u32,
+    /// `cred.uid`, the first of the six ids of [`cred_ids::FIELDS`].
+    pub cred_ids: u32,
+    /// `task_struct.mm` (a pointer).
+    pub task_mm: u32,
+    /// `mm_struct.flags` (its first word holds the dumpability bits).
+    pub mm_flags: u32,
+}
+
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum BtfError {
     #[error("cannot read the kernel's BTF ({path}): {source}")]
     Read {
         path: &'static str,
-        source: std::io::Error,
+        source: std::sync::Arc<std::io::Error>,
     },
     #[error("the kernel's BTF is malformed: {0}")]
     Malformed(&'static str),
     #[error("the kernel's BTF has no {0}")]
     Missing(String),
+    #[error("the kernel's {0} is not laid out as the eBPF programs read it")]
+    Layout(&'static str),
 }
 
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -41,13 +64,47 @@ const BTF_MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 
-/// Reads the offsets from the running kernel's BTF.
-pub fn signal_layout() -> Result<SignalLayout, BtfError> {
-    let data = std::fs::read(VMLINUX_BTF).map_err(|source| BtfError::Read {
-        path: VMLINUX_BTF,
-        source,
-    })?;
-    SignalLayout::from_btf(&Btf::parse(&data)?)
+/// The running kernel's types, as its BTF describes them.
+pub struct KernelTypes(Btf);
+
+impl KernelTypes {
+    /// Reads `/sys/kernel/btf/vmlinux`.
+    pub fn read() -> Result<Self, BtfError> {
+        let data = std::fs::read(VMLINUX_BTF).map_err(|source| BtfError::Read {
+            path: VMLINUX_BTF,
+            source: source.into(),
+        })?;
+        Ok(Self(Btf::parse(&data)?))
+    }
+
+    pub fn signal_layout(&self) -> Result<SignalLayout, BtfError> {
+        SignalLayout::from_btf(&self.0)
+    }
+
+    pub fn credential_layout(&self) -> Result<CredentialLayout, BtfError> {
+        CredentialLayout::from_btf(&self.0)
+    }
+}
+
+impl CredentialLayout {
+    fn from_btf(btf: &Btf) -> Result<Self, BtfError> {
+        let task = btf.struct_named("task_struct")?;
+        let cred = btf.struct_named("cred")?;
+        let ids = cred_ids::FIELDS
+            .iter()
+            .map(|field| btf.member_offset(cred, field))
+            .collect::<Result<Vec<u32>, _>>()?;
+        let consecutive = ids.windows(2).all(|pair| pair[1] == pair[0] + 4);
+        if !consecutive {
+            return Err(BtfError::Layout("struct cred"));
+        }
+        Ok(Self {
+            task_real_cred: btf.member_offset(task, "real_cred")?,
+            cred_ids: ids[0],
+            task_mm: btf.member_offset(task, "mm")?,
+            mm_flags: btf.member_offset(btf.struct_named("mm_struct")?, "flags")?,
+        })
+    }
 }
 
 impl SignalLayout {
@@ -61,6 +118,9 @@ impl SignalLayout {
             sighand_action: btf.member_offset(btf.struct_named("sighand_struct")?, "action")?,
             k_sigaction_size: k_sigaction.size,
             handler: sa + btf.member_offset(sigaction, "sa_handler")?,
+            task_signal: btf.member_offset(btf.struct_named("task_struct")?, "signal")?,
+            group_exit_code: btf
+                .member_offset(btf.struct_named("signal_struct")?, "group_exit_code")?,
         })
     }
 }
@@ -197,8 +257,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_running_kernel_has_the_credential_fields() {
+        let types = KernelTypes::read().expect("the kernel has BTF");
+        let layout = types
+            .credential_layout()
+            .expect("the kernel's BTF describes the credential fields");
+        assert!(layout.task_real_cred > 0 && layout.task_mm > 0, "{layout:?}");
+        assert_eq!(layout.task_real_cred % 8, 0, "a pointer: {layout:?}");
+        // `usage` comes first.
+        assert!(layout.cred_ids >= 4, "{layout:?}");
+    }
+
+    #[test]
     fn the_running_kernel_has_the_fields() {
-        let layout = signal_layout().expect("the kernel's BTF describes the signal fields");
+        let layout = KernelTypes::read()
+            .and_then(|types| types.signal_layout())
+            .expect("the kernel's BTF describes the signal fields");
         assert!(layout.k_sigaction_size >= 16, "{layout:?}");
         assert!(layout.handler < layout.k_sigaction_size, "{layout:?}");
         assert!(

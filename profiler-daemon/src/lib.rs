@@ -16,6 +16,7 @@ pub mod client;
 pub mod collector;
 pub mod config;
 pub mod drain;
+pub mod families;
 pub mod kernel_types;
 pub mod logging;
 pub mod metrics;
@@ -33,6 +34,17 @@ pub mod store;
 pub mod symbolize;
 pub mod systemd;
 pub mod targets;
+
+/// Quotes what a request sent, for an error message: at most 64
+/// characters of it, and its length when it was longer, so that an error
+/// never echoes a huge input back.
+pub(crate) fn quote(text: &str) -> String {
+    const SHOWN: usize = 64;
+    match text.char_indices().nth(SHOWN) {
+        None => format!("{text:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &text[..end], text.len()),
+    }
+}
 
 /// Locks a mutex, taking over the data of a holder that panicked: one
 /// failed request or pipeline thread must not take the daemon down with it.

@@ -38,8 +38,14 @@ pub fn init(filter: &str) -> SetLogFilter {
     });
     let registry = tracing_subscriber::registry().with(filter);
     if !crate::systemd::stderr_is_journal() {
+        // Colours only for a person at a terminal, not in files.
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
         registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(ansi),
+            )
             .init();
         return set_filter;
     }

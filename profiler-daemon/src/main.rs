@@ -19,6 +19,7 @@ use profilerd::{
     api::{ApiLimits, DaemonInfo, ProfilerService},
     collector::Collector,
     config::{Config, Overrides},
+    families::Families,
     peek::{self, Inbox, PeekSettings, Peeker},
     reload::{Reloader, SetLogFilter},
     sampling::{Sampler, SamplerSettings},
@@ -110,6 +111,14 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     let targets = sampler
         .take_targets()
         .context("cannot set up the sampling targets")?;
+    let families = match sampler.take_families() {
+        Ok((followed, joins)) => {
+            let families = Families::new(Ok(followed));
+            tokio::spawn(families.clone().follow_joins(joins));
+            families
+        }
+        Err(reason) => Families::new(Err(reason)),
+    };
     let protection = peek::protection(sampler.signal_guard());
     let (cpus, frequency_hz) = (sampler.cpus().to_vec(), sampler.frequency_hz());
     let cpus_sampled = cpus.len();
@@ -130,6 +139,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         collector.handle(),
         store,
         peeker,
+        families,
         profilerd::access::AccessPolicy::new(&config.admin_group),
         ApiLimits {
             max_sessions: config.max_sessions as usize,

@@ -18,7 +18,7 @@ use std::{
 };
 
 use procfs::process::{MMPermissions, MMapPath, Process};
-use profiler_common::SampleKind;
+use profiler_common::{SampleKind, sample_flags};
 use tracing::debug;
 
 use crate::{
@@ -100,12 +100,15 @@ struct Mapping {
     end: u64,
     file_offset: u64,
     target: MappingTarget,
+    /// Whether it holds code (is executable).
+    code: bool,
 }
 
 #[derive(Debug)]
 struct ProcessRecord {
     name: Arc<str>,
-    /// Executable mappings, sorted by start address.
+    /// Every mapping (those without code only name addresses that fall in
+    /// them), sorted by start address.
     mappings: Vec<Mapping>,
     /// The mappings of the records this one replaced (before an exec, say),
     /// newest first: samples taken before the change but drained after it
@@ -174,31 +177,37 @@ impl ProcessTable {
         let maps = process.maps()?;
         let mut mappings = Vec::new();
         for map in maps {
-            if !map.perms.contains(MMPermissions::EXECUTE) {
-                continue;
-            }
             let (start, end) = map.address;
-            let target = match &map.pathname {
-                MMapPath::Path(path) => {
-                    let key = BinaryKey {
-                        device: device_number(map.dev),
-                        inode: map.inode,
-                    };
-                    match self.binary(pid, key, path, start, end) {
-                        Some(binary) => MappingTarget::File(binary),
-                        None => MappingTarget::Special(display_path(path).into()),
+            let code = map.perms.contains(MMPermissions::EXECUTE);
+            let target = if code {
+                match &map.pathname {
+                    MMapPath::Path(path) => {
+                        let key = BinaryKey {
+                            device: device_number(map.dev),
+                            inode: map.inode,
+                        };
+                        match self.binary(pid, key, path, start, end) {
+                            Some(binary) => MappingTarget::File(binary),
+                            None => MappingTarget::Special(display_path(path).into()),
+                        }
                     }
+                    MMapPath::Vdso => MappingTarget::Special("[vdso]".into()),
+                    MMapPath::Vsyscall => MappingTarget::Special("[vsyscall]".into()),
+                    MMapPath::Other(name) => MappingTarget::Special(format!("[{name}]").into()),
+                    _ => MappingTarget::Special("[anon]".into()),
                 }
-                MMapPath::Vdso => MappingTarget::Special("[vdso]".into()),
-                MMapPath::Vsyscall => MappingTarget::Special("[vsyscall]".into()),
-                MMapPath::Other(name) => MappingTarget::Special(format!("[{name}]").into()),
-                _ => MappingTarget::Special("[anon]".into()),
+            } else {
+                // Not code: a frame here is a wrong return address (most
+                // often from walking frame pointers through code without
+                // them), named by where it points.
+                MappingTarget::Special(format!("{} (not code)", data_name(&map.pathname)).into())
             };
             mappings.push(Mapping {
                 start,
                 end,
                 file_offset: map.offset,
                 target,
+                code,
             });
         }
         mappings.sort_by_key(|mapping| mapping.start);
@@ -328,6 +337,8 @@ impl ProcessTable {
                         thread_name: sample.thread_name,
                         process_name,
                         uid: sample.uid,
+                        gid: sample.gid,
+                        protected: sample.flags & sample_flags::PROTECTED != 0,
                         cgroup: self.cgroups.path(sample.cgroup),
                     },
                     kind: sample.kind,
@@ -369,12 +380,9 @@ impl ProcessTable {
             .filter(|(other, record)| {
                 **other != pid
                     && &*record.name == name
-                    && stack.iter().all(|&address| {
-                        !matches!(
-                            lookup(&record.mappings, address),
-                            UserAddress::Unmapped { .. }
-                        )
-                    })
+                    && stack
+                        .iter()
+                        .all(|&address| mapping_of(&record.mappings, address).is_some_and(|m| m.code))
             })
             .max_by_key(|(_, record)| record.recorded_at);
         let Some((&donor_pid, donor)) = donor else {
@@ -481,14 +489,19 @@ impl ProcessTable {
     }
 }
 
-fn lookup(mappings: &[Mapping], address: u64) -> UserAddress {
+/// The mapping that holds `address`.
+fn mapping_of(mappings: &[Mapping], address: u64) -> Option<&Mapping> {
     let index = mappings.partition_point(|mapping| mapping.start <= address);
-    let Some(mapping) = index.checked_sub(1).map(|i| &mappings[i]) else {
+    index
+        .checked_sub(1)
+        .map(|i| &mappings[i])
+        .filter(|mapping| address < mapping.end)
+}
+
+fn lookup(mappings: &[Mapping], address: u64) -> UserAddress {
+    let Some(mapping) = mapping_of(mappings, address) else {
         return UserAddress::Unmapped { address };
     };
-    if address >= mapping.end {
-        return UserAddress::Unmapped { address };
-    }
     let offset = address - mapping.start;
     match &mapping.target {
         MappingTarget::File(binary) => UserAddress::File {
@@ -511,6 +524,21 @@ fn device_number((major, minor): (i32, i32)) -> u64 {
         | (minor & 0xff)
 }
 
+/// What a mapping that holds no code is called in frames: a file's name,
+/// or the kind of memory.
+fn data_name(path: &MMapPath) -> String {
+    match path {
+        MMapPath::Path(path) => {
+            let path = display_path(path);
+            path.rsplit('/').next().unwrap_or(&path).to_owned()
+        }
+        MMapPath::Heap => "[heap]".to_owned(),
+        MMapPath::Stack | MMapPath::TStack(_) => "[stack]".to_owned(),
+        MMapPath::Other(name) => format!("[{name}]"),
+        _ => "[anon]".to_owned(),
+    }
+}
+
 /// The mapped path without the " (deleted)" the kernel appends.
 fn display_path(path: &std::path::Path) -> String {
     let text = path.to_string_lossy();
@@ -529,6 +557,13 @@ mod tests {
         let here = records_this_process_and_normalizes_its_code as *const () as u64;
         let (frames, complete) = table.normalize(pid, &[here, 0x10]);
         assert!(!complete, "0x10 is mapped by nothing");
+        let stack_variable = 0_u64;
+        let (data, _) = table.normalize(pid, &[&raw const stack_variable as u64]);
+        assert!(
+            // A test thread's stack is anonymous memory, the main thread's [stack].
+            matches!(&data[0], UserAddress::Special { name, .. } if name.ends_with("] (not code)")),
+            "{data:?}"
+        );
         match &frames[0] {
             UserAddress::File { binary, offset } => {
                 let exe = std::env::current_exe().unwrap();

@@ -47,6 +47,33 @@ impl Profile {
     pub fn total_samples(&self) -> u64 {
         self.samples.iter().map(|sample| sample.count).sum()
     }
+
+    /// Takes the kernel addresses out, for an asker the kernel would not
+    /// show them to: kernel locations keep their functions but their
+    /// address becomes 0 (which reports read as "hidden"), and those then
+    /// alike are merged. Names never hold kernel addresses (see the
+    /// symbolizer), so nothing else tells them.
+    pub fn hide_kernel_addresses(&mut self) {
+        let mut merged: std::collections::HashMap<Location, u32> = Default::default();
+        let mut renumbered = Vec::with_capacity(self.locations.len());
+        let mut locations = Vec::with_capacity(self.locations.len());
+        for mut location in std::mem::take(&mut self.locations) {
+            if location.kind == LocationKind::Kernel {
+                location.address = 0;
+            }
+            let index = *merged.entry(location.clone()).or_insert_with(|| {
+                locations.push(location);
+                locations.len() as u32 - 1
+            });
+            renumbered.push(index);
+        }
+        self.locations = locations;
+        let mut stacks = Stacks::with_capacity(self.stacks.len(), 0);
+        for stack in self.stacks.iter() {
+            stacks.push(stack.iter().map(|&location| renumbered[location as usize]));
+        }
+        self.stacks = stacks;
+    }
 }
 
 /// A thread as it was named when sampled.
@@ -58,11 +85,37 @@ pub struct ThreadInfo {
     pub thread_name: Arc<str>,
     /// The process's command name (`/proc/<pid>/comm`).
     pub process_name: Arc<str>,
-    /// The thread's real user id when sampled.
+    /// The thread's real user and group ids when sampled.
     pub uid: u32,
+    pub gid: u32,
+    /// Only root and the admin group may see its samples: when sampled,
+    /// its real, effective and saved ids differed (a setuid program) or it
+    /// was not dumpable, so the kernel would not let its owner trace it.
+    pub protected: bool,
     /// Its cgroup (v2) path when sampled, as `/proc/<pid>/cgroup` shows it;
     /// empty when not known.
     pub cgroup: Arc<str>,
+}
+
+impl ThreadInfo {
+    /// Who the thread ran as when sampled.
+    pub fn owner(&self) -> Owner {
+        Owner {
+            uid: self.uid,
+            gid: self.gid,
+            protected: self.protected,
+        }
+    }
+}
+
+/// Who a task ran as, as far as seeing it goes: its real user and group
+/// ids, and whether the kernel would refuse its owner to trace it (see
+/// [`ThreadInfo::protected`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+    pub protected: bool,
 }
 
 /// The call stacks of a profile, each root first: user frames, then (for
@@ -153,7 +206,7 @@ pub struct Location {
     /// code, or the marker's own name.
     pub module: Arc<str>,
     /// For user code the offset into the binary's file; for kernel code the
-    /// address; 0 for markers.
+    /// address (0 when hidden from the asker); 0 for markers.
     pub address: u64,
     /// The functions at this address, outermost first: more than one when
     /// functions were inlined into each other. Never empty: an address
@@ -240,7 +293,7 @@ impl Default for ReportOptions {
             mincount: 0,
             noisefloor: 0.0,
             sortedby: SortedBy::FileFuncLine,
-            groupby: GroupBy::None,
+            groupby: GroupBy::Auto,
             kernel: true,
             combine: true,
         }
@@ -266,6 +319,10 @@ pub enum SortedBy {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupBy {
+    /// Tree and flat: one section per process when the profile holds more
+    /// than one (so every stack is seen under its process), else none.
+    /// Other formats: none.
+    Auto,
     None,
     Thread,
     Process,
@@ -274,6 +331,47 @@ pub enum GroupBy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_addresses_are_hidden_and_their_locations_merged() {
+        let frame = |function: &str| Frame {
+            function: function.into(),
+            file: None,
+            line: 0,
+            inlined: false,
+        };
+        let location = |kind, address, function: &str| Location {
+            kind,
+            module: "m".into(),
+            address,
+            frames: vec![frame(function)],
+        };
+        let mut stacks = Stacks::default();
+        stacks.push([0, 1]);
+        stacks.push([0, 2]);
+        let mut profile = Profile {
+            start: SystemTime::UNIX_EPOCH,
+            end: SystemTime::UNIX_EPOCH,
+            frequency_hz: 1,
+            period_ns: 1,
+            threads: Vec::new(),
+            locations: vec![
+                location(LocationKind::User, 0x10, "main"),
+                location(LocationKind::Kernel, 0xffff_ffff_8100_0010, "read"),
+                location(LocationKind::Kernel, 0xffff_ffff_8100_0020, "read"),
+            ],
+            stacks,
+            samples: Vec::new(),
+            lost: Vec::new(),
+            warnings: Vec::new(),
+        };
+        profile.hide_kernel_addresses();
+        assert_eq!(profile.locations.len(), 2);
+        assert_eq!(profile.locations[0].address, 0x10, "user offsets stay");
+        assert_eq!(profile.locations[1].address, 0);
+        assert_eq!(profile.stacks.get(0), Some(&[0, 1][..]));
+        assert_eq!(profile.stacks.get(1), Some(&[0, 1][..]));
+    }
 
     #[test]
     fn stacks_keep_their_locations_and_order() {

@@ -105,6 +105,8 @@ impl Reloader {
         running.max_concurrent_peeks = new.max_concurrent_peeks;
         running.peeks_kept = new.peeks_kept;
         running.peeks_max_bytes = new.peeks_max_bytes;
+        running.peeks_kept_per_user = new.peeks_kept_per_user;
+        running.peeks_per_user_per_minute = new.peeks_per_user_per_minute;
         self.peeker
             .set_settings(PeekSettings::from_config(&running));
         if changed("log_level") {

@@ -13,12 +13,14 @@ use aya::{
     Ebpf, EbpfError, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        Lsm, PerfEvent, ProgramError, TracePoint,
+        BtfTracePoint, Lsm, PerfEvent, ProgramError, TracePoint,
         perf_event::{PerfEventConfig, PerfEventLink, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
 use profiler_common::{Control, SampleKey, SampleValue, StackTrace, names, signal_generate};
 use tracing::{info, warn};
+
+use crate::kernel_types::{BtfError, KernelTypes};
 
 /// The eBPF object built by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
@@ -154,6 +156,8 @@ pub struct Sampler {
     signal_watch_error: Option<String>,
     /// Why the signal guard is not active, if it is not.
     guard_error: Option<String>,
+    /// Why forks are not followed (no `record`), if they are not.
+    follow_error: Option<String>,
 }
 
 impl Sampler {
@@ -188,7 +192,9 @@ impl Sampler {
         loader.map_max_entries(names::TARGET_PIDS, crate::targets::MAX_PIDS);
         loader.map_max_entries(names::TARGET_CGROUPS, crate::targets::MAX_CGROUPS);
         loader.override_global(names::PEEK_SIGNAL_NUMBER, &settings.peek_signal, true);
-        let layout = crate::kernel_types::signal_layout();
+        let types = KernelTypes::read();
+        let types = types.as_ref().map_err(BtfError::clone);
+        let layout = types.clone().and_then(KernelTypes::signal_layout);
         if let Ok(layout) = &layout {
             for (name, value) in [
                 (names::TASK_TGID_OFFSET, &layout.task_tgid),
@@ -196,9 +202,29 @@ impl Sampler {
                 (names::SIGHAND_ACTION_OFFSET, &layout.sighand_action),
                 (names::K_SIGACTION_SIZE, &layout.k_sigaction_size),
                 (names::HANDLER_OFFSET, &layout.handler),
+                (names::TASK_SIGNAL_OFFSET, &layout.task_signal),
+                (names::GROUP_EXIT_CODE_OFFSET, &layout.group_exit_code),
             ] {
                 loader.override_global(name, value, true);
             }
+        }
+        let credentials = types.and_then(KernelTypes::credential_layout);
+        match &credentials {
+            Ok(layout) => {
+                for (name, value) in [
+                    (names::TASK_REAL_CRED_OFFSET, &layout.task_real_cred),
+                    (names::CRED_IDS_OFFSET, &layout.cred_ids),
+                    (names::TASK_MM_OFFSET, &layout.task_mm),
+                    (names::MM_FLAGS_OFFSET, &layout.mm_flags),
+                ] {
+                    loader.override_global(name, value, true);
+                }
+            }
+            Err(err) => warn!(
+                "cannot find where the kernel keeps a task's credentials: {err}; every sample is \
+                 treated as protected, so only root and the admin group see any (other users' \
+                 requests return empty profiles)"
+            ),
         }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(load_error)?;
 
@@ -242,6 +268,10 @@ impl Sampler {
             )),
             Ok(_) => guard_peek_signal(&mut ebpf).err(),
         };
+        let follow_error = follow_forks(&mut ebpf).err();
+        if let Some(err) = &follow_error {
+            warn!("processes' children cannot be followed (`profilerctl record`): {err}");
+        }
         info!(
             cpus = cpus.len(),
             frequency_hz = settings.frequency_hz,
@@ -256,6 +286,7 @@ impl Sampler {
             cpu_clocks,
             signal_watch_error,
             guard_error,
+            follow_error,
         })
     }
 
@@ -322,6 +353,20 @@ impl Sampler {
             )
             .map_err(error)?;
         sampler.take_link(link).map_err(error)
+    }
+
+    /// Takes the map of followed processes and the ring buffer of those
+    /// that join a family; why they cannot be had when forks are not
+    /// followed.
+    pub fn take_families(
+        &mut self,
+    ) -> Result<(HashMap<MapData, u32, u32>, RingBuf<MapData>), String> {
+        if let Some(err) = &self.follow_error {
+            return Err(err.clone());
+        }
+        let followed = take_map(&mut self.ebpf, names::FOLLOWED).map_err(|err| err.to_string())?;
+        let joins = take_map(&mut self.ebpf, names::FAMILY_JOINS).map_err(|err| err.to_string())?;
+        Ok((followed, joins))
     }
 
     /// Takes the ring buffer of peek signals.
@@ -398,6 +443,27 @@ fn watch_signals(ebpf: &mut Ebpf, signal: u32) -> Result<(), SamplingError> {
     program
         .attach("signal", tracepoint)
         .map_err(|source| SamplingError::AttachTracepoint { tracepoint, source })?;
+    Ok(())
+}
+
+/// Loads and attaches the fork follower (a BTF tracepoint: no tracefs).
+fn follow_forks(ebpf: &mut Ebpf) -> Result<(), String> {
+    let btf =
+        aya::Btf::from_sys_fs().map_err(|err| format!("cannot read the kernel's BTF: {err}"))?;
+    let program: &mut BtfTracePoint =
+        program(ebpf, names::PROGRAM_FOLLOW_FORKS).map_err(|err| err.to_string())?;
+    program.load("sched_process_fork", &btf).map_err(|err| {
+        format!(
+            "the kernel refused the sched_process_fork BTF tracepoint: {}",
+            error_chain(&err)
+        )
+    })?;
+    program.attach().map_err(|err| {
+        format!(
+            "cannot attach to the sched_process_fork BTF tracepoint: {}",
+            error_chain(&err)
+        )
+    })?;
     Ok(())
 }
 

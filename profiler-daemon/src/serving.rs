@@ -28,6 +28,16 @@ use crate::{
     stopping::Stopping,
 };
 
+/// The largest request accepted: requests are small (the longest fields are
+/// bounded far below this, see the API's conversions), so a bigger one is
+/// refused before it is decoded.
+const MAX_REQUEST_BYTES: usize = 256 * 1024;
+
+/// The Profiler service as served: with its request size bound.
+fn profiler_server(service: &Arc<ProfilerService>) -> ProfilerServer<ProfilerService> {
+    ProfilerServer::from_arc(service.clone()).max_decoding_message_size(MAX_REQUEST_BYTES)
+}
+
 /// The optional TCP listener.
 #[derive(Clone, Debug)]
 pub struct TcpListener {
@@ -127,7 +137,7 @@ pub async fn serve(
             info!(address = %tcp.address, mutual_tls = tcp.tls.is_some(), "serving on TCP");
             let incoming = tonic::transport::server::TcpIncoming::from(listener);
             let profiler = InterceptedService::new(
-                ProfilerServer::from_arc(service.clone()),
+                profiler_server(&service),
                 Gate {
                     stopping: service.stopping(),
                     trusted_remote: true,
@@ -146,7 +156,7 @@ pub async fn serve(
         Server::builder()
             .layer(service.rpc_counts().layer())
             .add_service(InterceptedService::new(
-                ProfilerServer::from_arc(service.clone()),
+                profiler_server(&service),
                 Gate {
                     stopping: service.stopping(),
                     trusted_remote: false,

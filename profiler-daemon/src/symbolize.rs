@@ -32,6 +32,10 @@ use crate::{
 /// (along with blazesym's parsed files), bounding the symbolizer's memory.
 const LOCATION_CACHE_LIMIT: usize = 1 << 18;
 
+/// The name of a kernel function kallsyms does not know (a module's
+/// without symbols, a BPF program's).
+const UNKNOWN_KERNEL_FUNCTION: &str = "[unknown kernel function]";
+
 /// The identity of a symbolized location, under which the store interns it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum LocationKey {
@@ -329,7 +333,9 @@ impl Symbolizer {
         for (index, &address) in addresses.iter().enumerate() {
             let frames = match results.get(index) {
                 Some(Symbolized::Sym(sym)) => self.names.frames(sym),
-                _ => vec![self.names.unknown_frame(&format!("[kernel]+{address:#x}"))],
+                // The address stays in the location, never in the name: it
+                // is hidden from users who may not read kernel addresses.
+                _ => vec![self.names.unknown_frame(UNKNOWN_KERNEL_FUNCTION)],
             };
             let key = LocationKey::Kernel(address);
             let location = Location {
@@ -389,12 +395,13 @@ impl Symbolizer {
             UserAddress::Unmapped { address } => {
                 let address = code_address(*address, returns);
                 let key = LocationKey::Unmapped(address);
+                // No mapping held it: only the address says where it was.
                 self.uncacheable(
                     key,
                     LocationKind::User,
                     Arc::from("[unknown]"),
                     address,
-                    "[unknown]".to_owned(),
+                    format!("[unmapped] {address:#x}"),
                 )
             }
         }
@@ -416,7 +423,10 @@ impl Symbolizer {
             _ => 0,
         };
         let module = self.names.get(module);
-        let function = format!("{}+{address:#x}", basename(&module));
+        let function = match kind {
+            LocationKind::Kernel => UNKNOWN_KERNEL_FUNCTION.to_owned(),
+            _ => format!("{}+{address:#x}", basename(&module)),
+        };
         self.uncacheable(key, kind, module, address, function)
     }
 

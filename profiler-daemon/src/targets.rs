@@ -33,10 +33,15 @@ impl TargetSet {
 #[derive(Debug, thiserror::Error)]
 pub enum TargetsError {
     #[error(
-        "cgroup {path:?} does not exist under the cgroup v2 hierarchy ({root}); give a path \
+        "cgroup {path} does not exist under the cgroup v2 hierarchy ({root}); give a path \
          as /proc/PID/cgroup shows it (the line starting with 0::)"
     )]
     NoSuchCgroup { path: String, root: String },
+    #[error(
+        "no process {pid} is running; targets name running processes (a pid that does not \
+         exist yet is not followed), so nothing was changed"
+    )]
+    NoSuchProcess { pid: u32 },
     #[error("cgroup targets need the cgroup v2 hierarchy, which is not mounted")]
     NoCgroup2,
     #[error("at most {limit} {what} can be targets")]
@@ -76,6 +81,13 @@ impl Targets {
     /// Replaces the targets. New entries go in before the mode changes and
     /// stale ones go after, so no target is ever missed in between.
     pub fn set(&mut self, set: TargetSet) -> Result<(), TargetsError> {
+        if let Some(&pid) = set
+            .pids
+            .iter()
+            .find(|&&pid| !Path::new(&format!("/proc/{pid}")).exists())
+        {
+            return Err(TargetsError::NoSuchProcess { pid });
+        }
         let cgroup_ids = match set.cgroups.is_empty() {
             true => Vec::new(),
             false => {
@@ -127,7 +139,7 @@ impl Targets {
 /// A cgroup's id, or why it has none.
 fn cgroup_id(root: &Path, path: &str) -> Result<u64, TargetsError> {
     cgroups::cgroup_id(root, path).ok_or_else(|| TargetsError::NoSuchCgroup {
-        path: path.to_owned(),
+        path: crate::quote(path),
         root: root.display().to_string(),
     })
 }

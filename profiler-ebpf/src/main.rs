@@ -8,10 +8,13 @@
 //! `sample_peek` does the same on the per-thread clocks the daemon opens for
 //! a peek, `watch_signals` tells the daemon when a peek signal is sent, and
 //! `guard_peek_signal` (BPF LSM, where the kernel allows it) keeps a peek
-//! signal from killing a process without a handler.
+//! signal from killing a process without a handler, and `follow_forks`
+//! tells the daemon of the processes a followed process forks.
 //! They must not block, allocate or log on the hot path.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
 
+#[cfg(target_arch = "bpf")]
+mod families;
 #[cfg(target_arch = "bpf")]
 mod sampler;
 #[cfg(target_arch = "bpf")]
@@ -20,6 +23,14 @@ mod signals;
 #[cfg(not(target_arch = "bpf"))]
 fn main() {
     // Host builds of the workspace compile this crate too; there is nothing to run.
+}
+
+/// A global the daemon sets at load time.
+#[cfg(target_arch = "bpf")]
+#[inline(always)]
+fn global(value: &u32) -> u32 {
+    // SAFETY: a volatile read of a global the daemon sets at load time.
+    unsafe { core::ptr::read_volatile(value) }
 }
 
 #[cfg(target_arch = "bpf")]

@@ -14,7 +14,8 @@ use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, generated::bpf_get_stack,
+        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_probe_read_kernel,
+        generated::{bpf_get_current_task, bpf_get_stack},
     },
     macros::{map, perf_event, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -23,8 +24,10 @@ use aya_ebpf::{
 use aya_log_ebpf::error;
 use profiler_common::{
     COUNTER_COUNT, Control, Counter, MAX_STACK_DEPTH, SampleKey, SampleKind, SampleValue,
-    StackTrace, sample_flags, targets,
+    StackTrace, cred_ids, sample_flags, targets,
 };
+
+use crate::global;
 
 /// Sizes below are placeholders: the daemon sizes every map at load time.
 const DEFAULT_ENTRIES: u32 = 1024;
@@ -32,6 +35,19 @@ const EEXIST: i32 = 17;
 
 #[map]
 static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
+
+/// Byte offsets of the kernel fields that say who may see a sample
+/// (`task_struct.real_cred`, `cred.uid`, `task_struct.mm`,
+/// `mm_struct.flags`), found by the daemon in the kernel's BTF; 0 when it
+/// could not find them, which makes every sample protected.
+#[unsafe(no_mangle)]
+static TASK_REAL_CRED_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static CRED_IDS_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_MM_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static MM_FLAGS_OFFSET: u32 = 0;
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
@@ -164,7 +180,12 @@ fn record(
         return;
     };
 
-    let mut flags = 0;
+    let (uid, gid, protected) = credentials();
+    let mut flags = if protected {
+        sample_flags::PROTECTED
+    } else {
+        0
+    };
     let user_stack = stack_key(
         store_stack(ctx, stacks, scratch, true),
         &mut flags,
@@ -191,8 +212,8 @@ fn record(
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
         kind: kind as u32,
         flags,
-        uid: bpf_get_current_uid_gid() as u32,
-        reserved: 0,
+        uid,
+        gid,
         // SAFETY: a helper that only reads the current task's cgroup.
         cgroup: unsafe { bpf_get_current_cgroup_id() },
     };
@@ -216,6 +237,51 @@ fn record(
             Err(_) => count(Counter::LostCountsMapFull),
         }
     }
+}
+
+/// The current task's real user and group ids, and whether only root and
+/// the admin group may see its samples: the kernel's own rule for who may
+/// trace a task (`ptrace_may_access`) lets its owner do so only when its
+/// real, effective and saved ids are all the same and it is dumpable.
+#[inline(always)]
+fn credentials() -> (u32, u32, bool) {
+    let ids = bpf_get_current_uid_gid();
+    let (uid, gid) = (ids as u32, (ids >> 32) as u32);
+    let (cred_offset, ids_offset) = (global(&TASK_REAL_CRED_OFFSET), global(&CRED_IDS_OFFSET));
+    let (mm_offset, flags_offset) = (global(&TASK_MM_OFFSET), global(&MM_FLAGS_OFFSET));
+    if cred_offset == 0 || ids_offset == 0 || mm_offset == 0 || flags_offset == 0 {
+        return (uid, gid, true);
+    }
+    // SAFETY: a helper without arguments.
+    let task = unsafe { bpf_get_current_task() };
+    // SAFETY: bpf_probe_read_kernel reads kernel memory and fails (rather
+    // than faulting) on a bad address; the offsets come from the kernel's BTF.
+    let Ok(cred) = (unsafe { bpf_probe_read_kernel((task + u64::from(cred_offset)) as *const u64) })
+    else {
+        return (uid, gid, true);
+    };
+    // SAFETY: as above.
+    let Ok([uid, gid, suid, sgid, euid, egid]) = (unsafe {
+        bpf_probe_read_kernel((cred + u64::from(ids_offset)) as *const [u32; 6])
+    }) else {
+        return (uid, gid, true);
+    };
+    let mixed = uid != suid || uid != euid || gid != sgid || gid != egid;
+    // SAFETY: as above.
+    let mm = unsafe { bpf_probe_read_kernel((task + u64::from(mm_offset)) as *const u64) };
+    // A task without memory (a kernel thread, or one exiting) has no
+    // dumpability, and ptrace_may_access does not ask for one.
+    let dumpable = match mm {
+        Ok(mm) if mm != 0 => {
+            // SAFETY: as above.
+            let flags =
+                unsafe { bpf_probe_read_kernel((mm + u64::from(flags_offset)) as *const u64) };
+            flags.is_ok_and(|flags| flags & cred_ids::DUMPABLE_MASK == cred_ids::SUID_DUMP_USER)
+        }
+        Ok(_) => true,
+        Err(_) => false,
+    };
+    (uid, gid, mixed || !dumpable)
 }
 
 /// Whether the tick interrupted user-mode code (x86-64: the privilege level
@@ -400,13 +466,17 @@ pub fn forget_on_exec(_ctx: TracePointContext) -> u32 {
 }
 
 /// On `sched:sched_process_exit` of a thread-group leader: a later process
-/// reusing the pid must be announced afresh.
+/// reusing the pid must be announced afresh, and does not join the family
+/// the exiting one belonged to; and the daemon is told when a peek signal
+/// is what the process dies of.
 #[tracepoint]
 pub fn forget_on_exit(_ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
     if pid == pid_tgid as u32 {
         let _ = KNOWN_PIDS.remove(&pid);
+        let _ = crate::families::FOLLOWED.remove(&pid);
+        crate::signals::on_exit(pid);
     }
     0
 }

@@ -4,15 +4,18 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
     },
     macros::{lsm, map, tracepoint},
-    maps::RingBuf,
+    maps::{LruHashMap, RingBuf},
     programs::{LsmContext, TracePointContext},
 };
-use profiler_common::{Counter, PeekSignal, peek_signal_result, signal_generate};
+use profiler_common::{
+    Counter, PeekSignal, TASK_COMM_LEN, peek_signal_result, signal_generate,
+};
 
-use crate::sampler::count;
+use crate::{global, sampler::count};
 
 /// The peek signal's number, set by the daemon at load time; 0 turns
 /// peeks by signal off.
@@ -23,7 +26,7 @@ static PEEK_SIGNAL_NUMBER: u32 = 0;
 /// in the kernel's BTF (aya programs have no CO-RE relocations); all 0
 /// when it could not find them, which keeps the guard off.
 #[unsafe(no_mangle)]
-static TASK_TGID_OFFSET: u32 = 0;
+pub(crate) static TASK_TGID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_SIGHAND_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
@@ -33,17 +36,24 @@ static K_SIGACTION_SIZE: u32 = 0;
 #[unsafe(no_mangle)]
 static HANDLER_OFFSET: u32 = 0;
 
+/// Where the exit tracepoint finds the code a process exits with
+/// (`task_struct.signal`, `signal_struct.group_exit_code`); 0 when not found.
+#[unsafe(no_mangle)]
+static TASK_SIGNAL_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static GROUP_EXIT_CODE_OFFSET: u32 = 0;
+
 /// Peek signals on their way to the daemon.
 #[map]
 static PEEK_SIGNALS: RingBuf = RingBuf::with_byte_size(16 * 1024, 0);
 
+/// Processes a peek signal was delivered to, and the signal: if one exits
+/// by it, the daemon is told (it had no handler for it).
+#[map]
+static PEEK_SIGNALLED: LruHashMap<u32, u32> = LruHashMap::with_max_entries(1024, 0);
+
 const EPERM: i32 = 1;
 
-#[inline(always)]
-fn global(value: &u32) -> u32 {
-    // SAFETY: a volatile read of a global the daemon sets at load time.
-    unsafe { core::ptr::read_volatile(value) }
-}
 
 /// On `signal:signal_generate`: passes every peek signal on to the daemon,
 /// whoever sent it to whom and whatever the kernel did with it.
@@ -56,15 +66,55 @@ pub fn watch_signals(ctx: TracePointContext) -> u32 {
         return 0;
     }
     // SAFETY: as above.
-    let (target, group, result) = unsafe {
+    let (target, group, result, target_comm) = unsafe {
         (
             ctx.read_at::<i32>(signal_generate::PID).unwrap_or(0),
             ctx.read_at::<i32>(signal_generate::GROUP).unwrap_or(0),
             ctx.read_at::<i32>(signal_generate::RESULT).unwrap_or(0),
+            ctx.read_at::<[u8; TASK_COMM_LEN]>(signal_generate::COMM)
+                .unwrap_or([0; TASK_COMM_LEN]),
         )
     };
-    pass_on(target as u32, signal as u32, group as u32, result);
+    let target = target as u32;
+    pass_on(target, signal as u32, group as u32, result, target_comm);
+    let _ = PEEK_SIGNALLED.insert(&target, &(signal as u32), 0);
     0
+}
+
+/// Called when the thread-group leader `pid` exits: if a peek signal was
+/// delivered to it and is what it dies of, tells the daemon.
+#[inline(always)]
+pub(crate) fn on_exit(pid: u32) {
+    // SAFETY: the value is copied at once, while the entry is live.
+    let Some(&signal) = (unsafe { PEEK_SIGNALLED.get(&pid) }) else {
+        return;
+    };
+    let _ = PEEK_SIGNALLED.remove(&pid);
+    let (signal_offset, code_offset) =
+        (global(&TASK_SIGNAL_OFFSET), global(&GROUP_EXIT_CODE_OFFSET));
+    if signal_offset == 0 || code_offset == 0 {
+        return;
+    }
+    // SAFETY: a helper without arguments.
+    let task = unsafe { bpf_get_current_task() };
+    // SAFETY: bpf_probe_read_kernel reads kernel memory and fails (rather
+    // than faulting) on a bad address; the offsets come from the kernel's BTF.
+    let Ok(signal_struct) =
+        (unsafe { bpf_probe_read_kernel((task + u64::from(signal_offset)) as *const u64) })
+    else {
+        return;
+    };
+    // SAFETY: as above.
+    let Ok(code) = (unsafe {
+        bpf_probe_read_kernel((signal_struct + u64::from(code_offset)) as *const i32)
+    }) else {
+        return;
+    };
+    // The low 7 bits of an exit code are the signal that ended the process.
+    if code & 0x7f == signal as i32 {
+        let comm = bpf_get_current_comm().unwrap_or([0; TASK_COMM_LEN]);
+        pass_on(pid, signal, 1, peek_signal_result::KILLED, comm);
+    }
 }
 
 /// On the LSM hook `task_kill`: a peek signal another process aims at a
@@ -125,12 +175,13 @@ pub fn guard_peek_signal(ctx: LsmContext) -> i32 {
         signal as u32,
         1,
         peek_signal_result::INTERCEPTED,
+        [0; TASK_COMM_LEN],
     );
     -EPERM
 }
 
 #[inline(always)]
-fn pass_on(target: u32, signal: u32, group: u32, result: i32) {
+fn pass_on(target: u32, signal: u32, group: u32, result: i32, target_comm: [u8; TASK_COMM_LEN]) {
     count(Counter::PeekSignals);
     let pid_tgid = bpf_get_current_pid_tgid();
     let event = PeekSignal {
@@ -142,7 +193,8 @@ fn pass_on(target: u32, signal: u32, group: u32, result: i32) {
         group,
         // SAFETY: a helper without arguments.
         time_ns: unsafe { bpf_ktime_get_ns() },
-        sender_comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        sender_comm: bpf_get_current_comm().unwrap_or([0; TASK_COMM_LEN]),
+        target_comm,
     };
     if PEEK_SIGNALS.output::<PeekSignal>(&event, 0).is_err() {
         count(Counter::LostPeekSignal);

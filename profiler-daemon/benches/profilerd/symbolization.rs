@@ -151,6 +151,8 @@ fn rate(symbolizer: &mut Symbolizer, binary: &Arc<Binary>, offsets: &[u64]) -> R
         thread_name: Arc::from("bench"),
         process_name: Arc::from("bench"),
         uid: 0,
+        gid: 0,
+        protected: false,
         cgroup: Arc::from("/"),
     };
     let batch = NormalizedBatch {

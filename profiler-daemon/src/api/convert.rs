@@ -2,21 +2,38 @@
 //! the validation that turns a bad request into a message saying what to
 //! fix. Nothing here touches the store or the kernel.
 
-use std::{collections::HashSet, time::SystemTime};
+use std::{
+    collections::HashSet,
+    time::{Duration, SystemTime},
+};
 
-use profiler_common::SampleKind;
+use profiler_common::{SampleKind, TASK_COMM_LEN};
 
-use super::ApiError;
+use super::{ApiError, MAX_ID_BYTES};
 use crate::{
     profile::{Format, GroupBy, LossCause, Profile, ReportOptions, SortedBy},
     proto::v1,
-    store::Selector,
+    quote,
+    sessions::Session,
+    store::{CommPattern, Selector},
+    targets::TargetSet,
 };
-use crate::{store::CommPattern, targets::TargetSet};
 
 /// Deepest `maxdepth` accepted: two stacks of 127 frames, each frame with
 /// its inlined functions, stay far below it.
 const MAX_DEPTH: u32 = 4096;
+
+/// Bounds on a selector, so that no request can make the daemon hold much
+/// memory: ids per list, names, cgroup paths and their length, and the
+/// regular expression's text, compiled program and lazy DFA.
+const MAX_SELECTOR_IDS: usize = 1024;
+const MAX_SELECTOR_NAMES: usize = 64;
+const MAX_PATH_BYTES: usize = 4096;
+const MAX_REGEX_BYTES: usize = 1024;
+const MAX_REGEX_PROGRAM_BYTES: usize = 1 << 20;
+const MAX_REGEX_DFA_BYTES: usize = 1 << 20;
+/// Longest function name a Callers request may look for.
+const MAX_FUNCTION_BYTES: usize = 4096;
 
 impl TryFrom<Option<v1::ReportOptions>> for ReportOptions {
     type Error = ApiError;
@@ -48,7 +65,8 @@ impl TryFrom<Option<v1::ReportOptions>> for ReportOptions {
                 v1::SortedBy::Overhead => SortedBy::Overhead,
             },
             groupby: match enum_value::<v1::GroupBy>(options.groupby, "groupby")? {
-                v1::GroupBy::Unspecified | v1::GroupBy::None => GroupBy::None,
+                v1::GroupBy::Unspecified => GroupBy::Auto,
+                v1::GroupBy::None => GroupBy::None,
                 v1::GroupBy::Thread => GroupBy::Thread,
                 v1::GroupBy::Process => GroupBy::Process,
             },
@@ -67,6 +85,18 @@ fn format(value: i32) -> Result<Format, ApiError> {
         v1::Format::Flamegraph => Format::Flamegraph,
         v1::Format::Speedscope => Format::Speedscope,
     })
+}
+
+/// The format's name, as the CLI and the API's enum spell it.
+pub(super) fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Tree => "tree",
+        Format::Flat => "flat",
+        Format::Folded => "folded",
+        Format::Pprof => "pprof",
+        Format::Flamegraph => "flamegraph",
+        Format::Speedscope => "speedscope",
+    }
 }
 
 pub(super) fn format_to_proto(format: Format) -> v1::Format {
@@ -99,7 +129,14 @@ trait EnumNames {
 }
 
 impl EnumNames for v1::Format {
-    const NAMES: &'static [&'static str] = &["tree", "flat", "folded", "pprof"];
+    const NAMES: &'static [&'static str] = &[
+        "tree",
+        "flat",
+        "folded",
+        "pprof",
+        "flamegraph",
+        "speedscope",
+    ];
 }
 impl EnumNames for v1::SortedBy {
     const NAMES: &'static [&'static str] = &["filefuncline", "count", "overhead"];
@@ -133,29 +170,76 @@ pub(super) fn selector(selector: Option<v1::Selector>) -> Result<Selector, ApiEr
     Ok(selector)
 }
 
+/// Refuses a selector beyond the bounds: too many ids or names, or text
+/// too long to be a name, a path or a sensible pattern.
+pub(super) fn check_selector_bounds(selector: &v1::Selector) -> Result<(), ApiError> {
+    for (what, count, limit) in [
+        ("process ids", selector.pids.len(), MAX_SELECTOR_IDS),
+        ("thread ids", selector.tids.len(), MAX_SELECTOR_IDS),
+        ("user ids", selector.uids.len(), MAX_SELECTOR_IDS),
+        ("command names", selector.comms.len(), MAX_SELECTOR_NAMES),
+        ("cgroups", selector.cgroups.len(), MAX_SELECTOR_NAMES),
+    ] {
+        if count > limit {
+            return Err(ApiError::invalid(format!(
+                "the selector names {count} {what}; at most {limit} are accepted"
+            )));
+        }
+    }
+    if let Some(comm) = selector.comms.iter().find(|comm| comm.len() >= TASK_COMM_LEN) {
+        return Err(ApiError::invalid(format!(
+            "the command name {} is {} bytes long, but the kernel keeps at most {} (a longer \
+             name matches nothing); use the first {} bytes, or a regular expression",
+            quote(comm),
+            comm.len(),
+            TASK_COMM_LEN - 1,
+            TASK_COMM_LEN - 1
+        )));
+    }
+    if let Some(cgroup) = selector.cgroups.iter().find(|c| c.len() > MAX_PATH_BYTES) {
+        return Err(ApiError::invalid(format!(
+            "the cgroup path {} is longer than any path can be ({MAX_PATH_BYTES} bytes)",
+            quote(cgroup)
+        )));
+    }
+    if selector.comm_regex.len() > MAX_REGEX_BYTES {
+        return Err(ApiError::invalid(format!(
+            "the regular expression {} is {} bytes long; at most {MAX_REGEX_BYTES} are accepted",
+            quote(&selector.comm_regex),
+            selector.comm_regex.len()
+        )));
+    }
+    Ok(())
+}
+
 /// The selector of a past window: the processes it names may be gone.
 pub(super) fn selector_of_past(selector: Option<v1::Selector>) -> Result<Selector, ApiError> {
     let selector = selector.unwrap_or_default();
-    if let Some(empty) = selector.comms.iter().find(|comm| comm.is_empty()) {
-        return Err(ApiError::invalid(format!(
-            "an empty command name ({empty:?}) matches nothing; leave comms out to select every process"
-        )));
+    check_selector_bounds(&selector)?;
+    if selector.comms.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "an empty command name matches nothing; leave comms out to select every process",
+        ));
     }
     if let Some(cgroup) = selector.cgroups.iter().find(|c| !c.starts_with('/')) {
         return Err(ApiError::invalid(format!(
-            "{cgroup:?} is not a cgroup path; write it as /proc/PID/cgroup shows it, e.g. \
-             \"/system.slice/nginx.service\""
+            "{} is not a cgroup path; write it as /proc/PID/cgroup shows it, e.g. \
+             \"/system.slice/nginx.service\"",
+            quote(cgroup)
         )));
     }
     let comm_pattern = match selector.comm_regex.as_str() {
         "" => None,
         text => Some(CommPattern(
             regex::RegexBuilder::new(text)
-                .size_limit(1 << 20)
+                .size_limit(MAX_REGEX_PROGRAM_BYTES)
+                .dfa_size_limit(MAX_REGEX_DFA_BYTES)
                 .build()
                 .map_err(|err| {
                     ApiError::invalid(format!(
-                        "comm_regex {text:?} is not a valid regular expression: {err}"
+                        "the regular expression {} is not valid: {}",
+                        quote(text),
+                        regex_error(&err)
                     ))
                 })?,
         )),
@@ -170,17 +254,130 @@ pub(super) fn selector_of_past(selector: Option<v1::Selector>) -> Result<Selecto
     })
 }
 
+/// A regex error on one line: what is wrong, without the pattern drawn
+/// over several lines with a caret under the fault.
+fn regex_error(err: &regex::Error) -> String {
+    match err {
+        regex::Error::CompiledTooBig(limit) => format!(
+            "it compiles to more than {limit} bytes; simplify it (fewer repetitions or \
+             alternatives)"
+        ),
+        err => {
+            let text = err.to_string();
+            text.lines()
+                .rev()
+                .find_map(|line| line.trim().strip_prefix("error: "))
+                .unwrap_or(text.lines().last().unwrap_or_default())
+                .trim()
+                .to_owned()
+        }
+    }
+}
+
+/// How long a Profile runs: at least a millisecond, at most the maximum.
+pub(super) fn profile_duration(duration_ms: u64, max: Duration) -> Result<Duration, ApiError> {
+    let duration = Duration::from_millis(duration_ms);
+    if duration.is_zero() {
+        return Err(ApiError::invalid(
+            "a profile must last at least 1 ms (duration_ms is how long to profile)",
+        ));
+    }
+    if duration > max {
+        return Err(ApiError::invalid(format!(
+            "a profile of {} is longer than the longest the daemon allows, {} \
+             (max_profile_duration in its configuration); profile for less",
+            humantime::format_duration(duration),
+            humantime::format_duration(max)
+        )));
+    }
+    Ok(duration)
+}
+
+/// The one process a session that follows children starts from.
+pub(super) fn family_root(selector: &Selector) -> Result<u32, ApiError> {
+    match selector.pids[..] {
+        [pid] if pid != 0 && selector.tids.is_empty() => Ok(pid),
+        _ => Err(ApiError::invalid(
+            "a session that follows children selects exactly one process (one pid, no tids), \
+             whose children it follows",
+        )),
+    }
+}
+
+/// Refuses an id or token that no id of the daemon can be; `what` names
+/// it, e.g. "the session id".
+pub(super) fn check_id(id: &str, what: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(ApiError::invalid(format!(
+            "{what} {} cannot be one: ids are 1 to {MAX_ID_BYTES} bytes",
+            quote(id)
+        )));
+    }
+    Ok(())
+}
+
+/// The function a Callers request looks for.
+pub(super) fn function_name(function: String) -> Result<String, ApiError> {
+    if function.is_empty() {
+        return Err(ApiError::invalid(
+            "name a function, e.g. \"malloc\" or \"app::handle\"",
+        ));
+    }
+    if function.len() > MAX_FUNCTION_BYTES {
+        return Err(ApiError::invalid(format!(
+            "the function name {} is {} bytes long; at most {MAX_FUNCTION_BYTES} are accepted",
+            quote(&function),
+            function.len()
+        )));
+    }
+    Ok(function)
+}
+
+/// A time as a date a person reads, e.g. `2026-11-21T17:30:00Z`.
+pub(super) fn date(time: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
 /// A time given in nanoseconds since the Unix epoch.
-pub(super) fn time(unix_nanos: i64, field: &str) -> Result<SystemTime, ApiError> {
+pub(super) fn time(unix_nanos: i64, what: &str) -> Result<SystemTime, ApiError> {
     u64::try_from(unix_nanos)
         .ok()
         .filter(|&nanos| nanos > 0)
-        .map(|nanos| SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos))
+        .map(|nanos| SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos))
         .ok_or_else(|| {
             ApiError::invalid(format!(
-                "{field} must be a time after 1970 in nanoseconds since the Unix epoch, not {unix_nanos}"
+                "{what} must be a time after 1970 (in nanoseconds since the Unix epoch), not \
+                 {unix_nanos}"
             ))
         })
+}
+
+/// An open session as ListSessions describes it.
+pub(super) fn session_info(id: String, session: &Session) -> v1::SessionInfo {
+    let (owner_uid, remote) = match session.owner {
+        super::CallerKey::User(uid) => (uid, false),
+        super::CallerKey::Remote => (0, true),
+    };
+    let selector = &session.selector;
+    v1::SessionInfo {
+        session_id: id,
+        owner_uid,
+        remote,
+        start_unix_nanos: unix_nanos(session.start),
+        selector: Some(v1::Selector {
+            pids: selector.pids.clone(),
+            tids: selector.tids.clone(),
+            comms: selector.comms.clone(),
+            uids: selector.uids.clone(),
+            cgroups: selector.cgroups.clone(),
+            comm_regex: selector
+                .comm_pattern
+                .as_ref()
+                .map(|pattern| pattern.0.as_str().to_owned())
+                .unwrap_or_default(),
+        }),
+        mode: v1::Mode::Cpu as i32,
+    }
 }
 
 pub(super) fn unix_nanos(time: SystemTime) -> i64 {
@@ -210,6 +407,7 @@ pub(super) fn summary(profile: &Profile) -> v1::ProfileSummary {
         threads: profile.threads.len() as u32,
         lost: loss_counts(profile.lost.iter().copied()),
         warnings: profile.warnings.clone(),
+        cut_short: false,
     }
 }
 

@@ -1,19 +1,24 @@
 //! The gRPC API (v1), for dashboards and for profilerctl.
 //!
-//! A thin layer: each handler validates its request (see `convert`), asks
-//! the collector for window cuts, reads the store, renders a report, and
-//! maps every failure once, in [`ApiError`], to a status code with a message
-//! that says what to fix. It owns the open sessions; it must not touch the
-//! kernel or the symbolizer.
+//! A thin layer: each handler authorizes its caller (see `access`),
+//! validates its request (see `convert`), asks the collector for window
+//! cuts, reads the store with the caller's sample access, renders a report,
+//! and maps every failure once, in [`ApiError`], to a status code with a
+//! message that says what to fix. It owns the open sessions and the running
+//! profiles' cut tokens; it must not touch the kernel or the symbolizer.
 
+pub mod codec;
 mod convert;
+mod diff;
 mod limits;
 mod peeks;
+mod status;
 mod top;
 
 pub use limits::{ApiLimits, CallerKey};
 
 use std::{
+    collections::HashMap,
     sync::{
         Arc, Mutex, RwLock,
         atomic::{AtomicU32, AtomicU64, Ordering},
@@ -21,25 +26,29 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use profiler_common::{Counter, SampleKind};
+use profiler_common::SampleKind;
+use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 
 use crate::{
-    access::{AccessError, AccessPolicy, Caller, Credentials, TrustedRemote},
+    access::{AccessError, AccessPolicy, Caller, Credentials, TrustedRemote, Window},
     collector::{CollectorError, CollectorHandle},
-    drain,
+    families::{Families, FamilyError},
     metrics::RpcCounts,
     peek::Peeker,
-    profile::ReportOptions,
+    profile::{Profile, ReportOptions},
     proto::v1::{self, profiler_server::Profiler},
-    report,
-    sessions::{Session, SessionError, Sessions},
+    quote, report,
+    sessions::{Requester, Session, SessionError, Sessions},
     stopping::{StopSwitch, Stopping},
-    store::{Query, Selector, Store, WindowHolds},
+    store::{Query, SampleAccess, Selector, Store, WindowHolds},
     targets::{Targets, TargetsError},
 };
 
 pub use crate::proto::v1::profiler_server::ProfilerServer;
+
+/// Longest session id, peek id or cut token a request may send.
+const MAX_ID_BYTES: usize = 128;
 
 /// Why a request failed; each maps to one gRPC status code.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +61,8 @@ pub enum ApiError {
     PermissionDenied(String),
     #[error("{0}")]
     ResourceExhausted(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
     #[error(transparent)]
     Unavailable(#[from] CollectorError),
     /// The daemon is shutting down.
@@ -79,10 +90,21 @@ impl From<AccessError> for ApiError {
 impl From<SessionError> for ApiError {
     fn from(err: SessionError) -> Self {
         match err {
-            SessionError::TooMany { .. } | SessionError::TooManyForCaller { .. } => {
-                Self::ResourceExhausted(err.to_string())
-            }
+            SessionError::TooMany { .. }
+            | SessionError::Reserved { .. }
+            | SessionError::TooManyForCaller { .. } => Self::ResourceExhausted(err.to_string()),
             SessionError::Unknown(_) => Self::NotFound(err.to_string()),
+            SessionError::NotYours(_) => Self::PermissionDenied(err.to_string()),
+        }
+    }
+}
+
+impl From<FamilyError> for ApiError {
+    fn from(err: FamilyError) -> Self {
+        match err {
+            FamilyError::Unavailable(_) => Self::FailedPrecondition(err.to_string()),
+            FamilyError::AlreadyFollowed(_) => Self::InvalidArgument(err.to_string()),
+            FamilyError::Map { .. } => Self::Internal(err.to_string()),
         }
     }
 }
@@ -95,21 +117,43 @@ impl From<ApiError> for Status {
             ApiError::NotFound(_) => Status::not_found(message),
             ApiError::PermissionDenied(_) => Status::permission_denied(message),
             ApiError::ResourceExhausted(_) => Status::resource_exhausted(message),
+            ApiError::FailedPrecondition(_) => Status::failed_precondition(message),
             ApiError::Unavailable(_) | ApiError::Stopping => Status::unavailable(message),
             ApiError::Internal(_) => Status::internal(message),
         }
     }
 }
 
-/// Reads `query`'s profile from the store and hands it to `make`, off the
-/// async threads.
+/// What a report may show its asker: whose samples, and whether kernel
+/// addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sight {
+    access: SampleAccess,
+    kernel_addresses: bool,
+}
+
+impl Sight {
+    fn of(caller: Caller) -> Self {
+        Self {
+            access: caller.sample_access(),
+            kernel_addresses: caller.reads_kernel_addresses(),
+        }
+    }
+}
+
+/// Reads `query`'s profile from the store as `sight` allows, and hands it
+/// to `make`, off the async threads.
 async fn read_profile<T: Send + 'static>(
     store: Arc<RwLock<Store>>,
     query: Query,
-    make: impl FnOnce(&crate::profile::Profile) -> Result<T, ApiError> + Send + 'static,
+    kernel_addresses: bool,
+    make: impl FnOnce(&Profile) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(move || {
-        let profile = crate::read_lock(&store).profile(&query);
+        let mut profile = crate::read_lock(&store).profile(&query);
+        if !kernel_addresses {
+            profile.hide_kernel_addresses();
+        }
         make(&profile)
     })
     .await
@@ -148,7 +192,10 @@ pub struct ProfilerService {
     frequency_hz: AtomicU32,
     max_profile_duration_ms: AtomicU64,
     sessions: Mutex<Sessions>,
+    /// Running Profile requests that CutProfile can end, by caller and token.
+    cuts: Mutex<HashMap<(CallerKey, String), Arc<Notify>>>,
     peeker: Peeker,
+    families: Families,
     access: AccessPolicy,
     limits: ApiLimits,
     streams: limits::StreamSlots,
@@ -156,11 +203,24 @@ pub struct ProfilerService {
     info: DaemonInfo,
 }
 
+/// Removes a running profile's cut token when the profile ends.
+struct CutToken<'a> {
+    cuts: &'a Mutex<HashMap<(CallerKey, String), Arc<Notify>>>,
+    key: (CallerKey, String),
+}
+
+impl Drop for CutToken<'_> {
+    fn drop(&mut self) {
+        crate::lock(self.cuts).remove(&self.key);
+    }
+}
+
 impl ProfilerService {
     pub fn new(
         collector: CollectorHandle,
         store: Arc<RwLock<Store>>,
         peeker: Peeker,
+        families: Families,
         access: AccessPolicy,
         limits: ApiLimits,
         targets: Targets,
@@ -181,7 +241,9 @@ impl ProfilerService {
                 limits.max_sessions,
                 limits.max_sessions_per_caller,
             )),
+            cuts: Mutex::new(HashMap::new()),
             peeker,
+            families,
             access,
             limits,
             streams: limits::StreamSlots::default(),
@@ -251,9 +313,19 @@ impl ProfilerService {
     /// Who sent `request`, by the socket's peer credentials.
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, ApiError> {
         match Self::peer(request) {
-            Peer::TrustedRemote => Ok(Caller::Privileged),
+            Peer::TrustedRemote => Ok(Caller::Root),
             Peer::Local(credentials) => Ok(self.access.caller(credentials)?),
         }
+    }
+
+    /// The caller and its key, as sessions and cut tokens know it.
+    fn requester<T>(&self, request: &Request<T>) -> Result<(Caller, Requester), ApiError> {
+        let caller = self.caller(request)?;
+        let requester = Requester {
+            key: Self::caller_key(request),
+            privileged: caller.sees_everything(),
+        };
+        Ok((caller, requester))
     }
 
     /// Where `request` came from: a client over TCP that passed mutual TLS,
@@ -275,220 +347,203 @@ impl ProfilerService {
         )
     }
 
-    /// Checks that `caller` may see what `selector` selects.
+    /// Checks that `caller` may see what `selector` selects in a window.
     fn check_selector(
         &self,
         caller: Caller,
         selector: Option<&v1::Selector>,
+        window: Window,
     ) -> Result<(), ApiError> {
-        let tasks: Vec<u32> = selector
-            .map(|selector| {
-                selector
-                    .pids
-                    .iter()
-                    .chain(&selector.tids)
-                    .copied()
-                    .collect()
-            })
-            .unwrap_or_default();
-        let uids = selector.map_or(&[][..], |selector| &selector.uids[..]);
-        Ok(self.access.check_selection(caller, &tasks, uids)?)
+        let selector = selector.cloned().unwrap_or_default();
+        convert::check_selector_bounds(&selector)?;
+        let tasks: Vec<u32> = selector.pids.iter().chain(&selector.tids).copied().collect();
+        Ok(self
+            .access
+            .check_selection(caller, &tasks, &selector.uids, window)?)
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
         crate::lock(&self.sessions)
     }
 
-    async fn do_profile(&self, request: v1::ProfileRequest) -> Result<v1::ProfileReply, ApiError> {
-        let duration = Duration::from_millis(request.duration_ms);
-        if duration.is_zero() {
-            return Err(ApiError::invalid(
-                "duration_ms must be at least 1 (it is how long to profile, in milliseconds)",
-            ));
-        }
-        if duration > self.max_profile_duration() {
-            return Err(ApiError::invalid(format!(
-                "duration_ms {} is longer than the maximum {} ms ({}); profile for less, or \
-                 raise max_profile_duration in the daemon's configuration",
-                request.duration_ms,
-                self.max_profile_duration().as_millis(),
-                humantime::format_duration(self.max_profile_duration())
-            )));
-        }
+    async fn do_profile(
+        &self,
+        caller: Caller,
+        key: CallerKey,
+        request: v1::ProfileRequest,
+    ) -> Result<v1::ProfileReply, ApiError> {
+        let duration = convert::profile_duration(request.duration_ms, self.max_profile_duration())?;
         let options = ReportOptions::try_from(request.options)?;
         let selector = convert::selector(request.selector)?;
         let kind = convert::sample_kind(request.mode)?;
+        let cut = match request.cut_token.as_str() {
+            "" => None,
+            token => Some(self.register_cut(key, token)?),
+        };
 
         let started = Instant::now();
         let _hold = self.holds.hold(SystemTime::now());
         let start = self.collector.open_window().await?;
-        tokio::select! {
-            () = tokio::time::sleep_until((started + duration).into()) => {}
+        let cut_short = tokio::select! {
+            () = tokio::time::sleep_until((started + duration).into()) => false,
+            () = async {
+                match &cut {
+                    Some((notify, _)) => notify.notified().await,
+                    None => std::future::pending().await,
+                }
+            } => true,
             () = self.stopping.wait() => return Err(ApiError::Stopping),
-        }
+        };
+        drop(cut);
         let end = self.collector.close_window().await?;
-        self.report(start, end, selector, kind, options).await
+        let mut reply = self
+            .report(start, end, selector, kind, options, Sight::of(caller))
+            .await?;
+        if let Some(summary) = &mut reply.summary {
+            summary.cut_short = cut_short;
+        }
+        Ok(reply)
+    }
+
+    /// Registers a running profile's cut token.
+    fn register_cut(
+        &self,
+        key: CallerKey,
+        token: &str,
+    ) -> Result<(Arc<Notify>, CutToken<'_>), ApiError> {
+        convert::check_id(token, "the cut token")?;
+        let mut cuts = crate::lock(&self.cuts);
+        let entry = (key, token.to_owned());
+        if cuts.contains_key(&entry) {
+            return Err(ApiError::invalid(format!(
+                "a running profile of this caller already has the cut token {}; choose a \
+                 unique one",
+                quote(token)
+            )));
+        }
+        let notify = Arc::new(Notify::new());
+        cuts.insert(entry.clone(), notify.clone());
+        Ok((
+            notify,
+            CutToken {
+                cuts: &self.cuts,
+                key: entry,
+            },
+        ))
     }
 
     async fn do_start(
         &self,
-        owner: CallerKey,
+        caller: Caller,
+        requester: Requester,
         request: v1::StartProfileRequest,
     ) -> Result<v1::StartProfileReply, ApiError> {
         let selector = convert::selector(request.selector)?;
         let kind = convert::sample_kind(request.mode)?;
+        let family = match request.children {
+            false => None,
+            true => Some(Arc::new(self.families.follow(convert::family_root(&selector)?)?)),
+        };
         let hold = self.holds.hold(SystemTime::now());
         let start = self.collector.open_window().await?;
-        let session_id = self.sessions().open(Session {
-            owner,
+        let session = Session {
+            owner: requester.key,
+            access: caller.sample_access(),
             start,
             hold,
             selector,
             kind,
-        })?;
+            family,
+        };
+        let session_id = self.sessions().open(session, requester)?;
         Ok(v1::StartProfileReply {
             session_id,
             start_unix_nanos: convert::unix_nanos(start),
         })
     }
 
-    async fn do_stop(&self, request: v1::StopProfileRequest) -> Result<v1::ProfileReply, ApiError> {
+    async fn do_stop(
+        &self,
+        caller: Caller,
+        requester: Requester,
+        request: v1::StopProfileRequest,
+    ) -> Result<v1::ProfileReply, ApiError> {
+        convert::check_id(&request.session_id, "the session id")?;
         let options = ReportOptions::try_from(request.options)?;
-        let session = self.sessions().close(&request.session_id)?;
+        let mut session =
+            self.sessions()
+                .close(&request.session_id, requester, request.force)?;
         let end = self.collector.close_window().await?;
-        self.report(session.start, end, session.selector, session.kind, options)
-            .await
+        if let Some(family) = session.family.take() {
+            session.selector.pids = family.pids();
+        }
+        // The report holds what the session's owner may see, shown as its
+        // stopper may see it.
+        let sight = Sight {
+            access: session.access,
+            kernel_addresses: caller.reads_kernel_addresses(),
+        };
+        self.report(
+            session.start,
+            end,
+            session.selector,
+            session.kind,
+            options,
+            sight,
+        )
+        .await
     }
 
-    async fn do_query(&self, request: v1::QueryRequest) -> Result<v1::ProfileReply, ApiError> {
+    async fn do_query(
+        &self,
+        caller: Caller,
+        request: v1::QueryRequest,
+    ) -> Result<v1::ProfileReply, ApiError> {
         let options = ReportOptions::try_from(request.options)?;
         let selector = convert::selector_of_past(request.selector)?;
         let kind = convert::sample_kind(request.mode)?;
         let (start, end) = self
             .past_window(request.start_unix_nanos, request.end_unix_nanos)
             .await?;
-        self.report(start, end, selector, kind, options).await
+        self.report(start, end, selector, kind, options, Sight::of(caller))
+            .await
     }
 
-    async fn do_callers(&self, request: v1::CallersRequest) -> Result<v1::CallersReply, ApiError> {
-        if request.function.is_empty() {
-            return Err(ApiError::invalid(
-                "function must name a function, e.g. \"malloc\" or \"app::handle\"",
-            ));
-        }
+    async fn do_callers(
+        &self,
+        caller: Caller,
+        request: v1::CallersRequest,
+    ) -> Result<v1::CallersReply, ApiError> {
+        let function = convert::function_name(request.function)?;
         let selector = convert::selector_of_past(request.selector)?;
         let (start, end) = self
             .past_window(request.start_unix_nanos, request.end_unix_nanos)
             .await?;
-        let function = request.function;
-        self.with_profile(start, end, selector, SampleKind::CpuClock, move |profile| {
-            let (callers, total) = report::callers(profile, &function);
-            Ok(v1::CallersReply {
-                text: report::callers_text(&function, &callers, total),
-                total,
-                callers: callers
-                    .into_iter()
-                    .map(|caller| v1::Caller {
-                        function: caller.function.to_string(),
-                        file: caller.file.map(|file| file.to_string()).unwrap_or_default(),
-                        line: caller.line,
-                        count: caller.count,
-                    })
-                    .collect(),
-                summary: Some(convert::summary(profile)),
-            })
-        })
+        let query = self.query(start, end, selector, SampleKind::CpuClock, Sight::of(caller));
+        let sight = Sight::of(caller);
+        read_profile(
+            self.store.clone(),
+            query,
+            sight.kernel_addresses,
+            move |profile| {
+                let (callers, total) = report::callers(profile, &function);
+                Ok(v1::CallersReply {
+                    text: report::callers_text(&function, &callers, total),
+                    total,
+                    callers: callers
+                        .into_iter()
+                        .map(|caller| v1::Caller {
+                            function: caller.function.to_string(),
+                            file: caller.file.map(|file| file.to_string()).unwrap_or_default(),
+                            line: caller.line,
+                            count: caller.count,
+                        })
+                        .collect(),
+                    summary: Some(convert::summary(profile)),
+                })
+            },
+        )
         .await
-    }
-
-    async fn do_diff(&self, request: v1::DiffRequest) -> Result<v1::DiffReply, ApiError> {
-        let window = |window: Option<v1::Window>, name: &str| {
-            window.ok_or_else(|| {
-                ApiError::invalid(format!("{name} must give the window (start_unix_nanos)"))
-            })
-        };
-        let (base, target) = (
-            window(request.base, "base")?,
-            window(request.target, "target")?,
-        );
-        let base_selector = convert::selector_of_past(request.selector)?;
-        let target_selector = match request.target_selector {
-            Some(selector) => convert::selector_of_past(Some(selector))?,
-            None => base_selector.clone(),
-        };
-        let (base_start, base_end) = self
-            .past_window(base.start_unix_nanos, base.end_unix_nanos)
-            .await?;
-        let (target_start, target_end) = self
-            .past_window(target.start_unix_nanos, target.end_unix_nanos)
-            .await?;
-        let query = |start, end, selector| Query {
-            start,
-            end,
-            selector,
-            kind: SampleKind::CpuClock,
-            frequency_hz: self.frequency_hz(),
-        };
-        let queries = [
-            query(base_start, base_end, base_selector),
-            query(target_start, target_end, target_selector),
-        ];
-        let limit = match request.limit {
-            0 => 50,
-            limit => limit as usize,
-        };
-        let drawing = match request.options {
-            None => None,
-            Some(options) => {
-                let options = ReportOptions::try_from(Some(options))?;
-                let format = match options.format {
-                    crate::profile::Format::Pprof => report::DiffFormat::Pprof,
-                    crate::profile::Format::Flamegraph => report::DiffFormat::Flamegraph,
-                    other => {
-                        return Err(ApiError::invalid(format!(
-                            "a diff is drawn as pprof or flamegraph, not {other:?}; leave \
-                             options unset for the table only"
-                        )));
-                    }
-                };
-                Some((format, options))
-            }
-        };
-        let (normalize, max_response_bytes) = (request.normalize, self.limits.max_response_bytes);
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
-            let [base, target] = queries.map(|query| crate::read_lock(&store).profile(&query));
-            let report = match drawing {
-                None => Vec::new(),
-                Some((format, options)) => {
-                    let report = report::render_diff(&base, &target, format, &options, normalize)
-                        .map_err(|err| {
-                        ApiError::Internal(format!("cannot draw the diff: {err}"))
-                    })?;
-                    limits::check_reply_size(report.len(), max_response_bytes)?;
-                    report
-                }
-            };
-            let changes = report::diff(&base, &target);
-            Ok(v1::DiffReply {
-                text: report::diff_text(&changes, limit),
-                changes: changes
-                    .into_iter()
-                    .map(|change| v1::FunctionChange {
-                        function: change.function.to_string(),
-                        base_self_percent: change.base_self,
-                        target_self_percent: change.target_self,
-                        base_total_percent: change.base_total,
-                        target_total_percent: change.target_total,
-                    })
-                    .collect(),
-                base: Some(convert::summary(&base)),
-                target: Some(convert::summary(&target)),
-                report,
-            })
-        })
-        .await
-        .map_err(|err| ApiError::Internal(format!("the diff task failed: {err}")))?
     }
 
     /// A past window from its bounds in Unix nanoseconds (end 0: now, after
@@ -499,16 +554,20 @@ impl ProfilerService {
         end_unix_nanos: i64,
     ) -> Result<(SystemTime, SystemTime), ApiError> {
         let now = SystemTime::now();
-        let start = convert::time(start_unix_nanos, "start_unix_nanos")?;
+        let start = convert::time(start_unix_nanos, "the window's start (start_unix_nanos)")?;
         let end = match end_unix_nanos {
             0 => None,
-            nanos => Some(convert::time(nanos, "end_unix_nanos")?),
+            nanos => Some(convert::time(
+                nanos,
+                "the window's end (end_unix_nanos)",
+            )?),
         };
         if end.is_some_and(|end| end <= start) || start >= now {
             return Err(ApiError::invalid(format!(
-                "the window must start before it ends and before now (start_unix_nanos \
-                 {start_unix_nanos}, end_unix_nanos {end_unix_nanos}, now {})",
-                convert::unix_nanos(now)
+                "the window must start before it ends and before now (start {}, end {}, now {})",
+                convert::date(start),
+                end.map_or_else(|| "now".to_owned(), convert::date),
+                convert::date(now)
             )));
         }
         let end = match end {
@@ -525,12 +584,10 @@ impl ProfilerService {
         let oldest = crate::read_lock(&self.store).oldest();
         if oldest.is_none_or(|oldest| end <= oldest) {
             return Err(ApiError::NotFound(format!(
-                "nothing is held for that window: the daemon holds samples from {} on (its \
-                 retention is {})",
-                oldest.map_or_else(
-                    || "no time yet".to_owned(),
-                    |t| convert::unix_nanos(t).to_string()
-                ),
+                "nothing is held for that window (it ends {}): the daemon holds samples from {} \
+                 on (its retention is {})",
+                convert::date(end),
+                oldest.map_or_else(|| "no time yet".to_owned(), convert::date),
                 humantime::format_duration(self.store_stats().retention)
             )));
         }
@@ -541,6 +598,24 @@ impl ProfilerService {
         crate::read_lock(&self.store).stats()
     }
 
+    fn query(
+        &self,
+        start: SystemTime,
+        end: SystemTime,
+        selector: Selector,
+        kind: SampleKind,
+        sight: Sight,
+    ) -> Query {
+        Query {
+            start,
+            end,
+            selector,
+            access: sight.access,
+            kind,
+            frequency_hz: self.frequency_hz(),
+        }
+    }
+
     /// Reads a window from the store and renders it, off the async threads.
     async fn report(
         &self,
@@ -549,82 +624,27 @@ impl ProfilerService {
         selector: Selector,
         kind: SampleKind,
         options: ReportOptions,
+        sight: Sight,
     ) -> Result<v1::ProfileReply, ApiError> {
         let max_response_bytes = self.limits.max_response_bytes;
-        self.with_profile(start, end, selector, kind, move |profile| {
-            let report = report::render(profile, &options)
-                .map_err(|err| ApiError::Internal(format!("cannot render the report: {err}")))?;
-            limits::check_reply_size(report.len(), max_response_bytes)?;
-            Ok(v1::ProfileReply {
-                report,
-                format: convert::format_to_proto(options.format) as i32,
-                summary: Some(convert::summary(profile)),
-            })
-        })
+        let query = self.query(start, end, selector, kind, sight);
+        read_profile(
+            self.store.clone(),
+            query,
+            sight.kernel_addresses,
+            move |profile| {
+                let report = report::render(profile, &options).map_err(|err| {
+                    ApiError::Internal(format!("cannot render the report: {err}"))
+                })?;
+                limits::check_reply_size(report.len(), max_response_bytes)?;
+                Ok(v1::ProfileReply {
+                    report,
+                    format: convert::format_to_proto(options.format) as i32,
+                    summary: Some(convert::summary(profile)),
+                })
+            },
+        )
         .await
-    }
-
-    /// Reads a window from the store and hands its profile to `make`, off
-    /// the async threads.
-    async fn with_profile<T: Send + 'static>(
-        &self,
-        start: SystemTime,
-        end: SystemTime,
-        selector: Selector,
-        kind: SampleKind,
-        make: impl FnOnce(&crate::profile::Profile) -> Result<T, ApiError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let query = Query {
-            start,
-            end,
-            selector,
-            kind,
-            frequency_hz: self.frequency_hz(),
-        };
-        read_profile(self.store.clone(), query, make).await
-    }
-
-    fn status(&self) -> v1::StatusReply {
-        let pipeline = self.collector.stats();
-        let store = self.store_stats();
-        v1::StatusReply {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            uptime_ms: self.info.started.elapsed().as_millis() as u64,
-            cpus: self.info.cpus.clone(),
-            frequency_hz: self.frequency_hz(),
-            samples_taken: pipeline.samples_taken(),
-            samples_lost: convert::loss_counts(drain::losses(&pipeline.counters)),
-            processes_seen: pipeline.processes.processes_seen,
-            symbolizer: Some(v1::SymbolizerStatus {
-                binaries: pipeline.symbolizer.binaries,
-                user_addresses_cached: pipeline.symbolizer.user_addresses_cached,
-                kernel_addresses_cached: pipeline.symbolizer.kernel_addresses_cached,
-                processes_tracked: pipeline.processes.processes_tracked,
-            }),
-            store: Some(v1::StoreStatus {
-                memory_bytes: store.memory_bytes,
-                memory_limit_bytes: store.memory_limit_bytes,
-                retention_ms: store.retention.as_millis() as u64,
-                buckets: store.buckets,
-                oldest_unix_nanos: store.oldest.map_or(0, convert::unix_nanos),
-                distinct_stacks: store.distinct_stacks,
-                buckets_evicted_for_memory: store.buckets_evicted_for_memory,
-                resolution_ms: store.resolution.as_millis() as u64,
-                coarsest_bucket_ms: store.coarsest_bucket.as_millis() as u64,
-                buckets_coarsened_for_memory: store.buckets_coarsened_for_memory,
-            }),
-            max_profile_duration_ms: self.max_profile_duration().as_millis() as u64,
-            open_sessions: self.sessions().len() as u32,
-            drains: pipeline.drains,
-            targets: Some(convert::targets(crate::lock(&self.targets).current())),
-            samples_outside_targets: pipeline.counters[Counter::OutsideTargets as usize],
-            peek: Some(peeks::status(
-                &self.peeker,
-                self.info.peek_signal_off.as_deref(),
-                &pipeline,
-            )),
-            metrics: String::new(),
-        }
     }
 }
 
@@ -634,20 +654,41 @@ impl Profiler for ProfilerService {
         &self,
         request: Request<v1::ProfileRequest>,
     ) -> Result<Response<v1::ProfileReply>, Status> {
-        let caller = self.caller(&request)?;
-        self.check_selector(caller, request.get_ref().selector.as_ref())?;
-        Ok(Response::new(self.do_profile(request.into_inner()).await?))
+        let (caller, requester) = self.requester(&request)?;
+        self.check_selector(caller, request.get_ref().selector.as_ref(), Window::Live)?;
+        Ok(Response::new(
+            self.do_profile(caller, requester.key, request.into_inner())
+                .await?,
+        ))
+    }
+
+    async fn cut_profile(
+        &self,
+        request: Request<v1::CutProfileRequest>,
+    ) -> Result<Response<v1::CutProfileReply>, Status> {
+        let (_, requester) = self.requester(&request)?;
+        let token = request.into_inner().cut_token;
+        convert::check_id(&token, "the cut token")?;
+        let notify = crate::lock(&self.cuts)
+            .get(&(requester.key, token))
+            .cloned();
+        if let Some(notify) = &notify {
+            notify.notify_one();
+        }
+        Ok(Response::new(v1::CutProfileReply {
+            cut: notify.is_some(),
+        }))
     }
 
     async fn start_profile(
         &self,
         request: Request<v1::StartProfileRequest>,
     ) -> Result<Response<v1::StartProfileReply>, Status> {
-        let caller = self.caller(&request)?;
-        self.check_selector(caller, request.get_ref().selector.as_ref())?;
-        let owner = Self::caller_key(&request);
+        let (caller, requester) = self.requester(&request)?;
+        self.check_selector(caller, request.get_ref().selector.as_ref(), Window::Live)?;
         Ok(Response::new(
-            self.do_start(owner, request.into_inner()).await?,
+            self.do_start(caller, requester, request.into_inner())
+                .await?,
         ))
     }
 
@@ -655,7 +696,25 @@ impl Profiler for ProfilerService {
         &self,
         request: Request<v1::StopProfileRequest>,
     ) -> Result<Response<v1::ProfileReply>, Status> {
-        Ok(Response::new(self.do_stop(request.into_inner()).await?))
+        let (caller, requester) = self.requester(&request)?;
+        Ok(Response::new(
+            self.do_stop(caller, requester, request.into_inner())
+                .await?,
+        ))
+    }
+
+    async fn list_sessions(
+        &self,
+        request: Request<v1::ListSessionsRequest>,
+    ) -> Result<Response<v1::ListSessionsReply>, Status> {
+        let (_, requester) = self.requester(&request)?;
+        let sessions = self.sessions().list(requester);
+        Ok(Response::new(v1::ListSessionsReply {
+            sessions: sessions
+                .into_iter()
+                .map(|(id, session)| convert::session_info(id, &session))
+                .collect(),
+        }))
     }
 
     async fn query(
@@ -663,15 +722,18 @@ impl Profiler for ProfilerService {
         request: Request<v1::QueryRequest>,
     ) -> Result<Response<v1::ProfileReply>, Status> {
         let caller = self.caller(&request)?;
-        self.check_selector(caller, request.get_ref().selector.as_ref())?;
-        Ok(Response::new(self.do_query(request.into_inner()).await?))
+        self.check_selector(caller, request.get_ref().selector.as_ref(), Window::Past)?;
+        Ok(Response::new(
+            self.do_query(caller, request.into_inner()).await?,
+        ))
     }
 
     async fn get_status(
         &self,
         request: Request<v1::GetStatusRequest>,
     ) -> Result<Response<v1::StatusReply>, Status> {
-        let mut status = self.status();
+        let caller = self.caller(&request)?;
+        let mut status = self.status(caller);
         if request.into_inner().metrics {
             status.metrics = self.metrics();
         }
@@ -683,8 +745,10 @@ impl Profiler for ProfilerService {
         request: Request<v1::CallersRequest>,
     ) -> Result<Response<v1::CallersReply>, Status> {
         let caller = self.caller(&request)?;
-        self.check_selector(caller, request.get_ref().selector.as_ref())?;
-        Ok(Response::new(self.do_callers(request.into_inner()).await?))
+        self.check_selector(caller, request.get_ref().selector.as_ref(), Window::Past)?;
+        Ok(Response::new(
+            self.do_callers(caller, request.into_inner()).await?,
+        ))
     }
 
     async fn diff(
@@ -692,11 +756,13 @@ impl Profiler for ProfilerService {
         request: Request<v1::DiffRequest>,
     ) -> Result<Response<v1::DiffReply>, Status> {
         let caller = self.caller(&request)?;
-        self.check_selector(caller, request.get_ref().selector.as_ref())?;
+        self.check_selector(caller, request.get_ref().selector.as_ref(), Window::Past)?;
         if let Some(target) = &request.get_ref().target_selector {
-            self.check_selector(caller, Some(target))?;
+            self.check_selector(caller, Some(target), Window::Past)?;
         }
-        Ok(Response::new(self.do_diff(request.into_inner()).await?))
+        Ok(Response::new(
+            self.do_diff(caller, request.into_inner()).await?,
+        ))
     }
 
     async fn peek(
@@ -709,9 +775,13 @@ impl Profiler for ProfilerService {
             return Err(ApiError::invalid("pid must be a process id (not 0)").into());
         }
         self.access
-            .check_tasks(caller, &[pid])
+            .check_tasks(caller, &[pid], Window::Live)
             .map_err(ApiError::from)?;
-        let report = self.peeker.request(pid).await.map_err(ApiError::from)?;
+        let report = self
+            .peeker
+            .request(pid, caller.sees_everything())
+            .await
+            .map_err(ApiError::from)?;
         Ok(Response::new(peeks::report(&report)))
     }
 
@@ -725,7 +795,7 @@ impl Profiler for ProfilerService {
                 .peeker
                 .list()
                 .into_iter()
-                .filter(|peek| peeks::may_see(caller, peek.uid))
+                .filter(|peek| peeks::may_see(caller, peek.owner))
                 .map(peeks::summary)
                 .collect(),
         }))
@@ -737,8 +807,9 @@ impl Profiler for ProfilerService {
     ) -> Result<Response<v1::PeekReport>, Status> {
         let caller = self.caller(&request)?;
         let id = request.into_inner().id;
+        convert::check_id(&id, "the peek report id")?;
         match self.peeker.get(&id) {
-            Some(Ok(report)) if peeks::may_see(caller, report.uid) => {
+            Some(Ok(report)) if peeks::may_see(caller, report.owner) => {
                 Ok(Response::new(peeks::report(&report)))
             }
             Some(Ok(_)) => Err(peeks::not_found(&id).into()),
@@ -751,7 +822,7 @@ impl Profiler for ProfilerService {
         &self,
         request: Request<v1::SetTargetsRequest>,
     ) -> Result<Response<v1::Targets>, Status> {
-        if self.caller(&request)? != Caller::Privileged {
+        if !self.caller(&request)?.sees_everything() {
             return Err(ApiError::PermissionDenied(
                 "permission denied: only root and the admin group may choose what the whole \
                  machine samples"
@@ -762,9 +833,9 @@ impl Profiler for ProfilerService {
         let set = convert::target_set(request.into_inner())?;
         let mut targets = crate::lock(&self.targets);
         targets.set(set).map_err(|err| match err {
-            TargetsError::NoSuchCgroup { .. } | TargetsError::TooMany { .. } => {
-                ApiError::invalid(err.to_string())
-            }
+            TargetsError::NoSuchCgroup { .. }
+            | TargetsError::NoSuchProcess { .. }
+            | TargetsError::TooMany { .. } => ApiError::invalid(err.to_string()),
             _ => ApiError::Internal(err.to_string()),
         })?;
         Ok(Response::new(convert::targets(targets.current())))
@@ -801,7 +872,7 @@ impl Profiler for ProfilerService {
         request: Request<v1::TopRequest>,
     ) -> Result<Response<Self::TopStream>, Status> {
         let caller = self.caller(&request)?;
-        self.check_selector(caller, request.get_ref().selector.as_ref())?;
+        self.check_selector(caller, request.get_ref().selector.as_ref(), Window::Live)?;
         let slot = self.streams.acquire(
             Self::caller_key(&request),
             self.limits.max_streams_per_caller,
@@ -813,6 +884,7 @@ impl Profiler for ProfilerService {
             holds: self.holds.clone(),
             frequency_hz: self.frequency_hz(),
             stopping: self.stopping.clone(),
+            sight: Sight::of(caller),
         };
         // One update may wait while the next is made.
         let (updates, stream) = tokio::sync::mpsc::channel(1);

@@ -5,10 +5,12 @@ use profiler_common::Counter;
 
 use super::{ApiError, convert::unix_nanos};
 use crate::{
-    access::{AccessPolicy, Caller},
+    access::Caller,
     collector::PipelineStats,
     peek::{PeekError, PeekReport, PeekSummary, Peeker, TriggerSource},
+    profile::Owner,
     proto::v1,
+    quote,
 };
 
 impl From<PeekError> for ApiError {
@@ -17,7 +19,9 @@ impl From<PeekError> for ApiError {
         match err {
             PeekError::NoProcess(_) => Self::NotFound(message),
             PeekError::NotAllowed { .. } => Self::InvalidArgument(message),
-            PeekError::TooMany { .. } => Self::ResourceExhausted(message),
+            PeekError::TooMany { .. }
+            | PeekError::TooManyOfUser { .. }
+            | PeekError::TooOften { .. } => Self::ResourceExhausted(message),
             PeekError::Sampling { .. } | PeekError::Report(_) | PeekError::Stopped => {
                 Self::Internal(message)
             }
@@ -103,9 +107,12 @@ pub(super) fn status(
         failed: stats.failed,
         folded: stats.folded,
         dropped_limit: stats.dropped_limit,
+        dropped_user_limit: stats.dropped_user_limit,
+        logged_briefly: stats.logged_briefly,
         dropped_in_kernel: pipeline.counters[Counter::LostPeekSignal as usize],
         refused: stats.refused,
         gone: stats.gone,
+        killed: stats.killed,
         self_sent: stats.self_sent,
         running: peeker.running() as u32,
         not_written: stats.not_written,
@@ -113,18 +120,19 @@ pub(super) fn status(
 }
 
 /// Whether `caller` may see a report of a process of `owner` (unknown for
-/// reports of earlier runs: only privileged callers).
-pub(super) fn may_see(caller: Caller, owner: Option<u32>) -> bool {
+/// reports that do not say: only root and the admin group).
+pub(super) fn may_see(caller: Caller, owner: Option<Owner>) -> bool {
     match owner {
-        Some(owner) => AccessPolicy::may_see(caller, owner),
-        None => caller == Caller::Privileged,
+        Some(owner) => caller.may_see(owner),
+        None => caller.sees_everything(),
     }
 }
 
 pub(super) fn not_found(id: &str) -> ApiError {
     ApiError::NotFound(format!(
-        "no peek report {id:?} is kept (it may have been dropped to stay within peeks_kept \
-         and peeks_max_bytes); `profilerctl peeks` lists those kept"
+        "no peek report {} is kept (it may have been dropped to stay within peeks_kept, \
+         peeks_kept_per_user and peeks_max_bytes); `profilerctl peeks` lists those kept",
+        quote(id)
     ))
 }
 
@@ -145,7 +153,7 @@ pub(super) async fn forward(
             () = reports.closed() => return,
             () = stopping.wait() => Err(ApiError::Stopping.into()),
             report = published.recv() => match report {
-                Ok(report) if may_see(caller, report.uid) => Ok(self::report(&report)),
+                Ok(report) if may_see(caller, report.owner) => Ok(self::report(&report)),
                 Ok(_) => continue,
                 Err(RecvError::Lagged(missed)) => Err(tonic::Status::data_loss(format!(
                     "this subscriber fell {missed} reports behind and missed them; \

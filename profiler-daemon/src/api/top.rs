@@ -13,7 +13,7 @@ use profiler_common::SampleKind;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::{ApiError, convert, limits::StreamSlot};
+use super::{ApiError, Sight, convert, limits::StreamSlot};
 use crate::{
     collector::CollectorHandle,
     proto::v1,
@@ -45,8 +45,8 @@ impl TryFrom<v1::TopRequest> for TopRequest {
         };
         if !INTERVAL_RANGE.contains(&interval) {
             return Err(ApiError::invalid(format!(
-                "interval_ms {} is out of range; accepted: 100 to 60000 (default 1000)",
-                request.interval_ms
+                "an interval of {} is out of range; accepted: 100ms to 1m (default 1s)",
+                humantime::format_duration(interval)
             )));
         }
         let limit = match request.limit {
@@ -75,6 +75,8 @@ pub(super) struct TopSources {
     pub holds: WindowHolds,
     pub frequency_hz: u32,
     pub stopping: crate::stopping::Stopping,
+    /// What the stream's caller may see.
+    pub sight: Sight,
 }
 
 /// Sends an update every interval to `updates` until it closes or the
@@ -141,11 +143,13 @@ async fn update(
         start,
         end,
         selector: request.selector.clone(),
+        access: sources.sight.access,
         kind: SampleKind::CpuClock,
         frequency_hz: sources.frequency_hz,
     };
     let (limit, kernel) = (request.limit, request.kernel);
-    super::read_profile(sources.store.clone(), query, move |profile| {
+    let kernel_addresses = sources.sight.kernel_addresses;
+    super::read_profile(sources.store.clone(), query, kernel_addresses, move |profile| {
         let (functions, _) = report::top(profile, limit, kernel);
         Ok(v1::TopUpdate {
             summary: Some(convert::summary(profile)),

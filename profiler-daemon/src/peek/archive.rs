@@ -1,11 +1,14 @@
 //! The peek reports kept: one text file per peek under the state
-//! directory, bounded by count and bytes (the oldest go first), and the
-//! reports of this run in memory for the API.
+//! directory, bounded by count and bytes, and the reports of this run in
+//! memory for the API. The bounds are shared fairly between the users whose
+//! processes were peeked: no user's reports take more than its share, and
+//! when the archive is full the user holding the most loses its oldest
+//! first, so one user's flood cannot push out the others' reports.
 //!
 //! Owns the `peeks/` directory; it must not make reports.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     fs,
     io::{self, Write as _},
     path::{Path, PathBuf},
@@ -16,6 +19,7 @@ use std::{
 use tracing::warn;
 
 use super::report::PeekReport;
+use crate::profile::Owner;
 
 /// A kept report, as listed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,8 +30,8 @@ pub struct PeekSummary {
     pub title: String,
     pub triggered: SystemTime,
     pub bytes: u64,
-    /// The user the process ran as; `None` for reports of earlier runs.
-    pub uid: Option<u32>,
+    /// Who the process ran as; `None` for reports that do not say.
+    pub owner: Option<Owner>,
 }
 
 struct Kept {
@@ -36,13 +40,28 @@ struct Kept {
     report: Option<Arc<PeekReport>>,
 }
 
+/// What the archive may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub max_reports: usize,
+    pub max_bytes: u64,
+    /// Most reports of one user's processes (and that share of the bytes).
+    pub max_reports_per_user: usize,
+}
+
+impl Bounds {
+    fn max_bytes_per_user(&self) -> u64 {
+        let share = self.max_reports_per_user.min(self.max_reports) as u128;
+        (u128::from(self.max_bytes) * share / self.max_reports.max(1) as u128) as u64
+    }
+}
+
 /// The bounded set of kept reports.
 pub struct Archive {
     /// `None` when the directory could not be made: reports are then kept
     /// in memory only (and said so at start-up).
     directory: Option<PathBuf>,
-    max_reports: usize,
-    max_bytes: u64,
+    bounds: Bounds,
     /// By id, which sorts by trigger time.
     kept: BTreeMap<String, Kept>,
 }
@@ -50,11 +69,10 @@ pub struct Archive {
 impl Archive {
     /// Opens (creating it if needed) `directory` and lists the reports
     /// earlier runs left there.
-    pub fn open(directory: &Path, max_reports: usize, max_bytes: u64) -> Self {
+    pub fn open(directory: &Path, bounds: Bounds) -> Self {
         let mut archive = Self {
             directory: None,
-            max_reports,
-            max_bytes,
+            bounds,
             kept: BTreeMap::new(),
         };
         if let Err(err) = create_private_dir(directory) {
@@ -107,7 +125,7 @@ impl Archive {
             title: report.text.lines().nth(1).unwrap_or_default().to_owned(),
             triggered: report.triggered,
             bytes,
-            uid: report.uid,
+            owner: report.owner,
         };
         self.kept.insert(
             report.id.clone(),
@@ -142,27 +160,66 @@ impl Archive {
         )
     }
 
-    /// Changes the bounds (configuration reload); the oldest reports beyond
-    /// them go at once.
-    pub fn set_bounds(&mut self, max_reports: usize, max_bytes: u64) {
-        self.max_reports = max_reports;
-        self.max_bytes = max_bytes;
+    /// Changes the bounds (configuration reload); the reports beyond them
+    /// go at once.
+    pub fn set_bounds(&mut self, bounds: Bounds) {
+        self.bounds = bounds;
         self.enforce_bounds();
     }
 
+    /// Drops reports until the bounds hold: first the oldest of a user over
+    /// its share, then the oldest of the user that holds the most.
     fn enforce_bounds(&mut self) {
-        let mut bytes: u64 = self.kept.values().map(|kept| kept.summary.bytes).sum();
-        while self.kept.len() > self.max_reports || (bytes > self.max_bytes && self.kept.len() > 1)
-        {
-            let Some((id, kept)) = self.kept.pop_first() else {
-                break;
+        loop {
+            let mut users: HashMap<Option<u32>, (usize, u64)> = HashMap::new();
+            for kept in self.kept.values() {
+                let user = users.entry(owner_uid(&kept.summary)).or_default();
+                user.0 += 1;
+                user.1 += kept.summary.bytes;
+            }
+            let (count, bytes) = users
+                .values()
+                .fold((0, 0), |(count, bytes), user| (count + user.0, bytes + user.1));
+            let per_user_bytes = self.bounds.max_bytes_per_user();
+            let over_share = users.iter().find(|&(_, &(count, bytes))| {
+                count > self.bounds.max_reports_per_user || (bytes > per_user_bytes && count > 1)
+            });
+            let victim = match over_share {
+                Some((&user, _)) => user,
+                None if count > self.bounds.max_reports => {
+                    match users.iter().max_by_key(|(_, user)| user.0) {
+                        Some((&user, _)) => user,
+                        None => return,
+                    }
+                }
+                None if bytes > self.bounds.max_bytes && count > 1 => {
+                    match users.iter().max_by_key(|(_, user)| user.1) {
+                        Some((&user, _)) => user,
+                        None => return,
+                    }
+                }
+                None => return,
             };
-            bytes -= kept.summary.bytes;
+            let Some(id) = self
+                .kept
+                .iter()
+                .find(|(_, kept)| owner_uid(&kept.summary) == victim)
+                .map(|(id, _)| id.clone())
+            else {
+                return;
+            };
+            self.kept.remove(&id);
             if let Some(directory) = &self.directory {
                 let _ = fs::remove_file(directory.join(format!("{id}.txt")));
             }
         }
     }
+}
+
+/// Whose share a report counts against: its process's user (`None` for a
+/// report that does not say).
+fn owner_uid(summary: &PeekSummary) -> Option<u32> {
+    summary.owner.map(|owner| owner.uid)
 }
 
 fn create_private_dir(directory: &Path) -> io::Result<()> {
@@ -196,18 +253,14 @@ fn read_summary(path: &Path) -> Option<PeekSummary> {
     let id = path.file_stem()?.to_str()?.to_owned();
     let (triggered, pid) = super::parse_id(&id)?;
     let metadata = fs::metadata(path).ok()?;
-    let title = fs::read_to_string(path)
-        .ok()?
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned();
+    let text = fs::read_to_string(path).ok()?;
+    let title = text.lines().nth(1).unwrap_or_default().to_owned();
     Some(PeekSummary {
         id,
         pid,
         title,
         triggered,
         bytes: metadata.len(),
-        uid: None,
+        owner: super::report::parse_owner_line(&text),
     })
 }

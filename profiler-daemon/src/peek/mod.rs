@@ -20,12 +20,16 @@ use std::{
 };
 
 use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
-use profiler_common::PeekSignal;
+use profiler_common::{PeekSignal, peek_signal_result};
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::{broadcast, oneshot};
 use tracing::{debug, info, warn};
 
-use self::{archive::Archive, report::PeekRun, snapshot::ProcessSnapshot};
+use self::{
+    archive::Archive,
+    report::PeekRun,
+    snapshot::{Disposition, ProcessSnapshot},
+};
 pub use self::{
     archive::PeekSummary,
     inbox::Inbox,
@@ -46,6 +50,10 @@ pub struct PeekSettings {
     pub directory: std::path::PathBuf,
     pub max_reports: usize,
     pub max_bytes: u64,
+    /// Most reports of one user's processes kept.
+    pub max_reports_per_user: usize,
+    /// Most peeks of one user's processes started per minute.
+    pub per_user_per_minute: u32,
 }
 
 impl PeekSettings {
@@ -64,6 +72,8 @@ impl PeekSettings {
             directory: config.state_dir.join("peeks"),
             max_reports: config.peeks_kept as usize,
             max_bytes: config.peeks_max_bytes.as_u64(),
+            max_reports_per_user: config.peeks_kept_per_user as usize,
+            per_user_per_minute: config.peeks_per_user_per_minute,
         }
     }
 }
@@ -80,7 +90,7 @@ pub struct Allowlist {
 impl Allowlist {
     fn allows(&self, process: &ProcessSnapshot) -> bool {
         (self.commands.is_empty() || self.commands.contains(&process.command))
-            && (self.uids.is_empty() || self.uids.contains(&process.uid))
+            && (self.uids.is_empty() || self.uids.contains(&process.owner.uid))
             && (self.cgroups.is_empty()
                 || process.cgroups.iter().any(|cgroup| {
                     self.cgroups
@@ -110,6 +120,16 @@ pub enum PeekError {
     NotAllowed { pid: u32, command: String },
     #[error("{limit} peeks are already running (max_concurrent_peeks); try again in a moment")]
     TooMany { limit: usize },
+    #[error(
+        "{limit} peeks of user {uid}'s processes are already running (half of \
+         max_concurrent_peeks); try again in a moment"
+    )]
+    TooManyOfUser { uid: u32, limit: usize },
+    #[error(
+        "{limit} peeks of user {uid}'s processes were started in the last minute \
+         (peeks_per_user_per_minute); try again in a minute"
+    )]
+    TooOften { uid: u32, limit: u32 },
     #[error("cannot sample process {pid}: {message}")]
     Sampling { pid: u32, message: String },
     #[error("cannot make the peek report: {0}")]
@@ -131,10 +151,18 @@ pub struct PeekStats {
     pub folded: u64,
     /// Triggers dropped: too many peeks running.
     pub dropped_limit: u64,
+    /// Triggers dropped: too many peeks of one user's processes started in
+    /// a minute, or running.
+    pub dropped_user_limit: u64,
+    /// Peek reports logged in one line rather than in full (a user's
+    /// beyond the first few in a minute).
+    pub logged_briefly: u64,
     /// Signals refused: the process is not in the allowlist.
     pub refused: u64,
     /// Signals whose process was gone before the peek began.
     pub gone: u64,
+    /// Processes the peek signal terminated (they had no handler for it).
+    pub killed: u64,
     /// Signals a process sent to itself (programs use SIGUSR1 internally,
     /// e.g. the jobserver of cargo and make): not a request for a peek.
     pub self_sent: u64,
@@ -147,11 +175,54 @@ pub struct PeekStats {
 
 type Waiter = oneshot::Sender<Result<Arc<PeekReport>, PeekError>>;
 
-/// A peek under way: the triggers folded into it and who waits for it.
+/// A peek under way: whose process it is, the triggers folded into it and
+/// who waits for it.
 #[derive(Default)]
 struct Running {
+    /// The process's owner, when it could be read.
+    uid: Option<u32>,
     folded: u32,
     waiters: Vec<Waiter>,
+}
+
+/// How long a peek signal's target without a handler is given to die of
+/// it before it counts as merely gone.
+const DEATH_NOTICE_WAIT: Duration = Duration::from_secs(2);
+
+/// Reports of one user logged in full per minute; the others in one line.
+const FULL_LOGS_PER_USER_PER_MINUTE: u32 = 3;
+
+/// Events per user in the current minute (a fixed window).
+#[derive(Debug, Default)]
+struct PerUserMinute {
+    began: Option<Instant>,
+    counts: HashMap<u32, u32>,
+}
+
+impl PerUserMinute {
+    /// Counts one event of `uid`, unless it already had `limit` this minute.
+    fn take(&mut self, uid: u32, limit: u32, now: Instant) -> bool {
+        if self
+            .began
+            .is_none_or(|began| now.duration_since(began) >= Duration::from_secs(60))
+        {
+            self.began = Some(now);
+            self.counts.clear();
+        }
+        let count = self.counts.entry(uid).or_default();
+        if *count >= limit {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+}
+
+/// The per-user bounds' counts.
+#[derive(Debug, Default)]
+struct PerUser {
+    started: PerUserMinute,
+    logged: PerUserMinute,
 }
 
 /// Runs peeks. Cheap to clone.
@@ -170,6 +241,10 @@ struct Inner {
     inbox: Arc<Inbox>,
     collector: CollectorHandle,
     running: Mutex<HashMap<u32, Running>>,
+    /// Processes a peek signal is about to end (no handler), until the
+    /// kernel says it did.
+    doomed: Mutex<HashMap<u32, Instant>>,
+    per_user: Mutex<PerUser>,
     archive: Mutex<Archive>,
     published: broadcast::Sender<Arc<PeekReport>>,
     stats: Mutex<PeekStats>,
@@ -186,11 +261,7 @@ impl Peeker {
         collector: CollectorHandle,
         protection: Protection,
     ) -> Self {
-        let archive = Archive::open(
-            &settings.directory,
-            settings.max_reports,
-            settings.max_bytes,
-        );
+        let archive = Archive::open(&settings.directory, bounds(&settings));
         let (published, _) = broadcast::channel(64);
         Self {
             inner: Arc::new(Inner {
@@ -201,6 +272,8 @@ impl Peeker {
                 inbox,
                 collector,
                 running: Mutex::new(HashMap::default()),
+                doomed: Mutex::new(HashMap::default()),
+                per_user: Mutex::new(PerUser::default()),
                 archive: Mutex::new(archive),
                 published,
                 stats: Mutex::new(PeekStats::default()),
@@ -223,7 +296,7 @@ impl Peeker {
     /// (they need a restart).
     pub fn set_settings(&self, new: PeekSettings) {
         let mut settings = crate::write_lock(&self.inner.settings);
-        lock(&self.inner.archive).set_bounds(new.max_reports, new.max_bytes);
+        lock(&self.inner.archive).set_bounds(bounds(&new));
         *settings = PeekSettings {
             signal: settings.signal,
             directory: settings.directory.clone(),
@@ -257,26 +330,37 @@ impl Peeker {
     }
 
     /// Peeks at the process of `task` (a process or thread id) for the API,
-    /// or joins the peek already running for it; resolves to its report.
-    pub async fn request(&self, task: u32) -> Result<Arc<PeekReport>, PeekError> {
+    /// or joins the peek already running for it; resolves to its report. A
+    /// `privileged` caller (root, the admin group) is not bound per user.
+    pub async fn request(
+        &self,
+        task: u32,
+        privileged: bool,
+    ) -> Result<Arc<PeekReport>, PeekError> {
         lock(&self.inner.stats).requests += 1;
         let pid = snapshot::process_of(task).map_err(|err| PeekError::NoProcess(Arc::new(err)))?;
         let (waiter, report) = oneshot::channel();
-        self.start(pid, TriggerSource::Request, SystemTime::now(), Some(waiter));
+        let trigger = Trigger {
+            source: TriggerSource::Request,
+            triggered: SystemTime::now(),
+            bound_per_user: !privileged,
+        };
+        self.start(pid, trigger, Some(waiter));
         report.await.map_err(|_| PeekError::Stopped)?
     }
 
     /// Handles a peek signal the kernel passed on.
     pub fn on_signal(&self, signal: &PeekSignal) {
+        if signal.result == peek_signal_result::KILLED {
+            self.on_killed(signal);
+            return;
+        }
         lock(&self.inner.stats).signals += 1;
+        let intercepted = signal.result == peek_signal_result::INTERCEPTED;
         let pid = match snapshot::process_of(signal.target) {
             Ok(pid) => pid,
             Err(err) => {
-                lock(&self.inner.stats).gone += 1;
-                debug!(
-                    target_task = signal.target,
-                    "peek signal not followed: {err}"
-                );
+                self.await_death(signal.target, err.to_string());
                 return;
             }
         };
@@ -284,25 +368,64 @@ impl Peeker {
             lock(&self.inner.stats).self_sent += 1;
             return;
         }
+        if !intercepted && snapshot::disposition(pid, signal.signal) == Disposition::Default {
+            // The kernel's default action ends the process: there will be
+            // nothing to peek at.
+            self.await_death(pid, "it has no handler for the peek signal".to_owned());
+            return;
+        }
         let source = TriggerSource::Signal {
             signal: signal.signal,
             sender_pid: signal.sender_pid,
             sender_command: comm_text(&signal.sender_comm),
-            intercepted: signal.result == profiler_common::peek_signal_result::INTERCEPTED,
+            intercepted,
         };
-        self.start(pid, source, SystemTime::now(), None);
+        let trigger = Trigger {
+            source,
+            triggered: SystemTime::now(),
+            bound_per_user: true,
+        };
+        self.start(pid, trigger, None);
+    }
+
+    /// Waits a moment for the kernel to say that `pid` died of the peek
+    /// signal (see [`Peeker::on_killed`]), which counts it; counts it as
+    /// gone otherwise. Either way the trigger is counted once.
+    fn await_death(&self, pid: u32, why: String) {
+        lock(&self.inner.doomed).insert(pid, Instant::now());
+        let peeker = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(DEATH_NOTICE_WAIT).await;
+            if lock(&peeker.inner.doomed).remove(&pid).is_some() {
+                lock(&peeker.inner.stats).gone += 1;
+                debug!(pid, "peek signal not followed: {why}");
+            }
+        });
+    }
+
+    /// The kernel saw a process die of the peek signal it was sent.
+    fn on_killed(&self, event: &PeekSignal) {
+        let pid = event.target;
+        lock(&self.inner.doomed).remove(&pid);
+        lock(&self.inner.stats).killed += 1;
+        let command = comm_text(&event.target_comm);
+        let signal = &self.inner.signal_name;
+        warn!(
+            pid,
+            command = %command,
+            "process {pid} ({command}) was terminated by {signal}: it has no handler for it, \
+             and the kernel's default action ends the process; use `profilerctl peek {pid}` \
+             (which sends no signal) for such processes, or set peek_signal to a signal they \
+             handle"
+        );
     }
 
     /// Starts a peek of `pid` unless one runs (then folds into it) or too
-    /// many run (then drops the trigger).
-    fn start(
-        &self,
-        pid: u32,
-        source: TriggerSource,
-        triggered: SystemTime,
-        waiter: Option<Waiter>,
-    ) {
+    /// many run, in all or of its owner's processes, or its owner's were
+    /// started too often (then drops the trigger).
+    fn start(&self, pid: u32, trigger: Trigger, waiter: Option<Waiter>) {
         let inner = &self.inner;
+        let uid = crate::access::TaskCredentials::read(pid).map(|task| task.uids[0]);
         {
             let mut running = lock(&inner.running);
             if let Some(peek) = running.get_mut(&pid) {
@@ -311,18 +434,24 @@ impl Peeker {
                 lock(&inner.stats).folded += 1;
                 return;
             }
-            let limit = self.settings().max_concurrent;
-            if running.len() >= limit {
-                lock(&inner.stats).dropped_limit += 1;
-                debug!(pid, "peek trigger dropped: too many peeks running");
+            let settings = self.settings();
+            let refusal = self.refusal(&running, uid, &trigger, &settings);
+            if let Some(refusal) = refusal {
+                let mut stats = lock(&inner.stats);
+                match refusal {
+                    PeekError::TooMany { .. } => stats.dropped_limit += 1,
+                    _ => stats.dropped_user_limit += 1,
+                }
+                debug!(pid, "peek trigger dropped: {refusal}");
                 if let Some(waiter) = waiter {
-                    let _ = waiter.send(Err(PeekError::TooMany { limit }));
+                    let _ = waiter.send(Err(refusal));
                 }
                 return;
             }
             running.insert(
                 pid,
                 Running {
+                    uid,
                     folded: 0,
                     waiters: waiter.into_iter().collect(),
                 },
@@ -330,9 +459,46 @@ impl Peeker {
         }
         let peeker = self.clone();
         tokio::spawn(async move {
-            let result = peeker.run(pid, source, triggered).await;
+            let result = peeker.run(pid, trigger.source, trigger.triggered).await;
             peeker.finish(pid, result);
         });
+    }
+
+    /// Why a new peek of a process of `uid` may not start now, if it may
+    /// not; counts it against its owner's rate when it may.
+    fn refusal(
+        &self,
+        running: &HashMap<u32, Running>,
+        uid: Option<u32>,
+        trigger: &Trigger,
+        settings: &PeekSettings,
+    ) -> Option<PeekError> {
+        let limit = settings.max_concurrent;
+        if running.len() >= limit {
+            return Some(PeekError::TooMany { limit });
+        }
+        let (Some(uid), true) = (uid, trigger.bound_per_user) else {
+            return None;
+        };
+        let user_limit = (limit / 2).max(1);
+        let of_user = running.values().filter(|peek| peek.uid == Some(uid)).count();
+        if of_user >= user_limit {
+            return Some(PeekError::TooManyOfUser {
+                uid,
+                limit: user_limit,
+            });
+        }
+        let per_minute = settings.per_user_per_minute;
+        if !lock(&self.inner.per_user)
+            .started
+            .take(uid, per_minute, Instant::now())
+        {
+            return Some(PeekError::TooOften {
+                uid,
+                limit: per_minute,
+            });
+        }
+        None
     }
 
     /// One peek, from the snapshot to the report.
@@ -454,18 +620,38 @@ impl Peeker {
         let inner = &self.inner;
         let running = lock(&inner.running).remove(&pid).unwrap_or_default();
         let result = result.map(Arc::new);
+        // A user's first few reports a minute go to the log in full; the
+        // rest in a line each (their full text is kept in peeks/).
+        let in_full = running.uid.is_none_or(|uid| {
+            lock(&inner.per_user)
+                .logged
+                .take(uid, FULL_LOGS_PER_USER_PER_MINUTE, Instant::now())
+        });
         match &result {
             Ok(report) => {
                 lock(&inner.stats).completed += 1;
-                info!(
-                    pid,
-                    peek_id = %report.id,
-                    command = %report.command,
-                    threads = report.threads.len(),
-                    folded_triggers = running.folded,
-                    "peek report\n{}",
-                    report.text
-                );
+                if in_full {
+                    info!(
+                        pid,
+                        peek_id = %report.id,
+                        command = %report.command,
+                        threads = report.threads.len(),
+                        folded_triggers = running.folded,
+                        "peek report\n{}",
+                        report.text
+                    );
+                } else {
+                    lock(&inner.stats).logged_briefly += 1;
+                    info!(
+                        pid,
+                        peek_id = %report.id,
+                        command = %report.command,
+                        "peek report kept, not logged in full (its user's first \
+                         {FULL_LOGS_PER_USER_PER_MINUTE} this minute were); `profilerctl peeks \
+                         --id {}` prints it",
+                        report.id
+                    );
+                }
                 if !lock(&inner.archive).keep(report.clone()) {
                     lock(&inner.stats).not_written += 1;
                 }
@@ -479,7 +665,11 @@ impl Peeker {
             }
             Err(err) => {
                 lock(&inner.stats).failed += 1;
-                warn!(pid, "peek failed: {err}");
+                if in_full {
+                    warn!(pid, "peek failed: {err}");
+                } else {
+                    debug!(pid, "peek failed: {err}");
+                }
             }
         }
         for waiter in running.waiters {
@@ -499,6 +689,23 @@ impl Peeker {
             .filter(|c| *c != '-' && *c != ':')
             .collect();
         format!("{time}-{pid}-{sequence}")
+    }
+}
+
+/// What started a peek, and whether its owner's bounds apply.
+struct Trigger {
+    source: TriggerSource,
+    triggered: SystemTime,
+    /// False for requests of root and the admin group.
+    bound_per_user: bool,
+}
+
+/// The archive's bounds from the settings.
+fn bounds(settings: &PeekSettings) -> archive::Bounds {
+    archive::Bounds {
+        max_reports: settings.max_reports,
+        max_bytes: settings.max_bytes,
+        max_reports_per_user: settings.max_reports_per_user,
     }
 }
 
@@ -633,14 +840,17 @@ fn comm_text(comm: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peek::snapshot::Disposition;
 
     fn process(command: &str, uid: u32, cgroups: &[&str]) -> ProcessSnapshot {
         ProcessSnapshot {
             pid: 1,
             command: command.to_owned(),
             command_line: String::new(),
-            uid,
+            owner: crate::profile::Owner {
+                uid,
+                gid: uid,
+                protected: false,
+            },
             cgroups: cgroups.iter().map(|c| (*c).to_owned()).collect(),
             cgroup_v2: String::new(),
             disposition: Disposition::Unknown,

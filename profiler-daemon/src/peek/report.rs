@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::snapshot::{Disposition, ProcessSnapshot};
 use crate::{
-    profile::{GroupBy, Location, Profile, ReportOptions, Sample, Stacks, ThreadInfo},
+    profile::{GroupBy, Location, Owner, Profile, ReportOptions, Sample, Stacks, ThreadInfo},
     report::{self, ReportError, ThreadSection},
     symbolize::{LocationKey, SymbolizedSample},
 };
@@ -45,8 +45,9 @@ pub struct PeekReport {
     /// Unique, and in the order peeks were triggered.
     pub id: String,
     pub pid: u32,
-    /// The user the process ran as; `None` for reports of earlier runs.
-    pub uid: Option<u32>,
+    /// Who the process ran as (protected when any of its samples was);
+    /// `None` for reports of earlier runs that did not say.
+    pub owner: Option<Owner>,
     pub command: String,
     pub command_line: String,
     pub source: TriggerSource,
@@ -68,7 +69,7 @@ impl PeekReport {
         Self {
             id: summary.id.clone(),
             pid: summary.pid,
-            uid: summary.uid,
+            owner: summary.owner,
             command: String::new(),
             command_line: String::new(),
             source: TriggerSource::Unknown,
@@ -154,11 +155,18 @@ impl PeekRun<'_> {
                 }
             })
             .collect();
-        let text = self.text(&profile, &threads)?;
+        // A thread that changed users, or became protected, during the peek
+        // makes the whole report protected.
+        let mut owner = self.snapshot.owner;
+        owner.protected |= self.samples.iter().any(|sample| {
+            let thread = sample.thread.owner();
+            thread.protected || (thread.uid, thread.gid) != (owner.uid, owner.gid)
+        });
+        let text = self.text(&profile, &threads, owner)?;
         Ok(PeekReport {
             id: self.id,
             pid: self.snapshot.pid,
-            uid: Some(self.snapshot.uid),
+            owner: Some(owner),
             command: self.snapshot.command.clone(),
             command_line: self.snapshot.command_line.clone(),
             source: self.source,
@@ -172,7 +180,12 @@ impl PeekRun<'_> {
         })
     }
 
-    fn text(&self, profile: &Profile, threads: &[ThreadReport]) -> Result<String, ReportError> {
+    fn text(
+        &self,
+        profile: &Profile,
+        threads: &[ThreadReport],
+        owner: Owner,
+    ) -> Result<String, ReportError> {
         let snapshot = self.snapshot;
         let rule = "=".repeat(78);
         let mut out = String::new();
@@ -186,6 +199,7 @@ impl PeekRun<'_> {
             write!(out, ": {}", snapshot.command_line)?;
         }
         writeln!(out)?;
+        writeln!(out, "{}", owner_line(owner))?;
         let when = humantime::format_rfc3339_millis(self.triggered);
         match &self.source {
             TriggerSource::Signal {
@@ -279,6 +293,39 @@ impl PeekRun<'_> {
     }
 }
 
+const OWNER_PREFIX: &str = "Runs as user ";
+const PROTECTED_NOTE: &str =
+    "; protected (setuid, setgid or not dumpable): root and the admin group only";
+
+/// The header line that says who the process runs as, which
+/// [`parse_owner_line`] reads back from a kept report.
+fn owner_line(owner: Owner) -> String {
+    format!(
+        "{OWNER_PREFIX}{}, group {}{}",
+        owner.uid,
+        owner.gid,
+        if owner.protected { PROTECTED_NOTE } else { "" }
+    )
+}
+
+/// The owner a report's text states, if it does.
+pub fn parse_owner_line(text: &str) -> Option<Owner> {
+    let line = text
+        .lines()
+        .take(4)
+        .find_map(|line| line.strip_prefix(OWNER_PREFIX))?;
+    let (ids, protected) = match line.strip_suffix(PROTECTED_NOTE) {
+        Some(ids) => (ids, true),
+        None => (line, false),
+    };
+    let (uid, gid) = ids.split_once(", group ")?;
+    Some(Owner {
+        uid: uid.parse().ok()?,
+        gid: gid.parse().ok()?,
+        protected,
+    })
+}
+
 /// The peek's samples as a profile whose threads are those of the snapshot
 /// (by thread id) and then any started during the peek; and each thread's
 /// first sample as text, innermost frame first.
@@ -303,7 +350,9 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
             tid: thread.tid,
             thread_name: thread.name.as_str().into(),
             process_name: run.snapshot.command.as_str().into(),
-            uid: run.snapshot.uid,
+            uid: run.snapshot.owner.uid,
+            gid: run.snapshot.owner.gid,
+            protected: run.snapshot.owner.protected,
             cgroup: run.snapshot.cgroup_v2.as_str().into(),
         });
     }

@@ -7,6 +7,8 @@ use std::{fs, io};
 
 use procfs::process::Process;
 
+use crate::{access::TaskCredentials, profile::Owner};
+
 /// A process as its peek found it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessSnapshot {
@@ -16,8 +18,8 @@ pub struct ProcessSnapshot {
     /// The command line, arguments separated by spaces; empty for kernel
     /// threads and zombies.
     pub command_line: String,
-    /// Real user id.
-    pub uid: u32,
+    /// Who it runs as, and whether its owner may look at it.
+    pub owner: Owner,
     /// The cgroup paths of `/proc/PID/cgroup`.
     pub cgroups: Vec<String>,
     /// Its cgroup v2 path (the `0::` line), empty when there is none.
@@ -107,19 +109,10 @@ pub fn take(pid: u32, signal: u32) -> Result<ProcessSnapshot, SnapshotError> {
         .cmdline()
         .map(|arguments| arguments.join(" "))
         .unwrap_or_default();
-    let disposition = match signal {
-        1..=64 => {
-            let bit = 1_u64 << (signal - 1);
-            if status.sigcgt & bit != 0 {
-                Disposition::Handled
-            } else if status.sigign & bit != 0 {
-                Disposition::Ignored
-            } else {
-                Disposition::Default
-            }
-        }
-        _ => Disposition::Unknown,
-    };
+    let disposition = disposition_in(&status, signal);
+    let owner = TaskCredentials::read(pid)
+        .ok_or(SnapshotError::NoSuchProcess(pid))?
+        .owner();
     let (cgroups, cgroup_v2) = read_cgroups(pid);
     let mut threads = Vec::new();
     for task in process.tasks().map_err(|source| proc_error(pid, source))? {
@@ -150,12 +143,36 @@ pub fn take(pid: u32, signal: u32) -> Result<ProcessSnapshot, SnapshotError> {
         pid,
         command: stat.comm,
         command_line,
-        uid: status.ruid,
+        owner,
         cgroups,
         cgroup_v2,
         disposition,
         threads,
     })
+}
+
+/// What process `pid` does with `signal` now; `Unknown` when it is gone.
+pub fn disposition(pid: u32, signal: u32) -> Disposition {
+    match Process::new(pid as i32).and_then(|process| process.status()) {
+        Ok(status) => disposition_in(&status, signal),
+        Err(_) => Disposition::Unknown,
+    }
+}
+
+fn disposition_in(status: &procfs::process::Status, signal: u32) -> Disposition {
+    match signal {
+        1..=64 => {
+            let bit = 1_u64 << (signal - 1);
+            if status.sigcgt & bit != 0 {
+                Disposition::Handled
+            } else if status.sigign & bit != 0 {
+                Disposition::Ignored
+            } else {
+                Disposition::Default
+            }
+        }
+        _ => Disposition::Unknown,
+    }
 }
 
 fn proc_error(pid: u32, source: procfs::ProcError) -> SnapshotError {

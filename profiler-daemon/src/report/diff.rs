@@ -75,8 +75,24 @@ pub fn diff(base: &Profile, target: &Profile) -> Vec<FunctionChange> {
 }
 
 /// The changes as a text table, at most `limit` rows.
-pub fn diff_text(changes: &[FunctionChange], limit: usize) -> String {
+pub fn diff_text(
+    base: &Profile,
+    target: &Profile,
+    changes: &[FunctionChange],
+    limit: usize,
+) -> String {
     let mut out = String::new();
+    for (name, profile) in [("base:  ", base), ("target:", target)] {
+        let _ = writeln!(
+            out,
+            "{name} {} to {} ({:.0} s): {} samples",
+            humantime::format_rfc3339_seconds(profile.start),
+            humantime::format_rfc3339_seconds(profile.end),
+            profile.duration_secs(),
+            profile.total_samples()
+        );
+    }
+    let _ = writeln!(out);
     let _ = writeln!(
         out,
         "  self%: base → target (change)      total%: base → target (change)   function"
@@ -115,8 +131,14 @@ mod tests {
         assert!((of("b").self_change() - 50.0).abs() < 1e-9);
         assert_eq!(of("main").total_change(), 0.0);
         assert_eq!(&*changes[2].function, "main");
-        let text = diff_text(&changes, 2);
+        let text = diff_text(&base, &target, &changes, 2);
         assert!(text.contains("-50.0") && text.contains("+50.0"), "{text}");
+        assert!(
+            text.starts_with("base:   2023-11-14T22:13:20Z to ")
+                && text.contains(": 100 samples\ntarget: ")
+                && text.contains(": 40 samples\n"),
+            "{text}"
+        );
         assert!(text.contains("and 1 more"), "{text}");
     }
 }

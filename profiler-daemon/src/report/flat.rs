@@ -20,9 +20,13 @@ use std::fmt::Write as _;
 
 use super::frames::{Expansion, LineId, Lines, StackId};
 use super::{
-    ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_spaces, render_sections,
-    sections,
+    PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_percent,
+    push_spaces, render_sections, sections,
 };
+
+/// What the columns mean.
+const LEGEND: &str = "Count: samples with the line anywhere in their stack (once each); \
+                      Overhead: samples in the line itself, not in its callees";
 use crate::profile::{Profile, ReportOptions, SortedBy};
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
@@ -30,7 +34,7 @@ pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Strin
     let lines = Lines::new(&expansion, options.combine)?;
     let mut table = Table::new(&expansion, &lines, options);
     let sections = sections(profile, &expansion, options.groupby)?;
-    render_sections(profile, sections, "", |out, section| {
+    render_sections(profile, sections, "", LEGEND, |out, section| {
         table.write(out, section)
     })
 }
@@ -198,26 +202,38 @@ impl<'l, 'a> Table<'l, 'a> {
             .fold(5, usize::max);
         writeln!(
             out,
-            "{:>count_width$} {:>overhead_width$} {:<file_width$} {:>line_width$} Function",
-            "Count", "Overhead", "File", "Line"
+            "{:>count_width$} {:>PERCENT_WIDTH$} {:>overhead_width$} {:>PERCENT_WIDTH$} \
+             {:<file_width$} {:>line_width$} Function",
+            "Count", "%", "Overhead", "%", "File", "Line"
         )?;
         writeln!(
             out,
-            "{:>count_width$} {:>overhead_width$} {:<file_width$} {:>line_width$} ========",
-            "=====", "========", "====", "===="
+            "{:>count_width$} {:>PERCENT_WIDTH$} {:>overhead_width$} {:>PERCENT_WIDTH$} \
+             {:<file_width$} {:>line_width$} ========",
+            "=====", "=", "========", "=", "====", "===="
         )?;
         let size = rows.iter().fold(0, |size, row| {
-            let row_width = count_width + overhead_width + file_width + line_width + " ".len() * 4;
+            let row_width = count_width
+                + overhead_width
+                + file_width
+                + line_width
+                + 2 * PERCENT_WIDTH
+                + " ".len() * 6;
             size + row_width + cells(row).function.len() + "\n".len()
         });
+        let total = section.total;
         out.reserve(size + SECTION_END_BYTES);
         for row in &rows {
             let cells = cells(row);
             push_spaces(out, count_width - digits(row.count));
             push_decimal(out, row.count);
             out.push(' ');
+            push_percent(out, row.count, total);
+            out.push(' ');
             push_spaces(out, overhead_width - digits(row.overhead));
             push_decimal(out, row.overhead);
+            out.push(' ');
+            push_percent(out, row.overhead, total);
             out.push(' ');
             out.push_str(cells.file);
             push_spaces(out, file_width - cells.file_width);
@@ -235,14 +251,22 @@ impl<'l, 'a> Table<'l, 'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{Builder, frame, hot_at, location, profile};
+    use super::super::test_support::{
+        Builder, frame, hot_at, location, profile, without_percents,
+    };
     use super::*;
     use crate::profile::{Format, GroupBy, LocationKind, LossCause};
 
     const HEADER: &str = " Count  Overhead File    Line Function\n \
                           =====  ======== ====    ==== ========\n";
 
+    /// The report without its `%` columns and legend (see
+    /// `percents_and_the_legend`).
     fn flat(profile: &Profile, options: ReportOptions) -> String {
+        without_percents(&full_flat(profile, options))
+    }
+
+    fn full_flat(profile: &Profile, options: ReportOptions) -> String {
         render(
             profile,
             &ReportOptions {
@@ -251,6 +275,22 @@ mod tests {
             },
         )
         .expect("renders")
+    }
+
+    #[test]
+    fn percents_and_the_legend() {
+        let p = profile(&[(&["main", "a"], 3), (&["main", "b"], 1)]);
+        assert_eq!(
+            full_flat(&p, ReportOptions::default()),
+            " Count      %  Overhead      % File    Line Function\n \
+             =====      =  ========      = ====    ==== ========\n     \
+             3  75.0%         3  75.0% app.c     10 a\n     \
+             1  25.0%         1  25.0% app.c     10 b\n     \
+             4 100.0%         0   0.0% app.c     10 main\n\
+             Total snapshots: 4 (4% of one CPU)\n\
+             Count: samples with the line anywhere in their stack (once each); Overhead: \
+             samples in the line itself, not in its callees; %: a share of all samples\n"
+        );
     }
 
     /// The rows between the column header and the closing summary.

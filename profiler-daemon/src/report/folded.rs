@@ -245,7 +245,7 @@ fn write_lines(
 fn group_frames(thread: &ThreadInfo, groupby: GroupBy) -> Vec<String> {
     let process = format!("{}-{}", clean(&thread.process_name), thread.pid);
     match groupby {
-        GroupBy::None => Vec::new(),
+        GroupBy::Auto | GroupBy::None => Vec::new(),
         GroupBy::Process => vec![process],
         GroupBy::Thread => vec![
             process,

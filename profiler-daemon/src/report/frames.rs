@@ -401,6 +401,8 @@ pub(super) struct LineKey<'a> {
 impl<'a> LineKey<'a> {
     pub fn new(frame: FrameView<'a>, combine: bool) -> Self {
         let marker = frame.kind == LocationKind::Marker;
+        // A kernel address of 0 is one hidden from the asker.
+        let hidden = frame.kind == LocationKind::Kernel && frame.address == 0;
         let file = match frame.file {
             _ if marker => "",
             Some(file) => file,
@@ -410,7 +412,7 @@ impl<'a> LineKey<'a> {
             file,
             function: frame.function,
             line: frame.line,
-            address: (!combine && !marker).then_some((frame.module, frame.address)),
+            address: (!combine && !marker && !hidden).then_some((frame.module, frame.address)),
             marker,
         }
     }

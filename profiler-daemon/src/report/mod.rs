@@ -134,19 +134,24 @@ pub fn render_diff(
 
 /// Writes a tree or flat report: the `# ` comments, `header`, then each
 /// section (titled and followed by a blank line when grouped, closed by the
-/// summary line when not), its body written by `write_body`.
+/// summary line when not), its body written by `write_body`, then the
+/// `legend` (what the columns mean) with the whole of what the `%` columns
+/// are shares of.
 fn render_sections(
     profile: &Profile,
     sections: Vec<Section>,
     header: &str,
+    legend: &str,
     mut write_body: impl FnMut(&mut String, &Section) -> Result<(), ReportError>,
 ) -> Result<String, ReportError> {
     let mut out = String::new();
     write_comments(&mut out, profile)?;
     out.push_str(header);
+    let mut grouped = false;
     for section in sections {
         match &section.title {
             Some(title) => {
+                grouped = true;
                 writeln!(out, "{title}")?;
                 write_body(&mut out, &section)?;
                 writeln!(out)?;
@@ -157,8 +162,30 @@ fn render_sections(
             }
         }
     }
+    let whole = if grouped { "its section's" } else { "all" };
+    writeln!(out, "{legend}; %: a share of {whole} samples")?;
     Ok(out)
 }
+
+/// Appends `part` as a share of `total` in six characters, e.g. ` 25.6%`.
+fn push_percent(out: &mut String, part: u64, total: u64) {
+    let tenths = match total {
+        0 => 0,
+        total => {
+            let (part, total) = (u128::from(part), u128::from(total));
+            ((part * 1000 + total / 2) / total).min(9999) as u64
+        }
+    };
+    let whole = tenths / 10;
+    push_spaces(out, 3_usize.saturating_sub(digits(whole)));
+    push_decimal(out, whole);
+    out.push('.');
+    push_decimal(out, tenths % 10);
+    out.push('%');
+}
+
+/// The width [`push_percent`] writes.
+const PERCENT_WIDTH: usize = 6;
 
 /// Room for what follows a section's body: its blank line or the summary.
 const SECTION_END_BYTES: usize = 128;
@@ -190,7 +217,8 @@ enum SectionKey<'a> {
 
 /// Splits the samples as `groupby` asks: one untitled section for
 /// `GroupBy::None` (even without samples), otherwise one titled section per
-/// thread or process, by total descending, then pid, tid and names.
+/// thread or process, by total descending, then pid, tid and names;
+/// `GroupBy::Auto` is per process when there is more than one.
 fn sections(
     profile: &Profile,
     expansion: &Expansion<'_>,
@@ -198,6 +226,17 @@ fn sections(
 ) -> Result<Vec<Section>, ReportError> {
     let samples = &expansion.samples;
     let all: Vec<u32> = (0..frames::small_id(samples.len(), "samples")?).collect();
+    let groupby = match groupby {
+        GroupBy::Auto => {
+            let mut pids = samples.iter().map(|sample| expansion.thread(sample).pid);
+            let first = pids.next();
+            match pids.any(|pid| Some(pid) != first) {
+                true => GroupBy::Process,
+                false => GroupBy::None,
+            }
+        }
+        groupby => groupby,
+    };
     if groupby == GroupBy::None {
         return Ok(vec![Section {
             title: None,
@@ -227,7 +266,7 @@ fn sections(
                 thread_name: &thread.thread_name,
                 process_name: &thread.process_name,
             },
-            GroupBy::None | GroupBy::Process => SectionKey::Process {
+            GroupBy::Auto | GroupBy::None | GroupBy::Process => SectionKey::Process {
                 pid: thread.pid,
                 process_name: &thread.process_name,
             },
@@ -397,6 +436,22 @@ mod tests {
             utilization(u64::MAX, 1),
             format!("{}%", u64::MAX as f64 * 100.0)
         );
+    }
+
+    #[test]
+    fn percents_take_six_characters() {
+        let percent = |part, total| {
+            let mut out = String::new();
+            push_percent(&mut out, part, total);
+            assert_eq!(out.len(), PERCENT_WIDTH, "{out:?}");
+            out
+        };
+        assert_eq!(percent(1, 4), " 25.0%");
+        assert_eq!(percent(2, 3), " 66.7%");
+        assert_eq!(percent(4, 4), "100.0%");
+        assert_eq!(percent(0, 4), "  0.0%");
+        assert_eq!(percent(1, 2000), "  0.1%");
+        assert_eq!(percent(1, 0), "  0.0%");
     }
 
     #[test]

@@ -66,6 +66,8 @@ impl Builder {
             thread_name: thread_name.into(),
             process_name: process_name.into(),
             uid: 0,
+            gid: 0,
+            protected: false,
             cgroup: "/".into(),
         });
         self.profile.threads.len() as u32 - 1
@@ -188,4 +190,18 @@ pub fn hot_at(b: &mut Builder, address: u64) -> u32 {
         address,
         vec![frame("hot", Some("app.c"), 42, false)],
     ))
+}
+
+/// A tree or flat report without its `%` columns and its closing legend:
+/// what the tests of the rest of its layout compare.
+pub fn without_percents(text: &str) -> String {
+    let legend = text
+        .trim_end_matches('\n')
+        .rfind('\n')
+        .map_or(0, |end| end + 1);
+    let text = &text[..legend];
+    let values = regex::Regex::new(r" [ \d]{2}\d\.\d%").expect("a valid pattern");
+    let headings = regex::Regex::new(r"(\S) {6}[%=] ").expect("a valid pattern");
+    let text = values.replace_all(text, "");
+    headings.replace_all(&text, "$1 ").into_owned()
 }

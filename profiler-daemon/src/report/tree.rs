@@ -21,8 +21,8 @@
 use super::frames::{Expansion, LineId, Lines, StackSample, small_id};
 use super::sequences::Sequences;
 use super::{
-    ReportError, SECTION_END_BYTES, Section, ThreadSection, digits, push_decimal, push_spaces,
-    render_sections, sections, thread_sections,
+    PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, ThreadSection, digits, push_decimal,
+    push_percent, push_spaces, render_sections, sections, thread_sections,
 };
 use crate::profile::{Profile, ReportOptions, SortedBy};
 
@@ -30,8 +30,12 @@ use crate::profile::{Profile, ReportOptions, SortedBy};
 /// summarized by a `+n` tag.
 const MAX_INDENT: usize = 60;
 
-const HEADER: &str = "Overhead ╎ [+additional indent] Count File:Line; Function\n\
-                      =========================================================\n";
+const HEADER: &str = "Overhead ╎ [+additional indent] Count % File:Line; Function\n\
+                      ===========================================================\n";
+
+/// What the columns mean, as Julia's documentation says it.
+const LEGEND: &str = "Overhead: samples in the line itself, not in its callees; Count: samples \
+                      in the line or its callees";
 
 /// The column between the overhead and the indentation.
 const GUIDE: char = '╎';
@@ -63,9 +67,13 @@ fn render_with(
     // The stacks' lines in lexicographic order: the order of the nodes.
     let (stacks, ranks) = lines.of_stacks(&expansion)?.sorted(lines.keys().len());
     let mut printer = Printer::new(&expansion, &lines, stacks, ranks, options);
-    render_sections(profile, sections(&expansion)?, HEADER, |out, section| {
-        printer.write_tree(out, section)
-    })
+    render_sections(
+        profile,
+        sections(&expansion)?,
+        HEADER,
+        LEGEND,
+        |out, section| printer.write_tree(out, section),
+    )
 }
 
 /// A node of a [`Tree`].
@@ -225,7 +233,9 @@ impl<'l> Printer<'l> {
             });
         let overhead_width = digits(max_overhead);
         let count_width = digits(max_count);
-        out.reserve(size + shown * (overhead_width + count_width) + SECTION_END_BYTES);
+        let columns = overhead_width + count_width + " ".len() + PERCENT_WIDTH;
+        out.reserve(size + shown * columns + SECTION_END_BYTES);
+        let total = section.total;
 
         self.walk
             .visit(&self.tree, self.options, section.total, |node, depth| {
@@ -238,6 +248,8 @@ impl<'l> Printer<'l> {
                 indents.push(out, depth as usize - 1);
                 push_decimal(out, node.count);
                 push_spaces(out, count_width - digits(node.count));
+                out.push(' ');
+                push_percent(out, node.count, total);
                 out.push_str(&texts[node.line as usize]);
             });
         Ok(())
@@ -489,11 +501,19 @@ fn guides(columns: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{Builder, Random, frame, location, profile};
+    use super::super::test_support::{
+        Builder, Random, frame, location, profile, without_percents,
+    };
     use super::*;
     use crate::profile::{Format, GroupBy, LocationKind, LossCause};
 
+    /// The tree without its `%` column and legend (see
+    /// `percents_and_the_legend`).
     fn tree(profile: &Profile, options: ReportOptions) -> String {
+        without_percents(&full_tree(profile, options))
+    }
+
+    fn full_tree(profile: &Profile, options: ReportOptions) -> String {
         render(
             profile,
             &ReportOptions {
@@ -502,6 +522,22 @@ mod tests {
             },
         )
         .expect("renders")
+    }
+
+    #[test]
+    fn percents_and_the_legend() {
+        let p = profile(&[(&["main", "a"], 3), (&["main", "b"], 1)]);
+        assert_eq!(
+            full_tree(&p, ReportOptions::default()),
+            "Overhead ╎ [+additional indent] Count % File:Line; Function\n\
+             ===========================================================\n \
+             ╎4 100.0% app.c:10; main\n\
+             3╎ 3  75.0% app.c:10; a\n\
+             1╎ 1  25.0% app.c:10; b\n\
+             Total snapshots: 4 (4% of one CPU)\n\
+             Overhead: samples in the line itself, not in its callees; Count: samples in the \
+             line or its callees; %: a share of all samples\n"
+        );
     }
 
     fn default_tree(profile: &Profile) -> String {
@@ -520,8 +556,8 @@ mod tests {
         let p = profile(&[(&["main", "a"], 75), (&["main", "b"], 25)]);
         assert_eq!(
             default_tree(&p),
-            "Overhead ╎ [+additional indent] Count File:Line; Function\n\
-             =========================================================\n  \
+            "Overhead ╎ [+additional indent] Count % File:Line; Function\n\
+             ===========================================================\n  \
              ╎100 app.c:10; main\n\
              75╎ 75  app.c:10; a\n\
              25╎ 25  app.c:10; b\n\
@@ -774,8 +810,8 @@ mod tests {
         };
         assert_eq!(
             tree(&p, options),
-            "Overhead ╎ [+additional indent] Count File:Line; Function\n\
-             =========================================================\n\
+            "Overhead ╎ [+additional indent] Count % File:Line; Function\n\
+             ===========================================================\n\
              Thread 1234 \"worker\" of process 1230 \"server\"  Total snapshots: 98. Utilization: 98%\n  \
              ╎98 app.c:10; main\n\
              98╎ 98 app.c:10; work\n\
@@ -805,8 +841,8 @@ mod tests {
         };
         assert_eq!(
             tree(&p, options),
-            "Overhead ╎ [+additional indent] Count File:Line; Function\n\
-             =========================================================\n\
+            "Overhead ╎ [+additional indent] Count % File:Line; Function\n\
+             ===========================================================\n\
              Process 1230 \"server\"  Total snapshots: 150. Utilization: 150%\n  \
              ╎150 app.c:10; main\n\
              52╎ 52  app.c:10; poll\n\
@@ -924,8 +960,8 @@ mod tests {
         let p = profile(&[]);
         assert_eq!(
             default_tree(&p),
-            "Overhead ╎ [+additional indent] Count File:Line; Function\n\
-             =========================================================\n\
+            "Overhead ╎ [+additional indent] Count % File:Line; Function\n\
+             ===========================================================\n\
              Total snapshots: 0 (0% of one CPU)\n"
         );
         let options = ReportOptions {

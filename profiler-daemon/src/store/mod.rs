@@ -26,7 +26,7 @@ pub use self::holds::{WindowHold, WindowHolds};
 use self::tables::{Interner, Renumbering, StackTable};
 use crate::{
     drain::{CounterDeltas, losses},
-    profile::{LossCause, Profile, Sample, Stacks, ThreadInfo},
+    profile::{LossCause, Owner, Profile, Sample, Stacks, ThreadInfo},
     symbolize::{LocationKey, SymbolizedBatch, SymbolizedLocation},
 };
 
@@ -99,12 +99,36 @@ impl Selector {
     }
 }
 
+/// Whose samples a query may return: the asker's rights, checked on every
+/// sample by the credentials the kernel recorded with it (not by who owns
+/// its process id now, which may be another process by then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleAccess {
+    /// Every sample (root and the admin group).
+    All,
+    /// Only samples of tasks that ran as this user and group and that the
+    /// kernel would have let them trace (not protected).
+    Owner { uid: u32, gid: u32 },
+}
+
+impl SampleAccess {
+    pub fn admits(self, owner: Owner) -> bool {
+        match self {
+            SampleAccess::All => true,
+            SampleAccess::Owner { uid, gid } => {
+                owner.uid == uid && owner.gid == gid && !owner.protected
+            }
+        }
+    }
+}
+
 /// A request for the samples of a window.
 #[derive(Clone, Debug)]
 pub struct Query {
     pub start: SystemTime,
     pub end: SystemTime,
     pub selector: Selector,
+    pub access: SampleAccess,
     pub kind: SampleKind,
     pub frequency_hz: u32,
 }
@@ -575,7 +599,7 @@ impl Store {
             .threads
             .values()
             .iter()
-            .map(|thread| query.selector.matches(thread))
+            .map(|thread| query.access.admits(thread.owner()) && query.selector.matches(thread))
             .collect();
         let mut counters = [0_u64; COUNTER_COUNT as usize];
         let mut covered: Option<(SystemTime, SystemTime)> = None;
@@ -750,6 +774,8 @@ mod tests {
             thread_name: Arc::from(name),
             process_name: Arc::from(name),
             uid: 0,
+            gid: 0,
+            protected: false,
             cgroup: Arc::from("/"),
         }
     }
@@ -790,6 +816,7 @@ mod tests {
             start: at(start),
             end: at(end),
             selector,
+            access: SampleAccess::All,
             kind: SampleKind::CpuClock,
             frequency_hz: 100,
         }
@@ -855,6 +882,8 @@ mod tests {
     fn selectors_by_pattern_uid_and_cgroup() {
         let thread = ThreadInfo {
             uid: 33,
+            gid: 33,
+            protected: false,
             cgroup: Arc::from("/system.slice/nginx.service"),
             ..thread(7, 8, "nginx-worker")
         };

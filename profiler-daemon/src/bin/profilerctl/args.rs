@@ -1,0 +1,450 @@
+//! The command line: every command, flag and value profilerctl takes, and
+//! the parsers that refuse a bad value with a message in the CLI's terms.
+
+use std::{
+    ffi::OsString,
+    path::PathBuf,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use profilerd::{client::DEFAULT_SOCKET, proto::v1};
+
+/// Control profilerd, the system-wide sampling profiler.
+#[derive(Debug, Parser)]
+#[command(name = "profilerctl", version, about, long_about = None)]
+pub struct Cli {
+    /// The daemon's socket
+    #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what the daemon samples, what it lost and what it holds
+    Status {
+        /// Also show the counters that are zero
+        #[arg(long, short)]
+        verbose: bool,
+    },
+    /// Print the daemon's self-metrics in the Prometheus text format
+    Metrics,
+    /// Profile for a duration and print or write the report (Ctrl-C stops
+    /// early and reports what was sampled)
+    Profile {
+        #[command(flatten)]
+        selector: SelectorArgs,
+        /// How long to profile, e.g. 10s, 500ms, 2m
+        #[arg(long, short, value_parser = parse_duration)]
+        duration: Duration,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Run a command and report its profile, its children included, when it
+    /// exits (like perf record); exits with the command's status
+    Record {
+        #[command(flatten)]
+        report: ReportArgs,
+        /// The command and its arguments, after `--`
+        #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+        command: Vec<OsString>,
+    },
+    /// Report a past window the daemon still holds
+    Query {
+        #[command(flatten)]
+        selector: SelectorArgs,
+        #[command(flatten)]
+        window: WindowArgs,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// Who called a function, with counts, over a past window (like Julia's
+    /// Profile.callers)
+    Callers {
+        /// The function, e.g. malloc or app::handle (or its last part)
+        function: String,
+        #[command(flatten)]
+        selector: SelectorArgs,
+        #[command(flatten)]
+        window: WindowArgs,
+    },
+    /// Compare two past windows function by function: each function's
+    /// share of its window's samples, base → target
+    Diff {
+        /// The base window starts this long ago, e.g. 10m
+        #[arg(long, value_parser = parse_duration)]
+        base_since: Duration,
+        /// The base window ends this long ago [default: when the target starts]
+        #[arg(long, value_parser = parse_duration)]
+        base_until: Option<Duration>,
+        /// The target window starts this long ago, e.g. 5m
+        #[arg(long, value_parser = parse_duration)]
+        since: Duration,
+        /// The target window ends this long ago [default: now]
+        #[arg(long, value_parser = parse_duration)]
+        until: Option<Duration>,
+        /// Most rows shown
+        #[arg(long, default_value_t = 50, value_parser = count("a number of rows"), allow_negative_numbers = true)]
+        limit: u32,
+        /// text: the table; pprof: the target minus the base as one profile
+        /// (`go tool pprof -top FILE`); flamegraph: a differential flame
+        /// graph (red: grew, blue: shrank)
+        #[arg(long, short, value_enum, default_value_t = DiffFormatArg::Text)]
+        format: DiffFormatArg,
+        /// Scale the base to the target's samples first, so windows of
+        /// different lengths or load compare
+        #[arg(long)]
+        normalize: bool,
+        /// Write the pprof or flame graph to this file instead of standard output
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        selector: SelectorArgs,
+    },
+    /// Draw a flame graph (SVG) of the next --duration or of a past window
+    /// (--since), like `profile --format flamegraph`
+    Flamegraph {
+        #[command(flatten)]
+        selector: SelectorArgs,
+        /// Profile for this long from now, e.g. 10s
+        #[arg(long, short, value_parser = parse_duration, conflicts_with_all = ["since", "until"])]
+        duration: Option<Duration>,
+        /// Or draw the past window that starts this long ago, e.g. 15m
+        #[arg(long, value_parser = parse_duration)]
+        since: Option<Duration>,
+        /// ... and ends this long ago [default: now]
+        #[arg(long, value_parser = parse_duration, requires = "since")]
+        until: Option<Duration>,
+        /// Show each run of kernel frames as one "[kernel]" frame
+        #[arg(long)]
+        no_kernel: bool,
+        /// Where to write the SVG
+        #[arg(long, short, value_name = "FILE", default_value = "flamegraph.svg")]
+        output: PathBuf,
+    },
+    /// Show the functions with the most samples, live, every interval (like
+    /// perf top); until interrupted, or for --count updates
+    Top {
+        #[command(flatten)]
+        selector: SelectorArgs,
+        /// How often to update, e.g. 1s, 500ms (100ms-60s)
+        #[arg(long, short, value_parser = parse_duration, default_value = "1s")]
+        interval: Duration,
+        /// Functions shown (1-1000)
+        #[arg(long, short = 'n', default_value_t = 20, value_parser = count("a number of functions"), allow_negative_numbers = true)]
+        limit: u32,
+        /// Leave kernel frames out (time in the kernel counts for its caller)
+        #[arg(long)]
+        user_only: bool,
+        /// Stop after this many updates
+        #[arg(long, value_parser = count64("a number of updates"), allow_negative_numbers = true)]
+        count: Option<u64>,
+    },
+    /// Start an open-ended profiling session and print its id
+    Start {
+        #[command(flatten)]
+        selector: SelectorArgs,
+    },
+    /// Stop a session and print or write its report
+    Stop {
+        /// The session id printed by `start` (or listed by `sessions`)
+        id: String,
+        /// Stop another user's session (root and the admin group)
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
+    /// List the open profiling sessions (all of them for root and the admin
+    /// group, your own otherwise)
+    Sessions,
+    /// Peek at a process now, thread by thread, as a peek signal would, and
+    /// print the report; no signal is sent
+    Peek {
+        /// The process (or one of its threads)
+        #[arg(value_parser = id("a process id"), allow_negative_numbers = true)]
+        pid: u32,
+    },
+    /// Show or choose which processes the kernel samples (root only to
+    /// choose): named pids and cgroups, or --everything (the default)
+    Targets {
+        /// Sample this process (repeatable)
+        #[arg(long = "pid", value_name = "PID", value_parser = id("a process id"), allow_negative_numbers = true)]
+        pids: Vec<u32>,
+        /// Sample the processes in this cgroup and below, as /proc/PID/cgroup shows it (repeatable)
+        #[arg(long = "cgroup", value_name = "PATH")]
+        cgroups: Vec<String>,
+        /// Sample every process again
+        #[arg(long, conflicts_with_all = ["pids", "cgroups"])]
+        everything: bool,
+    },
+    /// List the kept peek reports, print one, or follow new ones
+    Peeks {
+        /// Print this report (an id from the list)
+        #[arg(long, conflicts_with = "follow")]
+        id: Option<String>,
+        /// Print each new report as it is made, until interrupted
+        #[arg(long, short)]
+        follow: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SelectorArgs {
+    /// Only this process (repeatable; 0 selects the idle tasks)
+    #[arg(long = "pid", value_name = "PID", value_parser = id("a process id"), allow_negative_numbers = true)]
+    pub pids: Vec<u32>,
+    /// Only this thread (repeatable)
+    #[arg(long = "tid", value_name = "TID", value_parser = id("a thread id"), allow_negative_numbers = true)]
+    pub tids: Vec<u32>,
+    /// Only processes or threads with this exact command name (repeatable)
+    #[arg(long = "comm", value_name = "NAME")]
+    pub comms: Vec<String>,
+    /// Only processes or threads whose name matches this regular expression
+    #[arg(long = "comm-regex", value_name = "REGEX")]
+    pub comm_regex: Option<String>,
+    /// Only threads of this user id (repeatable)
+    #[arg(long = "uid", value_name = "UID", value_parser = id("a user id"), allow_negative_numbers = true)]
+    pub uids: Vec<u32>,
+    /// Only processes in this cgroup or below, as /proc/PID/cgroup shows it (repeatable)
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
+}
+
+impl SelectorArgs {
+    pub fn to_proto(&self) -> v1::Selector {
+        v1::Selector {
+            pids: self.pids.clone(),
+            tids: self.tids.clone(),
+            comms: self.comms.clone(),
+            comm_regex: self.comm_regex.clone().unwrap_or_default(),
+            uids: self.uids.clone(),
+            cgroups: self.cgroups.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct WindowArgs {
+    /// Start this long ago, e.g. 15m (or use --start)
+    #[arg(long, value_parser = parse_duration, conflicts_with = "start", required_unless_present = "start")]
+    pub since: Option<Duration>,
+    /// End this long ago, e.g. 5m [default: now]
+    #[arg(long, value_parser = parse_duration, conflicts_with = "end")]
+    pub until: Option<Duration>,
+    /// Start at this time, e.g. 2026-11-21T17:30:00Z
+    #[arg(long, value_parser = parse_time)]
+    pub start: Option<SystemTime>,
+    /// End at this time [default: now]
+    #[arg(long, value_parser = parse_time)]
+    pub end: Option<SystemTime>,
+}
+
+impl WindowArgs {
+    /// The window in nanoseconds since the epoch; an end of 0 means now.
+    pub fn to_unix_nanos(&self) -> (i64, i64) {
+        let now = SystemTime::now();
+        let start = self
+            .start
+            .or_else(|| self.since.map(|since| ago(now, since)))
+            .unwrap_or(now);
+        let end = self.end.or_else(|| self.until.map(|until| ago(now, until)));
+        (unix_nanos(start), end.map_or(0, unix_nanos))
+    }
+}
+
+/// `duration` before `now`, or the epoch when that is before it.
+pub fn ago(now: SystemTime, duration: Duration) -> SystemTime {
+    now.checked_sub(duration).unwrap_or(UNIX_EPOCH)
+}
+
+pub fn unix_nanos(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| i64::try_from(since.as_nanos()).unwrap_or(i64::MAX))
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Report format
+    #[arg(long, short, value_enum, default_value_t = FormatArg::Tree)]
+    pub format: FormatArg,
+    /// Write the report to this file instead of standard output
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Deepest call depth shown (tree) or kept (folded); 0 = no limit
+    #[arg(long, default_value_t = 0, value_parser = count("a depth"), allow_negative_numbers = true)]
+    pub maxdepth: u32,
+    /// Hide lines with fewer samples
+    #[arg(long, default_value_t = 0, value_parser = count64("a number of samples"), allow_negative_numbers = true)]
+    pub mincount: u64,
+    /// Tree: hide frames with n <= noisefloor * sqrt(N) samples, N = caller's (try 2.0)
+    #[arg(long, default_value_t = 0.0, value_parser = parse_noisefloor, allow_negative_numbers = true)]
+    pub noisefloor: f64,
+    /// Order of flat reports and of tree children
+    #[arg(long, value_enum, default_value_t = SortedByArg::Filefuncline)]
+    pub sortedby: SortedByArg,
+    /// One section per thread or per process [default: per process when the
+    /// report holds more than one, else none]
+    #[arg(long, value_enum)]
+    pub groupby: Option<GroupByArg>,
+    /// Show kernel frames (default)
+    #[arg(long, overrides_with = "no_kernel")]
+    pub kernel: bool,
+    /// Show each run of kernel frames as one "[kernel]" frame
+    #[arg(long, overrides_with = "kernel")]
+    pub no_kernel: bool,
+    /// Merge the addresses of one source line (default)
+    #[arg(long, overrides_with = "no_combine")]
+    pub combine: bool,
+    /// Keep each instruction address apart
+    #[arg(long, overrides_with = "combine")]
+    pub no_combine: bool,
+}
+
+impl ReportArgs {
+    pub fn to_proto(&self) -> v1::ReportOptions {
+        v1::ReportOptions {
+            format: self.format.to_proto() as i32,
+            maxdepth: self.maxdepth,
+            mincount: self.mincount,
+            noisefloor: self.noisefloor,
+            sortedby: match self.sortedby {
+                SortedByArg::Filefuncline => v1::SortedBy::Filefuncline,
+                SortedByArg::Count => v1::SortedBy::Count,
+                SortedByArg::Overhead => v1::SortedBy::Overhead,
+            } as i32,
+            groupby: match self.groupby {
+                None => v1::GroupBy::Unspecified,
+                Some(GroupByArg::None) => v1::GroupBy::None,
+                Some(GroupByArg::Thread) => v1::GroupBy::Thread,
+                Some(GroupByArg::Process) => v1::GroupBy::Process,
+            } as i32,
+            kernel: Some(!self.no_kernel),
+            combine: Some(!self.no_combine),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    Tree,
+    Flat,
+    Folded,
+    Pprof,
+    Flamegraph,
+    Speedscope,
+}
+
+impl FormatArg {
+    pub fn to_proto(self) -> v1::Format {
+        match self {
+            FormatArg::Tree => v1::Format::Tree,
+            FormatArg::Flat => v1::Format::Flat,
+            FormatArg::Folded => v1::Format::Folded,
+            FormatArg::Pprof => v1::Format::Pprof,
+            FormatArg::Flamegraph => v1::Format::Flamegraph,
+            FormatArg::Speedscope => v1::Format::Speedscope,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffFormatArg {
+    Text,
+    Pprof,
+    Flamegraph,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SortedByArg {
+    Filefuncline,
+    Count,
+    Overhead,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum GroupByArg {
+    None,
+    Thread,
+    Process,
+}
+
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if text.trim_start().starts_with('-') {
+        return Err("a duration cannot be negative (examples: 10s, 500ms, 2m)".to_owned());
+    }
+    humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 10s, 500ms, 2m)"))
+}
+
+fn parse_time(text: &str) -> Result<SystemTime, String> {
+    humantime::parse_rfc3339_weak(text)
+        .map_err(|err| format!("{err} (example: 2026-11-21T17:30:00Z, in UTC)"))
+}
+
+fn parse_noisefloor(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
+        _ => Err("the noise floor is a number of 0 or more (try 2.0)".to_owned()),
+    }
+}
+
+/// A parser of ids (pids, tids, uids), which says what is wrong with a
+/// negative or non-numeric one.
+fn id(what: &'static str) -> impl Fn(&str) -> Result<u32, String> + Clone {
+    move |text| whole_number(text, what, u32::MAX.into()).map(|id| id as u32)
+}
+
+/// A parser of counts that fit 32 bits.
+fn count(what: &'static str) -> impl Fn(&str) -> Result<u32, String> + Clone {
+    move |text| whole_number(text, what, u32::MAX.into()).map(|count| count as u32)
+}
+
+/// A parser of counts that fit 64 bits.
+fn count64(what: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    move |text| whole_number(text, what, u64::MAX)
+}
+
+fn whole_number(text: &str, what: &str, max: u64) -> Result<u64, String> {
+    if text.trim().starts_with('-') {
+        return Err(format!("{what} cannot be negative"));
+    }
+    match text.trim().parse::<u64>() {
+        Ok(value) if value <= max => Ok(value),
+        Ok(_) => Err(format!("{what} is at most {max}")),
+        Err(_) => Err(format!("{what} is a whole number, 0 to {max}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_say_what_is_wrong() {
+        let pid = id("a process id");
+        assert_eq!(pid("42"), Ok(42));
+        assert_eq!(pid("-1").unwrap_err(), "a process id cannot be negative");
+        assert!(pid("x").unwrap_err().contains("whole number"));
+        assert!(pid("4294967296").unwrap_err().contains("at most 4294967295"));
+        assert!(parse_noisefloor("-1").is_err());
+        assert_eq!(parse_noisefloor("2"), Ok(2.0));
+        assert!(parse_duration("-5s").unwrap_err().contains("negative"));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["profilerctl", "profile", "--pid", "-1", "-d", "1s"]);
+        let message = cli.unwrap_err().to_string();
+        assert!(
+            message.contains("a process id cannot be negative"),
+            "{message}"
+        );
+        let cli = Cli::try_parse_from(["profilerctl", "record", "--", "sleep", "-1"]).unwrap();
+        assert!(matches!(cli.command, Command::Record { command, .. } if command.len() == 2));
+    }
+}

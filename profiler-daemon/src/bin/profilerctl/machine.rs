@@ -1,0 +1,60 @@
+//! The commands about the daemon and the machine: status, metrics and
+//! targets.
+
+use std::time::SystemTime;
+
+use anyhow::{Result, bail};
+use profilerd::proto::v1;
+
+use crate::{Client, format, output};
+
+pub async fn status(daemon: &mut Client, verbose: bool) -> Result<()> {
+    let status = daemon
+        .get_status(v1::GetStatusRequest::default())
+        .await?
+        .into_inner();
+    output::print_text(&format::status(&status, verbose, SystemTime::now()))
+}
+
+pub async fn metrics(daemon: &mut Client) -> Result<()> {
+    let status = daemon
+        .get_status(v1::GetStatusRequest { metrics: true })
+        .await?
+        .into_inner();
+    output::print_text(&status.metrics)
+}
+
+pub async fn targets(
+    daemon: &mut Client,
+    pids: Vec<u32>,
+    cgroups: Vec<String>,
+    everything: bool,
+) -> Result<()> {
+    let targets = if everything || !pids.is_empty() || !cgroups.is_empty() {
+        daemon
+            .set_targets(v1::SetTargetsRequest {
+                everything,
+                pids,
+                cgroups,
+            })
+            .await?
+            .into_inner()
+    } else {
+        let status = daemon
+            .get_status(v1::GetStatusRequest::default())
+            .await?
+            .into_inner();
+        match status.targets {
+            Some(targets) => targets,
+            None if status.targets_hidden => bail!(
+                "only root and the admin group may see what the machine samples (the targets \
+                 may name other users' processes)"
+            ),
+            None => v1::Targets {
+                everything: true,
+                ..Default::default()
+            },
+        }
+    };
+    output::print_text(&format!("{}\n", format::targets_text(&targets)))
+}

@@ -1,0 +1,277 @@
+//! The commands that report windows of samples: profile, query,
+//! flamegraph, callers, diff and top.
+
+use std::{io::IsTerminal as _, path::Path, time::Duration, time::SystemTime};
+
+use anyhow::{Result, bail};
+use profilerd::proto::v1;
+
+use crate::{
+    Client,
+    args::{self, DiffFormatArg, FormatArg, ReportArgs, SelectorArgs, WindowArgs},
+    format,
+    output::{self, Progress},
+};
+
+/// Top's interval bounds, as the daemon has them.
+const TOP_INTERVALS: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(100)..=Duration::from_secs(60);
+const TOP_MAX_FUNCTIONS: u32 = 1000;
+
+pub async fn profile(
+    daemon: &mut Client,
+    selector: &SelectorArgs,
+    duration: Duration,
+    report: &ReportArgs,
+) -> Result<()> {
+    output::refuse_binary_on_terminal(report.format == FormatArg::Pprof, report.output.as_deref())?;
+    let reply = profile_window(daemon, selector, duration, report.to_proto()).await?;
+    output::deliver(reply, report.output.as_deref(), Some(duration))
+}
+
+/// Profiles the next `duration`; Ctrl-C ends the window early (the daemon
+/// then reports what it sampled), a second Ctrl-C gives up.
+async fn profile_window(
+    daemon: &mut Client,
+    selector: &SelectorArgs,
+    duration: Duration,
+    options: v1::ReportOptions,
+) -> Result<v1::ProfileReply> {
+    let duration_ms = checked_duration(daemon, duration, "--duration").await?;
+    let cut_token = crate::random_token();
+    let request = v1::ProfileRequest {
+        duration_ms,
+        selector: Some(selector.to_proto()),
+        options: Some(options),
+        mode: v1::Mode::Cpu as i32,
+        cut_token: cut_token.clone(),
+    };
+    let progress = Progress::start(duration, "stops early and reports");
+    let mut cutter = daemon.clone();
+    let call = daemon.profile(request);
+    tokio::pin!(call);
+    let reply = tokio::select! {
+        reply = &mut call => reply,
+        _ = tokio::signal::ctrl_c() => {
+            progress.finish();
+            eprintln!("interrupted: ending the window now (Ctrl-C again to give up the report)");
+            cutter.cut_profile(v1::CutProfileRequest { cut_token }).await?;
+            tokio::select! {
+                reply = &mut call => reply,
+                _ = tokio::signal::ctrl_c() => bail!("interrupted twice: the report was given up"),
+            }
+        }
+    };
+    Ok(reply?.into_inner())
+}
+
+/// The duration in milliseconds, once checked against the daemon's
+/// longest profile.
+async fn checked_duration(daemon: &mut Client, duration: Duration, flag: &str) -> Result<u64> {
+    if duration < Duration::from_millis(1) {
+        bail!("{flag} must be at least 1ms");
+    }
+    let status = daemon
+        .get_status(v1::GetStatusRequest::default())
+        .await?
+        .into_inner();
+    let max = Duration::from_millis(status.max_profile_duration_ms);
+    match u64::try_from(duration.as_millis()) {
+        Ok(ms) if duration <= max => Ok(ms),
+        _ => bail!(
+            "{flag} {} is longer than the longest profile the daemon allows, {} \
+             (max_profile_duration in its configuration)",
+            humantime::format_duration(duration),
+            humantime::format_duration(max)
+        ),
+    }
+}
+
+pub async fn query(
+    daemon: &mut Client,
+    selector: &SelectorArgs,
+    window: &WindowArgs,
+    report: &ReportArgs,
+) -> Result<()> {
+    output::refuse_binary_on_terminal(report.format == FormatArg::Pprof, report.output.as_deref())?;
+    let (start_unix_nanos, end_unix_nanos) = window.to_unix_nanos();
+    let reply = daemon
+        .query(v1::QueryRequest {
+            start_unix_nanos,
+            end_unix_nanos,
+            selector: Some(selector.to_proto()),
+            options: Some(report.to_proto()),
+            mode: v1::Mode::Cpu as i32,
+        })
+        .await?
+        .into_inner();
+    output::deliver(reply, report.output.as_deref(), None)
+}
+
+pub async fn callers(
+    daemon: &mut Client,
+    function: String,
+    selector: &SelectorArgs,
+    window: &WindowArgs,
+) -> Result<()> {
+    let (start_unix_nanos, end_unix_nanos) = window.to_unix_nanos();
+    let reply = daemon
+        .callers(v1::CallersRequest {
+            function: function.clone(),
+            start_unix_nanos,
+            end_unix_nanos,
+            selector: Some(selector.to_proto()),
+        })
+        .await?
+        .into_inner();
+    if reply.total == 0 {
+        bail!(
+            "no sample of that window has a function named {function:?} (nor one whose name \
+             ends in ::{function}); `profilerctl query --format flat` with the same window \
+             lists the functions it has"
+        );
+    }
+    output::print_text(&reply.text)
+}
+
+pub struct DiffArgs<'a> {
+    pub base_since: Duration,
+    pub base_until: Option<Duration>,
+    pub since: Duration,
+    pub until: Option<Duration>,
+    pub limit: u32,
+    pub format: DiffFormatArg,
+    pub normalize: bool,
+    pub output: Option<&'a Path>,
+    pub selector: &'a SelectorArgs,
+}
+
+pub async fn diff(daemon: &mut Client, diff: DiffArgs<'_>) -> Result<()> {
+    output::refuse_binary_on_terminal(diff.format == DiffFormatArg::Pprof, diff.output)?;
+    let options = match diff.format {
+        DiffFormatArg::Text => None,
+        DiffFormatArg::Pprof => Some(v1::Format::Pprof),
+        DiffFormatArg::Flamegraph => Some(v1::Format::Flamegraph),
+    }
+    .map(|format| v1::ReportOptions {
+        format: format as i32,
+        ..Default::default()
+    });
+    let now = SystemTime::now();
+    let ago = |duration: Duration| args::unix_nanos(args::ago(now, duration));
+    let reply = daemon
+        .diff(v1::DiffRequest {
+            base: Some(v1::Window {
+                start_unix_nanos: ago(diff.base_since),
+                end_unix_nanos: ago(diff.base_until.unwrap_or(diff.since)),
+            }),
+            target: Some(v1::Window {
+                start_unix_nanos: ago(diff.since),
+                end_unix_nanos: diff.until.map_or(0, ago),
+            }),
+            selector: Some(diff.selector.to_proto()),
+            target_selector: None,
+            limit: diff.limit,
+            options,
+            normalize: diff.normalize,
+        })
+        .await?
+        .into_inner();
+    if diff.format == DiffFormatArg::Text {
+        return output::print_text(&reply.text);
+    }
+    output::write_output(&reply.report, diff.output)?;
+    if let Some(path) = diff.output {
+        eprintln!("diff written to {}", path.display());
+    }
+    Ok(())
+}
+
+pub struct FlamegraphArgs<'a> {
+    pub selector: &'a SelectorArgs,
+    pub duration: Option<Duration>,
+    pub since: Option<Duration>,
+    pub until: Option<Duration>,
+    pub no_kernel: bool,
+    pub output: &'a Path,
+}
+
+pub async fn flamegraph(daemon: &mut Client, graph: FlamegraphArgs<'_>) -> Result<()> {
+    let options = v1::ReportOptions {
+        format: v1::Format::Flamegraph as i32,
+        kernel: Some(!graph.no_kernel),
+        ..Default::default()
+    };
+    let (reply, asked) = match (graph.duration, graph.since) {
+        (Some(duration), _) => (
+            profile_window(daemon, graph.selector, duration, options).await?,
+            Some(duration),
+        ),
+        (None, Some(since)) => {
+            let now = SystemTime::now();
+            let reply = daemon
+                .query(v1::QueryRequest {
+                    start_unix_nanos: args::unix_nanos(args::ago(now, since)),
+                    end_unix_nanos: graph
+                        .until
+                        .map_or(0, |until| args::unix_nanos(args::ago(now, until))),
+                    selector: Some(graph.selector.to_proto()),
+                    options: Some(options),
+                    mode: v1::Mode::Cpu as i32,
+                })
+                .await?
+                .into_inner();
+            (reply, None)
+        }
+        (None, None) => bail!(
+            "say which window to draw: --duration 10s profiles the next 10 seconds, --since 15m \
+             draws the last 15 minutes"
+        ),
+    };
+    output::deliver(reply, Some(graph.output), asked)
+}
+
+pub struct TopArgs<'a> {
+    pub selector: &'a SelectorArgs,
+    pub interval: Duration,
+    pub limit: u32,
+    pub user_only: bool,
+    pub count: Option<u64>,
+}
+
+pub async fn top(daemon: &mut Client, top: TopArgs<'_>) -> Result<()> {
+    if !TOP_INTERVALS.contains(&top.interval) {
+        bail!(
+            "--interval {} is out of range: 100ms to 1m",
+            humantime::format_duration(top.interval)
+        );
+    }
+    if !(1..=TOP_MAX_FUNCTIONS).contains(&top.limit) {
+        bail!("--limit {} is out of range: 1 to {TOP_MAX_FUNCTIONS}", top.limit);
+    }
+    let mut updates = daemon
+        .top(v1::TopRequest {
+            selector: Some(top.selector.to_proto()),
+            interval_ms: top.interval.as_millis() as u64,
+            limit: top.limit,
+            user_only: top.user_only,
+        })
+        .await?
+        .into_inner();
+    let live = std::io::stdout().is_terminal();
+    let mut shown = 0;
+    while top.count.is_none_or(|count| shown < count) {
+        let Some(update) = updates.message().await? else {
+            bail!("the daemon ended the top stream (it is shutting down?)");
+        };
+        let text = format::top(&update);
+        output::print_text(&if live {
+            // Home the cursor and clear the screen: one frame per update.
+            format!("\x1b[H\x1b[2J{text}")
+        } else {
+            format!("{text}\n")
+        })?;
+        shown += 1;
+    }
+    Ok(())
+}
