@@ -403,10 +403,13 @@ mod tests {
             Ok(Caller::Admin { uid: 1000 })
         );
         let user = policy.caller(credentials(1000, 1000)).unwrap();
-        assert_eq!(user, Caller::User {
-            uid: 1000,
-            gid: 1000
-        });
+        assert_eq!(
+            user,
+            Caller::User {
+                uid: 1000,
+                gid: 1000
+            }
+        );
         assert_eq!(policy.caller(None), Err(AccessError::Anonymous));
         assert!(Caller::Root.sees_everything() && Caller::Admin { uid: 5 }.sees_everything());
         assert!(!user.sees_everything());

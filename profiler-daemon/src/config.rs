@@ -452,7 +452,10 @@ impl Config {
         set(&mut self.peeks_kept, peeks_kept);
         set(&mut self.peeks_max_bytes, peeks_max_bytes);
         set(&mut self.peeks_kept_per_user, peeks_kept_per_user);
-        set(&mut self.peeks_per_user_per_minute, peeks_per_user_per_minute);
+        set(
+            &mut self.peeks_per_user_per_minute,
+            peeks_per_user_per_minute,
+        );
     }
 
     /// The peek signal's number; 0 when peeks by signal are off. Valid once
@@ -619,8 +622,7 @@ impl Config {
         if self.peeks_per_user_per_minute == 0 {
             return invalid(
                 "peeks_per_user_per_minute",
-                "must be at least 1 (peek_signal = \"off\" turns peeks by signal off)"
-                    .to_owned(),
+                "must be at least 1 (peek_signal = \"off\" turns peeks by signal off)".to_owned(),
             );
         }
         Ok(())

@@ -262,7 +262,10 @@ mod tests {
         let layout = types
             .credential_layout()
             .expect("the kernel's BTF describes the credential fields");
-        assert!(layout.task_real_cred > 0 && layout.task_mm > 0, "{layout:?}");
+        assert!(
+            layout.task_real_cred > 0 && layout.task_mm > 0,
+            "{layout:?}"
+        );
         assert_eq!(layout.task_real_cred % 8, 0, "a pointer: {layout:?}");
         // `usage` comes first.
         assert!(layout.cred_ids >= 4, "{layout:?}");

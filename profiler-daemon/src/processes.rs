@@ -380,9 +380,9 @@ impl ProcessTable {
             .filter(|(other, record)| {
                 **other != pid
                     && &*record.name == name
-                    && stack
-                        .iter()
-                        .all(|&address| mapping_of(&record.mappings, address).is_some_and(|m| m.code))
+                    && stack.iter().all(|&address| {
+                        mapping_of(&record.mappings, address).is_some_and(|m| m.code)
+                    })
             })
             .max_by_key(|(_, record)| record.recorded_at);
         let Some((&donor_pid, donor)) = donor else {

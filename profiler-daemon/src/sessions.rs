@@ -24,8 +24,8 @@ pub enum SessionError {
     )]
     TooMany { open: usize, limit: usize },
     #[error(
-        "{open} profiling sessions are open, and the last {reserved} of max_sessions = {limit} \
-         are kept for root and the admin group; stop one of yours first"
+        "{open} profiling sessions of users are open, and the last {reserved} of max_sessions = \
+         {limit} are kept for root and the admin group; stop one of yours first"
     )]
     Reserved {
         open: usize,
@@ -56,6 +56,9 @@ pub struct Session {
     pub owner: CallerKey,
     /// Whose samples its report may hold: its owner's rights.
     pub access: SampleAccess,
+    /// Opened by root or the admin group (not counted against the room
+    /// kept for them).
+    pub privileged: bool,
     pub start: SystemTime,
     /// Keeps the store's buckets from the start on as drained until the
     /// session is stopped.
@@ -107,9 +110,10 @@ impl Sessions {
             return Err(SessionError::TooMany { open, limit });
         }
         let reserved = self.reserved();
-        if !by.privileged && open + reserved >= limit {
+        let of_users = self.open.values().filter(|open| !open.privileged).count();
+        if !by.privileged && of_users + reserved >= limit {
             return Err(SessionError::Reserved {
-                open,
+                open: of_users,
                 limit,
                 reserved,
             });
@@ -137,12 +141,7 @@ impl Sessions {
 
     /// Closes a session, returning it: its owner may, and root and the
     /// admin group may `force` it.
-    pub fn close(
-        &mut self,
-        id: &str,
-        by: Requester,
-        force: bool,
-    ) -> Result<Session, SessionError> {
+    pub fn close(&mut self, id: &str, by: Requester, force: bool) -> Result<Session, SessionError> {
         let session = self
             .open
             .get(id)
@@ -219,6 +218,7 @@ mod tests {
         Session {
             owner,
             access: SampleAccess::All,
+            privileged: owner == CallerKey::User(0),
             start,
             hold: crate::store::WindowHolds::default().hold(start),
             selector: Selector::default(),
@@ -249,16 +249,21 @@ mod tests {
     #[test]
     fn each_caller_has_its_own_bound() {
         let mut sessions = Sessions::new(10, 1);
-        sessions.open(owned_by(CallerKey::User(5)), user(5)).unwrap();
+        sessions
+            .open(owned_by(CallerKey::User(5)), user(5))
+            .unwrap();
         assert_eq!(
             sessions.open(owned_by(CallerKey::User(5)), user(5)),
             Err(SessionError::TooManyForCaller { open: 1, limit: 1 })
         );
         sessions
-            .open(owned_by(CallerKey::Remote), Requester {
-                key: CallerKey::Remote,
-                privileged: true,
-            })
+            .open(
+                owned_by(CallerKey::Remote),
+                Requester {
+                    key: CallerKey::Remote,
+                    privileged: true,
+                },
+            )
             .unwrap();
     }
 
@@ -281,13 +286,21 @@ mod tests {
             sessions.open(owned_by(ROOT.key), ROOT),
             Err(SessionError::TooMany { .. })
         ));
+        // Root's sessions do not shrink the users' room.
+        let (id, _) = sessions.list(user(1)).pop().unwrap();
+        sessions.close(&id, user(1), false).unwrap();
+        sessions
+            .open(owned_by(CallerKey::User(7)), user(7))
+            .unwrap();
         assert_eq!(Sessions::new(1, 1).reserved(), 0);
     }
 
     #[test]
     fn only_the_owner_stops_a_session_or_an_admin_by_force() {
         let mut sessions = Sessions::new(10, 10);
-        let mine = sessions.open(owned_by(CallerKey::User(5)), user(5)).unwrap();
+        let mine = sessions
+            .open(owned_by(CallerKey::User(5)), user(5))
+            .unwrap();
         assert_eq!(
             sessions.close(&mine, user(6), true),
             Err(SessionError::NotYours(mine.clone()))
@@ -300,7 +313,9 @@ mod tests {
         assert_eq!(sessions.list(user(5)).len(), 1);
         assert_eq!(sessions.list(ROOT)[0].0, mine);
         sessions.close(&mine, ROOT, true).unwrap();
-        let again = sessions.open(owned_by(CallerKey::User(5)), user(5)).unwrap();
+        let again = sessions
+            .open(owned_by(CallerKey::User(5)), user(5))
+            .unwrap();
         sessions.close(&again, user(5), false).unwrap();
         assert!(sessions.is_empty());
     }

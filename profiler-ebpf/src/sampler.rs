@@ -256,14 +256,15 @@ fn credentials() -> (u32, u32, bool) {
     let task = unsafe { bpf_get_current_task() };
     // SAFETY: bpf_probe_read_kernel reads kernel memory and fails (rather
     // than faulting) on a bad address; the offsets come from the kernel's BTF.
-    let Ok(cred) = (unsafe { bpf_probe_read_kernel((task + u64::from(cred_offset)) as *const u64) })
+    let Ok(cred) =
+        (unsafe { bpf_probe_read_kernel((task + u64::from(cred_offset)) as *const u64) })
     else {
         return (uid, gid, true);
     };
     // SAFETY: as above.
-    let Ok([uid, gid, suid, sgid, euid, egid]) = (unsafe {
-        bpf_probe_read_kernel((cred + u64::from(ids_offset)) as *const [u32; 6])
-    }) else {
+    let Ok([uid, gid, suid, sgid, euid, egid]) =
+        (unsafe { bpf_probe_read_kernel((cred + u64::from(ids_offset)) as *const [u32; 6]) })
+    else {
         return (uid, gid, true);
     };
     let mixed = uid != suid || uid != euid || gid != sgid || gid != egid;

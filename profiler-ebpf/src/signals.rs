@@ -11,9 +11,7 @@ use aya_ebpf::{
     maps::{LruHashMap, RingBuf},
     programs::{LsmContext, TracePointContext},
 };
-use profiler_common::{
-    Counter, PeekSignal, TASK_COMM_LEN, peek_signal_result, signal_generate,
-};
+use profiler_common::{Counter, PeekSignal, TASK_COMM_LEN, peek_signal_result, signal_generate};
 
 use crate::{global, sampler::count};
 
@@ -53,7 +51,6 @@ static PEEK_SIGNALS: RingBuf = RingBuf::with_byte_size(16 * 1024, 0);
 static PEEK_SIGNALLED: LruHashMap<u32, u32> = LruHashMap::with_max_entries(1024, 0);
 
 const EPERM: i32 = 1;
-
 
 /// On `signal:signal_generate`: passes every peek signal on to the daemon,
 /// whoever sent it to whom and whatever the kernel did with it.
@@ -105,9 +102,9 @@ pub(crate) fn on_exit(pid: u32) {
         return;
     };
     // SAFETY: as above.
-    let Ok(code) = (unsafe {
-        bpf_probe_read_kernel((signal_struct + u64::from(code_offset)) as *const i32)
-    }) else {
+    let Ok(code) =
+        (unsafe { bpf_probe_read_kernel((signal_struct + u64::from(code_offset)) as *const i32) })
+    else {
         return;
     };
     // The low 7 bits of an exit code are the signal that ended the process.

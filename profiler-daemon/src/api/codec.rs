@@ -61,18 +61,20 @@ impl<U: Message + Default> Decoder for ApiDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        self.prost.decode(buf).map_err(|status| match status.code() {
-            Code::Internal => Status::invalid_argument(format!(
-                "the request is not a valid {} message: {}; check that the client uses \
+        self.prost
+            .decode(buf)
+            .map_err(|status| match status.code() {
+                Code::Internal => Status::invalid_argument(format!(
+                    "the request is not a valid {} message: {}; check that the client uses \
                  profilerd's .proto files",
-                std::any::type_name::<U>()
-                    .rsplit("::")
-                    .next()
-                    .unwrap_or("protobuf"),
-                status.message()
-            )),
-            _ => status,
-        })
+                    std::any::type_name::<U>()
+                        .rsplit("::")
+                        .next()
+                        .unwrap_or("protobuf"),
+                    status.message()
+                )),
+                _ => status,
+            })
     }
 
     fn buffer_settings(&self) -> BufferSettings {

@@ -186,7 +186,11 @@ pub(super) fn check_selector_bounds(selector: &v1::Selector) -> Result<(), ApiEr
             )));
         }
     }
-    if let Some(comm) = selector.comms.iter().find(|comm| comm.len() >= TASK_COMM_LEN) {
+    if let Some(comm) = selector
+        .comms
+        .iter()
+        .find(|comm| comm.len() >= TASK_COMM_LEN)
+    {
         return Err(ApiError::invalid(format!(
             "the command name {} is {} bytes long, but the kernel keeps at most {} (a longer \
              name matches nothing); use the first {} bytes, or a regular expression",

@@ -356,7 +356,12 @@ impl ProfilerService {
     ) -> Result<(), ApiError> {
         let selector = selector.cloned().unwrap_or_default();
         convert::check_selector_bounds(&selector)?;
-        let tasks: Vec<u32> = selector.pids.iter().chain(&selector.tids).copied().collect();
+        let tasks: Vec<u32> = selector
+            .pids
+            .iter()
+            .chain(&selector.tids)
+            .copied()
+            .collect();
         Ok(self
             .access
             .check_selection(caller, &tasks, &selector.uids, window)?)
@@ -442,13 +447,16 @@ impl ProfilerService {
         let kind = convert::sample_kind(request.mode)?;
         let family = match request.children {
             false => None,
-            true => Some(Arc::new(self.families.follow(convert::family_root(&selector)?)?)),
+            true => Some(Arc::new(
+                self.families.follow(convert::family_root(&selector)?)?,
+            )),
         };
         let hold = self.holds.hold(SystemTime::now());
         let start = self.collector.open_window().await?;
         let session = Session {
             owner: requester.key,
             access: caller.sample_access(),
+            privileged: requester.privileged,
             start,
             hold,
             selector,
@@ -470,9 +478,9 @@ impl ProfilerService {
     ) -> Result<v1::ProfileReply, ApiError> {
         convert::check_id(&request.session_id, "the session id")?;
         let options = ReportOptions::try_from(request.options)?;
-        let mut session =
-            self.sessions()
-                .close(&request.session_id, requester, request.force)?;
+        let mut session = self
+            .sessions()
+            .close(&request.session_id, requester, request.force)?;
         let end = self.collector.close_window().await?;
         if let Some(family) = session.family.take() {
             session.selector.pids = family.pids();
@@ -519,7 +527,13 @@ impl ProfilerService {
         let (start, end) = self
             .past_window(request.start_unix_nanos, request.end_unix_nanos)
             .await?;
-        let query = self.query(start, end, selector, SampleKind::CpuClock, Sight::of(caller));
+        let query = self.query(
+            start,
+            end,
+            selector,
+            SampleKind::CpuClock,
+            Sight::of(caller),
+        );
         let sight = Sight::of(caller);
         read_profile(
             self.store.clone(),
@@ -557,10 +571,7 @@ impl ProfilerService {
         let start = convert::time(start_unix_nanos, "the window's start (start_unix_nanos)")?;
         let end = match end_unix_nanos {
             0 => None,
-            nanos => Some(convert::time(
-                nanos,
-                "the window's end (end_unix_nanos)",
-            )?),
+            nanos => Some(convert::time(nanos, "the window's end (end_unix_nanos)")?),
         };
         if end.is_some_and(|end| end <= start) || start >= now {
             return Err(ApiError::invalid(format!(

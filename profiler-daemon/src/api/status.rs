@@ -41,7 +41,8 @@ impl ProfilerService {
             max_profile_duration_ms: self.max_profile_duration().as_millis() as u64,
             open_sessions: self.sessions().len() as u32,
             drains: pipeline.drains,
-            targets: (!targets_hidden).then(|| convert::targets(crate::lock(&self.targets).current())),
+            targets: (!targets_hidden)
+                .then(|| convert::targets(crate::lock(&self.targets).current())),
             targets_hidden,
             samples_outside_targets: pipeline.counters[Counter::OutsideTargets as usize],
             peek: Some(peeks::status(

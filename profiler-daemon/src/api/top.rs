@@ -149,22 +149,27 @@ async fn update(
     };
     let (limit, kernel) = (request.limit, request.kernel);
     let kernel_addresses = sources.sight.kernel_addresses;
-    super::read_profile(sources.store.clone(), query, kernel_addresses, move |profile| {
-        let (functions, _) = report::top(profile, limit, kernel);
-        Ok(v1::TopUpdate {
-            summary: Some(convert::summary(profile)),
-            functions: functions
-                .into_iter()
-                .map(|function| v1::TopFunction {
-                    function: function.function.to_string(),
-                    module: function.module.to_string(),
-                    self_samples: function.self_samples,
-                    total_samples: function.total_samples,
-                    self_percent: function.self_percent,
-                    total_percent: function.total_percent,
-                })
-                .collect(),
-        })
-    })
+    super::read_profile(
+        sources.store.clone(),
+        query,
+        kernel_addresses,
+        move |profile| {
+            let (functions, _) = report::top(profile, limit, kernel);
+            Ok(v1::TopUpdate {
+                summary: Some(convert::summary(profile)),
+                functions: functions
+                    .into_iter()
+                    .map(|function| v1::TopFunction {
+                        function: function.function.to_string(),
+                        module: function.module.to_string(),
+                        self_samples: function.self_samples,
+                        total_samples: function.total_samples,
+                        self_percent: function.self_percent,
+                        total_percent: function.total_percent,
+                    })
+                    .collect(),
+            })
+        },
+    )
     .await
 }

@@ -177,9 +177,9 @@ impl Archive {
                 user.0 += 1;
                 user.1 += kept.summary.bytes;
             }
-            let (count, bytes) = users
-                .values()
-                .fold((0, 0), |(count, bytes), user| (count + user.0, bytes + user.1));
+            let (count, bytes) = users.values().fold((0, 0), |(count, bytes), user| {
+                (count + user.0, bytes + user.1)
+            });
             let per_user_bytes = self.bounds.max_bytes_per_user();
             let over_share = users.iter().find(|&(_, &(count, bytes))| {
                 count > self.bounds.max_reports_per_user || (bytes > per_user_bytes && count > 1)

@@ -332,11 +332,7 @@ impl Peeker {
     /// Peeks at the process of `task` (a process or thread id) for the API,
     /// or joins the peek already running for it; resolves to its report. A
     /// `privileged` caller (root, the admin group) is not bound per user.
-    pub async fn request(
-        &self,
-        task: u32,
-        privileged: bool,
-    ) -> Result<Arc<PeekReport>, PeekError> {
+    pub async fn request(&self, task: u32, privileged: bool) -> Result<Arc<PeekReport>, PeekError> {
         lock(&self.inner.stats).requests += 1;
         let pid = snapshot::process_of(task).map_err(|err| PeekError::NoProcess(Arc::new(err)))?;
         let (waiter, report) = oneshot::channel();
@@ -481,7 +477,10 @@ impl Peeker {
             return None;
         };
         let user_limit = (limit / 2).max(1);
-        let of_user = running.values().filter(|peek| peek.uid == Some(uid)).count();
+        let of_user = running
+            .values()
+            .filter(|peek| peek.uid == Some(uid))
+            .count();
         if of_user >= user_limit {
             return Some(PeekError::TooManyOfUser {
                 uid,

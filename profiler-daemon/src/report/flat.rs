@@ -251,9 +251,7 @@ impl<'l, 'a> Table<'l, 'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{
-        Builder, frame, hot_at, location, profile, without_percents,
-    };
+    use super::super::test_support::{Builder, frame, hot_at, location, profile, without_percents};
     use super::*;
     use crate::profile::{Format, GroupBy, LocationKind, LossCause};
 

@@ -501,9 +501,7 @@ fn guides(columns: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{
-        Builder, Random, frame, location, profile, without_percents,
-    };
+    use super::super::test_support::{Builder, Random, frame, location, profile, without_percents};
     use super::*;
     use crate::profile::{Format, GroupBy, LocationKind, LossCause};
 

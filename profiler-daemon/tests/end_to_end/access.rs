@@ -1,48 +1,16 @@
 //! Who may ask: an unprivileged caller may profile and peek its own
 //! processes, and gets PERMISSION_DENIED for anyone else's.
 
-use std::{os::unix::fs::PermissionsExt as _, path::Path, process::Command};
-
-use crate::support::{Daemon, NOBODY, Workload, build_workload};
-
-/// Copies `binary` where `nobody` can run it.
-fn runnable_by_nobody(binary: &Path, dir: &Path) -> std::path::PathBuf {
-    let copy = dir.join(binary.file_name().expect("a file name"));
-    std::fs::copy(binary, &copy).expect("the binary is copied");
-    copy
-}
+use crate::support::{Daemon, User, Workload};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_user_profiles_its_own_processes_only() {
     let daemon = Daemon::start().await;
-    // The socket's directory must be reachable by others; the socket
-    // itself is open to everyone (the daemon checks each request).
-    let socket_dir = daemon.socket.parent().expect("a directory").to_owned();
-    std::fs::set_permissions(&socket_dir, std::fs::Permissions::from_mode(0o755))
-        .expect("the directory is opened");
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-        .expect("the directory is opened");
-    let profilerctl = runnable_by_nobody(Path::new(env!("CARGO_BIN_EXE_profilerctl")), dir.path());
-    let workload = runnable_by_nobody(&build_workload("peek_threads"), dir.path());
-
-    let own = Workload::start_as_nobody(&workload, &[]);
+    let nobody = User::nobody(&daemon);
+    let own = nobody.start("peek_threads", &[]);
     let roots = Workload::start("peek_threads", &[]);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
 
-    let as_nobody = |args: Vec<String>| {
-        let (profilerctl, socket) = (profilerctl.clone(), daemon.socket.clone());
-        tokio::task::spawn_blocking(move || {
-            Command::new("setpriv")
-                .args(NOBODY)
-                .arg(profilerctl)
-                .arg("--socket")
-                .arg(socket)
-                .args(args)
-                .output()
-                .expect("setpriv runs profilerctl")
-        })
-    };
     let profile = |pid: Option<u32>| {
         let mut args: Vec<String> = ["profile", "--duration", "1s", "--format", "flat"]
             .map(String::from)
@@ -52,8 +20,15 @@ async fn a_user_profiles_its_own_processes_only() {
         }
         args
     };
+    let as_nobody = |args: Vec<String>| {
+        let (nobody, socket) = (&nobody, daemon.socket.clone());
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            nobody.profilerctl(&socket, &args).await
+        }
+    };
 
-    let mine = as_nobody(profile(Some(own.pid()))).await.expect("finishes");
+    let mine = as_nobody(profile(Some(own.pid()))).await;
     let text = String::from_utf8_lossy(&mine.stdout);
     assert!(
         mine.status.success(),
@@ -79,8 +54,7 @@ async fn a_user_profiles_its_own_processes_only() {
         .map(String::from)
         .to_vec(),
     )
-    .await
-    .expect("finishes");
+    .await;
     let text = String::from_utf8_lossy(&by_uid.stdout);
     assert!(
         by_uid.status.success(),
@@ -101,7 +75,7 @@ async fn a_user_profiles_its_own_processes_only() {
             "does not run as user 65534",
         ),
     ] {
-        let denied = as_nobody(args.clone()).await.expect("finishes");
+        let denied = as_nobody(args.clone()).await;
         let error = String::from_utf8_lossy(&denied.stderr);
         assert!(!denied.status.success(), "{args:?} was allowed");
         assert!(

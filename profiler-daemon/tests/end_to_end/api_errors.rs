@@ -20,6 +20,7 @@ async fn bad_requests_are_refused_with_the_right_status() {
             ..Default::default()
         }),
         mode: v1::Mode::Cpu as i32,
+        ..Default::default()
     };
     let tree = v1::Format::Tree as i32;
     let cases = [
@@ -27,7 +28,7 @@ async fn bad_requests_are_refused_with_the_right_status() {
         (
             request(61_000, &[], tree),
             Code::InvalidArgument,
-            "longer than the maximum",
+            "longer than the longest the daemon allows, 1m",
         ),
         (
             request(100, &[], 77),
@@ -42,7 +43,7 @@ async fn bad_requests_are_refused_with_the_right_status() {
         (
             request(u64::MAX, &[], tree),
             Code::InvalidArgument,
-            "longer than the maximum",
+            "longer than the longest the daemon allows, 1m",
         ),
         (
             v1::ProfileRequest {
@@ -71,6 +72,7 @@ async fn bad_requests_are_refused_with_the_right_status() {
         .stop_profile(v1::StopProfileRequest {
             session_id: "no-such-session".into(),
             options: None,
+            ..Default::default()
         })
         .await
         .expect_err("stopping an unknown session fails");

@@ -188,6 +188,7 @@ async fn a_process_replaced_by_another_of_its_name_mid_profile_shows_both() {
                 }),
                 options: Some(by_thread()),
                 mode: v1::Mode::Cpu as i32,
+                ..Default::default()
             })
             .await
             .unwrap_or_else(|status| panic!("Profile failed: {status:?}"))

@@ -33,6 +33,7 @@ async fn past_buckets_are_merged_but_open_windows_stay_exact() {
         .start_profile(v1::StartProfileRequest {
             selector: selector.clone(),
             mode: v1::Mode::Cpu as i32,
+            ..Default::default()
         })
         .await
         .expect("StartProfile")
@@ -51,6 +52,7 @@ async fn past_buckets_are_merged_but_open_windows_stay_exact() {
         .stop_profile(v1::StopProfileRequest {
             session_id: session.session_id,
             options: Some(crate::support::options(v1::Format::Folded)),
+            ..Default::default()
         })
         .await
         .expect("StopProfile")

@@ -63,6 +63,7 @@ async fn sigterm_ends_requests_with_a_status_and_leaves_nothing() {
                     }),
                     options: None,
                     mode: v1::Mode::Cpu as i32,
+                    ..Default::default()
                 })
                 .await
         }

@@ -8,6 +8,7 @@
 mod access;
 mod api_errors;
 mod cli;
+mod cross_user;
 mod faults;
 mod foreign_client;
 mod history;

@@ -177,7 +177,7 @@ async fn tree_reports_name_files_and_lines() {
     let reply = profile(&mut client, &[workload.pid()], Duration::from_secs(1), tree).await;
     let text = String::from_utf8(reply.report).expect("UTF-8");
     assert!(
-        text.contains("Overhead ╎ [+additional indent] Count File:Line; Function"),
+        text.contains("Overhead ╎ [+additional indent] Count % File:Line; Function"),
         "{text}"
     );
     assert!(

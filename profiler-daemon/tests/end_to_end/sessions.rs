@@ -13,6 +13,7 @@ async fn a_session_reports_what_ran_between_start_and_stop() {
         .start_profile(v1::StartProfileRequest {
             selector: selector(&[workload.pid()]),
             mode: v1::Mode::Cpu as i32,
+            ..Default::default()
         })
         .await
         .expect("StartProfile")
@@ -23,6 +24,7 @@ async fn a_session_reports_what_ran_between_start_and_stop() {
         .stop_profile(v1::StopProfileRequest {
             session_id: started.session_id.clone(),
             options: Some(options(v1::Format::Folded)),
+            ..Default::default()
         })
         .await
         .expect("StopProfile")
@@ -41,6 +43,7 @@ async fn a_session_reports_what_ran_between_start_and_stop() {
         .stop_profile(v1::StopProfileRequest {
             session_id: started.session_id,
             options: None,
+            ..Default::default()
         })
         .await
         .expect_err("a session stops once");

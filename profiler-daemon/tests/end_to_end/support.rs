@@ -37,6 +37,133 @@ pub const NOBODY: [&str; 4] = [
     "--inh-caps=-all",
 ];
 
+/// An unprivileged user (uid and gid alike) the tests act as, through
+/// `setpriv`, with copies of profilerctl and of the workloads it can run.
+pub struct User {
+    pub uid: u32,
+    dir: tempfile::TempDir,
+    profilerctl: PathBuf,
+}
+
+impl User {
+    /// `nobody`, able to reach `daemon`'s socket.
+    pub fn nobody(daemon: &Daemon) -> Self {
+        Self::new(65534, daemon)
+    }
+
+    /// The user `uid` (it need not exist in /etc/passwd), able to reach
+    /// `daemon`'s socket.
+    pub fn new(uid: u32, daemon: &Daemon) -> Self {
+        use std::os::unix::fs::PermissionsExt as _;
+        // The socket is open to everyone (the daemon checks each request);
+        // its directory must be reachable too.
+        let socket_dir = daemon.socket.parent().expect("a directory");
+        fs::set_permissions(socket_dir, fs::Permissions::from_mode(0o755))
+            .expect("the socket's directory is opened");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
+            .expect("the directory is opened");
+        let profilerctl = dir.path().join("profilerctl");
+        fs::copy(env!("CARGO_BIN_EXE_profilerctl"), &profilerctl).expect("profilerctl is copied");
+        Self {
+            uid,
+            dir,
+            profilerctl,
+        }
+    }
+
+    /// A copy of the workload `name` the user can run, named `name`.
+    pub fn program(&self, name: &str) -> PathBuf {
+        let copy = self.dir.path().join(name);
+        if !copy.exists() {
+            fs::copy(build_workload(name), &copy).expect("the workload is copied");
+        }
+        copy
+    }
+
+    /// A command that runs `program` as this user.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new("setpriv");
+        command
+            .arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.uid))
+            .args(["--clear-groups", "--inh-caps=-all"])
+            .arg(program);
+        command
+    }
+
+    /// Starts the workload `name` as this user.
+    pub fn start(&self, name: &str, args: &[&str]) -> Workload {
+        let child = self
+            .command(self.program(name))
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("setpriv (util-linux) starts: {err}"));
+        Workload { child }
+    }
+
+    /// profilerctl as this user, against the daemon at `socket`.
+    pub fn profilerctl_command(&self, socket: &Path) -> Command {
+        let mut command = self.command(&self.profilerctl);
+        command.arg("--socket").arg(socket);
+        command
+    }
+
+    /// profilerctl with `args`, as this user, against the daemon at
+    /// `socket`, off the async threads.
+    pub async fn profilerctl(&self, socket: &Path, args: &[&str]) -> std::process::Output {
+        let mut command = self.profilerctl_command(socket);
+        command.args(args);
+        tokio::task::spawn_blocking(move || command.output().expect("setpriv runs profilerctl"))
+            .await
+            .expect("profilerctl finishes")
+    }
+}
+
+/// Spawns `command()` so that its process gets the id `pid` (which must be
+/// free): the kernel hands out the id after `ns_last_pid` next, and another
+/// fork may come first, so this retries.
+pub fn spawn_with_pid(pid: u32, mut command: impl FnMut() -> Command) -> Child {
+    for _ in 0..500 {
+        fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+            .expect("root may set the next pid");
+        let mut child = command()
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the command starts");
+        if child.id() == pid {
+            return child;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("pid {pid} could not be had (other processes kept taking it)");
+}
+
+/// A report's text, or the whole output when the command failed.
+pub fn stdout_of(output: &std::process::Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The error a failing command printed (which must be one line), after
+/// checking that it failed.
+pub fn error_of(output: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        !output.status.success(),
+        "it must fail: {}\n{stderr}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    stderr
+}
+
 /// Tests share the machine's CPUs: most run side by side, but a test that
 /// measures how much CPU its workload gets runs alone.
 static CPUS: LazyLock<Arc<tokio::sync::RwLock<()>>> =
@@ -321,6 +448,12 @@ pub struct Workload {
     child: Child,
 }
 
+impl From<Child> for Workload {
+    fn from(child: Child) -> Self {
+        Self { child }
+    }
+}
+
 impl Workload {
     /// Starts the C workload `name` (tests/workloads/<name>.c) with `args`.
     pub fn start(name: &str, args: &[&str]) -> Self {
@@ -438,6 +571,7 @@ pub async fn profile(
             selector: selector(pids),
             options: Some(options),
             mode: v1::Mode::Cpu as i32,
+            ..Default::default()
         })
         .await
         .unwrap_or_else(|status| panic!("Profile failed: {status:?}"))
@@ -505,6 +639,16 @@ pub fn go_pprof_top(bytes: &[u8]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
+}
+
+/// Decodes a gzipped pprof profile.
+pub fn decode_pprof(bytes: &[u8]) -> profilerd::proto::pprof::Profile {
+    use std::io::Read as _;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut raw)
+        .expect("the profile is gzipped");
+    prost::Message::decode(&raw[..]).expect("the profile is a pprof profile")
 }
 
 /// Parses an SVG document (panics when it is not well-formed XML).

@@ -261,8 +261,9 @@ pub fn ago(now: SystemTime, duration: Duration) -> SystemTime {
 }
 
 pub fn unix_nanos(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| i64::try_from(since.as_nanos()).unwrap_or(i64::MAX))
+    time.duration_since(UNIX_EPOCH).map_or(0, |since| {
+        i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)
+    })
 }
 
 #[derive(Debug, Args)]
@@ -427,7 +428,11 @@ mod tests {
         assert_eq!(pid("42"), Ok(42));
         assert_eq!(pid("-1").unwrap_err(), "a process id cannot be negative");
         assert!(pid("x").unwrap_err().contains("whole number"));
-        assert!(pid("4294967296").unwrap_err().contains("at most 4294967295"));
+        assert!(
+            pid("4294967296")
+                .unwrap_err()
+                .contains("at most 4294967295")
+        );
         assert!(parse_noisefloor("-1").is_err());
         assert_eq!(parse_noisefloor("2"), Ok(2.0));
         assert!(parse_duration("-5s").unwrap_err().contains("negative"));

@@ -175,7 +175,10 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         sessions = status.open_sessions,
         max = humantime::format_duration(Duration::from_millis(status.max_profile_duration_ms)),
     );
-    text.push_str(&peek_status(&status.peek.clone().unwrap_or_default(), verbose));
+    text.push_str(&peek_status(
+        &status.peek.clone().unwrap_or_default(),
+        verbose,
+    ));
     text
 }
 
@@ -278,15 +281,17 @@ pub fn sessions(sessions: &[v1::SessionInfo], now: SystemTime) -> String {
     if sessions.is_empty() {
         return "no profiling sessions are open\n".to_owned();
     }
-    let mut text = String::from("session id                 owner      started (age)                  selector\n");
+    let mut text = String::from(
+        "session id                 owner      started (age)                  selector\n",
+    );
     for session in sessions {
         let owner = if session.remote {
             "remote".to_owned()
         } else {
             format!("uid {}", session.owner_uid)
         };
-        let started = UNIX_EPOCH
-            + Duration::from_nanos(u64::try_from(session.start_unix_nanos).unwrap_or(0));
+        let started =
+            UNIX_EPOCH + Duration::from_nanos(u64::try_from(session.start_unix_nanos).unwrap_or(0));
         let age = now.duration_since(started).unwrap_or_default();
         let _ = writeln!(
             text,
@@ -378,7 +383,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\n                  5 done\n"), "{text}");
-        assert!(text.contains("\n                  2 peek requests\n"), "{text}");
+        assert!(
+            text.contains("\n                  2 peek requests\n"),
+            "{text}"
+        );
         assert!(!text.contains("failed"), "{text}");
         let verbose = status(&status_reply(), true, now);
         assert!(verbose.contains("counts_map_full=0"), "{verbose}");
@@ -421,7 +429,9 @@ mod tests {
             now,
         );
         assert!(
-            listed.contains("abc                        uid 65534  1970-01-01T00:00:40Z (1m) --pid 7"),
+            listed.contains(
+                "abc                        uid 65534  1970-01-01T00:00:40Z (1m) --pid 7"
+            ),
             "{listed}"
         );
         assert_eq!(sessions(&[], now), "no profiling sessions are open\n");

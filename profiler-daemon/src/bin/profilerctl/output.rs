@@ -45,7 +45,11 @@ pub fn write_output(bytes: &[u8], output: Option<&Path>) -> Result<()> {
 
 /// Writes a report where asked and its summary to standard error; says
 /// when its window was cut short, and by how much.
-pub fn deliver(reply: v1::ProfileReply, output: Option<&Path>, asked: Option<Duration>) -> Result<()> {
+pub fn deliver(
+    reply: v1::ProfileReply,
+    output: Option<&Path>,
+    asked: Option<Duration>,
+) -> Result<()> {
     write_output(&reply.report, output)?;
     if let Some(summary) = reply.summary {
         eprintln!("{}", format::summary(&summary, output));

@@ -247,7 +247,10 @@ pub async fn top(daemon: &mut Client, top: TopArgs<'_>) -> Result<()> {
         );
     }
     if !(1..=TOP_MAX_FUNCTIONS).contains(&top.limit) {
-        bail!("--limit {} is out of range: 1 to {TOP_MAX_FUNCTIONS}", top.limit);
+        bail!(
+            "--limit {} is out of range: 1 to {TOP_MAX_FUNCTIONS}",
+            top.limit
+        );
     }
     let mut updates = daemon
         .top(v1::TopRequest {

@@ -81,8 +81,7 @@ pub async fn record(
                     ..Default::default()
                 })
                 .await;
-            return Err(err)
-                .with_context(|| format!("cannot run {}", program.to_string_lossy()));
+            return Err(err).with_context(|| format!("cannot run {}", program.to_string_lossy()));
         }
     };
     let waiting = tokio::task::spawn_blocking(move || child.wait());
@@ -108,12 +107,39 @@ pub async fn record(
         })
         .await?
         .into_inner();
+    let sampled = reply
+        .summary
+        .as_ref()
+        .map_or(0, |summary| summary.cpu_nanos);
     output::deliver(reply, report.output.as_deref(), None)?;
     eprintln!(
-        "{} {status}",
-        program.to_string_lossy()
+        "{} {status}; it used {:.2} CPU-seconds (the processes it waited for included), the \
+         profile holds {:.2}",
+        program.to_string_lossy(),
+        children_cpu().as_secs_f64(),
+        sampled as f64 / 1e9
     );
     Ok(exit_code(status))
+}
+
+/// CPU time (user and system) of the children waited for, and of the
+/// descendants they waited for: what the command cost, to set the profile
+/// against.
+fn children_cpu() -> std::time::Duration {
+    // SAFETY: getrusage(2) writes one rusage into the zeroed struct it is
+    // given; a zeroed rusage is a valid value.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) != 0 {
+            return std::time::Duration::ZERO;
+        }
+        usage
+    };
+    let time = |time: libc::timeval| {
+        std::time::Duration::from_secs(time.tv_sec.max(0) as u64)
+            + std::time::Duration::from_micros(time.tv_usec.max(0) as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// The exit code a shell would give for `status`.
