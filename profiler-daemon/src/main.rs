@@ -16,7 +16,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use profilerd::{
-    api::{ApiLimits, DaemonInfo, ProfilerService},
+    api::{ApiLimits, DaemonInfo, ProfilerService, ServiceParts},
     collector::Collector,
     config::{Config, Overrides},
     families::Families,
@@ -112,9 +112,9 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         .take_targets()
         .context("cannot set up the sampling targets")?;
     let families = match sampler.take_families() {
-        Ok((followed, joins)) => {
-            let families = Families::new(Ok(followed));
-            tokio::spawn(families.clone().follow_joins(joins));
+        Ok(maps) => {
+            let families = Families::new(Ok(maps.followed));
+            tokio::spawn(families.clone().follow_joins(maps.joins));
             families
         }
         Err(reason) => Families::new(Err(reason)),
@@ -135,27 +135,27 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     peek::warn_about_protection(&peeker);
     let (reload_store, reload_peeker) = (store.clone(), peeker.clone());
     tokio::spawn(peek::follow_signals(peeker.clone(), peek_signals));
-    let service = ProfilerService::new(
-        collector.handle(),
+    let service = ProfilerService::new(ServiceParts {
+        collector: collector.handle(),
         store,
         peeker,
         families,
-        profilerd::access::AccessPolicy::new(&config.admin_group),
-        ApiLimits {
+        access: profilerd::access::AccessPolicy::new(&config.admin_group),
+        limits: ApiLimits {
             max_sessions: config.max_sessions as usize,
             max_sessions_per_caller: config.max_sessions_per_caller as usize,
             max_streams_per_caller: config.max_streams_per_caller as usize,
             max_response_bytes: config.max_response_bytes.as_u64(),
         },
         targets,
-        DaemonInfo {
+        info: DaemonInfo {
             cpus,
             frequency_hz,
             max_profile_duration: config.max_profile_duration(),
             started,
             peek_signal_off,
         },
-    );
+    });
 
     info!(
         socket = %config.socket.display(),

@@ -145,6 +145,14 @@ pub struct DrainMaps {
     pub stacks: [HashMap<MapData, u64, StackTrace>; 2],
 }
 
+/// The maps of the followed process families.
+pub struct FamilyMaps {
+    /// Followed processes, by pid (the value is the family's root).
+    pub followed: HashMap<MapData, u32, u32>,
+    /// Processes that joined a family, announced by the kernel.
+    pub joins: RingBuf<MapData>,
+}
+
 /// The loaded and attached programs.
 pub struct Sampler {
     ebpf: Ebpf,
@@ -358,15 +366,14 @@ impl Sampler {
     /// Takes the map of followed processes and the ring buffer of those
     /// that join a family; why they cannot be had when forks are not
     /// followed.
-    pub fn take_families(
-        &mut self,
-    ) -> Result<(HashMap<MapData, u32, u32>, RingBuf<MapData>), String> {
+    pub fn take_families(&mut self) -> Result<FamilyMaps, String> {
         if let Some(err) = &self.follow_error {
             return Err(err.clone());
         }
-        let followed = take_map(&mut self.ebpf, names::FOLLOWED).map_err(|err| err.to_string())?;
-        let joins = take_map(&mut self.ebpf, names::FAMILY_JOINS).map_err(|err| err.to_string())?;
-        Ok((followed, joins))
+        Ok(FamilyMaps {
+            followed: take_map(&mut self.ebpf, names::FOLLOWED).map_err(|err| err.to_string())?,
+            joins: take_map(&mut self.ebpf, names::FAMILY_JOINS).map_err(|err| err.to_string())?,
+        })
     }
 
     /// Takes the ring buffer of peek signals.

@@ -393,14 +393,14 @@ impl Symbolizer {
                 self.uncacheable(key, LocationKind::User, name.clone(), offset, function)
             }
             UserAddress::Unmapped { address } => {
-                let address = code_address(*address, returns);
-                let key = LocationKey::Unmapped(address);
-                // No mapping held it: only the address says where it was.
+                // No mapping held it: only the address says where it was
+                // (as it was: stepping back into a call means nothing here).
+                let key = LocationKey::Unmapped(*address);
                 self.uncacheable(
                     key,
                     LocationKind::User,
-                    Arc::from("[unknown]"),
-                    address,
+                    Arc::from("[unmapped]"),
+                    *address,
                     format!("[unmapped] {address:#x}"),
                 )
             }

@@ -215,17 +215,30 @@ impl Drop for CutToken<'_> {
     }
 }
 
+/// What the service is made of.
+pub struct ServiceParts {
+    pub collector: CollectorHandle,
+    pub store: Arc<RwLock<Store>>,
+    pub peeker: Peeker,
+    pub families: Families,
+    pub access: AccessPolicy,
+    pub limits: ApiLimits,
+    pub targets: Targets,
+    pub info: DaemonInfo,
+}
+
 impl ProfilerService {
-    pub fn new(
-        collector: CollectorHandle,
-        store: Arc<RwLock<Store>>,
-        peeker: Peeker,
-        families: Families,
-        access: AccessPolicy,
-        limits: ApiLimits,
-        targets: Targets,
-        info: DaemonInfo,
-    ) -> Self {
+    pub fn new(parts: ServiceParts) -> Self {
+        let ServiceParts {
+            collector,
+            store,
+            peeker,
+            families,
+            access,
+            limits,
+            targets,
+            info,
+        } = parts;
         let holds = crate::read_lock(&store).holds();
         let (stop_switch, stopping) = crate::stopping::flag();
         Self {

@@ -225,9 +225,8 @@ async fn setuid_processes_are_seen_by_root_only() {
             .expect("it starts"),
     );
     // setpriv execs the program: wait for the setuid program to run.
-    let status = || {
-        std::fs::read_to_string(format!("/proc/{}/status", running.pid())).unwrap_or_default()
-    };
+    let status =
+        || std::fs::read_to_string(format!("/proc/{}/status", running.pid())).unwrap_or_default();
     for _ in 0..100 {
         if status().contains("Uid:\t65534\t0\t0") {
             break;

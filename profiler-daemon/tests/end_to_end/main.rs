@@ -8,6 +8,7 @@
 mod access;
 mod api_errors;
 mod cli;
+mod cli_habits;
 mod cross_user;
 mod faults;
 mod foreign_client;
@@ -20,6 +21,7 @@ mod profiles;
 mod reload;
 mod remote;
 mod requirements;
+mod robustness;
 mod service;
 mod sessions;
 mod support;

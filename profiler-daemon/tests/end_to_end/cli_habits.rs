@@ -1,0 +1,345 @@
+//! profilerctl's habits, as perf's and a shell's users expect them: Ctrl-C
+//! ends a profile early and still reports, `record` runs a command and
+//! reports it with its children, binary never goes to a terminal, reports
+//! say what their columns mean and whose stacks they are, and a process the
+//! peek signal kills is reported as such.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use profilerd::proto::v1;
+
+use crate::support::{self, Daemon, User, Workload, error_of, stdout_of};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("split", &[]);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let report = dir.path().join("cut.folded");
+    let mut profilerctl = Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["profile", "--pid", &workload.pid().to_string(), "-d", "8s"])
+        .args(["-f", "folded", "-o"])
+        .arg(&report)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("profilerctl starts");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let interrupted = Instant::now();
+    let pid = rustix::process::Pid::from_raw(profilerctl.id() as i32).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT is sent");
+    let output = tokio::task::spawn_blocking(move || {
+        profilerctl.wait().expect("it exits");
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut profilerctl.stderr.take().expect("piped"), &mut stderr)
+            .expect("its errors");
+        (profilerctl.try_wait(), stderr)
+    })
+    .await
+    .expect("finishes");
+    let (status, stderr) = output;
+    assert!(
+        interrupted.elapsed() < Duration::from_secs(4),
+        "it kept profiling"
+    );
+    assert!(
+        status
+            .expect("waited")
+            .is_some_and(|status| status.success()),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the window was cut short after 2.")
+            && stderr.contains("of the 8s asked for"),
+        "{stderr}"
+    );
+    let stacks = support::folded(&std::fs::read(&report).expect("the report"));
+    let samples = support::total(&stacks);
+    // About 2 s of one busy thread at the tests' frequency.
+    let expected = 2 * u64::from(support::TEST_FREQUENCY_HZ);
+    assert!(
+        samples > expected / 3 && samples < expected * 2,
+        "{samples} samples in about 2 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn record_runs_a_command_and_reports_it_with_its_children() {
+    let daemon = Daemon::start().await;
+    // Something else busy on the machine, which must not be in the report.
+    let _other = Workload::start_as("many_stacks", "record-other", &[]);
+    let alpha = support::build_workload("peek_threads");
+    let split = support::build_workload("split");
+    let script = format!("{} 1 & {} 1; wait", alpha.display(), split.display());
+    let output = support::profilerctl(
+        &daemon.socket,
+        &["record", "-f", "folded", "--", "sh", "-c", &script],
+    )
+    .await;
+    let folded = stdout_of(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let functions: Vec<String> = support::folded(folded.as_bytes())
+        .into_iter()
+        .flat_map(|(frames, _)| frames)
+        .collect();
+    for wanted in ["spin_alpha", "spin_beta", "hot", "cold"] {
+        assert!(
+            functions.iter().any(|f| f == wanted),
+            "{wanted} of a child is missing:\n{folded}\n{stderr}\n{}",
+            daemon.log()
+        );
+    }
+    assert!(
+        !functions
+            .iter()
+            .any(|f| f == "leaf_spin" || f.starts_with("branch_")),
+        "another process is in the report:\n{folded}"
+    );
+    // The command's own CPU time (its children's, by getrusage) against
+    // the profile's: the independent truth of what it cost.
+    let cpu = |line: &str, before: &str| -> f64 {
+        line.split(before)
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|number| number.trim_end_matches(',').parse().ok())
+            .unwrap_or_else(|| panic!("no CPU-seconds in {line:?}"))
+    };
+    let last = stderr
+        .lines()
+        .find(|line| line.starts_with("sh exit status: 0"))
+        .unwrap_or_else(|| panic!("the command's status is said: {stderr}"));
+    let (used, held) = (cpu(last, "it used "), cpu(last, "the profile holds "));
+    assert!(used > 0.3, "{last}");
+    assert!(
+        (held - used).abs() < 0.2 * used,
+        "the profile holds {held} CPU-seconds, the command used {used}: {last}"
+    );
+
+    let failing =
+        support::profilerctl(&daemon.socket, &["record", "--", "sh", "-c", "exit 3"]).await;
+    assert_eq!(
+        failing.status.code(),
+        Some(3),
+        "the command's status is kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn output_goes_where_a_user_expects() {
+    let daemon = Daemon::start().await;
+    let socket = daemon.socket.display().to_string();
+    let workload = Workload::start("split", &[]);
+    let pid = workload.pid().to_string();
+    let profilerctl = env!("CARGO_BIN_EXE_profilerctl");
+
+    // Binary to a terminal is refused before anything is waited for.
+    let started = Instant::now();
+    let terminal = tokio::task::spawn_blocking({
+        let command = format!("{profilerctl} --socket {socket} profile --pid {pid} -d 5s -f pprof");
+        move || {
+            Command::new("script")
+                .args(["-qec", &command, "/dev/null"])
+                .output()
+                .expect("script (util-linux) runs")
+        }
+    })
+    .await
+    .expect("finishes");
+    let printed = String::from_utf8_lossy(&terminal.stdout);
+    assert!(
+        printed.contains("binary") && printed.contains("--output FILE"),
+        "{printed}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "it profiled first"
+    );
+
+    // No colour codes where no person reads them.
+    let flat = support::profilerctl(
+        &daemon.socket,
+        &["profile", "--pid", &pid, "-d", "1s", "-f", "flat"],
+    )
+    .await;
+    assert!(!flat.stdout.contains(&0x1b) && !flat.stderr.contains(&0x1b));
+    assert!(
+        !daemon.log().contains('\x1b'),
+        "colours in the daemon's log file"
+    );
+
+    let version = stdout_of(&support::profilerctl(&daemon.socket, &["--version"]).await);
+    assert!(version.starts_with("profilerctl "), "{version}");
+
+    let peeked = support::profilerctl(&daemon.socket, &["peek", &pid]).await;
+    let said = String::from_utf8_lossy(&peeked.stderr);
+    assert!(said.contains("no signal is sent"), "{said}");
+    assert!(!said.contains("(SIGUSR1)"), "{said}");
+
+    let nothing = error_of(
+        &support::profilerctl(
+            &daemon.socket,
+            &["callers", "no_such_function_here", "--since", "1m"],
+        )
+        .await,
+    );
+    assert!(
+        nothing.contains("no sample of that window has a function named"),
+        "{nothing}"
+    );
+
+    let diff = stdout_of(
+        &support::profilerctl(
+            &daemon.socket,
+            &[
+                "diff",
+                "--base-since",
+                "3s",
+                "--base-until",
+                "1s",
+                "--since",
+                "1s",
+            ],
+        )
+        .await,
+    );
+    let windows: Vec<&str> = diff.lines().take(2).collect();
+    assert!(
+        windows[0].starts_with("base:   ") && windows[0].ends_with(" samples"),
+        "{diff}"
+    );
+    assert!(
+        windows[1].starts_with("target: ") && windows[1].ends_with(" samples"),
+        "{diff}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reports_say_what_they_count_and_whose_stacks_they_are() {
+    let daemon = Daemon::start().await;
+    let first = Workload::start_as("split", "report-first", &[]);
+    let second = Workload::start_as("split", "report-second", &[]);
+    let odd = Workload::start("fake_frames", &[]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let socket = &daemon.socket;
+    let pids = |workloads: &[&Workload]| -> Vec<String> {
+        workloads
+            .iter()
+            .flat_map(|workload| ["--pid".to_owned(), workload.pid().to_string()])
+            .collect()
+    };
+    let profile = |format: &str, workloads: &[&Workload]| {
+        let mut args: Vec<String> = ["profile", "-d", "1s", "-f", format]
+            .map(String::from)
+            .to_vec();
+        args.extend(pids(workloads));
+        args
+    };
+    let run = |args: Vec<String>| async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        stdout_of(&support::profilerctl(socket, &args).await)
+    };
+
+    // Two processes: one section each, by default, naming the process.
+    let tree = run(profile("tree", &[&first, &second])).await;
+    for workload in [&first, &second] {
+        assert!(
+            tree.contains(&format!("Process {} \"report-", workload.pid())),
+            "{tree}"
+        );
+    }
+    assert!(
+        tree.contains("Overhead: samples in the line itself, not in its callees"),
+        "{tree}"
+    );
+    let hot = tree
+        .lines()
+        .find(|line| line.ends_with("; hot"))
+        .unwrap_or_else(|| panic!("{tree}"));
+    assert!(hot.contains('%'), "a share beside the count: {hot}");
+    let flat = run(profile("flat", &[&first])).await;
+    assert!(
+        flat.lines()
+            .next()
+            .is_some_and(|header| header.contains("Count      %  Overhead      %")),
+        "{flat}"
+    );
+    assert!(flat.contains("%: a share of all samples"), "{flat}");
+
+    // Frames that are no code say where they point.
+    let odd = run(profile("tree", &[&odd])).await;
+    assert!(odd.contains("; spin_on_fake_frames"), "{odd}");
+    assert!(
+        odd.contains("(not code)+0x"),
+        "a data address is named by its mapping:\n{odd}"
+    );
+    assert!(
+        odd.contains("[unmapped] 0x10000"),
+        "an unmapped address is shown:\n{odd}"
+    );
+    assert!(!odd.contains("[unknown]:?"), "{odd}");
+
+    // Status: counters a line each, zeros only when asked.
+    let status = stdout_of(&support::profilerctl(socket, &["status"]).await);
+    assert!(
+        status.contains("none yet (--verbose shows every counter)"),
+        "{status}"
+    );
+    let verbose = stdout_of(&support::profilerctl(socket, &["status", "--verbose"]).await);
+    assert!(
+        verbose.contains("\n                  0 failed\n"),
+        "{verbose}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_killed_by_the_peek_signal_is_reported_once() {
+    let daemon = Daemon::start().await;
+    let status = daemon
+        .client()
+        .await
+        .get_status(v1::GetStatusRequest::default())
+        .await
+        .expect("status")
+        .into_inner();
+    if status.peek.unwrap_or_default().protection_active {
+        eprintln!("skipped: this kernel's BPF LSM guard keeps the signal from the process");
+        return;
+    }
+    let nobody = User::nobody(&daemon);
+    let mut doomed = nobody.start("peek_threads", &["--no-handler"]);
+    let pid = doomed.pid();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = nobody
+        .command("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    doomed.wait();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let log = daemon.log();
+    assert_eq!(
+        log.matches(&format!(
+            "process {pid} (peek_threads) was terminated by SIGUSR1: it has no handler for it"
+        ))
+        .count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains(&format!("`profilerctl peek {pid}`")), "{log}");
+    let status = stdout_of(&support::profilerctl(&daemon.socket, &["status"]).await);
+    assert!(
+        status.contains("      1 processes terminated by the peek signal"),
+        "{status}"
+    );
+    for other in ["had exited", "failed", "peek requests"] {
+        assert!(
+            !status.contains(other),
+            "also counted as {other}:\n{status}"
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! Requests no client should send: each is refused with a short error that
+//! says what is wrong, costs the daemon no memory to speak of, and changes
+//! nothing.
+
+use std::{process::Command, time::Duration};
+
+use profilerd::proto::v1;
+use tonic::Code;
+
+use crate::support::{self, Daemon, User, error_of, stdout_of};
+
+/// The daemon's resident and peak resident memory, in KiB.
+fn memory(daemon: &Daemon) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid()))
+        .expect("the daemon's status");
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| value.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in\n{status}"))
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn huge_fields_cost_no_memory_and_errors_quote_a_prefix() {
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    // Let the daemon reach its steady size first.
+    let _ = client.get_status(v1::GetStatusRequest::default()).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (rss_before, peak_before) = memory(&daemon);
+
+    let query = |comm_regex: String| v1::QueryRequest {
+        start_unix_nanos: (std::time::SystemTime::now() - Duration::from_secs(60))
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_nanos() as i64,
+        selector: Some(v1::Selector {
+            comm_regex,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let short = |status: &tonic::Status| {
+        assert!(
+            status.message().len() < 400,
+            "{} bytes of error: {:.400}",
+            status.message().len(),
+            status.message()
+        );
+    };
+    // A 3 MB pattern: more than any request may be.
+    let status = client
+        .query(query("(a|b)*".repeat(500_000)))
+        .await
+        .expect_err("a 3 MB request is refused");
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    assert!(status.message().contains("too large"), "{status:?}");
+    short(&status);
+    // 100 KB of pattern: longer than a pattern may be.
+    let status = client
+        .query(query("(((".repeat(35_000)))
+        .await
+        .expect_err("a 100 KB pattern is refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("at most 1024"), "{status:?}");
+    short(&status);
+    // A short pattern whose program would be huge.
+    let status = client
+        .query(query(r"\w{1000}\w{1000}".to_owned()))
+        .await
+        .expect_err("a pattern too big to compile is refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("simplify it"), "{status:?}");
+    assert!(!status.message().contains('\n'), "{status:?}");
+
+    // Ids of 200 KB: the error quotes a prefix.
+    let long_id = "x".repeat(200_000);
+    let status = client
+        .get_peek(v1::GetPeekRequest {
+            id: long_id.clone(),
+        })
+        .await
+        .expect_err("no such report");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    short(&status);
+    let status = client
+        .stop_profile(v1::StopProfileRequest {
+            session_id: long_id,
+            ..Default::default()
+        })
+        .await
+        .expect_err("no such session");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    short(&status);
+    let status = client
+        .get_peek(v1::GetPeekRequest {
+            id: "y".repeat(1 << 20),
+        })
+        .await
+        .expect_err("a 1 MB request is refused");
+    assert_ne!(status.code(), Code::Internal, "{status:?}");
+    short(&status);
+
+    let (rss_after, peak_after) = memory(&daemon);
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    assert!(
+        peak_after < peak_before + 16 * 1024 && rss_after < rss_before + 16 * 1024,
+        "the requests raised the daemon's memory: RSS {:.0} -> {:.0} MiB, peak {:.0} -> {:.0} MiB",
+        mib(rss_before),
+        mib(rss_after),
+        mib(peak_before),
+        mib(peak_after)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_protobuf_is_an_invalid_argument() {
+    let python = std::env::var("PROFILERD_TEST_PYTHON").expect(
+        "PROFILERD_TEST_PYTHON names a Python with grpcio: run the tests with `cargo xtask test`",
+    );
+    let daemon = Daemon::start().await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/raw_client.py");
+    for method in [
+        "/profilerd.v1.Profiler/GetPeek",
+        "/profilerd.v1.Profiler/Query",
+        "/profilerd.v1.Profiler/Top",
+    ] {
+        let output = Command::new(&python)
+            .arg(script)
+            .arg(&daemon.socket)
+            .arg(method)
+            // Field 1, length-delimited, claiming 127 bytes it does not have.
+            .arg("0a7f41")
+            .output()
+            .expect("python runs");
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            printed.starts_with("INVALID_ARGUMENT "),
+            "{method}: {printed}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(printed.contains("is not a valid"), "{printed}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn absurd_durations_and_pids_are_refused_before_anything_happens() {
+    let daemon = Daemon::start().await;
+    let socket = &daemon.socket;
+
+    let started = std::time::Instant::now();
+    for duration in ["18446744073709552s", "100000000000000000s", "2h"] {
+        let refused = error_of(
+            &support::profilerctl(socket, &["profile", "--pid", "1", "--duration", duration]).await,
+        );
+        assert!(
+            refused.contains("is longer than the longest profile the daemon allows, 1h"),
+            "{duration}: {refused}"
+        );
+    }
+    let refused = error_of(&support::profilerctl(socket, &["profile", "-d", "0s"]).await);
+    assert!(
+        refused.contains("--duration must be at least 1ms"),
+        "{refused}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "it profiled");
+
+    // A pid that does not exist changes nothing (it used to stop all sampling).
+    let refused = error_of(&support::profilerctl(socket, &["targets", "--pid", "4000000"]).await);
+    assert!(
+        refused.contains("no process 4000000 is running") && refused.contains("InvalidArgument"),
+        "{refused}"
+    );
+    let targets = stdout_of(&support::profilerctl(socket, &["targets"]).await);
+    assert_eq!(targets.trim(), "every process");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_pipe_ends_profilerctl_quietly() {
+    let daemon = Daemon::start().await;
+    let workload = support::Workload::start("peek_threads", &[]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut client = daemon.client().await;
+    client
+        .peek(v1::PeekRequest {
+            pid: workload.pid(),
+        })
+        .await
+        .expect("a report is kept");
+    let profilerctl = env!("CARGO_BIN_EXE_profilerctl");
+    for command in ["peeks", "metrics", "status --verbose"] {
+        // `true` exits without reading: profilerctl writes into a closed pipe.
+        let script = format!(
+            "set -o pipefail; {profilerctl} --socket {} {command} | true; echo \"status $?\" >&2",
+            daemon.socket.display()
+        );
+        let output = tokio::task::spawn_blocking(move || {
+            Command::new("bash")
+                .args(["-c", &script])
+                .output()
+                .expect("bash runs")
+        })
+        .await
+        .expect("finishes");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // Killed by SIGPIPE (128 + 13), as `cat` is, or done before `true`
+        // closed the pipe: nothing printed either way.
+        assert!(
+            stderr == "status 141\n" || stderr == "status 0\n",
+            "{command}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn numbers_and_flags_are_checked_in_the_clis_terms() {
+    let daemon = Daemon::start().await;
+    let nobody = User::nobody(&daemon);
+    let socket = &daemon.socket;
+    // Whether the error comes from the daemon (one line) or the parser.
+    let (daemon_error, parse_error) = (true, false);
+    for (args, expected, one_line) in [
+        (
+            vec!["profile", "--pid", "-1", "-d", "1s"],
+            "a process id cannot be negative",
+            parse_error,
+        ),
+        (
+            vec!["query", "--since", "1m", "--mincount", "-5"],
+            "a number of samples cannot be negative",
+            parse_error,
+        ),
+        (
+            vec!["top", "--limit", "-3"],
+            "a number of functions cannot be negative",
+            parse_error,
+        ),
+        (
+            vec!["profile", "-d", "1s", "-f", "nonsense"],
+            "[possible values: tree, flat, folded, pprof, flamegraph, speedscope]",
+            parse_error,
+        ),
+        (
+            vec!["top", "--interval", "10ms"],
+            "--interval 10ms is out of range: 100ms to 1m",
+            daemon_error,
+        ),
+        (
+            vec![
+                "query",
+                "--since",
+                "1m",
+                "--uid",
+                "65534",
+                "--comm-regex",
+                "(unclosed",
+            ],
+            "the regular expression \"(unclosed\" is not valid: unclosed group",
+            daemon_error,
+        ),
+        (
+            vec![
+                "query",
+                "--uid",
+                "65534",
+                "--start",
+                "2026-01-01T00:00:00Z",
+                "--end",
+                "2025-01-01T00:00:00Z",
+            ],
+            "(start 2026-01-01T00:00:00Z, end 2025-01-01T00:00:00Z, now ",
+            daemon_error,
+        ),
+    ] {
+        let refused = error_of(&nobody.profilerctl(socket, &args).await);
+        assert!(refused.contains(expected), "{args:?}: {refused}");
+        if one_line {
+            assert_eq!(refused.trim_end().lines().count(), 1, "one line: {refused}");
+        }
+        assert!(
+            !refused.contains("_ms") && !refused.contains("unix_nanos"),
+            "{args:?} speaks the API's field names: {refused}"
+        );
+    }
+}
