@@ -31,7 +31,7 @@ pub fn follow_forks(ctx: BtfTracePointContext) -> i32 {
     let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
     // The common case, a process nobody follows: one lookup.
     // SAFETY: the value is copied at once, while the entry is live.
-    let Some(&root) = (unsafe { FOLLOWED.get(&parent) }) else {
+    let Some(&root) = (unsafe { FOLLOWED.get(parent) }) else {
         return 0;
     };
     let tgid_offset = global(&crate::signals::TASK_TGID_OFFSET);
@@ -51,7 +51,7 @@ pub fn follow_forks(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let pid = tgid as u32;
-    if FOLLOWED.insert(&pid, &root, 0).is_ok() {
+    if FOLLOWED.insert(pid, root, 0).is_ok() {
         let _ = FAMILY_JOINS.output::<FamilyJoin>(&FamilyJoin { root, pid }, 0);
     }
     0

@@ -74,7 +74,7 @@ pub fn watch_signals(ctx: TracePointContext) -> u32 {
     };
     let target = target as u32;
     pass_on(target, signal as u32, group as u32, result, target_comm);
-    let _ = PEEK_SIGNALLED.insert(&target, &(signal as u32), 0);
+    let _ = PEEK_SIGNALLED.insert(target, signal as u32, 0);
     0
 }
 
@@ -83,10 +83,10 @@ pub fn watch_signals(ctx: TracePointContext) -> u32 {
 #[inline(always)]
 pub(crate) fn on_exit(pid: u32) {
     // SAFETY: the value is copied at once, while the entry is live.
-    let Some(&signal) = (unsafe { PEEK_SIGNALLED.get(&pid) }) else {
+    let Some(&signal) = (unsafe { PEEK_SIGNALLED.get(pid) }) else {
         return;
     };
-    let _ = PEEK_SIGNALLED.remove(&pid);
+    let _ = PEEK_SIGNALLED.remove(pid);
     let (signal_offset, code_offset) =
         (global(&TASK_SIGNAL_OFFSET), global(&GROUP_EXIT_CODE_OFFSET));
     if signal_offset == 0 || code_offset == 0 {
