@@ -65,3 +65,15 @@ pub(crate) fn write_lock<T>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockWri
     lock.write()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn quotes_are_short() {
+        assert_eq!(super::quote("abc"), "\"abc\"");
+        let long = "é".repeat(100);
+        let quoted = super::quote(&long);
+        assert!(quoted.ends_with("… (200 bytes)"), "{quoted}");
+        assert_eq!(quoted.chars().filter(|&c| c == 'é').count(), 64);
+    }
+}

@@ -636,7 +636,9 @@ mod tests {
         table.record(pid).unwrap();
         let record = &table.processes[&pid];
         assert_eq!(record.earlier.len(), 1, "an empty map is not kept");
-        assert_eq!(record.earlier[0].len(), first.len());
+        // Code is mapped as it was (data comes and goes with the test threads).
+        let code = |mappings: &[Mapping]| mappings.iter().filter(|mapping| mapping.code).count();
+        assert_eq!(code(&record.earlier[0]), code(&first));
         table.record(pid).unwrap();
         table.record(pid).unwrap();
         table.record(pid).unwrap();

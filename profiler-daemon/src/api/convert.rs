@@ -497,6 +497,53 @@ mod tests {
     }
 
     #[test]
+    fn selectors_are_bounded_and_their_errors_short() {
+        let refused = |selector: v1::Selector| match selector_of_past(Some(selector)) {
+            Err(ApiError::InvalidArgument(message)) => message,
+            other => panic!("refused, not {other:?}"),
+        };
+        let message = refused(v1::Selector {
+            comm_regex: "(".repeat(5000),
+            ..Default::default()
+        });
+        assert!(message.contains("at most 1024") && message.len() < 300, "{message}");
+        let message = refused(v1::Selector {
+            comm_regex: r"\w{1000}\w{1000}".to_owned(),
+            ..Default::default()
+        });
+        assert!(message.contains("simplify it"), "{message}");
+        let message = refused(v1::Selector {
+            comm_regex: "a(b".to_owned(),
+            ..Default::default()
+        });
+        assert_eq!(message, "the regular expression \"a(b\" is not valid: unclosed group");
+        let message = refused(v1::Selector {
+            pids: vec![1; 2000],
+            ..Default::default()
+        });
+        assert!(message.contains("2000 process ids; at most 1024"), "{message}");
+        let message = refused(v1::Selector {
+            comms: vec!["a_name_longer_than_fifteen".to_owned()],
+            ..Default::default()
+        });
+        assert!(message.contains("at most 15"), "{message}");
+    }
+
+    #[test]
+    fn profile_durations_are_bounded() {
+        let max = Duration::from_secs(3600);
+        assert!(profile_duration(0, max).is_err());
+        assert_eq!(profile_duration(1500, max).unwrap(), Duration::from_millis(1500));
+        let message = profile_duration(u64::MAX, max).unwrap_err().to_string();
+        assert!(message.contains("longest the daemon allows, 1h"), "{message}");
+        assert!(check_id(&"x".repeat(1 << 20), "the session id")
+            .unwrap_err()
+            .to_string()
+            .len()
+            < 200);
+    }
+
+    #[test]
     fn selectors_check_that_ids_exist() {
         let me = std::process::id();
         let ok = selector(Some(v1::Selector {

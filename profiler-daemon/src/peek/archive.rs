@@ -264,3 +264,120 @@ fn read_summary(path: &Path) -> Option<PeekSummary> {
         owner: super::report::parse_owner_line(&text),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    /// A report of `uid`'s process, `bytes` long, triggered at `second`.
+    fn report(second: u64, uid: u32, bytes: usize) -> Arc<PeekReport> {
+        let triggered = UNIX_EPOCH + Duration::from_secs(1_790_000_000 + second);
+        let summary = PeekSummary {
+            id: format!("{second:04}-{uid}"),
+            pid: uid,
+            title: String::new(),
+            triggered,
+            bytes: bytes as u64,
+            owner: Some(Owner {
+                uid,
+                gid: uid,
+                protected: false,
+            }),
+        };
+        Arc::new(PeekReport::from_text(&summary, "x".repeat(bytes)))
+    }
+
+    fn kept_of(archive: &Archive, uid: u32) -> usize {
+        archive
+            .list()
+            .iter()
+            .filter(|summary| summary.owner.is_some_and(|owner| owner.uid == uid))
+            .count()
+    }
+
+    fn archive(max_reports: usize, max_bytes: u64, per_user: usize) -> (tempfile::TempDir, Archive) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let bounds = Bounds {
+            max_reports,
+            max_bytes,
+            max_reports_per_user: per_user,
+        };
+        let archive = Archive::open(&dir.path().join("peeks"), bounds);
+        (dir, archive)
+    }
+
+    #[test]
+    fn a_flood_of_one_user_pushes_out_only_its_own() {
+        let (_dir, mut archive) = archive(10, 1 << 20, 4);
+        archive.keep(report(0, 0, 10));
+        archive.keep(report(1, 0, 10));
+        for second in 2..50 {
+            archive.keep(report(second, 65534, 10));
+        }
+        assert_eq!(kept_of(&archive, 0), 2, "root's reports stay");
+        assert_eq!(kept_of(&archive, 65534), 4, "nobody keeps its share");
+        // Its newest.
+        assert!(archive.list().iter().any(|summary| summary.id == "0049-65534"));
+    }
+
+    #[test]
+    fn when_full_the_biggest_holder_loses_its_oldest() {
+        let (_dir, mut archive) = archive(6, 1 << 20, 6);
+        for second in 0..4 {
+            archive.keep(report(second, 1, 10));
+        }
+        for second in 4..7 {
+            archive.keep(report(second, 2, 10));
+        }
+        assert_eq!((kept_of(&archive, 1), kept_of(&archive, 2)), (3, 3));
+        assert!(!archive.list().iter().any(|summary| summary.id == "0000-1"));
+    }
+
+    #[test]
+    fn bytes_are_shared_too() {
+        // 1000 bytes in all, 10 reports, 2 a user: 200 bytes a user.
+        let (_dir, mut archive) = archive(10, 1000, 2);
+        archive.keep(report(0, 0, 150));
+        archive.keep(report(1, 5, 150));
+        archive.keep(report(2, 5, 150));
+        assert_eq!(kept_of(&archive, 5), 1, "over its 200 bytes");
+        assert_eq!(kept_of(&archive, 0), 1);
+    }
+
+    #[test]
+    fn reports_are_read_back_with_their_owner() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let bounds = Bounds {
+            max_reports: 10,
+            max_bytes: 1 << 20,
+            max_reports_per_user: 10,
+        };
+        let path = dir.path().join("peeks");
+        let owner = Owner {
+            uid: 33,
+            gid: 34,
+            protected: true,
+        };
+        let text = format!(
+            "====\nPeek at process 7 (x)\n{}\nTriggered at ...\n",
+            super::super::report::owner_line(owner)
+        );
+        let mut written = PeekReport::from_text(
+            &PeekSummary {
+                id: "20261121T201512.123Z-7-0".to_owned(),
+                pid: 7,
+                title: String::new(),
+                triggered: UNIX_EPOCH,
+                bytes: 0,
+                owner: Some(owner),
+            },
+            text,
+        );
+        written.id = "20261121T201512.123Z-7-0".to_owned();
+        Archive::open(&path, bounds).keep(Arc::new(written));
+        let reopened = Archive::open(&path, bounds);
+        assert_eq!(reopened.list()[0].owner, Some(owner));
+    }
+}

@@ -891,6 +891,17 @@ mod tests {
     }
 
     #[test]
+    fn each_user_has_its_own_count_a_minute() {
+        let mut minute = PerUserMinute::default();
+        let start = Instant::now();
+        assert!(minute.take(5, 2, start));
+        assert!(minute.take(5, 2, start));
+        assert!(!minute.take(5, 2, start), "a third in the minute");
+        assert!(minute.take(6, 2, start), "another user");
+        assert!(minute.take(5, 2, start + Duration::from_secs(61)), "the next minute");
+    }
+
+    #[test]
     fn signal_names() {
         assert_eq!(signal_name(libc::SIGUSR1 as u32), "SIGUSR1");
         assert!(signal_name(34).starts_with("signal 34"));

@@ -299,7 +299,7 @@ const PROTECTED_NOTE: &str =
 
 /// The header line that says who the process runs as, which
 /// [`parse_owner_line`] reads back from a kept report.
-fn owner_line(owner: Owner) -> String {
+pub(super) fn owner_line(owner: Owner) -> String {
     format!(
         "{OWNER_PREFIX}{}, group {}{}",
         owner.uid,
