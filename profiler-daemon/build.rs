@@ -29,7 +29,7 @@ fn build_protos() -> Result<()> {
         .build_client(true)
         .build_server(true)
         // Undecodable requests are INVALID_ARGUMENT, not INTERNAL.
-        .codec_path("crate::api::codec::ApiCodec")
+        .codec_path("crate::service::grpc::codec::ApiCodec")
         .compile_fds(descriptors)
         .context("generating Rust code from the .proto files")?;
     Ok(())

@@ -36,13 +36,13 @@ use std::{
 use clap::Parser;
 use profiler_common::{COUNTER_COUNT, SampleKind};
 use profilerd::{
-    processes::BinaryKey,
     profile::{
         Format, Frame, GroupBy, Location, LocationKind, ReportOptions, SortedBy, ThreadInfo,
     },
     report,
     store::{Query, SampleAccess, Selector, Store, StoreSettings},
-    symbolize::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
+    symbols::processes::BinaryKey,
+    symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
 };
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 

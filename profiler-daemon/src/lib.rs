@@ -8,32 +8,17 @@
 //! [`profile::Profile`] of any window and served over gRPC ([`api`]). The
 //! [`collector`] runs that pipeline; [`config`] holds the settings.
 
-pub mod access;
-pub mod api;
-mod batch;
-pub mod cgroups;
 pub mod client;
-pub mod collector;
-pub mod config;
-pub mod drain;
-pub mod families;
-pub mod kernel_types;
-pub mod logging;
-pub mod metrics;
+pub mod daemon;
+pub mod kernel;
 pub mod peek;
-pub mod processes;
+pub mod pipeline;
 pub mod profile;
 pub mod proto;
-pub mod reload;
 pub mod report;
-pub mod sampling;
-pub mod serving;
-pub mod sessions;
-pub mod stopping;
+pub mod service;
 pub mod store;
-pub mod symbolize;
-pub mod systemd;
-pub mod targets;
+pub mod symbols;
 
 /// Quotes what a request sent, for an error message: at most 64
 /// characters of it, and its length when it was longer, so that an error

@@ -16,16 +16,17 @@ use std::{
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use profilerd::{
-    api::{ApiLimits, DaemonInfo, ProfilerService, ServiceParts},
-    collector::Collector,
-    config::{Config, Overrides},
-    families::Families,
-    peek::{self, Inbox, PeekSettings, Peeker},
-    reload::{Reloader, SetLogFilter},
-    sampling::{Sampler, SamplerSettings},
-    serving::{self, TcpListener, TlsFiles},
+    daemon::config::{Config, Overrides},
+    daemon::reload::{Reloader, SetLogFilter},
+    daemon::systemd,
+    kernel::families::Families,
+    kernel::sampler::{Sampler, SamplerSettings},
+    peek::{self, PeekSettings, Peeker},
+    pipeline::Collector,
+    pipeline::PeekInbox,
+    service::grpc::{ApiLimits, DaemonInfo, ProfilerService, ServiceParts},
+    service::serving::{self, TcpListener, TlsFiles},
     store::{Store, StoreSettings},
-    systemd,
 };
 use tracing::{error, info};
 
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
     let log_level = config
         .as_ref()
         .map_or("info", |config| config.log_level.as_str());
-    let set_log_filter = profilerd::logging::init(log_level);
+    let set_log_filter = profilerd::daemon::logging::init(log_level);
     let config = match config {
         Ok(config) => config,
         Err(err) => {
@@ -98,7 +99,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     })
     .context("cannot start sampling")?;
     let store = Arc::new(RwLock::new(Store::new(StoreSettings::from_config(&config))));
-    let peek_inbox = Arc::new(Inbox::default());
+    let peek_inbox = Arc::new(PeekInbox::default());
     let collector = Collector::start(
         &mut sampler,
         store.clone(),
@@ -140,7 +141,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         store,
         peeker,
         families,
-        access: profilerd::access::AccessPolicy::new(&config.admin_group),
+        access: profilerd::service::access::AccessPolicy::new(&config.admin_group),
         limits: ApiLimits {
             max_sessions: config.max_sessions as usize,
             max_sessions_per_caller: config.max_sessions_per_caller as usize,
@@ -177,7 +178,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         },
     });
     let service = Arc::new(service);
-    tokio::spawn(profilerd::reload::follow_hangups(Reloader {
+    tokio::spawn(profilerd::daemon::reload::follow_hangups(Reloader {
         path: args.config,
         overrides: args.overrides,
         running: config.clone(),

@@ -19,9 +19,9 @@ use blazesym::{
 };
 use profiler_common::SampleKind;
 use profilerd::{
-    processes::{Binary, NormalizedBatch, NormalizedSample, UserAddress},
     profile::ThreadInfo,
-    symbolize::Symbolizer,
+    symbols::processes::{Binary, NormalizedBatch, NormalizedSample, UserAddress},
+    symbols::symbolizer::Symbolizer,
 };
 
 use crate::{Plan, measure::Spread, report::Table};

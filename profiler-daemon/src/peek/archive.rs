@@ -297,7 +297,11 @@ mod tests {
             .count()
     }
 
-    fn archive(max_reports: usize, max_bytes: u64, per_user: usize) -> (tempfile::TempDir, Archive) {
+    fn archive(
+        max_reports: usize,
+        max_bytes: u64,
+        per_user: usize,
+    ) -> (tempfile::TempDir, Archive) {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let bounds = Bounds {
             max_reports,
@@ -319,7 +323,12 @@ mod tests {
         assert_eq!(kept_of(&archive, 0), 2, "root's reports stay");
         assert_eq!(kept_of(&archive, 65534), 4, "nobody keeps its share");
         // Its newest.
-        assert!(archive.list().iter().any(|summary| summary.id == "0049-65534"));
+        assert!(
+            archive
+                .list()
+                .iter()
+                .any(|summary| summary.id == "0049-65534")
+        );
     }
 
     #[test]

@@ -6,11 +6,10 @@
 //! a global limit), the per-thread sampling they switch on and off, the
 //! reports they make, where those go (log, files, subscribers) and the
 //! peek counters. Samples reach a peek through the normal pipeline (the
-//! collector leaves them in the [`Inbox`]); this module must not drain the
+//! collector leaves them in the [`PeekInbox`]); this module must not drain the
 //! kernel maps nor touch the profile store.
 
 mod archive;
-mod inbox;
 mod report;
 mod snapshot;
 
@@ -32,11 +31,14 @@ use self::{
 };
 pub use self::{
     archive::PeekSummary,
-    inbox::Inbox,
     report::{PeekReport, ThreadReport, TriggerSource},
     snapshot::SnapshotError,
 };
-use crate::{collector::CollectorHandle, lock, sampling::Sampler};
+use crate::{
+    kernel::sampler::Sampler,
+    lock,
+    pipeline::{CollectorHandle, PeekInbox},
+};
 
 /// How peeks run, from the configuration.
 #[derive(Clone, Debug)]
@@ -58,7 +60,7 @@ pub struct PeekSettings {
 
 impl PeekSettings {
     /// The peek settings of a configuration.
-    pub fn from_config(config: &crate::config::Config) -> Self {
+    pub fn from_config(config: &crate::daemon::config::Config) -> Self {
         Self {
             signal: config.peek_signal_number(),
             duration: config.peek_duration,
@@ -95,7 +97,7 @@ impl Allowlist {
                 || process.cgroups.iter().any(|cgroup| {
                     self.cgroups
                         .iter()
-                        .any(|allowed| crate::cgroups::within(cgroup, allowed))
+                        .any(|allowed| crate::kernel::cgroups::within(cgroup, allowed))
                 }))
     }
 }
@@ -238,7 +240,7 @@ struct Inner {
     signal_name: String,
     sampler: Arc<Mutex<Sampler>>,
     threads: Mutex<BpfHashMap<MapData, u32, u32>>,
-    inbox: Arc<Inbox>,
+    inbox: Arc<PeekInbox>,
     collector: CollectorHandle,
     running: Mutex<HashMap<u32, Running>>,
     /// Processes a peek signal is about to end (no handler), until the
@@ -257,7 +259,7 @@ impl Peeker {
         settings: PeekSettings,
         sampler: Arc<Mutex<Sampler>>,
         threads: BpfHashMap<MapData, u32, u32>,
-        inbox: Arc<Inbox>,
+        inbox: Arc<PeekInbox>,
         collector: CollectorHandle,
         protection: Protection,
     ) -> Self {
@@ -421,7 +423,7 @@ impl Peeker {
     /// started too often (then drops the trigger).
     fn start(&self, pid: u32, trigger: Trigger, waiter: Option<Waiter>) {
         let inner = &self.inner;
-        let uid = crate::access::TaskCredentials::read(pid).map(|task| task.uids[0]);
+        let uid = crate::service::access::TaskCredentials::read(pid).map(|task| task.uids[0]);
         {
             let mut running = lock(&inner.running);
             if let Some(peek) = running.get_mut(&pid) {
@@ -898,7 +900,10 @@ mod tests {
         assert!(minute.take(5, 2, start));
         assert!(!minute.take(5, 2, start), "a third in the minute");
         assert!(minute.take(6, 2, start), "another user");
-        assert!(minute.take(5, 2, start + Duration::from_secs(61)), "the next minute");
+        assert!(
+            minute.take(5, 2, start + Duration::from_secs(61)),
+            "the next minute"
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::snapshot::{Disposition, ProcessSnapshot};
 use crate::{
     profile::{GroupBy, Location, Owner, Profile, ReportOptions, Sample, Stacks, ThreadInfo},
     report::{self, ReportError, ThreadSection},
-    symbolize::{LocationKey, SymbolizedSample},
+    symbols::symbolizer::{LocationKey, SymbolizedSample},
 };
 
 /// What started a peek.

@@ -7,7 +7,7 @@ use std::{fs, io};
 
 use procfs::process::Process;
 
-use crate::{access::TaskCredentials, profile::Owner};
+use crate::{profile::Owner, service::access::TaskCredentials};
 
 /// A process as its peek found it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -25,9 +25,9 @@ use tracing::{debug, info};
 pub use self::holds::{WindowHold, WindowHolds};
 use self::tables::{Interner, Renumbering, StackTable};
 use crate::{
-    drain::{CounterDeltas, losses},
+    kernel::drain::{CounterDeltas, losses},
     profile::{LossCause, Owner, Profile, Sample, Stacks, ThreadInfo},
-    symbolize::{LocationKey, SymbolizedBatch, SymbolizedLocation},
+    symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation},
 };
 
 /// Rebuild the intern tables (dropping what no bucket refers to any more)
@@ -95,7 +95,7 @@ impl Selector {
                 || self
                     .cgroups
                     .iter()
-                    .any(|cgroup| crate::cgroups::within(&thread.cgroup, cgroup)))
+                    .any(|cgroup| crate::kernel::cgroups::within(&thread.cgroup, cgroup)))
     }
 }
 
@@ -135,7 +135,7 @@ pub struct Query {
 
 impl StoreSettings {
     /// The store settings of a configuration.
-    pub fn from_config(config: &crate::config::Config) -> Self {
+    pub fn from_config(config: &crate::daemon::config::Config) -> Self {
         Self {
             retention: config.retention,
             resolution: config.resolution,
@@ -747,7 +747,7 @@ mod tests {
     use super::*;
     use crate::{
         profile::{Frame, Location, LocationKind},
-        symbolize::SymbolizedSample,
+        symbols::symbolizer::SymbolizedSample,
     };
 
     fn location(name: &str) -> Arc<SymbolizedLocation> {

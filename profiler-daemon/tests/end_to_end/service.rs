@@ -543,7 +543,7 @@ fn the_daemonset_matches_the_unit() {
             .expect("the mount's volume");
         volume["hostPath"]["path"].as_str().map(str::to_owned)
     };
-    let config = profilerd::config::Config::default();
+    let config = profilerd::daemon::config::Config::default();
     assert_eq!(
         host_path_of(config.socket.parent().unwrap().to_str().unwrap()).as_deref(),
         Some("/run/profilerd"),
@@ -561,7 +561,8 @@ fn the_daemonset_matches_the_unit() {
     let file = kind("ConfigMap")["data"]["profilerd.toml"]
         .as_str()
         .expect("the ConfigMap holds profilerd.toml");
-    let parsed = profilerd::config::Config::parse(file).expect("the ConfigMap's config parses");
+    let parsed =
+        profilerd::daemon::config::Config::parse(file).expect("the ConfigMap's config parses");
     parsed.validate().expect("the ConfigMap's config is valid");
     assert_eq!(parsed.socket, config.socket);
     assert_eq!(parsed.state_dir, config.state_dir);
@@ -572,7 +573,7 @@ fn the_daemonset_matches_the_unit() {
 /// `cargo xtask install` installs.
 #[test]
 fn the_unit_agrees_with_the_configuration() {
-    let config = profilerd::config::Config::default();
+    let config = profilerd::daemon::config::Config::default();
     let state = unit_setting("StateDirectory");
     assert_eq!(
         Path::new("/var/lib").join(&state[0]),

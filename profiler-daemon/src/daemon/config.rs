@@ -738,7 +738,7 @@ mod tests {
 
     #[test]
     fn the_example_file_lists_the_defaults() {
-        let example = include_str!("../../deploy/config.toml");
+        let example = include_str!("../../../deploy/config.toml");
         assert_eq!(Config::parse(example).unwrap(), Config::default());
     }
 
@@ -747,7 +747,7 @@ mod tests {
     /// (`# key = ...`), so the example cannot fall behind a new key.
     #[test]
     fn the_example_file_names_every_key() {
-        let example = include_str!("../../deploy/config.toml");
+        let example = include_str!("../../../deploy/config.toml");
         let named = |key: &str| {
             example.lines().any(|line| {
                 let line = line.trim_start();

@@ -22,10 +22,10 @@ use tonic::{
 use tracing::{info, warn};
 
 use crate::{
-    access::TrustedRemote,
-    api::{ProfilerServer, ProfilerService},
     proto,
-    stopping::Stopping,
+    service::access::TrustedRemote,
+    service::grpc::{ProfilerServer, ProfilerService},
+    service::stopping::Stopping,
 };
 
 /// The largest request accepted: requests are small (the longest fields are
@@ -232,7 +232,9 @@ impl tonic::service::Interceptor for Gate {
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
         if self.stopping.is_stopping() {
-            return Err(tonic::Status::unavailable(crate::stopping::MESSAGE));
+            return Err(tonic::Status::unavailable(
+                crate::service::stopping::MESSAGE,
+            ));
         }
         if self.trusted_remote {
             request.extensions_mut().insert(TrustedRemote);

@@ -25,7 +25,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{collector::PipelineStats, drain, peek::PeekStats, store::StoreStats};
+use crate::{kernel::drain, peek::PeekStats, pipeline::PipelineStats, store::StoreStats};
 
 /// What the metrics are made of, read at one scrape.
 #[derive(Clone, Debug)]

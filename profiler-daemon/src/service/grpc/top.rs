@@ -15,7 +15,7 @@ use tonic::Status;
 
 use super::{ApiError, Sight, convert, limits::StreamSlot};
 use crate::{
-    collector::CollectorHandle,
+    pipeline::CollectorHandle,
     proto::v1,
     report,
     store::{Query, Selector, Store, WindowHolds},
@@ -74,7 +74,7 @@ pub(super) struct TopSources {
     pub store: Arc<RwLock<Store>>,
     pub holds: WindowHolds,
     pub frequency_hz: u32,
-    pub stopping: crate::stopping::Stopping,
+    pub stopping: crate::service::stopping::Stopping,
     /// What the stream's caller may see.
     pub sight: Sight,
 }

@@ -5,12 +5,12 @@ use profiler_common::Counter;
 
 use super::{ApiError, convert::unix_nanos};
 use crate::{
-    access::Caller,
-    collector::PipelineStats,
     peek::{PeekError, PeekReport, PeekSummary, Peeker, TriggerSource},
+    pipeline::PipelineStats,
     profile::Owner,
     proto::v1,
     quote,
+    service::access::Caller,
 };
 
 impl From<PeekError> for ApiError {
@@ -143,7 +143,7 @@ pub(super) async fn forward(
     mut published: tokio::sync::broadcast::Receiver<std::sync::Arc<PeekReport>>,
     caller: Caller,
     reports: tokio::sync::mpsc::Sender<Result<v1::PeekReport, tonic::Status>>,
-    stopping: crate::stopping::Stopping,
+    stopping: crate::service::stopping::Stopping,
     slot: super::limits::StreamSlot,
 ) {
     use tokio::sync::broadcast::error::RecvError;

@@ -11,12 +11,12 @@ use profiler_common::{SampleKind, TASK_COMM_LEN};
 
 use super::{ApiError, MAX_ID_BYTES};
 use crate::{
+    kernel::targets::TargetSet,
     profile::{Format, GroupBy, LossCause, Profile, ReportOptions, SortedBy},
     proto::v1,
     quote,
-    sessions::Session,
+    service::sessions::Session,
     store::{CommPattern, Selector},
-    targets::TargetSet,
 };
 
 /// Deepest `maxdepth` accepted: two stacks of 127 frames, each frame with
@@ -506,7 +506,10 @@ mod tests {
             comm_regex: "(".repeat(5000),
             ..Default::default()
         });
-        assert!(message.contains("at most 1024") && message.len() < 300, "{message}");
+        assert!(
+            message.contains("at most 1024") && message.len() < 300,
+            "{message}"
+        );
         let message = refused(v1::Selector {
             comm_regex: r"\w{1000}\w{1000}".to_owned(),
             ..Default::default()
@@ -516,12 +519,18 @@ mod tests {
             comm_regex: "a(b".to_owned(),
             ..Default::default()
         });
-        assert_eq!(message, "the regular expression \"a(b\" is not valid: unclosed group");
+        assert_eq!(
+            message,
+            "the regular expression \"a(b\" is not valid: unclosed group"
+        );
         let message = refused(v1::Selector {
             pids: vec![1; 2000],
             ..Default::default()
         });
-        assert!(message.contains("2000 process ids; at most 1024"), "{message}");
+        assert!(
+            message.contains("2000 process ids; at most 1024"),
+            "{message}"
+        );
         let message = refused(v1::Selector {
             comms: vec!["a_name_longer_than_fifteen".to_owned()],
             ..Default::default()
@@ -533,14 +542,22 @@ mod tests {
     fn profile_durations_are_bounded() {
         let max = Duration::from_secs(3600);
         assert!(profile_duration(0, max).is_err());
-        assert_eq!(profile_duration(1500, max).unwrap(), Duration::from_millis(1500));
+        assert_eq!(
+            profile_duration(1500, max).unwrap(),
+            Duration::from_millis(1500)
+        );
         let message = profile_duration(u64::MAX, max).unwrap_err().to_string();
-        assert!(message.contains("longest the daemon allows, 1h"), "{message}");
-        assert!(check_id(&"x".repeat(1 << 20), "the session id")
-            .unwrap_err()
-            .to_string()
-            .len()
-            < 200);
+        assert!(
+            message.contains("longest the daemon allows, 1h"),
+            "{message}"
+        );
+        assert!(
+            check_id(&"x".repeat(1 << 20), "the session id")
+                .unwrap_err()
+                .to_string()
+                .len()
+                < 200
+        );
     }
 
     #[test]

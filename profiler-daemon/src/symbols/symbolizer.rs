@@ -23,9 +23,9 @@ use rustc_hash::FxHashMap as HashMap;
 use tracing::{debug, warn};
 
 use crate::{
-    drain::CounterDeltas,
-    processes::{Binary, BinaryKey, NormalizedBatch, UserAddress},
+    kernel::drain::CounterDeltas,
     profile::{Frame, Location, LocationKind, ThreadInfo},
+    symbols::processes::{Binary, BinaryKey, NormalizedBatch, UserAddress},
 };
 
 /// When the location cache grows past this many entries it is emptied

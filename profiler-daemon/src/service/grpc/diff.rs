@@ -5,7 +5,7 @@
 use profiler_common::SampleKind;
 
 use super::{ApiError, ProfilerService, Sight, convert, limits};
-use crate::{access::Caller, profile::ReportOptions, proto::v1, report};
+use crate::{profile::ReportOptions, proto::v1, report, service::access::Caller};
 
 /// Rows of the text table unless the request says otherwise.
 const DEFAULT_LIMIT: usize = 50;

@@ -10,7 +10,7 @@ use std::path::Path;
 use aya::maps::{Array, HashMap, MapData};
 use profiler_common::targets;
 
-use crate::cgroups::{self, cgroup2_root};
+use crate::kernel::cgroups::{self, cgroup2_root};
 
 /// Capacities of the target maps (the sampler sizes them so).
 pub const MAX_PIDS: u32 = 1 << 12;

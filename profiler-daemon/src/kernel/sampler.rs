@@ -20,7 +20,7 @@ use aya::{
 use profiler_common::{Control, SampleKey, SampleValue, StackTrace, names, signal_generate};
 use tracing::{info, warn};
 
-use crate::kernel_types::{BtfError, KernelTypes};
+use crate::kernel::btf::{BtfError, KernelTypes};
 
 /// The eBPF object built by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
@@ -197,8 +197,8 @@ impl Sampler {
         }
         loader.map_max_entries(names::KNOWN_PIDS, 1 << 15);
         loader.map_max_entries(names::PEEK_THREADS, 1 << 14);
-        loader.map_max_entries(names::TARGET_PIDS, crate::targets::MAX_PIDS);
-        loader.map_max_entries(names::TARGET_CGROUPS, crate::targets::MAX_CGROUPS);
+        loader.map_max_entries(names::TARGET_PIDS, crate::kernel::targets::MAX_PIDS);
+        loader.map_max_entries(names::TARGET_CGROUPS, crate::kernel::targets::MAX_CGROUPS);
         loader.override_global(names::PEEK_SIGNAL_NUMBER, &settings.peek_signal, true);
         let types = KernelTypes::read();
         let types = types.as_ref().map_err(BtfError::clone);
@@ -382,8 +382,8 @@ impl Sampler {
     }
 
     /// Takes the maps of the sampling targets.
-    pub fn take_targets(&mut self) -> Result<crate::targets::Targets, SamplingError> {
-        Ok(crate::targets::Targets::new(
+    pub fn take_targets(&mut self) -> Result<crate::kernel::targets::Targets, SamplingError> {
+        Ok(crate::kernel::targets::Targets::new(
             take_map(&mut self.ebpf, names::TARGETS_MODE)?,
             take_map(&mut self.ebpf, names::TARGET_PIDS)?,
             take_map(&mut self.ebpf, names::TARGET_CGROUPS)?,

@@ -31,18 +31,18 @@ use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 
 use crate::{
-    access::{AccessError, AccessPolicy, Caller, Credentials, TrustedRemote, Window},
-    collector::{CollectorError, CollectorHandle},
-    families::{Families, FamilyError},
-    metrics::RpcCounts,
+    kernel::families::{Families, FamilyError},
+    kernel::targets::{Targets, TargetsError},
     peek::Peeker,
+    pipeline::{CollectorError, CollectorHandle},
     profile::{Profile, ReportOptions},
     proto::v1::{self, profiler_server::Profiler},
     quote, report,
-    sessions::{Requester, Session, SessionError, Sessions},
-    stopping::{StopSwitch, Stopping},
+    service::access::{AccessError, AccessPolicy, Caller, Credentials, TrustedRemote, Window},
+    service::metrics::RpcCounts,
+    service::sessions::{Requester, Session, SessionError, Sessions},
+    service::stopping::{StopSwitch, Stopping},
     store::{Query, SampleAccess, Selector, Store, WindowHolds},
-    targets::{Targets, TargetsError},
 };
 
 pub use crate::proto::v1::profiler_server::ProfilerServer;
@@ -66,7 +66,7 @@ pub enum ApiError {
     #[error(transparent)]
     Unavailable(#[from] CollectorError),
     /// The daemon is shutting down.
-    #[error("{}", crate::stopping::MESSAGE)]
+    #[error("{}", crate::service::stopping::MESSAGE)]
     Stopping,
     #[error("{0}")]
     Internal(String),
@@ -240,7 +240,7 @@ impl ProfilerService {
             info,
         } = parts;
         let holds = crate::read_lock(&store).holds();
-        let (stop_switch, stopping) = crate::stopping::flag();
+        let (stop_switch, stopping) = crate::service::stopping::flag();
         Self {
             collector,
             store,
@@ -298,7 +298,7 @@ impl ProfilerService {
 
     /// The self-metrics in the Prometheus text format.
     pub fn metrics(&self) -> String {
-        crate::metrics::render(crate::metrics::Snapshot {
+        crate::service::metrics::render(crate::service::metrics::Snapshot {
             uptime: self.info.started.elapsed(),
             frequency_hz: self.frequency_hz(),
             pipeline: self.collector.stats(),

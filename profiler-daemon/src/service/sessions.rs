@@ -12,7 +12,7 @@ use std::{collections::HashMap, time::SystemTime};
 use profiler_common::SampleKind;
 
 use crate::{
-    api::CallerKey,
+    service::grpc::CallerKey,
     store::{SampleAccess, Selector, WindowHold},
 };
 
@@ -67,7 +67,7 @@ pub struct Session {
     pub kind: SampleKind,
     /// The family of the selected process, when the session follows its
     /// children: its pids replace the selector's at the end.
-    pub family: Option<std::sync::Arc<crate::families::Family>>,
+    pub family: Option<std::sync::Arc<crate::kernel::families::Family>>,
 }
 
 /// Who asks to open or stop a session.

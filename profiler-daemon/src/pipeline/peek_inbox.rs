@@ -11,16 +11,16 @@ use std::sync::{
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::symbolize::SymbolizedSample;
+use crate::symbols::symbolizer::SymbolizedSample;
 
 /// Peek samples by process, for the processes being peeked at.
 #[derive(Debug, Default)]
-pub struct Inbox {
+pub struct PeekInbox {
     open: Mutex<HashMap<u32, Vec<SymbolizedSample>>>,
     stray: AtomicU64,
 }
 
-impl Inbox {
+impl PeekInbox {
     /// Starts collecting the samples of `pid`, dropping any left over.
     pub fn open(&self, pid: u32) {
         self.lock().insert(pid, Vec::new());
@@ -45,7 +45,7 @@ impl Inbox {
         self.stray.fetch_add(dropped, Ordering::Relaxed);
     }
 
-    /// Samples dropped by [`Inbox::deliver`] since start.
+    /// Samples dropped by [`PeekInbox::deliver`] since start.
     pub fn stray_samples(&self) -> u64 {
         self.stray.load(Ordering::Relaxed)
     }

@@ -18,10 +18,10 @@ use std::{
 use tracing::{error, info, warn};
 
 use crate::{
-    api::ProfilerService,
-    config::{Config, LIVE_KEYS, Overrides},
+    daemon::config::{Config, LIVE_KEYS, Overrides},
+    kernel::sampler::Sampler,
     peek::{PeekSettings, Peeker},
-    sampling::Sampler,
+    service::grpc::ProfilerService,
     store::{Store, StoreSettings},
 };
 

@@ -5,7 +5,7 @@
 use profiler_common::Counter;
 
 use super::{ProfilerService, convert, peeks};
-use crate::{access::Caller, drain, proto::v1};
+use crate::{kernel::drain, proto::v1, service::access::Caller};
 
 impl ProfilerService {
     pub(super) fn status(&self, caller: Caller) -> v1::StatusReply {

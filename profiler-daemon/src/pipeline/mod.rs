@@ -22,14 +22,17 @@ use aya::maps::{MapData, RingBuf};
 use profiler_common::{Counter, SampleKind};
 use tracing::{debug, error, warn};
 
+mod peek_inbox;
+
+pub use self::peek_inbox::PeekInbox;
+
 use crate::{
-    drain::{self, CounterDeltas, Drainer},
+    kernel::drain::{self, CounterDeltas, Drainer},
+    kernel::sampler::Sampler,
     lock,
-    peek::Inbox,
-    processes::{NormalizedBatch, ProcessStats, ProcessTable},
-    sampling::Sampler,
     store::Store,
-    symbolize::{Symbolizer, SymbolizerStats},
+    symbols::processes::{NormalizedBatch, ProcessStats, ProcessTable},
+    symbols::symbolizer::{Symbolizer, SymbolizerStats},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +122,7 @@ impl Collector {
     pub fn start(
         sampler: &mut Sampler,
         store: Arc<RwLock<Store>>,
-        peeks: Arc<Inbox>,
+        peeks: Arc<PeekInbox>,
         drain_interval: Duration,
     ) -> Result<Self, CollectorError> {
         let maps = sampler
@@ -279,7 +282,7 @@ fn drain_periodically(
 fn symbolize_into_store(
     jobs: mpsc::Receiver<SymbolizeJob>,
     store: &RwLock<Store>,
-    peeks: &Inbox,
+    peeks: &PeekInbox,
     stats: &Mutex<PipelineStats>,
 ) {
     let mut symbolizer = Symbolizer::new();

@@ -22,7 +22,7 @@ use profiler_common::{SampleKind, sample_flags};
 use tracing::debug;
 
 use crate::{
-    drain::{CounterDeltas, RawBatch},
+    kernel::drain::{CounterDeltas, RawBatch},
     profile::ThreadInfo,
 };
 
@@ -160,7 +160,7 @@ pub struct ProcessTable {
     /// `processes_seen` once each, and when they were last sampled.
     unrecorded: HashMap<u32, Instant>,
     last_collection: Option<Instant>,
-    cgroups: crate::cgroups::CgroupPaths,
+    cgroups: crate::kernel::cgroups::CgroupPaths,
 }
 
 impl ProcessTable {

@@ -11,7 +11,7 @@
 
 use tracing_journald::{Priority, PriorityMappings};
 
-pub use crate::reload::SetLogFilter;
+pub use crate::daemon::reload::SetLogFilter;
 use tracing_subscriber::{EnvFilter, layer::SubscriberExt as _, util::SubscriberInitExt as _};
 
 /// Prefix of the journal fields made from events' fields.
@@ -37,7 +37,7 @@ pub fn init(filter: &str) -> SetLogFilter {
         handle.reload(filter).map_err(|err| err.to_string())
     });
     let registry = tracing_subscriber::registry().with(filter);
-    if !crate::systemd::stderr_is_journal() {
+    if !crate::daemon::systemd::stderr_is_journal() {
         // Colours only for a person at a terminal, not in files.
         let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
         registry

@@ -18,7 +18,7 @@ use aya::maps::{HashMap, MapData, MapError};
 use profiler_common::{COUNTER_COUNT, Control, Counter, SampleKey, SampleKind, sample_flags};
 use tracing::warn;
 
-use crate::{profile::LossCause, sampling::DrainMaps};
+use crate::{kernel::sampler::DrainMaps, profile::LossCause};
 
 /// How long a drain waits after flipping generations. A run of the
 /// sampling program takes microseconds and cannot be preempted, so a run that
@@ -223,7 +223,7 @@ fn take_all<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod>(
 ) -> Vec<(K, V)> {
     let mut entries = Vec::new();
     if *batches {
-        match crate::batch::take_all(map, &mut entries) {
+        match crate::kernel::batch::take_all(map, &mut entries) {
             Ok(()) => return entries,
             Err(err)
                 if entries.is_empty()
