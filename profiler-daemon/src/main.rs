@@ -21,12 +21,12 @@ use profilerd::{
     daemon::systemd,
     kernel::families::Families,
     kernel::sampler::{Sampler, SamplerSettings},
-    peek::{self, PeekSettings, Peeker},
+    peek::{self, Peeker},
     pipeline::Collector,
     pipeline::PeekInbox,
     service::grpc::{ApiLimits, DaemonInfo, ProfilerService, ServiceParts},
     service::serving::{self, TcpListener, TlsFiles},
-    store::{Store, StoreSettings},
+    store::Store,
 };
 use tracing::{error, info};
 
@@ -98,7 +98,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         peek_frequency_hz: config.peek_frequency_hz,
     })
     .context("cannot start sampling")?;
-    let store = Arc::new(RwLock::new(Store::new(StoreSettings::from_config(&config))));
+    let store = Arc::new(RwLock::new(Store::new(config.store_settings())));
     let peek_inbox = Arc::new(PeekInbox::default());
     let collector = Collector::start(
         &mut sampler,
@@ -126,7 +126,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     let peek_signal_off = sampler.signal_watch_error().map(str::to_owned);
     let sampler = Arc::new(Mutex::new(sampler));
     let peeker = Peeker::new(
-        PeekSettings::from_config(&config),
+        config.peek_settings(),
         sampler.clone(),
         peek_threads,
         peek_inbox,

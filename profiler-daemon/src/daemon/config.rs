@@ -12,6 +12,11 @@ use std::{
 use bytesize::ByteSize;
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
 
+use crate::{
+    peek::{Allowlist, PeekSettings},
+    store::StoreSettings,
+};
+
 /// Lowest and highest accepted sampling frequencies.
 pub const FREQUENCY_RANGE_HZ: std::ops::RangeInclusive<u32> = 1..=1000;
 
@@ -456,6 +461,35 @@ impl Config {
             &mut self.peeks_per_user_per_minute,
             peeks_per_user_per_minute,
         );
+    }
+
+    /// The store settings of this configuration.
+    pub fn store_settings(&self) -> StoreSettings {
+        StoreSettings {
+            retention: self.retention,
+            resolution: self.resolution,
+            memory_limit: self.memory_limit.as_u64(),
+        }
+    }
+
+    /// The peek settings of this configuration.
+    pub fn peek_settings(&self) -> PeekSettings {
+        PeekSettings {
+            signal: self.peek_signal_number(),
+            duration: self.peek_duration,
+            frequency_hz: self.peek_frequency_hz,
+            allow: Allowlist {
+                commands: self.peek_allow_commands.clone(),
+                uids: self.peek_allow_uids.clone(),
+                cgroups: self.peek_allow_cgroups.clone(),
+            },
+            max_concurrent: self.max_concurrent_peeks as usize,
+            directory: self.state_dir.join("peeks"),
+            max_reports: self.peeks_kept as usize,
+            max_bytes: self.peeks_max_bytes.as_u64(),
+            max_reports_per_user: self.peeks_kept_per_user as usize,
+            per_user_per_minute: self.peeks_per_user_per_minute,
+        }
     }
 
     /// The peek signal's number; 0 when peeks by signal are off. Valid once

@@ -20,9 +20,9 @@ use tracing::{error, info, warn};
 use crate::{
     daemon::config::{Config, LIVE_KEYS, Overrides},
     kernel::sampler::Sampler,
-    peek::{PeekSettings, Peeker},
+    peek::Peeker,
     service::grpc::ProfilerService,
-    store::{Store, StoreSettings},
+    store::Store,
 };
 
 /// Sets the log filter (`log_level`'s syntax); an error says why not.
@@ -92,8 +92,7 @@ impl Reloader {
         running.retention = new.retention;
         running.resolution = new.resolution;
         running.memory_limit = new.memory_limit;
-        crate::write_lock(&self.store)
-            .set_settings(StoreSettings::from_config(&running), SystemTime::now());
+        crate::write_lock(&self.store).set_settings(running.store_settings(), SystemTime::now());
         running.max_profile_duration = new.max_profile_duration;
         self.service
             .set_live_settings(running.frequency_hz, running.max_profile_duration());
@@ -107,8 +106,7 @@ impl Reloader {
         running.peeks_max_bytes = new.peeks_max_bytes;
         running.peeks_kept_per_user = new.peeks_kept_per_user;
         running.peeks_per_user_per_minute = new.peeks_per_user_per_minute;
-        self.peeker
-            .set_settings(PeekSettings::from_config(&running));
+        self.peeker.set_settings(running.peek_settings());
         if changed("log_level") {
             match (self.set_log_filter)(&new.log_level) {
                 Ok(()) => running.log_level = new.log_level.clone(),

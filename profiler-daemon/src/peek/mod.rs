@@ -58,28 +58,6 @@ pub struct PeekSettings {
     pub per_user_per_minute: u32,
 }
 
-impl PeekSettings {
-    /// The peek settings of a configuration.
-    pub fn from_config(config: &crate::daemon::config::Config) -> Self {
-        Self {
-            signal: config.peek_signal_number(),
-            duration: config.peek_duration,
-            frequency_hz: config.peek_frequency_hz,
-            allow: Allowlist {
-                commands: config.peek_allow_commands.clone(),
-                uids: config.peek_allow_uids.clone(),
-                cgroups: config.peek_allow_cgroups.clone(),
-            },
-            max_concurrent: config.max_concurrent_peeks as usize,
-            directory: config.state_dir.join("peeks"),
-            max_reports: config.peeks_kept as usize,
-            max_bytes: config.peeks_max_bytes.as_u64(),
-            max_reports_per_user: config.peeks_kept_per_user as usize,
-            per_user_per_minute: config.peeks_per_user_per_minute,
-        }
-    }
-}
-
 /// Which processes a signal may peek at; an empty list does not restrict.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Allowlist {

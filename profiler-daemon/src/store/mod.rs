@@ -9,6 +9,8 @@
 
 mod aggregate;
 mod holds;
+mod query;
+mod retention;
 mod tables;
 
 use std::{
@@ -18,25 +20,19 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use profiler_common::{COUNTER_COUNT, SampleKind};
+use profiler_common::SampleKind;
 use rustc_hash::FxHashMap as HashMap;
-use tracing::{debug, info};
 
-pub use self::holds::{WindowHold, WindowHolds};
-use self::tables::{Interner, Renumbering, StackTable};
+use self::tables::{Interner, StackTable};
+pub use self::{
+    holds::{WindowHold, WindowHolds},
+    query::{CommPattern, Query, SampleAccess, Selector},
+};
 use crate::{
-    kernel::drain::{CounterDeltas, losses},
-    profile::{LossCause, Owner, Profile, Sample, Stacks, ThreadInfo},
+    kernel::drain::CounterDeltas,
+    profile::ThreadInfo,
     symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation},
 };
-
-/// Rebuild the intern tables (dropping what no bucket refers to any more)
-/// at most this often, unless memory is short.
-const COMPACTION_INTERVAL: Duration = Duration::from_secs(60);
-
-/// At the memory ceiling, the oldest buckets are merged into buckets of up
-/// to this many times the resolution before any are dropped.
-const MAX_COARSENING: u32 = 6;
 
 /// How the store keeps its history.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,100 +44,6 @@ pub struct StoreSettings {
     pub resolution: Duration,
     /// Hard ceiling on the bytes the store holds.
     pub memory_limit: u64,
-}
-
-/// Which samples a query covers; empty lists do not restrict, different
-/// kinds must all match, values within one list are alternatives.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Selector {
-    pub pids: Vec<u32>,
-    pub tids: Vec<u32>,
-    /// Exact process or thread names.
-    pub comms: Vec<String>,
-    /// A regular expression a process or thread name must match.
-    pub comm_pattern: Option<CommPattern>,
-    /// Real user ids.
-    pub uids: Vec<u32>,
-    /// Cgroup (v2) paths; each selects its descendants too.
-    pub cgroups: Vec<String>,
-}
-
-/// A compiled regular expression over command names.
-#[derive(Clone, Debug)]
-pub struct CommPattern(pub regex::Regex);
-
-impl PartialEq for CommPattern {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.as_str() == other.0.as_str()
-    }
-}
-
-impl Eq for CommPattern {}
-
-impl Selector {
-    pub fn matches(&self, thread: &ThreadInfo) -> bool {
-        (self.pids.is_empty() || self.pids.contains(&thread.pid))
-            && (self.tids.is_empty() || self.tids.contains(&thread.tid))
-            && (self.comms.is_empty()
-                || self
-                    .comms
-                    .iter()
-                    .any(|comm| **comm == *thread.process_name || **comm == *thread.thread_name))
-            && self.comm_pattern.as_ref().is_none_or(|pattern| {
-                pattern.0.is_match(&thread.process_name) || pattern.0.is_match(&thread.thread_name)
-            })
-            && (self.uids.is_empty() || self.uids.contains(&thread.uid))
-            && (self.cgroups.is_empty()
-                || self
-                    .cgroups
-                    .iter()
-                    .any(|cgroup| crate::kernel::cgroups::within(&thread.cgroup, cgroup)))
-    }
-}
-
-/// Whose samples a query may return: the asker's rights, checked on every
-/// sample by the credentials the kernel recorded with it (not by who owns
-/// its process id now, which may be another process by then).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SampleAccess {
-    /// Every sample (root and the admin group).
-    All,
-    /// Only samples of tasks that ran as this user and group and that the
-    /// kernel would have let them trace (not protected).
-    Owner { uid: u32, gid: u32 },
-}
-
-impl SampleAccess {
-    pub fn admits(self, owner: Owner) -> bool {
-        match self {
-            SampleAccess::All => true,
-            SampleAccess::Owner { uid, gid } => {
-                owner.uid == uid && owner.gid == gid && !owner.protected
-            }
-        }
-    }
-}
-
-/// A request for the samples of a window.
-#[derive(Clone, Debug)]
-pub struct Query {
-    pub start: SystemTime,
-    pub end: SystemTime,
-    pub selector: Selector,
-    pub access: SampleAccess,
-    pub kind: SampleKind,
-    pub frequency_hz: u32,
-}
-
-impl StoreSettings {
-    /// The store settings of a configuration.
-    pub fn from_config(config: &crate::daemon::config::Config) -> Self {
-        Self {
-            retention: config.retention,
-            resolution: config.resolution,
-            memory_limit: config.memory_limit.as_u64(),
-        }
-    }
 }
 
 /// What the store holds, for the status report.
@@ -333,51 +235,6 @@ impl Store {
         self.enforce_ceiling();
     }
 
-    /// Merges the buckets of each resolution span (aligned on the epoch; a
-    /// bucket belongs to the span its middle falls in) once a later bucket
-    /// shows the span complete, unless an open window still holds it.
-    fn coarsen_complete_spans(&mut self) {
-        let resolution = self.settings.resolution.as_nanos().max(1);
-        let span_of = |bucket: &Bucket| {
-            bucket
-                .middle()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos()
-                / resolution
-        };
-        let held_from = self.holds.oldest();
-        let mut first = self
-            .buckets
-            .partition_point(|bucket| bucket.end <= self.coarsened_until);
-        while first < self.buckets.len() {
-            let span = span_of(&self.buckets[first]);
-            let Some(next) =
-                (first..self.buckets.len()).find(|&index| span_of(&self.buckets[index]) != span)
-            else {
-                // The span is still being filled.
-                return;
-            };
-            if held_from.is_some_and(|held| self.buckets[next - 1].end > held) {
-                return;
-            }
-            if next - first > 1 {
-                self.merge_buckets(first, next);
-            }
-            self.coarsened_until = self.buckets[first].end;
-            first += 1;
-        }
-    }
-
-    /// Replaces the buckets `first..end` by one.
-    fn merge_buckets(&mut self, first: usize, end: usize) {
-        let parts: Vec<Bucket> = self.buckets.drain(first..end).collect();
-        self.bucket_bytes -= parts.iter().map(Bucket::bytes).sum::<usize>();
-        let merged = Bucket::merge(parts);
-        self.bucket_bytes += merged.bytes();
-        self.buckets.insert(first, merged);
-    }
-
     fn intern_thread(&mut self, thread: ThreadInfo) -> u32 {
         self.threads.intern(thread.clone(), || thread)
     }
@@ -391,152 +248,6 @@ impl Store {
             })
             .collect();
         self.stacks.intern(&ids)
-    }
-
-    /// Drops buckets that ended before the retention window.
-    fn expire(&mut self, now: SystemTime) {
-        let Some(horizon) = now.checked_sub(self.settings.retention) else {
-            return;
-        };
-        while self
-            .buckets
-            .front()
-            .is_some_and(|bucket| bucket.end < horizon)
-        {
-            self.pop_oldest();
-        }
-        while self
-            .evictions
-            .front()
-            .is_some_and(|eviction| eviction.end < horizon)
-        {
-            self.evictions.pop_front();
-        }
-        if now
-            .duration_since(self.last_compaction)
-            .is_ok_and(|since| since >= COMPACTION_INTERVAL)
-        {
-            self.compact(now);
-        }
-    }
-
-    /// Keeps the store under the ceiling: first by compacting the tables,
-    /// then by coarsening the oldest buckets, then by dropping them (counted,
-    /// never silently).
-    fn enforce_ceiling(&mut self) {
-        if self.memory_bytes() <= self.settings.memory_limit {
-            return;
-        }
-        self.compact(SystemTime::now());
-        self.coarsen_for_memory();
-        while self.memory_bytes() > self.settings.memory_limit && self.buckets.len() > 1 {
-            let bucket = self.pop_oldest();
-            self.buckets_evicted_for_memory += 1;
-            self.evictions.push_back(Eviction {
-                start: bucket.start,
-                end: bucket.end,
-                samples: bucket.samples(),
-            });
-            if self.buckets_evicted_for_memory.is_power_of_two() {
-                info!(
-                    evicted = self.buckets_evicted_for_memory,
-                    limit = self.settings.memory_limit,
-                    "the profile store is at its memory ceiling; dropping the oldest samples \
-                     before their retention ends (raise memory_limit to keep them)"
-                );
-            }
-            if self.buckets.len().is_multiple_of(16) {
-                self.compact(SystemTime::now());
-            }
-        }
-    }
-
-    /// Merges neighbouring buckets of the older half of the store, oldest
-    /// first, into buckets of up to [`MAX_COARSENING`] times the resolution,
-    /// until the store is under its ceiling. Held buckets are left alone.
-    fn coarsen_for_memory(&mut self) {
-        let longest = self.settings.resolution * MAX_COARSENING;
-        let held_from = self.holds.oldest();
-        // The tables do not shrink by merging buckets: measured once.
-        let tables = self.table_bytes();
-        let over = |store: &Self| store.bucket_part_bytes() + tables > store.settings.memory_limit;
-        let mut first = 0;
-        while over(self) && first + 1 < self.buckets.len() / 2 {
-            let (older, newer) = (&self.buckets[first], &self.buckets[first + 1]);
-            let span = newer.end.duration_since(older.start).unwrap_or_default();
-            if span > longest || held_from.is_some_and(|held| newer.end > held) {
-                first += 1;
-                continue;
-            }
-            self.merge_buckets(first, first + 2);
-            self.buckets_coarsened_for_memory += 1;
-            self.coarsened_until = self.coarsened_until.max(self.buckets[first].end);
-            if self.buckets_coarsened_for_memory.is_power_of_two() {
-                info!(
-                    coarsened = self.buckets_coarsened_for_memory,
-                    limit = self.settings.memory_limit,
-                    "the profile store is at its memory ceiling; merging its oldest buckets \
-                     into coarser ones (raise memory_limit to keep the resolution)"
-                );
-            }
-        }
-    }
-
-    fn pop_oldest(&mut self) -> Bucket {
-        let bucket = self
-            .buckets
-            .pop_front()
-            .expect("callers check that a bucket exists");
-        self.bucket_bytes -= bucket.bytes();
-        bucket
-    }
-
-    /// Rebuilds the intern tables with only what buckets still refer to.
-    fn compact(&mut self, now: SystemTime) {
-        self.last_compaction = now;
-        let old_threads = std::mem::take(&mut self.threads);
-        let old_locations = std::mem::take(&mut self.locations);
-        let old_stacks = std::mem::take(&mut self.stacks);
-        let before = old_stacks.len();
-        let mut thread_map: HashMap<u32, u32> = HashMap::default();
-        let mut stack_map: HashMap<u32, u32> = HashMap::default();
-        let mut buckets = std::mem::take(&mut self.buckets);
-        for bucket in &mut buckets {
-            for samples in bucket.cpu.iter_mut() {
-                samples.thread = *thread_map
-                    .entry(samples.thread)
-                    .or_insert_with(|| self.intern_thread(old_threads.get(samples.thread).clone()));
-                samples.stack = *stack_map.entry(samples.stack).or_insert_with(|| {
-                    let ids: Vec<u32> = old_stacks
-                        .get(samples.stack)
-                        .iter()
-                        .map(|&id| {
-                            let location = old_locations.get(id);
-                            self.locations
-                                .intern(location.key.clone(), || location.clone())
-                        })
-                        .collect();
-                    self.stacks.intern(&ids)
-                });
-            }
-            // Renumbered: sorted again.
-            sort_cpu_samples(&mut bucket.cpu);
-        }
-        self.buckets = buckets;
-        debug!(
-            stacks_before = before,
-            stacks_after = self.stacks.len(),
-            "compacted the profile store"
-        );
-    }
-
-    /// Changes retention, resolution and ceiling (configuration reload):
-    /// what the new ones no longer allow goes at once; buckets already
-    /// merged stay as they are.
-    pub fn set_settings(&mut self, settings: StoreSettings, now: SystemTime) {
-        self.settings = settings;
-        self.expire(now);
-        self.enforce_ceiling();
     }
 
     /// The holds of the windows still open, which keep the buckets they
@@ -591,144 +302,6 @@ impl Store {
             buckets_coarsened_for_memory: self.buckets_coarsened_for_memory,
         }
     }
-
-    /// The samples of the buckets inside `query`'s window that match its
-    /// selector, as a self-contained profile.
-    pub fn profile(&self, query: &Query) -> Profile {
-        let thread_matches: Vec<bool> = self
-            .threads
-            .values()
-            .iter()
-            .map(|thread| query.access.admits(thread.owner()) && query.selector.matches(thread))
-            .collect();
-        let mut counters = [0_u64; COUNTER_COUNT as usize];
-        let mut covered: Option<(SystemTime, SystemTime)> = None;
-        let buckets: Vec<&Bucket> = self.buckets_in(query.start, query.end).collect();
-        for bucket in &buckets {
-            covered = Some(covered.map_or((bucket.start, bucket.end), |(start, end)| {
-                (start.min(bucket.start), end.max(bucket.end))
-            }));
-            for (total, delta) in counters.iter_mut().zip(bucket.counters) {
-                *total += delta;
-            }
-        }
-
-        // At most one sample per entry: reserved, never grown and copied.
-        let capacity = match query.kind {
-            SampleKind::CpuClock => buckets.iter().map(|bucket| bucket.cpu.len()).sum(),
-            SampleKind::Peek | SampleKind::PeekInstant => 0,
-        };
-        // The report states the window its buckets really cover.
-        let (start, end) = covered.unwrap_or((query.start, query.end));
-        let mut profile = Profile {
-            start,
-            end,
-            frequency_hz: query.frequency_hz,
-            period_ns: 1_000_000_000 / u64::from(query.frequency_hz.max(1)),
-            threads: Vec::new(),
-            locations: Vec::new(),
-            stacks: Stacks::default(),
-            samples: Vec::with_capacity(capacity),
-            lost: losses(&counters).filter(|&(_, count)| count > 0).collect(),
-            warnings: Vec::new(),
-        };
-        // Samples refer to the store's stacks until the stacks they use are
-        // copied, then in the store's order: reading its stacks front to
-        // back costs a fraction of reading them in the samples' order.
-        let mut threads = Renumbering::new(self.threads.values().len());
-        let mut used = vec![false; self.stacks.len()];
-        let mut add = |total: aggregate::Total| {
-            let thread = threads.get_or_add(total.thread, || {
-                profile.threads.push(self.threads.get(total.thread).clone());
-                profile.threads.len() - 1
-            });
-            used[total.stack as usize] = true;
-            profile.samples.push(Sample {
-                thread,
-                stack: total.stack,
-                count: total.count,
-                weight_ns: total.weight_ns,
-            });
-        };
-        match query.kind {
-            SampleKind::CpuClock => {
-                aggregate::cpu_totals(&buckets, |thread| thread_matches[thread as usize], &mut add)
-            }
-            // Peeks keep their own samples (see `peek`); none are here.
-            SampleKind::Peek | SampleKind::PeekInstant => {}
-        }
-        let mut stacks = Renumbering::new(self.stacks.len());
-        let mut locations = Renumbering::new(self.locations.values().len());
-        // Store ids are 32-bit.
-        let used: Vec<u32> = (0..)
-            .zip(&used)
-            .filter_map(|(stack, &used)| used.then_some(stack))
-            .collect();
-        let frames = used.iter().map(|&stack| self.stacks.get(stack).len()).sum();
-        profile.stacks = Stacks::with_capacity(used.len(), frames);
-        for stack in used {
-            stacks.get_or_add(stack, || {
-                let ids = self.stacks.get(stack).iter().map(|&location| {
-                    locations.get_or_add(location, || {
-                        profile
-                            .locations
-                            .push(self.locations.get(location).location.clone());
-                        profile.locations.len() - 1
-                    })
-                });
-                profile.stacks.push(ids) as usize
-            });
-        }
-        for sample in &mut profile.samples {
-            sample.stack = stacks.get(sample.stack);
-        }
-        self.add_coverage_warnings(query, &mut profile);
-        profile
-    }
-
-    /// The buckets whose middle falls inside the window: a window cut at
-    /// bucket boundaries (as Profile and sessions cut them) gets exactly its
-    /// buckets, any other window the nearest whole buckets.
-    fn buckets_in(&self, start: SystemTime, end: SystemTime) -> impl Iterator<Item = &Bucket> {
-        self.buckets.iter().filter(move |bucket| {
-            let middle = bucket.middle();
-            start <= middle && middle <= end
-        })
-    }
-
-    /// Says plainly when part of the window is not in the store.
-    fn add_coverage_warnings(&self, query: &Query, profile: &mut Profile) {
-        if let Some(oldest) = self.oldest()
-            && query.start < oldest
-        {
-            let missing = humantime::format_duration(round_to_millis(
-                oldest.duration_since(query.start).unwrap_or_default(),
-            ));
-            let nothing_dropped = self.first_sample.is_some_and(|first| first >= oldest);
-            profile.warnings.push(if nothing_dropped {
-                format!(
-                    "the first {missing} of the window are from before the daemon started \
-                     sampling; the report covers the rest"
-                )
-            } else {
-                format!(
-                    "the first {missing} of the window are no longer held (retention {}, memory \
-                     ceiling {}); the report covers the rest",
-                    humantime::format_duration(self.settings.retention),
-                    bytesize::ByteSize::b(self.settings.memory_limit)
-                )
-            });
-        }
-        let evicted: u64 = self
-            .evictions
-            .iter()
-            .filter(|eviction| eviction.end > query.start && eviction.start < query.end)
-            .map(|eviction| eviction.samples)
-            .sum();
-        if evicted > 0 {
-            profile.lost.push((LossCause::MemoryCeiling, evicted));
-        }
-    }
 }
 
 /// Sorts a bucket's entries by (thread, stack), as queries read them.
@@ -736,17 +309,15 @@ fn sort_cpu_samples(cpu: &mut [CpuSamples]) {
     cpu.sort_unstable_by_key(|samples| (samples.thread, samples.stack));
 }
 
-fn round_to_millis(duration: Duration) -> Duration {
-    Duration::from_millis(duration.as_millis() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::UNIX_EPOCH;
 
-    use super::*;
+    use profiler_common::COUNTER_COUNT;
+
+    use super::{retention::MAX_COARSENING, *};
     use crate::{
-        profile::{Frame, Location, LocationKind},
+        profile::{Frame, Location, LocationKind, LossCause, Profile},
         symbols::symbolizer::SymbolizedSample,
     };
 

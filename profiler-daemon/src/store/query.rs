@@ -1,0 +1,239 @@
+//! Reading the store: which samples a query selects (by selector and by
+//! the asker's access), and the self-contained profile of a window.
+
+use std::time::{Duration, SystemTime};
+
+use profiler_common::{COUNTER_COUNT, SampleKind};
+
+use super::{Bucket, Store, aggregate, tables::Renumbering};
+use crate::{
+    kernel::drain::losses,
+    profile::{LossCause, Owner, Profile, Sample, Stacks, ThreadInfo},
+};
+
+/// Which samples a query covers; empty lists do not restrict, different
+/// kinds must all match, values within one list are alternatives.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selector {
+    pub pids: Vec<u32>,
+    pub tids: Vec<u32>,
+    /// Exact process or thread names.
+    pub comms: Vec<String>,
+    /// A regular expression a process or thread name must match.
+    pub comm_pattern: Option<CommPattern>,
+    /// Real user ids.
+    pub uids: Vec<u32>,
+    /// Cgroup (v2) paths; each selects its descendants too.
+    pub cgroups: Vec<String>,
+}
+
+/// A compiled regular expression over command names.
+#[derive(Clone, Debug)]
+pub struct CommPattern(pub regex::Regex);
+
+impl PartialEq for CommPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Eq for CommPattern {}
+
+impl Selector {
+    pub fn matches(&self, thread: &ThreadInfo) -> bool {
+        (self.pids.is_empty() || self.pids.contains(&thread.pid))
+            && (self.tids.is_empty() || self.tids.contains(&thread.tid))
+            && (self.comms.is_empty()
+                || self
+                    .comms
+                    .iter()
+                    .any(|comm| **comm == *thread.process_name || **comm == *thread.thread_name))
+            && self.comm_pattern.as_ref().is_none_or(|pattern| {
+                pattern.0.is_match(&thread.process_name) || pattern.0.is_match(&thread.thread_name)
+            })
+            && (self.uids.is_empty() || self.uids.contains(&thread.uid))
+            && (self.cgroups.is_empty()
+                || self
+                    .cgroups
+                    .iter()
+                    .any(|cgroup| crate::kernel::cgroups::within(&thread.cgroup, cgroup)))
+    }
+}
+
+/// Whose samples a query may return: the asker's rights, checked on every
+/// sample by the credentials the kernel recorded with it (not by who owns
+/// its process id now, which may be another process by then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleAccess {
+    /// Every sample (root and the admin group).
+    All,
+    /// Only samples of tasks that ran as this user and group and that the
+    /// kernel would have let them trace (not protected).
+    Owner { uid: u32, gid: u32 },
+}
+
+impl SampleAccess {
+    pub fn admits(self, owner: Owner) -> bool {
+        match self {
+            SampleAccess::All => true,
+            SampleAccess::Owner { uid, gid } => {
+                owner.uid == uid && owner.gid == gid && !owner.protected
+            }
+        }
+    }
+}
+
+/// A request for the samples of a window.
+#[derive(Clone, Debug)]
+pub struct Query {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub selector: Selector,
+    pub access: SampleAccess,
+    pub kind: SampleKind,
+    pub frequency_hz: u32,
+}
+
+impl Store {
+    /// The samples of the buckets inside `query`'s window that match its
+    /// selector, as a self-contained profile.
+    pub fn profile(&self, query: &Query) -> Profile {
+        let thread_matches: Vec<bool> = self
+            .threads
+            .values()
+            .iter()
+            .map(|thread| query.access.admits(thread.owner()) && query.selector.matches(thread))
+            .collect();
+        let mut counters = [0_u64; COUNTER_COUNT as usize];
+        let mut covered: Option<(SystemTime, SystemTime)> = None;
+        let buckets: Vec<&Bucket> = self.buckets_in(query.start, query.end).collect();
+        for bucket in &buckets {
+            covered = Some(covered.map_or((bucket.start, bucket.end), |(start, end)| {
+                (start.min(bucket.start), end.max(bucket.end))
+            }));
+            for (total, delta) in counters.iter_mut().zip(bucket.counters) {
+                *total += delta;
+            }
+        }
+
+        // At most one sample per entry: reserved, never grown and copied.
+        let capacity = match query.kind {
+            SampleKind::CpuClock => buckets.iter().map(|bucket| bucket.cpu.len()).sum(),
+            SampleKind::Peek | SampleKind::PeekInstant => 0,
+        };
+        // The report states the window its buckets really cover.
+        let (start, end) = covered.unwrap_or((query.start, query.end));
+        let mut profile = Profile {
+            start,
+            end,
+            frequency_hz: query.frequency_hz,
+            period_ns: 1_000_000_000 / u64::from(query.frequency_hz.max(1)),
+            threads: Vec::new(),
+            locations: Vec::new(),
+            stacks: Stacks::default(),
+            samples: Vec::with_capacity(capacity),
+            lost: losses(&counters).filter(|&(_, count)| count > 0).collect(),
+            warnings: Vec::new(),
+        };
+        // Samples refer to the store's stacks until the stacks they use are
+        // copied, then in the store's order: reading its stacks front to
+        // back costs a fraction of reading them in the samples' order.
+        let mut threads = Renumbering::new(self.threads.values().len());
+        let mut used = vec![false; self.stacks.len()];
+        let mut add = |total: aggregate::Total| {
+            let thread = threads.get_or_add(total.thread, || {
+                profile.threads.push(self.threads.get(total.thread).clone());
+                profile.threads.len() - 1
+            });
+            used[total.stack as usize] = true;
+            profile.samples.push(Sample {
+                thread,
+                stack: total.stack,
+                count: total.count,
+                weight_ns: total.weight_ns,
+            });
+        };
+        match query.kind {
+            SampleKind::CpuClock => {
+                aggregate::cpu_totals(&buckets, |thread| thread_matches[thread as usize], &mut add)
+            }
+            // Peeks keep their own samples (see `peek`); none are here.
+            SampleKind::Peek | SampleKind::PeekInstant => {}
+        }
+        let mut stacks = Renumbering::new(self.stacks.len());
+        let mut locations = Renumbering::new(self.locations.values().len());
+        // Store ids are 32-bit.
+        let used: Vec<u32> = (0..)
+            .zip(&used)
+            .filter_map(|(stack, &used)| used.then_some(stack))
+            .collect();
+        let frames = used.iter().map(|&stack| self.stacks.get(stack).len()).sum();
+        profile.stacks = Stacks::with_capacity(used.len(), frames);
+        for stack in used {
+            stacks.get_or_add(stack, || {
+                let ids = self.stacks.get(stack).iter().map(|&location| {
+                    locations.get_or_add(location, || {
+                        profile
+                            .locations
+                            .push(self.locations.get(location).location.clone());
+                        profile.locations.len() - 1
+                    })
+                });
+                profile.stacks.push(ids) as usize
+            });
+        }
+        for sample in &mut profile.samples {
+            sample.stack = stacks.get(sample.stack);
+        }
+        self.add_coverage_warnings(query, &mut profile);
+        profile
+    }
+
+    /// The buckets whose middle falls inside the window: a window cut at
+    /// bucket boundaries (as Profile and sessions cut them) gets exactly its
+    /// buckets, any other window the nearest whole buckets.
+    fn buckets_in(&self, start: SystemTime, end: SystemTime) -> impl Iterator<Item = &Bucket> {
+        self.buckets.iter().filter(move |bucket| {
+            let middle = bucket.middle();
+            start <= middle && middle <= end
+        })
+    }
+
+    /// Says plainly when part of the window is not in the store.
+    fn add_coverage_warnings(&self, query: &Query, profile: &mut Profile) {
+        if let Some(oldest) = self.oldest()
+            && query.start < oldest
+        {
+            let missing = humantime::format_duration(round_to_millis(
+                oldest.duration_since(query.start).unwrap_or_default(),
+            ));
+            let nothing_dropped = self.first_sample.is_some_and(|first| first >= oldest);
+            profile.warnings.push(if nothing_dropped {
+                format!(
+                    "the first {missing} of the window are from before the daemon started \
+                     sampling; the report covers the rest"
+                )
+            } else {
+                format!(
+                    "the first {missing} of the window are no longer held (retention {}, memory \
+                     ceiling {}); the report covers the rest",
+                    humantime::format_duration(self.settings.retention),
+                    bytesize::ByteSize::b(self.settings.memory_limit)
+                )
+            });
+        }
+        let evicted: u64 = self
+            .evictions
+            .iter()
+            .filter(|eviction| eviction.end > query.start && eviction.start < query.end)
+            .map(|eviction| eviction.samples)
+            .sum();
+        if evicted > 0 {
+            profile.lost.push((LossCause::MemoryCeiling, evicted));
+        }
+    }
+}
+
+fn round_to_millis(duration: Duration) -> Duration {
+    Duration::from_millis(duration.as_millis() as u64)
+}

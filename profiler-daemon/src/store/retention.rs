@@ -1,0 +1,213 @@
+//! Keeping the store within its settings as it fills: merging past buckets
+//! at the resolution, expiring those older than the retention, and at the
+//! memory ceiling compacting the tables, coarsening the oldest buckets and
+//! then dropping them (counted, and said in the reports of their windows).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tracing::{debug, info};
+
+use rustc_hash::FxHashMap as HashMap;
+
+use super::{Bucket, Eviction, Store, StoreSettings, sort_cpu_samples};
+
+/// Rebuild the intern tables (dropping what no bucket refers to any more)
+/// at most this often, unless memory is short.
+const COMPACTION_INTERVAL: Duration = Duration::from_secs(60);
+
+/// At the memory ceiling, the oldest buckets are merged into buckets of up
+/// to this many times the resolution before any are dropped.
+pub(super) const MAX_COARSENING: u32 = 6;
+
+impl Store {
+    /// Merges the buckets of each resolution span (aligned on the epoch; a
+    /// bucket belongs to the span its middle falls in) once a later bucket
+    /// shows the span complete, unless an open window still holds it.
+    pub(super) fn coarsen_complete_spans(&mut self) {
+        let resolution = self.settings.resolution.as_nanos().max(1);
+        let span_of = |bucket: &Bucket| {
+            bucket
+                .middle()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+                / resolution
+        };
+        let held_from = self.holds.oldest();
+        let mut first = self
+            .buckets
+            .partition_point(|bucket| bucket.end <= self.coarsened_until);
+        while first < self.buckets.len() {
+            let span = span_of(&self.buckets[first]);
+            let Some(next) =
+                (first..self.buckets.len()).find(|&index| span_of(&self.buckets[index]) != span)
+            else {
+                // The span is still being filled.
+                return;
+            };
+            if held_from.is_some_and(|held| self.buckets[next - 1].end > held) {
+                return;
+            }
+            if next - first > 1 {
+                self.merge_buckets(first, next);
+            }
+            self.coarsened_until = self.buckets[first].end;
+            first += 1;
+        }
+    }
+
+    /// Replaces the buckets `first..end` by one.
+    pub(super) fn merge_buckets(&mut self, first: usize, end: usize) {
+        let parts: Vec<Bucket> = self.buckets.drain(first..end).collect();
+        self.bucket_bytes -= parts.iter().map(Bucket::bytes).sum::<usize>();
+        let merged = Bucket::merge(parts);
+        self.bucket_bytes += merged.bytes();
+        self.buckets.insert(first, merged);
+    }
+
+    /// Drops buckets that ended before the retention window.
+    pub(super) fn expire(&mut self, now: SystemTime) {
+        let Some(horizon) = now.checked_sub(self.settings.retention) else {
+            return;
+        };
+        while self
+            .buckets
+            .front()
+            .is_some_and(|bucket| bucket.end < horizon)
+        {
+            self.pop_oldest();
+        }
+        while self
+            .evictions
+            .front()
+            .is_some_and(|eviction| eviction.end < horizon)
+        {
+            self.evictions.pop_front();
+        }
+        if now
+            .duration_since(self.last_compaction)
+            .is_ok_and(|since| since >= COMPACTION_INTERVAL)
+        {
+            self.compact(now);
+        }
+    }
+
+    /// Keeps the store under the ceiling: first by compacting the tables,
+    /// then by coarsening the oldest buckets, then by dropping them (counted,
+    /// never silently).
+    pub(super) fn enforce_ceiling(&mut self) {
+        if self.memory_bytes() <= self.settings.memory_limit {
+            return;
+        }
+        self.compact(SystemTime::now());
+        self.coarsen_for_memory();
+        while self.memory_bytes() > self.settings.memory_limit && self.buckets.len() > 1 {
+            let bucket = self.pop_oldest();
+            self.buckets_evicted_for_memory += 1;
+            self.evictions.push_back(Eviction {
+                start: bucket.start,
+                end: bucket.end,
+                samples: bucket.samples(),
+            });
+            if self.buckets_evicted_for_memory.is_power_of_two() {
+                info!(
+                    evicted = self.buckets_evicted_for_memory,
+                    limit = self.settings.memory_limit,
+                    "the profile store is at its memory ceiling; dropping the oldest samples \
+                     before their retention ends (raise memory_limit to keep them)"
+                );
+            }
+            if self.buckets.len().is_multiple_of(16) {
+                self.compact(SystemTime::now());
+            }
+        }
+    }
+
+    /// Merges neighbouring buckets of the older half of the store, oldest
+    /// first, into buckets of up to [`MAX_COARSENING`] times the resolution,
+    /// until the store is under its ceiling. Held buckets are left alone.
+    pub(super) fn coarsen_for_memory(&mut self) {
+        let longest = self.settings.resolution * MAX_COARSENING;
+        let held_from = self.holds.oldest();
+        // The tables do not shrink by merging buckets: measured once.
+        let tables = self.table_bytes();
+        let over = |store: &Self| store.bucket_part_bytes() + tables > store.settings.memory_limit;
+        let mut first = 0;
+        while over(self) && first + 1 < self.buckets.len() / 2 {
+            let (older, newer) = (&self.buckets[first], &self.buckets[first + 1]);
+            let span = newer.end.duration_since(older.start).unwrap_or_default();
+            if span > longest || held_from.is_some_and(|held| newer.end > held) {
+                first += 1;
+                continue;
+            }
+            self.merge_buckets(first, first + 2);
+            self.buckets_coarsened_for_memory += 1;
+            self.coarsened_until = self.coarsened_until.max(self.buckets[first].end);
+            if self.buckets_coarsened_for_memory.is_power_of_two() {
+                info!(
+                    coarsened = self.buckets_coarsened_for_memory,
+                    limit = self.settings.memory_limit,
+                    "the profile store is at its memory ceiling; merging its oldest buckets \
+                     into coarser ones (raise memory_limit to keep the resolution)"
+                );
+            }
+        }
+    }
+
+    pub(super) fn pop_oldest(&mut self) -> Bucket {
+        let bucket = self
+            .buckets
+            .pop_front()
+            .expect("callers check that a bucket exists");
+        self.bucket_bytes -= bucket.bytes();
+        bucket
+    }
+
+    /// Rebuilds the intern tables with only what buckets still refer to.
+    pub(super) fn compact(&mut self, now: SystemTime) {
+        self.last_compaction = now;
+        let old_threads = std::mem::take(&mut self.threads);
+        let old_locations = std::mem::take(&mut self.locations);
+        let old_stacks = std::mem::take(&mut self.stacks);
+        let before = old_stacks.len();
+        let mut thread_map: HashMap<u32, u32> = HashMap::default();
+        let mut stack_map: HashMap<u32, u32> = HashMap::default();
+        let mut buckets = std::mem::take(&mut self.buckets);
+        for bucket in &mut buckets {
+            for samples in bucket.cpu.iter_mut() {
+                samples.thread = *thread_map
+                    .entry(samples.thread)
+                    .or_insert_with(|| self.intern_thread(old_threads.get(samples.thread).clone()));
+                samples.stack = *stack_map.entry(samples.stack).or_insert_with(|| {
+                    let ids: Vec<u32> = old_stacks
+                        .get(samples.stack)
+                        .iter()
+                        .map(|&id| {
+                            let location = old_locations.get(id);
+                            self.locations
+                                .intern(location.key.clone(), || location.clone())
+                        })
+                        .collect();
+                    self.stacks.intern(&ids)
+                });
+            }
+            // Renumbered: sorted again.
+            sort_cpu_samples(&mut bucket.cpu);
+        }
+        self.buckets = buckets;
+        debug!(
+            stacks_before = before,
+            stacks_after = self.stacks.len(),
+            "compacted the profile store"
+        );
+    }
+
+    /// Changes retention, resolution and ceiling (configuration reload):
+    /// what the new ones no longer allow goes at once; buckets already
+    /// merged stay as they are.
+    pub fn set_settings(&mut self, settings: StoreSettings, now: SystemTime) {
+        self.settings = settings;
+        self.expire(now);
+        self.enforce_ceiling();
+    }
+}
