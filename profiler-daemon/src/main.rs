@@ -22,10 +22,10 @@ use profilerd::{
     kernel::families::Families,
     kernel::sampler::{Sampler, SamplerSettings},
     peek::{self, Peeker},
-    pipeline::Collector,
     pipeline::PeekInbox,
-    service::grpc::{ApiLimits, DaemonInfo, ProfilerService, ServiceParts},
+    pipeline::Pipeline,
     service::serving::{self, TcpListener, TlsFiles},
+    service::{DaemonInfo, Service, ServiceParts, limits::ServiceLimits},
     store::Store,
 };
 use tracing::{error, info};
@@ -100,7 +100,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     .context("cannot start sampling")?;
     let store = Arc::new(RwLock::new(Store::new(config.store_settings())));
     let peek_inbox = Arc::new(PeekInbox::default());
-    let collector = Collector::start(
+    let pipeline = Pipeline::start(
         &mut sampler,
         store.clone(),
         peek_inbox.clone(),
@@ -130,19 +130,19 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         sampler.clone(),
         peek_threads,
         peek_inbox,
-        collector.handle(),
+        pipeline.handle(),
         protection,
     );
     peek::warn_about_protection(&peeker);
     let (reload_store, reload_peeker) = (store.clone(), peeker.clone());
     tokio::spawn(peek::follow_signals(peeker.clone(), peek_signals));
-    let service = ProfilerService::new(ServiceParts {
-        collector: collector.handle(),
+    let service = Service::new(ServiceParts {
+        pipeline: pipeline.handle(),
         store,
         peeker,
         families,
         access: profilerd::service::access::AccessPolicy::new(&config.admin_group),
-        limits: ApiLimits {
+        limits: ServiceLimits {
             max_sessions: config.max_sessions as usize,
             max_sessions_per_caller: config.max_sessions_per_caller as usize,
             max_streams_per_caller: config.max_streams_per_caller as usize,
@@ -209,7 +209,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         until_shutdown,
     )
     .await;
-    drop(collector);
+    drop(pipeline);
     drop(sampler);
     served.context("the gRPC server failed")?;
     info!("profilerd stopped");

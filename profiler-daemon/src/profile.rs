@@ -310,6 +310,20 @@ pub enum Format {
     Speedscope,
 }
 
+impl Format {
+    /// The format's name, as the CLI and the API spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Tree => "tree",
+            Format::Flat => "flat",
+            Format::Folded => "folded",
+            Format::Pprof => "pprof",
+            Format::Flamegraph => "flamegraph",
+            Format::Speedscope => "speedscope",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortedBy {
     FileFuncLine,

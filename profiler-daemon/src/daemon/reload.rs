@@ -21,7 +21,7 @@ use crate::{
     daemon::config::{Config, LIVE_KEYS, Overrides},
     kernel::sampler::Sampler,
     peek::Peeker,
-    service::grpc::ProfilerService,
+    service::Service,
     store::Store,
 };
 
@@ -37,7 +37,7 @@ pub struct Reloader {
     pub sampler: Arc<Mutex<Sampler>>,
     pub store: Arc<RwLock<Store>>,
     pub peeker: Peeker,
-    pub service: Arc<ProfilerService>,
+    pub service: Arc<Service>,
     pub set_log_filter: SetLogFilter,
 }
 

@@ -6,7 +6,7 @@
 //! a global limit), the per-thread sampling they switch on and off, the
 //! reports they make, where those go (log, files, subscribers) and the
 //! peek counters. Samples reach a peek through the normal pipeline (the
-//! collector leaves them in the [`PeekInbox`]); this module must not drain the
+//! pipeline leaves them in the [`PeekInbox`]); this module must not drain the
 //! kernel maps nor touch the profile store.
 
 mod archive;
@@ -37,7 +37,7 @@ pub use self::{
 use crate::{
     kernel::sampler::Sampler,
     lock,
-    pipeline::{CollectorHandle, PeekInbox},
+    pipeline::{PeekInbox, PipelineHandle},
 };
 
 /// How peeks run, from the configuration.
@@ -219,7 +219,7 @@ struct Inner {
     sampler: Arc<Mutex<Sampler>>,
     threads: Mutex<BpfHashMap<MapData, u32, u32>>,
     inbox: Arc<PeekInbox>,
-    collector: CollectorHandle,
+    pipeline: PipelineHandle,
     running: Mutex<HashMap<u32, Running>>,
     /// Processes a peek signal is about to end (no handler), until the
     /// kernel says it did.
@@ -238,7 +238,7 @@ impl Peeker {
         sampler: Arc<Mutex<Sampler>>,
         threads: BpfHashMap<MapData, u32, u32>,
         inbox: Arc<PeekInbox>,
-        collector: CollectorHandle,
+        pipeline: PipelineHandle,
         protection: Protection,
     ) -> Self {
         let archive = Archive::open(&settings.directory, bounds(&settings));
@@ -250,7 +250,7 @@ impl Peeker {
                 sampler,
                 threads: Mutex::new(threads),
                 inbox,
-                collector,
+                pipeline,
                 running: Mutex::new(HashMap::default()),
                 doomed: Mutex::new(HashMap::default()),
                 per_user: Mutex::new(PerUser::default()),
@@ -520,7 +520,7 @@ impl Peeker {
         };
         let duration = clock.elapsed();
         // Everything sampled before now is in the inbox once this returns.
-        let cut = inner.collector.close_window().await;
+        let cut = inner.pipeline.close_window().await;
         let samples = inner.inbox.close(pid);
         self.forget_threads(&snapshot);
         outcome?;

@@ -36,7 +36,7 @@ use crate::{
 };
 
 #[derive(Debug, thiserror::Error)]
-pub enum CollectorError {
+pub enum PipelineError {
     #[error("cannot set up the kernel maps for draining: {0}")]
     Maps(String),
     #[error("cannot start the {0} thread: {1}")]
@@ -78,31 +78,31 @@ struct SymbolizeJob {
 
 /// Cheap to clone; used by the API to cut windows and read statistics.
 #[derive(Clone)]
-pub struct CollectorHandle {
+pub struct PipelineHandle {
     requests: mpsc::Sender<DrainRequest>,
     stats: Arc<Mutex<PipelineStats>>,
 }
 
-impl CollectorHandle {
+impl PipelineHandle {
     /// Opens a window: drains the kernel maps now and resolves to the instant
     /// of the cut. Samples taken after it land in later buckets.
-    pub async fn open_window(&self) -> Result<SystemTime, CollectorError> {
+    pub async fn open_window(&self) -> Result<SystemTime, PipelineError> {
         self.cut(false).await
     }
 
     /// Closes a window: drains the kernel maps now and resolves to the
     /// instant of the cut once every sample taken before it is in the store,
     /// so a window between two cuts holds exactly the samples taken in it.
-    pub async fn close_window(&self) -> Result<SystemTime, CollectorError> {
+    pub async fn close_window(&self) -> Result<SystemTime, PipelineError> {
         self.cut(true).await
     }
 
-    async fn cut(&self, stored: bool) -> Result<SystemTime, CollectorError> {
+    async fn cut(&self, stored: bool) -> Result<SystemTime, PipelineError> {
         let (done, finished) = tokio::sync::oneshot::channel();
         self.requests
             .send(DrainRequest { stored, done })
-            .map_err(|_| CollectorError::Stopped)?;
-        finished.await.map_err(|_| CollectorError::Stopped)
+            .map_err(|_| PipelineError::Stopped)?;
+        finished.await.map_err(|_| PipelineError::Stopped)
     }
 
     pub fn stats(&self) -> PipelineStats {
@@ -111,27 +111,27 @@ impl CollectorHandle {
 }
 
 /// The running pipeline. Dropping it stops its threads.
-pub struct Collector {
-    handle: CollectorHandle,
+pub struct Pipeline {
+    handle: PipelineHandle,
     stopping: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
 
-impl Collector {
+impl Pipeline {
     /// Takes the sampler's maps and starts the pipeline threads.
     pub fn start(
         sampler: &mut Sampler,
         store: Arc<RwLock<Store>>,
         peeks: Arc<PeekInbox>,
         drain_interval: Duration,
-    ) -> Result<Self, CollectorError> {
+    ) -> Result<Self, PipelineError> {
         let maps = sampler
             .take_drain_maps()
-            .map_err(|err| CollectorError::Maps(err.to_string()))?;
+            .map_err(|err| PipelineError::Maps(err.to_string()))?;
         let announcements = sampler
             .take_process_announcements()
-            .map_err(|err| CollectorError::Maps(err.to_string()))?;
-        let drainer = Drainer::new(maps).map_err(|err| CollectorError::Maps(err.to_string()))?;
+            .map_err(|err| PipelineError::Maps(err.to_string()))?;
+        let drainer = Drainer::new(maps).map_err(|err| PipelineError::Maps(err.to_string()))?;
 
         let stopping = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(PipelineStats::default()));
@@ -146,7 +146,7 @@ impl Collector {
             std::thread::Builder::new()
                 .name(format!("profilerd-{name}"))
                 .spawn(body)
-                .map_err(|err| CollectorError::Thread(name, err))
+                .map_err(|err| PipelineError::Thread(name, err))
         };
         let mut threads = Vec::new();
         threads.push(spawn("watch", {
@@ -173,18 +173,18 @@ impl Collector {
         })?);
 
         Ok(Self {
-            handle: CollectorHandle { requests, stats },
+            handle: PipelineHandle { requests, stats },
             stopping,
             threads,
         })
     }
 
-    pub fn handle(&self) -> CollectorHandle {
+    pub fn handle(&self) -> PipelineHandle {
         self.handle.clone()
     }
 }
 
-impl Drop for Collector {
+impl Drop for Pipeline {
     fn drop(&mut self) {
         self.stopping.store(true, Ordering::Relaxed);
         for thread in self.threads.drain(..) {

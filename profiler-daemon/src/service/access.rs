@@ -68,6 +68,28 @@ impl Caller {
     }
 }
 
+/// Who a caller is for the per-caller bounds (sessions, streams): its uid
+/// on the socket, or [`CallerKey::Remote`] for the TCP listener's clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CallerKey {
+    User(u32),
+    Remote,
+}
+
+/// Who asks: what it may see, and who it is for the per-caller bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asker {
+    pub caller: Caller,
+    pub key: CallerKey,
+}
+
+impl Asker {
+    /// Root or the admin group.
+    pub fn privileged(self) -> bool {
+        self.caller.sees_everything()
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AccessError {
     #[error(

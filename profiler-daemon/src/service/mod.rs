@@ -1,14 +1,212 @@
-//! The service the daemon offers, whatever the protocol: who may ask and
-//! what they may see (`access`), open sessions (`sessions`), stopping
-//! (`stopping`), self-metrics (`metrics`), and the listeners (`serving`)
-//! with the gRPC API (`grpc`) on them.
+//! The service the daemon offers, whatever the protocol: profiles of
+//! windows to come (`windows`: Profile and sessions) and past (Query,
+//! Callers, `diff`), the live `top`, `peeks`, and the daemon's `status` and
+//! targets, each authorized by `access` and validated by `selection`, on
+//! domain types. The gRPC API (`grpc`) is a thin shim over it, as the HTTP
+//! listener and the exporters will be; `serving` runs the listeners.
 //!
-//! This layer answers requests from the store, the peeker and the
-//! pipeline's window cuts; it must not touch the kernel's maps itself.
+//! This layer owns the open sessions (`sessions`), the running profiles'
+//! cut tokens, the per-caller bounds (`limits`), stopping (`stopping`) and
+//! the self-metrics (`metrics`). It reads the store, the peeker and the
+//! pipeline's window cuts; it must not touch the kernel's maps itself (the
+//! targets and families it changes own theirs).
 
 pub mod access;
+mod diff;
+pub mod error;
 pub mod grpc;
+pub mod limits;
 pub mod metrics;
+mod peeks;
+pub mod reports;
+pub mod selection;
 pub mod serving;
 pub mod sessions;
+mod status;
 pub mod stopping;
+mod top;
+mod windows;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicU32, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use tokio::sync::Notify;
+
+use self::{
+    access::{AccessPolicy, CallerKey},
+    limits::{ServiceLimits, StreamSlots},
+    metrics::RpcCounts,
+    sessions::Sessions,
+    stopping::{StopSwitch, Stopping},
+};
+pub use self::{
+    diff::{DiffDrawing, DiffResult, DiffSpec},
+    error::ServiceError,
+    status::{DaemonStatus, PeekTrigger},
+    top::{TopSpec, TopUpdate},
+    windows::{CallersResult, PastWindow, ProfileSpec, StartedSession},
+};
+use crate::{
+    kernel::{families::Families, targets::Targets},
+    peek::Peeker,
+    pipeline::PipelineHandle,
+    store::{Store, WindowHolds},
+};
+
+/// What the service reports about the daemon itself.
+#[derive(Clone, Debug)]
+pub struct DaemonInfo {
+    pub cpus: Vec<u32>,
+    pub frequency_hz: u32,
+    pub max_profile_duration: Duration,
+    pub started: Instant,
+    /// Why peeks by signal are off, when they are.
+    pub peek_signal_off: Option<String>,
+}
+
+/// What the service is made of.
+pub struct ServiceParts {
+    pub pipeline: PipelineHandle,
+    pub store: Arc<RwLock<Store>>,
+    pub peeker: Peeker,
+    pub families: Families,
+    pub access: AccessPolicy,
+    pub limits: ServiceLimits,
+    pub targets: Targets,
+    pub info: DaemonInfo,
+}
+
+/// Running profiles that can be cut short, by caller and token.
+type CutTokens = Mutex<HashMap<(CallerKey, String), Arc<Notify>>>;
+
+/// The service.
+pub struct Service {
+    pipeline: PipelineHandle,
+    store: Arc<RwLock<Store>>,
+    /// Keeps the store's buckets as drained while a window is open.
+    holds: WindowHolds,
+    stop_switch: StopSwitch,
+    stopping: Stopping,
+    /// Requests answered, by method and code, for the metrics.
+    rpc_counts: RpcCounts,
+    /// What a configuration reload changes: the sampling frequency and the
+    /// longest profile (ms).
+    frequency_hz: AtomicU32,
+    max_profile_duration_ms: AtomicU64,
+    sessions: Mutex<Sessions>,
+    cuts: CutTokens,
+    peeker: Peeker,
+    families: Families,
+    access: AccessPolicy,
+    limits: ServiceLimits,
+    streams: StreamSlots,
+    targets: Mutex<Targets>,
+    info: DaemonInfo,
+}
+
+impl Service {
+    pub fn new(parts: ServiceParts) -> Self {
+        let ServiceParts {
+            pipeline,
+            store,
+            peeker,
+            families,
+            access,
+            limits,
+            targets,
+            info,
+        } = parts;
+        let holds = crate::read_lock(&store).holds();
+        let (stop_switch, stopping) = stopping::flag();
+        Self {
+            pipeline,
+            store,
+            holds,
+            stop_switch,
+            stopping,
+            rpc_counts: RpcCounts::default(),
+            frequency_hz: AtomicU32::new(info.frequency_hz),
+            max_profile_duration_ms: AtomicU64::new(info.max_profile_duration.as_millis() as u64),
+            sessions: Mutex::new(Sessions::new(
+                limits.max_sessions,
+                limits.max_sessions_per_caller,
+            )),
+            cuts: Mutex::new(HashMap::new()),
+            peeker,
+            families,
+            access,
+            limits,
+            streams: StreamSlots::default(),
+            targets: Mutex::new(targets),
+            info,
+        }
+    }
+
+    /// Ends the requests that wait (Profile, Top, WatchPeeks) with an error
+    /// that says the daemon is stopping, and refuses new ones; returns the
+    /// number of open sessions, which are discarded.
+    pub fn stop(&self) -> usize {
+        self.stop_switch.stop();
+        self.sessions().len()
+    }
+
+    /// The flag [`Service::stop`] raises.
+    pub fn stopping(&self) -> Stopping {
+        self.stopping.clone()
+    }
+
+    /// The access rules (for the listeners, which learn who asks).
+    pub fn access(&self) -> &AccessPolicy {
+        &self.access
+    }
+
+    /// The sampling frequency now (a reload may change it).
+    fn frequency_hz(&self) -> u32 {
+        self.frequency_hz.load(Ordering::Relaxed)
+    }
+
+    fn max_profile_duration(&self) -> Duration {
+        Duration::from_millis(self.max_profile_duration_ms.load(Ordering::Relaxed))
+    }
+
+    /// Applies a configuration reload's sampling frequency and longest
+    /// profile to the requests that come from now on.
+    pub fn set_live_settings(&self, frequency_hz: u32, max_profile_duration: Duration) {
+        self.frequency_hz.store(frequency_hz, Ordering::Relaxed);
+        self.max_profile_duration_ms
+            .store(max_profile_duration.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The counts of the requests answered, which the listeners fill.
+    pub fn rpc_counts(&self) -> RpcCounts {
+        self.rpc_counts.clone()
+    }
+
+    /// The self-metrics in the Prometheus text format.
+    pub fn metrics(&self) -> String {
+        metrics::render(metrics::Snapshot {
+            uptime: self.info.started.elapsed(),
+            frequency_hz: self.frequency_hz(),
+            pipeline: self.pipeline.stats(),
+            store: self.store_stats(),
+            peeks: self.peeker.stats(),
+            peeks_running: self.peeker.running(),
+            sessions_open: self.sessions().len(),
+            rpcs: self.rpc_counts.snapshot(),
+        })
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        crate::lock(&self.sessions)
+    }
+
+    fn store_stats(&self) -> crate::store::StoreStats {
+        crate::read_lock(&self.store).stats()
+    }
+}

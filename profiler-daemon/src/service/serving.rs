@@ -24,8 +24,11 @@ use tracing::{info, warn};
 use crate::{
     proto,
     service::access::TrustedRemote,
-    service::grpc::{ProfilerServer, ProfilerService},
     service::stopping::Stopping,
+    service::{
+        Service,
+        grpc::{GrpcApi, ProfilerServer},
+    },
 };
 
 /// The largest request accepted: requests are small (the longest fields are
@@ -34,8 +37,8 @@ use crate::{
 const MAX_REQUEST_BYTES: usize = 256 * 1024;
 
 /// The Profiler service as served: with its request size bound.
-fn profiler_server(service: &Arc<ProfilerService>) -> ProfilerServer<ProfilerService> {
-    ProfilerServer::from_arc(service.clone()).max_decoding_message_size(MAX_REQUEST_BYTES)
+fn profiler_server(service: &Arc<Service>) -> ProfilerServer<GrpcApi> {
+    ProfilerServer::new(GrpcApi::new(service.clone())).max_decoding_message_size(MAX_REQUEST_BYTES)
 }
 
 /// The optional TCP listener.
@@ -100,7 +103,7 @@ pub fn bind_socket(socket: &Path) -> Result<(UnixListener, SocketFile)> {
 /// Serves `service` on the socket (and on TCP when configured) until
 /// `shutdown` resolves.
 pub async fn serve(
-    service: Arc<ProfilerService>,
+    service: Arc<Service>,
     socket: UnixListener,
     tcp: Option<TcpListener>,
     metrics: Option<SocketAddr>,
@@ -246,7 +249,7 @@ impl tonic::service::Interceptor for Gate {
 /// Serves the self-metrics at http://`address`/metrics until `stopped`.
 async fn serve_metrics(
     address: SocketAddr,
-    service: Arc<ProfilerService>,
+    service: Arc<Service>,
     stopped: impl Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(address)
@@ -282,9 +285,7 @@ async fn with_discovery<L>(
     router: tonic::transport::server::Router<L>,
 ) -> Result<tonic::transport::server::Router<L>> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<ProfilerServer<ProfilerService>>()
-        .await;
+    health.set_serving::<ProfilerServer<GrpcApi>>().await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(proto::DESCRIPTORS)

@@ -12,7 +12,7 @@ use std::{collections::HashMap, time::SystemTime};
 use profiler_common::SampleKind;
 
 use crate::{
-    service::grpc::CallerKey,
+    service::access::{Asker, CallerKey},
     store::{SampleAccess, Selector, WindowHold},
 };
 
@@ -70,14 +70,6 @@ pub struct Session {
     pub family: Option<std::sync::Arc<crate::kernel::families::Family>>,
 }
 
-/// Who asks to open or stop a session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Requester {
-    pub key: CallerKey,
-    /// Root or the admin group.
-    pub privileged: bool,
-}
-
 #[derive(Debug)]
 pub struct Sessions {
     open: HashMap<String, Session>,
@@ -104,14 +96,14 @@ impl Sessions {
     }
 
     /// Opens a session and returns its id (random, so it cannot be guessed).
-    pub fn open(&mut self, session: Session, by: Requester) -> Result<String, SessionError> {
+    pub fn open(&mut self, session: Session, by: Asker) -> Result<String, SessionError> {
         let (open, limit) = (self.open.len(), self.limit);
         if open >= limit {
             return Err(SessionError::TooMany { open, limit });
         }
         let reserved = self.reserved();
         let of_users = self.open.values().filter(|open| !open.privileged).count();
-        if !by.privileged && of_users + reserved >= limit {
+        if !by.privileged() && of_users + reserved >= limit {
             return Err(SessionError::Reserved {
                 open: of_users,
                 limit,
@@ -141,12 +133,12 @@ impl Sessions {
 
     /// Closes a session, returning it: its owner may, and root and the
     /// admin group may `force` it.
-    pub fn close(&mut self, id: &str, by: Requester, force: bool) -> Result<Session, SessionError> {
+    pub fn close(&mut self, id: &str, by: Asker, force: bool) -> Result<Session, SessionError> {
         let session = self
             .open
             .get(id)
             .ok_or_else(|| SessionError::Unknown(id.to_owned()))?;
-        if session.owner != by.key && !(by.privileged && force) {
+        if session.owner != by.key && !(by.privileged() && force) {
             return Err(SessionError::NotYours(id.to_owned()));
         }
         self.open
@@ -156,11 +148,11 @@ impl Sessions {
 
     /// The open sessions `by` may see (all of them for root and the admin
     /// group), oldest first, with their ids.
-    pub fn list(&self, by: Requester) -> Vec<(String, Session)> {
+    pub fn list(&self, by: Asker) -> Vec<(String, Session)> {
         let mut sessions: Vec<(String, Session)> = self
             .open
             .iter()
-            .filter(|(_, session)| by.privileged || session.owner == by.key)
+            .filter(|(_, session)| by.privileged() || session.owner == by.key)
             .map(|(id, session)| (id.clone(), session.clone()))
             .collect();
         sessions.sort_by_key(|(id, session)| (session.start, id.clone()));
@@ -201,15 +193,17 @@ fn new_id() -> String {
 mod tests {
     use super::*;
 
-    const ROOT: Requester = Requester {
+    use crate::service::access::Caller;
+
+    const ROOT: Asker = Asker {
+        caller: Caller::Root,
         key: CallerKey::User(0),
-        privileged: true,
     };
 
-    fn user(uid: u32) -> Requester {
-        Requester {
+    fn user(uid: u32) -> Asker {
+        Asker {
+            caller: Caller::User { uid, gid: uid },
             key: CallerKey::User(uid),
-            privileged: false,
         }
     }
 
@@ -259,9 +253,9 @@ mod tests {
         sessions
             .open(
                 owned_by(CallerKey::Remote),
-                Requester {
+                Asker {
+                    caller: Caller::Root,
                     key: CallerKey::Remote,
-                    privileged: true,
                 },
             )
             .unwrap();

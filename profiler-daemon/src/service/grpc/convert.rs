@@ -1,82 +1,68 @@
-//! Conversions between the gRPC messages and the daemon's own types, with
-//! the validation that turns a bad request into a message saying what to
-//! fix. Nothing here touches the store or the kernel.
+//! Between the gRPC messages and the service's domain types: the proto's
+//! enums, times and optional fields checked and turned into the service's
+//! requests, and its answers turned into replies. The rules a request must
+//! follow are the service's (`selection`); here only what the proto's
+//! encoding can get wrong is refused.
 
-use std::{
-    collections::HashSet,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
 
-use profiler_common::{SampleKind, TASK_COMM_LEN};
+use profiler_common::SampleKind;
+use tonic::Status;
 
-use super::{ApiError, MAX_ID_BYTES};
 use crate::{
-    kernel::targets::TargetSet,
-    profile::{Format, GroupBy, LossCause, Profile, ReportOptions, SortedBy},
+    kernel::{drain, targets::TargetSet},
+    peek::{PeekReport, PeekSummary, TriggerSource},
+    profile::{Format, GroupBy, LossCause, ReportOptions, SortedBy},
     proto::v1,
-    quote,
-    service::sessions::Session,
-    store::{CommPattern, Selector},
+    service::{
+        CallersResult, DaemonStatus, DiffResult, DiffSpec, PastWindow, ServiceError, TopUpdate,
+        reports::{Report, Summary},
+        selection::SelectorSpec,
+        sessions::Session,
+    },
 };
 
-/// Deepest `maxdepth` accepted: two stacks of 127 frames, each frame with
-/// its inlined functions, stay far below it.
-const MAX_DEPTH: u32 = 4096;
-
-/// Bounds on a selector, so that no request can make the daemon hold much
-/// memory: ids per list, names, cgroup paths and their length, and the
-/// regular expression's text, compiled program and lazy DFA.
-const MAX_SELECTOR_IDS: usize = 1024;
-const MAX_SELECTOR_NAMES: usize = 64;
-const MAX_PATH_BYTES: usize = 4096;
-const MAX_REGEX_BYTES: usize = 1024;
-const MAX_REGEX_PROGRAM_BYTES: usize = 1 << 20;
-const MAX_REGEX_DFA_BYTES: usize = 1 << 20;
-/// Longest function name a Callers request may look for.
-const MAX_FUNCTION_BYTES: usize = 4096;
-
-impl TryFrom<Option<v1::ReportOptions>> for ReportOptions {
-    type Error = ApiError;
-
-    fn try_from(options: Option<v1::ReportOptions>) -> Result<Self, ApiError> {
-        let options = options.unwrap_or_default();
-        let defaults = ReportOptions::default();
-        if !options.noisefloor.is_finite() || options.noisefloor < 0.0 {
-            return Err(ApiError::invalid(format!(
-                "noisefloor must be a number >= 0 (2.0 is a good start), not {}",
-                options.noisefloor
-            )));
+impl From<ServiceError> for Status {
+    fn from(err: ServiceError) -> Self {
+        let message = err.to_string();
+        match err {
+            ServiceError::InvalidArgument(_) => Status::invalid_argument(message),
+            ServiceError::NotFound(_) => Status::not_found(message),
+            ServiceError::PermissionDenied(_) => Status::permission_denied(message),
+            ServiceError::ResourceExhausted(_) => Status::resource_exhausted(message),
+            ServiceError::FailedPrecondition(_) => Status::failed_precondition(message),
+            ServiceError::Unavailable(_) | ServiceError::Stopping => Status::unavailable(message),
+            ServiceError::Internal(_) => Status::internal(message),
         }
-        if options.maxdepth > MAX_DEPTH {
-            return Err(ApiError::invalid(format!(
-                "maxdepth {} is deeper than any stack can be (at most {MAX_DEPTH}); use 0 for \
-                 no limit",
-                options.maxdepth
-            )));
-        }
-        Ok(Self {
-            format: format(options.format)?,
-            maxdepth: (options.maxdepth > 0).then_some(options.maxdepth),
-            mincount: options.mincount,
-            noisefloor: options.noisefloor,
-            sortedby: match enum_value::<v1::SortedBy>(options.sortedby, "sortedby")? {
-                v1::SortedBy::Unspecified | v1::SortedBy::Filefuncline => SortedBy::FileFuncLine,
-                v1::SortedBy::Count => SortedBy::Count,
-                v1::SortedBy::Overhead => SortedBy::Overhead,
-            },
-            groupby: match enum_value::<v1::GroupBy>(options.groupby, "groupby")? {
-                v1::GroupBy::Unspecified => GroupBy::Auto,
-                v1::GroupBy::None => GroupBy::None,
-                v1::GroupBy::Thread => GroupBy::Thread,
-                v1::GroupBy::Process => GroupBy::Process,
-            },
-            kernel: options.kernel.unwrap_or(defaults.kernel),
-            combine: options.combine.unwrap_or(defaults.combine),
-        })
     }
 }
 
-fn format(value: i32) -> Result<Format, ApiError> {
+/// A report's layout; unset options are the defaults.
+pub fn report_options(options: Option<v1::ReportOptions>) -> Result<ReportOptions, ServiceError> {
+    let options = options.unwrap_or_default();
+    let defaults = ReportOptions::default();
+    Ok(ReportOptions {
+        format: format(options.format)?,
+        maxdepth: (options.maxdepth > 0).then_some(options.maxdepth),
+        mincount: options.mincount,
+        noisefloor: options.noisefloor,
+        sortedby: match enum_value::<v1::SortedBy>(options.sortedby, "sortedby")? {
+            v1::SortedBy::Unspecified | v1::SortedBy::Filefuncline => SortedBy::FileFuncLine,
+            v1::SortedBy::Count => SortedBy::Count,
+            v1::SortedBy::Overhead => SortedBy::Overhead,
+        },
+        groupby: match enum_value::<v1::GroupBy>(options.groupby, "groupby")? {
+            v1::GroupBy::Unspecified => GroupBy::Auto,
+            v1::GroupBy::None => GroupBy::None,
+            v1::GroupBy::Thread => GroupBy::Thread,
+            v1::GroupBy::Process => GroupBy::Process,
+        },
+        kernel: options.kernel.unwrap_or(defaults.kernel),
+        combine: options.combine.unwrap_or(defaults.combine),
+    })
+}
+
+fn format(value: i32) -> Result<Format, ServiceError> {
     Ok(match enum_value::<v1::Format>(value, "format")? {
         v1::Format::Unspecified | v1::Format::Tree => Format::Tree,
         v1::Format::Flat => Format::Flat,
@@ -87,19 +73,7 @@ fn format(value: i32) -> Result<Format, ApiError> {
     })
 }
 
-/// The format's name, as the CLI and the API's enum spell it.
-pub(super) fn format_name(format: Format) -> &'static str {
-    match format {
-        Format::Tree => "tree",
-        Format::Flat => "flat",
-        Format::Folded => "folded",
-        Format::Pprof => "pprof",
-        Format::Flamegraph => "flamegraph",
-        Format::Speedscope => "speedscope",
-    }
-}
-
-pub(super) fn format_to_proto(format: Format) -> v1::Format {
+fn format_to_proto(format: Format) -> v1::Format {
     match format {
         Format::Tree => v1::Format::Tree,
         Format::Flat => v1::Format::Flat,
@@ -111,12 +85,12 @@ pub(super) fn format_to_proto(format: Format) -> v1::Format {
 }
 
 /// An enum field's value, or an error naming the field and the valid values.
-fn enum_value<E>(value: i32, field: &str) -> Result<E, ApiError>
+fn enum_value<E>(value: i32, field: &str) -> Result<E, ServiceError>
 where
     E: TryFrom<i32> + EnumNames,
 {
     E::try_from(value).map_err(|_| {
-        ApiError::invalid(format!(
+        ServiceError::invalid(format!(
             "unknown {field} value {value}; valid values: {}",
             E::NAMES.join(", ")
         ))
@@ -148,249 +122,67 @@ impl EnumNames for v1::Mode {
     const NAMES: &'static [&'static str] = &["cpu"];
 }
 
-pub(super) fn sample_kind(mode: i32) -> Result<SampleKind, ApiError> {
+pub fn sample_kind(mode: i32) -> Result<SampleKind, ServiceError> {
     match enum_value::<v1::Mode>(mode, "mode")? {
         v1::Mode::Unspecified | v1::Mode::Cpu => Ok(SampleKind::CpuClock),
     }
 }
 
-/// The selector of a window to come, after checking that every pid and tid
-/// it names exists (0 selects the idle tasks).
-pub(super) fn selector(selector: Option<v1::Selector>) -> Result<Selector, ApiError> {
-    let selector = selector_of_past(selector)?;
-    for (kind, ids) in [("process", &selector.pids), ("thread", &selector.tids)] {
-        for &id in ids {
-            if id != 0 && !std::path::Path::new(&format!("/proc/{id}")).exists() {
-                return Err(ApiError::NotFound(format!(
-                    "no {kind} with id {id} is running (0 selects the idle tasks)"
-                )));
-            }
-        }
-    }
-    Ok(selector)
-}
-
-/// Refuses a selector beyond the bounds: too many ids or names, or text
-/// too long to be a name, a path or a sensible pattern.
-pub(super) fn check_selector_bounds(selector: &v1::Selector) -> Result<(), ApiError> {
-    for (what, count, limit) in [
-        ("process ids", selector.pids.len(), MAX_SELECTOR_IDS),
-        ("thread ids", selector.tids.len(), MAX_SELECTOR_IDS),
-        ("user ids", selector.uids.len(), MAX_SELECTOR_IDS),
-        ("command names", selector.comms.len(), MAX_SELECTOR_NAMES),
-        ("cgroups", selector.cgroups.len(), MAX_SELECTOR_NAMES),
-    ] {
-        if count > limit {
-            return Err(ApiError::invalid(format!(
-                "the selector names {count} {what}; at most {limit} are accepted"
-            )));
-        }
-    }
-    if let Some(comm) = selector
-        .comms
-        .iter()
-        .find(|comm| comm.len() >= TASK_COMM_LEN)
-    {
-        return Err(ApiError::invalid(format!(
-            "the command name {} is {} bytes long, but the kernel keeps at most {} (a longer \
-             name matches nothing); use the first {} bytes, or a regular expression",
-            quote(comm),
-            comm.len(),
-            TASK_COMM_LEN - 1,
-            TASK_COMM_LEN - 1
-        )));
-    }
-    if let Some(cgroup) = selector.cgroups.iter().find(|c| c.len() > MAX_PATH_BYTES) {
-        return Err(ApiError::invalid(format!(
-            "the cgroup path {} is longer than any path can be ({MAX_PATH_BYTES} bytes)",
-            quote(cgroup)
-        )));
-    }
-    if selector.comm_regex.len() > MAX_REGEX_BYTES {
-        return Err(ApiError::invalid(format!(
-            "the regular expression {} is {} bytes long; at most {MAX_REGEX_BYTES} are accepted",
-            quote(&selector.comm_regex),
-            selector.comm_regex.len()
-        )));
-    }
-    Ok(())
-}
-
-/// The selector of a past window: the processes it names may be gone.
-pub(super) fn selector_of_past(selector: Option<v1::Selector>) -> Result<Selector, ApiError> {
+pub fn selector(selector: Option<v1::Selector>) -> SelectorSpec {
     let selector = selector.unwrap_or_default();
-    check_selector_bounds(&selector)?;
-    if selector.comms.iter().any(String::is_empty) {
-        return Err(ApiError::invalid(
-            "an empty command name matches nothing; leave comms out to select every process",
-        ));
-    }
-    if let Some(cgroup) = selector.cgroups.iter().find(|c| !c.starts_with('/')) {
-        return Err(ApiError::invalid(format!(
-            "{} is not a cgroup path; write it as /proc/PID/cgroup shows it, e.g. \
-             \"/system.slice/nginx.service\"",
-            quote(cgroup)
-        )));
-    }
-    let comm_pattern = match selector.comm_regex.as_str() {
-        "" => None,
-        text => Some(CommPattern(
-            regex::RegexBuilder::new(text)
-                .size_limit(MAX_REGEX_PROGRAM_BYTES)
-                .dfa_size_limit(MAX_REGEX_DFA_BYTES)
-                .build()
-                .map_err(|err| {
-                    ApiError::invalid(format!(
-                        "the regular expression {} is not valid: {}",
-                        quote(text),
-                        regex_error(&err)
-                    ))
-                })?,
-        )),
-    };
-    Ok(Selector {
+    SelectorSpec {
         pids: selector.pids,
         tids: selector.tids,
         comms: selector.comms,
-        comm_pattern,
+        comm_regex: selector.comm_regex,
         uids: selector.uids,
         cgroups: selector.cgroups,
-    })
-}
-
-/// A regex error on one line: what is wrong, without the pattern drawn
-/// over several lines with a caret under the fault.
-fn regex_error(err: &regex::Error) -> String {
-    match err {
-        regex::Error::CompiledTooBig(limit) => format!(
-            "it compiles to more than {limit} bytes; simplify it (fewer repetitions or \
-             alternatives)"
-        ),
-        err => {
-            let text = err.to_string();
-            text.lines()
-                .rev()
-                .find_map(|line| line.trim().strip_prefix("error: "))
-                .unwrap_or(text.lines().last().unwrap_or_default())
-                .trim()
-                .to_owned()
-        }
     }
 }
 
-/// How long a Profile runs: at least a millisecond, at most the maximum.
-pub(super) fn profile_duration(duration_ms: u64, max: Duration) -> Result<Duration, ApiError> {
-    let duration = Duration::from_millis(duration_ms);
-    if duration.is_zero() {
-        return Err(ApiError::invalid(
-            "a profile must last at least 1 ms (duration_ms is how long to profile)",
-        ));
+fn selector_to_proto(selector: SelectorSpec) -> v1::Selector {
+    v1::Selector {
+        pids: selector.pids,
+        tids: selector.tids,
+        comms: selector.comms,
+        uids: selector.uids,
+        cgroups: selector.cgroups,
+        comm_regex: selector.comm_regex,
     }
-    if duration > max {
-        return Err(ApiError::invalid(format!(
-            "a profile of {} is longer than the longest the daemon allows, {} \
-             (max_profile_duration in its configuration); profile for less",
-            humantime::format_duration(duration),
-            humantime::format_duration(max)
-        )));
-    }
-    Ok(duration)
-}
-
-/// The one process a session that follows children starts from.
-pub(super) fn family_root(selector: &Selector) -> Result<u32, ApiError> {
-    match selector.pids[..] {
-        [pid] if pid != 0 && selector.tids.is_empty() => Ok(pid),
-        _ => Err(ApiError::invalid(
-            "a session that follows children selects exactly one process (one pid, no tids), \
-             whose children it follows",
-        )),
-    }
-}
-
-/// Refuses an id or token that no id of the daemon can be; `what` names
-/// it, e.g. "the session id".
-pub(super) fn check_id(id: &str, what: &str) -> Result<(), ApiError> {
-    if id.is_empty() || id.len() > MAX_ID_BYTES {
-        return Err(ApiError::invalid(format!(
-            "{what} {} cannot be one: ids are 1 to {MAX_ID_BYTES} bytes",
-            quote(id)
-        )));
-    }
-    Ok(())
-}
-
-/// The function a Callers request looks for.
-pub(super) fn function_name(function: String) -> Result<String, ApiError> {
-    if function.is_empty() {
-        return Err(ApiError::invalid(
-            "name a function, e.g. \"malloc\" or \"app::handle\"",
-        ));
-    }
-    if function.len() > MAX_FUNCTION_BYTES {
-        return Err(ApiError::invalid(format!(
-            "the function name {} is {} bytes long; at most {MAX_FUNCTION_BYTES} are accepted",
-            quote(&function),
-            function.len()
-        )));
-    }
-    Ok(function)
-}
-
-/// A time as a date a person reads, e.g. `2026-11-21T17:30:00Z`.
-pub(super) fn date(time: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(time).to_string()
 }
 
 /// A time given in nanoseconds since the Unix epoch.
-pub(super) fn time(unix_nanos: i64, what: &str) -> Result<SystemTime, ApiError> {
+fn time(unix_nanos: i64, what: &str) -> Result<SystemTime, ServiceError> {
     u64::try_from(unix_nanos)
         .ok()
         .filter(|&nanos| nanos > 0)
         .map(|nanos| SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos))
         .ok_or_else(|| {
-            ApiError::invalid(format!(
+            ServiceError::invalid(format!(
                 "{what} must be a time after 1970 (in nanoseconds since the Unix epoch), not \
                  {unix_nanos}"
             ))
         })
 }
 
-/// An open session as ListSessions describes it.
-pub(super) fn session_info(id: String, session: &Session) -> v1::SessionInfo {
-    let (owner_uid, remote) = match session.owner {
-        super::CallerKey::User(uid) => (uid, false),
-        super::CallerKey::Remote => (0, true),
-    };
-    let selector = &session.selector;
-    v1::SessionInfo {
-        session_id: id,
-        owner_uid,
-        remote,
-        start_unix_nanos: unix_nanos(session.start),
-        selector: Some(v1::Selector {
-            pids: selector.pids.clone(),
-            tids: selector.tids.clone(),
-            comms: selector.comms.clone(),
-            uids: selector.uids.clone(),
-            cgroups: selector.cgroups.clone(),
-            comm_regex: selector
-                .comm_pattern
-                .as_ref()
-                .map(|pattern| pattern.0.as_str().to_owned())
-                .unwrap_or_default(),
-        }),
-        mode: v1::Mode::Cpu as i32,
-    }
+/// A past window from its bounds in Unix nanoseconds (end 0: now).
+pub fn past_window(start_unix_nanos: i64, end_unix_nanos: i64) -> Result<PastWindow, ServiceError> {
+    Ok(PastWindow {
+        start: time(start_unix_nanos, "the window's start (start_unix_nanos)")?,
+        end: match end_unix_nanos {
+            0 => None,
+            nanos => Some(time(nanos, "the window's end (end_unix_nanos)")?),
+        },
+    })
 }
 
-pub(super) fn unix_nanos(time: SystemTime) -> i64 {
+pub fn unix_nanos(time: SystemTime) -> i64 {
     time.duration_since(SystemTime::UNIX_EPOCH)
         .map(|since| since.as_nanos() as i64)
         .unwrap_or(0)
 }
 
-pub(super) fn loss_counts(lost: impl IntoIterator<Item = (LossCause, u64)>) -> Vec<v1::LossCount> {
+fn loss_counts(lost: impl IntoIterator<Item = (LossCause, u64)>) -> Vec<v1::LossCount> {
     lost.into_iter()
         .map(|(cause, count)| v1::LossCount {
             cause: cause.name().to_owned(),
@@ -399,44 +191,265 @@ pub(super) fn loss_counts(lost: impl IntoIterator<Item = (LossCause, u64)>) -> V
         .collect()
 }
 
-pub(super) fn summary(profile: &Profile) -> v1::ProfileSummary {
-    let processes: HashSet<u32> = profile.threads.iter().map(|thread| thread.pid).collect();
+pub fn summary(summary: Summary) -> v1::ProfileSummary {
     v1::ProfileSummary {
-        start_unix_nanos: unix_nanos(profile.start),
-        end_unix_nanos: unix_nanos(profile.end),
-        frequency_hz: profile.frequency_hz,
-        samples: profile.total_samples(),
-        cpu_nanos: profile.samples.iter().map(|sample| sample.weight_ns).sum(),
-        processes: processes.len() as u32,
-        threads: profile.threads.len() as u32,
-        lost: loss_counts(profile.lost.iter().copied()),
-        warnings: profile.warnings.clone(),
-        cut_short: false,
+        start_unix_nanos: summary.start.map_or(0, unix_nanos),
+        end_unix_nanos: summary.end.map_or(0, unix_nanos),
+        frequency_hz: summary.frequency_hz,
+        samples: summary.samples,
+        cpu_nanos: summary.cpu_nanos,
+        processes: summary.processes,
+        threads: summary.threads,
+        lost: loss_counts(summary.lost),
+        warnings: summary.warnings,
+        cut_short: summary.cut_short,
+    }
+}
+
+pub fn profile_reply(report: Report) -> v1::ProfileReply {
+    v1::ProfileReply {
+        report: report.bytes,
+        format: format_to_proto(report.format) as i32,
+        summary: Some(summary(report.summary)),
+    }
+}
+
+pub fn callers_reply(callers: CallersResult) -> v1::CallersReply {
+    v1::CallersReply {
+        text: callers.text,
+        total: callers.total,
+        callers: callers
+            .callers
+            .into_iter()
+            .map(|caller| v1::Caller {
+                function: caller.function.to_string(),
+                file: caller.file.map(|file| file.to_string()).unwrap_or_default(),
+                line: caller.line,
+                count: caller.count,
+            })
+            .collect(),
+        summary: Some(summary(callers.summary)),
+    }
+}
+
+pub fn diff_spec(request: v1::DiffRequest) -> Result<DiffSpec, ServiceError> {
+    let window = |window: Option<v1::Window>, name: &str| {
+        let window = window.ok_or_else(|| {
+            ServiceError::invalid(format!("{name} must give the window (start_unix_nanos)"))
+        })?;
+        past_window(window.start_unix_nanos, window.end_unix_nanos)
+    };
+    Ok(DiffSpec {
+        base: window(request.base, "base")?,
+        target: window(request.target, "target")?,
+        selector: selector(request.selector),
+        target_selector: request.target_selector.map(|target| selector(Some(target))),
+        limit: (request.limit > 0).then_some(request.limit as usize),
+        drawing: match request.options {
+            None => None,
+            options => Some(report_options(options)?),
+        },
+        normalize: request.normalize,
+    })
+}
+
+pub fn diff_reply(diff: DiffResult) -> v1::DiffReply {
+    v1::DiffReply {
+        text: diff.text,
+        changes: diff
+            .changes
+            .into_iter()
+            .map(|change| v1::FunctionChange {
+                function: change.function.to_string(),
+                base_self_percent: change.base_self,
+                target_self_percent: change.target_self,
+                base_total_percent: change.base_total,
+                target_total_percent: change.target_total,
+            })
+            .collect(),
+        base: Some(summary(diff.base)),
+        target: Some(summary(diff.target)),
+        report: diff.drawing,
+    }
+}
+
+pub fn top_update(update: TopUpdate) -> v1::TopUpdate {
+    v1::TopUpdate {
+        summary: Some(summary(update.summary)),
+        functions: update
+            .functions
+            .into_iter()
+            .map(|function| v1::TopFunction {
+                function: function.function.to_string(),
+                module: function.module.to_string(),
+                self_samples: function.self_samples,
+                total_samples: function.total_samples,
+                self_percent: function.self_percent,
+                total_percent: function.total_percent,
+            })
+            .collect(),
+    }
+}
+
+/// An open session as ListSessions describes it.
+pub fn session_info(id: String, session: &Session) -> v1::SessionInfo {
+    use crate::service::access::CallerKey;
+    let (owner_uid, remote) = match session.owner {
+        CallerKey::User(uid) => (uid, false),
+        CallerKey::Remote => (0, true),
+    };
+    v1::SessionInfo {
+        session_id: id,
+        owner_uid,
+        remote,
+        start_unix_nanos: unix_nanos(session.start),
+        selector: Some(selector_to_proto(SelectorSpec::from(&session.selector))),
+        mode: v1::Mode::Cpu as i32,
     }
 }
 
 /// The targets a SetTargets request asks for.
-pub(super) fn target_set(request: v1::SetTargetsRequest) -> Result<TargetSet, ApiError> {
+pub fn target_set(request: v1::SetTargetsRequest) -> Result<TargetSet, ServiceError> {
     let set = TargetSet {
         pids: request.pids,
         cgroups: request.cgroups,
     };
     match (request.everything, set.everything()) {
         (true, true) | (false, false) => Ok(set),
-        (true, false) => Err(ApiError::invalid(
+        (true, false) => Err(ServiceError::invalid(
             "everything = true samples every process: leave pids and cgroups empty",
         )),
-        (false, true) => Err(ApiError::invalid(
+        (false, true) => Err(ServiceError::invalid(
             "name the pids or cgroups to sample, or set everything = true to sample every process",
         )),
     }
 }
 
-pub(super) fn targets(set: &TargetSet) -> v1::Targets {
+pub fn targets(set: &TargetSet) -> v1::Targets {
     v1::Targets {
         everything: set.everything(),
         pids: set.pids.clone(),
         cgroups: set.cgroups.clone(),
+    }
+}
+
+pub fn peek_report(report: &PeekReport) -> v1::PeekReport {
+    let trigger = match &report.source {
+        TriggerSource::Signal {
+            signal,
+            sender_pid,
+            sender_command,
+            intercepted,
+        } => v1::PeekTrigger {
+            source: v1::peek_trigger::Source::Signal as i32,
+            signal: *signal,
+            sender_pid: *sender_pid,
+            sender_command: sender_command.clone(),
+            intercepted: *intercepted,
+        },
+        TriggerSource::Request => v1::PeekTrigger {
+            source: v1::peek_trigger::Source::Request as i32,
+            ..v1::PeekTrigger::default()
+        },
+        TriggerSource::Unknown => v1::PeekTrigger::default(),
+    };
+    v1::PeekReport {
+        id: report.id.clone(),
+        pid: report.pid,
+        command: report.command.clone(),
+        command_line: report.command_line.clone(),
+        triggered_unix_nanos: unix_nanos(report.triggered),
+        trigger: Some(trigger),
+        duration_ms: report.duration.as_millis() as u64,
+        frequency_hz: report.frequency_hz,
+        folded_triggers: report.folded_triggers,
+        threads: report
+            .threads
+            .iter()
+            .map(|thread| v1::PeekThread {
+                tid: thread.tid,
+                name: thread.name.clone(),
+                state: thread.state.clone(),
+                at_trigger: thread.at_trigger.clone(),
+                wait_channel: thread.wait_channel.clone().unwrap_or_default(),
+                snapshots: thread.snapshots,
+                utilization_percent: thread.utilization_percent,
+            })
+            .collect(),
+        warnings: report.warnings.clone(),
+        text: report.text.clone(),
+    }
+}
+
+pub fn peek_summary(summary: PeekSummary) -> v1::PeekSummary {
+    v1::PeekSummary {
+        id: summary.id,
+        pid: summary.pid,
+        title: summary.title,
+        triggered_unix_nanos: unix_nanos(summary.triggered),
+        bytes: summary.bytes,
+    }
+}
+
+pub fn status(status: DaemonStatus) -> v1::StatusReply {
+    use profiler_common::Counter;
+    let (pipeline, store, peek) = (&status.pipeline, &status.store, &status.peek);
+    let stats = &peek.stats;
+    v1::StatusReply {
+        version: status.version.to_owned(),
+        uptime_ms: status.uptime.as_millis() as u64,
+        cpus: status.cpus.clone(),
+        frequency_hz: status.frequency_hz,
+        samples_taken: pipeline.samples_taken(),
+        samples_lost: loss_counts(drain::losses(&pipeline.counters)),
+        processes_seen: pipeline.processes.processes_seen,
+        symbolizer: Some(v1::SymbolizerStatus {
+            binaries: pipeline.symbolizer.binaries,
+            user_addresses_cached: pipeline.symbolizer.user_addresses_cached,
+            kernel_addresses_cached: pipeline.symbolizer.kernel_addresses_cached,
+            processes_tracked: pipeline.processes.processes_tracked,
+        }),
+        store: Some(v1::StoreStatus {
+            memory_bytes: store.memory_bytes,
+            memory_limit_bytes: store.memory_limit_bytes,
+            retention_ms: store.retention.as_millis() as u64,
+            buckets: store.buckets,
+            oldest_unix_nanos: store.oldest.map_or(0, unix_nanos),
+            distinct_stacks: store.distinct_stacks,
+            buckets_evicted_for_memory: store.buckets_evicted_for_memory,
+            resolution_ms: store.resolution.as_millis() as u64,
+            coarsest_bucket_ms: store.coarsest_bucket.as_millis() as u64,
+            buckets_coarsened_for_memory: store.buckets_coarsened_for_memory,
+        }),
+        max_profile_duration_ms: status.max_profile_duration.as_millis() as u64,
+        open_sessions: status.open_sessions as u32,
+        drains: pipeline.drains,
+        targets: status.targets.as_ref().map(targets),
+        targets_hidden: status.targets.is_none(),
+        samples_outside_targets: pipeline.counters[Counter::OutsideTargets as usize],
+        peek: Some(v1::PeekStatus {
+            signal: peek.signal,
+            signal_name: crate::peek::signal_name(peek.signal),
+            signal_off_reason: peek.signal_off_reason.clone().unwrap_or_default(),
+            protection_active: peek.protection.active,
+            protection_reason: peek.protection.reason.clone(),
+            signals: stats.signals,
+            requests: stats.requests,
+            completed: stats.completed,
+            failed: stats.failed,
+            folded: stats.folded,
+            dropped_limit: stats.dropped_limit,
+            dropped_user_limit: stats.dropped_user_limit,
+            logged_briefly: stats.logged_briefly,
+            dropped_in_kernel: peek.dropped_in_kernel,
+            refused: stats.refused,
+            gone: stats.gone,
+            killed: stats.killed,
+            self_sent: stats.self_sent,
+            running: peek.running as u32,
+            not_written: stats.not_written,
+        }),
+        metrics: String::new(),
     }
 }
 
@@ -446,14 +459,14 @@ mod tests {
 
     #[test]
     fn default_options_are_julias() {
-        let options = ReportOptions::try_from(None).unwrap();
+        let options = report_options(None).unwrap();
         assert_eq!(options, ReportOptions::default());
         assert!(options.kernel && options.combine);
     }
 
     #[test]
     fn options_convert() {
-        let options = ReportOptions::try_from(Some(v1::ReportOptions {
+        let options = report_options(Some(v1::ReportOptions {
             format: v1::Format::Pprof as i32,
             maxdepth: 5,
             mincount: 2,
@@ -471,125 +484,45 @@ mod tests {
     }
 
     #[test]
-    fn unknown_enum_values_name_the_field() {
-        let err = ReportOptions::try_from(Some(v1::ReportOptions {
+    fn unknown_enum_values_name_the_field_and_every_value() {
+        let err = report_options(Some(v1::ReportOptions {
             format: 42,
             ..Default::default()
         }))
         .unwrap_err();
         let message = err.to_string();
         assert!(
-            message.contains("format") && message.contains("pprof"),
+            message.contains("format") && message.contains("speedscope"),
             "{message}"
         );
         assert!(sample_kind(9).is_err());
     }
 
     #[test]
-    fn bad_noisefloor_is_rejected() {
-        for noisefloor in [-1.0, f64::NAN] {
-            let options = v1::ReportOptions {
-                noisefloor,
-                ..Default::default()
-            };
-            assert!(ReportOptions::try_from(Some(options)).is_err());
-        }
+    fn windows_need_times_after_1970() {
+        assert!(past_window(-1, 0).is_err());
+        let window = past_window(1_000_000_000, 0).unwrap();
+        assert_eq!(unix_nanos(window.start), 1_000_000_000);
+        assert_eq!(window.end, None);
     }
 
     #[test]
-    fn selectors_are_bounded_and_their_errors_short() {
-        let refused = |selector: v1::Selector| match selector_of_past(Some(selector)) {
-            Err(ApiError::InvalidArgument(message)) => message,
-            other => panic!("refused, not {other:?}"),
-        };
-        let message = refused(v1::Selector {
-            comm_regex: "(".repeat(5000),
-            ..Default::default()
-        });
-        assert!(
-            message.contains("at most 1024") && message.len() < 300,
-            "{message}"
-        );
-        let message = refused(v1::Selector {
-            comm_regex: r"\w{1000}\w{1000}".to_owned(),
-            ..Default::default()
-        });
-        assert!(message.contains("simplify it"), "{message}");
-        let message = refused(v1::Selector {
-            comm_regex: "a(b".to_owned(),
-            ..Default::default()
-        });
-        assert_eq!(
-            message,
-            "the regular expression \"a(b\" is not valid: unclosed group"
-        );
-        let message = refused(v1::Selector {
-            pids: vec![1; 2000],
-            ..Default::default()
-        });
-        assert!(
-            message.contains("2000 process ids; at most 1024"),
-            "{message}"
-        );
-        let message = refused(v1::Selector {
-            comms: vec!["a_name_longer_than_fifteen".to_owned()],
-            ..Default::default()
-        });
-        assert!(message.contains("at most 15"), "{message}");
-    }
-
-    #[test]
-    fn profile_durations_are_bounded() {
-        let max = Duration::from_secs(3600);
-        assert!(profile_duration(0, max).is_err());
-        assert_eq!(
-            profile_duration(1500, max).unwrap(),
-            Duration::from_millis(1500)
-        );
-        let message = profile_duration(u64::MAX, max).unwrap_err().to_string();
-        assert!(
-            message.contains("longest the daemon allows, 1h"),
-            "{message}"
-        );
-        assert!(
-            check_id(&"x".repeat(1 << 20), "the session id")
-                .unwrap_err()
-                .to_string()
-                .len()
-                < 200
-        );
-    }
-
-    #[test]
-    fn selectors_check_that_ids_exist() {
-        let me = std::process::id();
-        let ok = selector(Some(v1::Selector {
-            pids: vec![me, 0],
-            tids: vec![me],
-            comms: vec!["x".into()],
-            comm_regex: "^x".into(),
-            ..Default::default()
-        }))
-        .unwrap();
-        assert_eq!(ok.pids, [me, 0]);
-        for bad in [
-            v1::Selector {
-                comm_regex: "(".into(),
-                ..Default::default()
-            },
-            v1::Selector {
-                cgroups: vec!["system.slice".into()],
-                ..Default::default()
-            },
+    fn errors_map_to_status_codes() {
+        for (err, code) in [
+            (ServiceError::invalid("x"), tonic::Code::InvalidArgument),
+            (ServiceError::NotFound("x".into()), tonic::Code::NotFound),
+            (
+                ServiceError::PermissionDenied("x".into()),
+                tonic::Code::PermissionDenied,
+            ),
+            (
+                ServiceError::ResourceExhausted("x".into()),
+                tonic::Code::ResourceExhausted,
+            ),
+            (ServiceError::Stopping, tonic::Code::Unavailable),
+            (ServiceError::Internal("x".into()), tonic::Code::Internal),
         ] {
-            let err = selector(Some(bad)).unwrap_err();
-            assert!(matches!(err, ApiError::InvalidArgument(_)), "{err}");
+            assert_eq!(Status::from(err).code(), code);
         }
-        let err = selector(Some(v1::Selector {
-            pids: vec![u32::MAX - 1],
-            ..Default::default()
-        }))
-        .unwrap_err();
-        assert!(matches!(err, ApiError::NotFound(_)), "{err}");
     }
 }

@@ -6,45 +6,37 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use super::ApiError;
+use super::{ServiceError, access::CallerKey};
 use crate::lock;
 
-/// The API's bounds, from the configuration.
+/// The service's bounds, from the configuration.
 #[derive(Clone, Copy, Debug)]
-pub struct ApiLimits {
+pub struct ServiceLimits {
     pub max_sessions: usize,
     pub max_sessions_per_caller: usize,
     pub max_streams_per_caller: usize,
     pub max_response_bytes: u64,
 }
 
-/// Who a caller is for the per-caller bounds: its uid on the socket, or
-/// [`CallerKey::Remote`] for the TCP listener's clients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CallerKey {
-    User(u32),
-    Remote,
-}
-
 /// Streams open per caller.
 #[derive(Clone, Debug, Default)]
-pub(super) struct StreamSlots {
+pub struct StreamSlots {
     open: Arc<Mutex<HashMap<CallerKey, usize>>>,
 }
 
 /// One open stream; dropping it (the stream ended or its client left)
 /// frees the slot.
-pub(super) struct StreamSlot {
+pub struct StreamSlot {
     caller: CallerKey,
     open: Arc<Mutex<HashMap<CallerKey, usize>>>,
 }
 
 impl StreamSlots {
-    pub(super) fn acquire(&self, caller: CallerKey, limit: usize) -> Result<StreamSlot, ApiError> {
+    pub fn acquire(&self, caller: CallerKey, limit: usize) -> Result<StreamSlot, ServiceError> {
         let mut open = lock(&self.open);
         let count = open.entry(caller).or_default();
         if *count >= limit {
-            return Err(ApiError::ResourceExhausted(format!(
+            return Err(ServiceError::ResourceExhausted(format!(
                 "{count} streams are already open for this caller (max_streams_per_caller = \
                  {limit}); close one first"
             )));
@@ -70,11 +62,11 @@ impl Drop for StreamSlot {
 }
 
 /// Refuses a reply larger than the bound, saying how to make it smaller.
-pub(super) fn check_reply_size(bytes: usize, limit: u64) -> Result<(), ApiError> {
+pub fn check_reply_size(bytes: usize, limit: u64) -> Result<(), ServiceError> {
     if bytes as u64 <= limit {
         return Ok(());
     }
-    Err(ApiError::ResourceExhausted(format!(
+    Err(ServiceError::ResourceExhausted(format!(
         "the report is {} bytes, over max_response_bytes ({limit}); narrow the selector or the \
          window, raise mincount or lower maxdepth, or ask for pprof (the most compact format)",
         bytes
@@ -93,7 +85,7 @@ mod tests {
         let _second = slots.acquire(alice, 2).unwrap();
         assert!(matches!(
             slots.acquire(alice, 2),
-            Err(ApiError::ResourceExhausted(_))
+            Err(ServiceError::ResourceExhausted(_))
         ));
         let _other = slots.acquire(CallerKey::Remote, 2).unwrap();
         drop(first);
@@ -105,7 +97,7 @@ mod tests {
         assert!(check_reply_size(10, 10).is_ok());
         assert!(matches!(
             check_reply_size(11, 10),
-            Err(ApiError::ResourceExhausted(_))
+            Err(ServiceError::ResourceExhausted(_))
         ));
     }
 }

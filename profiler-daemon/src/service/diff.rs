@@ -1,0 +1,128 @@
+//! Diff: two past windows (or two selectors) read as the asker may see
+//! them, compared function by function, and drawn when asked.
+
+use profiler_common::SampleKind;
+
+use super::{
+    PastWindow, Service, ServiceError,
+    access::Window,
+    limits,
+    reports::{Sight, Summary},
+    selection::{self, SelectorSpec},
+};
+use crate::{
+    profile::{Format, ReportOptions},
+    report,
+};
+
+/// Rows of the text table unless the request says otherwise.
+const DEFAULT_LIMIT: usize = 50;
+
+/// What a Diff compares.
+#[derive(Clone, Debug)]
+pub struct DiffSpec {
+    pub base: PastWindow,
+    pub target: PastWindow,
+    /// Selects both windows' samples, unless `target_selector` is set.
+    pub selector: SelectorSpec,
+    pub target_selector: Option<SelectorSpec>,
+    /// Rows of the text table; `None` for the default.
+    pub limit: Option<usize>,
+    /// Also draw the difference, as `options.format` says (pprof or a
+    /// flame graph).
+    pub drawing: Option<ReportOptions>,
+    /// Scale the base to the target's samples first.
+    pub normalize: bool,
+}
+
+/// How a diff is drawn.
+pub type DiffDrawing = report::DiffFormat;
+
+/// The two windows compared.
+#[derive(Clone, Debug)]
+pub struct DiffResult {
+    /// The largest change of the self share first.
+    pub changes: Vec<report::FunctionChange>,
+    pub text: String,
+    pub base: Summary,
+    pub target: Summary,
+    /// The drawing asked for (gzipped pprof or SVG), or nothing.
+    pub drawing: Vec<u8>,
+}
+
+impl Service {
+    pub async fn diff(
+        &self,
+        asker: super::access::Asker,
+        spec: DiffSpec,
+    ) -> Result<DiffResult, ServiceError> {
+        self.check_selector(asker, &spec.selector, Window::Past)?;
+        if let Some(target) = &spec.target_selector {
+            self.check_selector(asker, target, Window::Past)?;
+        }
+        let base_selector = spec.selector.clone().past()?;
+        let target_selector = match spec.target_selector {
+            Some(selector) => selector.past()?,
+            None => base_selector.clone(),
+        };
+        let drawing = match spec.drawing {
+            None => None,
+            Some(options) => {
+                selection::check_report_options(&options)?;
+                let format = match options.format {
+                    Format::Pprof => DiffDrawing::Pprof,
+                    Format::Flamegraph => DiffDrawing::Flamegraph,
+                    other => {
+                        return Err(ServiceError::invalid(format!(
+                            "a diff is drawn as pprof or flamegraph, not {}; leave the drawing \
+                             out for the table only",
+                            other.name()
+                        )));
+                    }
+                };
+                Some((format, options))
+            }
+        };
+        let (base_start, base_end) = self.past_window(spec.base).await?;
+        let (target_start, target_end) = self.past_window(spec.target).await?;
+        let sight = Sight::of(asker.caller);
+        let kind = SampleKind::CpuClock;
+        let queries = [
+            self.query_of(base_start, base_end, base_selector, kind, sight),
+            self.query_of(target_start, target_end, target_selector, kind, sight),
+        ];
+        let limit = spec.limit.unwrap_or(DEFAULT_LIMIT);
+        let (normalize, max_response_bytes) = (spec.normalize, self.limits.max_response_bytes);
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let [base, target] = queries.map(|query| {
+                let mut profile = crate::read_lock(&store).profile(&query);
+                if !sight.kernel_addresses {
+                    profile.hide_kernel_addresses();
+                }
+                profile
+            });
+            let drawing = match drawing {
+                None => Vec::new(),
+                Some((format, options)) => {
+                    let drawing = report::render_diff(&base, &target, format, &options, normalize)
+                        .map_err(|err| {
+                            ServiceError::Internal(format!("cannot draw the diff: {err}"))
+                        })?;
+                    limits::check_reply_size(drawing.len(), max_response_bytes)?;
+                    drawing
+                }
+            };
+            let changes = report::diff(&base, &target);
+            Ok(DiffResult {
+                text: report::diff_text(&base, &target, &changes, limit),
+                changes,
+                base: Summary::of(&base),
+                target: Summary::of(&target),
+                drawing,
+            })
+        })
+        .await
+        .map_err(|err| ServiceError::Internal(format!("the diff task failed: {err}")))?
+    }
+}

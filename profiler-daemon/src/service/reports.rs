@@ -1,0 +1,118 @@
+//! What a window's answer is made of: the profile read from the store as
+//! its asker may see it (`Sight`), rendered in the asked format, with a
+//! summary that states plainly what it covers.
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, RwLock},
+    time::SystemTime,
+};
+
+use super::{error::ServiceError, limits};
+use crate::{
+    profile::{Format, LossCause, Profile, ReportOptions},
+    report,
+    service::access::Caller,
+    store::{Query, SampleAccess, Store},
+};
+
+/// What a report may show its asker: whose samples, and whether kernel
+/// addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sight {
+    pub access: SampleAccess,
+    pub kernel_addresses: bool,
+}
+
+impl Sight {
+    pub fn of(caller: Caller) -> Self {
+        Self {
+            access: caller.sample_access(),
+            kernel_addresses: caller.reads_kernel_addresses(),
+        }
+    }
+}
+
+/// What a report covers, stated plainly.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// The window the samples were taken in.
+    pub start: Option<SystemTime>,
+    pub end: Option<SystemTime>,
+    pub frequency_hz: u32,
+    /// Samples in the report, after selection.
+    pub samples: u64,
+    /// CPU time those samples stand for.
+    pub cpu_nanos: u64,
+    pub processes: u32,
+    pub threads: u32,
+    /// Samples or stacks lost system-wide during the window, by cause.
+    pub lost: Vec<(LossCause, u64)>,
+    pub warnings: Vec<String>,
+    /// The window was ended early and is shorter than asked for.
+    pub cut_short: bool,
+}
+
+impl Summary {
+    pub fn of(profile: &Profile) -> Self {
+        let processes: HashSet<u32> = profile.threads.iter().map(|thread| thread.pid).collect();
+        Self {
+            start: Some(profile.start),
+            end: Some(profile.end),
+            frequency_hz: profile.frequency_hz,
+            samples: profile.total_samples(),
+            cpu_nanos: profile.samples.iter().map(|sample| sample.weight_ns).sum(),
+            processes: processes.len() as u32,
+            threads: profile.threads.len() as u32,
+            lost: profile.lost.clone(),
+            warnings: profile.warnings.clone(),
+            cut_short: false,
+        }
+    }
+}
+
+/// A rendered report and what it covers.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// UTF-8 text, or for pprof a gzipped profile.proto.
+    pub bytes: Vec<u8>,
+    pub format: Format,
+    pub summary: Summary,
+}
+
+/// Reads `query`'s profile from the store (the kernel addresses taken out
+/// unless `kernel_addresses`), and hands it to `make`, off the async
+/// threads.
+pub async fn read_profile<T: Send + 'static>(
+    store: Arc<RwLock<Store>>,
+    query: Query,
+    kernel_addresses: bool,
+    make: impl FnOnce(&Profile) -> Result<T, ServiceError> + Send + 'static,
+) -> Result<T, ServiceError> {
+    tokio::task::spawn_blocking(move || {
+        let mut profile = crate::read_lock(&store).profile(&query);
+        if !kernel_addresses {
+            profile.hide_kernel_addresses();
+        }
+        make(&profile)
+    })
+    .await
+    .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?
+}
+
+/// Renders `profile` as `options` ask, refusing a report over
+/// `max_response_bytes`.
+pub fn render(
+    profile: &Profile,
+    options: &ReportOptions,
+    max_response_bytes: u64,
+) -> Result<Report, ServiceError> {
+    let bytes = report::render(profile, options)
+        .map_err(|err| ServiceError::Internal(format!("cannot render the report: {err}")))?;
+    limits::check_reply_size(bytes.len(), max_response_bytes)?;
+    Ok(Report {
+        bytes,
+        format: options.format,
+        summary: Summary::of(profile),
+    })
+}

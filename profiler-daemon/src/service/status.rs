@@ -1,0 +1,94 @@
+//! What the daemon samples, what it lost and what it holds, for whoever
+//! asks; the targets (which may name other users' processes) for root and
+//! the admin group only, and changed by them only.
+
+use std::time::Duration;
+
+use profiler_common::Counter;
+
+use super::{Service, ServiceError, access::Asker};
+use crate::{
+    kernel::targets::{TargetSet, TargetsError},
+    peek::{PeekStats, Protection},
+    pipeline::PipelineStats,
+    store::StoreStats,
+};
+
+/// The daemon's state, as a status report shows it.
+#[derive(Clone, Debug)]
+pub struct DaemonStatus {
+    pub version: &'static str,
+    pub uptime: Duration,
+    /// CPUs the sampling program is attached to.
+    pub cpus: Vec<u32>,
+    pub frequency_hz: u32,
+    pub pipeline: PipelineStats,
+    pub store: StoreStats,
+    pub max_profile_duration: Duration,
+    pub open_sessions: usize,
+    /// `None` when the asker may not see them.
+    pub targets: Option<TargetSet>,
+    pub peek: PeekTrigger,
+}
+
+/// How peeks are triggered, and what came of them.
+#[derive(Clone, Debug)]
+pub struct PeekTrigger {
+    /// 0: peeks by signal are off.
+    pub signal: u32,
+    /// Why peeks by signal are off, when they are although a signal is
+    /// configured.
+    pub signal_off_reason: Option<String>,
+    pub protection: Protection,
+    pub stats: PeekStats,
+    pub running: usize,
+    /// Peek signals the kernel could not pass on (its ring buffer full).
+    pub dropped_in_kernel: u64,
+}
+
+impl Service {
+    pub fn status(&self, asker: Asker) -> DaemonStatus {
+        let pipeline = self.pipeline.stats();
+        let dropped_in_kernel = pipeline.counters[Counter::LostPeekSignal as usize];
+        DaemonStatus {
+            version: env!("CARGO_PKG_VERSION"),
+            uptime: self.info.started.elapsed(),
+            cpus: self.info.cpus.clone(),
+            frequency_hz: self.frequency_hz(),
+            pipeline,
+            store: self.store_stats(),
+            max_profile_duration: self.max_profile_duration(),
+            open_sessions: self.sessions().len(),
+            targets: asker
+                .privileged()
+                .then(|| crate::lock(&self.targets).current().clone()),
+            peek: PeekTrigger {
+                signal: self.peeker.settings().signal,
+                signal_off_reason: self.info.peek_signal_off.clone(),
+                protection: self.peeker.protection().clone(),
+                stats: self.peeker.stats(),
+                running: self.peeker.running(),
+                dropped_in_kernel,
+            },
+        }
+    }
+
+    /// Chooses what the kernel samples (root and the admin group only).
+    pub fn set_targets(&self, asker: Asker, set: TargetSet) -> Result<TargetSet, ServiceError> {
+        if !asker.privileged() {
+            return Err(ServiceError::PermissionDenied(
+                "permission denied: only root and the admin group may choose what the whole \
+                 machine samples"
+                    .to_owned(),
+            ));
+        }
+        let mut targets = crate::lock(&self.targets);
+        targets.set(set).map_err(|err| match err {
+            TargetsError::NoSuchCgroup { .. }
+            | TargetsError::NoSuchProcess { .. }
+            | TargetsError::TooMany { .. } => ServiceError::invalid(err.to_string()),
+            _ => ServiceError::Internal(err.to_string()),
+        })?;
+        Ok(targets.current().clone())
+    }
+}

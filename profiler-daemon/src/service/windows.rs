@@ -1,0 +1,362 @@
+//! Windows of samples made into reports: a Profile of the time to come
+//! (which its asker may cut short), open-ended sessions, and past windows
+//! (Query, Callers). Every window is read with its asker's sight.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use profiler_common::SampleKind;
+use tokio::sync::Notify;
+
+use super::{
+    CutTokens, Service, ServiceError,
+    access::{Asker, CallerKey, Window},
+    reports::{self, Report, Sight, Summary},
+    selection::{self, SelectorSpec},
+    sessions::Session,
+};
+use crate::{
+    profile::ReportOptions,
+    quote, report,
+    store::{Query, Selector},
+};
+
+/// A Profile: the next `duration`, selected and laid out as asked.
+#[derive(Clone, Debug)]
+pub struct ProfileSpec {
+    pub duration: Duration,
+    pub selector: SelectorSpec,
+    pub kind: SampleKind,
+    pub options: ReportOptions,
+    /// A token of the asker's choosing that [`Service::cut_profile`] can
+    /// end the profile early by.
+    pub cut_token: Option<String>,
+}
+
+/// A past window; no end is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PastWindow {
+    pub start: SystemTime,
+    pub end: Option<SystemTime>,
+}
+
+/// A session just opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartedSession {
+    pub id: String,
+    pub start: SystemTime,
+}
+
+/// Who called a function, and how often.
+#[derive(Clone, Debug)]
+pub struct CallersResult {
+    /// Most samples first.
+    pub callers: Vec<report::CallerCount>,
+    /// Samples in which the function appears at all.
+    pub total: u64,
+    pub text: String,
+    pub summary: Summary,
+}
+
+/// Removes a running profile's cut token when the profile ends.
+struct CutToken<'a> {
+    cuts: &'a CutTokens,
+    key: (CallerKey, String),
+}
+
+impl Drop for CutToken<'_> {
+    fn drop(&mut self) {
+        crate::lock(self.cuts).remove(&self.key);
+    }
+}
+
+impl Service {
+    /// Profiles the time to come: the next `spec.duration`, or less when
+    /// cut short (the summary says so).
+    pub async fn profile(&self, asker: Asker, spec: ProfileSpec) -> Result<Report, ServiceError> {
+        self.check_selector(asker, &spec.selector, Window::Live)?;
+        let duration = selection::profile_duration(spec.duration, self.max_profile_duration())?;
+        selection::check_report_options(&spec.options)?;
+        let selector = spec.selector.live()?;
+        let cut = match &spec.cut_token {
+            None => None,
+            Some(token) => Some(self.register_cut(asker.key, token)?),
+        };
+
+        let started = Instant::now();
+        let _hold = self.holds.hold(SystemTime::now());
+        let start = self.pipeline.open_window().await?;
+        let cut_short = tokio::select! {
+            () = tokio::time::sleep_until((started + duration).into()) => false,
+            () = async {
+                match &cut {
+                    Some((notify, _)) => notify.notified().await,
+                    None => std::future::pending().await,
+                }
+            } => true,
+            () = self.stopping.wait() => return Err(ServiceError::Stopping),
+        };
+        drop(cut);
+        let end = self.pipeline.close_window().await?;
+        let sight = Sight::of(asker.caller);
+        let mut report = self
+            .report(start, end, selector, spec.kind, spec.options, sight)
+            .await?;
+        report.summary.cut_short = cut_short;
+        Ok(report)
+    }
+
+    /// Ends `asker`'s running profile of `token` now; false when it has
+    /// none.
+    pub fn cut_profile(&self, asker: Asker, token: &str) -> Result<bool, ServiceError> {
+        selection::check_id(token, "the cut token")?;
+        let notify = crate::lock(&self.cuts)
+            .get(&(asker.key, token.to_owned()))
+            .cloned();
+        if let Some(notify) = &notify {
+            notify.notify_one();
+        }
+        Ok(notify.is_some())
+    }
+
+    /// Registers a running profile's cut token.
+    fn register_cut(
+        &self,
+        key: CallerKey,
+        token: &str,
+    ) -> Result<(Arc<Notify>, CutToken<'_>), ServiceError> {
+        selection::check_id(token, "the cut token")?;
+        let mut cuts = crate::lock(&self.cuts);
+        let entry = (key, token.to_owned());
+        if cuts.contains_key(&entry) {
+            return Err(ServiceError::invalid(format!(
+                "a running profile of this caller already has the cut token {}; choose a \
+                 unique one",
+                quote(token)
+            )));
+        }
+        let notify = Arc::new(Notify::new());
+        cuts.insert(entry.clone(), notify.clone());
+        Ok((
+            notify,
+            CutToken {
+                cuts: &self.cuts,
+                key: entry,
+            },
+        ))
+    }
+
+    /// Opens a session over `selector`; with `children`, the one process it
+    /// names is followed with every process it forks from now on.
+    pub async fn start_session(
+        &self,
+        asker: Asker,
+        selector: SelectorSpec,
+        kind: SampleKind,
+        children: bool,
+    ) -> Result<StartedSession, ServiceError> {
+        self.check_selector(asker, &selector, Window::Live)?;
+        let selector = selector.live()?;
+        let family = match children {
+            false => None,
+            true => Some(Arc::new(
+                self.families.follow(selection::family_root(&selector)?)?,
+            )),
+        };
+        let hold = self.holds.hold(SystemTime::now());
+        let start = self.pipeline.open_window().await?;
+        let session = Session {
+            owner: asker.key,
+            access: asker.caller.sample_access(),
+            privileged: asker.privileged(),
+            start,
+            hold,
+            selector,
+            kind,
+            family,
+        };
+        let id = self.sessions().open(session, asker)?;
+        Ok(StartedSession { id, start })
+    }
+
+    /// Closes a session (its owner's, or any with `force` for root and the
+    /// admin group) and reports it.
+    pub async fn stop_session(
+        &self,
+        asker: Asker,
+        id: &str,
+        force: bool,
+        options: ReportOptions,
+    ) -> Result<Report, ServiceError> {
+        selection::check_id(id, "the session id")?;
+        selection::check_report_options(&options)?;
+        let mut session = self.sessions().close(id, asker, force)?;
+        let end = self.pipeline.close_window().await?;
+        if let Some(family) = session.family.take() {
+            session.selector.pids = family.pids();
+        }
+        // The report holds what the session's owner may see, shown as its
+        // stopper may see it.
+        let sight = Sight {
+            access: session.access,
+            kernel_addresses: asker.caller.reads_kernel_addresses(),
+        };
+        self.report(
+            session.start,
+            end,
+            session.selector,
+            session.kind,
+            options,
+            sight,
+        )
+        .await
+    }
+
+    /// The open sessions `asker` may see (every one for root and the admin
+    /// group), oldest first, with their ids.
+    pub fn list_sessions(&self, asker: Asker) -> Vec<(String, Session)> {
+        self.sessions().list(asker)
+    }
+
+    /// A report of a past window the store still holds.
+    pub async fn query(
+        &self,
+        asker: Asker,
+        window: PastWindow,
+        selector: SelectorSpec,
+        kind: SampleKind,
+        options: ReportOptions,
+    ) -> Result<Report, ServiceError> {
+        self.check_selector(asker, &selector, Window::Past)?;
+        selection::check_report_options(&options)?;
+        let selector = selector.past()?;
+        let (start, end) = self.past_window(window).await?;
+        self.report(start, end, selector, kind, options, Sight::of(asker.caller))
+            .await
+    }
+
+    /// Who called `function`, with counts, over a past window.
+    pub async fn callers(
+        &self,
+        asker: Asker,
+        window: PastWindow,
+        selector: SelectorSpec,
+        function: String,
+    ) -> Result<CallersResult, ServiceError> {
+        self.check_selector(asker, &selector, Window::Past)?;
+        let function = selection::function_name(function)?;
+        let selector = selector.past()?;
+        let (start, end) = self.past_window(window).await?;
+        let sight = Sight::of(asker.caller);
+        let query = self.query_of(start, end, selector, SampleKind::CpuClock, sight);
+        reports::read_profile(
+            self.store.clone(),
+            query,
+            sight.kernel_addresses,
+            move |profile| {
+                let (callers, total) = report::callers(profile, &function);
+                Ok(CallersResult {
+                    text: report::callers_text(&function, &callers, total),
+                    total,
+                    callers,
+                    summary: Summary::of(profile),
+                })
+            },
+        )
+        .await
+    }
+
+    /// Checks that `asker` may see what `selector` selects in a window.
+    pub(super) fn check_selector(
+        &self,
+        asker: Asker,
+        selector: &SelectorSpec,
+        window: Window,
+    ) -> Result<(), ServiceError> {
+        selector.check_bounds()?;
+        Ok(self
+            .access
+            .check_selection(asker.caller, &selector.tasks(), &selector.uids, window)?)
+    }
+
+    /// A past window's bounds, checked against what the store holds (its
+    /// end, when it reaches past the last drain, drained first).
+    pub(super) async fn past_window(
+        &self,
+        window: PastWindow,
+    ) -> Result<(SystemTime, SystemTime), ServiceError> {
+        let now = SystemTime::now();
+        let PastWindow { start, end } = window;
+        if end.is_some_and(|end| end <= start) || start >= now {
+            return Err(ServiceError::invalid(format!(
+                "the window must start before it ends and before now (start {}, end {}, now {})",
+                selection::date(start),
+                end.map_or_else(|| "now".to_owned(), selection::date),
+                selection::date(now)
+            )));
+        }
+        let end = match end {
+            Some(end) if end < now => {
+                // Samples up to `end` may still be in the kernel's maps.
+                let newest = crate::read_lock(&self.store).newest();
+                if newest.is_none_or(|newest| newest < end) {
+                    self.pipeline.close_window().await?;
+                }
+                end
+            }
+            _ => self.pipeline.close_window().await?,
+        };
+        let oldest = crate::read_lock(&self.store).oldest();
+        if oldest.is_none_or(|oldest| end <= oldest) {
+            return Err(ServiceError::NotFound(format!(
+                "nothing is held for that window (it ends {}): the daemon holds samples from {} \
+                 on (its retention is {})",
+                selection::date(end),
+                oldest.map_or_else(|| "no time yet".to_owned(), selection::date),
+                humantime::format_duration(self.store_stats().retention)
+            )));
+        }
+        Ok((start, end))
+    }
+
+    pub(super) fn query_of(
+        &self,
+        start: SystemTime,
+        end: SystemTime,
+        selector: Selector,
+        kind: SampleKind,
+        sight: Sight,
+    ) -> Query {
+        Query {
+            start,
+            end,
+            selector,
+            access: sight.access,
+            kind,
+            frequency_hz: self.frequency_hz(),
+        }
+    }
+
+    /// Reads a window from the store and renders it, off the async threads.
+    async fn report(
+        &self,
+        start: SystemTime,
+        end: SystemTime,
+        selector: Selector,
+        kind: SampleKind,
+        options: ReportOptions,
+        sight: Sight,
+    ) -> Result<Report, ServiceError> {
+        let max_response_bytes = self.limits.max_response_bytes;
+        let query = self.query_of(start, end, selector, kind, sight);
+        reports::read_profile(
+            self.store.clone(),
+            query,
+            sight.kernel_addresses,
+            move |profile| reports::render(profile, &options, max_response_bytes),
+        )
+        .await
+    }
+}
