@@ -25,9 +25,13 @@ fn build_protos() -> Result<()> {
         prost::Message::encode_to_vec(&descriptors),
     )
     .context("writing the descriptor set")?;
+    // The message types (and the client) are the client crate's; only the
+    // server is generated here, on them.
     tonic_prost_build::configure()
-        .build_client(true)
+        .build_client(false)
         .build_server(true)
+        .extern_path(".profilerd.v1", "::profilerd_client::v1")
+        .extern_path(".perftools.profiles", "::profilerd_client::pprof")
         // Undecodable requests are INVALID_ARGUMENT, not INTERNAL.
         .codec_path("crate::service::grpc::codec::ApiCodec")
         .compile_fds(descriptors)

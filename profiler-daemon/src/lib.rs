@@ -8,7 +8,6 @@
 //! [`profile::Profile`] of any window and served over gRPC ([`api`]). The
 //! [`collector`] runs that pipeline; [`config`] holds the settings.
 
-pub mod client;
 pub mod daemon;
 pub mod kernel;
 pub mod peek;

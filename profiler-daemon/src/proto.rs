@@ -1,14 +1,16 @@
-//! Code generated from the .proto files in `proto/` (see build.rs).
+//! The API's protobuf types (the client crate's) and the gRPC server
+//! generated on them here (see build.rs).
 
-/// profilerd's gRPC API, version 1.
+/// profilerd's gRPC API, version 1: the client crate's messages, and the
+/// `Profiler` server.
 pub mod v1 {
+    pub use profilerd_client::v1::*;
+
     tonic::include_proto!("profilerd.v1");
 }
 
 /// The pprof profile format.
-pub mod pprof {
-    tonic::include_proto!("perftools.profiles");
-}
+pub use profilerd_client::pprof;
 
 /// The encoded descriptors of every .proto file, for server reflection.
 pub const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));

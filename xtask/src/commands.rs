@@ -18,8 +18,10 @@ use crate::{bootstrap, install, kernel};
 /// The eBPF crate: built for its own target only (by the daemon's build script).
 const EBPF_PACKAGE: &str = "profiler-ebpf";
 const EBPF_TARGET: &str = "bpfel-unknown-none";
-/// The package holding the `profilerd` and `profilerctl` binaries.
+/// The package holding the `profilerd` binary.
 const DAEMON_PACKAGE: &str = "profiler-daemon";
+/// The package holding the `profilerctl` binary.
+const CLI_PACKAGE: &str = "profilerctl";
 const DAEMON_BIN: &str = "profilerd";
 
 pub fn dispatch(command: Command) -> Result<()> {
@@ -99,6 +101,8 @@ fn test(args: TestArgs) -> Result<()> {
     bootstrap::ebpf_toolchain()?;
     bootstrap::test_deps()?;
     let python = bootstrap::python_clients(&target_dir()?)?;
+    // The end-to-end tests run profilerctl, a package of its own.
+    build_daemon(Profile::Debug)?;
 
     let mut cmd = workspace_cargo()?;
     cmd.arg("test");
@@ -253,10 +257,17 @@ fn service_in_use() -> bool {
     })
 }
 
-/// `cargo build --package profiler-daemon --bins` for `profile`.
+/// `cargo build` of profilerd and profilerctl for `profile`.
 fn build_daemon(profile: Profile) -> Result<()> {
     let mut cmd = workspace_cargo()?;
-    cmd.args(["build", "--package", DAEMON_PACKAGE, "--bins"]);
+    cmd.args([
+        "build",
+        "--package",
+        DAEMON_PACKAGE,
+        "--package",
+        CLI_PACKAGE,
+        "--bins",
+    ]);
     if let Profile::Release = profile {
         cmd.arg("--release");
     }

@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail, ensure};
-use profilerd::{client, proto::v1};
+use profilerd_client::{self as client, v1};
 use rustix::process::{Pid, Signal, kill_process};
 
 use crate::{

@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use profilerd::{client, proto::v1};
+use profilerd_client::{self as client, v1};
 
 use crate::{
     Plan,

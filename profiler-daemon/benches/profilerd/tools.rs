@@ -9,7 +9,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use profilerd::{client, proto::v1};
+use profilerd_client::{self as client, v1};
 use serde::Serialize;
 
 use crate::measure::{self, Exited};

@@ -5,7 +5,7 @@ use std::process::Command;
 use crate::support::{Daemon, Workload};
 
 fn profilerctl(daemon: &Daemon, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+    Command::new(crate::support::profilerctl_binary())
         .arg("--socket")
         .arg(&daemon.socket)
         .args(args)
@@ -38,7 +38,7 @@ async fn profilerctl_profiles_reports_status_and_errors() {
         .collect();
         let socket = daemon.socket.clone();
         move || {
-            Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+            Command::new(crate::support::profilerctl_binary())
                 .arg("--socket")
                 .arg(socket)
                 .args(args)
@@ -112,7 +112,7 @@ async fn profilerctl_profiles_reports_status_and_errors() {
     assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
     assert!(stderr.contains("no process with id 4294967290"), "{stderr}");
 
-    let nowhere = Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+    let nowhere = Command::new(crate::support::profilerctl_binary())
         .args(["--socket", "/nonexistent/profilerd.sock", "status"])
         .output()
         .expect("profilerctl runs");

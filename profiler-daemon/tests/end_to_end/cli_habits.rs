@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 
 use crate::support::{self, Daemon, User, Workload, error_of, stdout_of};
 
@@ -19,7 +19,7 @@ async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
     let workload = Workload::start("split", &[]);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let report = dir.path().join("cut.folded");
-    let mut profilerctl = Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+    let mut profilerctl = Command::new(crate::support::profilerctl_binary())
         .arg("--socket")
         .arg(&daemon.socket)
         .args(["profile", "--pid", &workload.pid().to_string(), "-d", "8s"])
@@ -134,7 +134,7 @@ async fn output_goes_where_a_user_expects() {
     let socket = daemon.socket.display().to_string();
     let workload = Workload::start("split", &[]);
     let pid = workload.pid().to_string();
-    let profilerctl = env!("CARGO_BIN_EXE_profilerctl");
+    let profilerctl = crate::support::profilerctl_binary().display().to_string();
 
     // Binary to a terminal is refused before anything is waited for.
     let started = Instant::now();

@@ -207,7 +207,7 @@ async fn setuid_processes_are_seen_by_root_only() {
     let socket = daemon.socket.clone();
     let mut client = daemon.client().await;
     let mut watcher = client
-        .watch_peeks(profilerd::proto::v1::WatchPeeksRequest {})
+        .watch_peeks(profilerd_client::v1::WatchPeeksRequest {})
         .await
         .expect("WatchPeeks answers")
         .into_inner();
@@ -400,7 +400,7 @@ async fn one_user_cannot_crowd_out_the_others_peeks() {
     let mut root_reports = Vec::new();
     for _ in 0..2 {
         let report = client
-            .peek(profilerd::proto::v1::PeekRequest { pid: roots.pid() })
+            .peek(profilerd_client::v1::PeekRequest { pid: roots.pid() })
             .await
             .expect("root peeks")
             .into_inner();

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 use rustix::process::{Pid, Signal, kill_process};
 
 use crate::support::{
@@ -970,7 +970,7 @@ async fn a_full_disk_keeps_peek_reports_in_memory_and_counts_the_failure() {
 
 /// Starts profilerctl against `socket` with `args`, as a child of its own.
 fn profilerctl_child(socket: &Path, args: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+    Command::new(crate::support::profilerctl_binary())
         .arg("--socket")
         .arg(socket)
         .args(args)

@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 use rustix::process::Signal;
 
 use crate::support::{Daemon, Workload};

@@ -3,7 +3,7 @@
 
 use std::{io::Read as _, io::Write as _, time::Duration};
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 
 use crate::support::Daemon;
 

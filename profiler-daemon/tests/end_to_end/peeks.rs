@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
 
 use crate::support::{Client, Daemon, Workload};

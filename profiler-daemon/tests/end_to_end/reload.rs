@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 use rustix::process::Signal;
 
 use crate::support::Daemon;

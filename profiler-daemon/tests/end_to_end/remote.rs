@@ -3,7 +3,7 @@
 
 use std::{path::Path, process::Command, time::Duration};
 
-use profilerd::proto::v1::{self, profiler_client::ProfilerClient};
+use profilerd_client::v1::{self, profiler_client::ProfilerClient};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 

@@ -4,7 +4,7 @@
 
 use std::{process::Command, time::Duration};
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 use tonic::Code;
 
 use crate::support::{self, Daemon, User, error_of, stdout_of};
@@ -190,7 +190,7 @@ async fn a_closed_pipe_ends_profilerctl_quietly() {
         })
         .await
         .expect("a report is kept");
-    let profilerctl = env!("CARGO_BIN_EXE_profilerctl");
+    let profilerctl = crate::support::profilerctl_binary().display().to_string();
     for command in ["peeks", "metrics", "status --verbose"] {
         // `true` exits without reading: profilerctl writes into a closed pipe.
         let script = format!(

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 use tokio::net::UnixDatagram;
 
 use crate::support::{self, Daemon, Launch, Workload};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 
 use crate::support::{folded, options, samples_containing, selector};
 

@@ -10,13 +10,26 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profilerd::{
-    client,
-    proto::v1::{self, profiler_client::ProfilerClient},
+use profilerd_client::{
+    self as client,
+    v1::{self, profiler_client::ProfilerClient},
 };
 use tonic::transport::Channel;
 
 pub type Client = ProfilerClient<Channel>;
+
+/// profilerctl, built beside the daemon (`cargo xtask test` builds it
+/// first; it is a package of its own, so that it does not compile the
+/// daemon's dependencies).
+pub fn profilerctl_binary() -> PathBuf {
+    let binary = Path::new(env!("CARGO_BIN_EXE_profilerd")).with_file_name("profilerctl");
+    assert!(
+        binary.is_file(),
+        "{} is missing: build it with `cargo build -p profilerctl` (cargo xtask test does)",
+        binary.display()
+    );
+    binary
+}
 
 /// Sampling frequency of test daemons: high, so short profiles hold enough
 /// samples for tight statistical checks.
@@ -64,7 +77,8 @@ impl User {
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
             .expect("the directory is opened");
         let profilerctl = dir.path().join("profilerctl");
-        fs::copy(env!("CARGO_BIN_EXE_profilerctl"), &profilerctl).expect("profilerctl is copied");
+        fs::copy(crate::support::profilerctl_binary(), &profilerctl)
+            .expect("profilerctl is copied");
         Self {
             uid,
             dir,
@@ -642,7 +656,7 @@ pub fn go_pprof_top(bytes: &[u8]) -> String {
 }
 
 /// Decodes a gzipped pprof profile.
-pub fn decode_pprof(bytes: &[u8]) -> profilerd::proto::pprof::Profile {
+pub fn decode_pprof(bytes: &[u8]) -> profilerd_client::pprof::Profile {
     use std::io::Read as _;
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(bytes)
@@ -668,7 +682,7 @@ pub async fn profilerctl(socket: &Path, args: &[&str]) -> std::process::Output {
     let socket = socket.to_owned();
     let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
     tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_profilerctl"))
+        Command::new(crate::support::profilerctl_binary())
             .arg("--socket")
             .arg(socket)
             .args(args)

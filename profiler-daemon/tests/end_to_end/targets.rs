@@ -5,7 +5,8 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use profilerd::{kernel::cgroups::cgroup2_root, proto::v1};
+use profilerd::kernel::cgroups::cgroup2_root;
+use profilerd_client::v1;
 
 use crate::support::{Client, Daemon, Workload, options, profile};
 

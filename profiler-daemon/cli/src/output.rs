@@ -9,7 +9,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use profilerd::proto::v1;
+use profilerd_client::v1;
 
 use crate::format;
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::proto::v1::profiler_client::ProfilerClient;
+use crate::v1::profiler_client::ProfilerClient;
 
 /// The socket the daemon serves on by default.
 pub const DEFAULT_SOCKET: &str = "/run/profilerd/profilerd.sock";

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use profilerd::proto::v1;
+use profilerd_client::v1;
 
 /// `1 process`, `2 processes`, `0 samples`.
 pub fn plural(count: u64, noun: &str) -> String {

@@ -2,7 +2,7 @@
 //! kept reports.
 
 use anyhow::Result;
-use profilerd::proto::v1;
+use profilerd_client::v1;
 
 use crate::{Client, output};
 

@@ -8,7 +8,7 @@ use std::{
 };
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use profilerd::{client::DEFAULT_SOCKET, proto::v1};
+use profilerd_client::{DEFAULT_SOCKET, v1};
 
 /// Control profilerd, the system-wide sampling profiler.
 #[derive(Debug, Parser)]

@@ -4,7 +4,7 @@
 use std::{ffi::OsString, process::ExitCode, time::SystemTime};
 
 use anyhow::{Context as _, Result};
-use profilerd::proto::v1;
+use profilerd_client::v1;
 
 use crate::{
     Client,

@@ -4,7 +4,7 @@
 use std::{io::IsTerminal as _, path::Path, time::Duration, time::SystemTime};
 
 use anyhow::{Result, bail};
-use profilerd::proto::v1;
+use profilerd_client::v1;
 
 use crate::{
     Client,

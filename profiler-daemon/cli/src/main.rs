@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Parser as _;
-use profilerd::{client, proto::v1::profiler_client::ProfilerClient};
+use profilerd_client::{self as client, v1::profiler_client::ProfilerClient};
 
 use crate::args::{Cli, Command};
 
