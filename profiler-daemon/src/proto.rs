@@ -3,6 +3,10 @@
 
 /// profilerd's gRPC API, version 1: the client crate's messages, and the
 /// `Profiler` server.
+#[expect(
+    clippy::allow_attributes_without_reason,
+    reason = "tonic's generated server allows lints without saying why"
+)]
 pub mod v1 {
     pub use profilerd_client::v1::*;
 

@@ -2,10 +2,12 @@
 //! tracepoints that keep process announcements fresh, and the maps they
 //! write.
 
-// Map keys and values are passed by reference on purpose: a StackTrace by
-// value would not fit on the 512-byte BPF stack, and copies of the others
-// only cost stack space.
-#![allow(clippy::needless_borrows_for_generic_args)]
+#![expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "map keys and values are passed by reference on purpose: a StackTrace by value \
+              would not fit on the 512-byte BPF stack, and copies of the others only cost \
+              stack space"
+)]
 
 use core::{ffi::c_void, mem::size_of};
 
@@ -416,8 +418,10 @@ fn store_stack(
 }
 
 /// A 64-bit hash of the frames; never 0, which means "no stack".
-// Indexed loops with a constant bound are what the verifier proves bounded.
-#[allow(clippy::needless_range_loop)]
+#[expect(
+    clippy::needless_range_loop,
+    reason = "indexed loops with a constant bound are what the verifier proves bounded"
+)]
 #[inline(always)]
 fn stack_hash(ips: &[u64; MAX_STACK_DEPTH], len: usize, user: bool) -> u64 {
     let mut hash: u64 = 0x9e37_79b9_7f4a_7c15 ^ ((len as u64) << 1) ^ (user as u64);
@@ -440,7 +444,8 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-#[allow(clippy::needless_range_loop)]
+/// Whether the stored stack holds the walked one's `len` frames (indexed
+/// with a constant bound, as the verifier proves loops bounded).
 #[inline(always)]
 fn same_frames(stored: &StackTrace, walked: &StackTrace, len: usize) -> bool {
     if stored.len as usize != len {

@@ -8,7 +8,13 @@ use anyhow::{Context as _, Result};
 
 /// Keeps the kernel's BPF run-time statistics on while it lives (they cost
 /// a few tens of nanoseconds per program run, for every profiler alike).
-pub struct StatsEnabled(#[allow(dead_code)] OwnedFd);
+pub struct StatsEnabled(
+    #[expect(
+        dead_code,
+        reason = "held, not read: the statistics stay on while it lives"
+    )]
+    OwnedFd,
+);
 
 pub fn enable_stats() -> Result<StatsEnabled> {
     aya::sys::enable_stats(aya::sys::Stats::RunTime)

@@ -8,6 +8,10 @@ mod connect;
 pub use connect::{ConnectError, DEFAULT_SOCKET, connect};
 
 /// profilerd's gRPC API, version 1: messages and the `Profiler` client.
+#[expect(
+    clippy::allow_attributes_without_reason,
+    reason = "tonic's generated client allows lints without saying why"
+)]
 pub mod v1 {
     tonic::include_proto!("profilerd.v1");
 }

@@ -184,8 +184,14 @@ static CPUS: LazyLock<Arc<tokio::sync::RwLock<()>>> =
     LazyLock::new(|| Arc::new(tokio::sync::RwLock::new(())));
 
 enum CpuShare {
-    Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
-    Alone(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
+    Shared(
+        #[expect(dead_code, reason = "held, not read: released when the daemon stops")]
+        tokio::sync::OwnedRwLockReadGuard<()>,
+    ),
+    Alone(
+        #[expect(dead_code, reason = "held, not read: released when the daemon stops")]
+        tokio::sync::OwnedRwLockWriteGuard<()>,
+    ),
 }
 
 /// A daemon of its own for one test, on a socket in a temporary directory,
