@@ -1,19 +1,30 @@
 //! profilerd: an always-on, system-wide sampling profiler.
 //!
-//! Data flows one way: the eBPF program samples every CPU into kernel maps
-//! ([`sampling`]); the [`drain`] reads them into raw samples; the
-//! [`processes`] table normalizes user addresses while processes are alive;
-//! the [`symbolize`]r names them; the [`store`] aggregates them in
-//! time-stamped buckets; reports ([`report`]) are rendered from a
-//! [`profile::Profile`] of any window and served over gRPC ([`api`]). The
-//! [`collector`] runs that pipeline; [`config`] holds the settings.
+//! One folder per layer, and the data flows one way through them:
+//!
+//! - [`kernel`]: the eBPF programs sample every CPU into kernel maps; the
+//!   drain reads them out, a generation at a time, as raw samples.
+//! - [`pipeline`]: moves each drained batch on, on its own threads:
+//!   addresses normalized and named by [`symbols`], then into the
+//!   [`store`] (or, for a peek's samples, to the peek that waits for them).
+//! - [`store`]: time-stamped buckets per thread and stack, any window of
+//!   which becomes a self-contained [`profile::Profile`].
+//! - [`report`]: pure functions from a profile to the bytes of a format.
+//! - [`peek`]: the thread-by-thread looks at one process that a signal or
+//!   a request starts.
+//! - [`service`]: what the daemon offers (profiles, sessions, queries,
+//!   diffs, top, peeks, status), authorized and validated on domain types;
+//!   the gRPC API is a thin shim over it, served by its listeners.
+//! - [`daemon`]: the process itself: configuration, reloads, logs, systemd.
+//!
+//! [`profile`] holds the domain values every layer shares.
 
 pub mod daemon;
 pub mod kernel;
 pub mod peek;
 pub mod pipeline;
 pub mod profile;
-pub mod proto;
+mod proto;
 pub mod report;
 pub mod service;
 pub mod store;

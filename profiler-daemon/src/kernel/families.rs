@@ -16,12 +16,13 @@ use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
 use profiler_common::FamilyJoin;
 use tracing::{debug, warn};
 
+use super::sampler::OptionalProgramError;
 use crate::lock;
 
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum FamilyError {
     #[error("the children of processes cannot be followed on this machine: {0}")]
-    Unavailable(String),
+    Unavailable(#[from] OptionalProgramError),
     #[error("process {0} is already followed by another session; stop that one first")]
     AlreadyFollowed(u32),
     #[error("cannot follow process {pid}: {message}")]
@@ -36,7 +37,7 @@ pub struct Families {
 
 struct Inner {
     /// The kernel's map of followed processes; why there is none.
-    followed: Result<Mutex<BpfHashMap<MapData, u32, u32>>, String>,
+    followed: Result<Mutex<BpfHashMap<MapData, u32, u32>>, OptionalProgramError>,
     /// Members learned so far, by root.
     members: Mutex<HashMap<u32, Vec<u32>>>,
 }
@@ -63,7 +64,7 @@ impl PartialEq for Family {
 impl Families {
     /// Families over the kernel's map, or none (each request to follow is
     /// then refused with `unavailable`'s reason).
-    pub fn new(followed: Result<BpfHashMap<MapData, u32, u32>, String>) -> Self {
+    pub fn new(followed: Result<BpfHashMap<MapData, u32, u32>, OptionalProgramError>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 followed: followed.map(Mutex::new),

@@ -86,6 +86,36 @@ pub enum SamplingError {
     SampleThread { tid: u32, source: ProgramError },
 }
 
+/// Why an optional program (the peek-signal guard, the fork follower) does
+/// not run: the daemon works without it, and says why.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum OptionalProgramError {
+    #[error("peeks by signal are off")]
+    PeeksBySignalOff,
+    #[error("cannot find the kernel fields it reads: {0}")]
+    Layout(#[from] BtfError),
+    #[error("cannot read the kernel's BTF: {0}")]
+    Btf(String),
+    #[error(
+        "the kernel refused to load a BPF LSM program (EPERM): BPF LSM needs \
+         CONFIG_BPF_LSM=y and `bpf` among the active LSMs (the lsm= boot parameter), and some \
+         kernel builds refuse it even then"
+    )]
+    LsmRefused,
+    #[error("the kernel refused {program}: {reason}")]
+    Load {
+        program: &'static str,
+        reason: String,
+    },
+    #[error("cannot attach {program}: {reason}")]
+    Attach {
+        program: &'static str,
+        reason: String,
+    },
+    #[error("the eBPF object has no {0}; rebuild with `cargo xtask build`")]
+    Missing(&'static str),
+}
+
 /// What to sample and how big the kernel's maps are.
 #[derive(Clone, Copy, Debug)]
 pub struct SamplerSettings {
@@ -163,9 +193,9 @@ pub struct Sampler {
     /// Why peek signals are not watched, if they are not.
     signal_watch_error: Option<String>,
     /// Why the signal guard is not active, if it is not.
-    guard_error: Option<String>,
+    guard_error: Option<OptionalProgramError>,
     /// Why forks are not followed (no `record`), if they are not.
-    follow_error: Option<String>,
+    follow_error: Option<OptionalProgramError>,
 }
 
 impl Sampler {
@@ -270,10 +300,8 @@ impl Sampler {
             }
         };
         let guard_error = match layout {
-            _ if settings.peek_signal == 0 => Some("peeks by signal are off".to_owned()),
-            Err(err) => Some(format!(
-                "cannot find the kernel fields the guard reads: {err}"
-            )),
+            _ if settings.peek_signal == 0 => Some(OptionalProgramError::PeeksBySignalOff),
+            Err(err) => Some(err.into()),
             Ok(_) => guard_peek_signal(&mut ebpf).err(),
         };
         let follow_error = follow_forks(&mut ebpf).err();
@@ -300,7 +328,7 @@ impl Sampler {
 
     /// Whether the guard that keeps the peek signal from killing processes
     /// without a handler is active; if not, why.
-    pub fn signal_guard(&self) -> Result<(), String> {
+    pub fn signal_guard(&self) -> Result<(), OptionalProgramError> {
         self.guard_error.clone().map_or(Ok(()), Err)
     }
 
@@ -366,13 +394,14 @@ impl Sampler {
     /// Takes the map of followed processes and the ring buffer of those
     /// that join a family; why they cannot be had when forks are not
     /// followed.
-    pub fn take_families(&mut self) -> Result<FamilyMaps, String> {
+    pub fn take_families(&mut self) -> Result<FamilyMaps, OptionalProgramError> {
         if let Some(err) = &self.follow_error {
             return Err(err.clone());
         }
+        let missing = |_| OptionalProgramError::Missing("map of followed processes");
         Ok(FamilyMaps {
-            followed: take_map(&mut self.ebpf, names::FOLLOWED).map_err(|err| err.to_string())?,
-            joins: take_map(&mut self.ebpf, names::FAMILY_JOINS).map_err(|err| err.to_string())?,
+            followed: take_map(&mut self.ebpf, names::FOLLOWED).map_err(missing)?,
+            joins: take_map(&mut self.ebpf, names::FAMILY_JOINS).map_err(missing)?,
         })
     }
 
@@ -454,51 +483,53 @@ fn watch_signals(ebpf: &mut Ebpf, signal: u32) -> Result<(), SamplingError> {
 }
 
 /// Loads and attaches the fork follower (a BTF tracepoint: no tracefs).
-fn follow_forks(ebpf: &mut Ebpf) -> Result<(), String> {
-    let btf =
-        aya::Btf::from_sys_fs().map_err(|err| format!("cannot read the kernel's BTF: {err}"))?;
-    let program: &mut BtfTracePoint =
-        program(ebpf, names::PROGRAM_FOLLOW_FORKS).map_err(|err| err.to_string())?;
-    program.load("sched_process_fork", &btf).map_err(|err| {
-        format!(
-            "the kernel refused the sched_process_fork BTF tracepoint: {}",
-            error_chain(&err)
-        )
-    })?;
-    program.attach().map_err(|err| {
-        format!(
-            "cannot attach to the sched_process_fork BTF tracepoint: {}",
-            error_chain(&err)
-        )
-    })?;
+fn follow_forks(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
+    const PROGRAM: &str = "the sched_process_fork BTF tracepoint";
+    let btf = kernel_btf()?;
+    let program: &mut BtfTracePoint = program(ebpf, names::PROGRAM_FOLLOW_FORKS)
+        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_FOLLOW_FORKS))?;
+    program
+        .load("sched_process_fork", &btf)
+        .map_err(|err| OptionalProgramError::Load {
+            program: PROGRAM,
+            reason: error_chain(&err),
+        })?;
+    program
+        .attach()
+        .map_err(|err| OptionalProgramError::Attach {
+            program: PROGRAM,
+            reason: error_chain(&err),
+        })?;
     Ok(())
 }
 
+/// The kernel's BTF, as aya reads it.
+fn kernel_btf() -> Result<aya::Btf, OptionalProgramError> {
+    aya::Btf::from_sys_fs().map_err(|err| OptionalProgramError::Btf(err.to_string()))
+}
+
 /// Loads and attaches the BPF LSM guard on `task_kill`.
-fn guard_peek_signal(ebpf: &mut Ebpf) -> Result<(), String> {
-    let btf =
-        aya::Btf::from_sys_fs().map_err(|err| format!("cannot read the kernel's BTF: {err}"))?;
-    let program: &mut Lsm =
-        program(ebpf, names::PROGRAM_GUARD_PEEK_SIGNAL).map_err(|err| err.to_string())?;
+fn guard_peek_signal(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
+    const PROGRAM: &str = "the BPF LSM guard on task_kill";
+    let btf = kernel_btf()?;
+    let program: &mut Lsm = program(ebpf, names::PROGRAM_GUARD_PEEK_SIGNAL)
+        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_GUARD_PEEK_SIGNAL))?;
     program.load("task_kill", &btf).map_err(|err| {
         if io_errno(&err) == Some(libc::EPERM) {
-            "the kernel refused to load a BPF LSM program (EPERM): BPF LSM needs \
-             CONFIG_BPF_LSM=y and `bpf` among the active LSMs (the lsm= boot parameter), and \
-             some kernel builds refuse it even then"
-                .to_owned()
+            OptionalProgramError::LsmRefused
         } else {
-            format!(
-                "the kernel refused a BPF LSM program: {}",
-                error_chain(&err)
-            )
+            OptionalProgramError::Load {
+                program: PROGRAM,
+                reason: error_chain(&err),
+            }
         }
     })?;
-    program.attach().map_err(|err| {
-        format!(
-            "cannot attach the BPF LSM guard to task_kill: {}",
-            error_chain(&err)
-        )
-    })?;
+    program
+        .attach()
+        .map_err(|err| OptionalProgramError::Attach {
+            program: PROGRAM,
+            reason: error_chain(&err),
+        })?;
     info!("peek signals to processes without a handler are intercepted (BPF LSM on task_kill)");
     Ok(())
 }

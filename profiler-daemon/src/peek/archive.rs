@@ -21,6 +21,13 @@ use tracing::warn;
 use super::report::PeekReport;
 use crate::profile::Owner;
 
+/// Why a kept report could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("cannot read the kept peek report {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+}
+
 /// A kept report, as listed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeekSummary {
@@ -147,7 +154,7 @@ impl Archive {
     }
 
     /// A kept report: this run's whole, an earlier run's as its text.
-    pub fn get(&self, id: &str) -> Option<Result<Arc<PeekReport>, String>> {
+    pub fn get(&self, id: &str) -> Option<Result<Arc<PeekReport>, ArchiveError>> {
         let kept = self.kept.get(id)?;
         if let Some(report) = &kept.report {
             return Some(Ok(report.clone()));
@@ -156,7 +163,7 @@ impl Archive {
         Some(
             fs::read_to_string(&path)
                 .map(|text| Arc::new(PeekReport::from_text(&kept.summary, text)))
-                .map_err(|err| format!("cannot read {}: {err}", path.display())),
+                .map_err(|source| ArchiveError::Read { path, source }),
         )
     }
 

@@ -30,12 +30,12 @@ use self::{
     snapshot::{Disposition, ProcessSnapshot},
 };
 pub use self::{
-    archive::PeekSummary,
+    archive::{ArchiveError, PeekSummary},
     report::{PeekReport, ThreadReport, TriggerSource},
     snapshot::SnapshotError,
 };
 use crate::{
-    kernel::sampler::Sampler,
+    kernel::sampler::{OptionalProgramError, Sampler},
     lock,
     pipeline::{PeekInbox, PipelineHandle},
 };
@@ -300,7 +300,7 @@ impl Peeker {
         lock(&self.inner.archive).list()
     }
 
-    pub fn get(&self, id: &str) -> Option<Result<Arc<PeekReport>, String>> {
+    pub fn get(&self, id: &str) -> Option<Result<Arc<PeekReport>, ArchiveError>> {
         lock(&self.inner.archive).get(id)
     }
 
@@ -746,7 +746,7 @@ pub async fn follow_signals(peeker: Peeker, signals: RingBuf<MapData>) {
 
 /// Whether processes without a handler are protected from the peek
 /// signal, and why or why not, for the start-up log and the status.
-pub fn protection(signal_guard: Result<(), String>) -> Protection {
+pub fn protection(signal_guard: Result<(), OptionalProgramError>) -> Protection {
     match signal_guard {
         Ok(()) => Protection {
             active: true,
@@ -756,7 +756,7 @@ pub fn protection(signal_guard: Result<(), String>) -> Protection {
         },
         Err(reason) => Protection {
             active: false,
-            reason,
+            reason: reason.to_string(),
         },
     }
 }

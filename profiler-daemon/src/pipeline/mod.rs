@@ -28,7 +28,7 @@ pub use self::peek_inbox::PeekInbox;
 
 use crate::{
     kernel::drain::{self, CounterDeltas, Drainer},
-    kernel::sampler::Sampler,
+    kernel::sampler::{Sampler, SamplingError},
     lock,
     store::Store,
     symbols::processes::{NormalizedBatch, ProcessStats, ProcessTable},
@@ -37,8 +37,10 @@ use crate::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
+    #[error("cannot take the kernel maps to drain: {0}")]
+    Maps(#[from] SamplingError),
     #[error("cannot set up the kernel maps for draining: {0}")]
-    Maps(String),
+    DrainMaps(#[from] aya::maps::MapError),
     #[error("cannot start the {0} thread: {1}")]
     Thread(&'static str, std::io::Error),
     #[error("the sample pipeline has stopped; the daemon is shutting down or failed (see its log)")]
@@ -125,13 +127,9 @@ impl Pipeline {
         peeks: Arc<PeekInbox>,
         drain_interval: Duration,
     ) -> Result<Self, PipelineError> {
-        let maps = sampler
-            .take_drain_maps()
-            .map_err(|err| PipelineError::Maps(err.to_string()))?;
-        let announcements = sampler
-            .take_process_announcements()
-            .map_err(|err| PipelineError::Maps(err.to_string()))?;
-        let drainer = Drainer::new(maps).map_err(|err| PipelineError::Maps(err.to_string()))?;
+        let maps = sampler.take_drain_maps()?;
+        let announcements = sampler.take_process_announcements()?;
+        let drainer = Drainer::new(maps)?;
 
         let stopping = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(PipelineStats::default()));
