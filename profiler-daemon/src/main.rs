@@ -96,6 +96,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         max_sample_keys: config.max_sample_keys,
         peek_signal: config.peek_signal_number(),
         peek_frequency_hz: config.peek_frequency_hz,
+        source: Default::default(),
     })
     .context("cannot start sampling")?;
     let store = Arc::new(RwLock::new(Store::new(config.store_settings())));
@@ -104,6 +105,8 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         &mut sampler,
         store.clone(),
         peek_inbox.clone(),
+        // The exporters (Pyroscope, OpenTelemetry) will plug in here.
+        Vec::new(),
         config.drain_interval,
     )
     .context("cannot start the sample pipeline")?;
@@ -123,7 +126,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     let protection = peek::protection(sampler.signal_guard());
     let (cpus, frequency_hz) = (sampler.cpus().to_vec(), sampler.frequency_hz());
     let cpus_sampled = cpus.len();
-    let peek_signal_off = sampler.signal_watch_error().map(str::to_owned);
+    let peek_signal_off = sampler.signal_watch().err().map(|err| err.to_string());
     let sampler = Arc::new(Mutex::new(sampler));
     let peeker = Peeker::new(
         config.peek_settings(),

@@ -1,34 +1,36 @@
-//! Loading the eBPF programs, checking that the kernel can run them,
-//! attaching them on every online CPU, and keeping them attached.
+//! Loading the eBPF programs after checking that the kernel can run them
+//! (`requirements`), attaching them in their groups (`programs`), keeping
+//! them attached, and handing their maps out to their readers: the sample
+//! source to the pipeline, the process announcements to the process
+//! watcher, the peek signals and peeked threads to the peeker (for which it
+//! also opens per-thread clocks), the targets and families to the service.
 //!
-//! This module owns the [`aya::Ebpf`] object (dropping a [`Sampler`] detaches
-//! everything) and hands the maps out to their readers: the draining maps to
-//! the drainer, the process announcements to the process watcher, the peek
-//! signals and peeked threads to the peeker, for which it also opens
-//! per-thread clocks. It must not read samples itself.
+//! This module owns the [`aya::Ebpf`] object (dropping a [`Sampler`]
+//! detaches everything). It must not read samples itself.
 
-use std::{io, path::Path, time::Duration};
+use std::{collections::BTreeMap, io, time::Duration};
 
 use aya::{
-    Ebpf, EbpfError, EbpfLoader,
+    Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        BtfTracePoint, Lsm, PerfEvent, ProgramError, TracePoint,
+        PerfEvent, ProgramError,
         perf_event::{PerfEventConfig, PerfEventLink, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
-use profiler_common::{Control, SampleKey, SampleValue, StackTrace, names, signal_generate};
-use tracing::{info, warn};
+use profiler_common::{Control, SampleKey, SampleValue, StackTrace, names};
+use tracing::{debug, info, warn};
 
-use crate::kernel::btf::{BtfError, KernelTypes};
+use super::{
+    btf::{BtfError, KernelTypes},
+    drain::Drainer,
+    programs::{self, AttachContext, Attached, GroupFailure, ProgramGroup},
+    requirements::{self, TRACEFS, VMLINUX_BTF},
+    sources::{SampleSource, SampleSourceKind},
+};
 
 /// The eBPF object built by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
-
-/// Where the kernel exposes tracefs, needed to attach tracepoints.
-const TRACEFS: &str = "/sys/kernel/tracing";
-/// The kernel's type information; its absence means a kernel without BTF.
-const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SamplingError {
@@ -84,6 +86,11 @@ pub enum SamplingError {
          the kernel refused a per-thread perf event"
     )]
     SampleThread { tid: u32, source: ProgramError },
+    #[error("cannot set up the sample source ({kind:?}): {error}")]
+    SourceMaps {
+        kind: SampleSourceKind,
+        error: aya::maps::MapError,
+    },
 }
 
 /// Why an optional program (the peek-signal guard, the fork follower) does
@@ -114,6 +121,10 @@ pub enum OptionalProgramError {
     },
     #[error("the eBPF object has no {0}; rebuild with `cargo xtask build`")]
     Missing(&'static str),
+    #[error("tracefs is not there: {0}")]
+    Tracefs(String),
+    #[error("{0}")]
+    TracepointFormat(String),
 }
 
 /// What to sample and how big the kernel's maps are.
@@ -129,6 +140,8 @@ pub struct SamplerSettings {
     pub peek_signal: u32,
     /// Samples per second of a peeked thread.
     pub peek_frequency_hz: u32,
+    /// Where the sampling programs put their samples.
+    pub source: SampleSourceKind,
 }
 
 /// Capacities of the per-generation maps.
@@ -190,30 +203,19 @@ pub struct Sampler {
     frequency_hz: u32,
     /// The CPU clock's attachments, one per CPU, at `frequency_hz`.
     cpu_clocks: Vec<aya::programs::perf_event::PerfEventLinkId>,
-    /// Why peek signals are not watched, if they are not.
-    signal_watch_error: Option<String>,
-    /// Why the signal guard is not active, if it is not.
-    guard_error: Option<OptionalProgramError>,
-    /// Why forks are not followed (no `record`), if they are not.
-    follow_error: Option<OptionalProgramError>,
+    /// The optional groups that are off, and why.
+    off: BTreeMap<ProgramGroup, OptionalProgramError>,
+    source: SampleSourceKind,
 }
 
 impl Sampler {
     /// Checks the kernel's requirements, loads the programs and attaches
     /// them: the sampler on every online CPU, the process tracepoints once.
     pub fn start(settings: &SamplerSettings) -> Result<Self, SamplingError> {
-        check_requirements()?;
-        raise_memlock_limit();
-        raise_open_files_limit();
+        requirements::check()?;
         // Without tracefs, tracepoints cannot be attached: sampling and
         // peeks by request still work, so the daemon starts without them.
-        let tracefs_error = ensure_tracefs().err();
-        if let Some(err) = &tracefs_error {
-            warn!(
-                "{err}; without it, processes that exec or exit are not announced again (they \
-                 are read at the next drain instead), and peeks by signal are off"
-            );
-        }
+        let tracefs = requirements::ensure_tracefs().err();
 
         let cpus = aya::util::online_cpus()
             .map_err(|(path, source)| SamplingError::OnlineCpus { path, source })?;
@@ -232,8 +234,8 @@ impl Sampler {
         loader.override_global(names::PEEK_SIGNAL_NUMBER, &settings.peek_signal, true);
         let types = KernelTypes::read();
         let types = types.as_ref().map_err(BtfError::clone);
-        let layout = types.clone().and_then(KernelTypes::signal_layout);
-        if let Ok(layout) = &layout {
+        let signal_layout = types.clone().and_then(KernelTypes::signal_layout);
+        if let Ok(layout) = &signal_layout {
             for (name, value) in [
                 (names::TASK_TGID_OFFSET, &layout.task_tgid),
                 (names::TASK_SIGHAND_OFFSET, &layout.task_sighand),
@@ -264,49 +266,35 @@ impl Sampler {
                  requests return empty profiles)"
             ),
         }
-        let mut ebpf = loader.load(EBPF_OBJECT).map_err(load_error)?;
+        let mut ebpf = loader.load(EBPF_OBJECT).map_err(programs::load_error)?;
 
         match aya_log::EbpfLogger::init(&mut ebpf) {
             Ok(logger) => spawn_log_forwarder(logger),
             Err(err) => warn!("eBPF log messages will not be shown: {err}"),
         }
 
-        let sampler: &mut PerfEvent = program(&mut ebpf, names::PROGRAM_SAMPLE_CPU)?;
-        sampler.load().map_err(program_load_error)?;
-        let cpu_clocks = attach_cpu_clocks(sampler, &cpus, settings.frequency_hz)?;
-        for (name, tracepoint) in [
-            (names::PROGRAM_FORGET_ON_EXEC, "sched_process_exec"),
-            (names::PROGRAM_FORGET_ON_EXIT, "sched_process_exit"),
-        ] {
-            let program: &mut TracePoint = program(&mut ebpf, name)?;
-            program.load().map_err(program_load_error)?;
-            if tracefs_error.is_none() {
-                program
-                    .attach("sched", tracepoint)
-                    .map_err(|source| SamplingError::AttachTracepoint { tracepoint, source })?;
+        let context = AttachContext {
+            cpus: &cpus,
+            settings,
+            tracefs: tracefs.as_ref(),
+            signal_layout: signal_layout.as_ref().err(),
+        };
+        let mut cpu_clocks = Vec::new();
+        let mut off = BTreeMap::new();
+        for group in ProgramGroup::ALL {
+            match group.attach(&mut ebpf, &context) {
+                Ok(Attached::CpuClocks(links)) => cpu_clocks = links,
+                Ok(Attached::Done) => {}
+                Err(GroupFailure::Fatal(err)) => return Err(err),
+                Err(GroupFailure::Off(reason)) => {
+                    match group {
+                        // The peeker says what this means, where it matters.
+                        ProgramGroup::SignalGuard => debug!("{group:?} is off: {reason}"),
+                        _ => warn!("{reason}: {}", group.without()),
+                    }
+                    off.insert(group, reason);
+                }
             }
-        }
-        let peeker: &mut PerfEvent = program(&mut ebpf, names::PROGRAM_SAMPLE_PEEK)?;
-        peeker.load().map_err(program_load_error)?;
-        let watched = match tracefs_error {
-            Some(err) => Err(err),
-            None => watch_signals(&mut ebpf, settings.peek_signal),
-        };
-        let signal_watch_error = match watched {
-            Ok(()) => None,
-            Err(err) => {
-                warn!("peeks by signal are off: {err}; `profilerctl peek PID` still works");
-                Some(err.to_string())
-            }
-        };
-        let guard_error = match layout {
-            _ if settings.peek_signal == 0 => Some(OptionalProgramError::PeeksBySignalOff),
-            Err(err) => Some(err.into()),
-            Ok(_) => guard_peek_signal(&mut ebpf).err(),
-        };
-        let follow_error = follow_forks(&mut ebpf).err();
-        if let Some(err) = &follow_error {
-            warn!("processes' children cannot be followed (`profilerctl record`): {err}");
         }
         info!(
             cpus = cpus.len(),
@@ -320,21 +308,25 @@ impl Sampler {
             cpus,
             frequency_hz: settings.frequency_hz,
             cpu_clocks,
-            signal_watch_error,
-            guard_error,
-            follow_error,
+            off,
+            source: settings.source,
         })
     }
 
     /// Whether the guard that keeps the peek signal from killing processes
     /// without a handler is active; if not, why.
     pub fn signal_guard(&self) -> Result<(), OptionalProgramError> {
-        self.guard_error.clone().map_or(Ok(()), Err)
+        self.off_reason(ProgramGroup::SignalGuard)
     }
 
     /// Why the kernel does not pass peek signals on, if it does not.
-    pub fn signal_watch_error(&self) -> Option<&str> {
-        self.signal_watch_error.as_deref()
+    pub fn signal_watch(&self) -> Result<(), OptionalProgramError> {
+        self.off_reason(ProgramGroup::PeekSignals)
+    }
+
+    /// Whether a group runs; if not, why.
+    fn off_reason(&self, group: ProgramGroup) -> Result<(), OptionalProgramError> {
+        self.off.get(&group).cloned().map_or(Ok(()), Err)
     }
 
     /// Starts sampling one thread (on whichever CPU it runs) for a peek, at
@@ -347,13 +339,13 @@ impl Sampler {
         if frequency_hz == self.frequency_hz {
             return Ok(());
         }
-        let sampler: &mut PerfEvent = program(&mut self.ebpf, names::PROGRAM_SAMPLE_CPU)?;
+        let sampler: &mut PerfEvent = programs::program(&mut self.ebpf, names::PROGRAM_SAMPLE_CPU)?;
         for link in self.cpu_clocks.drain(..) {
             if let Err(err) = sampler.detach(link) {
                 warn!("detaching a CPU clock failed: {err}");
             }
         }
-        match attach_cpu_clocks(sampler, &self.cpus, frequency_hz) {
+        match programs::attach_cpu_clocks(sampler, &self.cpus, frequency_hz) {
             Ok(links) => {
                 self.cpu_clocks = links;
                 self.frequency_hz = frequency_hz;
@@ -362,7 +354,8 @@ impl Sampler {
             }
             Err(err) => {
                 // Back to the old frequency rather than not sampling at all.
-                self.cpu_clocks = attach_cpu_clocks(sampler, &self.cpus, self.frequency_hz)?;
+                self.cpu_clocks =
+                    programs::attach_cpu_clocks(sampler, &self.cpus, self.frequency_hz)?;
                 Err(err)
             }
         }
@@ -373,7 +366,8 @@ impl Sampler {
         tid: u32,
         frequency_hz: u32,
     ) -> Result<PerfEventLink, SamplingError> {
-        let sampler: &mut PerfEvent = program(&mut self.ebpf, names::PROGRAM_SAMPLE_PEEK)?;
+        let sampler: &mut PerfEvent =
+            programs::program(&mut self.ebpf, names::PROGRAM_SAMPLE_PEEK)?;
         let error = |source| SamplingError::SampleThread { tid, source };
         let link = sampler
             .attach(
@@ -395,9 +389,7 @@ impl Sampler {
     /// that join a family; why they cannot be had when forks are not
     /// followed.
     pub fn take_families(&mut self) -> Result<FamilyMaps, OptionalProgramError> {
-        if let Some(err) = &self.follow_error {
-            return Err(err.clone());
-        }
+        self.off_reason(ProgramGroup::ForkFollower)?;
         let missing = |_| OptionalProgramError::Missing("map of followed processes");
         Ok(FamilyMaps {
             followed: take_map(&mut self.ebpf, names::FOLLOWED).map_err(missing)?,
@@ -432,8 +424,22 @@ impl Sampler {
         self.frequency_hz
     }
 
+    /// Takes the sample source the programs write to, for the pipeline.
+    pub fn take_source(&mut self) -> Result<Box<dyn SampleSource>, SamplingError> {
+        match self.source {
+            SampleSourceKind::AggregatedMaps => {
+                let maps = self.take_drain_maps()?;
+                let drainer = Drainer::new(maps).map_err(|error| SamplingError::SourceMaps {
+                    kind: self.source,
+                    error,
+                })?;
+                Ok(Box::new(drainer))
+            }
+        }
+    }
+
     /// Takes the maps the drainer reads out of the object.
-    pub fn take_drain_maps(&mut self) -> Result<DrainMaps, SamplingError> {
+    fn take_drain_maps(&mut self) -> Result<DrainMaps, SamplingError> {
         Ok(DrainMaps {
             control: take_map(&mut self.ebpf, names::CONTROL)?,
             counters: take_map(&mut self.ebpf, names::COUNTERS)?,
@@ -454,109 +460,6 @@ impl Sampler {
     }
 }
 
-/// Attaches the peek signal watcher, after checking that the tracepoint's
-/// fields are where the program reads them.
-fn watch_signals(ebpf: &mut Ebpf, signal: u32) -> Result<(), SamplingError> {
-    if signal == 0 {
-        return Err(SamplingError::Load(
-            "no peek signal is configured".to_owned(),
-        ));
-    }
-    let format_path = format!("{TRACEFS}/events/signal/signal_generate/format");
-    let format = std::fs::read_to_string(&format_path)
-        .map_err(|err| SamplingError::Load(format!("cannot read {format_path}: {err}")))?;
-    for (field, offset) in signal_generate::FIELDS {
-        if field_offset(&format, field) != Some(offset) {
-            return Err(SamplingError::Load(format!(
-                "the kernel's signal:signal_generate tracepoint does not have `{field}` at \
-                 offset {offset} ({format_path})"
-            )));
-        }
-    }
-    let tracepoint = "signal_generate";
-    let program: &mut TracePoint = program(ebpf, names::PROGRAM_WATCH_SIGNALS)?;
-    program.load().map_err(program_load_error)?;
-    program
-        .attach("signal", tracepoint)
-        .map_err(|source| SamplingError::AttachTracepoint { tracepoint, source })?;
-    Ok(())
-}
-
-/// Loads and attaches the fork follower (a BTF tracepoint: no tracefs).
-fn follow_forks(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
-    const PROGRAM: &str = "the sched_process_fork BTF tracepoint";
-    let btf = kernel_btf()?;
-    let program: &mut BtfTracePoint = program(ebpf, names::PROGRAM_FOLLOW_FORKS)
-        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_FOLLOW_FORKS))?;
-    program
-        .load("sched_process_fork", &btf)
-        .map_err(|err| OptionalProgramError::Load {
-            program: PROGRAM,
-            reason: error_chain(&err),
-        })?;
-    program
-        .attach()
-        .map_err(|err| OptionalProgramError::Attach {
-            program: PROGRAM,
-            reason: error_chain(&err),
-        })?;
-    Ok(())
-}
-
-/// The kernel's BTF, as aya reads it.
-fn kernel_btf() -> Result<aya::Btf, OptionalProgramError> {
-    aya::Btf::from_sys_fs().map_err(|err| OptionalProgramError::Btf(err.to_string()))
-}
-
-/// Loads and attaches the BPF LSM guard on `task_kill`.
-fn guard_peek_signal(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
-    const PROGRAM: &str = "the BPF LSM guard on task_kill";
-    let btf = kernel_btf()?;
-    let program: &mut Lsm = program(ebpf, names::PROGRAM_GUARD_PEEK_SIGNAL)
-        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_GUARD_PEEK_SIGNAL))?;
-    program.load("task_kill", &btf).map_err(|err| {
-        if io_errno(&err) == Some(libc::EPERM) {
-            OptionalProgramError::LsmRefused
-        } else {
-            OptionalProgramError::Load {
-                program: PROGRAM,
-                reason: error_chain(&err),
-            }
-        }
-    })?;
-    program
-        .attach()
-        .map_err(|err| OptionalProgramError::Attach {
-            program: PROGRAM,
-            reason: error_chain(&err),
-        })?;
-    info!("peek signals to processes without a handler are intercepted (BPF LSM on task_kill)");
-    Ok(())
-}
-
-/// The offset of a field in a tracepoint's `format` file.
-fn field_offset(format: &str, field: &str) -> Option<usize> {
-    format.lines().find_map(|line| {
-        let mut parts = line.trim().split(';').map(str::trim);
-        let declaration = parts.next()?.strip_prefix("field:")?;
-        let name = declaration.rsplit([' ', '*']).next()?;
-        let name = name.split('[').next()?;
-        if name != field {
-            return None;
-        }
-        parts.find_map(|part| part.strip_prefix("offset:")?.parse().ok())
-    })
-}
-
-fn program<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, SamplingError>
-where
-    &'a mut P: TryFrom<&'a mut aya::programs::Program>,
-{
-    ebpf.program_mut(name)
-        .and_then(|program| program.try_into().ok())
-        .ok_or(SamplingError::Missing(name))
-}
-
 fn take_map<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, SamplingError>
 where
     M: TryFrom<aya::maps::Map>,
@@ -564,191 +467,6 @@ where
     ebpf.take_map(name)
         .and_then(|map| M::try_from(map).ok())
         .ok_or(SamplingError::Missing(name))
-}
-
-fn check_requirements() -> Result<(), SamplingError> {
-    if !privileged() {
-        return Err(SamplingError::NotPrivileged);
-    }
-    if !Path::new(VMLINUX_BTF).exists() {
-        return Err(SamplingError::NoBtf);
-    }
-    if !Path::new("/proc/sys/kernel/perf_event_paranoid").exists() {
-        return Err(SamplingError::NoPerfEvents);
-    }
-    Ok(())
-}
-
-/// Whether this process may load BPF programs and open system-wide perf
-/// events: CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON, in its effective
-/// set (root has them all).
-fn privileged() -> bool {
-    const CAP_SYS_ADMIN: u32 = 21;
-    const CAP_PERFMON: u32 = 38;
-    const CAP_BPF: u32 = 39;
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        // Cannot tell: let the kernel decide.
-        return true;
-    };
-    let effective = status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
-    let Some(effective) = effective else {
-        return true;
-    };
-    let has = |capability: u32| effective & (1 << capability) != 0;
-    has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
-}
-
-/// Kernels before 5.11 charge BPF maps against RLIMIT_MEMLOCK; lift it
-/// there (later kernels charge the memory cgroup instead).
-/// Peeks open one perf event per thread of the peeked process, and the
-/// process table keeps binaries open: lift the soft limit on open files to
-/// the hard one.
-fn raise_open_files_limit() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let limit = getrlimit(Resource::Nofile);
-    if limit.current == limit.maximum {
-        return;
-    }
-    let raised = Rlimit {
-        current: limit.maximum,
-        maximum: limit.maximum,
-    };
-    if let Err(err) = setrlimit(Resource::Nofile, raised) {
-        warn!(
-            limit = ?limit.current,
-            "cannot raise RLIMIT_NOFILE ({err}); peeks of processes with many threads may \
-             leave threads unsampled (LimitNOFILE= under systemd raises it)"
-        );
-    }
-}
-
-fn raise_memlock_limit() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    if !kernel_charges_memlock() {
-        return;
-    }
-    let current = getrlimit(Resource::Memlock);
-    if current.current.is_none() {
-        return;
-    }
-    let unlimited = Rlimit {
-        current: None,
-        maximum: None,
-    };
-    if let Err(err) = setrlimit(Resource::Memlock, unlimited) {
-        warn!(
-            limit = ?current.current,
-            "cannot raise RLIMIT_MEMLOCK ({err}); loading the BPF maps may fail: \
-             run profilerd as root, or raise the limit (LimitMEMLOCK=infinity under systemd)"
-        );
-    }
-}
-
-/// Whether the running kernel is older than 5.11.
-fn kernel_charges_memlock() -> bool {
-    let release = rustix::system::uname();
-    let release = release.release().to_string_lossy();
-    let mut numbers = release
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|part| part.parse::<u32>().ok());
-    let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
-    (major, minor) < (5, 11)
-}
-
-/// Attaches the CPU-clock sampler to every CPU at `frequency_hz`; on an
-/// error, the CPUs attached so far are detached again.
-fn attach_cpu_clocks(
-    sampler: &mut PerfEvent,
-    cpus: &[u32],
-    frequency_hz: u32,
-) -> Result<Vec<aya::programs::perf_event::PerfEventLinkId>, SamplingError> {
-    let mut links = Vec::with_capacity(cpus.len());
-    for &cpu in cpus {
-        match sampler.attach(
-            PerfEventConfig::Software(SoftwareEvent::CpuClock),
-            PerfEventScope::AllProcessesOneCpu { cpu },
-            SamplePolicy::Frequency(u64::from(frequency_hz)),
-            false,
-        ) {
-            Ok(link) => links.push(link),
-            Err(source) => {
-                for link in links {
-                    let _ = sampler.detach(link);
-                }
-                return Err(SamplingError::AttachCpuClock { cpu, source });
-            }
-        }
-    }
-    Ok(links)
-}
-
-/// Mounts tracefs when it is missing (it is not mounted at boot on every
-/// system); tracepoints cannot be attached without it.
-fn ensure_tracefs() -> Result<(), SamplingError> {
-    let mounted = std::fs::read_dir(TRACEFS)
-        .map(|mut entries| entries.next().is_some())
-        .unwrap_or(false);
-    if mounted {
-        return Ok(());
-    }
-    rustix::mount::mount(
-        "tracefs",
-        TRACEFS,
-        "tracefs",
-        rustix::mount::MountFlags::empty(),
-        None,
-    )
-    .map_err(|errno| SamplingError::Tracefs(errno.into()))?;
-    info!("tracefs was not mounted: mounted it at {TRACEFS}");
-    Ok(())
-}
-
-fn load_error(err: EbpfError) -> SamplingError {
-    if let Some(errno) = io_errno(&err) {
-        match errno {
-            libc::EPERM | libc::EACCES => return SamplingError::PermissionDenied,
-            libc::ENOSYS => return SamplingError::NoBpfSyscall,
-            _ => {}
-        }
-    }
-    SamplingError::Load(error_chain(&err))
-}
-
-fn program_load_error(err: ProgramError) -> SamplingError {
-    if let ProgramError::LoadError { io_error, .. } = &err
-        && matches!(io_error.raw_os_error(), Some(libc::EPERM | libc::EACCES))
-    {
-        return SamplingError::PermissionDenied;
-    }
-    SamplingError::Load(error_chain(&err))
-}
-
-/// The errno at the root of an aya error, if there is one.
-fn io_errno(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<io::Error>()
-            && let Some(errno) = io.raw_os_error()
-        {
-            return Some(errno);
-        }
-        source = err.source();
-    }
-    None
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(err) = source {
-        text.push_str(": ");
-        text.push_str(&err.to_string());
-        source = err.source();
-    }
-    text
 }
 
 /// Forwards log records of the eBPF programs (rare: they only log states
@@ -787,6 +505,7 @@ mod tests {
             max_sample_keys: 0,
             peek_signal: 10,
             peek_frequency_hz: 0,
+            source: SampleSourceKind::AggregatedMaps,
         }
     }
 
@@ -797,11 +516,11 @@ mod tests {
             \tfield:int sig;\toffset:8;\tsize:4;\tsigned:1;\n\
             \tfield:char comm[16];\toffset:20;\tsize:16;\tsigned:0;\n\
             \tfield:pid_t pid;\toffset:36;\tsize:4;\tsigned:1;\n";
-        assert_eq!(field_offset(format, "sig"), Some(8));
-        assert_eq!(field_offset(format, "comm"), Some(20));
-        assert_eq!(field_offset(format, "pid"), Some(36));
-        assert_eq!(field_offset(format, "group"), None);
-        assert_eq!(field_offset(format, "common_type"), Some(0));
+        assert_eq!(programs::field_offset(format, "sig"), Some(8));
+        assert_eq!(programs::field_offset(format, "comm"), Some(20));
+        assert_eq!(programs::field_offset(format, "pid"), Some(36));
+        assert_eq!(programs::field_offset(format, "group"), None);
+        assert_eq!(programs::field_offset(format, "common_type"), Some(0));
     }
 
     #[test]

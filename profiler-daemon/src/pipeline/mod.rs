@@ -1,7 +1,7 @@
 //! The pipeline that moves samples one way, from the kernel to the store:
-//! kernel maps → raw batch (drain) → normalized stacks (process table) →
-//! symbolized stacks (symbolizer) → time-stamped buckets (store), or, for
-//! the samples of peeks, the peek inbox.
+//! the sample source (drained) → raw batch → normalized stacks (process
+//! table) → symbolized stacks (symbolizer) → time-stamped buckets (store)
+//! and every export sink, or, for the samples of peeks, the peek inbox.
 //!
 //! This module owns the pipeline's threads: the drain thread (periodic and
 //! on-demand drains), the symbolizer thread (blazesym must stay on one
@@ -23,12 +23,19 @@ use profiler_common::{Counter, SampleKind};
 use tracing::{debug, error, warn};
 
 mod peek_inbox;
+mod sinks;
 
-pub use self::peek_inbox::PeekInbox;
+pub use self::{
+    peek_inbox::PeekInbox,
+    sinks::{ExportSink, SinkError},
+};
 
 use crate::{
-    kernel::drain::{self, CounterDeltas, Drainer},
     kernel::sampler::{Sampler, SamplingError},
+    kernel::{
+        drain::{self, CounterDeltas},
+        sources::SampleSource,
+    },
     lock,
     store::Store,
     symbols::processes::{NormalizedBatch, ProcessStats, ProcessTable},
@@ -37,10 +44,8 @@ use crate::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
-    #[error("cannot take the kernel maps to drain: {0}")]
+    #[error("cannot take the kernel's maps: {0}")]
     Maps(#[from] SamplingError),
-    #[error("cannot set up the kernel maps for draining: {0}")]
-    DrainMaps(#[from] aya::maps::MapError),
     #[error("cannot start the {0} thread: {1}")]
     Thread(&'static str, std::io::Error),
     #[error("the sample pipeline has stopped; the daemon is shutting down or failed (see its log)")]
@@ -120,16 +125,17 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Takes the sampler's maps and starts the pipeline threads.
+    /// Takes the sampler's source and process announcements and starts
+    /// the pipeline threads; each batch goes to the store and to `sinks`.
     pub fn start(
         sampler: &mut Sampler,
         store: Arc<RwLock<Store>>,
         peeks: Arc<PeekInbox>,
+        sinks: Vec<Box<dyn ExportSink>>,
         drain_interval: Duration,
     ) -> Result<Self, PipelineError> {
-        let maps = sampler.take_drain_maps()?;
+        let source = sampler.take_source()?;
         let announcements = sampler.take_process_announcements()?;
-        let drainer = Drainer::new(maps)?;
 
         let stopping = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(PipelineStats::default()));
@@ -153,13 +159,13 @@ impl Pipeline {
         })?);
         threads.push(spawn("symbolize", {
             let stats = stats.clone();
-            Box::new(move || symbolize_into_store(job_queue, &store, &peeks, &stats))
+            Box::new(move || symbolize_into_store(job_queue, &store, &peeks, sinks, &stats))
         })?);
         threads.push(spawn("drain", {
             let (stats, stopping) = (stats.clone(), stopping.clone());
             Box::new(move || {
                 drain_periodically(
-                    drainer,
+                    source,
                     drain_interval,
                     &request_queue,
                     &jobs,
@@ -193,7 +199,7 @@ impl Drop for Pipeline {
 
 /// The drain thread: drains every `interval`, and at once when asked.
 fn drain_periodically(
-    mut drainer: Drainer,
+    mut source: Box<dyn SampleSource>,
     interval: Duration,
     requests: &mpsc::Receiver<DrainRequest>,
     jobs: &mpsc::SyncSender<SymbolizeJob>,
@@ -229,12 +235,12 @@ fn drain_periodically(
         }
 
         let drain_started = Instant::now();
-        let raw = match drainer.drain() {
+        let raw = match source.drain() {
             Ok(raw) => raw,
             Err(err) => {
                 // Those waiting for this drain get an error (their channel
                 // closes); the next drain tries again.
-                error!("draining the kernel maps failed: {err}");
+                error!(source = source.name(), "draining the samples failed: {err}");
                 continue;
             }
         };
@@ -276,11 +282,12 @@ fn drain_periodically(
 }
 
 /// The symbolizer thread: owns the (not `Send`) symbolizer; hands peek
-/// samples to the peek inbox, the rest to the store.
+/// samples to the peek inbox, the rest to every export sink and the store.
 fn symbolize_into_store(
     jobs: mpsc::Receiver<SymbolizeJob>,
     store: &RwLock<Store>,
     peeks: &PeekInbox,
+    mut sinks: Vec<Box<dyn ExportSink>>,
     stats: &Mutex<PipelineStats>,
 ) {
     let mut symbolizer = Symbolizer::new();
@@ -292,6 +299,11 @@ fn symbolize_into_store(
             .partition(|sample| sample.kind != SampleKind::CpuClock);
         batch.samples = samples;
         peeks.deliver(peek_samples);
+        for sink in &mut sinks {
+            if let Err(err) = sink.export(&batch) {
+                warn!(sink = sink.name(), "exporting a batch failed: {err}");
+            }
+        }
         crate::write_lock(store).insert(batch);
         lock(stats).symbolizer = symbolizer.stats();
         for waiting in job.waiting {

@@ -1,0 +1,383 @@
+//! The programs the daemon loads, in groups that load and attach
+//! together: the sample source (the CPU-clock sampler, writing the
+//! aggregated maps), the process lifecycle tracepoints, the peek sampler,
+//! the peek signal watcher and guard, and the fork follower. A required
+//! group that fails stops the daemon; an optional one is left off, and the
+//! daemon says what it cannot do without it.
+//!
+//! Owns how each group attaches; it must not read their maps.
+
+use std::io;
+
+use aya::{
+    Ebpf, EbpfError,
+    programs::{
+        BtfTracePoint, Lsm, PerfEvent, ProgramError, TracePoint,
+        perf_event::{
+            PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
+        },
+    },
+};
+use profiler_common::{names, signal_generate};
+use tracing::info;
+
+use super::{
+    btf::BtfError,
+    requirements::TRACEFS,
+    sampler::{OptionalProgramError, SamplerSettings, SamplingError},
+    sources::SampleSourceKind,
+};
+
+/// A group of programs that load and attach together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ProgramGroup {
+    /// Where samples come from: today the CPU-clock sampler on every CPU,
+    /// aggregating into the counts and stacks maps (see
+    /// [`SampleSourceKind`]).
+    SampleSource,
+    /// The exec and exit tracepoints that keep process announcements
+    /// fresh (need tracefs).
+    ProcessLifecycle,
+    /// The per-thread sampler of peeks (loaded now, attached per peek).
+    PeekSampling,
+    /// The peek signal watcher (needs tracefs and a peek signal).
+    PeekSignals,
+    /// The BPF LSM guard that keeps the peek signal from processes without
+    /// a handler (where the kernel allows BPF LSM).
+    SignalGuard,
+    /// The fork follower of `profilerctl record`.
+    ForkFollower,
+}
+
+impl ProgramGroup {
+    /// Every group, in the order they load.
+    pub const ALL: [ProgramGroup; 6] = [
+        ProgramGroup::SampleSource,
+        ProgramGroup::ProcessLifecycle,
+        ProgramGroup::PeekSampling,
+        ProgramGroup::PeekSignals,
+        ProgramGroup::SignalGuard,
+        ProgramGroup::ForkFollower,
+    ];
+
+    /// What the daemon cannot do while the group is off, for the log.
+    pub fn without(self) -> &'static str {
+        match self {
+            ProgramGroup::SampleSource | ProgramGroup::PeekSampling => "nothing works",
+            ProgramGroup::ProcessLifecycle => {
+                "processes that exec or exit are not announced again (they are read at the \
+                 next drain instead)"
+            }
+            ProgramGroup::PeekSignals => {
+                "peeks by signal are off; `profilerctl peek PID` still works"
+            }
+            ProgramGroup::SignalGuard => {
+                "a peek signal to a process without a handler terminates it"
+            }
+            ProgramGroup::ForkFollower => {
+                "processes' children cannot be followed (`profilerctl record`)"
+            }
+        }
+    }
+
+    /// Loads and attaches the group's programs.
+    pub(super) fn attach(
+        self,
+        ebpf: &mut Ebpf,
+        context: &AttachContext<'_>,
+    ) -> Result<Attached, GroupFailure> {
+        match self {
+            ProgramGroup::SampleSource => match context.settings.source {
+                SampleSourceKind::AggregatedMaps => {
+                    let sampler: &mut PerfEvent = program(ebpf, names::PROGRAM_SAMPLE_CPU)?;
+                    sampler.load().map_err(program_load_error)?;
+                    let links =
+                        attach_cpu_clocks(sampler, context.cpus, context.settings.frequency_hz)?;
+                    Ok(Attached::CpuClocks(links))
+                }
+            },
+            ProgramGroup::ProcessLifecycle => {
+                follow_process_lifecycle(ebpf, context.tracefs)?;
+                Ok(Attached::Done)
+            }
+            ProgramGroup::PeekSampling => {
+                let peeker: &mut PerfEvent = program(ebpf, names::PROGRAM_SAMPLE_PEEK)?;
+                peeker.load().map_err(program_load_error)?;
+                Ok(Attached::Done)
+            }
+            ProgramGroup::PeekSignals => {
+                if let Some(err) = context.tracefs {
+                    return Err(GroupFailure::Off(OptionalProgramError::Tracefs(
+                        err.to_string(),
+                    )));
+                }
+                watch_signals(ebpf, context.settings.peek_signal)?;
+                Ok(Attached::Done)
+            }
+            ProgramGroup::SignalGuard => {
+                if context.settings.peek_signal == 0 {
+                    return Err(OptionalProgramError::PeeksBySignalOff.into());
+                }
+                if let Some(err) = context.signal_layout {
+                    return Err(OptionalProgramError::from(err.clone()).into());
+                }
+                guard_peek_signal(ebpf)?;
+                Ok(Attached::Done)
+            }
+            ProgramGroup::ForkFollower => {
+                follow_forks(ebpf)?;
+                Ok(Attached::Done)
+            }
+        }
+    }
+}
+
+/// What the groups need to attach.
+pub(super) struct AttachContext<'a> {
+    pub cpus: &'a [u32],
+    pub settings: &'a SamplerSettings,
+    /// Why tracefs is not there, when it is not.
+    pub tracefs: Option<&'a SamplingError>,
+    /// Why the kernel fields the signal programs read were not found.
+    pub signal_layout: Option<&'a BtfError>,
+}
+
+/// What a group left to keep.
+pub(super) enum Attached {
+    /// The CPU clocks' links, one per CPU.
+    CpuClocks(Vec<PerfEventLinkId>),
+    Done,
+}
+
+/// Why a group is not running.
+#[derive(Debug)]
+pub(super) enum GroupFailure {
+    /// A required group failed: the daemon cannot run.
+    Fatal(SamplingError),
+    /// An optional group is off.
+    Off(OptionalProgramError),
+}
+
+impl From<SamplingError> for GroupFailure {
+    fn from(err: SamplingError) -> Self {
+        Self::Fatal(err)
+    }
+}
+
+impl From<OptionalProgramError> for GroupFailure {
+    fn from(err: OptionalProgramError) -> Self {
+        Self::Off(err)
+    }
+}
+
+pub(super) fn program<'a, P>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut P, SamplingError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program>,
+{
+    ebpf.program_mut(name)
+        .and_then(|program| program.try_into().ok())
+        .ok_or(SamplingError::Missing(name))
+}
+
+/// Attaches the CPU-clock sampler to every CPU at `frequency_hz`; on an
+/// error, the CPUs attached so far are detached again.
+pub(super) fn attach_cpu_clocks(
+    sampler: &mut PerfEvent,
+    cpus: &[u32],
+    frequency_hz: u32,
+) -> Result<Vec<aya::programs::perf_event::PerfEventLinkId>, SamplingError> {
+    let mut links = Vec::with_capacity(cpus.len());
+    for &cpu in cpus {
+        match sampler.attach(
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Frequency(u64::from(frequency_hz)),
+            false,
+        ) {
+            Ok(link) => links.push(link),
+            Err(source) => {
+                for link in links {
+                    let _ = sampler.detach(link);
+                }
+                return Err(SamplingError::AttachCpuClock { cpu, source });
+            }
+        }
+    }
+    Ok(links)
+}
+
+/// Attaches the peek signal watcher, after checking that the tracepoint's
+/// fields are where the program reads them.
+fn watch_signals(ebpf: &mut Ebpf, signal: u32) -> Result<(), OptionalProgramError> {
+    if signal == 0 {
+        return Err(OptionalProgramError::PeeksBySignalOff);
+    }
+    let format_path = format!("{TRACEFS}/events/signal/signal_generate/format");
+    let format = std::fs::read_to_string(&format_path).map_err(|err| {
+        OptionalProgramError::TracepointFormat(format!("cannot read {format_path}: {err}"))
+    })?;
+    for (field, offset) in signal_generate::FIELDS {
+        if field_offset(&format, field) != Some(offset) {
+            return Err(OptionalProgramError::TracepointFormat(format!(
+                "the kernel's signal:signal_generate tracepoint does not have `{field}` at \
+                 offset {offset} ({format_path})"
+            )));
+        }
+    }
+    const PROGRAM: &str = "the signal:signal_generate tracepoint";
+    let program: &mut TracePoint = program(ebpf, names::PROGRAM_WATCH_SIGNALS)
+        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_WATCH_SIGNALS))?;
+    program.load().map_err(|err| OptionalProgramError::Load {
+        program: PROGRAM,
+        reason: error_chain(&err),
+    })?;
+    program
+        .attach("signal", "signal_generate")
+        .map_err(|err| OptionalProgramError::Attach {
+            program: PROGRAM,
+            reason: error_chain(&err),
+        })?;
+    Ok(())
+}
+
+/// Loads the exec and exit tracepoints, and attaches them where tracefs is.
+fn follow_process_lifecycle(
+    ebpf: &mut Ebpf,
+    tracefs: Option<&SamplingError>,
+) -> Result<(), GroupFailure> {
+    const TRACEPOINTS: [(&str, &str); 2] = [
+        (names::PROGRAM_FORGET_ON_EXEC, "sched_process_exec"),
+        (names::PROGRAM_FORGET_ON_EXIT, "sched_process_exit"),
+    ];
+    for (name, _) in TRACEPOINTS {
+        let program: &mut TracePoint = program(ebpf, name)?;
+        program.load().map_err(program_load_error)?;
+    }
+    if let Some(err) = tracefs {
+        return Err(OptionalProgramError::Tracefs(err.to_string()).into());
+    }
+    for (name, tracepoint) in TRACEPOINTS {
+        let program: &mut TracePoint = program(ebpf, name)?;
+        program
+            .attach("sched", tracepoint)
+            .map_err(|err| OptionalProgramError::Attach {
+                program: tracepoint,
+                reason: error_chain(&err),
+            })?;
+    }
+    Ok(())
+}
+
+/// Loads and attaches the fork follower (a BTF tracepoint: no tracefs).
+fn follow_forks(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
+    const PROGRAM: &str = "the sched_process_fork BTF tracepoint";
+    let btf = kernel_btf()?;
+    let program: &mut BtfTracePoint = program(ebpf, names::PROGRAM_FOLLOW_FORKS)
+        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_FOLLOW_FORKS))?;
+    program
+        .load("sched_process_fork", &btf)
+        .map_err(|err| OptionalProgramError::Load {
+            program: PROGRAM,
+            reason: error_chain(&err),
+        })?;
+    program
+        .attach()
+        .map_err(|err| OptionalProgramError::Attach {
+            program: PROGRAM,
+            reason: error_chain(&err),
+        })?;
+    Ok(())
+}
+
+/// The kernel's BTF, as aya reads it.
+fn kernel_btf() -> Result<aya::Btf, OptionalProgramError> {
+    aya::Btf::from_sys_fs().map_err(|err| OptionalProgramError::Btf(err.to_string()))
+}
+
+/// Loads and attaches the BPF LSM guard on `task_kill`.
+fn guard_peek_signal(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
+    const PROGRAM: &str = "the BPF LSM guard on task_kill";
+    let btf = kernel_btf()?;
+    let program: &mut Lsm = program(ebpf, names::PROGRAM_GUARD_PEEK_SIGNAL)
+        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_GUARD_PEEK_SIGNAL))?;
+    program.load("task_kill", &btf).map_err(|err| {
+        if io_errno(&err) == Some(libc::EPERM) {
+            OptionalProgramError::LsmRefused
+        } else {
+            OptionalProgramError::Load {
+                program: PROGRAM,
+                reason: error_chain(&err),
+            }
+        }
+    })?;
+    program
+        .attach()
+        .map_err(|err| OptionalProgramError::Attach {
+            program: PROGRAM,
+            reason: error_chain(&err),
+        })?;
+    info!("peek signals to processes without a handler are intercepted (BPF LSM on task_kill)");
+    Ok(())
+}
+
+/// The offset of a field in a tracepoint's `format` file.
+pub(super) fn field_offset(format: &str, field: &str) -> Option<usize> {
+    format.lines().find_map(|line| {
+        let mut parts = line.trim().split(';').map(str::trim);
+        let declaration = parts.next()?.strip_prefix("field:")?;
+        let name = declaration.rsplit([' ', '*']).next()?;
+        let name = name.split('[').next()?;
+        if name != field {
+            return None;
+        }
+        parts.find_map(|part| part.strip_prefix("offset:")?.parse().ok())
+    })
+}
+
+pub(super) fn load_error(err: EbpfError) -> SamplingError {
+    if let Some(errno) = io_errno(&err) {
+        match errno {
+            libc::EPERM | libc::EACCES => return SamplingError::PermissionDenied,
+            libc::ENOSYS => return SamplingError::NoBpfSyscall,
+            _ => {}
+        }
+    }
+    SamplingError::Load(error_chain(&err))
+}
+
+fn program_load_error(err: ProgramError) -> SamplingError {
+    if let ProgramError::LoadError { io_error, .. } = &err
+        && matches!(io_error.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+    {
+        return SamplingError::PermissionDenied;
+    }
+    SamplingError::Load(error_chain(&err))
+}
+
+/// The errno at the root of an aya error, if there is one.
+fn io_errno(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<io::Error>()
+            && let Some(errno) = io.raw_os_error()
+        {
+            return Some(errno);
+        }
+        source = err.source();
+    }
+    None
+}
+
+pub(super) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(err) = source {
+        text.push_str(": ");
+        text.push_str(&err.to_string());
+        source = err.source();
+    }
+    text
+}
