@@ -20,7 +20,7 @@ use profilerd::{
     daemon::reload::{Reloader, SetLogFilter},
     daemon::systemd,
     kernel::families::Families,
-    kernel::sampler::{Sampler, SamplerSettings},
+    kernel::sampler::{KernelPeekClocks, Sampler, SamplerSettings},
     peek::{self, Peeker},
     pipeline::PeekInbox,
     pipeline::Pipeline,
@@ -111,7 +111,6 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     )
     .context("cannot start the sample pipeline")?;
     let peek_signals = sampler.take_peek_signals().context("cannot set up peeks")?;
-    let peek_threads = sampler.take_peek_threads().context("cannot set up peeks")?;
     let targets = sampler
         .take_targets()
         .context("cannot set up the sampling targets")?;
@@ -128,10 +127,10 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     let cpus_sampled = cpus.len();
     let peek_signal_off = sampler.signal_watch().err().map(|err| err.to_string());
     let sampler = Arc::new(Mutex::new(sampler));
+    let peek_clocks = KernelPeekClocks::new(sampler.clone()).context("cannot set up peeks")?;
     let peeker = Peeker::new(
         config.peek_settings(),
-        sampler.clone(),
-        peek_threads,
+        Arc::new(peek_clocks),
         peek_inbox,
         pipeline.handle(),
         protection,

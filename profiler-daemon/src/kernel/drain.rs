@@ -15,7 +15,9 @@ use std::{
 };
 
 use aya::maps::{HashMap, MapData, MapError};
-use profiler_common::{COUNTER_COUNT, Control, Counter, SampleKey, SampleKind, sample_flags};
+use profiler_common::{
+    COUNTER_COUNT, Control, Counter, SampleKey, SampleKind, SampleValue, StackTrace, sample_flags,
+};
 use tracing::warn;
 
 use crate::{kernel::sampler::DrainMaps, profile::LossCause};
@@ -93,7 +95,7 @@ pub struct Drainer {
     generation: u32,
     last_flip: SystemTime,
     counter_totals: CounterDeltas,
-    thread_names: StdHashMap<[u8; 16], Arc<str>>,
+    thread_names: ThreadNames,
     /// Whether the kernel takes batch map operations (until it refuses).
     batches: bool,
 }
@@ -106,7 +108,7 @@ impl Drainer {
             generation: 0,
             last_flip: SystemTime::now(),
             counter_totals: [0; COUNTER_COUNT as usize],
-            thread_names: StdHashMap::new(),
+            thread_names: ThreadNames::default(),
             batches: true,
         })
     }
@@ -129,43 +131,8 @@ impl Drainer {
         std::thread::sleep(GRACE_PERIOD);
 
         let stacks = take_all(&mut self.maps.stacks[drained], &mut self.batches);
-        let stacks: StdHashMap<u64, Arc<[u64]>> = stacks
-            .into_iter()
-            .map(|(key, stack)| (key, Arc::from(stack.frames())))
-            .collect();
         let counts = take_all(&mut self.maps.counts[drained], &mut self.batches);
-
-        let empty: Arc<[u64]> = Arc::from([]);
-        let samples = counts
-            .into_iter()
-            .filter_map(|(key, value)| {
-                let kind = SampleKind::from_raw(key.kind)?;
-                let mut flags = key.flags;
-                let mut stack = |id: u64, lost_flag: u32| match id {
-                    0 => empty.clone(),
-                    id => stacks.get(&id).cloned().unwrap_or_else(|| {
-                        flags |= lost_flag;
-                        empty.clone()
-                    }),
-                };
-                let user = stack(key.user_stack, sample_flags::USER_STACK_LOST);
-                let kernel = stack(key.kernel_stack, sample_flags::KERNEL_STACK_LOST);
-                Some(RawSample {
-                    pid: key.pid,
-                    tid: key.tid,
-                    uid: key.uid,
-                    gid: key.gid,
-                    cgroup: key.cgroup,
-                    thread_name: self.thread_name(&key),
-                    kind,
-                    flags,
-                    user,
-                    kernel,
-                    count: value.count,
-                    weight: value.weight,
-                })
-            })
-            .collect();
+        let samples = raw_samples(counts, stacks, &mut self.thread_names);
 
         let batch = RawBatch {
             start: self.last_flip,
@@ -175,22 +142,6 @@ impl Drainer {
         };
         self.last_flip = flipped_at;
         Ok(batch)
-    }
-
-    /// Interned so that the thousands of samples of one thread share a name.
-    fn thread_name(&mut self, key: &SampleKey) -> Arc<str> {
-        // Bounded: a machine that invents thread names forever must not grow
-        // this without end.
-        if self.thread_names.len() >= 1 << 16 {
-            self.thread_names.clear();
-        }
-        self.thread_names
-            .entry(key.comm)
-            .or_insert_with(|| {
-                let len = key.comm.iter().position(|&b| b == 0).unwrap_or(16);
-                Arc::from(String::from_utf8_lossy(&key.comm[..len]).as_ref())
-            })
-            .clone()
     }
 
     /// The counters' growth since the previous drain, summed over CPUs.
@@ -208,6 +159,73 @@ impl Drainer {
             }
         }
         deltas
+    }
+}
+
+/// The samples of a drained generation: each counts entry with its stacks
+/// (a stack the stacks map lost is flagged as lost), its kind known, its
+/// thread's name interned.
+fn raw_samples(
+    counts: Vec<(SampleKey, SampleValue)>,
+    stacks: Vec<(u64, StackTrace)>,
+    thread_names: &mut ThreadNames,
+) -> Vec<RawSample> {
+    let stacks: StdHashMap<u64, Arc<[u64]>> = stacks
+        .into_iter()
+        .map(|(key, stack)| (key, Arc::from(stack.frames())))
+        .collect();
+    let empty: Arc<[u64]> = Arc::from([]);
+    counts
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let kind = SampleKind::from_raw(key.kind)?;
+            let mut flags = key.flags;
+            let mut stack = |id: u64, lost_flag: u32| match id {
+                0 => empty.clone(),
+                id => stacks.get(&id).cloned().unwrap_or_else(|| {
+                    flags |= lost_flag;
+                    empty.clone()
+                }),
+            };
+            let user = stack(key.user_stack, sample_flags::USER_STACK_LOST);
+            let kernel = stack(key.kernel_stack, sample_flags::KERNEL_STACK_LOST);
+            Some(RawSample {
+                pid: key.pid,
+                tid: key.tid,
+                uid: key.uid,
+                gid: key.gid,
+                cgroup: key.cgroup,
+                thread_name: thread_names.get(&key.comm),
+                kind,
+                flags,
+                user,
+                kernel,
+                count: value.count,
+                weight: value.weight,
+            })
+        })
+        .collect()
+}
+
+/// Thread names, interned so that the thousands of samples of one thread
+/// share one.
+#[derive(Debug, Default)]
+struct ThreadNames(StdHashMap<[u8; 16], Arc<str>>);
+
+impl ThreadNames {
+    fn get(&mut self, comm: &[u8; 16]) -> Arc<str> {
+        // Bounded: a machine that invents thread names forever must not grow
+        // this without end.
+        if self.0.len() >= 1 << 16 {
+            self.0.clear();
+        }
+        self.0
+            .entry(*comm)
+            .or_insert_with(|| {
+                let len = comm.iter().position(|&b| b == 0).unwrap_or(16);
+                Arc::from(String::from_utf8_lossy(&comm[..len]).as_ref())
+            })
+            .clone()
     }
 }
 
@@ -260,4 +278,89 @@ fn take_all<K: aya::Pod + Eq + std::hash::Hash, V: aya::Pod>(
         );
     }
     entries
+}
+
+#[cfg(test)]
+mod tests {
+    use profiler_common::MAX_STACK_DEPTH;
+
+    use super::*;
+
+    fn key(kind: u32, user_stack: u64, kernel_stack: u64) -> SampleKey {
+        let mut comm = [0; 16];
+        comm[..4].copy_from_slice(b"spin");
+        SampleKey {
+            pid: 10,
+            tid: 11,
+            user_stack,
+            kernel_stack,
+            comm,
+            kind,
+            flags: 0,
+            uid: 1000,
+            gid: 1001,
+            cgroup: 7,
+        }
+    }
+
+    fn stack(frames: &[u64]) -> StackTrace {
+        let mut stack = StackTrace {
+            len: frames.len() as u32,
+            reserved: 0,
+            ips: [0; MAX_STACK_DEPTH],
+        };
+        stack.ips[..frames.len()].copy_from_slice(frames);
+        stack
+    }
+
+    #[test]
+    fn entries_become_samples_with_their_stacks() {
+        let value = SampleValue {
+            count: 3,
+            weight: 30,
+        };
+        let counts = vec![
+            (key(SampleKind::CpuClock as u32, 1, 2), value),
+            // A stack the stacks map lost, and no kernel stack.
+            (key(SampleKind::Peek as u32, 9, 0), value),
+            // A kind this daemon does not know: skipped.
+            (key(77, 1, 0), value),
+        ];
+        let stacks = vec![(1, stack(&[0x10, 0x20])), (2, stack(&[0xffff_0000]))];
+        let mut names = ThreadNames::default();
+        let samples = raw_samples(counts, stacks, &mut names);
+        assert_eq!(samples.len(), 2);
+        let cpu = &samples[0];
+        assert_eq!(
+            (cpu.pid, cpu.tid, cpu.uid, cpu.gid, cpu.cgroup),
+            (10, 11, 1000, 1001, 7)
+        );
+        assert_eq!(&*cpu.thread_name, "spin");
+        assert_eq!(&*cpu.user, [0x10, 0x20]);
+        assert_eq!(&*cpu.kernel, [0xffff_0000]);
+        assert_eq!((cpu.count, cpu.weight, cpu.flags), (3, 30, 0));
+        let peek = &samples[1];
+        assert_eq!(peek.kind, SampleKind::Peek);
+        assert!(peek.user.is_empty() && peek.kernel.is_empty());
+        assert_eq!(peek.flags, sample_flags::USER_STACK_LOST);
+        assert!(
+            Arc::ptr_eq(&cpu.thread_name, &peek.thread_name),
+            "names are shared"
+        );
+    }
+
+    #[test]
+    fn every_loss_counter_has_a_cause() {
+        let mut counters = [0; COUNTER_COUNT as usize];
+        counters[Counter::LostStackMapFull as usize] = 4;
+        counters[Counter::Samples as usize] = 100;
+        let lost: Vec<_> = losses(&counters).collect();
+        assert_eq!(
+            lost.len(),
+            LossCause::ALL.len() - 1,
+            "all but the memory ceiling"
+        );
+        assert!(lost.contains(&(LossCause::StackMapFull, 4)));
+        assert_eq!(loss_cause(Counter::Samples), None);
+    }
 }

@@ -180,6 +180,59 @@ impl MapSizes {
     }
 }
 
+/// The kernel side of a peek: per-thread clocks, and the marks that make a
+/// thread's first sample its "where it was".
+pub trait PeekClocks: Send + Sync {
+    /// Marks the threads about to be peeked.
+    fn mark(&self, tids: &[u32]);
+    /// Forgets them once the peek is over.
+    fn forget(&self, tids: &[u32]);
+    /// Samples `tid` (and the threads it starts) at `frequency_hz` of its
+    /// own CPU time, until the returned value is dropped.
+    fn sample(&self, tid: u32, frequency_hz: u32) -> Result<Box<dyn Send>, SamplingError>;
+}
+
+/// The peek clocks of the loaded programs.
+pub struct KernelPeekClocks {
+    sampler: std::sync::Arc<std::sync::Mutex<Sampler>>,
+    threads: std::sync::Mutex<HashMap<MapData, u32, u32>>,
+}
+
+impl KernelPeekClocks {
+    /// Takes the map of peeked threads out of `sampler`.
+    pub fn new(sampler: std::sync::Arc<std::sync::Mutex<Sampler>>) -> Result<Self, SamplingError> {
+        let threads = take_map(&mut crate::lock(&sampler).ebpf, names::PEEK_THREADS)?;
+        Ok(Self {
+            sampler,
+            threads: std::sync::Mutex::new(threads),
+        })
+    }
+}
+
+impl PeekClocks for KernelPeekClocks {
+    fn mark(&self, tids: &[u32]) {
+        let mut threads = crate::lock(&self.threads);
+        for &tid in tids {
+            if threads.insert(tid, 0, 0).is_err() {
+                // Only the "where it was" of a running thread is lost.
+                debug!(tid, "peeked-thread map full");
+            }
+        }
+    }
+
+    fn forget(&self, tids: &[u32]) {
+        let mut threads = crate::lock(&self.threads);
+        for tid in tids {
+            let _ = threads.remove(tid);
+        }
+    }
+
+    fn sample(&self, tid: u32, frequency_hz: u32) -> Result<Box<dyn Send>, SamplingError> {
+        let link = crate::lock(&self.sampler).sample_thread(tid, frequency_hz)?;
+        Ok(Box::new(link))
+    }
+}
+
 /// The maps the drainer reads.
 pub struct DrainMaps {
     pub control: Array<MapData, Control>,
@@ -361,7 +414,7 @@ impl Sampler {
         }
     }
 
-    pub fn sample_thread(
+    fn sample_thread(
         &mut self,
         tid: u32,
         frequency_hz: u32,
@@ -403,17 +456,13 @@ impl Sampler {
     }
 
     /// Takes the maps of the sampling targets.
-    pub fn take_targets(&mut self) -> Result<crate::kernel::targets::Targets, SamplingError> {
-        Ok(crate::kernel::targets::Targets::new(
-            take_map(&mut self.ebpf, names::TARGETS_MODE)?,
-            take_map(&mut self.ebpf, names::TARGET_PIDS)?,
-            take_map(&mut self.ebpf, names::TARGET_CGROUPS)?,
-        ))
-    }
-
-    /// Takes the map of peeked threads.
-    pub fn take_peek_threads(&mut self) -> Result<HashMap<MapData, u32, u32>, SamplingError> {
-        take_map(&mut self.ebpf, names::PEEK_THREADS)
+    pub fn take_targets(&mut self) -> Result<super::targets::Targets, SamplingError> {
+        let maps = super::targets::BpfTargetMaps {
+            mode: take_map(&mut self.ebpf, names::TARGETS_MODE)?,
+            pids: take_map(&mut self.ebpf, names::TARGET_PIDS)?,
+            cgroups: take_map(&mut self.ebpf, names::TARGET_CGROUPS)?,
+        };
+        Ok(super::targets::Targets::new(Box::new(maps)))
     }
 
     pub fn cpus(&self) -> &[u32] {

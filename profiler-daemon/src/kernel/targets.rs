@@ -50,25 +50,56 @@ pub enum TargetsError {
     Map(#[from] aya::maps::MapError),
 }
 
+/// Where the targets go: the kernel's targets maps (or, in tests, memory).
+pub trait TargetMaps: Send {
+    fn set_mode(&mut self, mode: u32) -> Result<(), TargetsError>;
+    fn add_pid(&mut self, pid: u32) -> Result<(), TargetsError>;
+    fn remove_pid(&mut self, pid: u32);
+    fn add_cgroup(&mut self, id: u64) -> Result<(), TargetsError>;
+    fn remove_cgroup(&mut self, id: u64);
+}
+
 /// The kernel's targets maps.
+pub struct BpfTargetMaps {
+    pub mode: Array<MapData, u32>,
+    pub pids: HashMap<MapData, u32, u8>,
+    pub cgroups: HashMap<MapData, u64, u8>,
+}
+
+impl TargetMaps for BpfTargetMaps {
+    fn set_mode(&mut self, mode: u32) -> Result<(), TargetsError> {
+        Ok(self.mode.set(0, mode, 0)?)
+    }
+
+    fn add_pid(&mut self, pid: u32) -> Result<(), TargetsError> {
+        Ok(self.pids.insert(pid, 1, 0)?)
+    }
+
+    fn remove_pid(&mut self, pid: u32) {
+        let _ = self.pids.remove(&pid);
+    }
+
+    fn add_cgroup(&mut self, id: u64) -> Result<(), TargetsError> {
+        Ok(self.cgroups.insert(id, 1, 0)?)
+    }
+
+    fn remove_cgroup(&mut self, id: u64) {
+        let _ = self.cgroups.remove(&id);
+    }
+}
+
+/// What is sampled, and the maps that tell the kernel.
 pub struct Targets {
-    mode: Array<MapData, u32>,
-    pids: HashMap<MapData, u32, u8>,
-    cgroups: HashMap<MapData, u64, u8>,
+    maps: Box<dyn TargetMaps>,
     current: TargetSet,
     current_cgroup_ids: Vec<u64>,
 }
 
 impl Targets {
-    pub fn new(
-        mode: Array<MapData, u32>,
-        pids: HashMap<MapData, u32, u8>,
-        cgroups: HashMap<MapData, u64, u8>,
-    ) -> Self {
+    /// Every process, to begin with.
+    pub fn new(maps: Box<dyn TargetMaps>) -> Self {
         Self {
-            mode,
-            pids,
-            cgroups,
+            maps,
             current: TargetSet::default(),
             current_cgroup_ids: Vec::new(),
         }
@@ -107,10 +138,10 @@ impl Targets {
             }
         }
         for &pid in &set.pids {
-            self.pids.insert(pid, 1, 0)?;
+            self.maps.add_pid(pid)?;
         }
         for &id in &cgroup_ids {
-            self.cgroups.insert(id, 1, 0)?;
+            self.maps.add_cgroup(id)?;
         }
         let mut mode = 0;
         if !set.pids.is_empty() {
@@ -119,15 +150,15 @@ impl Targets {
         if !cgroup_ids.is_empty() {
             mode |= targets::CGROUPS;
         }
-        self.mode.set(0, mode, 0)?;
-        for pid in &self.current.pids {
-            if !set.pids.contains(pid) {
-                let _ = self.pids.remove(pid);
+        self.maps.set_mode(mode)?;
+        for &pid in &self.current.pids {
+            if !set.pids.contains(&pid) {
+                self.maps.remove_pid(pid);
             }
         }
-        for id in &self.current_cgroup_ids {
-            if !cgroup_ids.contains(id) {
-                let _ = self.cgroups.remove(id);
+        for &id in &self.current_cgroup_ids {
+            if !cgroup_ids.contains(&id) {
+                self.maps.remove_cgroup(id);
             }
         }
         self.current = set;
@@ -144,9 +175,70 @@ fn cgroup_id(root: &Path, path: &str) -> Result<u64, TargetsError> {
     })
 }
 
+/// Targets kept in memory, as the kernel's maps would hold them: for the
+/// tests of what uses targets.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryTargetMaps {
+    pub state: std::sync::Arc<std::sync::Mutex<(u32, Vec<u32>, Vec<u64>)>>,
+}
+
+impl TargetMaps for MemoryTargetMaps {
+    fn set_mode(&mut self, mode: u32) -> Result<(), TargetsError> {
+        crate::lock(&self.state).0 = mode;
+        Ok(())
+    }
+
+    fn add_pid(&mut self, pid: u32) -> Result<(), TargetsError> {
+        crate::lock(&self.state).1.push(pid);
+        Ok(())
+    }
+
+    fn remove_pid(&mut self, pid: u32) {
+        crate::lock(&self.state).1.retain(|&kept| kept != pid);
+    }
+
+    fn add_cgroup(&mut self, id: u64) -> Result<(), TargetsError> {
+        crate::lock(&self.state).2.push(id);
+        Ok(())
+    }
+
+    fn remove_cgroup(&mut self, id: u64) {
+        crate::lock(&self.state).2.retain(|&kept| kept != id);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn targets_go_in_before_the_mode_and_stale_ones_leave() {
+        let maps = MemoryTargetMaps::default();
+        let mut targets = Targets::new(Box::new(maps.clone()));
+        let me = std::process::id();
+        targets
+            .set(TargetSet {
+                pids: vec![me],
+                cgroups: vec!["/".to_owned()],
+            })
+            .unwrap();
+        {
+            let state = crate::lock(&maps.state);
+            assert_eq!(state.0, targets::PIDS | targets::CGROUPS);
+            assert_eq!(state.1, [me]);
+            assert_eq!(state.2.len(), 1);
+        }
+        targets.set(TargetSet::default()).unwrap();
+        assert_eq!(*crate::lock(&maps.state), (0, vec![], vec![]));
+        assert!(targets.current().everything());
+        assert!(matches!(
+            targets.set(TargetSet {
+                pids: vec![u32::MAX / 2],
+                cgroups: Vec::new(),
+            }),
+            Err(TargetsError::NoSuchProcess { .. })
+        ));
+    }
 
     #[test]
     fn cgroups_are_found_by_path() {

@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
+use aya::maps::{MapData, RingBuf};
 use profiler_common::{PeekSignal, peek_signal_result};
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::{broadcast, oneshot};
@@ -35,7 +35,7 @@ pub use self::{
     snapshot::SnapshotError,
 };
 use crate::{
-    kernel::sampler::{OptionalProgramError, Sampler},
+    kernel::sampler::{OptionalProgramError, PeekClocks},
     lock,
     pipeline::{PeekInbox, PipelineHandle},
 };
@@ -216,8 +216,7 @@ struct Inner {
     /// stay as they were at start).
     settings: std::sync::RwLock<PeekSettings>,
     signal_name: String,
-    sampler: Arc<Mutex<Sampler>>,
-    threads: Mutex<BpfHashMap<MapData, u32, u32>>,
+    clocks: Arc<dyn PeekClocks>,
     inbox: Arc<PeekInbox>,
     pipeline: PipelineHandle,
     running: Mutex<HashMap<u32, Running>>,
@@ -235,8 +234,7 @@ struct Inner {
 impl Peeker {
     pub fn new(
         settings: PeekSettings,
-        sampler: Arc<Mutex<Sampler>>,
-        threads: BpfHashMap<MapData, u32, u32>,
+        clocks: Arc<dyn PeekClocks>,
         inbox: Arc<PeekInbox>,
         pipeline: PipelineHandle,
         protection: Protection,
@@ -247,8 +245,7 @@ impl Peeker {
             inner: Arc::new(Inner {
                 signal_name: signal_name(settings.signal),
                 settings: std::sync::RwLock::new(settings),
-                sampler,
-                threads: Mutex::new(threads),
+                clocks,
                 inbox,
                 pipeline,
                 running: Mutex::new(HashMap::default()),
@@ -550,28 +547,19 @@ impl Peeker {
         &self,
         snapshot: &ProcessSnapshot,
         warnings: &mut Vec<String>,
-    ) -> Result<Vec<aya::programs::perf_event::PerfEventLink>, PeekError> {
+    ) -> Result<Vec<Box<dyn Send>>, PeekError> {
         let inner = &self.inner;
-        {
-            let mut threads = lock(&inner.threads);
-            for thread in &snapshot.threads {
-                if threads.insert(thread.tid, 0, 0).is_err() {
-                    // Only the "where it was" of a running thread is lost.
-                    debug!(tid = thread.tid, "peeked-thread map full");
-                }
-            }
-        }
-        let mut links = Vec::with_capacity(snapshot.threads.len());
+        let tids: Vec<u32> = snapshot.threads.iter().map(|thread| thread.tid).collect();
+        inner.clocks.mark(&tids);
+        let mut links = Vec::with_capacity(tids.len());
         let mut failed = Vec::new();
         let frequency_hz = self.settings().frequency_hz;
-        let mut sampler = lock(&inner.sampler);
-        for thread in &snapshot.threads {
-            match sampler.sample_thread(thread.tid, frequency_hz) {
+        for &tid in &tids {
+            match inner.clocks.sample(tid, frequency_hz) {
                 Ok(link) => links.push(link),
-                Err(err) => failed.push((thread.tid, err.to_string())),
+                Err(err) => failed.push((tid, err.to_string())),
             }
         }
-        drop(sampler);
         if links.is_empty() {
             let message = failed
                 .first()
@@ -588,10 +576,8 @@ impl Peeker {
     }
 
     fn forget_threads(&self, snapshot: &ProcessSnapshot) {
-        let mut threads = lock(&self.inner.threads);
-        for thread in &snapshot.threads {
-            let _ = threads.remove(&thread.tid);
-        }
+        let tids: Vec<u32> = snapshot.threads.iter().map(|thread| thread.tid).collect();
+        self.inner.clocks.forget(&tids);
     }
 
     /// Ends a peek: keeps and publishes its report and answers its waiters.

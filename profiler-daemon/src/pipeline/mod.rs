@@ -136,7 +136,27 @@ impl Pipeline {
     ) -> Result<Self, PipelineError> {
         let source = sampler.take_source()?;
         let announcements = sampler.take_process_announcements()?;
+        Self::start_with(
+            source,
+            Some(announcements),
+            store,
+            peeks,
+            sinks,
+            drain_interval,
+        )
+    }
 
+    /// Starts the pipeline threads on `source`, with the kernel's process
+    /// announcements when there are (without, processes are recorded when
+    /// their samples are drained).
+    pub fn start_with(
+        source: Box<dyn SampleSource>,
+        announcements: Option<RingBuf<MapData>>,
+        store: Arc<RwLock<Store>>,
+        peeks: Arc<PeekInbox>,
+        sinks: Vec<Box<dyn ExportSink>>,
+        drain_interval: Duration,
+    ) -> Result<Self, PipelineError> {
         let stopping = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(PipelineStats::default()));
         let processes = Arc::new(Mutex::new(ProcessTable::new()));
@@ -153,10 +173,12 @@ impl Pipeline {
                 .map_err(|err| PipelineError::Thread(name, err))
         };
         let mut threads = Vec::new();
-        threads.push(spawn("watch", {
-            let (processes, stopping) = (processes.clone(), stopping.clone());
-            Box::new(move || watch_processes(announcements, &processes, &stopping))
-        })?);
+        if let Some(announcements) = announcements {
+            threads.push(spawn("watch", {
+                let (processes, stopping) = (processes.clone(), stopping.clone());
+                Box::new(move || watch_processes(announcements, &processes, &stopping))
+            })?);
+        }
         threads.push(spawn("symbolize", {
             let stats = stats.clone();
             Box::new(move || symbolize_into_store(job_queue, &store, &peeks, sinks, &stats))
@@ -368,5 +390,176 @@ fn watch_processes(
             // Gone by now: its first record stays.
             let _ = lock(processes).record(pid);
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! A sample source the tests fill themselves, for the pipeline and the
+    //! service without the kernel.
+
+    use std::{
+        collections::VecDeque,
+        sync::{Arc, Mutex},
+        time::SystemTime,
+    };
+
+    use profiler_common::COUNTER_COUNT;
+
+    use crate::kernel::{
+        drain::{RawBatch, RawSample},
+        sources::{SampleSource, SourceError},
+    };
+
+    /// Hands out the samples queued in it, one queued list per drain.
+    #[derive(Clone, Default)]
+    pub struct QueuedSource {
+        pub queue: Arc<Mutex<VecDeque<Vec<RawSample>>>>,
+        last: Arc<Mutex<Option<SystemTime>>>,
+    }
+
+    impl SampleSource for QueuedSource {
+        fn name(&self) -> &'static str {
+            "queued samples"
+        }
+
+        fn drain(&mut self) -> Result<RawBatch, SourceError> {
+            let end = SystemTime::now();
+            let start = crate::lock(&self.last).replace(end).unwrap_or(end);
+            Ok(RawBatch {
+                start,
+                end,
+                samples: crate::lock(&self.queue).pop_front().unwrap_or_default(),
+                counters: [0; COUNTER_COUNT as usize],
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::UNIX_EPOCH};
+
+    use profiler_common::SampleKind;
+
+    use super::{testing::QueuedSource, *};
+    use crate::{
+        kernel::drain::RawSample,
+        store::{Query, SampleAccess, Selector, StoreSettings},
+        symbols::symbolizer::SymbolizedBatch,
+    };
+
+    /// Keeps the number of samples of each batch it is given.
+    struct CountingSink(Arc<Mutex<Vec<usize>>>);
+
+    impl ExportSink for CountingSink {
+        fn name(&self) -> &str {
+            "counting"
+        }
+
+        fn export(&mut self, batch: &SymbolizedBatch) -> Result<(), SinkError> {
+            lock(&self.0).push(batch.samples.len());
+            Ok(())
+        }
+    }
+
+    /// A sample of this very process at `address` of its code.
+    fn sample_here(address: u64, kind: SampleKind, count: u64) -> RawSample {
+        let pid = std::process::id();
+        RawSample {
+            pid,
+            tid: pid,
+            uid: 0,
+            gid: 0,
+            cgroup: 0,
+            thread_name: Arc::from("pipeline-test"),
+            kind,
+            flags: 0,
+            user: Arc::from([address]),
+            kernel: Arc::from([]),
+            count,
+            weight: count * 1_000_000,
+        }
+    }
+
+    fn store() -> Arc<RwLock<Store>> {
+        Arc::new(RwLock::new(Store::new(StoreSettings {
+            retention: Duration::from_secs(3600),
+            resolution: Duration::from_secs(10),
+            memory_limit: 64 << 20,
+        })))
+    }
+
+    #[test]
+    fn samples_go_from_the_source_to_the_store_named_and_to_every_sink() {
+        let here = samples_go_from_the_source_to_the_store_named_and_to_every_sink as *const ();
+        let source = QueuedSource::default();
+        lock(&source.queue).push_back(vec![sample_here(here as u64, SampleKind::CpuClock, 5)]);
+        let (store, inbox) = (store(), Arc::new(PeekInbox::default()));
+        let exported = Arc::new(Mutex::new(Vec::new()));
+        let pipeline = Pipeline::start_with(
+            Box::new(source),
+            None,
+            store.clone(),
+            inbox,
+            vec![Box::new(CountingSink(exported.clone()))],
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let end = runtime.block_on(pipeline.handle().close_window()).unwrap();
+
+        let profile = crate::read_lock(&store).profile(&Query {
+            start: UNIX_EPOCH,
+            end,
+            selector: Selector::default(),
+            access: SampleAccess::All,
+            kind: SampleKind::CpuClock,
+            frequency_hz: 1000,
+        });
+        assert_eq!(profile.total_samples(), 5);
+        let leaf = &profile.locations[*profile.stacks.get(0).unwrap().last().unwrap() as usize];
+        assert!(
+            leaf.frames
+                .iter()
+                .any(|frame| frame.function.contains("samples_go_from_the_source")),
+            "the sample is named: {leaf:?}"
+        );
+        assert_eq!(*lock(&exported), [1], "the sink saw the batch");
+        assert_eq!(pipeline.handle().stats().drains, 1);
+    }
+
+    #[test]
+    fn the_samples_of_a_peek_go_to_its_inbox_not_the_store() {
+        let here = the_samples_of_a_peek_go_to_its_inbox_not_the_store as *const ();
+        let source = QueuedSource::default();
+        lock(&source.queue).push_back(vec![
+            sample_here(here as u64, SampleKind::Peek, 2),
+            sample_here(here as u64, SampleKind::CpuClock, 1),
+        ]);
+        let (store, inbox) = (store(), Arc::new(PeekInbox::default()));
+        inbox.open(std::process::id());
+        let pipeline = Pipeline::start_with(
+            Box::new(source),
+            None,
+            store.clone(),
+            inbox.clone(),
+            Vec::new(),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(pipeline.handle().close_window()).unwrap();
+        let peeked = inbox.close(std::process::id());
+        assert_eq!(peeked.len(), 1);
+        assert_eq!(peeked[0].count, 2);
+        assert_eq!(crate::read_lock(&store).stats().buckets, 1);
+        drop(pipeline);
     }
 }

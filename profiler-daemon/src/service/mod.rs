@@ -210,3 +210,6 @@ impl Service {
         crate::read_lock(&self.store).stats()
     }
 }
+
+#[cfg(test)]
+mod tests;
