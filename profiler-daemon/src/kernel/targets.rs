@@ -179,8 +179,11 @@ fn cgroup_id(root: &Path, path: &str) -> Result<u64, TargetsError> {
 /// tests of what uses targets.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryTargetMaps {
-    pub state: std::sync::Arc<std::sync::Mutex<(u32, Vec<u32>, Vec<u64>)>>,
+    pub state: std::sync::Arc<std::sync::Mutex<MemoryTargets>>,
 }
+
+/// The mode, pids and cgroup ids [`MemoryTargetMaps`] hold.
+pub type MemoryTargets = (u32, Vec<u32>, Vec<u64>);
 
 impl TargetMaps for MemoryTargetMaps {
     fn set_mode(&mut self, mode: u32) -> Result<(), TargetsError> {
