@@ -39,14 +39,25 @@ fn build_protos() -> Result<()> {
     Ok(())
 }
 
+/// Names the installed toolchain that is the pinned nightly (see
+/// `EBPF_NIGHTLY` in xtask/src/bootstrap.rs); set by every `cargo xtask`
+/// command. Without it, rustup's `nightly` is used.
+const EBPF_TOOLCHAIN_VAR: &str = "PROFILERD_EBPF_TOOLCHAIN";
+
 fn build_ebpf() -> Result<()> {
     let ebpf = aya_build::Package {
         name: "profiler-ebpf",
         root_dir: "../profiler-ebpf",
         ..Default::default()
     };
-    aya_build::build_ebpf([ebpf], aya_build::Toolchain::default()).context(
-        "building the eBPF programs failed; they need the nightly toolchain with rust-src \
-         and a bpf-linker built against the nightly's LLVM: `cargo xtask build` installs both",
+    println!("cargo:rerun-if-env-changed={EBPF_TOOLCHAIN_VAR}");
+    let chosen = std::env::var(EBPF_TOOLCHAIN_VAR).ok();
+    let toolchain = match chosen.as_deref() {
+        Some(name) if !name.is_empty() => aya_build::Toolchain::Custom(name),
+        _ => aya_build::Toolchain::Nightly,
+    };
+    aya_build::build_ebpf([ebpf], toolchain).context(
+        "building the eBPF programs failed; they need the pinned nightly toolchain with \
+         rust-src and a bpf-linker built against its LLVM: `cargo xtask build` installs both",
     )
 }

@@ -1,6 +1,6 @@
 //! Installs, once, what a fresh machine lacks to build and test profilerd:
-//! rust-src for the nightly toolchain, a bpf-linker built against that
-//! nightly's own libLLVM, and the test suite's system packages.
+//! the pinned nightly toolchain with rust-src, a bpf-linker built against
+//! that nightly's own libLLVM, and the test suite's system packages.
 //!
 //! Each step checks first and prints a `==>` line only when it does
 //! something, so a second run is quick and says one `ok` line per group.
@@ -9,14 +9,47 @@
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 
 use crate::process;
 
-/// The toolchain that compiles the eBPF crate (aya-build's default).
-pub const NIGHTLY: &str = "nightly";
+/// A nightly toolchain, pinned by the commit its rustc was built from.
+pub struct PinnedNightly {
+    /// The rustup channel that ships it, installed when no installed
+    /// toolchain is this nightly.
+    pub channel: &'static str,
+    /// `commit-hash` in its `rustc -vV`: what identifies it, whatever name
+    /// rustup gives it on a machine (`nightly`, `nightly-<date>`, a link).
+    pub commit_hash: &'static str,
+    /// Its LLVM version, the one bpf-linker is built against.
+    pub llvm: &'static str,
+}
+
+/// The nightly that compiles the eBPF crate. Pinned because bpf-linker is
+/// built against this nightly's libLLVM: an unpinned `nightly` that moves
+/// breaks the eBPF build on a fresh machine. To move the pin, change this
+/// and run `cargo xtask build`: bpf-linker is rebuilt for the new LLVM.
+pub const EBPF_NIGHTLY: PinnedNightly = PinnedNightly {
+    channel: "nightly-2026-05-20",
+    commit_hash: "e50aa6fba4e63ab34c72bf9acfd2c307c1155d1a",
+    llvm: "22.1.4",
+};
+
+/// The environment variable that tells the daemon's build script (through
+/// aya-build) which installed toolchain is [`EBPF_NIGHTLY`].
+pub const EBPF_TOOLCHAIN_VAR: &str = "PROFILERD_EBPF_TOOLCHAIN";
+
+/// The installed toolchain found to be [`EBPF_NIGHTLY`], once
+/// [`ebpf_toolchain`] has run; every child process is told its name.
+static EBPF_TOOLCHAIN: OnceLock<String> = OnceLock::new();
+
+/// The name of the installed pinned nightly, if [`ebpf_toolchain`] found it.
+pub fn chosen_ebpf_toolchain() -> Option<&'static str> {
+    EBPF_TOOLCHAIN.get().map(String::as_str)
+}
 
 /// The bpf-linker release installed, and the LLVM majors it can be built for
 /// (its `llvm-<major>` features).
@@ -95,20 +128,85 @@ pub fn tools_bin() -> PathBuf {
     tools_root().join("bin")
 }
 
-/// Makes sure the eBPF crate can be built: nightly with rust-src, and a
-/// bpf-linker on PATH that uses the nightly's LLVM.
-pub fn ebpf_toolchain() -> Result<()> {
-    let nightly = Nightly::inspect()?;
-    ensure_component(NIGHTLY, "rust-src").context(
-        "rust-src for the nightly toolchain is needed to build `core` for the BPF target",
-    )?;
+/// Makes sure the eBPF crate can be built: the pinned nightly with rust-src,
+/// and a bpf-linker on PATH that uses that nightly's LLVM. Returns the name
+/// of the installed toolchain that is the pinned nightly.
+pub fn ebpf_toolchain() -> Result<&'static str> {
+    if let Some(name) = chosen_ebpf_toolchain() {
+        return Ok(name);
+    }
+    let name = match find_pinned_nightly()? {
+        Some(name) => name,
+        None => install_pinned_nightly()?,
+    };
+    let nightly = Nightly::inspect(&name)?;
+    ensure_component(&name, "rust-src").with_context(|| {
+        format!("rust-src for the {name} toolchain is needed to build `core` for the BPF target")
+    })?;
     let linker = ensure_bpf_linker(&nightly)?;
     println!(
-        "ok: eBPF toolchain (nightly with LLVM {} and rust-src; {})",
+        "ok: eBPF toolchain ({name}, rustc {}, LLVM {}, rust-src; {})",
+        &EBPF_NIGHTLY.commit_hash[..9],
         nightly.llvm_major,
         linker.display()
     );
-    Ok(())
+    Ok(EBPF_TOOLCHAIN.get_or_init(|| name).as_str())
+}
+
+/// The installed toolchain whose rustc is [`EBPF_NIGHTLY`]'s commit: the
+/// pinned channel's name first, then the other nightlies, then the rest.
+fn find_pinned_nightly() -> Result<Option<String>> {
+    let listed = process::output(process::command("rustup").args(["toolchain", "list"]))
+        .context("listing the installed toolchains (is rustup installed?)")?;
+    let mut names: Vec<&str> = listed
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    names.sort_by_key(|name| {
+        (
+            !name.starts_with(EBPF_NIGHTLY.channel),
+            !name.starts_with("nightly"),
+        )
+    });
+    for name in names {
+        // A toolchain that does not run is not the pinned one.
+        let Ok(version) = process::output(process::rustup_run(name, "rustc").arg("-vV")) else {
+            continue;
+        };
+        if is_pinned_rustc(&version) {
+            return Ok(Some(name.to_owned()));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether `rustc -vV` output is [`EBPF_NIGHTLY`]'s rustc.
+fn is_pinned_rustc(rustc_version: &str) -> bool {
+    rustc_version
+        .lines()
+        .filter_map(|line| line.strip_prefix("commit-hash:"))
+        .any(|hash| hash.trim() == EBPF_NIGHTLY.commit_hash)
+}
+
+/// Installs the pinned channel with rustup, where rustup can download it.
+fn install_pinned_nightly() -> Result<String> {
+    let channel = EBPF_NIGHTLY.channel;
+    println!("==> installing the {channel} toolchain for the eBPF build (one time)");
+    let mut install = process::command("rustup");
+    install
+        .args(["toolchain", "install", channel, "--profile", "minimal"])
+        .args(["--component", "rust-src"]);
+    process::run(&mut install).with_context(|| {
+        format!(
+            "the eBPF crate is built with a pinned nightly: rustc {} ({channel}, LLVM {}), and \
+             no installed toolchain is that one (`rustup toolchain list`; `rustup run NAME \
+             rustc -vV` shows each one's commit-hash) and rustup could not install it. \
+             Install that nightly, or move the pin to an installed nightly: change \
+             EBPF_NIGHTLY in xtask/src/bootstrap.rs and run `cargo xtask build`",
+            EBPF_NIGHTLY.commit_hash, EBPF_NIGHTLY.llvm
+        )
+    })?;
+    Ok(channel.to_owned())
 }
 
 /// Makes sure the test suite's programs are there: gcc (which must be), and
@@ -209,15 +307,12 @@ struct Nightly {
 }
 
 impl Nightly {
-    fn inspect() -> Result<Self> {
-        let version = process::output(process::rustup_run(NIGHTLY, "rustc").arg("-vV")).context(
-            "the nightly toolchain is not installed (or does not run); it cannot be \
-                 downloaded on these machines: install a nightly toolchain with rust-src, \
-                 and build bpf-linker against its LLVM",
-        )?;
+    fn inspect(toolchain: &str) -> Result<Self> {
+        let version = process::output(process::rustup_run(toolchain, "rustc").arg("-vV"))
+            .with_context(|| format!("the {toolchain} toolchain does not run"))?;
         let llvm_major = llvm_major(&version)?;
         let sysroot =
-            process::output(process::rustup_run(NIGHTLY, "rustc").args(["--print", "sysroot"]))?;
+            process::output(process::rustup_run(toolchain, "rustc").args(["--print", "sysroot"]))?;
         let sysroot_lib = Path::new(sysroot.trim()).join("lib");
         let libllvm = libllvm_file(&sysroot_lib)?;
         Ok(Self {
@@ -467,6 +562,20 @@ mod tests {
         assert!(llvm_major("rustc 1.0\n").is_err());
         assert!(llvm_major("LLVM version: x.1\n").is_err());
         Ok(())
+    }
+
+    #[test]
+    fn knows_the_pinned_nightly_by_its_commit() {
+        let pinned = format!(
+            "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\n\
+             commit-hash: {}\n\
+             LLVM version: {}\n",
+            EBPF_NIGHTLY.commit_hash, EBPF_NIGHTLY.llvm
+        );
+        assert!(is_pinned_rustc(&pinned));
+        let other = pinned.replace(EBPF_NIGHTLY.commit_hash, "0123456789abcdef");
+        assert!(!is_pinned_rustc(&other));
+        assert!(!is_pinned_rustc("rustc 1.95.0\n"));
     }
 
     #[test]

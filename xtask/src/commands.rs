@@ -157,20 +157,20 @@ fn lint() -> Result<()> {
     process::run(&mut fmt).context("formatting differs: `cargo fmt --all` fixes it")?;
 
     // Checking the daemon runs its build script, which builds the eBPF crate.
-    bootstrap::ebpf_toolchain()?;
+    let nightly = bootstrap::ebpf_toolchain()?;
     let mut host = workspace_cargo()?;
     host.args(["clippy", "--workspace", "--exclude", EBPF_PACKAGE])
         .args(["--all-targets", "--", "-D", "warnings"]);
     println!("==> {}", process::display(&host));
     process::run(&mut host)?;
 
-    if let Err(err) = bootstrap::ensure_component(bootstrap::NIGHTLY, "clippy") {
+    if let Err(err) = bootstrap::ensure_component(nightly, "clippy") {
         println!(
-            "note: skipping clippy for {EBPF_PACKAGE}: the nightly toolchain has no clippy ({err:#})"
+            "note: skipping clippy for {EBPF_PACKAGE}: the {nightly} toolchain has no clippy ({err:#})"
         );
         return Ok(());
     }
-    let mut ebpf = in_workspace(process::rustup_run(bootstrap::NIGHTLY, "cargo"))?;
+    let mut ebpf = in_workspace(process::rustup_run(nightly, "cargo"))?;
     ebpf.args(["clippy", "--package", EBPF_PACKAGE, "--target", EBPF_TARGET])
         .args(["-Z", "build-std=core", "--", "-D", "warnings"]);
     println!("==> {}", process::display(&ebpf));

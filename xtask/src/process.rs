@@ -15,10 +15,14 @@ use anyhow::{Context as _, Result, bail};
 use crate::bootstrap;
 
 /// A command for `program` whose PATH starts with the bootstrapped tools'
-/// directory (so cargo, rustc and aya-build find `bpf-linker`).
+/// directory (so cargo, rustc and aya-build find `bpf-linker`), told which
+/// toolchain is the pinned nightly once bootstrap has found it.
 pub fn command(program: impl AsRef<OsStr>) -> Command {
     let mut cmd = Command::new(program);
     cmd.env("PATH", child_path());
+    if let Some(toolchain) = bootstrap::chosen_ebpf_toolchain() {
+        cmd.env(bootstrap::EBPF_TOOLCHAIN_VAR, toolchain);
+    }
     cmd
 }
 
