@@ -194,7 +194,7 @@ pub enum LocationKind {
     User,
     /// Kernel code.
     Kernel,
-    /// Not code: a marker such as "[lost]", "[truncated]" or "[kernel]".
+    /// Not code: a marker such as `"[lost]"`, `"[truncated]"` or `"[kernel]"`.
     Marker,
 }
 
@@ -202,7 +202,7 @@ pub enum LocationKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Location {
     pub kind: LocationKind,
-    /// The binary's path as the process mapped it, "[kernel]" for kernel
+    /// The binary's path as the process mapped it, `"[kernel]"` for kernel
     /// code, or the marker's own name.
     pub module: Arc<str>,
     /// For user code the offset into the binary's file; for kernel code the
@@ -279,7 +279,7 @@ pub struct ReportOptions {
     pub sortedby: SortedBy,
     pub groupby: GroupBy,
     /// Show kernel frames; when false each run of kernel frames becomes one
-    /// "[kernel]" frame.
+    /// `"[kernel]"` frame.
     pub kernel: bool,
     /// Merge the different addresses of one source line.
     pub combine: bool,

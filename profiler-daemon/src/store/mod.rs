@@ -4,7 +4,7 @@
 //!
 //! The store owns the buckets and the tables that intern threads, stacks and
 //! locations (so a bucket entry is a few integers). It answers queries by
-//! assembling a self-contained [`Profile`]; it must not format reports or
+//! assembling a self-contained [`Profile`](crate::profile::Profile); it must not format reports or
 //! symbolize.
 
 mod aggregate;
