@@ -72,76 +72,13 @@ pub enum Command {
     },
     /// Compare two past windows function by function: each function's
     /// share of its window's samples, base → target
-    Diff {
-        /// The base window starts this long ago, e.g. 10m
-        #[arg(long, value_parser = parse_duration)]
-        base_since: Duration,
-        /// The base window ends this long ago [default: when the target starts]
-        #[arg(long, value_parser = parse_duration)]
-        base_until: Option<Duration>,
-        /// The target window starts this long ago, e.g. 5m
-        #[arg(long, value_parser = parse_duration)]
-        since: Duration,
-        /// The target window ends this long ago [default: now]
-        #[arg(long, value_parser = parse_duration)]
-        until: Option<Duration>,
-        /// Most rows shown
-        #[arg(long, default_value_t = 50, value_parser = count("a number of rows"), allow_negative_numbers = true)]
-        limit: u32,
-        /// text: the table; pprof: the target minus the base as one profile
-        /// (`go tool pprof -top FILE`); flamegraph: a differential flame
-        /// graph (red: grew, blue: shrank)
-        #[arg(long, short, value_enum, default_value_t = DiffFormatArg::Text)]
-        format: DiffFormatArg,
-        /// Scale the base to the target's samples first, so windows of
-        /// different lengths or load compare
-        #[arg(long)]
-        normalize: bool,
-        /// Write the pprof or flame graph to this file instead of standard output
-        #[arg(long, short, value_name = "FILE")]
-        output: Option<PathBuf>,
-        #[command(flatten)]
-        selector: SelectorArgs,
-    },
+    Diff(DiffArgs),
     /// Draw a flame graph (SVG) of the next --duration or of a past window
     /// (--since), like `profile --format flamegraph`
-    Flamegraph {
-        #[command(flatten)]
-        selector: SelectorArgs,
-        /// Profile for this long from now, e.g. 10s
-        #[arg(long, short, value_parser = parse_duration, conflicts_with_all = ["since", "until"])]
-        duration: Option<Duration>,
-        /// Or draw the past window that starts this long ago, e.g. 15m
-        #[arg(long, value_parser = parse_duration)]
-        since: Option<Duration>,
-        /// ... and ends this long ago [default: now]
-        #[arg(long, value_parser = parse_duration, requires = "since")]
-        until: Option<Duration>,
-        /// Show each run of kernel frames as one "[kernel]" frame
-        #[arg(long)]
-        no_kernel: bool,
-        /// Where to write the SVG
-        #[arg(long, short, value_name = "FILE", default_value = "flamegraph.svg")]
-        output: PathBuf,
-    },
+    Flamegraph(FlamegraphArgs),
     /// Show the functions with the most samples, live, every interval (like
     /// perf top); until interrupted, or for --count updates
-    Top {
-        #[command(flatten)]
-        selector: SelectorArgs,
-        /// How often to update, e.g. 1s, 500ms (100ms-60s)
-        #[arg(long, short, value_parser = parse_duration, default_value = "1s")]
-        interval: Duration,
-        /// Functions shown (1-1000)
-        #[arg(long, short = 'n', default_value_t = 20, value_parser = count("a number of functions"), allow_negative_numbers = true)]
-        limit: u32,
-        /// Leave kernel frames out (time in the kernel counts for its caller)
-        #[arg(long)]
-        user_only: bool,
-        /// Stop after this many updates
-        #[arg(long, value_parser = count64("a number of updates"), allow_negative_numbers = true)]
-        count: Option<u64>,
-    },
+    Top(TopArgs),
     /// Start an open-ended profiling session and print its id
     Start {
         #[command(flatten)]
@@ -189,6 +126,81 @@ pub enum Command {
         #[arg(long, short)]
         follow: bool,
     },
+}
+
+/// The arguments of `diff`.
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The base window starts this long ago, e.g. 10m
+    #[arg(long, value_parser = parse_duration)]
+    pub base_since: Duration,
+    /// The base window ends this long ago [default: when the target starts]
+    #[arg(long, value_parser = parse_duration)]
+    pub base_until: Option<Duration>,
+    /// The target window starts this long ago, e.g. 5m
+    #[arg(long, value_parser = parse_duration)]
+    pub since: Duration,
+    /// The target window ends this long ago [default: now]
+    #[arg(long, value_parser = parse_duration)]
+    pub until: Option<Duration>,
+    /// Most rows shown
+    #[arg(long, default_value_t = 50, value_parser = count("a number of rows"), allow_negative_numbers = true)]
+    pub limit: u32,
+    /// text: the table; pprof: the target minus the base as one profile
+    /// (`go tool pprof -top FILE`); flamegraph: a differential flame
+    /// graph (red: grew, blue: shrank)
+    #[arg(long, short, value_enum, default_value_t = DiffFormatArg::Text)]
+    pub format: DiffFormatArg,
+    /// Scale the base to the target's samples first, so windows of
+    /// different lengths or load compare
+    #[arg(long)]
+    pub normalize: bool,
+    /// Write the pprof or flame graph to this file instead of standard output
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub selector: SelectorArgs,
+}
+
+/// The arguments of `flamegraph`.
+#[derive(Args, Debug)]
+pub struct FlamegraphArgs {
+    #[command(flatten)]
+    pub selector: SelectorArgs,
+    /// Profile for this long from now, e.g. 10s
+    #[arg(long, short, value_parser = parse_duration, conflicts_with_all = ["since", "until"])]
+    pub duration: Option<Duration>,
+    /// Or draw the past window that starts this long ago, e.g. 15m
+    #[arg(long, value_parser = parse_duration)]
+    pub since: Option<Duration>,
+    /// ... and ends this long ago [default: now]
+    #[arg(long, value_parser = parse_duration, requires = "since")]
+    pub until: Option<Duration>,
+    /// Show each run of kernel frames as one "[kernel]" frame
+    #[arg(long)]
+    pub no_kernel: bool,
+    /// Where to write the SVG
+    #[arg(long, short, value_name = "FILE", default_value = "flamegraph.svg")]
+    pub output: PathBuf,
+}
+
+/// The arguments of `top`.
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub selector: SelectorArgs,
+    /// How often to update, e.g. 1s, 500ms (100ms-60s)
+    #[arg(long, short, value_parser = parse_duration, default_value = "1s")]
+    pub interval: Duration,
+    /// Functions shown (1-1000)
+    #[arg(long, short = 'n', default_value_t = 20, value_parser = count("a number of functions"), allow_negative_numbers = true)]
+    pub limit: u32,
+    /// Leave kernel frames out (time in the kernel counts for its caller)
+    #[arg(long)]
+    pub user_only: bool,
+    /// Stop after this many updates
+    #[arg(long, value_parser = count64("a number of updates"), allow_negative_numbers = true)]
+    pub count: Option<u64>,
 }
 
 #[derive(Debug, Args)]

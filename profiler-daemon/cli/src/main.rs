@@ -102,64 +102,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             selector,
             window,
         } => profiles::callers(daemon, function, &selector, &window).await?,
-        Command::Diff {
-            base_since,
-            base_until,
-            since,
-            until,
-            limit,
-            format,
-            normalize,
-            output,
-            selector,
-        } => {
-            let diff = profiles::DiffArgs {
-                base_since,
-                base_until,
-                since,
-                until,
-                limit,
-                format,
-                normalize,
-                output: output.as_deref(),
-                selector: &selector,
-            };
-            profiles::diff(daemon, diff).await?;
-        }
-        Command::Flamegraph {
-            selector,
-            duration,
-            since,
-            until,
-            no_kernel,
-            output,
-        } => {
-            let graph = profiles::FlamegraphArgs {
-                selector: &selector,
-                duration,
-                since,
-                until,
-                no_kernel,
-                output: &output,
-            };
-            profiles::flamegraph(daemon, graph).await?;
-        }
-        Command::Top {
-            selector,
-            interval,
-            limit,
-            user_only,
-            count,
-        } => {
-            let top = profiles::TopArgs {
-                selector: &selector,
-                interval,
-                limit,
-                user_only,
-                count,
-            };
-            profiles::top(daemon, top).await?;
-        }
+        Command::Diff(args) => profiles::diff(daemon, &args).await?,
+        Command::Flamegraph(args) => profiles::flamegraph(daemon, &args).await?,
+        Command::Top(args) => profiles::top(daemon, &args).await?,
         Command::Start { selector } => sessions::start(daemon, &selector).await?,
         Command::Stop { id, force, report } => sessions::stop(daemon, id, force, &report).await?,
         Command::Sessions => sessions::list(daemon).await?,

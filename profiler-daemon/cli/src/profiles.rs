@@ -1,14 +1,17 @@
 //! The commands that report windows of samples: profile, query,
 //! flamegraph, callers, diff and top.
 
-use std::{io::IsTerminal as _, path::Path, time::Duration, time::SystemTime};
+use std::{io::IsTerminal as _, time::Duration, time::SystemTime};
 
 use anyhow::{Result, bail};
 use profilerd_client::v1;
 
 use crate::{
     Client,
-    args::{self, DiffFormatArg, FormatArg, ReportArgs, SelectorArgs, WindowArgs},
+    args::{
+        self, DiffArgs, DiffFormatArg, FlamegraphArgs, FormatArg, ReportArgs, SelectorArgs,
+        TopArgs, WindowArgs,
+    },
     format,
     output::{self, Progress},
 };
@@ -134,20 +137,8 @@ pub async fn callers(
     output::print_text(&reply.text)
 }
 
-pub struct DiffArgs<'a> {
-    pub base_since: Duration,
-    pub base_until: Option<Duration>,
-    pub since: Duration,
-    pub until: Option<Duration>,
-    pub limit: u32,
-    pub format: DiffFormatArg,
-    pub normalize: bool,
-    pub output: Option<&'a Path>,
-    pub selector: &'a SelectorArgs,
-}
-
-pub async fn diff(daemon: &mut Client, diff: DiffArgs<'_>) -> Result<()> {
-    output::refuse_binary_on_terminal(diff.format == DiffFormatArg::Pprof, diff.output)?;
+pub async fn diff(daemon: &mut Client, diff: &DiffArgs) -> Result<()> {
+    output::refuse_binary_on_terminal(diff.format == DiffFormatArg::Pprof, diff.output.as_deref())?;
     let options = match diff.format {
         DiffFormatArg::Text => None,
         DiffFormatArg::Pprof => Some(v1::Format::Pprof),
@@ -180,23 +171,14 @@ pub async fn diff(daemon: &mut Client, diff: DiffArgs<'_>) -> Result<()> {
     if diff.format == DiffFormatArg::Text {
         return output::print_text(&reply.text);
     }
-    output::write_output(&reply.report, diff.output)?;
-    if let Some(path) = diff.output {
+    output::write_output(&reply.report, diff.output.as_deref())?;
+    if let Some(path) = &diff.output {
         eprintln!("diff written to {}", path.display());
     }
     Ok(())
 }
 
-pub struct FlamegraphArgs<'a> {
-    pub selector: &'a SelectorArgs,
-    pub duration: Option<Duration>,
-    pub since: Option<Duration>,
-    pub until: Option<Duration>,
-    pub no_kernel: bool,
-    pub output: &'a Path,
-}
-
-pub async fn flamegraph(daemon: &mut Client, graph: FlamegraphArgs<'_>) -> Result<()> {
+pub async fn flamegraph(daemon: &mut Client, graph: &FlamegraphArgs) -> Result<()> {
     let options = v1::ReportOptions {
         format: v1::Format::Flamegraph as i32,
         kernel: Some(!graph.no_kernel),
@@ -204,7 +186,7 @@ pub async fn flamegraph(daemon: &mut Client, graph: FlamegraphArgs<'_>) -> Resul
     };
     let (reply, asked) = match (graph.duration, graph.since) {
         (Some(duration), _) => (
-            profile_window(daemon, graph.selector, duration, options).await?,
+            profile_window(daemon, &graph.selector, duration, options).await?,
             Some(duration),
         ),
         (None, Some(since)) => {
@@ -228,18 +210,10 @@ pub async fn flamegraph(daemon: &mut Client, graph: FlamegraphArgs<'_>) -> Resul
              draws the last 15 minutes"
         ),
     };
-    output::deliver(reply, Some(graph.output), asked)
+    output::deliver(reply, Some(&graph.output), asked)
 }
 
-pub struct TopArgs<'a> {
-    pub selector: &'a SelectorArgs,
-    pub interval: Duration,
-    pub limit: u32,
-    pub user_only: bool,
-    pub count: Option<u64>,
-}
-
-pub async fn top(daemon: &mut Client, top: TopArgs<'_>) -> Result<()> {
+pub async fn top(daemon: &mut Client, top: &TopArgs) -> Result<()> {
     if !TOP_INTERVALS.contains(&top.interval) {
         bail!(
             "--interval {} is out of range: 100ms to 1m",

@@ -230,16 +230,10 @@ fn watch_signals(ebpf: &mut Ebpf, signal: u32) -> Result<(), OptionalProgramErro
     const PROGRAM: &str = "the signal:signal_generate tracepoint";
     let program: &mut TracePoint = program(ebpf, names::PROGRAM_WATCH_SIGNALS)
         .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_WATCH_SIGNALS))?;
-    program.load().map_err(|err| OptionalProgramError::Load {
-        program: PROGRAM,
-        reason: error_chain(&err),
-    })?;
+    program.load().map_err(load_failed(PROGRAM))?;
     program
         .attach("signal", "signal_generate")
-        .map_err(|err| OptionalProgramError::Attach {
-            program: PROGRAM,
-            reason: error_chain(&err),
-        })?;
+        .map_err(attach_failed(PROGRAM))?;
     Ok(())
 }
 
@@ -263,10 +257,7 @@ fn follow_process_lifecycle(
         let program: &mut TracePoint = program(ebpf, name)?;
         program
             .attach("sched", tracepoint)
-            .map_err(|err| OptionalProgramError::Attach {
-                program: tracepoint,
-                reason: error_chain(&err),
-            })?;
+            .map_err(attach_failed(tracepoint))?;
     }
     Ok(())
 }
@@ -279,16 +270,8 @@ fn follow_forks(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
         .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_FOLLOW_FORKS))?;
     program
         .load("sched_process_fork", &btf)
-        .map_err(|err| OptionalProgramError::Load {
-            program: PROGRAM,
-            reason: error_chain(&err),
-        })?;
-    program
-        .attach()
-        .map_err(|err| OptionalProgramError::Attach {
-            program: PROGRAM,
-            reason: error_chain(&err),
-        })?;
+        .map_err(load_failed(PROGRAM))?;
+    program.attach().map_err(attach_failed(PROGRAM))?;
     Ok(())
 }
 
@@ -307,18 +290,10 @@ fn guard_peek_signal(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
         if io_errno(&err) == Some(libc::EPERM) {
             OptionalProgramError::LsmRefused
         } else {
-            OptionalProgramError::Load {
-                program: PROGRAM,
-                reason: error_chain(&err),
-            }
+            load_failed(PROGRAM)(err)
         }
     })?;
-    program
-        .attach()
-        .map_err(|err| OptionalProgramError::Attach {
-            program: PROGRAM,
-            reason: error_chain(&err),
-        })?;
+    program.attach().map_err(attach_failed(PROGRAM))?;
     info!("peek signals to processes without a handler are intercepted (BPF LSM on task_kill)");
     Ok(())
 }
@@ -369,6 +344,20 @@ fn io_errno(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
         source = err.source();
     }
     None
+}
+
+fn load_failed(program: &'static str) -> impl FnOnce(ProgramError) -> OptionalProgramError {
+    move |err| OptionalProgramError::Load {
+        program,
+        reason: error_chain(&err),
+    }
+}
+
+fn attach_failed(program: &'static str) -> impl FnOnce(ProgramError) -> OptionalProgramError {
+    move |err| OptionalProgramError::Attach {
+        program,
+        reason: error_chain(&err),
+    }
 }
 
 pub(super) fn error_chain(err: &dyn std::error::Error) -> String {

@@ -490,19 +490,21 @@ mod tests {
         })))
     }
 
-    #[test]
-    fn samples_go_from_the_source_to_the_store_named_and_to_every_sink() {
-        let here = samples_go_from_the_source_to_the_store_named_and_to_every_sink as *const ();
-        let source = QueuedSource::default();
-        lock(&source.queue).push_back(vec![sample_here(here as u64, SampleKind::CpuClock, 5)]);
-        let (store, inbox) = (store(), Arc::new(PeekInbox::default()));
-        let exported = Arc::new(Mutex::new(Vec::new()));
+    /// Starts a pipeline over `source` (whose own drains are a minute
+    /// apart) and closes a window, so that it drains once; returns it
+    /// running, with the window's end.
+    fn drain_once(
+        source: QueuedSource,
+        store: &Arc<RwLock<Store>>,
+        inbox: Arc<PeekInbox>,
+        sinks: Vec<Box<dyn ExportSink>>,
+    ) -> (Pipeline, SystemTime) {
         let pipeline = Pipeline::start_with(
             Box::new(source),
             None,
             store.clone(),
             inbox,
-            vec![Box::new(CountingSink(exported.clone()))],
+            sinks,
             Duration::from_secs(60),
         )
         .unwrap();
@@ -511,6 +513,22 @@ mod tests {
             .build()
             .unwrap();
         let end = runtime.block_on(pipeline.handle().close_window()).unwrap();
+        (pipeline, end)
+    }
+
+    #[test]
+    fn samples_go_from_the_source_to_the_store_named_and_to_every_sink() {
+        let here = samples_go_from_the_source_to_the_store_named_and_to_every_sink as *const ();
+        let source = QueuedSource::default();
+        lock(&source.queue).push_back(vec![sample_here(here as u64, SampleKind::CpuClock, 5)]);
+        let (store, inbox) = (store(), Arc::new(PeekInbox::default()));
+        let exported = Arc::new(Mutex::new(Vec::new()));
+        let (pipeline, end) = drain_once(
+            source,
+            &store,
+            inbox,
+            vec![Box::new(CountingSink(exported.clone()))],
+        );
 
         let profile = crate::read_lock(&store).profile(&Query {
             start: UNIX_EPOCH,
@@ -542,20 +560,7 @@ mod tests {
         ]);
         let (store, inbox) = (store(), Arc::new(PeekInbox::default()));
         inbox.open(std::process::id());
-        let pipeline = Pipeline::start_with(
-            Box::new(source),
-            None,
-            store.clone(),
-            inbox.clone(),
-            Vec::new(),
-            Duration::from_secs(60),
-        )
-        .unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(pipeline.handle().close_window()).unwrap();
+        let (pipeline, _) = drain_once(source, &store, inbox.clone(), Vec::new());
         let peeked = inbox.close(std::process::id());
         assert_eq!(peeked.len(), 1);
         assert_eq!(peeked[0].count, 2);

@@ -90,6 +90,25 @@ impl Asker {
     }
 }
 
+/// Askers for the tests of the service and its parts.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Asker, Caller, CallerKey};
+
+    pub const ROOT: Asker = Asker {
+        caller: Caller::Root,
+        key: CallerKey::User(0),
+    };
+
+    /// An unprivileged user whose group id is its user id.
+    pub fn user(uid: u32) -> Asker {
+        Asker {
+            caller: Caller::User { uid, gid: uid },
+            key: CallerKey::User(uid),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AccessError {
     #[error(

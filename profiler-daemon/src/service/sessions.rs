@@ -193,19 +193,10 @@ fn new_id() -> String {
 mod tests {
     use super::*;
 
-    use crate::service::access::Caller;
-
-    const ROOT: Asker = Asker {
-        caller: Caller::Root,
-        key: CallerKey::User(0),
+    use crate::service::access::{
+        Caller,
+        testing::{ROOT, user},
     };
-
-    fn user(uid: u32) -> Asker {
-        Asker {
-            caller: Caller::User { uid, gid: uid },
-            key: CallerKey::User(uid),
-        }
-    }
 
     fn owned_by(owner: CallerKey) -> Session {
         let start = SystemTime::now();

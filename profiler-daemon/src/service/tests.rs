@@ -11,7 +11,10 @@ use profiler_common::{COUNTER_COUNT, SampleKind};
 
 use super::{
     DaemonInfo, PastWindow, ProfileSpec, Service, ServiceError, ServiceParts, TopSpec,
-    access::{AccessPolicy, Asker, Caller, CallerKey},
+    access::{
+        AccessPolicy, Asker,
+        testing::{ROOT, user},
+    },
     limits::ServiceLimits,
     selection::SelectorSpec,
 };
@@ -27,18 +30,6 @@ use crate::{
     store::{Store, StoreSettings},
     symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
 };
-
-const ROOT: Asker = Asker {
-    caller: Caller::Root,
-    key: CallerKey::User(0),
-};
-
-fn user(uid: u32) -> Asker {
-    Asker {
-        caller: Caller::User { uid, gid: uid },
-        key: CallerKey::User(uid),
-    }
-}
 
 /// Peek clocks that never start: these tests peek at nothing.
 struct NoClocks;
@@ -539,26 +530,16 @@ async fn diffs_callers_and_top_read_the_same_store() {
         .expect("an update, not an error");
     assert!(first.functions.len() <= 5);
     // The stream slots are bounded per caller: two are open at most.
+    let every_process = || TopSpec {
+        selector: SelectorSpec::default(),
+        interval: None,
+        limit: None,
+        kernel: true,
+    };
     let _second = fixture
         .service
-        .top(
-            ROOT,
-            TopSpec {
-                selector: SelectorSpec::default(),
-                interval: None,
-                limit: None,
-                kernel: true,
-            },
-        )
+        .top(ROOT, every_process())
         .expect("a second stream");
-    let third = fixture.service.top(
-        ROOT,
-        TopSpec {
-            selector: SelectorSpec::default(),
-            interval: None,
-            limit: None,
-            kernel: true,
-        },
-    );
+    let third = fixture.service.top(ROOT, every_process());
     assert!(matches!(third, Err(ServiceError::ResourceExhausted(_))));
 }
