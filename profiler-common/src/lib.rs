@@ -61,6 +61,51 @@ pub mod sample_flags {
     pub const PROTECTED: u32 = 1 << 4;
 }
 
+/// Bytes of user stack copied per page read: `bpf_probe_read_user` fails
+/// whole, so the copy goes a page at a time and stops at the first page
+/// that cannot be read.
+pub const STACK_COPY_PAGE: usize = 4096;
+
+/// Most pages of user stack one sample may copy (`stack_copy_pages`).
+pub const MAX_STACK_COPY_PAGES: u32 = 16;
+
+/// One sample whose user stack is unwound in the daemon, as the sampling
+/// program writes it into the stack-copy ring buffer: this header, then
+/// `stack_len` bytes of the user stack from `stack_base` up (the record
+/// has room for the configured number of pages; bytes past `stack_len`
+/// are garbage).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackCopyHeader {
+    /// As in the counts map, with `user_stack` and `kernel_stack` 0: the
+    /// kernel stack is in `kernel`, the user stack is unwound from the copy.
+    pub key: SampleKey,
+    /// The sample's weight (its period in nanoseconds).
+    pub weight: u64,
+    /// The user registers unwinding starts from: instruction pointer,
+    /// stack pointer and frame pointer (x86-64: rip, rsp, rbp).
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// User address of the first copied byte: the start of the page that
+    /// holds `sp`.
+    pub stack_base: u64,
+    /// Bytes of stack copied (a multiple of [`STACK_COPY_PAGE`]).
+    pub stack_len: u32,
+    /// Number of valid entries in `kernel`; 0 when the tick landed in
+    /// user mode.
+    pub kernel_len: u32,
+    /// The kernel stack, leaf first.
+    pub kernel: [u64; MAX_STACK_DEPTH],
+}
+
+impl StackCopyHeader {
+    /// The valid kernel frames, leaf first.
+    pub fn kernel_frames(&self) -> &[u64] {
+        &self.kernel[..(self.kernel_len as usize).min(MAX_STACK_DEPTH)]
+    }
+}
+
 /// The identity of a group of samples, aggregated in the kernel: one counts
 /// map entry per distinct key.
 ///
@@ -165,10 +210,15 @@ pub enum Counter {
     LostPeekSignal = 9,
     /// Ticks of processes outside the targets (`SetTargets`), not sampled.
     OutsideTargets = 10,
+    /// Samples whose user stack was copied for unwinding in the daemon.
+    StackCopies = 11,
+    /// Samples that found the stack-copy ring buffer full (the daemon fell
+    /// behind): counted without their stacks, flagged as lost.
+    StackCopyRingFull = 12,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTER_COUNT: u32 = 11;
+pub const COUNTER_COUNT: u32 = 13;
 
 impl Counter {
     /// Every counter, in index order.
@@ -184,6 +234,8 @@ impl Counter {
         Counter::PeekSignals,
         Counter::LostPeekSignal,
         Counter::OutsideTargets,
+        Counter::StackCopies,
+        Counter::StackCopyRingFull,
     ];
 }
 
@@ -305,6 +357,10 @@ pub mod names {
     pub const MM_FLAGS_OFFSET: &str = "MM_FLAGS_OFFSET";
     /// Global: the peek signal's number (0: peeks by signal are off).
     pub const PEEK_SIGNAL_NUMBER: &str = "PEEK_SIGNAL_NUMBER";
+    /// Global: pages of user stack each sample copies (0: none; user
+    /// stacks are then walked by frame pointers in the kernel).
+    pub const STACK_COPY_PAGES: &str = "STACK_COPY_PAGES";
+    pub const STACK_COPIES: &str = "STACK_COPIES";
     pub const PEEK_SIGNALS: &str = "PEEK_SIGNALS";
     pub const PEEK_THREADS: &str = "PEEK_THREADS";
     pub const TARGETS_MODE: &str = "TARGETS_MODE";
@@ -336,6 +392,8 @@ mod pod {
     unsafe impl aya::Pod for super::PeekSignal {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::FamilyJoin {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::StackCopyHeader {}
 }
 
 const _: () = assert!(Counter::ALL.len() == COUNTER_COUNT as usize);
@@ -345,4 +403,5 @@ const _: () = assert!(core::mem::size_of::<SampleKey>() == 64);
 const _: () = assert!(core::mem::size_of::<SampleValue>() == 16);
 const _: () = assert!(core::mem::size_of::<PeekSignal>() == 64);
 const _: () = assert!(core::mem::size_of::<FamilyJoin>() == 8);
+const _: () = assert!(core::mem::size_of::<StackCopyHeader>() == 64 + 48 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::size_of::<StackTrace>() == 8 + 8 * MAX_STACK_DEPTH);

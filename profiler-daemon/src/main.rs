@@ -96,6 +96,8 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         max_sample_keys: config.max_sample_keys,
         peek_signal: config.peek_signal_number(),
         peek_frequency_hz: config.peek_frequency_hz,
+        stack_copy_pages: config.stack_copy_pages(),
+        stack_copy_buffer: config.stack_copy_buffer.as_u64(),
         source: Default::default(),
     })
     .context("cannot start sampling")?;

@@ -227,6 +227,57 @@ pub struct Frame {
     pub inlined: bool,
 }
 
+/// Why an unwound stack does not reach its thread's first function; shown
+/// as a frame `[unwind stopped: …]` at the root end of the stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnwindStop {
+    /// The next caller is in a binary without unwind information (its
+    /// `.eh_frame` was stripped, say).
+    NoUnwindInfo(Arc<str>),
+    /// The stack is deeper than the bytes the sampler copied
+    /// (`stack_copy`).
+    StackCopyTooShort,
+    /// The sampler could not copy any of the stack.
+    NoStackCopy,
+    /// A return address fell outside every mapping of the process.
+    Unmapped,
+    /// The process was gone before its mappings could be read.
+    UnknownProcess,
+    /// The unwind information led to an impossible frame (a stack address
+    /// below the copy, a loop, a null return address).
+    BadFrame,
+    /// More than [`profiler_common::MAX_STACK_DEPTH`] frames.
+    TooDeep,
+}
+
+impl UnwindStop {
+    /// What the stop frame says.
+    pub fn reason(&self) -> String {
+        match self {
+            Self::NoUnwindInfo(binary) => format!("no unwind info in {binary}"),
+            Self::StackCopyTooShort => "stack copy too short".to_owned(),
+            Self::NoStackCopy => "no stack copy".to_owned(),
+            Self::Unmapped => "return address outside every mapping".to_owned(),
+            Self::UnknownProcess => "process gone before its mappings were read".to_owned(),
+            Self::BadFrame => "bad frame".to_owned(),
+            Self::TooDeep => format!("deeper than {} frames", profiler_common::MAX_STACK_DEPTH),
+        }
+    }
+
+    /// A short name for counters and metrics.
+    pub fn counter_name(&self) -> &'static str {
+        match self {
+            Self::NoUnwindInfo(_) => "no_unwind_info",
+            Self::StackCopyTooShort => "stack_copy_too_short",
+            Self::NoStackCopy => "no_stack_copy",
+            Self::Unmapped => "unmapped",
+            Self::UnknownProcess => "unknown_process",
+            Self::BadFrame => "bad_frame",
+            Self::TooDeep => "too_deep",
+        }
+    }
+}
+
 /// Why samples or stacks were lost. Stable names are part of the API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LossCause {
@@ -236,18 +287,21 @@ pub enum LossCause {
     StackWalkError,
     NoScratch,
     ProcessNotification,
+    /// Stacks lost because the stack-copy ring buffer was full.
+    StackCopyBufferFull,
     /// Dropped by the daemon to stay under its memory ceiling.
     MemoryCeiling,
 }
 
 impl LossCause {
-    pub const ALL: [LossCause; 7] = [
+    pub const ALL: [LossCause; 8] = [
         LossCause::CountsMapFull,
         LossCause::StackMapFull,
         LossCause::StackCollision,
         LossCause::StackWalkError,
         LossCause::NoScratch,
         LossCause::ProcessNotification,
+        LossCause::StackCopyBufferFull,
         LossCause::MemoryCeiling,
     ];
 
@@ -260,6 +314,7 @@ impl LossCause {
             LossCause::StackWalkError => "stack_walk_error",
             LossCause::NoScratch => "no_scratch_buffer",
             LossCause::ProcessNotification => "process_notification_dropped",
+            LossCause::StackCopyBufferFull => "stack_copy_buffer_full",
             LossCause::MemoryCeiling => "memory_ceiling",
         }
     }

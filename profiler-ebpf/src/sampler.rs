@@ -17,7 +17,10 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_probe_read_kernel,
-        generated::{bpf_get_current_task, bpf_get_stack},
+        generated::{
+            bpf_get_current_task, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user,
+            bpf_task_pt_regs,
+        },
     },
     macros::{map, perf_event, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -25,8 +28,9 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::error;
 use profiler_common::{
-    COUNTER_COUNT, Control, Counter, MAX_STACK_DEPTH, SampleKey, SampleKind, SampleValue,
-    StackTrace, cred_ids, sample_flags, targets,
+    COUNTER_COUNT, Control, Counter, MAX_STACK_COPY_PAGES, MAX_STACK_DEPTH, STACK_COPY_PAGE,
+    SampleKey, SampleKind, SampleValue, StackCopyHeader, StackTrace, cred_ids, sample_flags,
+    targets,
 };
 
 use crate::global;
@@ -50,6 +54,17 @@ static CRED_IDS_OFFSET: u32 = 0;
 static TASK_MM_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static MM_FLAGS_OFFSET: u32 = 0;
+
+/// Pages of user stack each sample copies into [`STACK_COPIES`] for the
+/// daemon to unwind; 0: none (user stacks are walked by frame pointers).
+#[unsafe(no_mangle)]
+static STACK_COPY_PAGES: u32 = 0;
+
+/// Samples of processes with user memory, each with its registers and a
+/// copy of the top of its user stack, for the daemon to unwind with the
+/// binaries' unwind information. Sized by the daemon at load time.
+#[map]
+static STACK_COPIES: RingBuf = RingBuf::with_byte_size(4096, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
@@ -182,28 +197,48 @@ fn record(
         return;
     };
 
-    let (uid, gid, protected) = credentials();
+    let (uid, gid, protected, user_memory) = credentials();
     let mut flags = if protected {
         sample_flags::PROTECTED
     } else {
         0
     };
-    let user_stack = stack_key(
-        store_stack(ctx, stacks, scratch, true),
-        &mut flags,
-        sample_flags::USER_STACK_TRUNCATED,
-        sample_flags::USER_STACK_LOST,
-    );
-    // A tick that interrupted user code has no kernel stack: skip the walk.
-    let kernel_stack = if interrupted_user_mode(ctx) {
-        0
+    let pages = global(&STACK_COPY_PAGES).min(MAX_STACK_COPY_PAGES);
+    // Kernel threads and the idle tasks (pid 0) have no user memory.
+    let copy_failed = if pages != 0 && user_memory {
+        if copy_stack(ctx, pid_tgid, kind, flags, (uid, gid), pages) {
+            count(Counter::StackCopies);
+            announce_process(pid);
+            return;
+        }
+        // The daemon is behind: count the sample, without its stacks.
+        count(Counter::StackCopyRingFull);
+        true
     } else {
-        stack_key(
-            store_stack(ctx, stacks, scratch, false),
+        false
+    };
+    let (user_stack, kernel_stack) = if copy_failed {
+        flags |= sample_flags::USER_STACK_LOST | sample_flags::KERNEL_STACK_LOST;
+        (0, 0)
+    } else {
+        let user_stack = stack_key(
+            store_stack(ctx, stacks, scratch, true),
             &mut flags,
-            sample_flags::KERNEL_STACK_TRUNCATED,
-            sample_flags::KERNEL_STACK_LOST,
-        )
+            sample_flags::USER_STACK_TRUNCATED,
+            sample_flags::USER_STACK_LOST,
+        );
+        // A tick that interrupted user mode has no kernel stack: skip the walk.
+        let kernel_stack = if interrupted_user_mode(ctx) {
+            0
+        } else {
+            stack_key(
+                store_stack(ctx, stacks, scratch, false),
+                &mut flags,
+                sample_flags::KERNEL_STACK_TRUNCATED,
+                sample_flags::KERNEL_STACK_LOST,
+            )
+        };
+        (user_stack, kernel_stack)
     };
 
     let key = SampleKey {
@@ -245,14 +280,16 @@ fn record(
 /// the admin group may see its samples: the kernel's own rule for who may
 /// trace a task (`ptrace_may_access`) lets its owner do so only when its
 /// real, effective and saved ids are all the same and it is dumpable.
+/// Also says whether the task has user memory (false for kernel threads;
+/// true when the kernel's layout is unknown).
 #[inline(always)]
-fn credentials() -> (u32, u32, bool) {
+fn credentials() -> (u32, u32, bool, bool) {
     let ids = bpf_get_current_uid_gid();
     let (uid, gid) = (ids as u32, (ids >> 32) as u32);
     let (cred_offset, ids_offset) = (global(&TASK_REAL_CRED_OFFSET), global(&CRED_IDS_OFFSET));
     let (mm_offset, flags_offset) = (global(&TASK_MM_OFFSET), global(&MM_FLAGS_OFFSET));
     if cred_offset == 0 || ids_offset == 0 || mm_offset == 0 || flags_offset == 0 {
-        return (uid, gid, true);
+        return (uid, gid, true, true);
     }
     // SAFETY: a helper without arguments.
     let task = unsafe { bpf_get_current_task() };
@@ -261,13 +298,13 @@ fn credentials() -> (u32, u32, bool) {
     let Ok(cred) =
         (unsafe { bpf_probe_read_kernel((task + u64::from(cred_offset)) as *const u64) })
     else {
-        return (uid, gid, true);
+        return (uid, gid, true, true);
     };
     // SAFETY: as above.
     let Ok([uid, gid, suid, sgid, euid, egid]) =
         (unsafe { bpf_probe_read_kernel((cred + u64::from(ids_offset)) as *const [u32; 6]) })
     else {
-        return (uid, gid, true);
+        return (uid, gid, true, true);
     };
     let mixed = uid != suid || uid != euid || gid != sgid || gid != egid;
     // SAFETY: as above.
@@ -284,8 +321,140 @@ fn credentials() -> (u32, u32, bool) {
         Ok(_) => true,
         Err(_) => false,
     };
-    (uid, gid, mixed || !dumpable)
+    let user_memory = !matches!(mm, Ok(0));
+    (uid, gid, mixed || !dumpable, user_memory)
 }
+
+/// Writes one sample into the stack-copy ring buffer: its key, weight,
+/// kernel stack, user registers and `pages` pages of user stack from the
+/// one holding the stack pointer. False when the ring buffer is full.
+#[inline(always)]
+fn copy_stack(
+    ctx: &PerfEventContext,
+    pid_tgid: u64,
+    kind: SampleKind,
+    flags: u32,
+    (uid, gid): (u32, u32),
+    pages: u32,
+) -> bool {
+    const HEADER: usize = size_of::<StackCopyHeader>();
+    // `pages` comes from a frozen global: the verifier knows this size.
+    let size = HEADER + pages as usize * STACK_COPY_PAGE;
+    let Some(mut entry) = STACK_COPIES.reserve_bytes(size, 0) else {
+        return false;
+    };
+    let record = entry.as_mut_ptr();
+    let header = record.cast::<StackCopyHeader>();
+    let (ip, sp, bp) = user_registers(ctx);
+    let base = sp & !(STACK_COPY_PAGE as u64 - 1);
+    // SAFETY: the reservation holds a header and `pages` pages; the ring
+    // buffer's records are 8-byte aligned.
+    unsafe {
+        (*header).key = SampleKey {
+            pid: (pid_tgid >> 32) as u32,
+            tid: pid_tgid as u32,
+            user_stack: 0,
+            kernel_stack: 0,
+            comm: bpf_get_current_comm().unwrap_or([0; 16]),
+            kind: kind as u32,
+            flags,
+            uid,
+            gid,
+            // SAFETY: a helper that only reads the current task's cgroup.
+            cgroup: bpf_get_current_cgroup_id(),
+        };
+        // The context of a perf_event program is a bpf_perf_event_data.
+        (*header).weight = (*ctx.ctx).sample_period;
+        (*header).ip = ip;
+        (*header).sp = sp;
+        (*header).bp = bp;
+        (*header).stack_base = base;
+        (*header).kernel_len = 0;
+    }
+    if !interrupted_user_mode(ctx) {
+        // SAFETY: the header's kernel array holds MAX_STACK_DEPTH u64s.
+        let walked = unsafe {
+            bpf_get_stack(
+                ctx.as_ptr(),
+                (&raw mut (*header).kernel).cast::<c_void>(),
+                (MAX_STACK_DEPTH * size_of::<u64>()) as u32,
+                0,
+            )
+        };
+        if walked > 0 {
+            // SAFETY: as above.
+            unsafe { (*header).kernel_len = (walked as usize / size_of::<u64>()) as u32 };
+        }
+    }
+    let mut copied = 0_u32;
+    for page in 0..MAX_STACK_COPY_PAGES {
+        if page >= pages || sp == 0 {
+            break;
+        }
+        let offset = HEADER + page as usize * STACK_COPY_PAGE;
+        // SAFETY: `offset + STACK_COPY_PAGE <= size` since `page < pages`;
+        // bpf_probe_read_user fails (rather than faulting) on an address it
+        // cannot read, which ends the copy.
+        let failed = unsafe {
+            bpf_probe_read_user(
+                record.add(offset).cast::<c_void>(),
+                STACK_COPY_PAGE as u32,
+                (base + u64::from(page) * STACK_COPY_PAGE as u64) as *const c_void,
+            )
+        } != 0;
+        if failed {
+            break;
+        }
+        copied += STACK_COPY_PAGE as u32;
+    }
+    // SAFETY: as above.
+    unsafe { (*header).stack_len = copied };
+    entry.submit(aya_ebpf::bindings::BPF_RB_NO_WAKEUP.into());
+    true
+}
+
+/// The user registers unwinding starts from (instruction, stack and frame
+/// pointer): the tick's own when it interrupted user code, else those
+/// saved when the task entered the kernel. Zeros where unknown.
+#[inline(always)]
+fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
+    #[cfg(bpf_target_arch = "x86_64")]
+    {
+        if interrupted_user_mode(ctx) {
+            // SAFETY: the context of a perf_event program is a
+            // bpf_perf_event_data, whose registers programs may read.
+            return unsafe {
+                let regs = &(*ctx.ctx).regs;
+                (regs.rip, regs.rsp, regs.rbp)
+            };
+        }
+        // SAFETY: helpers that return the current task and its saved user
+        // registers (the task is current, so both stay valid).
+        let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
+        if regs == 0 {
+            return (0, 0, 0);
+        }
+        let read = |offset: u64| {
+            // SAFETY: bpf_probe_read_kernel fails rather than faulting;
+            // the offsets are those of x86-64's struct pt_regs (ABI).
+            unsafe { bpf_probe_read_kernel((regs + offset) as *const u64) }.unwrap_or(0)
+        };
+        (read(PT_REGS_IP), read(PT_REGS_SP), read(PT_REGS_BP))
+    }
+    #[cfg(not(bpf_target_arch = "x86_64"))]
+    {
+        let _ = ctx;
+        (0, 0, 0)
+    }
+}
+
+/// Offsets in x86-64's `struct pt_regs` (arch/x86/include/asm/ptrace.h).
+#[cfg(bpf_target_arch = "x86_64")]
+const PT_REGS_BP: u64 = 4 * 8;
+#[cfg(bpf_target_arch = "x86_64")]
+const PT_REGS_IP: u64 = 16 * 8;
+#[cfg(bpf_target_arch = "x86_64")]
+const PT_REGS_SP: u64 = 19 * 8;
 
 /// Whether the tick interrupted user-mode code (x86-64: the privilege level
 /// in the saved code segment). Elsewhere, assume not: the kernel walk then

@@ -97,6 +97,14 @@ pub struct Config {
     /// Per-generation capacity of the kernel's counts map; 0 sizes it
     /// automatically like `max_stacks`.
     pub max_sample_keys: u32,
+    /// Bytes of user stack each sample copies for unwinding in the daemon
+    /// (whole pages, from the page holding the stack pointer; at most
+    /// 64 KiB); 0 walks frame pointers in the kernel instead, which loses
+    /// the callers of leaf functions and of code built without them.
+    pub stack_copy: ByteSize,
+    /// Size of the ring buffer the stack copies go through; 0 sizes it from
+    /// the frequency, the CPU count and `stack_copy`.
+    pub stack_copy_buffer: ByteSize,
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax
     /// (e.g. `info`, `profilerd=debug`).
     pub log_level: String,
@@ -154,6 +162,8 @@ impl Default for Config {
             max_response_bytes: ByteSize::mib(64),
             max_stacks: 0,
             max_sample_keys: 0,
+            stack_copy: ByteSize::kib(16),
+            stack_copy_buffer: ByteSize::b(0),
             log_level: "info".to_owned(),
             peek_signal: "SIGUSR1".to_owned(),
             peek_duration: Duration::from_secs(1),
@@ -234,6 +244,12 @@ pub struct Overrides {
     /// Kernel counts map capacity per generation, 0 = automatic [default: 0]
     #[arg(long, value_name = "N")]
     pub max_sample_keys: Option<u32>,
+    /// User stack copied per sample for unwinding, 0 = frame pointers [default: 16KiB]
+    #[arg(long, value_name = "SIZE")]
+    pub stack_copy: Option<ByteSize>,
+    /// Stack-copy ring buffer size, 0 = automatic [default: 0]
+    #[arg(long, value_name = "SIZE")]
+    pub stack_copy_buffer: Option<ByteSize>,
     /// Log filter, e.g. info or profilerd=debug [default: info]
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
@@ -394,6 +410,8 @@ impl Config {
             max_response_bytes,
             max_stacks,
             max_sample_keys,
+            stack_copy,
+            stack_copy_buffer,
             log_level,
             peek_signal,
             peek_duration,
@@ -445,6 +463,8 @@ impl Config {
         set(&mut self.max_response_bytes, max_response_bytes);
         set(&mut self.max_stacks, max_stacks);
         set(&mut self.max_sample_keys, max_sample_keys);
+        set(&mut self.stack_copy, stack_copy);
+        set(&mut self.stack_copy_buffer, stack_copy_buffer);
         set(&mut self.log_level, log_level);
         set(&mut self.peek_signal, peek_signal);
         set(&mut self.peek_duration, peek_duration);
@@ -490,6 +510,13 @@ impl Config {
             max_reports_per_user: self.peeks_kept_per_user as usize,
             per_user_per_minute: self.peeks_per_user_per_minute,
         }
+    }
+
+    /// Pages of user stack each sample copies; 0: frame pointers only.
+    pub fn stack_copy_pages(&self) -> u32 {
+        self.stack_copy
+            .as_u64()
+            .div_ceil(profiler_common::STACK_COPY_PAGE as u64) as u32
     }
 
     /// The peek signal's number; 0 when peeks by signal are off. Valid once
@@ -591,6 +618,25 @@ impl Config {
                     format!("{value} is out of range; accepted: 0 (automatic) or 256-4194304"),
                 );
             }
+        }
+        if self.stack_copy > ByteSize::kib(64) {
+            return invalid(
+                "stack_copy",
+                format!(
+                    "{} is too large; accepted: 0 (frame pointers only) up to 64 KiB",
+                    self.stack_copy
+                ),
+            );
+        }
+        let buffer = self.stack_copy_buffer.as_u64();
+        if buffer != 0 && !(buffer.is_power_of_two() && (1 << 16..=1 << 30).contains(&buffer)) {
+            return invalid(
+                "stack_copy_buffer",
+                format!(
+                    "{} is not accepted: 0 (automatic) or a power of two from 64 KiB to 1 GiB",
+                    self.stack_copy_buffer
+                ),
+            );
         }
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             return invalid("log_level", format!("{:?}: {err}", self.log_level));

@@ -20,7 +20,10 @@ use profiler_common::{
 };
 use tracing::warn;
 
-use crate::{kernel::sampler::DrainMaps, profile::LossCause};
+use crate::{
+    kernel::sampler::DrainMaps,
+    profile::{LossCause, UnwindStop},
+};
 
 /// How long a drain waits after flipping generations. A run of the
 /// sampling program takes microseconds and cannot be preempted, so a run that
@@ -44,6 +47,8 @@ pub struct RawSample {
     pub flags: u32,
     /// User stack, leaf first; empty when there was none.
     pub user: Arc<[u64]>,
+    /// Why the user stack, unwound in the daemon, stops short, if it does.
+    pub user_stop: Option<UnwindStop>,
     /// Kernel stack, leaf first; empty when there was none.
     pub kernel: Arc<[u64]>,
     pub count: u64,
@@ -60,7 +65,9 @@ pub fn loss_cause(counter: Counter) -> Option<LossCause> {
         | Counter::PeekSamples
         | Counter::PeekSignals
         | Counter::LostPeekSignal
-        | Counter::OutsideTargets => return None,
+        | Counter::OutsideTargets
+        | Counter::StackCopies => return None,
+        Counter::StackCopyRingFull => LossCause::StackCopyBufferFull,
         Counter::LostCountsMapFull => LossCause::CountsMapFull,
         Counter::LostStackMapFull => LossCause::StackMapFull,
         Counter::LostStackCollision => LossCause::StackCollision,
@@ -199,6 +206,7 @@ fn raw_samples(
                 kind,
                 flags,
                 user,
+                user_stop: None,
                 kernel,
                 count: value.count,
                 weight: value.weight,
@@ -210,10 +218,10 @@ fn raw_samples(
 /// Thread names, interned so that the thousands of samples of one thread
 /// share one.
 #[derive(Debug, Default)]
-struct ThreadNames(StdHashMap<[u8; 16], Arc<str>>);
+pub(crate) struct ThreadNames(StdHashMap<[u8; 16], Arc<str>>);
 
 impl ThreadNames {
-    fn get(&mut self, comm: &[u8; 16]) -> Arc<str> {
+    pub(crate) fn get(&mut self, comm: &[u8; 16]) -> Arc<str> {
         // Bounded: a machine that invents thread names forever must not grow
         // this without end.
         if self.0.len() >= 1 << 16 {

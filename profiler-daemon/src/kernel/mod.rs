@@ -3,7 +3,8 @@
 //! their groups (`sampler`, `programs`, with the type layout they read from
 //! `btf`), the sample source the pipeline drains (`sources`: today the
 //! aggregated maps, drained without losing or double-counting a sample by
-//! `drain` and `batch`), and the maps the daemon writes (`targets`,
+//! `drain` and `batch`), the stack copies the daemon unwinds
+//! (`stack_copies`), and the maps the daemon writes (`targets`,
 //! `families`); `cgroups` reads the cgroup hierarchy the programs name
 //! cgroups by.
 //!
@@ -19,4 +20,5 @@ pub mod programs;
 mod requirements;
 pub mod sampler;
 pub mod sources;
+pub mod stack_copies;
 pub mod targets;

@@ -8,7 +8,7 @@
 //! This module owns the [`aya::Ebpf`] object (dropping a [`Sampler`]
 //! detaches everything). It must not read samples itself.
 
-use std::{collections::BTreeMap, io, time::Duration};
+use std::{collections::BTreeMap, io, mem::size_of, time::Duration};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -18,7 +18,9 @@ use aya::{
         perf_event::{PerfEventConfig, PerfEventLink, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
-use profiler_common::{Control, SampleKey, SampleValue, StackTrace, names};
+use profiler_common::{
+    Control, STACK_COPY_PAGE, SampleKey, SampleValue, StackCopyHeader, StackTrace, names,
+};
 use tracing::{debug, info, warn};
 
 use super::{
@@ -26,6 +28,7 @@ use super::{
     drain::Drainer,
     programs::{self, AttachContext, Attached, GroupFailure, ProgramGroup},
     requirements::{self, TRACEFS, VMLINUX_BTF},
+    stack_copies::StackCopies,
     sources::{SampleSource, SampleSourceKind},
 };
 
@@ -140,16 +143,27 @@ pub struct SamplerSettings {
     pub peek_signal: u32,
     /// Samples per second of a peeked thread.
     pub peek_frequency_hz: u32,
+    /// Pages of user stack each sample copies for unwinding in the daemon;
+    /// 0: user stacks are walked by frame pointers in the kernel.
+    pub stack_copy_pages: u32,
+    /// Bytes of the stack-copy ring buffer; 0 sizes it automatically.
+    pub stack_copy_buffer: u64,
     /// Where the sampling programs put their samples.
     pub source: SampleSourceKind,
 }
 
-/// Capacities of the per-generation maps.
+/// Capacities of the per-generation maps, and of the stack-copy ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MapSizes {
     pub stacks: u32,
     pub sample_keys: u32,
+    /// Bytes.
+    pub stack_copies: u32,
 }
+
+/// How often the pipeline empties the stack-copy ring buffer; the
+/// automatic size holds four times what comes in meanwhile.
+pub const STACK_COPY_READ_INTERVAL: Duration = Duration::from_millis(50);
 
 impl MapSizes {
     /// Sizes each generation for twice the samples one drain interval can
@@ -173,9 +187,22 @@ impl MapSizes {
                 configured
             }
         };
+        let record = (size_of::<StackCopyHeader>()
+            + settings.stack_copy_pages as usize * STACK_COPY_PAGE) as f64;
+        let per_read = f64::from(settings.frequency_hz + settings.peek_frequency_hz)
+            * cpus as f64
+            * STACK_COPY_READ_INTERVAL.as_secs_f64()
+            * record;
+        let stack_copies = match settings.stack_copy_buffer {
+            0 => ((per_read * 4.0).ceil() as u64)
+                .next_power_of_two()
+                .clamp(1 << 20, 1 << 26),
+            configured => configured,
+        } as u32;
         Self {
             stacks: pick(settings.max_stacks, auto(2, 1 << 16)),
             sample_keys: pick(settings.max_sample_keys, auto(1, 1 << 20)),
+            stack_copies,
         }
     }
 }
@@ -259,6 +286,8 @@ pub struct Sampler {
     /// The optional groups that are off, and why.
     off: BTreeMap<ProgramGroup, OptionalProgramError>,
     source: SampleSourceKind,
+    /// Whether the programs copy user stacks for unwinding in the daemon.
+    stack_copies: bool,
 }
 
 impl Sampler {
@@ -285,6 +314,8 @@ impl Sampler {
         loader.map_max_entries(names::TARGET_PIDS, crate::kernel::targets::MAX_PIDS);
         loader.map_max_entries(names::TARGET_CGROUPS, crate::kernel::targets::MAX_CGROUPS);
         loader.override_global(names::PEEK_SIGNAL_NUMBER, &settings.peek_signal, true);
+        loader.override_global(names::STACK_COPY_PAGES, &settings.stack_copy_pages, true);
+        loader.map_max_entries(names::STACK_COPIES, map_sizes.stack_copies);
         let types = KernelTypes::read();
         let types = types.as_ref().map_err(BtfError::clone);
         let signal_layout = types.clone().and_then(KernelTypes::signal_layout);
@@ -354,6 +385,8 @@ impl Sampler {
             frequency_hz = settings.frequency_hz,
             stacks_per_generation = map_sizes.stacks,
             sample_keys_per_generation = map_sizes.sample_keys,
+            stack_copy_bytes = settings.stack_copy_pages as usize * STACK_COPY_PAGE,
+            stack_copy_buffer = map_sizes.stack_copies,
             "sampling every online CPU"
         );
         Ok(Self {
@@ -363,6 +396,7 @@ impl Sampler {
             cpu_clocks,
             off,
             source: settings.source,
+            stack_copies: settings.stack_copy_pages != 0,
         })
     }
 
@@ -503,6 +537,18 @@ impl Sampler {
         })
     }
 
+    /// Takes the ring buffer of stack copies, when the programs copy
+    /// stacks.
+    pub fn take_stack_copies(&mut self) -> Result<Option<StackCopies>, SamplingError> {
+        if !self.stack_copies {
+            return Ok(None);
+        }
+        Ok(Some(StackCopies::new(take_map(
+            &mut self.ebpf,
+            names::STACK_COPIES,
+        )?)))
+    }
+
     /// Takes the ring buffer of new-process announcements.
     pub fn take_process_announcements(&mut self) -> Result<RingBuf<MapData>, SamplingError> {
         take_map(&mut self.ebpf, names::NEW_PROCESSES)
@@ -554,6 +600,8 @@ mod tests {
             max_sample_keys: 0,
             peek_signal: 10,
             peek_frequency_hz: 0,
+            stack_copy_pages: 4,
+            stack_copy_buffer: 0,
             source: SampleSourceKind::AggregatedMaps,
         }
     }

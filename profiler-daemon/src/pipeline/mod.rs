@@ -24,6 +24,7 @@ use tracing::{debug, error, warn};
 
 mod peek_inbox;
 mod sinks;
+mod unwinding;
 
 pub use self::{
     peek_inbox::PeekInbox,
@@ -35,10 +36,12 @@ use crate::{
     kernel::{
         drain::{self, CounterDeltas},
         sources::SampleSource,
+        stack_copies::StackCopies,
     },
     lock,
     store::Store,
     symbols::processes::{NormalizedBatch, ProcessStats, ProcessTable},
+    symbols::unwind::UnwindStats,
     symbols::symbolizer::{Symbolizer, SymbolizerStats},
 };
 
@@ -62,6 +65,8 @@ pub struct PipelineStats {
     pub drain_time: Duration,
     pub symbolizer: SymbolizerStats,
     pub processes: ProcessStats,
+    /// Stack copies unwound, their outcomes and the unwind information held.
+    pub unwinding: UnwindStats,
 }
 
 impl PipelineStats {
@@ -136,9 +141,11 @@ impl Pipeline {
     ) -> Result<Self, PipelineError> {
         let source = sampler.take_source()?;
         let announcements = sampler.take_process_announcements()?;
+        let stack_copies = sampler.take_stack_copies()?;
         Self::start_with(
             source,
             Some(announcements),
+            stack_copies,
             store,
             peeks,
             sinks,
@@ -148,10 +155,12 @@ impl Pipeline {
 
     /// Starts the pipeline threads on `source`, with the kernel's process
     /// announcements when there are (without, processes are recorded when
-    /// their samples are drained).
+    /// their samples are drained) and its stack copies when it copies
+    /// stacks.
     pub fn start_with(
         source: Box<dyn SampleSource>,
         announcements: Option<RingBuf<MapData>>,
+        stack_copies: Option<StackCopies>,
         store: Arc<RwLock<Store>>,
         peeks: Arc<PeekInbox>,
         sinks: Vec<Box<dyn ExportSink>>,
@@ -179,6 +188,21 @@ impl Pipeline {
                 Box::new(move || watch_processes(announcements, &processes, &stopping))
             })?);
         }
+        let stack_copies = stack_copies.map(|copies| {
+            Arc::new(Mutex::new(unwinding::StackCopyUnwinder::new(copies)))
+        });
+        if let Some(copies) = &stack_copies {
+            threads.push(spawn("unwind", {
+                let (copies, processes, stopping) =
+                    (copies.clone(), processes.clone(), stopping.clone());
+                Box::new(move || {
+                    while !stopping.load(Ordering::Relaxed) {
+                        std::thread::sleep(crate::kernel::sampler::STACK_COPY_READ_INTERVAL);
+                        lock(&copies).unwind_all(&processes);
+                    }
+                })
+            })?);
+        }
         threads.push(spawn("symbolize", {
             let stats = stats.clone();
             Box::new(move || symbolize_into_store(job_queue, &store, &peeks, sinks, &stats))
@@ -188,6 +212,7 @@ impl Pipeline {
             Box::new(move || {
                 drain_periodically(
                     source,
+                    stack_copies.as_deref(),
                     drain_interval,
                     &request_queue,
                     &jobs,
@@ -222,6 +247,7 @@ impl Drop for Pipeline {
 /// The drain thread: drains every `interval`, and at once when asked.
 fn drain_periodically(
     mut source: Box<dyn SampleSource>,
+    stack_copies: Option<&Mutex<unwinding::StackCopyUnwinder>>,
     interval: Duration,
     requests: &mpsc::Receiver<DrainRequest>,
     jobs: &mpsc::SyncSender<SymbolizeJob>,
@@ -257,7 +283,7 @@ fn drain_periodically(
         }
 
         let drain_started = Instant::now();
-        let raw = match source.drain() {
+        let mut raw = match source.drain() {
             Ok(raw) => raw,
             Err(err) => {
                 // Those waiting for this drain get an error (their channel
@@ -266,6 +292,12 @@ fn drain_periodically(
                 continue;
             }
         };
+        // Every copy written before the flip is in the ring buffer by now.
+        if let Some(copies) = stack_copies {
+            let mut copies = lock(copies);
+            copies.unwind_all(processes);
+            raw.samples.extend(copies.take());
+        }
         let lost: u64 = drain::losses(&raw.counters).map(|(_, count)| count).sum();
         if lost > 0 {
             warn!(
@@ -287,11 +319,15 @@ fn drain_periodically(
         for request in cut_waiting {
             let _ = request.done.send(raw.end);
         }
-        let (batch, process_stats) = {
+        let (batch, process_stats, unwind_stats) = {
             let mut table = lock(processes);
-            (table.normalize_batch(raw), table.stats())
+            (table.normalize_batch(raw), table.stats(), table.unwind_stats())
         };
-        lock(stats).processes = process_stats;
+        {
+            let mut stats = lock(stats);
+            stats.processes = process_stats;
+            stats.unwinding = unwind_stats;
+        }
         let waiting = store_waiting
             .into_iter()
             .map(|request| request.done)
@@ -501,6 +537,7 @@ mod tests {
     ) -> (Pipeline, SystemTime) {
         let pipeline = Pipeline::start_with(
             Box::new(source),
+            None,
             None,
             store.clone(),
             inbox,

@@ -61,6 +61,7 @@ fn fixture() -> Fixture {
     let pipeline = Pipeline::start_with(
         Box::new(QueuedSource::default()),
         None,
+        None,
         store.clone(),
         inbox.clone(),
         Vec::new(),

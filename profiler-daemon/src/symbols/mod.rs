@@ -8,3 +8,4 @@
 
 pub mod processes;
 pub mod symbolizer;
+pub mod unwind;

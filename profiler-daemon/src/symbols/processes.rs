@@ -13,7 +13,7 @@ use std::{
     fs::File,
     os::fd::AsRawFd as _,
     path::PathBuf,
-    sync::Arc,
+    sync::{Arc, OnceLock},
     time::{Duration, Instant},
 };
 
@@ -21,6 +21,10 @@ use procfs::process::{MMPermissions, MMapPath, Process};
 use profiler_common::{SampleKind, sample_flags};
 use tracing::debug;
 
+use super::unwind::{
+    CodeMapping, ProcessUnwinder, UnwindCache, UnwindSections, UnwindStats, UnwindStop,
+    UnwoundStack, UserRegisters,
+};
 use crate::{
     kernel::drain::{CounterDeltas, RawBatch},
     profile::ThreadInfo,
@@ -50,6 +54,8 @@ pub struct Binary {
     pub path: Arc<str>,
     /// Held open so `readable_path` stays valid for as long as this lives.
     file: File,
+    /// Its unwind sections, read when a stack first needs them.
+    unwind: OnceLock<Arc<UnwindSections>>,
 }
 
 impl Binary {
@@ -66,12 +72,29 @@ impl Binary {
             },
             path: display_path(path).into(),
             file,
+            unwind: OnceLock::new(),
         }))
     }
 
     /// A path the daemon can open whatever happened to the original file.
     pub fn readable_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+
+    /// Its unwind sections (none if it cannot be read or is not ELF).
+    pub fn unwind_sections(&self) -> Arc<UnwindSections> {
+        self.unwind
+            .get_or_init(|| {
+                // A second open: reading must not move the held file's offset.
+                match File::open(self.readable_path()) {
+                    Ok(file) => Arc::new(UnwindSections::read(&file)),
+                    Err(err) => {
+                        debug!(path = %self.path, "cannot reopen a binary: {err}");
+                        Arc::default()
+                    }
+                }
+            })
+            .clone()
     }
 }
 
@@ -116,6 +139,8 @@ struct ProcessRecord {
     earlier: Vec<Vec<Mapping>>,
     recorded_at: Instant,
     last_used: Instant,
+    /// Built from `mappings` when its first stack copy is unwound.
+    unwinder: Option<ProcessUnwinder>,
 }
 
 /// Samples of one thread with one stack, user addresses normalized.
@@ -127,6 +152,8 @@ pub struct NormalizedSample {
     pub flags: u32,
     /// User stack, leaf first.
     pub user: Vec<UserAddress>,
+    /// Why the user stack stops short, if it does.
+    pub user_stop: Option<UnwindStop>,
     /// Kernel stack, leaf first.
     pub kernel: Arc<[u64]>,
     pub count: u64,
@@ -161,6 +188,8 @@ pub struct ProcessTable {
     unrecorded: HashMap<u32, Instant>,
     last_collection: Option<Instant>,
     cgroups: crate::kernel::cgroups::CgroupPaths,
+    unwind_cache: UnwindCache,
+    unwind_stats: UnwindStats,
 }
 
 impl ProcessTable {
@@ -245,6 +274,7 @@ impl ProcessTable {
                 earlier,
                 recorded_at: now,
                 last_used: now,
+                unwinder: None,
             },
         );
         Ok(())
@@ -277,9 +307,72 @@ impl ProcessTable {
             key,
             path: display_path(path).into(),
             file,
+            unwind: OnceLock::new(),
         });
         self.binaries.insert(key, binary.clone());
         Some(binary)
+    }
+
+    /// Unwinds a user stack from its registers and a copy of its top
+    /// (`stack`, the user memory from `stack_base` on) with the unwind
+    /// information of the binaries the process maps. A process not yet
+    /// recorded is recorded first; one whose code moved since it was
+    /// recorded (a library loaded later) is recorded again.
+    pub fn unwind(
+        &mut self,
+        pid: u32,
+        registers: UserRegisters,
+        stack_base: u64,
+        stack: &[u8],
+    ) -> UnwoundStack {
+        if !self.processes.contains_key(&pid) && self.record(pid).is_err() {
+            self.count_unrecorded(pid);
+        }
+        let mut unwound = self.unwind_recorded(pid, registers, stack_base, stack);
+        let stale = self
+            .processes
+            .get(&pid)
+            .is_some_and(|record| record.recorded_at.elapsed() > Duration::from_millis(100));
+        if unwound.stop == Some(UnwindStop::Unmapped) && stale && self.record(pid).is_ok() {
+            unwound = self.unwind_recorded(pid, registers, stack_base, stack);
+        }
+        match &unwound.stop {
+            None => self.unwind_stats.complete += 1,
+            Some(stop) => *self.unwind_stats.stopped.entry(stop.counter_name()).or_default() += 1,
+        }
+        unwound
+    }
+
+    fn unwind_recorded(
+        &mut self,
+        pid: u32,
+        registers: UserRegisters,
+        stack_base: u64,
+        stack: &[u8],
+    ) -> UnwoundStack {
+        let Some(record) = self.processes.get_mut(&pid) else {
+            return UnwoundStack {
+                frames: vec![registers.ip],
+                stop: Some(UnwindStop::UnknownProcess),
+            };
+        };
+        record.last_used = Instant::now();
+        let unwinder = record
+            .unwinder
+            .get_or_insert_with(|| ProcessUnwinder::new(code_mappings(&record.mappings)));
+        unwinder.unwind(&mut self.unwind_cache, registers, stack_base, stack)
+    }
+
+    /// Unwind outcomes so far, and the unwind information held.
+    pub fn unwind_stats(&self) -> UnwindStats {
+        let mut stats = self.unwind_stats.clone();
+        for binary in self.binaries.values() {
+            if let Some(sections) = binary.unwind.get() {
+                stats.binaries += 1;
+                stats.bytes += sections.bytes();
+            }
+        }
+        stats
     }
 
     /// Names every sample's process and normalizes its user stack. A
@@ -344,6 +437,7 @@ impl ProcessTable {
                     kind: sample.kind,
                     flags: sample.flags,
                     user,
+                    user_stop: sample.user_stop,
                     kernel: sample.kernel,
                     count: sample.count,
                     weight: sample.weight,
@@ -406,6 +500,7 @@ impl ProcessTable {
                 earlier: Vec::new(),
                 recorded_at: now,
                 last_used: now,
+                unwinder: None,
             },
         );
         true
@@ -487,6 +582,37 @@ impl ProcessTable {
             binaries: self.binaries.len() as u64,
         }
     }
+}
+
+/// The code mappings of a process as its unwinder sees them: binaries
+/// with their unwind sections, the vDSO with the daemon's own, anonymous
+/// code (JIT) without any (unwound by frame pointers).
+fn code_mappings(mappings: &[Mapping]) -> Vec<CodeMapping> {
+    mappings
+        .iter()
+        .filter(|mapping| mapping.code)
+        .map(|mapping| {
+            let (name, sections) = match &mapping.target {
+                MappingTarget::File(binary) => {
+                    (binary.path.clone(), Some(binary.unwind_sections()))
+                }
+                MappingTarget::Special(name) if &**name == "[vdso]" => {
+                    (name.clone(), UnwindSections::vdso())
+                }
+                // Anonymous code, or a special mapping.
+                MappingTarget::Special(name) if name.starts_with('[') => (name.clone(), None),
+                // A file that could not be opened: nothing to unwind with.
+                MappingTarget::Special(name) => (name.clone(), Some(Arc::default())),
+            };
+            CodeMapping {
+                start: mapping.start,
+                end: mapping.end,
+                file_offset: mapping.file_offset,
+                name,
+                sections,
+            }
+        })
+        .collect()
 }
 
 /// The mapping that holds `address`.

@@ -23,6 +23,7 @@ use rustc_hash::FxHashMap as HashMap;
 use tracing::{debug, warn};
 
 use crate::{
+    profile::UnwindStop,
     kernel::drain::CounterDeltas,
     profile::{Frame, Location, LocationKind, ThreadInfo},
     symbols::processes::{Binary, BinaryKey, NormalizedBatch, UserAddress},
@@ -48,7 +49,7 @@ pub enum LocationKey {
     /// A kernel address.
     Kernel(u64),
     /// A marker frame such as `[lost]`.
-    Marker(&'static str),
+    Marker(Arc<str>),
 }
 
 /// A location and the key it is interned under.
@@ -99,7 +100,7 @@ pub struct Symbolizer {
     /// Binaries with cached locations, kept open while they are cached.
     binaries: HashMap<BinaryKey, Arc<Binary>>,
     names: Names,
-    markers: HashMap<&'static str, Arc<SymbolizedLocation>>,
+    markers: HashMap<Arc<str>, Arc<SymbolizedLocation>>,
     cache_hits: u64,
     cache_misses: u64,
     busy: std::time::Duration,
@@ -216,7 +217,12 @@ impl Symbolizer {
             .samples
             .into_iter()
             .map(|sample| {
-                let stack = self.stack(&sample.user, &sample.kernel, sample.flags);
+                let stack = self.stack(
+                    &sample.user,
+                    sample.user_stop.as_ref(),
+                    &sample.kernel,
+                    sample.flags,
+                );
                 SymbolizedSample {
                     thread: sample.thread,
                     kind: sample.kind,
@@ -355,12 +361,16 @@ impl Symbolizer {
     fn stack(
         &mut self,
         user: &[UserAddress],
+        user_stop: Option<&UnwindStop>,
         kernel: &[u64],
         flags: u32,
     ) -> Vec<Arc<SymbolizedLocation>> {
         let mut stack = Vec::with_capacity(user.len() + kernel.len() + 2);
         if flags & sample_flags::USER_STACK_TRUNCATED != 0 {
             stack.push(self.marker("[truncated]"));
+        }
+        if let Some(stop) = user_stop {
+            stack.push(self.marker(&format!("[unwind stopped: {}]", stop.reason())));
         }
         if flags & sample_flags::USER_STACK_LOST != 0 {
             stack.push(self.marker("[lost]"));
@@ -450,16 +460,17 @@ impl Symbolizer {
         })
     }
 
-    fn marker(&mut self, name: &'static str) -> Arc<SymbolizedLocation> {
+    fn marker(&mut self, name: &str) -> Arc<SymbolizedLocation> {
         if let Some(marker) = self.markers.get(name) {
             return marker.clone();
         }
         let frame = self.names.unknown_frame(name);
+        let name: Arc<str> = Arc::from(name);
         let marker = Arc::new(SymbolizedLocation {
-            key: LocationKey::Marker(name),
+            key: LocationKey::Marker(name.clone()),
             location: Location {
                 kind: LocationKind::Marker,
-                module: Arc::from(name),
+                module: name.clone(),
                 address: 0,
                 frames: vec![frame],
             },

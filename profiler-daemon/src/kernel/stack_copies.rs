@@ -1,0 +1,60 @@
+//! Reading the stack-copy ring buffer: one record per sample of a process
+//! with user memory, holding the sample's identity, its kernel stack, its
+//! user registers and a copy of the top of its user stack (see
+//! [`StackCopyHeader`]).
+//!
+//! This module owns the ring buffer and the decoding of its records; it
+//! must not unwind (the symbols layer does, with the binaries' unwind
+//! information) nor aggregate.
+
+use std::mem::size_of;
+
+use aya::maps::{MapData, RingBuf};
+use profiler_common::StackCopyHeader;
+
+/// One record, borrowed from the ring buffer while it is visited.
+#[derive(Debug)]
+pub struct StackCopy<'a> {
+    pub header: StackCopyHeader,
+    /// The copied user stack, from `header.stack_base` on.
+    pub stack: &'a [u8],
+}
+
+/// The ring buffer the sampling programs copy stacks into.
+pub struct StackCopies {
+    ring: RingBuf<MapData>,
+    /// Records too short to hold a header (cannot happen with a matching
+    /// build; counted rather than assumed).
+    pub malformed: u64,
+}
+
+impl StackCopies {
+    pub fn new(ring: RingBuf<MapData>) -> Self {
+        Self { ring, malformed: 0 }
+    }
+
+    /// Visits every record written so far, oldest first, and frees it.
+    /// Returns how many were visited.
+    pub fn read(&mut self, mut visit: impl FnMut(StackCopy<'_>)) -> usize {
+        const HEADER: usize = size_of::<StackCopyHeader>();
+        let mut visited = 0;
+        while let Some(item) = self.ring.next() {
+            if item.len() < HEADER {
+                self.malformed += 1;
+                continue;
+            }
+            // SAFETY: the record holds at least a header's bytes, and
+            // StackCopyHeader is plain old data (every bit pattern is
+            // valid); the read copes with any alignment.
+            let header =
+                unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<StackCopyHeader>()) };
+            let stack_end = HEADER.saturating_add(header.stack_len as usize).min(item.len());
+            visit(StackCopy {
+                header,
+                stack: &item[HEADER..stack_end],
+            });
+            visited += 1;
+        }
+        visited
+    }
+}

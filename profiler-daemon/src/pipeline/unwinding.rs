@@ -1,0 +1,132 @@
+//! Turning stack copies into samples: every copy the sampling programs
+//! wrote is unwound (by the process table, with the binaries' unwind
+//! information) soon after it was written, while the process's binaries
+//! are still known, and counted with the samples of the same thread,
+//! stacks and kind until the next drain takes them into its batch.
+//!
+//! This module owns the stack-copy reader and the samples unwound since
+//! the last drain; it must not symbolize or store.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use profiler_common::SampleKind;
+
+use crate::{
+    kernel::{
+        drain::{RawSample, ThreadNames},
+        stack_copies::{StackCopies, StackCopy},
+    },
+    lock,
+    profile::UnwindStop,
+    symbols::{processes::ProcessTable, unwind::UserRegisters},
+};
+
+/// What makes two unwound samples the same sample.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SampleIdentity {
+    pid: u32,
+    tid: u32,
+    uid: u32,
+    gid: u32,
+    cgroup: u64,
+    comm: [u8; 16],
+    kind: u32,
+    flags: u32,
+    user: Vec<u64>,
+    user_stop: Option<UnwindStop>,
+    kernel: Vec<u64>,
+}
+
+/// Reads the stack copies and keeps the samples unwound from them.
+pub struct StackCopyUnwinder {
+    copies: StackCopies,
+    pending: HashMap<SampleIdentity, (u64, u64)>,
+    thread_names: ThreadNames,
+    /// Copies unwound since start.
+    pub unwound: u64,
+}
+
+impl StackCopyUnwinder {
+    pub fn new(copies: StackCopies) -> Self {
+        Self {
+            copies,
+            pending: HashMap::new(),
+            thread_names: ThreadNames::default(),
+            unwound: 0,
+        }
+    }
+
+    /// Unwinds every copy written so far.
+    pub fn unwind_all(&mut self, processes: &Mutex<ProcessTable>) {
+        let pending = &mut self.pending;
+        let mut table = None;
+        let unwound = self.copies.read(|copy| {
+            let table = table.get_or_insert_with(|| lock(processes));
+            let (identity, weight) = unwind(table, &copy);
+            let entry = pending.entry(identity).or_default();
+            entry.0 += 1;
+            entry.1 += weight;
+        });
+        self.unwound += unwound as u64;
+    }
+
+    /// Takes the samples unwound since the last call.
+    pub fn take(&mut self) -> Vec<RawSample> {
+        let empty: Arc<[u64]> = Arc::from([]);
+        self.pending
+            .drain()
+            .filter_map(|(identity, (count, weight))| {
+                Some(RawSample {
+                    pid: identity.pid,
+                    tid: identity.tid,
+                    uid: identity.uid,
+                    gid: identity.gid,
+                    cgroup: identity.cgroup,
+                    thread_name: self.thread_names.get(&identity.comm),
+                    kind: SampleKind::from_raw(identity.kind)?,
+                    flags: identity.flags,
+                    user: Arc::from(identity.user),
+                    user_stop: identity.user_stop,
+                    kernel: if identity.kernel.is_empty() {
+                        empty.clone()
+                    } else {
+                        Arc::from(identity.kernel)
+                    },
+                    count,
+                    weight,
+                })
+            })
+            .collect()
+    }
+}
+
+/// One copy unwound: its identity and weight.
+fn unwind(table: &mut ProcessTable, copy: &StackCopy<'_>) -> (SampleIdentity, u64) {
+    let header = &copy.header;
+    let key = &header.key;
+    let registers = UserRegisters {
+        ip: header.ip,
+        sp: header.sp,
+        bp: header.bp,
+    };
+    let unwound = table.unwind(key.pid, registers, header.stack_base, copy.stack);
+    (
+        SampleIdentity {
+            pid: key.pid,
+            tid: key.tid,
+            uid: key.uid,
+            gid: key.gid,
+            cgroup: key.cgroup,
+            comm: key.comm,
+            kind: key.kind,
+            flags: key.flags,
+            user: unwound.frames,
+            user_stop: unwound.stop,
+            kernel: header.kernel_frames().to_vec(),
+        },
+        header.weight,
+    )
+}
