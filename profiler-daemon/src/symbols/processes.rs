@@ -21,6 +21,7 @@ use procfs::process::{MMPermissions, MMapPath, Process};
 use profiler_common::{SampleKind, sample_flags};
 use tracing::debug;
 
+use super::perf_map::PerfMap;
 use super::unwind::{
     CodeMapping, ProcessUnwinder, UnwindCache, UnwindSections, UnwindStats, UnwindStop,
     UnwoundStack, UserRegisters,
@@ -106,6 +107,8 @@ pub enum UserAddress {
     /// Code of a special mapping such as `[vdso]`, or of anonymous memory
     /// (JIT-compiled code), as an offset from the mapping's start.
     Special { name: Arc<str>, offset: u64 },
+    /// JIT-compiled code named by the process's perf map.
+    Jit { function: Arc<str>, address: u64 },
     /// No mapping of the process covers it (or the process was never seen
     /// alive).
     Unmapped { address: u64 },
@@ -141,6 +144,32 @@ struct ProcessRecord {
     last_used: Instant,
     /// Built from `mappings` when its first stack copy is unwound.
     unwinder: Option<ProcessUnwinder>,
+    /// Its perf map (JIT code names), if it writes one, and when it was
+    /// last looked for or read.
+    perf_map: Option<PerfMap>,
+    perf_map_read: Option<Instant>,
+}
+
+impl ProcessRecord {
+    /// The name the process's perf map gives the JIT code at `address`,
+    /// reading the map again (at most every 200 ms) when it does not.
+    fn jit_name(&mut self, pid: u32, address: u64) -> Option<Arc<str>> {
+        if let Some(name) = self.perf_map.as_ref().and_then(|map| map.lookup(address)) {
+            return Some(name);
+        }
+        if self
+            .perf_map_read
+            .is_some_and(|read| read.elapsed() < Duration::from_millis(200))
+        {
+            return None;
+        }
+        self.perf_map_read = Some(Instant::now());
+        match &mut self.perf_map {
+            Some(map) => map.refresh(),
+            None => self.perf_map = PerfMap::of_process(pid),
+        }
+        self.perf_map.as_ref()?.lookup(address)
+    }
 }
 
 /// Samples of one thread with one stack, user addresses normalized.
@@ -275,6 +304,8 @@ impl ProcessTable {
                 recorded_at: now,
                 last_used: now,
                 unwinder: None,
+                perf_map: None,
+                perf_map_read: None,
             },
         );
         Ok(())
@@ -501,6 +532,8 @@ impl ProcessTable {
                 recorded_at: now,
                 last_used: now,
                 unwinder: None,
+                perf_map: None,
+                perf_map_read: None,
             },
         );
         true
@@ -540,6 +573,12 @@ impl ProcessTable {
                                 .map(|earlier| lookup(earlier, address))
                                 .find(|found| !matches!(found, UserAddress::Unmapped { .. }))
                                 .unwrap_or(UserAddress::Unmapped { address })
+                        }
+                        UserAddress::Special { name, offset } if name.starts_with("[anon") => {
+                            match record.jit_name(pid, address) {
+                                Some(function) => UserAddress::Jit { function, address },
+                                None => UserAddress::Special { name, offset },
+                            }
                         }
                         found => found,
                     })

@@ -402,6 +402,18 @@ impl Symbolizer {
                 let function = format!("{name}+{offset:#x}");
                 self.uncacheable(key, LocationKind::User, name.clone(), offset, function)
             }
+            UserAddress::Jit { function, address } => {
+                // One location per JIT function: its code moves as it is
+                // compiled again, its name stays.
+                let key = LocationKey::Special(function.clone(), 0);
+                self.uncacheable(
+                    key,
+                    LocationKind::User,
+                    Arc::from("[jit]"),
+                    *address,
+                    function.to_string(),
+                )
+            }
             UserAddress::Unmapped { address } => {
                 // No mapping held it: only the address says where it was
                 // (as it was: stepping back into a call means nothing here).
