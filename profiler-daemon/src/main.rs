@@ -156,6 +156,8 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         info: DaemonInfo {
             cpus,
             frequency_hz,
+            stack_copy_bytes: u64::from(config.stack_copy_pages())
+                * profiler_common::STACK_COPY_PAGE as u64,
             max_profile_duration: config.max_profile_duration(),
             started,
             peek_signal_off,

@@ -145,6 +145,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          lost:       {lost}\n\
          processes:  {seen} seen, {tracked} tracked\n\
          symbolizer: {binaries} binaries, {user} user and {kernel} kernel addresses cached\n\
+         unwinding:  {unwinding}\n\
          history:    {history}; retention {retention}\n\
          store:      {used:.1} MiB of {limit:.1} MiB, {buckets} buckets, {stacks} stacks; for memory {coarsened} buckets merged, {evicted} evicted\n\
          sessions:   {sessions} open; longest profile {max}\n",
@@ -161,6 +162,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
             lost.join(", ")
         },
         seen = status.processes_seen,
+        unwinding = unwinding_status(status.unwinding.as_ref()),
         tracked = symbolizer.processes_tracked,
         binaries = symbolizer.binaries,
         user = symbolizer.user_addresses_cached,
@@ -178,6 +180,39 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
     text.push_str(&peek_status(
         &status.peek.clone().unwrap_or_default(),
         verbose,
+    ));
+    text
+}
+
+/// The unwinding line of the status: how user stacks are unwound and how
+/// that went.
+fn unwinding_status(unwinding: Option<&v1::UnwindStatus>) -> String {
+    let Some(unwinding) = unwinding else {
+        return "unknown (an older daemon)".to_owned();
+    };
+    if unwinding.stack_copy_bytes == 0 {
+        return "frame pointers, walked in the kernel (stack_copy = 0): callers of leaf \
+                functions and of code without frame pointers are missing"
+            .to_owned();
+    }
+    let stopped: u64 = unwinding.stopped.iter().map(|stop| stop.count).sum();
+    let mut text = format!(
+        "{copy} KiB stack copies unwound with .eh_frame; {complete} whole, {stopped} stopped short",
+        copy = unwinding.stack_copy_bytes / 1024,
+        complete = unwinding.complete,
+    );
+    if stopped > 0 {
+        let reasons: Vec<String> = unwinding
+            .stopped
+            .iter()
+            .map(|stop| format!("{} {}", stop.reason, stop.count))
+            .collect();
+        text.push_str(&format!(" ({})", reasons.join(", ")));
+    }
+    text.push_str(&format!(
+        "; unwind info of {} binaries held ({:.1} MiB)",
+        unwinding.binaries,
+        unwinding.bytes as f64 / (1024.0 * 1024.0)
     ));
     text
 }

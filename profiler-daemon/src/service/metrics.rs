@@ -101,6 +101,35 @@ impl Collector for Snapshot {
             "Processes whose memory maps are held",
             pipeline.processes.processes_tracked,
         )?;
+        let unwinding = &pipeline.unwinding;
+        counter(
+            out,
+            "stacks_unwound_complete",
+            "User stacks unwound from copies to their first function",
+            unwinding.complete,
+        )?;
+        let mut stopped = out.encode_descriptor(
+            "stacks_unwound_stopped",
+            "User stacks whose unwinding stopped short, by reason",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (reason, count) in &unwinding.stopped {
+            let labels = [("reason", *reason)];
+            ConstCounter::new(*count).encode(stopped.encode_family(&labels)?)?;
+        }
+        gauge(
+            out,
+            "unwind_info_bytes",
+            "Bytes of unwind information (.eh_frame, .debug_frame) held",
+            unwinding.bytes,
+        )?;
+        gauge(
+            out,
+            "unwind_info_binaries",
+            "Binaries whose unwind information is held",
+            unwinding.binaries,
+        )?;
         let symbolizer = &pipeline.symbolizer;
         counter(
             out,

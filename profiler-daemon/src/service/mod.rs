@@ -64,6 +64,8 @@ use crate::{
 pub struct DaemonInfo {
     pub cpus: Vec<u32>,
     pub frequency_hz: u32,
+    /// Bytes of user stack each sample copies (0: frame pointers).
+    pub stack_copy_bytes: u64,
     pub max_profile_duration: Duration,
     pub started: Instant,
     /// Why peeks by signal are off, when they are.

@@ -22,6 +22,8 @@ pub struct DaemonStatus {
     /// CPUs the sampling program is attached to.
     pub cpus: Vec<u32>,
     pub frequency_hz: u32,
+    /// Bytes of user stack each sample copies (0: frame pointers).
+    pub stack_copy_bytes: u64,
     pub pipeline: PipelineStats,
     pub store: StoreStats,
     pub max_profile_duration: Duration,
@@ -54,6 +56,7 @@ impl Service {
             version: env!("CARGO_PKG_VERSION"),
             uptime: self.info.started.elapsed(),
             cpus: self.info.cpus.clone(),
+            stack_copy_bytes: self.info.stack_copy_bytes,
             frequency_hz: self.frequency_hz(),
             pipeline,
             store: self.store_stats(),

@@ -106,6 +106,7 @@ fn fixture() -> Fixture {
         info: DaemonInfo {
             cpus: vec![0, 1],
             frequency_hz: 100,
+            stack_copy_bytes: 0,
             max_profile_duration: Duration::from_secs(60),
             started: Instant::now(),
             peek_signal_off: None,

@@ -177,10 +177,20 @@ impl UnwindSections {
     /// holds that offset.
     fn load_bias(&self, start: u64, file_offset: u64) -> Option<u64> {
         const PAGE: u64 = 4096;
-        let segment = self.segments.iter().find(|segment| {
-            segment.file_offset & !(PAGE - 1) <= file_offset
-                && file_offset < segment.file_offset + segment.file_size
-        })?;
+        // The loader maps each segment from its offset rounded down to a
+        // page, so the mapping of a segment starts exactly there; a page
+        // shared by two segments belongs to the later one's mapping.
+        let segment = self
+            .segments
+            .iter()
+            .rev()
+            .find(|segment| segment.file_offset & !(PAGE - 1) == file_offset)
+            .or_else(|| {
+                self.segments.iter().find(|segment| {
+                    segment.file_offset <= file_offset
+                        && file_offset < segment.file_offset + segment.file_size
+                })
+            })?;
         // The mapping's start holds file byte `file_offset`, which the
         // segment wants at this address:
         let wanted = segment
@@ -331,13 +341,17 @@ impl ProcessUnwinder {
             match iter.next() {
                 Ok(Some(frame)) => {
                     let address = frame.address();
-                    frames.push(address);
                     match self.mapping(address) {
-                        None if frames.len() > 1 => break Some(UnwindStop::Unmapped),
-                        // The sampled instruction outside every mapping:
-                        // code mapped after the process was recorded.
-                        None => break Some(UnwindStop::Unmapped),
+                        // A return address outside every code mapping is
+                        // not one: left out. The sampled instruction is
+                        // kept (code mapped after the process was recorded).
+                        None if !frames.is_empty() => break Some(UnwindStop::Unmapped),
+                        None => {
+                            frames.push(address);
+                            break Some(UnwindStop::Unmapped);
+                        }
                         Some(mapping) => {
+                            frames.push(address);
                             if let Some(sections) = &mapping.sections
                                 && !sections.has_unwind_info()
                             {
@@ -356,10 +370,14 @@ impl ProcessUnwinder {
                     } else if address >= stack_end {
                         UnwindStop::StackCopyTooShort
                     } else {
+                        debug!(address, stack_base, "unwinding read below the stack copy");
                         UnwindStop::BadFrame
                     });
                 }
-                Err(_) => break Some(UnwindStop::BadFrame),
+                Err(err) => {
+                    debug!(%err, frames = frames.len(), "unwinding stopped at a bad frame");
+                    break Some(UnwindStop::BadFrame);
+                }
             }
         };
         UnwoundStack { frames, stop }
@@ -410,6 +428,27 @@ mod tests {
         };
         assert_eq!(fixed.load_bias(0x401000, 0x1000), Some(0));
         assert_eq!(fixed.load_bias(0x401000, 0x9000), None);
+        // lld's layout: the code segment starts inside the last page of
+        // the read-only one, one page further in memory than in the file.
+        let shared_page = UnwindSections {
+            segments: vec![
+                Segment {
+                    file_offset: 0,
+                    file_size: 0x16a30,
+                    address: 0,
+                },
+                Segment {
+                    file_offset: 0x16a30,
+                    file_size: 0x3f0f0,
+                    address: 0x17a30,
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            shared_page.load_bias(0x5568_d235_2000, 0x16000),
+            Some(0x5568_d233_b000)
+        );
     }
 
     #[test]

@@ -538,28 +538,35 @@ impl Drop for Workload {
 /// Compiles a workload once per test run: -O1 with frame pointers, named
 /// functions kept out of line, and debug information for file:line.
 pub fn build_workload(name: &str) -> PathBuf {
+    build_workload_with(name, name, &["-O1", "-g", "-fno-omit-frame-pointer"])
+}
+
+/// Compiles the workload `name` with `flags` into a binary named
+/// `workload-{output}`, once per test run.
+pub fn build_workload_with(name: &str, output: &str, flags: &[&str]) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/workloads")
         .join(format!("{name}.c"));
-    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{name}"));
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{output}"));
     let mut built = BUILT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !built.iter().any(|done| done == name) {
-        let output = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+    if !built.iter().any(|done| done == output) {
+        let output_of_gcc = Command::new("gcc")
+            .args(flags)
+            .args(["-pthread", "-o"])
             .arg(&binary)
             .arg(&source)
             .output()
             .expect("gcc runs (the tests build their workloads with it)");
         assert!(
-            output.status.success(),
+            output_of_gcc.status.success(),
             "gcc failed to build {}:\n{}",
             source.display(),
-            String::from_utf8_lossy(&output.stderr)
+            String::from_utf8_lossy(&output_of_gcc.stderr)
         );
-        built.push(name.to_owned());
+        built.push(output.to_owned());
     }
     binary
 }

@@ -427,6 +427,22 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
         targets: status.targets.as_ref().map(targets),
         targets_hidden: status.targets.is_none(),
         samples_outside_targets: pipeline.counters[Counter::OutsideTargets as usize],
+        unwinding: Some(v1::UnwindStatus {
+            stack_copy_bytes: status.stack_copy_bytes,
+            stack_copies: pipeline.counters[Counter::StackCopies as usize],
+            complete: pipeline.unwinding.complete,
+            stopped: pipeline
+                .unwinding
+                .stopped
+                .iter()
+                .map(|(reason, count)| v1::UnwindStopCount {
+                    reason: (*reason).to_owned(),
+                    count: *count,
+                })
+                .collect(),
+            binaries: pipeline.unwinding.binaries,
+            bytes: pipeline.unwinding.bytes,
+        }),
         peek: Some(v1::PeekStatus {
             signal: peek.signal,
             signal_name: crate::peek::signal_name(peek.signal),
