@@ -73,6 +73,11 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
         name: "golang-go",
         provides: "go",
     },
+    // JIT code named from a perf map: `node --perf-basic-prof`.
+    AptPackage {
+        name: "nodejs",
+        provides: "node",
+    },
     // `systemd-analyze verify` checks deploy/profilerd.service.
     AptPackage {
         name: "systemd",

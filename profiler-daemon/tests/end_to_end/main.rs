@@ -26,3 +26,4 @@ mod service;
 mod sessions;
 mod support;
 mod targets;
+mod unwinding;

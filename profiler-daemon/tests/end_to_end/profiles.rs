@@ -45,11 +45,21 @@ async fn hot_and_cold_functions_get_their_shares_with_full_chains() {
                 "{count} samples of hot lack hot_loop, inlined into it: {frames:?}"
             );
         }
+        // Every frame from the process's first function down to the hot
+        // ones, each named.
         for function in ["hot", "cold"] {
+            let chain = [
+                "_start",
+                "__libc_start_main_impl",
+                "__libc_start_call_main",
+                "main",
+                "common",
+                function,
+            ];
             if frames.iter().any(|frame| frame == function) {
                 assert!(
-                    has_chain(frames, &["main", "common", function]),
-                    "{count} samples of {function} lack the chain main;common;{function}: {frames:?}"
+                    frames.starts_with(&chain.map(String::from)),
+                    "{count} samples of {function} lack the whole chain {chain:?}: {frames:?}"
                 );
             }
         }

@@ -1,0 +1,462 @@
+//! User stacks are whole: unwound with each binary's own unwind
+//! information, whatever the build flags, through libc, in Rust release
+//! builds, in Debian's own programs, through JIT code, for processes that
+//! live 200 ms, for binaries that exist only in another mount namespace or
+//! keep their symbols in a separate debug file; and a stack that cannot be
+//! completed says why.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use profilerd_client::v1;
+
+use crate::support::{
+    Daemon, Workload, build_workload_with, folded, has_chain, options, profile, total,
+};
+
+/// The frames every whole stack of a C program starts with.
+const C_ROOT: [&str; 4] = [
+    "_start",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+    "main",
+];
+
+/// The name of a frame without the mark of an inlined function.
+fn plain(frame: &str) -> &str {
+    frame.strip_suffix("_[i]").unwrap_or(frame)
+}
+
+/// Of the samples whose stack holds `leaf`: how many, and how many start
+/// with exactly `chain` (root first, every frame named).
+fn whole_chains(stacks: &[(Vec<String>, u64)], leaf: &str, chain: &[&str]) -> (u64, u64) {
+    let mut with_leaf = 0;
+    let mut whole = 0;
+    for (frames, count) in stacks {
+        if !frames.iter().any(|frame| plain(frame) == leaf) {
+            continue;
+        }
+        with_leaf += count;
+        let starts_with_chain = frames.len() >= chain.len()
+            && frames.iter().zip(chain).all(|(frame, want)| plain(frame) == *want);
+        if starts_with_chain {
+            whole += count;
+        }
+    }
+    (with_leaf, whole)
+}
+
+fn assert_share(stacks: &[(Vec<String>, u64)], leaf: &str, chain: &[&str], percent: f64) {
+    let (with_leaf, whole) = whole_chains(stacks, leaf, chain);
+    assert!(
+        with_leaf >= 50,
+        "too few samples of {leaf} ({with_leaf}) to judge: {stacks:#?}"
+    );
+    let share = 100.0 * whole as f64 / with_leaf as f64;
+    let broken: Vec<_> = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            frames.iter().any(|frame| plain(frame) == leaf)
+                && !frames
+                    .iter()
+                    .zip(chain)
+                    .all(|(frame, want)| plain(frame) == *want)
+        })
+        .take(5)
+        .collect();
+    assert!(
+        share >= percent,
+        "only {share:.1}% of {with_leaf} samples of {leaf} carry the whole chain {chain:?} \
+         (wanted {percent}%); some that do not: {broken:#?}"
+    );
+}
+
+/// The folded profile of `pid`, without the samples whose stacks were
+/// lost (counted by cause in the summary: when the machine is too busy
+/// for the daemon to keep up, the kernel keeps the count but not the
+/// stack), which say nothing about unwinding.
+async fn folded_profile_of(daemon: &Daemon, pid: u32, seconds: u64) -> Vec<(Vec<String>, u64)> {
+    let mut client = daemon.client().await;
+    let reply = profile(
+        &mut client,
+        &[pid],
+        Duration::from_secs(seconds),
+        options(v1::Format::Folded),
+    )
+    .await;
+    without_lost_stacks(folded(&reply.report))
+}
+
+fn without_lost_stacks(stacks: Vec<(Vec<String>, u64)>) -> Vec<(Vec<String>, u64)> {
+    stacks
+        .into_iter()
+        .filter(|(frames, _)| frames.first().is_none_or(|frame| frame != "[lost]"))
+        .collect()
+}
+
+/// The disassembly of `function` in `binary` (objdump, from binutils).
+fn disassembly(binary: &Path, function: &str) -> String {
+    let output = Command::new("objdump")
+        .arg("-d")
+        .arg(format!("--disassemble={function}"))
+        .arg(binary)
+        .output()
+        .expect("objdump (binutils) runs");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn chain_binary(output: &str, flags: &[&str]) -> PathBuf {
+    build_workload_with("chain", output, flags)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leaf_without_its_own_frame_pointer_keeps_its_caller() {
+    let binary = chain_binary("chain-o1", &["-O1", "-g", "-fno-omit-frame-pointer"]);
+    let leaf = disassembly(&binary, "hot_leaf");
+    assert!(
+        leaf.contains("<hot_leaf>:") && !leaf.contains("push   %rbp"),
+        "the test needs a hot_leaf without a frame pointer of its own:\n{leaf}"
+    );
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&binary, &["20"]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 3).await;
+    let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
+    assert_share(&stacks, "hot_leaf", &chain, 99.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn code_built_without_frame_pointers_unwinds_whole() {
+    let binary = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&binary, &["20"]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 3).await;
+    let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
+    assert_share(&stacks, "hot_leaf", &chain, 95.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_callback_of_libc_qsort_reaches_main_through_qsort() {
+    let binary = chain_binary("chain-o1", &["-O1", "-g", "-fno-omit-frame-pointer"]);
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&binary, &["20", "qsort"]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 3).await;
+    let chain = [&C_ROOT[..], &["sort_drive"]].concat();
+    assert_share(&stacks, "compare_slowly", &chain, 95.0);
+    // Between sort_drive and the callback: qsort's own frames, in libc.
+    let through_qsort: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            frames.iter().any(|f| f == "compare_slowly")
+                && frames
+                    .iter()
+                    .skip_while(|f| *f != "sort_drive")
+                    .take_while(|f| *f != "compare_slowly")
+                    .any(|f| f.contains("qsort"))
+        })
+        .map(|(_, count)| count)
+        .sum();
+    let (with_leaf, _) = whole_chains(&stacks, "compare_slowly", &[]);
+    assert!(
+        through_qsort as f64 >= 0.95 * with_leaf as f64,
+        "{through_qsort} of {with_leaf} samples of the callback show qsort's frames: {stacks:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rust_release_build_without_frame_pointers_unwinds_whole() {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/rust_chain.rs");
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workload-rust-chain");
+    let built = Command::new("rustc")
+        .args(["-O", "-C", "debuginfo=1", "--edition", "2021", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .expect("rustc runs");
+    assert!(
+        built.status.success(),
+        "rustc failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&binary, &["20"]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 3).await;
+    let (with_leaf, whole) = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| plain(f) == "rust_chain::rust_leaf"))
+        .fold((0, 0), |(all, whole), (frames, count)| {
+            let plain_frames: Vec<String> = frames.iter().map(|f| plain(f).to_owned()).collect();
+            let complete = frames.first().is_some_and(|f| f == "_start")
+                && has_chain(
+                    &plain_frames,
+                    &[
+                        "rust_chain::main",
+                        "rust_chain::rust_drive",
+                        "rust_chain::rust_leaf",
+                    ],
+                );
+            (all + count, whole + if complete { *count } else { 0 })
+        });
+    assert!(with_leaf >= 50, "too few samples: {stacks:#?}");
+    assert!(
+        whole as f64 >= 0.95 * with_leaf as f64,
+        "{whole} of {with_leaf} samples of rust_leaf are whole: {stacks:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn debians_xz_reaches_its_main() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let data = dir.path().join("data");
+    // Text xz compresses slowly at -9: a few seconds of real work.
+    let mut text = String::with_capacity(24 << 20);
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    while text.len() < 24 << 20 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        text.push_str(&format!("{:x} {} ", state, state % 1000));
+    }
+    std::fs::write(&data, text).expect("the data is written");
+    let daemon = Daemon::start().await;
+    let xz: Workload = Command::new("xz")
+        .args(["-9", "-T1", "-c", "-k"])
+        .arg(&data)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("Debian's xz runs")
+        .into();
+    let stacks = folded_profile_of(&daemon, xz.pid(), 2).await;
+    let samples = total(&stacks);
+    // xz has no symbol table: main is the frame __libc_start_call_main calls.
+    let reaching: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f == "__libc_start_call_main"))
+        .map(|(_, count)| count)
+        .sum();
+    assert!(samples >= 50, "too few samples: {stacks:#?}");
+    assert!(
+        reaching as f64 >= 0.9 * samples as f64,
+        "{reaching} of {samples} samples of xz reach main: {stacks:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn javascript_functions_are_named_from_nodes_perf_map() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("hot.js");
+    std::fs::write(
+        &script,
+        "function hotJavaScriptFunction(n) { let s = 0; \
+         for (let i = 0; i < n; i++) { s += Math.sqrt(i) * i; } return s; }\n\
+         const end = Date.now() + 20000; let t = 0;\n\
+         while (Date.now() < end) { t += hotJavaScriptFunction(1e6); }\n",
+    )
+    .expect("the script is written");
+    let daemon = Daemon::start().await;
+    let node: Workload = Command::new("node")
+        .arg("--perf-basic-prof")
+        .arg(&script)
+        .spawn()
+        .expect("node (Debian's nodejs) runs")
+        .into();
+    let pid = node.pid();
+    // Let V8 compile the function first.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let stacks = folded_profile_of(&daemon, pid, 2).await;
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let named: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            let js = frames
+                .iter()
+                .position(|f| f.contains("hotJavaScriptFunction"));
+            // Native frames below it: node's own, down to _start.
+            js.is_some_and(|at| frames[..at].iter().any(|f| f.starts_with("node::")))
+                && frames.first().is_some_and(|f| f == "_start")
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        named as f64 >= 0.5 * total(&stacks) as f64,
+        "{named} of {} samples name the hot JavaScript function above node's frames: {stacks:#?}",
+        total(&stacks)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn processes_that_live_200_ms_keep_whole_chains() {
+    let binary = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let short = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shortchain");
+    std::fs::copy(&binary, &short).expect("the workload is copied");
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let runs = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        for _ in 0..20 {
+            let status = Command::new(&short).arg("0.2").status().expect("it runs");
+            assert!(status.success());
+        }
+    });
+    let reply = client
+        .profile(v1::ProfileRequest {
+            duration_ms: 5_000,
+            selector: Some(v1::Selector {
+                comms: vec!["shortchain".to_owned()],
+                ..Default::default()
+            }),
+            options: Some(options(v1::Format::Folded)),
+            mode: v1::Mode::Cpu as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("Profile succeeds")
+        .into_inner();
+    runs.await.expect("the runs finish");
+    let stacks = without_lost_stacks(folded(&reply.report));
+    let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
+    assert_share(&stacks, "hot_leaf", &chain, 95.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_binary_only_inside_another_mount_namespace_is_named() {
+    let binary = chain_binary("chain-o1", &["-O1", "-g", "-fno-omit-frame-pointer"]);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mount = dir.path().display().to_string();
+    let daemon = Daemon::start().await;
+    // The copy lives on a tmpfs mounted in a new mount namespace only: the
+    // host sees an empty directory at that path.
+    let script = format!(
+        "mount -t tmpfs tmpfs {mount} && cp {binary} {mount}/nschain && exec {mount}/nschain 20",
+        binary = binary.display()
+    );
+    let workload: Workload = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .spawn()
+        .expect("unshare (util-linux) runs")
+        .into();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !dir.path().join("nschain").exists(),
+        "the binary must not be visible on the host"
+    );
+    let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
+    let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
+    assert_share(&stacks, "hot_leaf", &chain, 95.0);
+}
+
+/// Removes a file when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stripped_binary_is_named_from_its_debug_file_by_build_id() {
+    let built = chain_binary(
+        "chain-split",
+        &["-O1", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id"],
+    );
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let binary = dir.path().join("splitchain");
+    let debug = dir.path().join("splitchain.debug");
+    let run = |program: &str, args: &[&std::ffi::OsStr]| {
+        let output = Command::new(program).args(args).output().expect("binutils runs");
+        assert!(
+            output.status.success(),
+            "{program} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    std::fs::copy(&built, &binary).expect("copied");
+    run("objcopy", &["--only-keep-debug".as_ref(), binary.as_ref(), debug.as_ref()]);
+    run("strip", &["--strip-all".as_ref(), binary.as_ref()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    run("objcopy", &[link.as_ref(), binary.as_ref()]);
+    let notes = run("readelf", &["-n".as_ref(), binary.as_ref()]);
+    let build_id = notes
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Build ID: "))
+        .expect("the binary has a build id")
+        .to_owned();
+    let symbols = run("readelf", &["-s".as_ref(), binary.as_ref()]);
+    assert!(!symbols.contains("hot_leaf"), "the binary must be stripped");
+    let installed = Path::new("/usr/lib/debug/.build-id")
+        .join(&build_id[..2])
+        .join(format!("{}.debug", &build_id[2..]));
+    std::fs::create_dir_all(installed.parent().unwrap()).expect("the debug directory is made");
+    std::fs::copy(&debug, &installed).expect("the debug file is installed");
+    let _installed = RemoveOnDrop(installed);
+    std::fs::remove_file(&debug).expect("the debug file next to it is removed");
+
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&binary, &["20"]);
+    let mut client = daemon.client().await;
+    let reply = profile(
+        &mut client,
+        &[workload.pid()],
+        Duration::from_secs(2),
+        v1::ReportOptions {
+            format: v1::Format::Tree as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    let tree = String::from_utf8_lossy(&reply.report);
+    assert!(
+        tree.lines()
+            .any(|line| line.contains("chain.c:") && line.contains("hot_leaf")),
+        "hot_leaf is named with its file and line:\n{tree}"
+    );
+    assert!(tree.contains("drive"), "{tree}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_binary_without_unwind_sections_says_so_at_the_end_of_its_stacks() {
+    let built = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workload-chain-nounwind");
+    let output = Command::new("objcopy")
+        .args(["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr"])
+        .arg(&built)
+        .arg(&binary)
+        .output()
+        .expect("objcopy runs");
+    assert!(output.status.success());
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&binary, &["20"]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
+    let samples = total(&stacks);
+    let reason = "[unwind stopped: no unwind info in ";
+    let with_reason: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| frames.first().is_some_and(|f| f.starts_with(reason)))
+        .map(|(_, count)| count)
+        .sum();
+    assert!(samples >= 50, "{stacks:#?}");
+    assert!(
+        with_reason as f64 >= 0.95 * samples as f64,
+        "{with_reason} of {samples} stacks end with the reason: {stacks:#?}"
+    );
+    let status = daemon
+        .client()
+        .await
+        .get_status(v1::GetStatusRequest::default())
+        .await
+        .expect("Status")
+        .into_inner();
+    let unwinding = status.unwinding.expect("the status says how stacks unwind");
+    let counted = unwinding
+        .stopped
+        .iter()
+        .find(|stop| stop.reason == "no_unwind_info")
+        .map_or(0, |stop| stop.count);
+    assert!(counted > 0, "{unwinding:?}");
+    assert_eq!(unwinding.stack_copy_bytes, 16 * 1024);
+    assert!(unwinding.binaries > 0 && unwinding.bytes > 0, "{unwinding:?}");
+}
