@@ -627,7 +627,8 @@ mod tests {
             low,
             MapSizes {
                 stacks: 1024,
-                sample_keys: 1024
+                sample_keys: 1024,
+                stack_copies: 1 << 20,
             }
         );
         let high = MapSizes::for_settings(&settings(1000), 2);
@@ -635,7 +636,8 @@ mod tests {
             high,
             MapSizes {
                 stacks: 8192,
-                sample_keys: 4096
+                sample_keys: 4096,
+                stack_copies: 1 << 23,
             }
         );
         let huge = MapSizes::for_settings(&settings(1000), 512);

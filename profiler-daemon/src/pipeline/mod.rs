@@ -512,6 +512,7 @@ mod tests {
             kind,
             flags: 0,
             user: Arc::from([address]),
+            user_stop: None,
             kernel: Arc::from([]),
             count,
             weight: count * 1_000_000,
