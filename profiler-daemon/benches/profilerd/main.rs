@@ -54,7 +54,12 @@ pub struct Plan {
 impl Plan {
     fn full() -> Self {
         let mut configs = Vec::new();
-        for tool in [Tool::Profilerd, Tool::Perf, Tool::Bpftrace] {
+        for tool in [
+            Tool::Profilerd,
+            Tool::ProfilerdFramePointers,
+            Tool::Perf,
+            Tool::Bpftrace,
+        ] {
             for hz in [49, 99, 1000] {
                 configs.push((tool, hz));
             }
@@ -81,6 +86,7 @@ impl Plan {
             configs: vec![
                 (Tool::Profilerd, 99),
                 (Tool::Profilerd, 1000),
+                (Tool::ProfilerdFramePointers, 99),
                 (Tool::Perf, 99),
                 (Tool::Bpftrace, 99),
             ],
@@ -177,6 +183,7 @@ fn main() -> Result<()> {
     let overhead = runtime.block_on(overhead::run(&plan, &workloads, &args.out_dir))?;
     show(overhead.slowdown);
     show(overhead.profiler_cpu);
+    show(overhead.unwinding);
     for table in runtime.block_on(scale::run(&plan, &workloads, &args.out_dir))? {
         show(table);
     }

@@ -12,6 +12,7 @@
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use anyhow::Result;
+use profilerd_client::v1;
 
 use crate::{
     Plan, ebpf,
@@ -24,6 +25,7 @@ use crate::{
 pub struct Overhead {
     pub slowdown: Table,
     pub profiler_cpu: Table,
+    pub unwinding: Table,
 }
 
 /// A profiler and its frequency.
@@ -38,6 +40,47 @@ struct Run {
     profiler_cpu: f64,
     /// The profiler's eBPF programs during the workload (none for perf).
     ebpf: Option<ebpf::Cost>,
+    /// What profilerd unwound during the workload (copying stacks only).
+    unwinding: Option<Unwinding>,
+}
+
+/// The growth of profilerd's unwinding statistics over one run.
+#[derive(Clone, Debug, Default)]
+struct Unwinding {
+    copies: u64,
+    complete: u64,
+    stopped: BTreeMap<String, u64>,
+    stack_bytes: u64,
+    unwind_ms: u64,
+    /// Held at the end of the run.
+    info_binaries: u64,
+    info_bytes: u64,
+}
+
+impl Unwinding {
+    fn between(before: &v1::UnwindStatus, after: &v1::UnwindStatus) -> Self {
+        let mut stopped = BTreeMap::new();
+        for stop in &after.stopped {
+            let earlier = before
+                .stopped
+                .iter()
+                .find(|old| old.reason == stop.reason)
+                .map_or(0, |old| old.count);
+            let grown = stop.count.saturating_sub(earlier);
+            if grown > 0 {
+                stopped.insert(stop.reason.clone(), grown);
+            }
+        }
+        Self {
+            copies: after.stack_copies.saturating_sub(before.stack_copies),
+            complete: after.complete.saturating_sub(before.complete),
+            stopped,
+            stack_bytes: after.stack_bytes.saturating_sub(before.stack_bytes),
+            unwind_ms: after.unwind_ms.saturating_sub(before.unwind_ms),
+            info_binaries: after.binaries,
+            info_bytes: after.bytes,
+        }
+    }
 }
 
 pub async fn run(plan: &Plan, workloads: &Workloads, out_dir: &Path) -> Result<Overhead> {
@@ -72,6 +115,7 @@ pub async fn run(plan: &Plan, workloads: &Workloads, out_dir: &Path) -> Result<O
     Ok(Overhead {
         slowdown: slowdown_table(plan, &runs, processes),
         profiler_cpu: cpu_table(&runs),
+        unwinding: unwinding_table(&runs),
     })
 }
 
@@ -91,6 +135,7 @@ async fn measure_one(
     // an always-on profiler has seen the programs it profiles.
     workloads.run_cpu_paths(processes, walks / 10)?;
     profiler.settle().await?;
+    let unwinding_before = profiler.status().await?.and_then(|status| status.unwinding);
     let cpu_before = profiler.cpu_seconds()?;
     let programs_before = ebpf::perf_event_programs();
     let wall = workloads.run_cpu_paths(processes, walks)?;
@@ -98,9 +143,18 @@ async fn measure_one(
     // profilerd stays on: its cost is what it uses while sampling. perf
     // and bpftrace do their processing when they stop: that counts too.
     let cpu_running = profiler.cpu_seconds()?;
+    let unwinding = match unwinding_before {
+        Some(before) if before.stack_copy_bytes > 0 => {
+            // Two drains: everything sampled during the run is unwound.
+            profiler.settle().await?;
+            let after = profiler.status().await?.and_then(|status| status.unwinding);
+            after.map(|after| Unwinding::between(&before, &after))
+        }
+        _ => None,
+    };
     let stopped = profiler.stop()?;
     let cpu_after = match tool {
-        Tool::Profilerd => cpu_running,
+        Tool::Profilerd | Tool::ProfilerdFramePointers => cpu_running,
         Tool::Perf | Tool::Bpftrace => stopped.usage.cpu_seconds,
     };
     let _ = std::fs::remove_dir_all(&dir);
@@ -110,6 +164,7 @@ async fn measure_one(
         wall,
         profiler_cpu: (cpu_after - cpu_before).max(0.0),
         ebpf: (ebpf.runs > 0).then_some(ebpf),
+        unwinding,
     })
 }
 
@@ -280,4 +335,88 @@ fn cpu_table(runs: &BTreeMap<Config, Vec<Run>>) -> Table {
         ));
     }
     table
+}
+
+fn unwinding_table(runs: &BTreeMap<Config, Vec<Run>>) -> Table {
+    let mut table = Table::new(
+        "1b. Unwinding user stacks in the daemon",
+        &[
+            "profiler",
+            "Hz",
+            "stack copies / s",
+            "stack MB copied / s",
+            "µs per unwind",
+            "whole stacks, %",
+            "stopped short, by reason",
+            "unwind info held",
+        ],
+    );
+    for (&(tool, hz), config_runs) in runs {
+        let measured: Vec<(&Run, &Unwinding)> = config_runs
+            .iter()
+            .filter_map(|run| Some((run, run.unwinding.as_ref()?)))
+            .collect();
+        if measured.is_empty() {
+            continue;
+        }
+        let per_second = |value: fn(&Unwinding) -> f64| {
+            let values: Vec<f64> = measured
+                .iter()
+                .map(|(run, unwinding)| value(unwinding) / run.wall.as_secs_f64())
+                .collect();
+            Spread::of(&values)
+        };
+        let copies = per_second(|u| u.copies as f64);
+        let megabytes = per_second(|u| u.stack_bytes as f64 / 1e6);
+        let unwinds = |u: &Unwinding| (u.complete + stopped(u)).max(1) as f64;
+        let micros: Vec<f64> = measured
+            .iter()
+            .map(|(_, u)| u.unwind_ms as f64 * 1000.0 / unwinds(u))
+            .collect();
+        let whole: Vec<f64> = measured
+            .iter()
+            .map(|(_, u)| 100.0 * u.complete as f64 / unwinds(u))
+            .collect();
+        let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
+        for (_, unwinding) in &measured {
+            for (reason, count) in &unwinding.stopped {
+                *reasons.entry(reason).or_default() += count;
+            }
+        }
+        let last = measured.last().map(|(_, u)| *u).cloned().unwrap_or_default();
+        table.row(vec![
+            tool.name().to_owned(),
+            hz.to_string(),
+            copies.show(0),
+            megabytes.show(2),
+            Spread::of(&micros).show(2),
+            Spread::of(&whole).show(2),
+            if reasons.is_empty() {
+                "none".to_owned()
+            } else {
+                reasons
+                    .iter()
+                    .map(|(reason, count)| format!("{reason} {count}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            format!(
+                "{} binaries, {:.2} MiB",
+                last.info_binaries,
+                last.info_bytes as f64 / (1024.0 * 1024.0)
+            ),
+        ]);
+    }
+    table.note(
+        "From profilerd's status before and after each run of table 1 (every process on the \
+         machine, the daemon's and the tools' own included): the stack copies the kernel made \
+         per second of the run, the bytes of user stack copied, the daemon's time per unwind \
+         (reading a new process's mappings included), the share of stacks unwound to their \
+         first function, and why the others stopped.",
+    );
+    table
+}
+
+fn stopped(unwinding: &Unwinding) -> u64 {
+    unwinding.stopped.values().sum()
 }

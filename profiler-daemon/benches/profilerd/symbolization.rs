@@ -168,6 +168,7 @@ fn rate(symbolizer: &mut Symbolizer, binary: &Arc<Binary>, offsets: &[u64]) -> R
                     binary: binary.clone(),
                     offset,
                 }],
+                user_stop: None,
                 kernel: Arc::from([]),
                 count: 1,
                 weight: 1,

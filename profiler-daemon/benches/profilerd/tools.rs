@@ -18,6 +18,9 @@ use crate::measure::{self, Exited};
 #[serde(rename_all = "lowercase")]
 pub enum Tool {
     Profilerd,
+    /// profilerd walking frame pointers in the kernel (`stack_copy = 0`):
+    /// in-kernel aggregation, the cost the stack copies are compared with.
+    ProfilerdFramePointers,
     Perf,
     Bpftrace,
 }
@@ -26,6 +29,7 @@ impl Tool {
     pub fn name(self) -> &'static str {
         match self {
             Tool::Profilerd => "profilerd",
+            Tool::ProfilerdFramePointers => "profilerd, frame pointers",
             Tool::Perf => "perf record",
             Tool::Bpftrace => "bpftrace",
         }
@@ -57,7 +61,7 @@ impl Profiler {
         let log = |name: &str| -> Result<fs::File> { Ok(fs::File::create(dir.join(name))?) };
         let socket = dir.join("profilerd.sock");
         let mut command = match tool {
-            Tool::Profilerd => {
+            Tool::Profilerd | Tool::ProfilerdFramePointers => {
                 let mut command = Command::new(env!("CARGO_BIN_EXE_profilerd"));
                 command
                     .arg("--socket")
@@ -65,6 +69,9 @@ impl Profiler {
                     .arg("--frequency-hz")
                     .arg(hz.to_string())
                     .args(daemon_args);
+                if tool == Tool::ProfilerdFramePointers {
+                    command.args(["--stack-copy", "0"]);
+                }
                 command
             }
             Tool::Perf => {
@@ -111,7 +118,11 @@ impl Profiler {
                 );
             }
             let ready = match self.tool {
-                Tool::Profilerd => match client::connect(&self.socket).await {
+                Tool::Profilerd | Tool::ProfilerdFramePointers => match client::connect(
+                    &self.socket,
+                )
+                .await
+                {
                     Ok(mut daemon) => daemon
                         .get_status(v1::GetStatusRequest::default())
                         .await
@@ -142,7 +153,7 @@ impl Profiler {
     /// yet); half a second for the others.
     pub async fn settle(&self) -> Result<()> {
         match self.tool {
-            Tool::Profilerd => {
+            Tool::Profilerd | Tool::ProfilerdFramePointers => {
                 let mut daemon = client::connect(&self.socket).await?;
                 let drains = |status: v1::StatusReply| status.drains;
                 let start = drains(
@@ -173,6 +184,20 @@ impl Profiler {
         }
     }
 
+    /// profilerd's status (None for the other profilers).
+    pub async fn status(&self) -> Result<Option<v1::StatusReply>> {
+        if !matches!(self.tool, Tool::Profilerd | Tool::ProfilerdFramePointers) {
+            return Ok(None);
+        }
+        let mut daemon = client::connect(&self.socket).await?;
+        Ok(Some(
+            daemon
+                .get_status(v1::GetStatusRequest::default())
+                .await?
+                .into_inner(),
+        ))
+    }
+
     /// CPU seconds used so far.
     pub fn cpu_seconds(&self) -> Result<f64> {
         measure::cpu_seconds(self.pid())
@@ -183,7 +208,7 @@ impl Profiler {
     /// and waits for it.
     pub fn stop(self) -> Result<Stopped> {
         let signal = match self.tool {
-            Tool::Profilerd => rustix::process::Signal::TERM,
+            Tool::Profilerd | Tool::ProfilerdFramePointers => rustix::process::Signal::TERM,
             Tool::Perf | Tool::Bpftrace => rustix::process::Signal::INT,
         };
         measure::signal(&self.child, signal)?;

@@ -45,8 +45,6 @@ pub struct StackCopyUnwinder {
     copies: StackCopies,
     pending: HashMap<SampleIdentity, (u64, u64)>,
     thread_names: ThreadNames,
-    /// Copies unwound since start.
-    pub unwound: u64,
 }
 
 impl StackCopyUnwinder {
@@ -55,7 +53,6 @@ impl StackCopyUnwinder {
             copies,
             pending: HashMap::new(),
             thread_names: ThreadNames::default(),
-            unwound: 0,
         }
     }
 
@@ -63,14 +60,13 @@ impl StackCopyUnwinder {
     pub fn unwind_all(&mut self, processes: &Mutex<ProcessTable>) {
         let pending = &mut self.pending;
         let mut table = None;
-        let unwound = self.copies.read(|copy| {
+        self.copies.read(|copy| {
             let table = table.get_or_insert_with(|| lock(processes));
             let (identity, weight) = unwind(table, &copy);
             let entry = pending.entry(identity).or_default();
             entry.0 += 1;
             entry.1 += weight;
         });
-        self.unwound += unwound as u64;
     }
 
     /// Takes the samples unwound since the last call.

@@ -118,6 +118,18 @@ impl Collector for Snapshot {
             let labels = [("reason", *reason)];
             ConstCounter::new(*count).encode(stopped.encode_family(&labels)?)?;
         }
+        counter(
+            out,
+            "unwound_stack_bytes",
+            "Bytes of user stack copied by the kernel and unwound",
+            unwinding.stack_bytes,
+        )?;
+        counter(
+            out,
+            "unwind_seconds",
+            "Time spent unwinding user stacks",
+            unwinding.busy.as_secs_f64(),
+        )?;
         gauge(
             out,
             "unwind_info_bytes",

@@ -88,7 +88,7 @@ impl Binary {
             .get_or_init(|| {
                 // A second open: reading must not move the held file's offset.
                 match File::open(self.readable_path()) {
-                    Ok(file) => Arc::new(UnwindSections::read(&file)),
+                    Ok(file) => Arc::new(UnwindSections::read(file)),
                     Err(err) => {
                         debug!(path = %self.path, "cannot reopen a binary: {err}");
                         Arc::default()
@@ -356,6 +356,7 @@ impl ProcessTable {
         stack_base: u64,
         stack: &[u8],
     ) -> UnwoundStack {
+        let started = Instant::now();
         if !self.processes.contains_key(&pid) && self.record(pid).is_err() {
             self.count_unrecorded(pid);
         }
@@ -371,6 +372,8 @@ impl ProcessTable {
             None => self.unwind_stats.complete += 1,
             Some(stop) => *self.unwind_stats.stopped.entry(stop.counter_name()).or_default() += 1,
         }
+        self.unwind_stats.stack_bytes += stack.len() as u64;
+        self.unwind_stats.busy += started.elapsed();
         unwound
     }
 
@@ -391,7 +394,21 @@ impl ProcessTable {
         let unwinder = record
             .unwinder
             .get_or_insert_with(|| ProcessUnwinder::new(code_mappings(&record.mappings)));
-        unwinder.unwind(&mut self.unwind_cache, registers, stack_base, stack)
+        let unwound = unwinder.unwind(&mut self.unwind_cache, registers, stack_base, stack);
+        if unwound.stop != Some(UnwindStop::Unmapped) || unwound.frames.len() > 1 {
+            return unwound;
+        }
+        // The sampled instruction is in none of the current mappings: a
+        // sample taken before an exec, unwound after it. The mappings it
+        // ran with are among the earlier ones (rare: built as needed).
+        for earlier in &record.earlier {
+            let unwinder = ProcessUnwinder::new(code_mappings(earlier));
+            let again = unwinder.unwind(&mut self.unwind_cache, registers, stack_base, stack);
+            if again.stop != Some(UnwindStop::Unmapped) || again.frames.len() > 1 {
+                return again;
+            }
+        }
+        unwound
     }
 
     /// Unwind outcomes so far, and the unwind information held.

@@ -14,7 +14,6 @@
 use std::{
     collections::BTreeMap,
     fs::File,
-    io::Read as _,
     ops::{Deref, Range},
     sync::{Arc, OnceLock},
 };
@@ -57,6 +56,9 @@ pub struct UnwindStats {
     /// Binaries whose unwind sections are held, and their bytes.
     pub binaries: u64,
     pub bytes: u64,
+    /// Bytes of stack copies unwound, and the time spent unwinding them.
+    pub stack_bytes: u64,
+    pub busy: std::time::Duration,
 }
 
 /// Bytes of one unwind section, shared by every process mapping its binary.
@@ -94,17 +96,12 @@ pub struct UnwindSections {
 const MAX_SECTION_BYTES: u64 = 256 << 20;
 
 impl UnwindSections {
-    /// Reads the unwind sections of an ELF file. A file that is not ELF
-    /// (or is damaged) has none.
-    pub fn read(file: &File) -> Self {
-        let mut bytes = Vec::new();
-        let mut reader = file;
-        // Positional reads would spare the copy, but binaries are read once.
-        if let Err(err) = (&mut reader).read_to_end(&mut bytes) {
-            debug!("cannot read a binary for its unwind information: {err}");
-            return Self::default();
-        }
-        Self::parse(&bytes).unwrap_or_default()
+    /// Reads the unwind sections of an ELF file: its headers and those
+    /// sections only, however large the file. A file that is not ELF (or
+    /// is damaged) has none.
+    pub fn read(file: File) -> Self {
+        let cache = object::ReadCache::new(file);
+        Self::parse(&cache).unwrap_or_default()
     }
 
     /// The vDSO's unwind sections, read from the daemon's own memory: every
@@ -113,19 +110,19 @@ impl UnwindSections {
         static VDSO: OnceLock<Option<Arc<UnwindSections>>> = OnceLock::new();
         VDSO.get_or_init(|| {
             let image = read_own_vdso()?;
-            Self::parse(&image).map(Arc::new)
+            Self::parse(&image[..]).map(Arc::new)
         })
         .clone()
     }
 
-    fn parse(bytes: &[u8]) -> Option<Self> {
+    fn parse<'data, R: object::ReadRef<'data>>(bytes: R) -> Option<Self> {
         let file = object::File::parse(bytes).ok()?;
         let section = |name: &str| {
             let section = file.section_by_name(name)?;
             let range = section.address()..section.address() + section.size();
             Some((section, range))
         };
-        let data = |section: &object::Section<'_, '_>| -> Option<SectionBytes> {
+        let data = |section: &object::Section<'data, '_, R>| -> Option<SectionBytes> {
             if section.kind() == SectionKind::UninitializedData || section.size() > MAX_SECTION_BYTES
             {
                 return None;
@@ -391,7 +388,7 @@ mod tests {
     #[test]
     fn reads_unwind_sections_of_a_real_binary() {
         let exe = File::open("/proc/self/exe").unwrap();
-        let sections = UnwindSections::read(&exe);
+        let sections = UnwindSections::read(exe);
         assert!(sections.has_unwind_info());
         assert!(sections.bytes() > 1000);
         assert!(sections.eh_frame_hdr.is_some());

@@ -222,7 +222,7 @@ async fn reports_say_what_they_count_and_whose_stacks_they_are() {
     let daemon = Daemon::start().await;
     let first = Workload::start_as("split", "report-first", &[]);
     let second = Workload::start_as("split", "report-second", &[]);
-    let odd = Workload::start("fake_frames", &[]);
+    let odd_workload = Workload::start("fake_frames", &[]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let socket = &daemon.socket;
     let pids = |workloads: &[&Workload]| -> Vec<String> {
@@ -269,8 +269,24 @@ async fn reports_say_what_they_count_and_whose_stacks_they_are() {
     );
     assert!(flat.contains("%: a share of all samples"), "{flat}");
 
-    // Frames that are no code say where they point.
-    let odd = run(profile("tree", &[&odd])).await;
+    // Frames that are no code say where they point: what walking frame
+    // pointers (stack_copy = 0) through fake frames yields.
+    let walking = Daemon::start_with(&["--stack-copy", "0"]).await;
+    let odd = stdout_of(
+        &support::profilerctl(
+            &walking.socket,
+            &[
+                "profile",
+                "-d",
+                "1s",
+                "-f",
+                "tree",
+                "--pid",
+                &odd_workload.pid().to_string(),
+            ],
+        )
+        .await,
+    );
     assert!(odd.contains("; spin_on_fake_frames"), "{odd}");
     assert!(
         odd.contains("(not code)+0x"),
@@ -281,6 +297,11 @@ async fn reports_say_what_they_count_and_whose_stacks_they_are() {
         "an unmapped address is shown:\n{odd}"
     );
     assert!(!odd.contains("[unknown]:?"), "{odd}");
+    // Unwound with .eh_frame, the same stacks stop where the frames are
+    // fake, and say so.
+    let unwound = run(profile("tree", &[&odd_workload])).await;
+    assert!(unwound.contains("[unwind stopped: bad frame]"), "{unwound}");
+    assert!(!unwound.contains("(not code)"), "{unwound}");
 
     // Status: counters a line each, zeros only when asked.
     let status = stdout_of(&support::profilerctl(socket, &["status"]).await);

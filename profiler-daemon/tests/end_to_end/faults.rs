@@ -628,7 +628,11 @@ async fn full_maps_are_counted_and_the_daemon_recovers() {
     // be dropped whole (counts_map_full) rather than kept as [lost]. Peeks
     // (which other tests' signals would start) are off: their samples share
     // the maps.
+    // The maps of the in-kernel aggregation: frame pointers walked in the
+    // kernel, no stack copies.
     let mut daemon = Daemon::start_with(&[
+        "--stack-copy",
+        "0",
         "--peek-signal",
         "off",
         "--max-stacks",

@@ -442,6 +442,8 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
                 .collect(),
             binaries: pipeline.unwinding.binaries,
             bytes: pipeline.unwinding.bytes,
+            stack_bytes: pipeline.unwinding.stack_bytes,
+            unwind_ms: pipeline.unwinding.busy.as_millis() as u64,
         }),
         peek: Some(v1::PeekStatus {
             signal: peek.signal,
