@@ -161,9 +161,14 @@ pub struct MapSizes {
     pub stack_copies: u32,
 }
 
-/// How often the pipeline empties the stack-copy ring buffer; the
-/// automatic size holds four times what comes in meanwhile.
+/// How often the pipeline empties the stack-copy ring buffer.
 pub const STACK_COPY_READ_INTERVAL: Duration = Duration::from_millis(50);
+
+/// How long the automatically sized stack-copy ring buffer holds the CPU
+/// clock's samples of every CPU (with a quarter second of peek samples on
+/// top) when the daemon stops reading it: long enough to ride out the
+/// first look at many new binaries on a busy machine.
+const STACK_COPY_HOLD: Duration = Duration::from_secs(2);
 
 impl MapSizes {
     /// Sizes each generation for twice the samples one drain interval can
@@ -189,12 +194,11 @@ impl MapSizes {
         };
         let record = (size_of::<StackCopyHeader>()
             + settings.stack_copy_pages as usize * STACK_COPY_PAGE) as f64;
-        let per_read = f64::from(settings.frequency_hz + settings.peek_frequency_hz)
-            * cpus as f64
-            * STACK_COPY_READ_INTERVAL.as_secs_f64()
-            * record;
+        let records = (f64::from(settings.frequency_hz) * STACK_COPY_HOLD.as_secs_f64()
+            + f64::from(settings.peek_frequency_hz) * 0.25)
+            * cpus as f64;
         let stack_copies = match settings.stack_copy_buffer {
-            0 => ((per_read * 4.0).ceil() as u64)
+            0 => ((records * record).ceil() as u64)
                 .next_power_of_two()
                 .clamp(1 << 20, 1 << 26),
             configured => configured,
@@ -628,7 +632,7 @@ mod tests {
             MapSizes {
                 stacks: 1024,
                 sample_keys: 1024,
-                stack_copies: 1 << 20,
+                stack_copies: 1 << 22,
             }
         );
         let high = MapSizes::for_settings(&settings(1000), 2);
@@ -637,7 +641,7 @@ mod tests {
             MapSizes {
                 stacks: 8192,
                 sample_keys: 4096,
-                stack_copies: 1 << 23,
+                stack_copies: 1 << 26,
             }
         );
         let huge = MapSizes::for_settings(&settings(1000), 512);

@@ -411,8 +411,18 @@ fn watch_processes(
             }
         }
         for pid in pids.drain(..) {
-            match lock(processes).record(pid) {
-                Ok(()) => second_looks.push_back((Instant::now() + SECOND_LOOK, pid)),
+            let recorded = lock(processes).record(pid);
+            match recorded {
+                Ok(()) => {
+                    second_looks.push_back((Instant::now() + SECOND_LOOK, pid));
+                    // Read its binaries' unwind information here, outside
+                    // the table's lock, rather than when its first stack
+                    // is unwound.
+                    let binaries = lock(processes).binaries_of(pid);
+                    for binary in binaries {
+                        binary.unwind_sections();
+                    }
+                }
                 Err(err) => debug!(
                     pid,
                     "a new process was gone before it could be recorded: {err}"

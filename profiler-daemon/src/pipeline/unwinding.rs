@@ -12,7 +12,10 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use std::time::{Duration, Instant};
+
 use profiler_common::SampleKind;
+use tracing::warn;
 
 use crate::{
     kernel::{
@@ -23,6 +26,10 @@ use crate::{
     profile::UnwindStop,
     symbols::{processes::ProcessTable, unwind::UserRegisters},
 };
+
+/// A pass over the stack copies this slow is worth a warning: the ring
+/// buffer holds about a second of them.
+const SLOW_PASS: Duration = Duration::from_millis(250);
 
 /// What makes two unwound samples the same sample.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -58,15 +65,32 @@ impl StackCopyUnwinder {
 
     /// Unwinds every copy written so far.
     pub fn unwind_all(&mut self, processes: &Mutex<ProcessTable>) {
+        let started = Instant::now();
+        let mut waited = Duration::ZERO;
         let pending = &mut self.pending;
         let mut table = None;
-        self.copies.read(|copy| {
-            let table = table.get_or_insert_with(|| lock(processes));
+        let count = self.copies.read(|copy| {
+            let table = table.get_or_insert_with(|| {
+                let asked = Instant::now();
+                let table = lock(processes);
+                waited = asked.elapsed();
+                table
+            });
             let (identity, weight) = unwind(table, &copy);
             let entry = pending.entry(identity).or_default();
             entry.0 += 1;
             entry.1 += weight;
         });
+        let took = started.elapsed();
+        if took > SLOW_PASS {
+            warn!(
+                stacks = count,
+                took_ms = took.as_millis() as u64,
+                waited_for_process_table_ms = waited.as_millis() as u64,
+                "unwinding fell behind; if this repeats, stack copies are lost \
+                 (stack_copy_buffer_full): raise stack_copy_buffer or lower frequency_hz"
+            );
+        }
     }
 
     /// Takes the samples unwound since the last call.

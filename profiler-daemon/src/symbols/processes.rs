@@ -411,6 +411,21 @@ impl ProcessTable {
         unwound
     }
 
+    /// The binaries a recorded process maps code from.
+    pub fn binaries_of(&self, pid: u32) -> Vec<Arc<Binary>> {
+        let Some(record) = self.processes.get(&pid) else {
+            return Vec::new();
+        };
+        record
+            .mappings
+            .iter()
+            .filter_map(|mapping| match &mapping.target {
+                MappingTarget::File(binary) if mapping.code => Some(binary.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Unwind outcomes so far, and the unwind information held.
     pub fn unwind_stats(&self) -> UnwindStats {
         let mut stats = self.unwind_stats.clone();

@@ -141,7 +141,11 @@ async fn status_reports_sampling_and_zero_losses() {
         .iter()
         .filter(|loss| loss.count > 0)
         .collect();
-    assert!(lost.is_empty(), "samples lost in an ordinary run: {lost:?}");
+    assert!(
+        lost.is_empty(),
+        "samples lost in an ordinary run: {lost:?}\n{}",
+        daemon.log()
+    );
     let log = daemon.log();
     assert!(
         !log.contains("entry by entry"),
