@@ -383,7 +383,11 @@ fn unwinding_table(runs: &BTreeMap<Config, Vec<Run>>) -> Table {
                 *reasons.entry(reason).or_default() += count;
             }
         }
-        let last = measured.last().map(|(_, u)| *u).cloned().unwrap_or_default();
+        let last = measured
+            .last()
+            .map(|(_, u)| *u)
+            .cloned()
+            .unwrap_or_default();
         table.row(vec![
             tool.name().to_owned(),
             hz.to_string(),

@@ -118,17 +118,15 @@ impl Profiler {
                 );
             }
             let ready = match self.tool {
-                Tool::Profilerd | Tool::ProfilerdFramePointers => match client::connect(
-                    &self.socket,
-                )
-                .await
-                {
-                    Ok(mut daemon) => daemon
-                        .get_status(v1::GetStatusRequest::default())
-                        .await
-                        .is_ok(),
-                    Err(_) => false,
-                },
+                Tool::Profilerd | Tool::ProfilerdFramePointers => {
+                    match client::connect(&self.socket).await {
+                        Ok(mut daemon) => daemon
+                            .get_status(v1::GetStatusRequest::default())
+                            .await
+                            .is_ok(),
+                        Err(_) => false,
+                    }
+                }
                 // perf says nothing when it starts; give it time to open its
                 // events and list the running processes.
                 Tool::Perf => self.started.elapsed() >= Duration::from_millis(1500),

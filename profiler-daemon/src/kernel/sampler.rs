@@ -28,8 +28,8 @@ use super::{
     drain::Drainer,
     programs::{self, AttachContext, Attached, GroupFailure, ProgramGroup},
     requirements::{self, TRACEFS, VMLINUX_BTF},
-    stack_copies::StackCopies,
     sources::{SampleSource, SampleSourceKind},
+    stack_copies::StackCopies,
 };
 
 /// The eBPF object built by build.rs.

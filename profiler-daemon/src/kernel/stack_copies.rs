@@ -48,7 +48,9 @@ impl StackCopies {
             // valid); the read copes with any alignment.
             let header =
                 unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<StackCopyHeader>()) };
-            let stack_end = HEADER.saturating_add(header.stack_len as usize).min(item.len());
+            let stack_end = HEADER
+                .saturating_add(header.stack_len as usize)
+                .min(item.len());
             visit(StackCopy {
                 header,
                 stack: &item[HEADER..stack_end],

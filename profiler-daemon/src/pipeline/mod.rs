@@ -41,8 +41,8 @@ use crate::{
     lock,
     store::Store,
     symbols::processes::{NormalizedBatch, ProcessStats, ProcessTable},
-    symbols::unwind::UnwindStats,
     symbols::symbolizer::{Symbolizer, SymbolizerStats},
+    symbols::unwind::UnwindStats,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -188,9 +188,8 @@ impl Pipeline {
                 Box::new(move || watch_processes(announcements, &processes, &stopping))
             })?);
         }
-        let stack_copies = stack_copies.map(|copies| {
-            Arc::new(Mutex::new(unwinding::StackCopyUnwinder::new(copies)))
-        });
+        let stack_copies = stack_copies
+            .map(|copies| Arc::new(Mutex::new(unwinding::StackCopyUnwinder::new(copies))));
         if let Some(copies) = &stack_copies {
             threads.push(spawn("unwind", {
                 let (copies, processes, stopping) =
@@ -321,7 +320,11 @@ fn drain_periodically(
         }
         let (batch, process_stats, unwind_stats) = {
             let mut table = lock(processes);
-            (table.normalize_batch(raw), table.stats(), table.unwind_stats())
+            (
+                table.normalize_batch(raw),
+                table.stats(),
+                table.unwind_stats(),
+            )
         };
         {
             let mut stats = lock(stats);

@@ -8,6 +8,7 @@
 //! This layer owns what it knows of processes and binaries; it must not
 //! read kernel maps, store samples or report.
 
+pub mod mappings;
 pub mod perf_map;
 pub mod processes;
 pub mod symbolizer;

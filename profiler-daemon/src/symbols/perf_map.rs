@@ -79,7 +79,8 @@ impl PerfMap {
     fn parse(&mut self, text: &str) {
         for line in text.lines() {
             let mut fields = line.splitn(3, ' ');
-            let (Some(start), Some(size), Some(name)) = (fields.next(), fields.next(), fields.next())
+            let (Some(start), Some(size), Some(name)) =
+                (fields.next(), fields.next(), fields.next())
             else {
                 continue;
             };
@@ -87,8 +88,10 @@ impl PerfMap {
             let (Some(start), Some(size)) = (parse(start), parse(size)) else {
                 continue;
             };
-            self.entries
-                .insert(start, (start.saturating_add(size), Arc::from(name.trim_end())));
+            self.entries.insert(
+                start,
+                (start.saturating_add(size), Arc::from(name.trim_end())),
+            );
         }
     }
 
@@ -127,10 +130,19 @@ mod tests {
     #[test]
     fn names_addresses_inside_an_entry_only() {
         let map = map("7f0000001000 40 JS:*hot /a.js:1:1\n7f0000002000 10 LazyCompile:cold\n");
-        assert_eq!(map.lookup(0x7f00_0000_1000).as_deref(), Some("JS:*hot /a.js:1:1"));
-        assert_eq!(map.lookup(0x7f00_0000_103f).as_deref(), Some("JS:*hot /a.js:1:1"));
+        assert_eq!(
+            map.lookup(0x7f00_0000_1000).as_deref(),
+            Some("JS:*hot /a.js:1:1")
+        );
+        assert_eq!(
+            map.lookup(0x7f00_0000_103f).as_deref(),
+            Some("JS:*hot /a.js:1:1")
+        );
         assert_eq!(map.lookup(0x7f00_0000_1040), None);
-        assert_eq!(map.lookup(0x7f00_0000_2008).as_deref(), Some("LazyCompile:cold"));
+        assert_eq!(
+            map.lookup(0x7f00_0000_2008).as_deref(),
+            Some("LazyCompile:cold")
+        );
         assert_eq!(map.lookup(0x10), None);
     }
 

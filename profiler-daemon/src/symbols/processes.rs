@@ -11,9 +11,8 @@
 use std::{
     collections::HashMap,
     fs::File,
-    os::fd::AsRawFd as _,
     path::PathBuf,
-    sync::{Arc, OnceLock},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -21,10 +20,14 @@ use procfs::process::{MMPermissions, MMapPath, Process};
 use profiler_common::{SampleKind, sample_flags};
 use tracing::debug;
 
-use super::perf_map::PerfMap;
-use super::unwind::{
-    CodeMapping, ProcessUnwinder, UnwindCache, UnwindSections, UnwindStats, UnwindStop,
-    UnwoundStack, UserRegisters,
+pub use super::mappings::{Binary, BinaryKey, UserAddress};
+use super::{
+    mappings::{
+        Mapping, MappingTarget, code_mappings, data_name, device_number, display_path, lookup,
+        mapping_of,
+    },
+    perf_map::PerfMap,
+    unwind::{ProcessUnwinder, UnwindCache, UnwindStats, UnwindStop, UnwoundStack, UserRegisters},
 };
 use crate::{
     kernel::drain::{CounterDeltas, RawBatch},
@@ -39,96 +42,6 @@ const RECORD_IDLE_LIMIT: Duration = Duration::from_secs(60);
 /// recorded twice (once while the new program is still being loaded), and
 /// samples of the old program may be drained after both.
 const EARLIER_MAPS_KEPT: usize = 3;
-
-/// The identity of a binary file: device and inode as the kernel maps it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BinaryKey {
-    pub device: u64,
-    pub inode: u64,
-}
-
-/// A mapped executable or library, kept open.
-#[derive(Debug)]
-pub struct Binary {
-    pub key: BinaryKey,
-    /// The path the process mapped it under (for display).
-    pub path: Arc<str>,
-    /// Held open so `readable_path` stays valid for as long as this lives.
-    file: File,
-    /// Its unwind sections, read when a stack first needs them.
-    unwind: OnceLock<Arc<UnwindSections>>,
-}
-
-impl Binary {
-    /// Opens a binary by path, outside any process (for benchmarks and
-    /// tools that symbolize files).
-    pub fn open(path: &std::path::Path) -> std::io::Result<Arc<Self>> {
-        use std::os::unix::fs::MetadataExt as _;
-        let file = File::open(path)?;
-        let metadata = file.metadata()?;
-        Ok(Arc::new(Self {
-            key: BinaryKey {
-                device: metadata.dev(),
-                inode: metadata.ino(),
-            },
-            path: display_path(path).into(),
-            file,
-            unwind: OnceLock::new(),
-        }))
-    }
-
-    /// A path the daemon can open whatever happened to the original file.
-    pub fn readable_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
-    }
-
-    /// Its unwind sections (none if it cannot be read or is not ELF).
-    pub fn unwind_sections(&self) -> Arc<UnwindSections> {
-        self.unwind
-            .get_or_init(|| {
-                // A second open: reading must not move the held file's offset.
-                match File::open(self.readable_path()) {
-                    Ok(file) => Arc::new(UnwindSections::read(file)),
-                    Err(err) => {
-                        debug!(path = %self.path, "cannot reopen a binary: {err}");
-                        Arc::default()
-                    }
-                }
-            })
-            .clone()
-    }
-}
-
-/// A user address, normalized.
-#[derive(Clone, Debug)]
-pub enum UserAddress {
-    /// Code of a file-backed mapping.
-    File { binary: Arc<Binary>, offset: u64 },
-    /// Code of a special mapping such as `[vdso]`, or of anonymous memory
-    /// (JIT-compiled code), as an offset from the mapping's start.
-    Special { name: Arc<str>, offset: u64 },
-    /// JIT-compiled code named by the process's perf map.
-    Jit { function: Arc<str>, address: u64 },
-    /// No mapping of the process covers it (or the process was never seen
-    /// alive).
-    Unmapped { address: u64 },
-}
-
-#[derive(Clone, Debug)]
-enum MappingTarget {
-    File(Arc<Binary>),
-    Special(Arc<str>),
-}
-
-#[derive(Clone, Debug)]
-struct Mapping {
-    start: u64,
-    end: u64,
-    file_offset: u64,
-    target: MappingTarget,
-    /// Whether it holds code (is executable).
-    code: bool,
-}
 
 #[derive(Debug)]
 struct ProcessRecord {
@@ -334,12 +247,7 @@ impl ProcessTable {
             debug!(pid, path = %path.display(), "cannot open a mapped binary");
             return None;
         };
-        let binary = Arc::new(Binary {
-            key,
-            path: display_path(path).into(),
-            file,
-            unwind: OnceLock::new(),
-        });
+        let binary = Arc::new(Binary::from_file(key, display_path(path).into(), file));
         self.binaries.insert(key, binary.clone());
         Some(binary)
     }
@@ -370,7 +278,13 @@ impl ProcessTable {
         }
         match &unwound.stop {
             None => self.unwind_stats.complete += 1,
-            Some(stop) => *self.unwind_stats.stopped.entry(stop.counter_name()).or_default() += 1,
+            Some(stop) => {
+                *self
+                    .unwind_stats
+                    .stopped
+                    .entry(stop.counter_name())
+                    .or_default() += 1
+            }
         }
         self.unwind_stats.stack_bytes += stack.len() as u64;
         self.unwind_stats.busy += started.elapsed();
@@ -430,7 +344,7 @@ impl ProcessTable {
     pub fn unwind_stats(&self) -> UnwindStats {
         let mut stats = self.unwind_stats.clone();
         for binary in self.binaries.values() {
-            if let Some(sections) = binary.unwind.get() {
+            if let Some(sections) = binary.unwind_sections_held() {
                 stats.binaries += 1;
                 stats.bytes += sections.bytes();
             }
@@ -653,93 +567,6 @@ impl ProcessTable {
             binaries: self.binaries.len() as u64,
         }
     }
-}
-
-/// The code mappings of a process as its unwinder sees them: binaries
-/// with their unwind sections, the vDSO with the daemon's own, anonymous
-/// code (JIT) without any (unwound by frame pointers).
-fn code_mappings(mappings: &[Mapping]) -> Vec<CodeMapping> {
-    mappings
-        .iter()
-        .filter(|mapping| mapping.code)
-        .map(|mapping| {
-            let (name, sections) = match &mapping.target {
-                MappingTarget::File(binary) => {
-                    (binary.path.clone(), Some(binary.unwind_sections()))
-                }
-                MappingTarget::Special(name) if &**name == "[vdso]" => {
-                    (name.clone(), UnwindSections::vdso())
-                }
-                // Anonymous code, or a special mapping.
-                MappingTarget::Special(name) if name.starts_with('[') => (name.clone(), None),
-                // A file that could not be opened: nothing to unwind with.
-                MappingTarget::Special(name) => (name.clone(), Some(Arc::default())),
-            };
-            CodeMapping {
-                start: mapping.start,
-                end: mapping.end,
-                file_offset: mapping.file_offset,
-                name,
-                sections,
-            }
-        })
-        .collect()
-}
-
-/// The mapping that holds `address`.
-fn mapping_of(mappings: &[Mapping], address: u64) -> Option<&Mapping> {
-    let index = mappings.partition_point(|mapping| mapping.start <= address);
-    index
-        .checked_sub(1)
-        .map(|i| &mappings[i])
-        .filter(|mapping| address < mapping.end)
-}
-
-fn lookup(mappings: &[Mapping], address: u64) -> UserAddress {
-    let Some(mapping) = mapping_of(mappings, address) else {
-        return UserAddress::Unmapped { address };
-    };
-    let offset = address - mapping.start;
-    match &mapping.target {
-        MappingTarget::File(binary) => UserAddress::File {
-            binary: binary.clone(),
-            offset: offset + mapping.file_offset,
-        },
-        MappingTarget::Special(name) => UserAddress::Special {
-            name: name.clone(),
-            offset,
-        },
-    }
-}
-
-/// The kernel's `dev_t` encoding of a major:minor pair, as `stat` reports it.
-fn device_number((major, minor): (i32, i32)) -> u64 {
-    let (major, minor) = (major as u64, minor as u64);
-    ((major & 0xfffff000) << 32)
-        | ((major & 0xfff) << 8)
-        | ((minor & 0xffffff00) << 12)
-        | (minor & 0xff)
-}
-
-/// What a mapping that holds no code is called in frames: a file's name,
-/// or the kind of memory.
-fn data_name(path: &MMapPath) -> String {
-    match path {
-        MMapPath::Path(path) => {
-            let path = display_path(path);
-            path.rsplit('/').next().unwrap_or(&path).to_owned()
-        }
-        MMapPath::Heap => "[heap]".to_owned(),
-        MMapPath::Stack | MMapPath::TStack(_) => "[stack]".to_owned(),
-        MMapPath::Other(name) => format!("[{name}]"),
-        _ => "[anon]".to_owned(),
-    }
-}
-
-/// The mapped path without the " (deleted)" the kernel appends.
-fn display_path(path: &std::path::Path) -> String {
-    let text = path.to_string_lossy();
-    text.strip_suffix(" (deleted)").unwrap_or(&text).to_owned()
 }
 
 #[cfg(test)]

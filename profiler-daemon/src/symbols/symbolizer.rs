@@ -23,8 +23,8 @@ use rustc_hash::FxHashMap as HashMap;
 use tracing::{debug, warn};
 
 use crate::{
-    profile::UnwindStop,
     kernel::drain::CounterDeltas,
+    profile::UnwindStop,
     profile::{Frame, Location, LocationKind, ThreadInfo},
     symbols::processes::{Binary, BinaryKey, NormalizedBatch, UserAddress},
 };

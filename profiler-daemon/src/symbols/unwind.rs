@@ -123,7 +123,8 @@ impl UnwindSections {
             Some((section, range))
         };
         let data = |section: &object::Section<'data, '_, R>| -> Option<SectionBytes> {
-            if section.kind() == SectionKind::UninitializedData || section.size() > MAX_SECTION_BYTES
+            if section.kind() == SectionKind::UninitializedData
+                || section.size() > MAX_SECTION_BYTES
             {
                 return None;
             }
@@ -288,8 +289,11 @@ impl ProcessUnwinder {
         for mapping in &mappings {
             if let Some(sections) = &mapping.sections
                 && sections.has_unwind_info()
-                && let Some(module) =
-                    sections.module(&mapping.name, mapping.start..mapping.end, mapping.file_offset)
+                && let Some(module) = sections.module(
+                    &mapping.name,
+                    mapping.start..mapping.end,
+                    mapping.file_offset,
+                )
             {
                 unwinder.add_module(module);
             }
@@ -323,9 +327,11 @@ impl ProcessUnwinder {
         }
         let stack_end = stack_base + stack.len() as u64;
         let mut read_stack = |address: u64| -> Result<u64, ()> {
-            let offset = usize::try_from(address.checked_sub(stack_base).ok_or(())?)
-                .map_err(|_| ())?;
-            let bytes = stack.get(offset..offset.checked_add(8).ok_or(())?).ok_or(())?;
+            let offset =
+                usize::try_from(address.checked_sub(stack_base).ok_or(())?).map_err(|_| ())?;
+            let bytes = stack
+                .get(offset..offset.checked_add(8).ok_or(())?)
+                .ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
         let mut iter = self.unwinder.iter_frames(

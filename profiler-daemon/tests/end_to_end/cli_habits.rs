@@ -269,6 +269,19 @@ async fn reports_say_what_they_count_and_whose_stacks_they_are() {
     );
     assert!(flat.contains("%: a share of all samples"), "{flat}");
 
+    // Status: counters a line each, zeros only when asked (early, before
+    // other tests' peek signals show up).
+    let status = stdout_of(&support::profilerctl(socket, &["status"]).await);
+    assert!(
+        status.contains("none yet (--verbose shows every counter)"),
+        "{status}"
+    );
+    let verbose = stdout_of(&support::profilerctl(socket, &["status", "--verbose"]).await);
+    assert!(
+        verbose.contains("\n                  0 failed\n"),
+        "{verbose}"
+    );
+
     // Frames that are no code say where they point: what walking frame
     // pointers (stack_copy = 0) through fake frames yields.
     let walking = Daemon::start_with(&["--stack-copy", "0"]).await;
@@ -302,18 +315,6 @@ async fn reports_say_what_they_count_and_whose_stacks_they_are() {
     let unwound = run(profile("tree", &[&odd_workload])).await;
     assert!(unwound.contains("[unwind stopped: bad frame]"), "{unwound}");
     assert!(!unwound.contains("(not code)"), "{unwound}");
-
-    // Status: counters a line each, zeros only when asked.
-    let status = stdout_of(&support::profilerctl(socket, &["status"]).await);
-    assert!(
-        status.contains("none yet (--verbose shows every counter)"),
-        "{status}"
-    );
-    let verbose = stdout_of(&support::profilerctl(socket, &["status", "--verbose"]).await);
-    assert!(
-        verbose.contains("\n                  0 failed\n"),
-        "{verbose}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

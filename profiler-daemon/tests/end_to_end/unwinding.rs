@@ -41,7 +41,10 @@ fn whole_chains(stacks: &[(Vec<String>, u64)], leaf: &str, chain: &[&str]) -> (u
         }
         with_leaf += count;
         let starts_with_chain = frames.len() >= chain.len()
-            && frames.iter().zip(chain).all(|(frame, want)| plain(frame) == *want);
+            && frames
+                .iter()
+                .zip(chain)
+                .all(|(frame, want)| plain(frame) == *want);
         if starts_with_chain {
             whole += count;
         }
@@ -366,7 +369,10 @@ async fn a_stripped_binary_is_named_from_its_debug_file_by_build_id() {
     let binary = dir.path().join("splitchain");
     let debug = dir.path().join("splitchain.debug");
     let run = |program: &str, args: &[&std::ffi::OsStr]| {
-        let output = Command::new(program).args(args).output().expect("binutils runs");
+        let output = Command::new(program)
+            .args(args)
+            .output()
+            .expect("binutils runs");
         assert!(
             output.status.success(),
             "{program} failed: {}",
@@ -375,7 +381,14 @@ async fn a_stripped_binary_is_named_from_its_debug_file_by_build_id() {
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
     std::fs::copy(&built, &binary).expect("copied");
-    run("objcopy", &["--only-keep-debug".as_ref(), binary.as_ref(), debug.as_ref()]);
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            binary.as_ref(),
+            debug.as_ref(),
+        ],
+    );
     run("strip", &["--strip-all".as_ref(), binary.as_ref()]);
     let link = format!("--add-gnu-debuglink={}", debug.display());
     run("objcopy", &[link.as_ref(), binary.as_ref()]);
@@ -422,7 +435,12 @@ async fn a_binary_without_unwind_sections_says_so_at_the_end_of_its_stacks() {
     let built = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
     let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workload-chain-nounwind");
     let output = Command::new("objcopy")
-        .args(["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr"])
+        .args([
+            "--remove-section",
+            ".eh_frame",
+            "--remove-section",
+            ".eh_frame_hdr",
+        ])
         .arg(&built)
         .arg(&binary)
         .output()
@@ -458,5 +476,8 @@ async fn a_binary_without_unwind_sections_says_so_at_the_end_of_its_stacks() {
         .map_or(0, |stop| stop.count);
     assert!(counted > 0, "{unwinding:?}");
     assert_eq!(unwinding.stack_copy_bytes, 16 * 1024);
-    assert!(unwinding.binaries > 0 && unwinding.bytes > 0, "{unwinding:?}");
+    assert!(
+        unwinding.binaries > 0 && unwinding.bytes > 0,
+        "{unwinding:?}"
+    );
 }

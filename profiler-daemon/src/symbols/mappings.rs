@@ -1,0 +1,210 @@
+//! What a process maps: the binaries (kept open, identified by device and
+//! inode, with their unwind sections read once), the mappings of a process
+//! and what a user address in them is.
+//!
+//! This module owns those types and the lookups on them; the process table
+//! (`processes`) decides when a process's mappings are read and kept.
+
+use std::{
+    fs::File,
+    os::fd::AsRawFd as _,
+    path::PathBuf,
+    sync::{Arc, OnceLock},
+};
+
+use procfs::process::MMapPath;
+use tracing::debug;
+
+use super::unwind::{CodeMapping, UnwindSections};
+
+/// The identity of a binary file: device and inode as the kernel maps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BinaryKey {
+    pub device: u64,
+    pub inode: u64,
+}
+
+/// A mapped executable or library, kept open.
+#[derive(Debug)]
+pub struct Binary {
+    pub key: BinaryKey,
+    /// The path the process mapped it under (for display).
+    pub path: Arc<str>,
+    /// Held open so `readable_path` stays valid for as long as this lives.
+    file: File,
+    /// Its unwind sections, read when a stack first needs them.
+    unwind: OnceLock<Arc<UnwindSections>>,
+}
+
+impl Binary {
+    /// A binary the process table opened (through the process that maps it).
+    pub(super) fn from_file(key: BinaryKey, path: Arc<str>, file: File) -> Self {
+        Self {
+            key,
+            path,
+            file,
+            unwind: OnceLock::new(),
+        }
+    }
+
+    /// Its unwind sections, if they were read.
+    pub fn unwind_sections_held(&self) -> Option<&Arc<UnwindSections>> {
+        self.unwind.get()
+    }
+
+    /// Opens a binary by path, outside any process (for benchmarks and
+    /// tools that symbolize files).
+    pub fn open(path: &std::path::Path) -> std::io::Result<Arc<Self>> {
+        use std::os::unix::fs::MetadataExt as _;
+        let file = File::open(path)?;
+        let metadata = file.metadata()?;
+        Ok(Arc::new(Self {
+            key: BinaryKey {
+                device: metadata.dev(),
+                inode: metadata.ino(),
+            },
+            path: display_path(path).into(),
+            file,
+            unwind: OnceLock::new(),
+        }))
+    }
+
+    /// A path the daemon can open whatever happened to the original file.
+    pub fn readable_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+
+    /// Its unwind sections (none if it cannot be read or is not ELF).
+    pub fn unwind_sections(&self) -> Arc<UnwindSections> {
+        self.unwind
+            .get_or_init(|| {
+                // A second open: reading must not move the held file's offset.
+                match File::open(self.readable_path()) {
+                    Ok(file) => Arc::new(UnwindSections::read(file)),
+                    Err(err) => {
+                        debug!(path = %self.path, "cannot reopen a binary: {err}");
+                        Arc::default()
+                    }
+                }
+            })
+            .clone()
+    }
+}
+
+/// A user address, normalized.
+#[derive(Clone, Debug)]
+pub enum UserAddress {
+    /// Code of a file-backed mapping.
+    File { binary: Arc<Binary>, offset: u64 },
+    /// Code of a special mapping such as `[vdso]`, or of anonymous memory
+    /// (JIT-compiled code), as an offset from the mapping's start.
+    Special { name: Arc<str>, offset: u64 },
+    /// JIT-compiled code named by the process's perf map.
+    Jit { function: Arc<str>, address: u64 },
+    /// No mapping of the process covers it (or the process was never seen
+    /// alive).
+    Unmapped { address: u64 },
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum MappingTarget {
+    File(Arc<Binary>),
+    Special(Arc<str>),
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Mapping {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) file_offset: u64,
+    pub(super) target: MappingTarget,
+    /// Whether it holds code (is executable).
+    pub(super) code: bool,
+}
+
+/// The code mappings of a process as its unwinder sees them: binaries
+/// with their unwind sections, the vDSO with the daemon's own, anonymous
+/// code (JIT) without any (unwound by frame pointers).
+pub(super) fn code_mappings(mappings: &[Mapping]) -> Vec<CodeMapping> {
+    mappings
+        .iter()
+        .filter(|mapping| mapping.code)
+        .map(|mapping| {
+            let (name, sections) = match &mapping.target {
+                MappingTarget::File(binary) => {
+                    (binary.path.clone(), Some(binary.unwind_sections()))
+                }
+                MappingTarget::Special(name) if &**name == "[vdso]" => {
+                    (name.clone(), UnwindSections::vdso())
+                }
+                // Anonymous code, or a special mapping.
+                MappingTarget::Special(name) if name.starts_with('[') => (name.clone(), None),
+                // A file that could not be opened: nothing to unwind with.
+                MappingTarget::Special(name) => (name.clone(), Some(Arc::default())),
+            };
+            CodeMapping {
+                start: mapping.start,
+                end: mapping.end,
+                file_offset: mapping.file_offset,
+                name,
+                sections,
+            }
+        })
+        .collect()
+}
+
+/// The mapping that holds `address`.
+pub(super) fn mapping_of(mappings: &[Mapping], address: u64) -> Option<&Mapping> {
+    let index = mappings.partition_point(|mapping| mapping.start <= address);
+    index
+        .checked_sub(1)
+        .map(|i| &mappings[i])
+        .filter(|mapping| address < mapping.end)
+}
+
+pub(super) fn lookup(mappings: &[Mapping], address: u64) -> UserAddress {
+    let Some(mapping) = mapping_of(mappings, address) else {
+        return UserAddress::Unmapped { address };
+    };
+    let offset = address - mapping.start;
+    match &mapping.target {
+        MappingTarget::File(binary) => UserAddress::File {
+            binary: binary.clone(),
+            offset: offset + mapping.file_offset,
+        },
+        MappingTarget::Special(name) => UserAddress::Special {
+            name: name.clone(),
+            offset,
+        },
+    }
+}
+
+/// The kernel's `dev_t` encoding of a major:minor pair, as `stat` reports it.
+pub(super) fn device_number((major, minor): (i32, i32)) -> u64 {
+    let (major, minor) = (major as u64, minor as u64);
+    ((major & 0xfffff000) << 32)
+        | ((major & 0xfff) << 8)
+        | ((minor & 0xffffff00) << 12)
+        | (minor & 0xff)
+}
+
+/// What a mapping that holds no code is called in frames: a file's name,
+/// or the kind of memory.
+pub(super) fn data_name(path: &MMapPath) -> String {
+    match path {
+        MMapPath::Path(path) => {
+            let path = display_path(path);
+            path.rsplit('/').next().unwrap_or(&path).to_owned()
+        }
+        MMapPath::Heap => "[heap]".to_owned(),
+        MMapPath::Stack | MMapPath::TStack(_) => "[stack]".to_owned(),
+        MMapPath::Other(name) => format!("[{name}]"),
+        _ => "[anon]".to_owned(),
+    }
+}
+
+/// The mapped path without the " (deleted)" the kernel appends.
+pub(super) fn display_path(path: &std::path::Path) -> String {
+    let text = path.to_string_lossy();
+    text.strip_suffix(" (deleted)").unwrap_or(&text).to_owned()
+}
