@@ -17,10 +17,7 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_probe_read_kernel,
-        generated::{
-            bpf_get_current_task, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user,
-            bpf_task_pt_regs,
-        },
+        generated::{bpf_get_current_task, bpf_get_stack, bpf_probe_read_user},
     },
     macros::{map, perf_event, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -420,6 +417,7 @@ fn copy_stack(
 fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
     #[cfg(bpf_target_arch = "x86_64")]
     {
+        use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs};
         if interrupted_user_mode(ctx) {
             // SAFETY: the context of a perf_event program is a
             // bpf_perf_event_data, whose registers programs may read.

@@ -419,11 +419,7 @@ fn unwinding_table(runs: &BTreeMap<Config, Vec<Run>>) -> Table {
          first function, and why the others stopped.",
     );
     let median = |tool: Tool, value: &dyn Fn(&Run) -> Option<f64>| {
-        let values: Vec<f64> = runs
-            .get(&(tool, 99))?
-            .iter()
-            .filter_map(value)
-            .collect();
+        let values: Vec<f64> = runs.get(&(tool, 99))?.iter().filter_map(value).collect();
         (!values.is_empty()).then(|| Spread::of(&values).median)
     };
     let per_sample = |run: &Run| Some(run.ebpf?.nanos_per_run() / 1000.0);
@@ -431,7 +427,8 @@ fn unwinding_table(runs: &BTreeMap<Config, Vec<Run>>) -> Table {
     if let Some(ours) = median(Tool::Profilerd, &per_sample) {
         let walking = median(Tool::ProfilerdFramePointers, &per_sample);
         let bpftrace = median(Tool::Bpftrace, &per_sample);
-        let show = |value: Option<f64>| value.map_or("not measured".to_owned(), |v| format!("{v:.2} µs"));
+        let show =
+            |value: Option<f64>| value.map_or("not measured".to_owned(), |v| format!("{v:.2} µs"));
         table.note(format!(
             "Design: the sampler copies the registers and the top of the user stack into a ring \
              buffer and the daemon unwinds the copy with each binary's .eh_frame (framehop), as \

@@ -210,8 +210,10 @@ impl Pipeline {
             let (stats, stopping) = (stats.clone(), stopping.clone());
             Box::new(move || {
                 drain_periodically(
-                    source,
-                    stack_copies.as_deref(),
+                    SampleFeeds {
+                        source,
+                        stack_copies: stack_copies.as_deref(),
+                    },
                     drain_interval,
                     &request_queue,
                     &jobs,
@@ -244,9 +246,18 @@ impl Drop for Pipeline {
 }
 
 /// The drain thread: drains every `interval`, and at once when asked.
+/// What the drain thread reads: the sample source, and the stack copies
+/// when the kernel copies stacks.
+struct SampleFeeds<'a> {
+    source: Box<dyn SampleSource>,
+    stack_copies: Option<&'a Mutex<unwinding::StackCopyUnwinder>>,
+}
+
 fn drain_periodically(
-    mut source: Box<dyn SampleSource>,
-    stack_copies: Option<&Mutex<unwinding::StackCopyUnwinder>>,
+    SampleFeeds {
+        mut source,
+        stack_copies,
+    }: SampleFeeds<'_>,
     interval: Duration,
     requests: &mpsc::Receiver<DrainRequest>,
     jobs: &mpsc::SyncSender<SymbolizeJob>,

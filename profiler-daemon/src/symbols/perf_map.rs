@@ -100,10 +100,6 @@ impl PerfMap {
         let (_, (end, name)) = self.entries.range(..=address).next_back()?;
         (address < *end).then(|| name.clone())
     }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
 }
 
 /// The process's pid in its own pid namespace (the last `NSpid` field).
@@ -150,7 +146,7 @@ mod tests {
     fn later_code_at_the_same_address_wins_and_bad_lines_are_skipped() {
         let map = map("1000 10 old\nnonsense\n1000 zz bad\n1000 20 new\n");
         assert_eq!(map.lookup(0x1018).as_deref(), Some("new"));
-        assert_eq!(map.len(), 1);
+        assert_eq!(map.entries.len(), 1);
     }
 
     #[test]
