@@ -124,6 +124,9 @@ async fn run_profilerd(
                     selector: None,
                     options: Some(v1::ReportOptions {
                         format: format as i32,
+                        // One tree of the whole machine, as in earlier
+                        // runs (not a section per process).
+                        groupby: v1::GroupBy::None as i32,
                         ..Default::default()
                     }),
                     mode: v1::Mode::Cpu as i32,

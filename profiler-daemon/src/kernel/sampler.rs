@@ -164,11 +164,13 @@ pub struct MapSizes {
 /// How often the pipeline empties the stack-copy ring buffer.
 pub const STACK_COPY_READ_INTERVAL: Duration = Duration::from_millis(50);
 
-/// How long the automatically sized stack-copy ring buffer holds the CPU
-/// clock's samples of every CPU (with a quarter second of peek samples on
-/// top) when the daemon stops reading it: long enough to ride out the
-/// first look at many new binaries on a busy machine.
-const STACK_COPY_HOLD: Duration = Duration::from_secs(2);
+/// How long the automatically sized stack-copy ring buffer holds the
+/// samples of every CPU, peeks running, when the daemon stops reading it
+/// (eight reads; with the size rounded down to a power of two, at least
+/// half that). The daemon maps the ring twice over (its wrap-around), so
+/// it adds twice its size to the daemon's resident memory: a longer hold
+/// costs memory on every machine.
+const STACK_COPY_HOLD: Duration = Duration::from_millis(400);
 
 impl MapSizes {
     /// Sizes each generation for twice the samples one drain interval can
@@ -194,13 +196,15 @@ impl MapSizes {
         };
         let record = (size_of::<StackCopyHeader>()
             + settings.stack_copy_pages as usize * STACK_COPY_PAGE) as f64;
-        let records = (f64::from(settings.frequency_hz) * STACK_COPY_HOLD.as_secs_f64()
-            + f64::from(settings.peek_frequency_hz) * 0.25)
+        let records = f64::from(settings.frequency_hz + settings.peek_frequency_hz)
+            * STACK_COPY_HOLD.as_secs_f64()
             * cpus as f64;
         let stack_copies = match settings.stack_copy_buffer {
-            0 => ((records * record).ceil() as u64)
-                .next_power_of_two()
-                .clamp(1 << 20, 1 << 26),
+            0 => {
+                let wanted = ((records * record) as u64).max(1);
+                // The largest power of two not above it.
+                (1_u64 << (63 - wanted.leading_zeros())).clamp(1 << 20, 1 << 26)
+            }
             configured => configured,
         } as u32;
         Self {
@@ -632,7 +636,7 @@ mod tests {
             MapSizes {
                 stacks: 1024,
                 sample_keys: 1024,
-                stack_copies: 1 << 22,
+                stack_copies: 1 << 20,
             }
         );
         let high = MapSizes::for_settings(&settings(1000), 2);
@@ -641,7 +645,7 @@ mod tests {
             MapSizes {
                 stacks: 8192,
                 sample_keys: 4096,
-                stack_copies: 1 << 26,
+                stack_copies: 1 << 23,
             }
         );
         let huge = MapSizes::for_settings(&settings(1000), 512);

@@ -269,10 +269,13 @@ impl ProcessTable {
             self.count_unrecorded(pid);
         }
         let mut unwound = self.unwind_recorded(pid, registers, stack_base, stack);
+        // A process recorded at its first sample may have been recorded
+        // while the dynamic loader was still mapping its libraries: read
+        // its mappings again (at most every 10 ms).
         let stale = self
             .processes
             .get(&pid)
-            .is_some_and(|record| record.recorded_at.elapsed() > Duration::from_millis(100));
+            .is_some_and(|record| record.recorded_at.elapsed() > Duration::from_millis(10));
         if unwound.stop == Some(UnwindStop::Unmapped) && stale && self.record(pid).is_ok() {
             unwound = self.unwind_recorded(pid, registers, stack_base, stack);
         }

@@ -325,6 +325,16 @@ impl Daemon {
                 .arg("--frequency-hz")
                 .arg(TEST_FREQUENCY_HZ.to_string());
         }
+        // A dozen unoptimized daemons share two busy CPUs during the
+        // tests, each unwinding the whole machine's stacks: their stack
+        // copies get more room than a lone release daemon needs, so that a
+        // test that counts losses is not failed by a slow neighbour.
+        if !args
+            .iter()
+            .any(|arg| arg == "--stack-copy-buffer" || arg == "--config")
+        {
+            command.args(["--stack-copy-buffer", "64MiB"]);
+        }
         command
             .arg("--state-dir")
             .arg(dir.join("state"))
