@@ -7,14 +7,12 @@
 //! This module owns the stack-copy reader and the samples unwound since
 //! the last drain; it must not symbolize or store.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::sync::{Arc, Mutex};
 
 use std::time::{Duration, Instant};
 
 use profiler_common::SampleKind;
+use rustc_hash::FxHashMap as HashMap;
 use tracing::warn;
 
 use crate::{
@@ -58,7 +56,7 @@ impl StackCopyUnwinder {
     pub fn new(copies: StackCopies) -> Self {
         Self {
             copies,
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             thread_names: ThreadNames::default(),
         }
     }

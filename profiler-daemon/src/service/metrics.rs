@@ -72,16 +72,13 @@ impl Collector for Snapshot {
             "Samples taken by the kernel",
             pipeline.samples_taken(),
         )?;
-        let mut lost = out.encode_descriptor(
+        labelled_counters(
+            out,
             "samples_lost",
             "Samples or stacks lost, by cause",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
+            "cause",
+            drain::losses(&pipeline.counters).map(|(cause, count)| (cause.name(), count)),
         )?;
-        for (cause, count) in drain::losses(&pipeline.counters) {
-            let labels = [("cause", cause.name())];
-            ConstCounter::new(count).encode(lost.encode_family(&labels)?)?;
-        }
         counter(out, "drains", "Drains of the kernel maps", pipeline.drains)?;
         counter(
             out,
@@ -108,16 +105,16 @@ impl Collector for Snapshot {
             "User stacks unwound from copies to their first function",
             unwinding.complete,
         )?;
-        let mut stopped = out.encode_descriptor(
+        labelled_counters(
+            out,
             "stacks_unwound_stopped",
             "User stacks whose unwinding stopped short, by reason",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
+            "reason",
+            unwinding
+                .stopped
+                .iter()
+                .map(|(reason, count)| (*reason, *count)),
         )?;
-        for (reason, count) in &unwinding.stopped {
-            let labels = [("reason", *reason)];
-            ConstCounter::new(*count).encode(stopped.encode_family(&labels)?)?;
-        }
         counter(
             out,
             "unwound_stack_bytes",
@@ -266,6 +263,27 @@ where
     ConstCounter<N>: EncodeMetric,
 {
     one(encoder, name, help, ConstCounter::new(value))
+}
+
+/// A counter family with one label, a counter per value of it.
+fn labelled_counters<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: impl Iterator<Item = (&'a str, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for (value, count) in values {
+        let labels = [(label, value)];
+        ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 fn gauge<N>(
