@@ -10,6 +10,8 @@
 //! `guard_peek_signal` (BPF LSM, where the kernel allows it) keeps a peek
 //! signal from killing a process without a handler, and `follow_forks`
 //! tells the daemon of the processes a followed process forks.
+//! `sample_unwind_tables` is a prototype the benchmark measures (design 2
+//! of user-stack unwinding); the daemon never loads it.
 //! They must not block, allocate or log on the hot path.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
 
@@ -19,6 +21,8 @@ mod families;
 mod sampler;
 #[cfg(target_arch = "bpf")]
 mod signals;
+#[cfg(target_arch = "bpf")]
+mod unwind_tables;
 
 #[cfg(not(target_arch = "bpf"))]
 fn main() {

@@ -32,6 +32,8 @@ use profiler_common::{
 
 use crate::global;
 
+const PAGE_BYTES: u64 = STACK_COPY_PAGE as u64;
+
 /// Sizes below are placeholders: the daemon sizes every map at load time.
 const DEFAULT_ENTRIES: u32 = 1024;
 const EEXIST: i32 = 17;
@@ -51,6 +53,9 @@ static CRED_IDS_OFFSET: u32 = 0;
 static TASK_MM_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static MM_FLAGS_OFFSET: u32 = 0;
+/// Byte offset of `mm_struct.start_stack` (0: unknown, copies untrimmed).
+#[unsafe(no_mangle)]
+static MM_START_STACK_OFFSET: u32 = 0;
 
 /// Pages of user stack each sample copies into [`STACK_COPIES`] for the
 /// daemon to unwind; 0: none (user stacks are walked by frame pointers).
@@ -194,7 +199,7 @@ fn record(
         return;
     };
 
-    let (uid, gid, protected, user_memory) = credentials();
+    let (uid, gid, protected, user_memory, main_stack_top) = credentials();
     let mut flags = if protected {
         sample_flags::PROTECTED
     } else {
@@ -203,7 +208,7 @@ fn record(
     let pages = global(&STACK_COPY_PAGES).min(MAX_STACK_COPY_PAGES);
     // Kernel threads and the idle tasks (pid 0) have no user memory.
     let copy_failed = if pages != 0 && user_memory {
-        if copy_stack(ctx, pid_tgid, kind, flags, (uid, gid), pages) {
+        if copy_stack(ctx, pid_tgid, kind, flags, (uid, gid), (pages, main_stack_top)) {
             count(Counter::StackCopies);
             announce_process(pid);
             return;
@@ -278,15 +283,16 @@ fn record(
 /// trace a task (`ptrace_may_access`) lets its owner do so only when its
 /// real, effective and saved ids are all the same and it is dumpable.
 /// Also says whether the task has user memory (false for kernel threads;
-/// true when the kernel's layout is unknown).
+/// true when the kernel's layout is unknown) and where the frames of its
+/// process's main thread end (`mm_struct.start_stack`; 0 if unknown).
 #[inline(always)]
-fn credentials() -> (u32, u32, bool, bool) {
+fn credentials() -> (u32, u32, bool, bool, u64) {
     let ids = bpf_get_current_uid_gid();
     let (uid, gid) = (ids as u32, (ids >> 32) as u32);
     let (cred_offset, ids_offset) = (global(&TASK_REAL_CRED_OFFSET), global(&CRED_IDS_OFFSET));
     let (mm_offset, flags_offset) = (global(&TASK_MM_OFFSET), global(&MM_FLAGS_OFFSET));
     if cred_offset == 0 || ids_offset == 0 || mm_offset == 0 || flags_offset == 0 {
-        return (uid, gid, true, true);
+        return (uid, gid, true, true, 0);
     }
     // SAFETY: a helper without arguments.
     let task = unsafe { bpf_get_current_task() };
@@ -295,13 +301,13 @@ fn credentials() -> (u32, u32, bool, bool) {
     let Ok(cred) =
         (unsafe { bpf_probe_read_kernel((task + u64::from(cred_offset)) as *const u64) })
     else {
-        return (uid, gid, true, true);
+        return (uid, gid, true, true, 0);
     };
     // SAFETY: as above.
     let Ok([uid, gid, suid, sgid, euid, egid]) =
         (unsafe { bpf_probe_read_kernel((cred + u64::from(ids_offset)) as *const [u32; 6]) })
     else {
-        return (uid, gid, true, true);
+        return (uid, gid, true, true, 0);
     };
     let mixed = uid != suid || uid != euid || gid != sgid || gid != egid;
     // SAFETY: as above.
@@ -319,12 +325,23 @@ fn credentials() -> (u32, u32, bool, bool) {
         Err(_) => false,
     };
     let user_memory = !matches!(mm, Ok(0));
-    (uid, gid, mixed || !dumpable, user_memory)
+    let start_stack_offset = global(&MM_START_STACK_OFFSET);
+    let main_stack_top = match mm {
+        Ok(mm) if mm != 0 && start_stack_offset != 0 => {
+            // SAFETY: as above.
+            unsafe { bpf_probe_read_kernel((mm + u64::from(start_stack_offset)) as *const u64) }
+                .unwrap_or(0)
+        }
+        _ => 0,
+    };
+    (uid, gid, mixed || !dumpable, user_memory, main_stack_top)
 }
 
 /// Writes one sample into the stack-copy ring buffer: its key, weight,
 /// kernel stack, user registers and `pages` pages of user stack from the
-/// one holding the stack pointer. False when the ring buffer is full.
+/// one holding the stack pointer, fewer when the main thread's frames
+/// (which end at `main_stack_top`) take fewer. False when the ring buffer
+/// is full.
 #[inline(always)]
 fn copy_stack(
     ctx: &PerfEventContext,
@@ -332,7 +349,7 @@ fn copy_stack(
     kind: SampleKind,
     flags: u32,
     (uid, gid): (u32, u32),
-    pages: u32,
+    (pages, main_stack_top): (u32, u64),
 ) -> bool {
     const HEADER: usize = size_of::<StackCopyHeader>();
     // `pages` comes from a frozen global: the verifier knows this size.
@@ -383,9 +400,17 @@ fn copy_stack(
             unsafe { (*header).kernel_len = (walked as usize / size_of::<u64>()) as u32 };
         }
     }
+    // The main thread's frames end below its arguments: nothing above
+    // them helps unwinding (other threads' stacks are elsewhere, and copied
+    // whole).
+    let wanted = if sp < main_stack_top && main_stack_top - sp < u64::from(pages) * PAGE_BYTES {
+        ((main_stack_top + 8 - base).div_ceil(PAGE_BYTES)) as u32
+    } else {
+        pages
+    };
     let mut copied = 0_u32;
     for page in 0..MAX_STACK_COPY_PAGES {
-        if page >= pages || sp == 0 {
+        if page >= pages || page >= wanted || sp == 0 {
             break;
         }
         let offset = HEADER + page as usize * STACK_COPY_PAGE;
@@ -414,7 +439,7 @@ fn copy_stack(
 /// pointer): the tick's own when it interrupted user code, else those
 /// saved when the task entered the kernel. Zeros where unknown.
 #[inline(always)]
-fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
+pub(crate) fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
     #[cfg(bpf_target_arch = "x86_64")]
     {
         use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs};
@@ -458,7 +483,7 @@ const PT_REGS_SP: u64 = 19 * 8;
 /// in the saved code segment). Elsewhere, assume not: the kernel walk then
 /// simply finds nothing.
 #[inline(always)]
-fn interrupted_user_mode(ctx: &PerfEventContext) -> bool {
+pub(crate) fn interrupted_user_mode(ctx: &PerfEventContext) -> bool {
     #[cfg(bpf_target_arch = "x86_64")]
     {
         // SAFETY: the context of a perf_event program is a bpf_perf_event_data,
@@ -515,14 +540,14 @@ fn stack_key(
     }
 }
 
-struct StoredStack {
+pub(crate) struct StoredStack {
     /// Key in the stacks map; 0 when there is no stack of this kind.
-    key: u64,
+    pub(crate) key: u64,
     truncated: bool,
 }
 
 #[inline(always)]
-fn store_stack(
+pub(crate) fn store_stack(
     ctx: &PerfEventContext,
     stacks: &HashMap<u64, StackTrace>,
     scratch: *mut StackTrace,
@@ -542,13 +567,26 @@ fn store_stack(
         return Err(Counter::LostStackWalkError);
     }
     let len = (walked as usize / size_of::<u64>()).min(MAX_STACK_DEPTH);
+    store_walked(stacks, scratch, len, user)
+}
+
+/// Stores the `len` frames walked into `scratch` in `stacks` (once per
+/// distinct stack), returning their key.
+#[inline(always)]
+pub(crate) fn store_walked(
+    stacks: &HashMap<u64, StackTrace>,
+    scratch: *mut StackTrace,
+    len: usize,
+    user: bool,
+) -> Result<StoredStack, Counter> {
+    let len = len.min(MAX_STACK_DEPTH);
     if len == 0 {
         return Ok(StoredStack {
             key: 0,
             truncated: false,
         });
     }
-    // SAFETY: as above; the scratch entry belongs to this CPU and this run.
+    // SAFETY: the caller's scratch entry belongs to this CPU and this run.
     let scratch = unsafe { &mut *scratch };
     scratch.len = len as u32;
     let key = stack_hash(&scratch.ips, len, user);

@@ -100,6 +100,10 @@ pub struct BenchArgs {
     /// rewrite BENCHMARKS.md.
     #[arg(long)]
     pub quick: bool,
+    /// Ask one question only (overhead, designs, scale, symbolization or
+    /// peek); it does not rewrite BENCHMARKS.md.
+    #[arg(long, value_name = "QUESTION")]
+    pub only: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -146,6 +146,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     if args.quick {
         cmd.arg("--quick");
     }
+    if let Some(question) = &args.only {
+        cmd.args(["--only", question]);
+    }
     println!("==> {}", process::display(&cmd));
     process::run(&mut cmd)
 }

@@ -11,6 +11,7 @@
 //! round, since absolute times drift on shared machines. Nothing here
 //! asserts a timing: targets are reported, met or MISSED.
 
+mod designs;
 mod ebpf;
 mod machine;
 mod measure;
@@ -115,7 +116,12 @@ struct Args {
     /// A large binary with debug information, for the symbolization question.
     symbolize_binary: PathBuf,
     command: String,
+    /// Only this question (one of [`QUESTIONS`]).
+    only: Option<String>,
 }
+
+/// The questions, in the order they are asked.
+const QUESTIONS: [&str; 5] = ["overhead", "designs", "scale", "symbolization", "peek"];
 
 fn parse_args() -> Result<Args> {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -128,6 +134,7 @@ fn parse_args() -> Result<Args> {
         markdown: Some(workspace.join("BENCHMARKS.md")),
         symbolize_binary: workspace.join("target/debug/profilerd"),
         command: "cargo xtask bench".to_owned(),
+        only: None,
     };
     let mut given = std::env::args().skip(1);
     while let Some(arg) = given.next() {
@@ -144,13 +151,20 @@ fn parse_args() -> Result<Args> {
             "--symbolize-binary" => args.symbolize_binary = value("--symbolize-binary")?.into(),
             "--command" => args.command = value("--command")?,
             "--no-markdown" => args.markdown = None,
+            "--only" => {
+                let question = value("--only")?;
+                if !QUESTIONS.contains(&question.as_str()) {
+                    bail!("--only {question:?}: no such question; the questions are {QUESTIONS:?}");
+                }
+                args.only = Some(question);
+            }
             other => bail!(
                 "unknown argument {other:?}; accepted: --quick, --out-dir DIR, \
-                 --symbolize-binary FILE, --command TEXT, --no-markdown"
+                 --symbolize-binary FILE, --command TEXT, --no-markdown, --only QUESTION"
             ),
         }
     }
-    if args.quick {
+    if args.quick || args.only.is_some() {
         args.markdown = None;
     }
     Ok(args)
@@ -180,15 +194,27 @@ fn main() -> Result<()> {
         tables.push(table);
     };
     let _stats = ebpf::enable_stats()?;
-    let overhead = runtime.block_on(overhead::run(&plan, &workloads, &args.out_dir))?;
-    show(overhead.slowdown);
-    show(overhead.profiler_cpu);
-    show(overhead.unwinding);
-    for table in runtime.block_on(scale::run(&plan, &workloads, &args.out_dir))? {
-        show(table);
+    let asked = |question: &str| args.only.as_ref().is_none_or(|only| only == question);
+    if asked("overhead") {
+        let overhead = runtime.block_on(overhead::run(&plan, &workloads, &args.out_dir))?;
+        show(overhead.slowdown);
+        show(overhead.profiler_cpu);
+        show(overhead.unwinding);
     }
-    show(symbolization::run(&plan, &args.symbolize_binary)?);
-    show(runtime.block_on(peek::run(&plan, &workloads, &args.out_dir))?);
+    if asked("designs") {
+        show(runtime.block_on(designs::run(&plan, &args.out_dir))?);
+    }
+    if asked("scale") {
+        for table in runtime.block_on(scale::run(&plan, &workloads, &args.out_dir))? {
+            show(table);
+        }
+    }
+    if asked("symbolization") {
+        show(symbolization::run(&plan, &args.symbolize_binary)?);
+    }
+    if asked("peek") {
+        show(runtime.block_on(peek::run(&plan, &workloads, &args.out_dir))?);
+    }
 
     let results = Results {
         command: args.command.clone(),

@@ -84,6 +84,13 @@ impl KernelTypes {
     pub fn credential_layout(&self) -> Result<CredentialLayout, BtfError> {
         CredentialLayout::from_btf(&self.0)
     }
+
+    /// Offset of `mm_struct.start_stack`: the top of the main thread's
+    /// frames (just below its arguments and environment).
+    pub fn mm_start_stack(&self) -> Result<u32, BtfError> {
+        self.0
+            .member_offset(self.0.struct_named("mm_struct")?, "start_stack")
+    }
 }
 
 impl CredentialLayout {

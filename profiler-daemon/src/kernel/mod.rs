@@ -22,3 +22,4 @@ pub mod sampler;
 pub mod sources;
 pub mod stack_copies;
 pub mod targets;
+pub mod unwind_tables;

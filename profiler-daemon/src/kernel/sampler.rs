@@ -33,7 +33,7 @@ use super::{
 };
 
 /// The eBPF object built by build.rs.
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+pub(super) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 #[derive(Debug, thiserror::Error)]
 pub enum SamplingError {
@@ -339,6 +339,12 @@ impl Sampler {
             ] {
                 loader.override_global(name, value, true);
             }
+        }
+        // Without it, main threads' stack copies are not trimmed at the top
+        // of their stack: they only cost more.
+        let start_stack_offset = types.clone().and_then(KernelTypes::mm_start_stack);
+        if let Ok(offset) = &start_stack_offset {
+            loader.override_global(names::MM_START_STACK_OFFSET, offset, true);
         }
         let credentials = types.and_then(KernelTypes::credential_layout);
         match &credentials {

@@ -13,3 +13,4 @@ pub mod perf_map;
 pub mod processes;
 pub mod symbolizer;
 pub mod unwind;
+pub mod unwind_rows;

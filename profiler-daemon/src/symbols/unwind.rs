@@ -162,6 +162,13 @@ impl UnwindSections {
         self.eh_frame.is_some() || self.debug_frame.is_some()
     }
 
+    /// `.eh_frame`'s address in the file and its bytes.
+    pub(crate) fn eh_frame(&self) -> Option<(u64, &[u8])> {
+        self.eh_frame
+            .as_ref()
+            .map(|(range, data)| (range.start, &**data))
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         let len = |data: &SectionBytes| data.len() as u64;
@@ -173,7 +180,7 @@ impl UnwindSections {
     /// The address the binary's address 0 lands at when the file bytes
     /// from `file_offset` on are mapped at `start`; `None` when no segment
     /// holds that offset.
-    fn load_bias(&self, start: u64, file_offset: u64) -> Option<u64> {
+    pub(crate) fn load_bias(&self, start: u64, file_offset: u64) -> Option<u64> {
         const PAGE: u64 = 4096;
         // The loader maps each segment from its offset rounded down to a
         // page, so the mapping of a segment starts exactly there; a page

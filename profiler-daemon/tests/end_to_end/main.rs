@@ -26,4 +26,5 @@ mod service;
 mod sessions;
 mod support;
 mod targets;
+mod unwind_tables;
 mod unwinding;
