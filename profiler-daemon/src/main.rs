@@ -110,6 +110,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         // The exporters (Pyroscope, OpenTelemetry) will plug in here.
         Vec::new(),
         config.drain_interval,
+        config.unwind_info_limit.as_u64(),
     )
     .context("cannot start the sample pipeline")?;
     let peek_signals = sampler.take_peek_signals().context("cannot set up peeks")?;

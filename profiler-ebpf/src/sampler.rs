@@ -208,7 +208,14 @@ fn record(
     let pages = global(&STACK_COPY_PAGES).min(MAX_STACK_COPY_PAGES);
     // Kernel threads and the idle tasks (pid 0) have no user memory.
     let copy_failed = if pages != 0 && user_memory {
-        if copy_stack(ctx, pid_tgid, kind, flags, (uid, gid), (pages, main_stack_top)) {
+        if copy_stack(
+            ctx,
+            pid_tgid,
+            kind,
+            flags,
+            (uid, gid),
+            (pages, main_stack_top),
+        ) {
             count(Counter::StackCopies);
             announce_process(pid);
             return;

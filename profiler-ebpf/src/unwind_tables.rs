@@ -39,10 +39,8 @@ pub fn sample_unwind_tables(ctx: PerfEventContext) -> u32 {
     let Some(process) = UNWIND_PROCESSES.get_ptr(&pid) else {
         return 0;
     };
-    let (Some(user), Some(kernel)) = (
-        UNWIND_SCRATCH.get_ptr_mut(0),
-        UNWIND_SCRATCH.get_ptr_mut(1),
-    ) else {
+    let (Some(user), Some(kernel)) = (UNWIND_SCRATCH.get_ptr_mut(0), UNWIND_SCRATCH.get_ptr_mut(1))
+    else {
         return 0;
     };
     // SAFETY: live map entries; the scratch entries belong to this CPU and
@@ -100,7 +98,8 @@ fn walk(ctx: &PerfEventContext, process: &Process, stack: &mut StackTrace) -> (u
             }
         };
         // SAFETY: bpf_probe_read_user fails rather than faulting.
-        let Ok(return_address) = (unsafe { bpf_probe_read_user((frame_address - 8) as *const u64) })
+        let Ok(return_address) =
+            (unsafe { bpf_probe_read_user((frame_address - 8) as *const u64) })
         else {
             ended = cfa::BAD_FRAME;
             break;

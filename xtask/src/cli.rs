@@ -100,8 +100,8 @@ pub struct BenchArgs {
     /// rewrite BENCHMARKS.md.
     #[arg(long)]
     pub quick: bool,
-    /// Ask one question only (overhead, designs, scale, symbolization or
-    /// peek); it does not rewrite BENCHMARKS.md.
+    /// Ask one question only (overhead, designs, unwind_info, scale,
+    /// symbolization or peek); it replaces only its own tables in BENCHMARKS.md.
     #[arg(long, value_name = "QUESTION")]
     pub only: Option<String>,
 }

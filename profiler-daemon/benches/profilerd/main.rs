@@ -21,6 +21,7 @@ mod report;
 mod scale;
 mod symbolization;
 mod tools;
+mod unwind_info;
 mod workloads;
 
 use std::{path::PathBuf, time::Duration};
@@ -111,7 +112,8 @@ struct Results {
 struct Args {
     quick: bool,
     out_dir: PathBuf,
-    /// Where to write the repository's BENCHMARKS.md (full runs only).
+    /// Where to write the repository's BENCHMARKS.md (full runs; a run of
+    /// one question replaces its own tables there).
     markdown: Option<PathBuf>,
     /// A large binary with debug information, for the symbolization question.
     symbolize_binary: PathBuf,
@@ -121,7 +123,14 @@ struct Args {
 }
 
 /// The questions, in the order they are asked.
-const QUESTIONS: [&str; 5] = ["overhead", "designs", "scale", "symbolization", "peek"];
+const QUESTIONS: [&str; 6] = [
+    "overhead",
+    "designs",
+    "unwind_info",
+    "scale",
+    "symbolization",
+    "peek",
+];
 
 fn parse_args() -> Result<Args> {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -164,7 +173,7 @@ fn parse_args() -> Result<Args> {
             ),
         }
     }
-    if args.quick || args.only.is_some() {
+    if args.quick {
         args.markdown = None;
     }
     Ok(args)
@@ -204,6 +213,9 @@ fn main() -> Result<()> {
     if asked("designs") {
         show(runtime.block_on(designs::run(&plan, &args.out_dir))?);
     }
+    if asked("unwind_info") {
+        show(runtime.block_on(unwind_info::run(&plan, &args.out_dir))?);
+    }
     if asked("scale") {
         for table in runtime.block_on(scale::run(&plan, &workloads, &args.out_dir))? {
             show(table);
@@ -228,10 +240,68 @@ fn main() -> Result<()> {
     std::fs::write(args.out_dir.join("BENCHMARKS.md"), &markdown)?;
     println!("\nresults: {}", json.display());
     if let Some(path) = &args.markdown {
+        let markdown = match &args.only {
+            None => markdown,
+            Some(question) => {
+                let existing = std::fs::read_to_string(path).unwrap_or_default();
+                let note = format!(
+                    "Measured alone with `{} --only {question}` on {}, profilerd at {}.",
+                    results.command, results.machine.date, results.machine.commit
+                );
+                let tables = results.tables.iter().map(|table| {
+                    let mut table = table.clone();
+                    table.note(note.clone());
+                    table
+                });
+                replace_tables(&existing, tables)
+            }
+        };
         std::fs::write(path, &markdown)?;
         println!("tables: {}", path.display());
     }
     Ok(())
+}
+
+/// `markdown` (a BENCHMARKS.md) with each of `tables` in place of the
+/// section of the same title, or, when it has none, after the last section
+/// whose label ("1b" of "### 1b. …") comes before the table's.
+fn replace_tables(markdown: &str, tables: impl Iterator<Item = Table>) -> String {
+    let mut sections: Vec<String> = Vec::new();
+    for line in markdown.split_inclusive('\n') {
+        match sections.last_mut() {
+            Some(section) if !line.starts_with("### ") => section.push_str(line),
+            _ => sections.push(line.to_owned()),
+        }
+    }
+    let title = |section: &str| -> Option<String> {
+        let heading = section.lines().next()?.strip_prefix("### ")?;
+        Some(heading.trim().to_owned())
+    };
+    let label = |title: &str| -> (u32, String) {
+        let label = title.split('.').next().unwrap_or_default();
+        let digits: String = label.chars().take_while(char::is_ascii_digit).collect();
+        (
+            digits.parse().unwrap_or(u32::MAX),
+            label[digits.len()..].to_owned(),
+        )
+    };
+    for table in tables {
+        let text = format!("{}\n", table.markdown());
+        if let Some(section) = sections
+            .iter_mut()
+            .find(|section| title(section).as_deref() == Some(table.title.as_str()))
+        {
+            *section = text;
+            continue;
+        }
+        let wanted = label(&table.title);
+        let after = sections
+            .iter()
+            .rposition(|section| title(section).is_some_and(|t| label(&t) < wanted))
+            .map_or(sections.len(), |index| index + 1);
+        sections.insert(after, text);
+    }
+    sections.concat()
 }
 
 fn benchmarks_markdown(results: &Results) -> String {

@@ -209,11 +209,22 @@ fn unwinding_status(unwinding: Option<&v1::UnwindStatus>) -> String {
             .collect();
         text.push_str(&format!(" ({})", reasons.join(", ")));
     }
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     text.push_str(&format!(
-        "; unwind info of {} binaries held ({:.1} MiB)",
+        "; unwind info of {} binaries held ({:.1} MiB",
         unwinding.binaries,
-        unwinding.bytes as f64 / (1024.0 * 1024.0)
+        mib(unwinding.bytes)
     ));
+    if unwinding.limit > 0 {
+        text.push_str(&format!(" of at most {:.0} MiB", mib(unwinding.limit)));
+    }
+    text.push(')');
+    if unwinding.binaries_evicted > 0 {
+        text.push_str(&format!(
+            "; {} let go of to stay under the limit (raise unwind_info_limit if this grows fast)",
+            unwinding.binaries_evicted
+        ));
+    }
     text
 }
 

@@ -105,6 +105,10 @@ pub struct Config {
     /// Size of the ring buffer the stack copies go through; 0 sizes it from
     /// the frequency, the CPU count and `stack_copy`.
     pub stack_copy_buffer: ByteSize,
+    /// Most unwind information (`.eh_frame`, `.debug_frame`) held; above
+    /// it, that of the binaries sampled least recently is let go of (and
+    /// read again when needed). 0: no limit.
+    pub unwind_info_limit: ByteSize,
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax
     /// (e.g. `info`, `profilerd=debug`).
     pub log_level: String,
@@ -164,6 +168,7 @@ impl Default for Config {
             max_sample_keys: 0,
             stack_copy: ByteSize::kib(16),
             stack_copy_buffer: ByteSize::b(0),
+            unwind_info_limit: ByteSize::mib(64),
             log_level: "info".to_owned(),
             peek_signal: "SIGUSR1".to_owned(),
             peek_duration: Duration::from_secs(1),
@@ -250,6 +255,9 @@ pub struct Overrides {
     /// Stack-copy ring buffer size, 0 = automatic [default: 0]
     #[arg(long, value_name = "SIZE")]
     pub stack_copy_buffer: Option<ByteSize>,
+    /// Most unwind information held, 0 = no limit [default: 64MiB]
+    #[arg(long, value_name = "SIZE")]
+    pub unwind_info_limit: Option<ByteSize>,
     /// Log filter, e.g. info or profilerd=debug [default: info]
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
@@ -412,6 +420,7 @@ impl Config {
             max_sample_keys,
             stack_copy,
             stack_copy_buffer,
+            unwind_info_limit,
             log_level,
             peek_signal,
             peek_duration,
@@ -465,6 +474,7 @@ impl Config {
         set(&mut self.max_sample_keys, max_sample_keys);
         set(&mut self.stack_copy, stack_copy);
         set(&mut self.stack_copy_buffer, stack_copy_buffer);
+        set(&mut self.unwind_info_limit, unwind_info_limit);
         set(&mut self.log_level, log_level);
         set(&mut self.peek_signal, peek_signal);
         set(&mut self.peek_duration, peek_duration);

@@ -33,7 +33,8 @@ use super::{
 };
 
 /// The eBPF object built by build.rs.
-pub(super) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+pub(super) static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 #[derive(Debug, thiserror::Error)]
 pub enum SamplingError {

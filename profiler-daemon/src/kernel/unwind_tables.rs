@@ -84,9 +84,8 @@ impl UnwindTablePrototype {
         program.load().with_context(|| {
             format!("the kernel's verifier refused {PROGRAM} (see the log above)")
         })?;
-        let cpus = aya::util::online_cpus().map_err(|(path, err)| {
-            anyhow::anyhow!("reading the online CPUs from {path}: {err}")
-        })?;
+        let cpus = aya::util::online_cpus()
+            .map_err(|(path, err)| anyhow::anyhow!("reading the online CPUs from {path}: {err}"))?;
         for cpu in cpus {
             program
                 .attach(
@@ -137,7 +136,10 @@ impl UnwindTablePrototype {
             let Some(bias) = sections.load_bias(start, map.offset) else {
                 continue;
             };
-            let key = ((u64::from(map.dev.0 as u32) << 32) | u64::from(map.dev.1 as u32), map.inode);
+            let key = (
+                (u64::from(map.dev.0 as u32) << 32) | u64::from(map.dev.1 as u32),
+                map.inode,
+            );
             let (first_row, rows) = match self.binaries.get(&key) {
                 Some(&placed) => placed,
                 None => {

@@ -138,6 +138,7 @@ impl Pipeline {
         peeks: Arc<PeekInbox>,
         sinks: Vec<Box<dyn ExportSink>>,
         drain_interval: Duration,
+        unwind_info_limit: u64,
     ) -> Result<Self, PipelineError> {
         let source = sampler.take_source()?;
         let announcements = sampler.take_process_announcements()?;
@@ -150,13 +151,19 @@ impl Pipeline {
             peeks,
             sinks,
             drain_interval,
+            unwind_info_limit,
         )
     }
 
     /// Starts the pipeline threads on `source`, with the kernel's process
     /// announcements when there are (without, processes are recorded when
     /// their samples are drained) and its stack copies when it copies
-    /// stacks.
+    /// stacks, holding at most `unwind_info_limit` bytes of unwind
+    /// information (0: no limit).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each is a distinct part the pipeline joins"
+    )]
     pub fn start_with(
         source: Box<dyn SampleSource>,
         announcements: Option<RingBuf<MapData>>,
@@ -165,10 +172,13 @@ impl Pipeline {
         peeks: Arc<PeekInbox>,
         sinks: Vec<Box<dyn ExportSink>>,
         drain_interval: Duration,
+        unwind_info_limit: u64,
     ) -> Result<Self, PipelineError> {
         let stopping = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(PipelineStats::default()));
-        let processes = Arc::new(Mutex::new(ProcessTable::new()));
+        let processes = Arc::new(Mutex::new(ProcessTable::with_unwind_info_limit(
+            unwind_info_limit,
+        )));
         let (requests, request_queue) = mpsc::channel();
         // Room for half a minute of drains at the default interval, so that a
         // slow first symbolization of a large binary does not hold up
@@ -427,16 +437,7 @@ fn watch_processes(
         for pid in pids.drain(..) {
             let recorded = lock(processes).record(pid);
             match recorded {
-                Ok(()) => {
-                    second_looks.push_back((Instant::now() + SECOND_LOOK, pid));
-                    // Read its binaries' unwind information here, outside
-                    // the table's lock, rather than when its first stack
-                    // is unwound.
-                    let binaries = lock(processes).binaries_of(pid);
-                    for binary in binaries {
-                        binary.unwind_sections();
-                    }
-                }
+                Ok(()) => second_looks.push_back((Instant::now() + SECOND_LOOK, pid)),
                 Err(err) => debug!(
                     pid,
                     "a new process was gone before it could be recorded: {err}"
@@ -568,6 +569,7 @@ mod tests {
             inbox,
             sinks,
             Duration::from_secs(60),
+            0,
         )
         .unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread()

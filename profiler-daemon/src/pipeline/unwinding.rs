@@ -79,6 +79,9 @@ impl StackCopyUnwinder {
             entry.0 += 1;
             entry.1 += weight;
         });
+        if let Some(table) = &mut table {
+            table.enforce_unwind_info_limit();
+        }
         let took = started.elapsed();
         if took > SLOW_PASS {
             warn!(

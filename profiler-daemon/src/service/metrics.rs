@@ -139,6 +139,18 @@ impl Collector for Snapshot {
             "Binaries whose unwind information is held",
             unwinding.binaries,
         )?;
+        gauge(
+            out,
+            "unwind_info_limit_bytes",
+            "Most bytes of unwind information held (unwind_info_limit; 0: none)",
+            unwinding.limit,
+        )?;
+        counter(
+            out,
+            "unwind_info_evictions",
+            "Binaries whose unwind information was let go of to stay under unwind_info_limit",
+            unwinding.binaries_evicted,
+        )?;
         let symbolizer = &pipeline.symbolizer;
         counter(
             out,

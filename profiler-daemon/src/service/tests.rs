@@ -66,6 +66,7 @@ fn fixture() -> Fixture {
         inbox.clone(),
         Vec::new(),
         Duration::from_secs(60),
+        0,
     )
     .expect("the pipeline starts");
     let state = tempfile::tempdir().expect("a temporary directory");

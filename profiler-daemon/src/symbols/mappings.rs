@@ -9,13 +9,13 @@ use std::{
     fs::File,
     os::fd::AsRawFd as _,
     path::PathBuf,
-    sync::{Arc, OnceLock},
+    sync::{Arc, Mutex},
 };
 
 use procfs::process::MMapPath;
 use tracing::debug;
 
-use super::unwind::{CodeMapping, UnwindSections};
+use super::unwind::{CodeMapping, SectionsSource, UnwindSections};
 
 /// The identity of a binary file: device and inode as the kernel maps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,8 +32,9 @@ pub struct Binary {
     pub path: Arc<str>,
     /// Held open so `readable_path` stays valid for as long as this lives.
     file: File,
-    /// Its unwind sections, read when a stack first needs them.
-    unwind: OnceLock<Arc<UnwindSections>>,
+    /// Its unwind sections, read when a stack first needs them (and
+    /// dropped again when the table must make room).
+    unwind: Mutex<Option<Arc<UnwindSections>>>,
 }
 
 impl Binary {
@@ -43,13 +44,28 @@ impl Binary {
             key,
             path,
             file,
-            unwind: OnceLock::new(),
+            unwind: Mutex::new(None),
         }
     }
 
-    /// Its unwind sections, if they were read.
-    pub fn unwind_sections_held(&self) -> Option<&Arc<UnwindSections>> {
-        self.unwind.get()
+    /// Its unwind sections, if they are held.
+    pub fn unwind_sections_held(&self) -> Option<Arc<UnwindSections>> {
+        self.held_sections().clone()
+    }
+
+    /// Lets go of its unwind sections (they are read again when needed);
+    /// the bytes no longer held.
+    pub fn drop_unwind_sections(&self) -> u64 {
+        self.held_sections()
+            .take()
+            .map_or(0, |sections| sections.bytes())
+    }
+
+    fn held_sections(&self) -> std::sync::MutexGuard<'_, Option<Arc<UnwindSections>>> {
+        // A panic while reading sections leaves nothing half-written.
+        self.unwind
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Opens a binary by path, outside any process (for benchmarks and
@@ -65,7 +81,7 @@ impl Binary {
             },
             path: display_path(path).into(),
             file,
-            unwind: OnceLock::new(),
+            unwind: Mutex::new(None),
         }))
     }
 
@@ -76,18 +92,18 @@ impl Binary {
 
     /// Its unwind sections (none if it cannot be read or is not ELF).
     pub fn unwind_sections(&self) -> Arc<UnwindSections> {
-        self.unwind
-            .get_or_init(|| {
-                // A second open: reading must not move the held file's offset.
-                match File::open(self.readable_path()) {
-                    Ok(file) => Arc::new(UnwindSections::read(file)),
-                    Err(err) => {
-                        debug!(path = %self.path, "cannot reopen a binary: {err}");
-                        Arc::default()
-                    }
+        let mut held = self.held_sections();
+        held.get_or_insert_with(|| {
+            // A second open: reading must not move the held file's offset.
+            match File::open(self.readable_path()) {
+                Ok(file) => Arc::new(UnwindSections::read(file)),
+                Err(err) => {
+                    debug!(path = %self.path, "cannot reopen a binary: {err}");
+                    Arc::default()
                 }
-            })
-            .clone()
+            }
+        })
+        .clone()
     }
 }
 
@@ -132,15 +148,21 @@ pub(super) fn code_mappings(mappings: &[Mapping]) -> Vec<CodeMapping> {
         .map(|mapping| {
             let (name, sections) = match &mapping.target {
                 MappingTarget::File(binary) => {
-                    (binary.path.clone(), Some(binary.unwind_sections()))
+                    (binary.path.clone(), SectionsSource::Binary(binary.clone()))
                 }
-                MappingTarget::Special(name) if &**name == "[vdso]" => {
-                    (name.clone(), UnwindSections::vdso())
-                }
+                MappingTarget::Special(name) if &**name == "[vdso]" => (
+                    name.clone(),
+                    UnwindSections::vdso()
+                        .map_or(SectionsSource::FramePointers, SectionsSource::Held),
+                ),
                 // Anonymous code, or a special mapping.
-                MappingTarget::Special(name) if name.starts_with('[') => (name.clone(), None),
+                MappingTarget::Special(name) if name.starts_with('[') => {
+                    (name.clone(), SectionsSource::FramePointers)
+                }
                 // A file that could not be opened: nothing to unwind with.
-                MappingTarget::Special(name) => (name.clone(), Some(Arc::default())),
+                MappingTarget::Special(name) => {
+                    (name.clone(), SectionsSource::Held(Arc::default()))
+                }
             };
             CodeMapping {
                 start: mapping.start,

@@ -132,11 +132,93 @@ pub struct ProcessTable {
     cgroups: crate::kernel::cgroups::CgroupPaths,
     unwind_cache: UnwindCache,
     unwind_stats: UnwindStats,
+    /// Most bytes of unwind information held (0: no limit).
+    unwind_info_limit: u64,
 }
+
+/// Binaries a stack passed through this recently keep their unwind
+/// information whatever the limit: evicting them would only read them again.
+const UNWIND_INFO_IN_USE: Duration = Duration::from_secs(2);
 
 impl ProcessTable {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Holds at most `bytes` of unwind information (0: no limit), letting
+    /// go of the binaries whose processes were sampled least recently.
+    pub fn with_unwind_info_limit(bytes: u64) -> Self {
+        Self {
+            unwind_info_limit: bytes,
+            ..Self::default()
+        }
+    }
+
+    /// Brings the unwind information held back under the limit (to three
+    /// quarters of it, so that it is not done at every pass): the binaries
+    /// of the processes sampled least recently go first, and every process
+    /// that maps one builds its unwinder again when next sampled.
+    pub fn enforce_unwind_info_limit(&mut self) {
+        let limit = self.unwind_info_limit;
+        if limit == 0 {
+            return;
+        }
+        let held: Vec<(BinaryKey, u64)> = self
+            .binaries
+            .iter()
+            .filter_map(|(key, binary)| Some((*key, binary.unwind_sections_held()?.bytes())))
+            .collect();
+        let mut total: u64 = held.iter().map(|(_, bytes)| bytes).sum();
+        if total <= limit {
+            return;
+        }
+        // When each binary was last needed: by the most recently sampled
+        // process that maps it.
+        let mut last_used: HashMap<BinaryKey, Instant> = HashMap::new();
+        for record in self.processes.values() {
+            for mapping in &record.mappings {
+                if let MappingTarget::File(binary) = &mapping.target {
+                    let used = last_used.entry(binary.key).or_insert(record.last_used);
+                    *used = (*used).max(record.last_used);
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut candidates: Vec<(Option<Instant>, BinaryKey)> = held
+            .iter()
+            .map(|(key, _)| (last_used.get(key).copied(), *key))
+            .filter(|(used, _)| used.is_none_or(|used| now - used > UNWIND_INFO_IN_USE))
+            .collect();
+        candidates.sort();
+        let target = limit / 4 * 3;
+        let mut evicted = std::collections::HashSet::new();
+        for (_, key) in candidates {
+            if total <= target {
+                break;
+            }
+            if let Some(binary) = self.binaries.get(&key) {
+                total -= binary.drop_unwind_sections();
+                evicted.insert(key);
+            }
+        }
+        if evicted.is_empty() {
+            return;
+        }
+        self.unwind_stats.binaries_evicted += evicted.len() as u64;
+        for record in self.processes.values_mut() {
+            let maps_evicted = record.mappings.iter().any(|mapping| {
+                matches!(&mapping.target, MappingTarget::File(binary) if evicted.contains(&binary.key))
+            });
+            if maps_evicted {
+                record.unwinder = None;
+            }
+        }
+        debug!(
+            binaries = evicted.len(),
+            held_bytes = total,
+            limit,
+            "let go of the unwind information of binaries not sampled lately"
+        );
     }
 
     /// Records (or re-records) a live process's name and mappings. Fails
@@ -319,7 +401,7 @@ impl ProcessTable {
         // sample taken before an exec, unwound after it. The mappings it
         // ran with are among the earlier ones (rare: built as needed).
         for earlier in &record.earlier {
-            let unwinder = ProcessUnwinder::new(code_mappings(earlier));
+            let mut unwinder = ProcessUnwinder::new(code_mappings(earlier));
             let again = unwinder.unwind(&mut self.unwind_cache, registers, stack_base, stack);
             if again.stop != Some(UnwindStop::Unmapped) || again.frames.len() > 1 {
                 return again;
@@ -346,6 +428,7 @@ impl ProcessTable {
     /// Unwind outcomes so far, and the unwind information held.
     pub fn unwind_stats(&self) -> UnwindStats {
         let mut stats = self.unwind_stats.clone();
+        stats.limit = self.unwind_info_limit;
         for binary in self.binaries.values() {
             if let Some(sections) = binary.unwind_sections_held() {
                 stats.binaries += 1;

@@ -28,6 +28,8 @@ use tracing::debug;
 
 pub use crate::profile::UnwindStop;
 
+use super::mappings::Binary;
+
 /// The registers a user stack is unwound from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UserRegisters {
@@ -56,6 +58,10 @@ pub struct UnwindStats {
     /// Binaries whose unwind sections are held, and their bytes.
     pub binaries: u64,
     pub bytes: u64,
+    /// The most bytes held (0: no limit), and how many times a binary's
+    /// sections were let go of to stay under it.
+    pub limit: u64,
+    pub binaries_evicted: u64,
     /// Bytes of stack copies unwound, and the time spent unwinding them.
     pub stack_bytes: u64,
     pub busy: std::time::Duration,
@@ -254,16 +260,46 @@ pub struct CodeMapping {
     pub file_offset: u64,
     /// The binary's name (for stop reasons).
     pub name: Arc<str>,
-    /// Its unwind sections; `None` for anonymous code (JIT), which is
-    /// unwound by frame pointers.
-    pub sections: Option<Arc<UnwindSections>>,
+    pub sections: SectionsSource,
 }
 
-/// A process's unwinder: a framehop module per code mapping.
+/// Where a code mapping's unwind sections come from.
+#[derive(Clone, Debug)]
+pub enum SectionsSource {
+    /// A binary's, read the first time a stack passes through it.
+    Binary(Arc<Binary>),
+    /// Already at hand (the vDSO's; empty for a file that could not be
+    /// opened, which has nothing to unwind with).
+    Held(Arc<UnwindSections>),
+    /// None: anonymous code (JIT), unwound by frame pointers.
+    FramePointers,
+}
+
+impl SectionsSource {
+    fn sections(&self) -> Option<Arc<UnwindSections>> {
+        match self {
+            SectionsSource::Binary(binary) => Some(binary.unwind_sections()),
+            SectionsSource::Held(sections) => Some(sections.clone()),
+            SectionsSource::FramePointers => None,
+        }
+    }
+}
+
+/// A process's unwinder: a framehop module per code mapping that a stack
+/// has passed through, added the first time one does (so only binaries
+/// that appear in stacks have their unwind information read and held).
 pub struct ProcessUnwinder {
     unwinder: UnwinderX86_64<SectionBytes>,
     /// Sorted by start.
     mappings: Vec<CodeMapping>,
+    /// Per mapping, once added: its sections (`None`: frame pointers).
+    added: Vec<Option<Option<Arc<UnwindSections>>>>,
+}
+
+/// One attempt at a stack: done, or stopped at a mapping to add first.
+enum Attempt {
+    Done(UnwoundStack),
+    Add(usize),
 }
 
 impl std::fmt::Debug for ProcessUnwinder {
@@ -292,45 +328,70 @@ impl std::fmt::Debug for UnwindCache {
 impl ProcessUnwinder {
     pub fn new(mut mappings: Vec<CodeMapping>) -> Self {
         mappings.sort_by_key(|mapping| mapping.start);
-        let mut unwinder = UnwinderX86_64::new();
-        for mapping in &mappings {
-            if let Some(sections) = &mapping.sections
-                && sections.has_unwind_info()
-                && let Some(module) = sections.module(
-                    &mapping.name,
-                    mapping.start..mapping.end,
-                    mapping.file_offset,
-                )
-            {
-                unwinder.add_module(module);
-            }
+        let added = vec![None; mappings.len()];
+        Self {
+            unwinder: UnwinderX86_64::new(),
+            mappings,
+            added,
         }
-        Self { unwinder, mappings }
     }
 
-    fn mapping(&self, address: u64) -> Option<&CodeMapping> {
+    /// The index of the mapping holding `address`.
+    fn mapping(&self, address: u64) -> Option<usize> {
         let index = self.mappings.partition_point(|m| m.start <= address);
         index
             .checked_sub(1)
-            .map(|i| &self.mappings[i])
-            .filter(|m| address < m.end)
+            .filter(|&i| address < self.mappings[i].end)
+    }
+
+    /// Reads mapping `index`'s unwind sections and gives them to framehop.
+    fn add(&mut self, index: usize) {
+        let mapping = &self.mappings[index];
+        let sections = mapping.sections.sections();
+        if let Some(sections) = &sections
+            && sections.has_unwind_info()
+            && let Some(module) = sections.module(
+                &mapping.name,
+                mapping.start..mapping.end,
+                mapping.file_offset,
+            )
+        {
+            self.unwinder.add_module(module);
+        }
+        self.added[index] = Some(sections);
     }
 
     /// Unwinds one stack: `stack` holds the user memory from `stack_base`
-    /// on.
+    /// on. A stack that reaches a mapping not yet added is walked again
+    /// once it is (at most once per mapping of the process).
     pub fn unwind(
-        &self,
+        &mut self,
         cache: &mut UnwindCache,
         registers: UserRegisters,
         stack_base: u64,
         stack: &[u8],
     ) -> UnwoundStack {
+        loop {
+            match self.attempt(cache, registers, stack_base, stack) {
+                Attempt::Done(unwound) => return unwound,
+                Attempt::Add(index) => self.add(index),
+            }
+        }
+    }
+
+    fn attempt(
+        &self,
+        cache: &mut UnwindCache,
+        registers: UserRegisters,
+        stack_base: u64,
+        stack: &[u8],
+    ) -> Attempt {
         let mut frames = Vec::with_capacity(32);
         if registers.ip == 0 {
-            return UnwoundStack {
+            return Attempt::Done(UnwoundStack {
                 frames,
                 stop: Some(UnwindStop::BadFrame),
-            };
+            });
         }
         let stack_end = stack_base + stack.len() as u64;
         let mut read_stack = |address: u64| -> Result<u64, ()> {
@@ -360,12 +421,17 @@ impl ProcessUnwinder {
                             frames.push(address);
                             break Some(UnwindStop::Unmapped);
                         }
-                        Some(mapping) => {
+                        Some(index) => {
+                            let Some(sections) = &self.added[index] else {
+                                return Attempt::Add(index);
+                            };
                             frames.push(address);
-                            if let Some(sections) = &mapping.sections
+                            if let Some(sections) = sections
                                 && !sections.has_unwind_info()
                             {
-                                break Some(UnwindStop::NoUnwindInfo(mapping.name.clone()));
+                                break Some(UnwindStop::NoUnwindInfo(
+                                    self.mappings[index].name.clone(),
+                                ));
                             }
                         }
                     }
@@ -390,7 +456,7 @@ impl ProcessUnwinder {
                 }
             }
         };
-        UnwoundStack { frames, stop }
+        Attempt::Done(UnwoundStack { frames, stop })
     }
 }
 

@@ -43,7 +43,8 @@ fn fde_rows(address: u64, data: &[u8]) -> Vec<Row> {
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
-        let Ok(fde) = partial.parse(|section, bases, offset| section.cie_from_offset(bases, offset))
+        let Ok(fde) =
+            partial.parse(|section, bases, offset| section.cie_from_offset(bases, offset))
         else {
             continue;
         };
@@ -133,7 +134,11 @@ mod tests {
             .iter()
             .filter(|row| matches!(row.cfa, cfa::SP | cfa::BP))
             .count();
-        assert!(walkable * 10 > rows.len() * 8, "{walkable} of {}", rows.len());
+        assert!(
+            walkable * 10 > rows.len() * 8,
+            "{walkable} of {}",
+            rows.len()
+        );
         assert!(rows.iter().any(|row| row.cfa == cfa::BP));
         assert!(rows.iter().any(|row| row.bp_offset == -16));
     }

@@ -56,7 +56,10 @@ fn assert_whole(stacks: &[(Vec<String>, u8, u64)], leaf: &str, chain: &[&str]) {
         .filter(|(frames, _, _)| frames.last().is_some_and(|f| f == leaf))
         .collect();
     let total: u64 = with_leaf.iter().map(|(_, _, count)| count).sum();
-    assert!(total >= 50, "too few samples of {leaf} ({total}): {stacks:#?}");
+    assert!(
+        total >= 50,
+        "too few samples of {leaf} ({total}): {stacks:#?}"
+    );
     let whole: u64 = with_leaf
         .iter()
         .filter(|(frames, ended, _)| {
@@ -79,7 +82,13 @@ fn the_in_kernel_walk_over_compiled_tables_gives_whole_chains() {
     let binary = build_workload_with("chain", "chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
     let workload = Workload::spawn(&binary, &["20"]);
     let stacks = prototype_stacks(workload.pid(), 2);
-    let chain = ["_start", "__libc_start_call_main", "main", "drive", "hot_leaf"];
+    let chain = [
+        "_start",
+        "__libc_start_call_main",
+        "main",
+        "drive",
+        "hot_leaf",
+    ];
     assert_whole(&stacks, "hot_leaf", &chain);
     let sorting = Workload::spawn(&binary, &["20", "qsort"]);
     let stacks = prototype_stacks(sorting.pid(), 2);

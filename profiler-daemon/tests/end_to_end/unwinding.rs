@@ -481,3 +481,76 @@ async fn a_binary_without_unwind_sections_says_so_at_the_end_of_its_stacks() {
         "{unwinding:?}"
     );
 }
+
+/// Of `stacks`, the share that reach `__libc_start_call_main` (the frame
+/// below main in every whole stack of a program linked with glibc).
+fn reaching_main(stacks: &[(Vec<String>, u64)]) -> f64 {
+    let samples = total(stacks);
+    let reaching: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f == "__libc_start_call_main"))
+        .map(|(_, count)| count)
+        .sum();
+    assert!(samples >= 50, "too few samples: {stacks:#?}");
+    reaching as f64 / samples as f64
+}
+
+fn python_loop() -> Workload {
+    Command::new("python3")
+        .args(["-c", "while True: sum(i * i for i in range(1000))"])
+        .spawn()
+        .expect("Debian's python3 runs")
+        .into()
+}
+
+async fn unwinding_status(daemon: &Daemon) -> v1::UnwindStatus {
+    let mut client = daemon.client().await;
+    client
+        .get_status(v1::GetStatusRequest::default())
+        .await
+        .expect("status")
+        .into_inner()
+        .unwinding
+        .expect("the unwinding status")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unwind_information_not_needed_lately_is_let_go_of_and_read_again_when_needed() {
+    // python3's unwind information alone (about 490 KiB) is above the limit.
+    let limit = 384 << 10;
+    let daemon = Daemon::start_with(&["--unwind-info-limit", "384KiB"]).await;
+    let python = python_loop();
+    let first = folded_profile_of(&daemon, python.pid(), 2).await;
+    assert!(reaching_main(&first) >= 0.9, "python3 before: {first:#?}");
+    drop(python);
+    let held = unwinding_status(&daemon).await;
+    assert_eq!(held.limit, limit);
+    assert!(
+        held.bytes > limit,
+        "python3's stacks need more than the limit: {held:?}"
+    );
+
+    // Once python3 has not been sampled for a while, its unwind
+    // information goes; the chain's stacks stay whole meanwhile.
+    let binary = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let chain = Workload::spawn(&binary, &["20"]);
+    let stacks = folded_profile_of(&daemon, chain.pid(), 4).await;
+    let whole = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
+    assert_share(&stacks, "hot_leaf", &whole, 95.0);
+    let after = unwinding_status(&daemon).await;
+    assert!(after.binaries_evicted >= 1, "nothing let go of: {after:?}");
+    // What is held now is what the processes sampled lately need (this
+    // test's own binary among them): python3's went.
+    assert!(
+        after.bytes + (400 << 10) <= held.bytes,
+        "python3's unwind information is still held: {} bytes before, {} after",
+        held.bytes,
+        after.bytes
+    );
+    drop(chain);
+
+    // python3 again: its unwind information is read again.
+    let python = python_loop();
+    let again = folded_profile_of(&daemon, python.pid(), 2).await;
+    assert!(reaching_main(&again) >= 0.9, "python3 after: {again:#?}");
+}

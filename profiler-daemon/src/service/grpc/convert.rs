@@ -444,6 +444,8 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
             bytes: pipeline.unwinding.bytes,
             stack_bytes: pipeline.unwinding.stack_bytes,
             unwind_ms: pipeline.unwinding.busy.as_millis() as u64,
+            limit: pipeline.unwinding.limit,
+            binaries_evicted: pipeline.unwinding.binaries_evicted,
         }),
         peek: Some(v1::PeekStatus {
             signal: peek.signal,
