@@ -5,6 +5,12 @@
 //! maps; the daemon unwinds stack copies instead (BENCHMARKS.md says why).
 //! It must stay within one program: no tail calls, bounded loops only.
 
+#![expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "map keys and values are passed by reference, as in the sampler: copies only \
+              cost BPF stack space"
+)]
+
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
