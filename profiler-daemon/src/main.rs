@@ -42,6 +42,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    profilerd::daemon::limit_allocator_arenas();
     let args = Args::parse();
     let config = Config::load(args.config.as_deref(), &args.overrides);
     let log_level = config

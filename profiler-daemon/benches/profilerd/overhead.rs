@@ -430,15 +430,13 @@ fn unwinding_table(runs: &BTreeMap<Config, Vec<Run>>) -> Table {
         let show =
             |value: Option<f64>| value.map_or("not measured".to_owned(), |v| format!("{v:.2} µs"));
         table.note(format!(
-            "Design: the sampler copies the registers and the top of the user stack into a ring \
-             buffer and the daemon unwinds the copy with each binary's .eh_frame (framehop), as \
-             perf --call-graph dwarf and samply do. Unwind tables compiled into BPF maps and \
-             walked in the kernel (the OpenTelemetry profiler's design) were not built: this \
-             kernel's verifier already holds the sampler near its one-million-instruction \
-             limit, and the row \"profilerd, frame pointers\" (stack_copy = 0: frame pointers \
-             walked in the kernel, samples aggregated there) is the floor any in-kernel walk \
-             costs. Target: at 99 Hz the kernel's cost per sample no higher than bpftrace's \
-             frame-pointer walk: {} (stack copies {}, frame pointers {}, bpftrace {}).",
+            "Design: the sampler copies the registers and the top of the user stack (a main \
+             thread's only up to where its frames end) into a ring buffer and the daemon unwinds \
+             the copy with each binary's .eh_frame (framehop), as perf --call-graph dwarf and \
+             samply do. Unwind tables compiled into BPF maps and walked in the kernel (the \
+             OpenTelemetry profiler's design) are measured beside it in table 1c. Target: at \
+             99 Hz the kernel's cost per sample no higher than bpftrace's frame-pointer walk: {} \
+             (stack copies {}, frame pointers {}, bpftrace {}).",
             verdict(bpftrace.is_none_or(|theirs| ours <= theirs)),
             show(Some(ours)),
             show(walking),
