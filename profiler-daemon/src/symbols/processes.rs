@@ -163,11 +163,7 @@ impl ProcessTable {
         if limit == 0 {
             return;
         }
-        let held: Vec<(BinaryKey, u64)> = self
-            .binaries
-            .iter()
-            .filter_map(|(key, binary)| Some((*key, binary.unwind_sections_held()?.bytes())))
-            .collect();
+        let held: Vec<(BinaryKey, u64)> = self.unwind_info_held().collect();
         let mut total: u64 = held.iter().map(|(_, bytes)| bytes).sum();
         if total <= limit {
             return;
@@ -429,13 +425,18 @@ impl ProcessTable {
     pub fn unwind_stats(&self) -> UnwindStats {
         let mut stats = self.unwind_stats.clone();
         stats.limit = self.unwind_info_limit;
-        for binary in self.binaries.values() {
-            if let Some(sections) = binary.unwind_sections_held() {
-                stats.binaries += 1;
-                stats.bytes += sections.bytes();
-            }
+        for (_, bytes) in self.unwind_info_held() {
+            stats.binaries += 1;
+            stats.bytes += bytes;
         }
         stats
+    }
+
+    /// The binaries whose unwind information is held, and its bytes.
+    fn unwind_info_held(&self) -> impl Iterator<Item = (BinaryKey, u64)> + '_ {
+        self.binaries
+            .iter()
+            .filter_map(|(key, binary)| Some((*key, binary.unwind_sections_held()?.bytes())))
     }
 
     /// Names every sample's process and normalizes its user stack. A
