@@ -252,6 +252,8 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
     let node: Workload = Command::new("node")
         .arg("--perf-basic-prof")
         .arg(&script)
+        // V8 writes its isolate logs into the working directory.
+        .current_dir(dir.path())
         .spawn()
         .expect("node (Debian's nodejs) runs")
         .into();
