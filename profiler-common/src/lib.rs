@@ -27,6 +27,15 @@ pub enum SampleKind {
     /// The first peek tick of a thread (counted as a `Peek` tick too): where
     /// it was when the peek began.
     PeekInstant = 2,
+    /// Off CPU, asleep in an interruptible wait (`S`): a lock, a socket, a
+    /// pipe, a timer. Weighs the nanoseconds waited.
+    OffCpuSleeping = 3,
+    /// Off CPU in an uninterruptible wait (`D`): mostly disk I/O, page
+    /// faults, `vfork`. Weighs the nanoseconds waited.
+    OffCpuBlocked = 4,
+    /// Runnable but waiting for a CPU: preempted, or woken and not yet run.
+    /// Weighs the nanoseconds waited.
+    RunQueue = 5,
 }
 
 impl SampleKind {
@@ -36,8 +45,19 @@ impl SampleKind {
             0 => Some(Self::CpuClock),
             1 => Some(Self::Peek),
             2 => Some(Self::PeekInstant),
+            3 => Some(Self::OffCpuSleeping),
+            4 => Some(Self::OffCpuBlocked),
+            5 => Some(Self::RunQueue),
             _ => None,
         }
+    }
+
+    /// Whether samples of this kind are time spent off CPU.
+    pub const fn is_off_cpu(self) -> bool {
+        matches!(
+            self,
+            Self::OffCpuSleeping | Self::OffCpuBlocked | Self::RunQueue
+        )
     }
 }
 
@@ -80,8 +100,12 @@ pub struct StackCopyHeader {
     /// As in the counts map, with `user_stack` and `kernel_stack` 0: the
     /// kernel stack is in `kernel`, the user stack is unwound from the copy.
     pub key: SampleKey,
-    /// The sample's weight (its period in nanoseconds).
+    /// The sample's weight (its period in nanoseconds); 0 for an off-CPU
+    /// record, whose weight is known when the task runs again.
     pub weight: u64,
+    /// For an off-CPU record (`key.kind` an off-CPU kind): when the task
+    /// was switched out (`bpf_ktime_get_ns`); else 0.
+    pub switched_out_ns: u64,
     /// The user registers unwinding starts from: instruction pointer,
     /// stack pointer and frame pointer (x86-64: rip, rsp, rbp).
     pub ip: u64,
@@ -215,10 +239,22 @@ pub enum Counter {
     /// Samples that found the stack-copy ring buffer full (the daemon fell
     /// behind): counted without their stacks, flagged as lost.
     StackCopyRingFull = 12,
+    /// Context switches seen by the off-CPU program while it is attached.
+    Switches = 13,
+    /// Switches out of a recorded task: an off-CPU interval begins.
+    OffCpuRecorded = 14,
+    /// Off-CPU intervals not recorded: the pending map was full.
+    OffCpuPendingFull = 15,
+    /// Off-CPU intervals whose stack was lost: the stack-copy ring buffer
+    /// was full.
+    OffCpuStackCopyRingFull = 16,
+    /// Off-CPU intervals lost at their end: the intervals ring buffer was
+    /// full.
+    OffCpuIntervalsFull = 17,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTER_COUNT: u32 = 13;
+pub const COUNTER_COUNT: u32 = 18;
 
 impl Counter {
     /// Every counter, in index order.
@@ -236,7 +272,96 @@ impl Counter {
         Counter::OutsideTargets,
         Counter::StackCopies,
         Counter::StackCopyRingFull,
+        Counter::Switches,
+        Counter::OffCpuRecorded,
+        Counter::OffCpuPendingFull,
+        Counter::OffCpuStackCopyRingFull,
+        Counter::OffCpuIntervalsFull,
     ];
+}
+
+/// Off-CPU time (`tp_btf/sched_switch`): the control the daemon writes, the
+/// pending interval kept per task from its switch-out to its switch-in,
+/// and the interval handed to the daemon at the switch-in.
+pub mod offcpu {
+    /// Bits of [`Pending::flags`] and [`Interval::flags`].
+    pub mod flags {
+        /// Recorded by chance (`Control::sample_threshold`), not because
+        /// its process was selected: the daemon scales it back up.
+        pub const SAMPLED: u32 = 1 << 0;
+        /// Its stack copy was lost (the ring buffer was full).
+        pub const STACK_LOST: u32 = 1 << 1;
+        /// It went off CPU before recording began: only its wake-up and
+        /// switch-in were seen (`switched_out_ns` is 0).
+        pub const UNKNOWN_START: u32 = 1 << 2;
+    }
+
+    /// Bits of `prev_state` (`include/linux/sched.h`).
+    pub mod task_state {
+        pub const INTERRUPTIBLE: u32 = 0x1;
+        pub const UNINTERRUPTIBLE: u32 = 0x2;
+        pub const ZOMBIE: u32 = 0x20;
+        pub const DEAD_EXIT: u32 = 0x10;
+        pub const DEAD: u32 = 0x80;
+        /// With UNINTERRUPTIBLE: an idle kernel wait (`TASK_IDLE`), which
+        /// does not count as load.
+        pub const NOLOAD: u32 = 0x400;
+        /// The states a task reports (`TASK_REPORT`).
+        pub const REPORT: u32 = 0x7f;
+    }
+
+    /// The single entry of the off-CPU control map, written by the daemon.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Control {
+        /// Non-zero: every process with user memory is recorded.
+        pub all: u32,
+        /// Non-zero: the processes in the off-CPU pids map are recorded.
+        pub pids: u32,
+        /// Any other task is recorded with probability
+        /// `sample_threshold / 2^32` (0: never).
+        pub sample_threshold: u32,
+        /// Non-zero: kernel threads are recorded too (when `all` is set).
+        pub kernel_threads: u32,
+    }
+
+    impl Control {
+        /// Whether anything is recorded at all.
+        pub const fn active(&self) -> bool {
+            self.all != 0 || self.pids != 0 || self.sample_threshold != 0
+        }
+    }
+
+    /// A task off CPU, from its switch-out until its switch-in; keyed by
+    /// thread id.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Pending {
+        pub pid: u32,
+        pub tid: u32,
+        /// The [`crate::SampleKind`] of the wait, as its raw value (0 when
+        /// the start is unknown).
+        pub kind: u32,
+        /// [`flags`] bits.
+        pub flags: u32,
+        /// `bpf_ktime_get_ns` at the switch-out (0: unknown).
+        pub switched_out_ns: u64,
+        /// `bpf_ktime_get_ns` at the wake-up (0: not woken, or preempted).
+        pub woken_ns: u64,
+    }
+
+    /// An off-CPU interval, ended at the task's switch-in.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Interval {
+        pub pid: u32,
+        pub tid: u32,
+        pub kind: u32,
+        pub flags: u32,
+        pub switched_out_ns: u64,
+        pub woken_ns: u64,
+        pub switched_in_ns: u64,
+    }
 }
 
 /// The peek signal as the kernel saw it being sent, passed to the daemon
@@ -337,6 +462,14 @@ pub mod names {
     pub const PROGRAM_WATCH_SIGNALS: &str = "watch_signals";
     pub const PROGRAM_GUARD_PEEK_SIGNAL: &str = "guard_peek_signal";
     pub const PROGRAM_FOLLOW_FORKS: &str = "follow_forks";
+    pub const PROGRAM_RECORD_SWITCH: &str = "record_switch";
+    pub const PROGRAM_RECORD_WAKEUP: &str = "record_wakeup";
+    pub const OFFCPU_CONTROL: &str = "OFFCPU_CONTROL";
+    pub const OFFCPU_PIDS: &str = "OFFCPU_PIDS";
+    pub const OFFCPU_PENDING: &str = "OFFCPU_PENDING";
+    pub const OFFCPU_INTERVALS: &str = "OFFCPU_INTERVALS";
+    /// Global: `task_struct.pid` (0: unknown, off-CPU recording is off).
+    pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
     pub const FOLLOWED: &str = "FOLLOWED";
     pub const FAMILY_JOINS: &str = "FAMILY_JOINS";
     /// Globals: where the guard finds the kernel fields it reads.
@@ -473,6 +606,12 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::StackCopyHeader {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for super::offcpu::Control {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::offcpu::Pending {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::offcpu::Interval {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::unwind_table::Row {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::unwind_table::Process {}
@@ -487,5 +626,8 @@ const _: () = assert!(core::mem::size_of::<SampleKey>() == 64);
 const _: () = assert!(core::mem::size_of::<SampleValue>() == 16);
 const _: () = assert!(core::mem::size_of::<PeekSignal>() == 64);
 const _: () = assert!(core::mem::size_of::<FamilyJoin>() == 8);
-const _: () = assert!(core::mem::size_of::<StackCopyHeader>() == 64 + 48 + 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::size_of::<StackCopyHeader>() == 64 + 56 + 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::size_of::<offcpu::Pending>() == 32);
+const _: () = assert!(core::mem::size_of::<offcpu::Interval>() == 40);
+const _: () = assert!(core::mem::size_of::<offcpu::Control>() == 16);
 const _: () = assert!(core::mem::size_of::<StackTrace>() == 8 + 8 * MAX_STACK_DEPTH);

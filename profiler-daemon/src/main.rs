@@ -20,6 +20,7 @@ use profilerd::{
     daemon::reload::{Reloader, SetLogFilter},
     daemon::systemd,
     kernel::families::Families,
+    kernel::offcpu::{OffCpuRecorder, RecordingMaps},
     kernel::sampler::{KernelPeekClocks, Sampler, SamplerSettings},
     peek::{self, Peeker},
     pipeline::PeekInbox,
@@ -100,9 +101,18 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         stack_copy_pages: config.stack_copy_pages(),
         stack_copy_buffer: config.stack_copy_buffer.as_u64(),
         source: Default::default(),
+        offcpu_max_pending: config.offcpu_max_pending,
     })
     .context("cannot start sampling")?;
     let store = Arc::new(RwLock::new(Store::new(config.store_settings())));
+    let (offcpu_maps, offcpu_intervals) = match sampler.take_offcpu() {
+        Ok((maps, intervals)) => (
+            Ok(Box::new(maps) as Box<dyn RecordingMaps>),
+            Some(intervals),
+        ),
+        Err(reason) => (Err(reason), None),
+    };
+    let offcpu = OffCpuRecorder::new(offcpu_maps, config.offcpu);
     let peek_inbox = Arc::new(PeekInbox::default());
     let pipeline = Pipeline::start(
         &mut sampler,
@@ -112,6 +122,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         Vec::new(),
         config.drain_interval,
         config.unwind_info_limit.as_u64(),
+        offcpu_intervals,
     )
     .context("cannot start the sample pipeline")?;
     let peek_signals = sampler.take_peek_signals().context("cannot set up peeks")?;
@@ -155,6 +166,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
             max_response_bytes: config.max_response_bytes.as_u64(),
         },
         targets,
+        offcpu: offcpu.clone(),
         info: DaemonInfo {
             cpus,
             frequency_hz,

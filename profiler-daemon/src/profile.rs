@@ -182,9 +182,104 @@ pub struct Sample {
     pub thread: u32,
     /// Index into [`Profile::stacks`].
     pub stack: u32,
+    /// Samples; for time off CPU, the sampling periods its nanoseconds
+    /// make, so that every report counts in one unit.
     pub count: u64,
-    /// CPU time the samples stand for, in nanoseconds.
+    /// Time the samples stand for, in nanoseconds: CPU time, or time
+    /// waited off CPU.
     pub weight_ns: u64,
+    /// What the thread was doing.
+    pub state: ThreadState,
+}
+
+/// What a thread was doing in a sample: running, or waiting off CPU and how.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ThreadState {
+    /// On a CPU.
+    #[default]
+    Cpu,
+    /// Off CPU in an interruptible wait (`S`).
+    Sleeping,
+    /// Off CPU in an uninterruptible wait (`D`).
+    Blocked,
+    /// Runnable, waiting for a CPU.
+    RunQueue,
+}
+
+impl ThreadState {
+    pub const ALL: [ThreadState; 4] = [
+        ThreadState::Cpu,
+        ThreadState::Sleeping,
+        ThreadState::Blocked,
+        ThreadState::RunQueue,
+    ];
+
+    /// The state a sample of `kind` stands for (peeks are CPU samples).
+    pub fn of(kind: profiler_common::SampleKind) -> Self {
+        use profiler_common::SampleKind;
+        match kind {
+            SampleKind::CpuClock | SampleKind::Peek | SampleKind::PeekInstant => Self::Cpu,
+            SampleKind::OffCpuSleeping => Self::Sleeping,
+            SampleKind::OffCpuBlocked => Self::Blocked,
+            SampleKind::RunQueue => Self::RunQueue,
+        }
+    }
+
+    /// The pseudo-frame a wait in this state shows under its stack.
+    pub fn leaf_marker(self) -> Option<&'static str> {
+        match self {
+            Self::Cpu => None,
+            Self::Sleeping => Some("[off-cpu: S]"),
+            Self::Blocked => Some("[off-cpu: D]"),
+            Self::RunQueue => Some("[runqueue]"),
+        }
+    }
+
+    /// Short name, as in labels and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Sleeping => "S",
+            Self::Blocked => "D",
+            Self::RunQueue => "runqueue",
+        }
+    }
+}
+
+/// What a profile measures: time on CPU (sampled), time off CPU
+/// (recorded at every switch of the selected threads), or both: wall-clock
+/// time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ProfileMode {
+    #[default]
+    Cpu,
+    OffCpu,
+    Wall,
+}
+
+impl ProfileMode {
+    /// Whether samples in `state` belong in a profile of this mode.
+    pub fn includes(self, state: ThreadState) -> bool {
+        match self {
+            Self::Cpu => state == ThreadState::Cpu,
+            Self::OffCpu => state != ThreadState::Cpu,
+            Self::Wall => true,
+        }
+    }
+
+    /// Whether the kernel must record switches for it.
+    pub fn records_off_cpu(self) -> bool {
+        self != Self::Cpu
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::OffCpu => "offcpu",
+            Self::Wall => "wall",
+        }
+    }
 }
 
 /// Where a location's code lives.
@@ -289,12 +384,20 @@ pub enum LossCause {
     ProcessNotification,
     /// Stacks lost because the stack-copy ring buffer was full.
     StackCopyBufferFull,
+    /// Off-CPU intervals not recorded: the pending map was full.
+    OffCpuPendingFull,
+    /// Off-CPU intervals lost with their stack (the stack-copy ring buffer
+    /// was full).
+    OffCpuStackLost,
+    /// Off-CPU intervals lost at their end (the intervals ring buffer was
+    /// full).
+    OffCpuIntervalsFull,
     /// Dropped by the daemon to stay under its memory ceiling.
     MemoryCeiling,
 }
 
 impl LossCause {
-    pub const ALL: [LossCause; 8] = [
+    pub const ALL: [LossCause; 11] = [
         LossCause::CountsMapFull,
         LossCause::StackMapFull,
         LossCause::StackCollision,
@@ -302,6 +405,9 @@ impl LossCause {
         LossCause::NoScratch,
         LossCause::ProcessNotification,
         LossCause::StackCopyBufferFull,
+        LossCause::OffCpuPendingFull,
+        LossCause::OffCpuStackLost,
+        LossCause::OffCpuIntervalsFull,
         LossCause::MemoryCeiling,
     ];
 
@@ -315,6 +421,9 @@ impl LossCause {
             LossCause::NoScratch => "no_scratch_buffer",
             LossCause::ProcessNotification => "process_notification_dropped",
             LossCause::StackCopyBufferFull => "stack_copy_buffer_full",
+            LossCause::OffCpuPendingFull => "offcpu_pending_full",
+            LossCause::OffCpuStackLost => "offcpu_stack_copy_buffer_full",
+            LossCause::OffCpuIntervalsFull => "offcpu_intervals_full",
             LossCause::MemoryCeiling => "memory_ceiling",
         }
     }

@@ -10,6 +10,8 @@
 //! `guard_peek_signal` (BPF LSM, where the kernel allows it) keeps a peek
 //! signal from killing a process without a handler, and `follow_forks`
 //! tells the daemon of the processes a followed process forks.
+//! `record_switch` and `record_wakeup` record where the threads the daemon
+//! asked for wait off CPU, and for how long (`offcpu`).
 //! `sample_unwind_tables` is a prototype the benchmark measures (design 2
 //! of user-stack unwinding); the daemon never loads it.
 //! They must not block, allocate or log on the hot path.
@@ -17,6 +19,8 @@
 
 #[cfg(target_arch = "bpf")]
 mod families;
+#[cfg(target_arch = "bpf")]
+mod offcpu;
 #[cfg(target_arch = "bpf")]
 mod sampler;
 #[cfg(target_arch = "bpf")]

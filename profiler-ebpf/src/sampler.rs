@@ -60,13 +60,13 @@ static MM_START_STACK_OFFSET: u32 = 0;
 /// Pages of user stack each sample copies into [`STACK_COPIES`] for the
 /// daemon to unwind; 0: none (user stacks are walked by frame pointers).
 #[unsafe(no_mangle)]
-static STACK_COPY_PAGES: u32 = 0;
+pub(crate) static STACK_COPY_PAGES: u32 = 0;
 
 /// Samples of processes with user memory, each with its registers and a
 /// copy of the top of its user stack, for the daemon to unwind with the
 /// binaries' unwind information. Sized by the daemon at load time.
 #[map]
-static STACK_COPIES: RingBuf = RingBuf::with_byte_size(4096, 0);
+pub(crate) static STACK_COPIES: RingBuf = RingBuf::with_byte_size(4096, 0);
 
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
@@ -209,11 +209,15 @@ fn record(
     // Kernel threads and the idle tasks (pid 0) have no user memory.
     let copy_failed = if pages != 0 && user_memory {
         if copy_stack(
-            ctx,
-            pid_tgid,
-            kind,
-            flags,
-            (uid, gid),
+            ctx.as_ptr(),
+            !interrupted_user_mode(ctx),
+            (pid_tgid, kind as u32, flags, (uid, gid)),
+            || {
+                // SAFETY: the context of a perf_event program is a
+                // bpf_perf_event_data.
+                (unsafe { (*ctx.ctx).sample_period }, 0)
+            },
+            || user_registers(ctx),
             (pages, main_stack_top),
         ) {
             count(Counter::StackCopies);
@@ -293,7 +297,7 @@ fn record(
 /// true when the kernel's layout is unknown) and where the frames of its
 /// process's main thread end (`mm_struct.start_stack`; 0 if unknown).
 #[inline(always)]
-fn credentials() -> (u32, u32, bool, bool, u64) {
+pub(crate) fn credentials() -> (u32, u32, bool, bool, u64) {
     let ids = bpf_get_current_uid_gid();
     let (uid, gid) = (ids as u32, (ids >> 32) as u32);
     let (cred_offset, ids_offset) = (global(&TASK_REAL_CRED_OFFSET), global(&CRED_IDS_OFFSET));
@@ -344,18 +348,19 @@ fn credentials() -> (u32, u32, bool, bool, u64) {
     (uid, gid, mixed || !dumpable, user_memory, main_stack_top)
 }
 
-/// Writes one sample into the stack-copy ring buffer: its key, weight,
-/// kernel stack, user registers and `pages` pages of user stack from the
-/// one holding the stack pointer, fewer when the main thread's frames
-/// (which end at `main_stack_top`) take fewer. False when the ring buffer
-/// is full.
+/// Writes one sample into the stack-copy ring buffer: its key, weight
+/// (and for an off-CPU record, when its task was switched out), kernel
+/// stack (walked from `ctx` when `walk_kernel`), user registers and
+/// `pages` pages of user stack from the one holding the stack pointer,
+/// fewer when the main thread's frames (which end at `main_stack_top`) take
+/// fewer. False when the ring buffer is full.
 #[inline(always)]
-fn copy_stack(
-    ctx: &PerfEventContext,
-    pid_tgid: u64,
-    kind: SampleKind,
-    flags: u32,
-    (uid, gid): (u32, u32),
+pub(crate) fn copy_stack(
+    ctx: *mut c_void,
+    walk_kernel: bool,
+    (pid_tgid, kind, flags, (uid, gid)): (u64, u32, u32, (u32, u32)),
+    weights: impl FnOnce() -> (u64, u64),
+    registers: impl FnOnce() -> (u64, u64, u64),
     (pages, main_stack_top): (u32, u64),
 ) -> bool {
     const HEADER: usize = size_of::<StackCopyHeader>();
@@ -366,7 +371,8 @@ fn copy_stack(
     };
     let record = entry.as_mut_ptr();
     let header = record.cast::<StackCopyHeader>();
-    let (ip, sp, bp) = user_registers(ctx);
+    let (ip, sp, bp) = registers();
+    let (weight, switched_out_ns) = weights();
     let base = sp & !(STACK_COPY_PAGE as u64 - 1);
     // SAFETY: the reservation holds a header and `pages` pages; the ring
     // buffer's records are 8-byte aligned.
@@ -377,26 +383,26 @@ fn copy_stack(
             user_stack: 0,
             kernel_stack: 0,
             comm: bpf_get_current_comm().unwrap_or([0; 16]),
-            kind: kind as u32,
+            kind,
             flags,
             uid,
             gid,
             // SAFETY: a helper that only reads the current task's cgroup.
             cgroup: bpf_get_current_cgroup_id(),
         };
-        // The context of a perf_event program is a bpf_perf_event_data.
-        (*header).weight = (*ctx.ctx).sample_period;
+        (*header).weight = weight;
+        (*header).switched_out_ns = switched_out_ns;
         (*header).ip = ip;
         (*header).sp = sp;
         (*header).bp = bp;
         (*header).stack_base = base;
         (*header).kernel_len = 0;
     }
-    if !interrupted_user_mode(ctx) {
+    if walk_kernel {
         // SAFETY: the header's kernel array holds MAX_STACK_DEPTH u64s.
         let walked = unsafe {
             bpf_get_stack(
-                ctx.as_ptr(),
+                ctx,
                 (&raw mut (*header).kernel).cast::<c_void>(),
                 (MAX_STACK_DEPTH * size_of::<u64>()) as u32,
                 0,
@@ -449,7 +455,6 @@ fn copy_stack(
 pub(crate) fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
     #[cfg(bpf_target_arch = "x86_64")]
     {
-        use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs};
         if interrupted_user_mode(ctx) {
             // SAFETY: the context of a perf_event program is a
             // bpf_perf_event_data, whose registers programs may read.
@@ -458,6 +463,22 @@ pub(crate) fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
                 (regs.rip, regs.rsp, regs.rbp)
             };
         }
+        saved_user_registers()
+    }
+    #[cfg(not(bpf_target_arch = "x86_64"))]
+    {
+        let _ = ctx;
+        (0, 0, 0)
+    }
+}
+
+/// The user registers the current task saved when it entered the kernel
+/// (instruction, stack and frame pointer); zeros where unknown.
+#[inline(always)]
+pub(crate) fn saved_user_registers() -> (u64, u64, u64) {
+    #[cfg(bpf_target_arch = "x86_64")]
+    {
+        use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs};
         // SAFETY: helpers that return the current task and its saved user
         // registers (the task is current, so both stay valid).
         let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
@@ -473,7 +494,6 @@ pub(crate) fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
     }
     #[cfg(not(bpf_target_arch = "x86_64"))]
     {
-        let _ = ctx;
         (0, 0, 0)
     }
 }
@@ -700,7 +720,7 @@ pub fn forget_on_exit(_ctx: TracePointContext) -> u32 {
 }
 
 #[inline(always)]
-fn announce_process(pid: u32) {
+pub(crate) fn announce_process(pid: u32) {
     if KNOWN_PIDS.get_ptr(&pid).is_some() {
         return;
     }

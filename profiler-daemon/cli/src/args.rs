@@ -223,9 +223,30 @@ pub struct SelectorArgs {
     /// Only processes in this cgroup or below, as /proc/PID/cgroup shows it (repeatable)
     #[arg(long = "cgroup", value_name = "PATH")]
     pub cgroups: Vec<String>,
+    /// What to measure: cpu (time on CPU), offcpu (time waiting: S, D, run
+    /// queue) or wall (both); offcpu and wall record the selected processes'
+    /// context switches while the window is open
+    #[arg(long, value_enum, default_value_t = ModeArg::Cpu)]
+    pub mode: ModeArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    Cpu,
+    Offcpu,
+    Wall,
 }
 
 impl SelectorArgs {
+    /// The mode, as the API spells it.
+    pub fn mode(&self) -> i32 {
+        (match self.mode {
+            ModeArg::Cpu => v1::Mode::Cpu,
+            ModeArg::Offcpu => v1::Mode::Offcpu,
+            ModeArg::Wall => v1::Mode::Wall,
+        }) as i32
+    }
+
     pub fn to_proto(&self) -> v1::Selector {
         v1::Selector {
             pids: self.pids.clone(),

@@ -46,7 +46,7 @@ async fn profile_window(
         duration_ms,
         selector: Some(selector.to_proto()),
         options: Some(options),
-        mode: v1::Mode::Cpu as i32,
+        mode: selector.mode(),
         cut_token: cut_token.clone(),
     };
     let progress = Progress::start(duration, "stops early and reports");
@@ -104,7 +104,7 @@ pub async fn query(
             end_unix_nanos,
             selector: Some(selector.to_proto()),
             options: Some(report.to_proto()),
-            mode: v1::Mode::Cpu as i32,
+            mode: selector.mode(),
         })
         .await?
         .into_inner();
@@ -199,7 +199,7 @@ pub async fn flamegraph(daemon: &mut Client, graph: &FlamegraphArgs) -> Result<(
                         .map_or(0, |until| args::unix_nanos(args::ago(now, until))),
                     selector: Some(graph.selector.to_proto()),
                     options: Some(options),
-                    mode: v1::Mode::Cpu as i32,
+                    mode: graph.selector.mode(),
                 })
                 .await?
                 .into_inner();

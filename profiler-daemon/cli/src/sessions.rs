@@ -16,7 +16,7 @@ pub async fn start(daemon: &mut Client, selector: &SelectorArgs) -> Result<()> {
     let reply = daemon
         .start_profile(v1::StartProfileRequest {
             selector: Some(selector.to_proto()),
-            mode: v1::Mode::Cpu as i32,
+            mode: selector.mode(),
             children: false,
         })
         .await?

@@ -109,6 +109,14 @@ pub struct Config {
     /// it, that of the binaries sampled least recently is let go of (and
     /// read again when needed). 0: no limit.
     pub unwind_info_limit: ByteSize,
+    /// Off-CPU time recorded always, for the history: the probability
+    /// that any wait of any process is recorded (its time is scaled back
+    /// up in reports), 0 (the default) for none. Requests for off-CPU or
+    /// wall-clock time record their processes in full whatever this is.
+    pub offcpu: f64,
+    /// Threads that can be off CPU and recorded at once (the kernel's
+    /// pending map); more are counted as lost (`offcpu_pending_full`).
+    pub offcpu_max_pending: u32,
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax
     /// (e.g. `info`, `profilerd=debug`).
     pub log_level: String,
@@ -169,6 +177,8 @@ impl Default for Config {
             stack_copy: ByteSize::kib(16),
             stack_copy_buffer: ByteSize::b(0),
             unwind_info_limit: ByteSize::mib(64),
+            offcpu: 0.0,
+            offcpu_max_pending: 16_384,
             log_level: "info".to_owned(),
             peek_signal: "SIGUSR1".to_owned(),
             peek_duration: Duration::from_secs(1),
@@ -258,6 +268,12 @@ pub struct Overrides {
     /// Most unwind information held, 0 = no limit [default: 64MiB]
     #[arg(long, value_name = "SIZE")]
     pub unwind_info_limit: Option<ByteSize>,
+    /// Probability that any wait is recorded off CPU, 0 = off [default: 0]
+    #[arg(long, value_name = "PROBABILITY")]
+    pub offcpu: Option<f64>,
+    /// Threads recorded off CPU at once [default: 16384]
+    #[arg(long, value_name = "N")]
+    pub offcpu_max_pending: Option<u32>,
     /// Log filter, e.g. info or profilerd=debug [default: info]
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
@@ -339,6 +355,7 @@ pub const LIVE_KEYS: &[&str] = &[
     "log_level",
     "peek_duration",
     "peek_frequency_hz",
+    "offcpu",
     "peek_allow_commands",
     "peek_allow_uids",
     "peek_allow_cgroups",
@@ -421,6 +438,8 @@ impl Config {
             stack_copy,
             stack_copy_buffer,
             unwind_info_limit,
+            offcpu,
+            offcpu_max_pending,
             log_level,
             peek_signal,
             peek_duration,
@@ -475,6 +494,8 @@ impl Config {
         set(&mut self.stack_copy, stack_copy);
         set(&mut self.stack_copy_buffer, stack_copy_buffer);
         set(&mut self.unwind_info_limit, unwind_info_limit);
+        set(&mut self.offcpu, offcpu);
+        set(&mut self.offcpu_max_pending, offcpu_max_pending);
         set(&mut self.log_level, log_level);
         set(&mut self.peek_signal, peek_signal);
         set(&mut self.peek_duration, peek_duration);
@@ -663,6 +684,24 @@ impl Config {
                 format!(
                     "{} is out of range; accepted: 100ms-60s",
                     humantime::format_duration(self.peek_duration)
+                ),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.offcpu) {
+            return invalid(
+                "offcpu",
+                format!(
+                    "{} is not a probability; accepted: 0 (off) to 1 (every wait)",
+                    self.offcpu
+                ),
+            );
+        }
+        if !(1..=1 << 20).contains(&self.offcpu_max_pending) {
+            return invalid(
+                "offcpu_max_pending",
+                format!(
+                    "{} is out of range; accepted: 1-1048576",
+                    self.offcpu_max_pending
                 ),
             );
         }

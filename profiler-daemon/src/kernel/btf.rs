@@ -16,6 +16,8 @@ use profiler_common::cred_ids;
 pub struct SignalLayout {
     /// `task_struct.tgid`.
     pub task_tgid: u32,
+    /// `task_struct.pid` (the thread id).
+    pub task_pid: u32,
     /// `task_struct.sighand` (a pointer).
     pub task_sighand: u32,
     /// `sighand_struct.action` (an array of `k_sigaction`).
@@ -121,6 +123,7 @@ impl SignalLayout {
         let sigaction = btf.struct_named("sigaction")?;
         Ok(Self {
             task_tgid: btf.member_offset(btf.struct_named("task_struct")?, "tgid")?,
+            task_pid: btf.member_offset(btf.struct_named("task_struct")?, "pid")?,
             task_sighand: btf.member_offset(btf.struct_named("task_struct")?, "sighand")?,
             sighand_action: btf.member_offset(btf.struct_named("sighand_struct")?, "action")?,
             k_sigaction_size: k_sigaction.size,

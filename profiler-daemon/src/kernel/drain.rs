@@ -66,7 +66,12 @@ pub fn loss_cause(counter: Counter) -> Option<LossCause> {
         | Counter::PeekSignals
         | Counter::LostPeekSignal
         | Counter::OutsideTargets
-        | Counter::StackCopies => return None,
+        | Counter::StackCopies
+        | Counter::Switches
+        | Counter::OffCpuRecorded => return None,
+        Counter::OffCpuPendingFull => LossCause::OffCpuPendingFull,
+        Counter::OffCpuStackCopyRingFull => LossCause::OffCpuStackLost,
+        Counter::OffCpuIntervalsFull => LossCause::OffCpuIntervalsFull,
         Counter::StackCopyRingFull => LossCause::StackCopyBufferFull,
         Counter::LostCountsMapFull => LossCause::CountsMapFull,
         Counter::LostStackMapFull => LossCause::StackMapFull,

@@ -16,6 +16,7 @@ pub mod btf;
 pub mod cgroups;
 pub mod drain;
 pub mod families;
+pub mod offcpu;
 pub mod programs;
 mod requirements;
 pub mod sampler;

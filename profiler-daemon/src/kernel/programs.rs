@@ -47,17 +47,20 @@ pub enum ProgramGroup {
     SignalGuard,
     /// The fork follower of `profilerctl record`.
     ForkFollower,
+    /// The context-switch and wake-up BTF tracepoints of off-CPU time.
+    OffCpu,
 }
 
 impl ProgramGroup {
     /// Every group, in the order they load.
-    pub const ALL: [ProgramGroup; 6] = [
+    pub const ALL: [ProgramGroup; 7] = [
         ProgramGroup::SampleSource,
         ProgramGroup::ProcessLifecycle,
         ProgramGroup::PeekSampling,
         ProgramGroup::PeekSignals,
         ProgramGroup::SignalGuard,
         ProgramGroup::ForkFollower,
+        ProgramGroup::OffCpu,
     ];
 
     /// What the daemon cannot do while the group is off, for the log.
@@ -77,6 +80,7 @@ impl ProgramGroup {
             ProgramGroup::ForkFollower => {
                 "processes' children cannot be followed (`profilerctl record`)"
             }
+            ProgramGroup::OffCpu => "off-CPU and wall-clock time cannot be recorded",
         }
     }
 
@@ -126,6 +130,13 @@ impl ProgramGroup {
             }
             ProgramGroup::ForkFollower => {
                 follow_forks(ebpf)?;
+                Ok(Attached::Done)
+            }
+            ProgramGroup::OffCpu => {
+                if let Some(err) = context.signal_layout {
+                    return Err(OptionalProgramError::from(err.clone()).into());
+                }
+                record_switches(ebpf)?;
                 Ok(Attached::Done)
             }
         }
@@ -272,6 +283,29 @@ fn follow_forks(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
         .load("sched_process_fork", &btf)
         .map_err(load_failed(PROGRAM))?;
     program.attach().map_err(attach_failed(PROGRAM))?;
+    Ok(())
+}
+
+/// Loads and attaches the context-switch and wake-up BTF tracepoints.
+fn record_switches(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
+    let btf = kernel_btf()?;
+    for (name, tracepoint, what) in [
+        (
+            names::PROGRAM_RECORD_SWITCH,
+            "sched_switch",
+            "the sched_switch BTF tracepoint",
+        ),
+        (
+            names::PROGRAM_RECORD_WAKEUP,
+            "sched_wakeup",
+            "the sched_wakeup BTF tracepoint",
+        ),
+    ] {
+        let program: &mut BtfTracePoint =
+            program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?;
+        program.load(tracepoint, &btf).map_err(load_failed(what))?;
+        program.attach().map_err(attach_failed(what))?;
+    }
     Ok(())
 }
 

@@ -151,6 +151,8 @@ pub struct SamplerSettings {
     pub stack_copy_buffer: u64,
     /// Where the sampling programs put their samples.
     pub source: SampleSourceKind,
+    /// Threads that can be off CPU and recorded at once (the pending map).
+    pub offcpu_max_pending: u32,
 }
 
 /// Capacities of the per-generation maps, and of the stack-copy ring.
@@ -161,6 +163,10 @@ pub struct MapSizes {
     /// Bytes.
     pub stack_copies: u32,
 }
+
+/// Bytes of the off-CPU intervals ring buffer: 26,000 intervals, half a
+/// million a second at the pipeline's reading interval.
+const OFFCPU_INTERVALS_BYTES: u32 = 1 << 20;
 
 /// How often the pipeline empties the stack-copy ring buffer.
 pub const STACK_COPY_READ_INTERVAL: Duration = Duration::from_millis(50);
@@ -325,12 +331,16 @@ impl Sampler {
         loader.override_global(names::PEEK_SIGNAL_NUMBER, &settings.peek_signal, true);
         loader.override_global(names::STACK_COPY_PAGES, &settings.stack_copy_pages, true);
         loader.map_max_entries(names::STACK_COPIES, map_sizes.stack_copies);
+        loader.map_max_entries(names::OFFCPU_PIDS, super::offcpu::MAX_RECORDED_PIDS);
+        loader.map_max_entries(names::OFFCPU_PENDING, settings.offcpu_max_pending.max(1));
+        loader.map_max_entries(names::OFFCPU_INTERVALS, OFFCPU_INTERVALS_BYTES);
         let types = KernelTypes::read();
         let types = types.as_ref().map_err(BtfError::clone);
         let signal_layout = types.clone().and_then(KernelTypes::signal_layout);
         if let Ok(layout) = &signal_layout {
             for (name, value) in [
                 (names::TASK_TGID_OFFSET, &layout.task_tgid),
+                (names::TASK_PID_OFFSET, &layout.task_pid),
                 (names::TASK_SIGHAND_OFFSET, &layout.task_sighand),
                 (names::SIGHAND_ACTION_OFFSET, &layout.sighand_action),
                 (names::K_SIGACTION_SIZE, &layout.k_sigaction_size),
@@ -497,6 +507,27 @@ impl Sampler {
             followed: take_map(&mut self.ebpf, names::FOLLOWED).map_err(missing)?,
             joins: take_map(&mut self.ebpf, names::FAMILY_JOINS).map_err(missing)?,
         })
+    }
+
+    /// Takes the maps of off-CPU recording: the recorder's, and the
+    /// pipeline's intervals; the reason when the programs are off.
+    pub fn take_offcpu(
+        &mut self,
+    ) -> Result<(super::offcpu::BpfRecordingMaps, super::offcpu::OffCpuIntervals), String> {
+        if let Some(reason) = self.off.get(&ProgramGroup::OffCpu) {
+            return Err(reason.to_string());
+        }
+        let missing = |err: SamplingError| err.to_string();
+        let recording = super::offcpu::BpfRecordingMaps {
+            control: take_map(&mut self.ebpf, names::OFFCPU_CONTROL).map_err(missing)?,
+            pids: take_map(&mut self.ebpf, names::OFFCPU_PIDS).map_err(missing)?,
+            held: Vec::new(),
+        };
+        let intervals = super::offcpu::OffCpuIntervals::new(
+            take_map(&mut self.ebpf, names::OFFCPU_INTERVALS).map_err(missing)?,
+            take_map(&mut self.ebpf, names::OFFCPU_PENDING).map_err(missing)?,
+        );
+        Ok((recording, intervals))
     }
 
     /// Takes the ring buffer of peek signals.

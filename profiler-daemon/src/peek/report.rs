@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::snapshot::{Disposition, ProcessSnapshot};
 use crate::{
-    profile::{GroupBy, Location, Owner, Profile, ReportOptions, Sample, Stacks, ThreadInfo},
+    profile::{GroupBy, Location, Owner, Profile, ReportOptions, Sample, Stacks, ThreadInfo, ThreadState},
     report::{self, ReportError, ThreadSection},
     symbols::symbolizer::{LocationKey, SymbolizedSample},
 };
@@ -375,7 +375,10 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
     let mut samples: HashMap<(u32, u32), (u64, u64)> = HashMap::default();
     for sample in &run.samples {
         match sample.kind {
-            SampleKind::CpuClock => continue,
+            SampleKind::CpuClock
+            | SampleKind::OffCpuSleeping
+            | SampleKind::OffCpuBlocked
+            | SampleKind::RunQueue => continue,
             // The first sample of a thread is also one of its samples.
             SampleKind::PeekInstant => {
                 instants.insert(
@@ -422,6 +425,7 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
             stack,
             count,
             weight_ns,
+            state: ThreadState::Cpu,
         })
         .collect();
     (profile, instants)

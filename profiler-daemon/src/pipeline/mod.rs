@@ -25,10 +25,12 @@ use tracing::{debug, error, warn};
 mod peek_inbox;
 mod sinks;
 mod unwinding;
+mod waits;
 
 pub use self::{
     peek_inbox::PeekInbox,
     sinks::{ExportSink, SinkError},
+    waits::WaitStats,
 };
 
 use crate::{
@@ -36,6 +38,7 @@ use crate::{
     kernel::{
         drain::{self, CounterDeltas},
         sources::SampleSource,
+        offcpu::OffCpuIntervals,
         stack_copies::StackCopies,
     },
     lock,
@@ -67,6 +70,8 @@ pub struct PipelineStats {
     pub processes: ProcessStats,
     /// Stack copies unwound, their outcomes and the unwind information held.
     pub unwinding: UnwindStats,
+    /// Off-CPU waits charged and under way (`None`: not recorded).
+    pub waits: Option<WaitStats>,
 }
 
 impl PipelineStats {
@@ -139,6 +144,7 @@ impl Pipeline {
         sinks: Vec<Box<dyn ExportSink>>,
         drain_interval: Duration,
         unwind_info_limit: u64,
+        offcpu_intervals: Option<OffCpuIntervals>,
     ) -> Result<Self, PipelineError> {
         let source = sampler.take_source()?;
         let announcements = sampler.take_process_announcements()?;
@@ -146,7 +152,7 @@ impl Pipeline {
         Self::start_with(
             source,
             Some(announcements),
-            stack_copies,
+            stack_copies.map(|copies| (copies, offcpu_intervals)),
             store,
             peeks,
             sinks,
@@ -158,7 +164,7 @@ impl Pipeline {
     /// Starts the pipeline threads on `source`, with the kernel's process
     /// announcements when there are (without, processes are recorded when
     /// their samples are drained) and its stack copies when it copies
-    /// stacks, holding at most `unwind_info_limit` bytes of unwind
+    /// stacks (with the off-CPU intervals, when they are recorded), holding at most `unwind_info_limit` bytes of unwind
     /// information (0: no limit).
     #[expect(
         clippy::too_many_arguments,
@@ -167,7 +173,7 @@ impl Pipeline {
     pub fn start_with(
         source: Box<dyn SampleSource>,
         announcements: Option<RingBuf<MapData>>,
-        stack_copies: Option<StackCopies>,
+        stack_copies: Option<(StackCopies, Option<OffCpuIntervals>)>,
         store: Arc<RwLock<Store>>,
         peeks: Arc<PeekInbox>,
         sinks: Vec<Box<dyn ExportSink>>,
@@ -198,8 +204,11 @@ impl Pipeline {
                 Box::new(move || watch_processes(announcements, &processes, &stopping))
             })?);
         }
-        let stack_copies = stack_copies
-            .map(|copies| Arc::new(Mutex::new(unwinding::StackCopyUnwinder::new(copies))));
+        let stack_copies = stack_copies.map(|(copies, intervals)| {
+            Arc::new(Mutex::new(unwinding::StackCopyUnwinder::new(
+                copies, intervals,
+            )))
+        });
         if let Some(copies) = &stack_copies {
             threads.push(spawn("unwind", {
                 let (copies, processes, stopping) =
@@ -313,11 +322,14 @@ fn drain_periodically(
             }
         };
         // Every copy written before the flip is in the ring buffer by now.
+        let mut wait_stats = None;
         if let Some(copies) = stack_copies {
             let mut copies = lock(copies);
             copies.unwind_all(processes);
             raw.samples.extend(copies.take());
+            wait_stats = copies.wait_stats();
         }
+        debug!(counters = ?raw.counters, waits = ?wait_stats, "drained");
         let lost: u64 = drain::losses(&raw.counters).map(|(_, count)| count).sum();
         if lost > 0 {
             warn!(
@@ -333,6 +345,7 @@ fn drain_periodically(
             }
             stats.drains += 1;
             stats.drain_time += drain_started.elapsed();
+            stats.waits = wait_stats;
         }
         let (store_waiting, cut_waiting): (Vec<_>, Vec<_>) =
             waiting.into_iter().partition(|request| request.stored);
@@ -378,7 +391,7 @@ fn symbolize_into_store(
         let mut batch = symbolizer.symbolize(job.batch);
         let (peek_samples, samples): (Vec<_>, Vec<_>) = std::mem::take(&mut batch.samples)
             .into_iter()
-            .partition(|sample| sample.kind != SampleKind::CpuClock);
+            .partition(|sample| matches!(sample.kind, SampleKind::Peek | SampleKind::PeekInstant));
         batch.samples = samples;
         peeks.deliver(peek_samples);
         for sink in &mut sinks {

@@ -15,9 +15,11 @@ use profiler_common::SampleKind;
 use rustc_hash::FxHashMap as HashMap;
 use tracing::warn;
 
+use super::waits::{WaitIdentity, WaitStats, Waits, monotonic_now_ns};
 use crate::{
     kernel::{
         drain::{RawSample, ThreadNames},
+        offcpu::OffCpuIntervals,
         stack_copies::{StackCopies, StackCopy},
     },
     lock,
@@ -45,27 +47,51 @@ struct SampleIdentity {
     kernel: Vec<u64>,
 }
 
+impl WaitIdentity for SampleIdentity {
+    fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    fn with_kind(&self, kind: SampleKind) -> Self {
+        Self {
+            kind: kind as u32,
+            ..self.clone()
+        }
+    }
+}
+
 /// Reads the stack copies and keeps the samples unwound from them.
 pub struct StackCopyUnwinder {
     copies: StackCopies,
     pending: HashMap<SampleIdentity, (u64, u64)>,
     thread_names: ThreadNames,
+    /// Off-CPU waits under way, when the switch program runs.
+    waits: Option<Waits<SampleIdentity>>,
 }
 
 impl StackCopyUnwinder {
-    pub fn new(copies: StackCopies) -> Self {
+    pub fn new(copies: StackCopies, intervals: Option<OffCpuIntervals>) -> Self {
         Self {
             copies,
             pending: HashMap::default(),
             thread_names: ThreadNames::default(),
+            waits: intervals.map(Waits::new),
         }
     }
 
-    /// Unwinds every copy written so far.
+    /// What became of the off-CPU waits, when they are recorded.
+    pub fn wait_stats(&self) -> Option<WaitStats> {
+        self.waits.as_ref().map(Waits::stats)
+    }
+
+    /// Unwinds every copy written so far, and charges the off-CPU intervals
+    /// ended so far.
     pub fn unwind_all(&mut self, processes: &Mutex<ProcessTable>) {
         let started = Instant::now();
         let mut waited = Duration::ZERO;
+        let intervals = self.waits.as_mut().map(Waits::read_intervals);
         let pending = &mut self.pending;
+        let waits = &mut self.waits;
         let mut table = None;
         let count = self.copies.read(|copy| {
             let table = table.get_or_insert_with(|| {
@@ -75,10 +101,15 @@ impl StackCopyUnwinder {
                 table
             });
             let (identity, weight) = unwind(table, &copy);
-            let entry = pending.entry(identity).or_default();
-            entry.0 += 1;
-            entry.1 += weight;
+            let off_cpu = SampleKind::from_raw(identity.kind).is_some_and(SampleKind::is_off_cpu);
+            match waits {
+                Some(waits) if off_cpu => waits.begin(identity, copy.header.switched_out_ns),
+                _ => add(pending, identity, weight),
+            }
         });
+        if let (Some(waits), Some(intervals)) = (waits, intervals) {
+            waits.end(intervals, |identity, nanos| add(pending, identity, nanos));
+        }
         if let Some(table) = &mut table {
             table.enforce_unwind_info_limit();
         }
@@ -94,8 +125,15 @@ impl StackCopyUnwinder {
         }
     }
 
-    /// Takes the samples unwound since the last call.
+    /// Takes the samples unwound since the last call, with the time of the
+    /// waits still under way up to now.
     pub fn take(&mut self) -> Vec<RawSample> {
+        if let Some(waits) = &mut self.waits {
+            let pending = &mut self.pending;
+            waits.credit_until(monotonic_now_ns(), |identity, nanos| {
+                add(pending, identity, nanos)
+            });
+        }
         let empty: Arc<[u64]> = Arc::from([]);
         self.pending
             .drain()
@@ -122,6 +160,13 @@ impl StackCopyUnwinder {
             })
             .collect()
     }
+}
+
+/// Counts one sample (or wait) of `weight` under `identity`.
+fn add(pending: &mut HashMap<SampleIdentity, (u64, u64)>, identity: SampleIdentity, weight: u64) {
+    let entry = pending.entry(identity).or_default();
+    entry.0 += 1;
+    entry.1 += weight;
 }
 
 /// One copy unwound: its identity and weight.

@@ -1,7 +1,7 @@
 //! Diff: two past windows (or two selectors) read as the asker may see
 //! them, compared function by function, and drawn when asked.
 
-use profiler_common::SampleKind;
+use crate::profile::ProfileMode;
 
 use super::{
     PastWindow, Service, ServiceError,
@@ -86,10 +86,10 @@ impl Service {
         let (base_start, base_end) = self.past_window(spec.base).await?;
         let (target_start, target_end) = self.past_window(spec.target).await?;
         let sight = Sight::of(asker.caller);
-        let kind = SampleKind::CpuClock;
+        let mode = ProfileMode::Cpu;
         let queries = [
-            self.query_of(base_start, base_end, base_selector, kind, sight),
-            self.query_of(target_start, target_end, target_selector, kind, sight),
+            self.query_of(base_start, base_end, base_selector, mode, sight),
+            self.query_of(target_start, target_end, target_selector, mode, sight),
         ];
         let limit = spec.limit.unwrap_or(DEFAULT_LIMIT);
         let (normalize, max_response_bytes) = (spec.normalize, self.limits.max_response_bytes);

@@ -53,7 +53,11 @@ pub use self::{
     windows::{CallersResult, PastWindow, ProfileSpec, StartedSession},
 };
 use crate::{
-    kernel::{families::Families, targets::Targets},
+    kernel::{
+        families::Families,
+        offcpu::{OffCpuRecorder, RecordingGuard},
+        targets::Targets,
+    },
     peek::Peeker,
     pipeline::PipelineHandle,
     store::{Store, WindowHolds},
@@ -81,6 +85,7 @@ pub struct ServiceParts {
     pub access: AccessPolicy,
     pub limits: ServiceLimits,
     pub targets: Targets,
+    pub offcpu: OffCpuRecorder,
     pub info: DaemonInfo,
 }
 
@@ -109,6 +114,10 @@ pub struct Service {
     limits: ServiceLimits,
     streams: StreamSlots,
     targets: Mutex<Targets>,
+    /// Turns the kernel's off-CPU recording on for the windows that ask.
+    offcpu: OffCpuRecorder,
+    /// The off-CPU recordings of open sessions, by session id.
+    session_recordings: Mutex<HashMap<String, RecordingGuard>>,
     info: DaemonInfo,
 }
 
@@ -122,6 +131,7 @@ impl Service {
             access,
             limits,
             targets,
+            offcpu,
             info,
         } = parts;
         let holds = crate::read_lock(&store).holds();
@@ -146,6 +156,8 @@ impl Service {
             limits,
             streams: StreamSlots::default(),
             targets: Mutex::new(targets),
+            offcpu,
+            session_recordings: Mutex::new(HashMap::new()),
             info,
         }
     }

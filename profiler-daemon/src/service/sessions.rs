@@ -9,7 +9,7 @@
 
 use std::{collections::HashMap, time::SystemTime};
 
-use profiler_common::SampleKind;
+use crate::profile::ProfileMode;
 
 use crate::{
     service::access::{Asker, CallerKey},
@@ -64,7 +64,7 @@ pub struct Session {
     /// session is stopped.
     pub hold: WindowHold,
     pub selector: Selector,
-    pub kind: SampleKind,
+    pub mode: ProfileMode,
     /// The family of the selected process, when the session follows its
     /// children: its pids replace the selector's at the end.
     pub family: Option<std::sync::Arc<crate::kernel::families::Family>>,
@@ -207,7 +207,7 @@ mod tests {
             start,
             hold: crate::store::WindowHolds::default().hold(start),
             selector: Selector::default(),
-            kind: SampleKind::CpuClock,
+            mode: ProfileMode::Cpu,
             family: None,
         }
     }

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use profiler_common::SampleKind;
+use crate::profile::ProfileMode;
 use tokio::sync::mpsc;
 
 use super::{
@@ -183,7 +183,7 @@ async fn update(
         end,
         selector: request.selector.clone(),
         access: sources.sight.access,
-        kind: SampleKind::CpuClock,
+        mode: ProfileMode::Cpu,
         frequency_hz: sources.frequency_hz,
     };
     let (limit, kernel) = (request.limit, request.kernel);

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use profiler_common::SampleKind;
+use crate::profile::ProfileMode;
 use tokio::sync::Notify;
 
 use super::{
@@ -18,6 +18,7 @@ use super::{
     sessions::Session,
 };
 use crate::{
+    kernel::offcpu::{Recorded, RecordingGuard},
     profile::ReportOptions,
     quote, report,
     store::{Query, Selector},
@@ -28,7 +29,7 @@ use crate::{
 pub struct ProfileSpec {
     pub duration: Duration,
     pub selector: SelectorSpec,
-    pub kind: SampleKind,
+    pub mode: ProfileMode,
     pub options: ReportOptions,
     /// A token of the asker's choosing that [`Service::cut_profile`] can
     /// end the profile early by.
@@ -73,6 +74,31 @@ impl Drop for CutToken<'_> {
 }
 
 impl Service {
+    /// Turns on the kernel's recording of off-CPU time for a window of
+    /// `mode` over `selector`, until the guard is dropped: the selected
+    /// processes when the selector names them (and no family grows), else
+    /// every process (the store's selector then picks the window's).
+    pub(super) fn record_off_cpu(
+        &self,
+        mode: ProfileMode,
+        selector: &Selector,
+        family: bool,
+    ) -> Result<Option<RecordingGuard>, ServiceError> {
+        if !mode.records_off_cpu() {
+            return Ok(None);
+        }
+        let recorded = if selector.pids.is_empty() || family {
+            Recorded::Everything
+        } else {
+            Recorded::Pids(selector.pids.clone())
+        };
+        self.offcpu.record(recorded).map(Some).map_err(|reason| {
+            ServiceError::FailedPrecondition(format!(
+                "off-CPU and wall-clock time cannot be recorded on this machine: {reason};                  use --mode cpu"
+            ))
+        })
+    }
+
     /// Profiles the time to come: the next `spec.duration`, or less when
     /// cut short (the summary says so).
     pub async fn profile(&self, asker: Asker, spec: ProfileSpec) -> Result<Report, ServiceError> {
@@ -85,6 +111,7 @@ impl Service {
             Some(token) => Some(self.register_cut(asker.key, token)?),
         };
 
+        let _recording = self.record_off_cpu(spec.mode, &selector, false)?;
         let started = Instant::now();
         let _hold = self.holds.hold(SystemTime::now());
         let start = self.pipeline.open_window().await?;
@@ -102,7 +129,7 @@ impl Service {
         let end = self.pipeline.close_window().await?;
         let sight = Sight::of(asker.caller);
         let mut report = self
-            .report(start, end, selector, spec.kind, spec.options, sight)
+            .report(start, end, selector, spec.mode, spec.options, sight)
             .await?;
         report.summary.cut_short = cut_short;
         Ok(report)
@@ -154,7 +181,7 @@ impl Service {
         &self,
         asker: Asker,
         selector: SelectorSpec,
-        kind: SampleKind,
+        mode: ProfileMode,
         children: bool,
     ) -> Result<StartedSession, ServiceError> {
         self.check_selector(asker, &selector, Window::Live)?;
@@ -165,6 +192,7 @@ impl Service {
                 self.families.follow(selection::family_root(&selector)?)?,
             )),
         };
+        let recording = self.record_off_cpu(mode, &selector, family.is_some())?;
         let hold = self.holds.hold(SystemTime::now());
         let start = self.pipeline.open_window().await?;
         let session = Session {
@@ -174,10 +202,13 @@ impl Service {
             start,
             hold,
             selector,
-            kind,
+            mode,
             family,
         };
         let id = self.sessions().open(session, asker)?;
+        if let Some(recording) = recording {
+            crate::lock(&self.session_recordings).insert(id.clone(), recording);
+        }
         Ok(StartedSession { id, start })
     }
 
@@ -194,6 +225,7 @@ impl Service {
         selection::check_report_options(&options)?;
         let mut session = self.sessions().close(id, asker, force)?;
         let end = self.pipeline.close_window().await?;
+        crate::lock(&self.session_recordings).remove(id);
         if let Some(family) = session.family.take() {
             session.selector.pids = family.pids();
         }
@@ -207,7 +239,7 @@ impl Service {
             session.start,
             end,
             session.selector,
-            session.kind,
+            session.mode,
             options,
             sight,
         )
@@ -226,14 +258,14 @@ impl Service {
         asker: Asker,
         window: PastWindow,
         selector: SelectorSpec,
-        kind: SampleKind,
+        mode: ProfileMode,
         options: ReportOptions,
     ) -> Result<Report, ServiceError> {
         self.check_selector(asker, &selector, Window::Past)?;
         selection::check_report_options(&options)?;
         let selector = selector.past()?;
         let (start, end) = self.past_window(window).await?;
-        self.report(start, end, selector, kind, options, Sight::of(asker.caller))
+        self.report(start, end, selector, mode, options, Sight::of(asker.caller))
             .await
     }
 
@@ -250,7 +282,7 @@ impl Service {
         let selector = selector.past()?;
         let (start, end) = self.past_window(window).await?;
         let sight = Sight::of(asker.caller);
-        let query = self.query_of(start, end, selector, SampleKind::CpuClock, sight);
+        let query = self.query_of(start, end, selector, ProfileMode::Cpu, sight);
         reports::read_profile(
             self.store.clone(),
             query,
@@ -326,7 +358,7 @@ impl Service {
         start: SystemTime,
         end: SystemTime,
         selector: Selector,
-        kind: SampleKind,
+        mode: ProfileMode,
         sight: Sight,
     ) -> Query {
         Query {
@@ -334,7 +366,7 @@ impl Service {
             end,
             selector,
             access: sight.access,
-            kind,
+            mode,
             frequency_hz: self.frequency_hz(),
         }
     }
@@ -345,12 +377,12 @@ impl Service {
         start: SystemTime,
         end: SystemTime,
         selector: Selector,
-        kind: SampleKind,
+        mode: ProfileMode,
         options: ReportOptions,
         sight: Sight,
     ) -> Result<Report, ServiceError> {
         let max_response_bytes = self.limits.max_response_bytes;
-        let query = self.query_of(start, end, selector, kind, sight);
+        let query = self.query_of(start, end, selector, mode, sight);
         reports::read_profile(
             self.store.clone(),
             query,

@@ -12,7 +12,10 @@
 
 use std::{cmp::Reverse, collections::BinaryHeap};
 
+use rustc_hash::FxHashMap as HashMap;
+
 use super::Bucket;
+use crate::profile::ThreadState;
 
 /// Samples of one thread with one stack over a window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +24,38 @@ pub(super) struct Total {
     pub stack: u32,
     pub count: u64,
     pub weight_ns: u64,
+    pub state: ThreadState,
+}
+
+/// The time off CPU in `buckets` of the threads `selected` accepts, summed
+/// per (thread, stack) and counted in sampling periods of `period_ns`
+/// (rounded): each sum goes to `add`, in (thread, stack) order.
+pub(super) fn wait_totals(
+    buckets: &[&Bucket],
+    selected: impl Fn(u32) -> bool,
+    period_ns: u64,
+    mut add: impl FnMut(Total),
+) {
+    let mut sums: HashMap<(u32, u32), (u64, ThreadState)> = HashMap::default();
+    for bucket in buckets {
+        for wait in bucket.waits.iter().filter(|wait| selected(wait.thread)) {
+            let sum = sums
+                .entry((wait.thread, wait.stack))
+                .or_insert((0, wait.state));
+            sum.0 = sum.0.saturating_add(wait.nanos);
+        }
+    }
+    let mut sums: Vec<_> = sums.into_iter().collect();
+    sums.sort_unstable_by_key(|&(key, _)| key);
+    for ((thread, stack), (nanos, state)) in sums {
+        add(Total {
+            thread,
+            stack,
+            count: (nanos + period_ns / 2) / period_ns.max(1),
+            weight_ns: nanos,
+            state,
+        });
+    }
 }
 
 /// The CPU samples of `buckets` of the threads `selected` accepts, summed
@@ -91,6 +126,7 @@ pub(super) fn cpu_totals(
                         stack,
                         count,
                         weight_ns,
+                        state: ThreadState::Cpu,
                     });
                 }
             }
@@ -125,6 +161,7 @@ mod tests {
             end: UNIX_EPOCH + Duration::from_secs(1),
             period_ns,
             cpu: cpu.into_boxed_slice(),
+            waits: Box::new([]),
             counters: [0; COUNTER_COUNT as usize],
         }
     }

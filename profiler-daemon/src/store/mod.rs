@@ -30,7 +30,7 @@ pub use self::{
 };
 use crate::{
     kernel::drain::CounterDeltas,
-    profile::ThreadInfo,
+    profile::{ThreadInfo, ThreadState},
     symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation},
 };
 
@@ -74,6 +74,16 @@ struct CpuSamples {
     count: u32,
 }
 
+/// Time one thread waited off CPU with one stack (whose leaf says how it
+/// waited) in one bucket. A bucket's are sorted by (thread, stack).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WaitTime {
+    thread: u32,
+    stack: u32,
+    nanos: u64,
+    state: ThreadState,
+}
+
 #[derive(Debug)]
 struct Bucket {
     start: SystemTime,
@@ -81,12 +91,13 @@ struct Bucket {
     /// Nanoseconds of CPU one sample of this bucket stands for.
     period_ns: u64,
     cpu: Box<[CpuSamples]>,
+    waits: Box<[WaitTime]>,
     counters: CounterDeltas,
 }
 
 impl Bucket {
     fn bytes(&self) -> usize {
-        size_of::<Self>() + size_of_val(&*self.cpu)
+        size_of::<Self>() + size_of_val(&*self.cpu) + size_of_val(&*self.waits)
     }
 
     fn samples(&self) -> u64 {
@@ -107,6 +118,7 @@ impl Bucket {
         let mut parts = parts.into_iter();
         let mut merged = parts.next().expect("at least one bucket to merge");
         let mut cpu = std::mem::take(&mut merged.cpu).into_vec();
+        let mut waits = std::mem::take(&mut merged.waits).into_vec();
         let mut samples = samples_in(&cpu);
         let mut weight = u128::from(merged.period_ns) * u128::from(samples);
         for part in parts {
@@ -118,7 +130,9 @@ impl Bucket {
                 *total += delta;
             }
             cpu.extend_from_slice(&part.cpu);
+            waits.extend_from_slice(&part.waits);
         }
+        merged.waits = merge_waits(waits);
         sort_cpu_samples(&mut cpu);
         cpu.dedup_by(|next, kept| {
             let same = (next.thread, next.stack) == (kept.thread, kept.stack);
@@ -131,6 +145,23 @@ impl Bucket {
         merged.period_ns = weight.checked_div(u128::from(samples)).unwrap_or(0) as u64;
         merged
     }
+}
+
+/// Sorted by (thread, stack), one entry per pair.
+fn merge_waits(mut waits: Vec<WaitTime>) -> Box<[WaitTime]> {
+    sort_waits(&mut waits);
+    waits.dedup_by(|next, kept| {
+        let same = (next.thread, next.stack) == (kept.thread, kept.stack);
+        if same {
+            kept.nanos = kept.nanos.saturating_add(next.nanos);
+        }
+        same
+    });
+    waits.into_boxed_slice()
+}
+
+fn sort_waits(waits: &mut [WaitTime]) {
+    waits.sort_unstable_by_key(|wait| (wait.thread, wait.stack));
 }
 
 fn samples_in(cpu: &[CpuSamples]) -> u64 {
@@ -196,9 +227,19 @@ impl Store {
     /// then enforces retention and the ceiling.
     pub fn insert(&mut self, batch: SymbolizedBatch) {
         let mut counts: HashMap<(u32, u32), u32> = HashMap::default();
+        let mut waits = Vec::new();
         let (mut samples, mut weight) = (0_u64, 0_u64);
         for sample in batch.samples {
             match sample.kind {
+                SampleKind::OffCpuSleeping | SampleKind::OffCpuBlocked | SampleKind::RunQueue => {
+                    // The symbolizer put the wait's marker at the leaf.
+                    waits.push(WaitTime {
+                        thread: self.intern_thread(sample.thread),
+                        stack: self.intern_stack(&sample.stack),
+                        nanos: sample.weight,
+                        state: ThreadState::of(sample.kind),
+                    });
+                }
                 SampleKind::CpuClock => {
                     let thread = self.intern_thread(sample.thread);
                     let stack = self.intern_stack(&sample.stack);
@@ -225,6 +266,7 @@ impl Store {
             end: batch.end,
             period_ns: weight.checked_div(samples).unwrap_or(0),
             cpu,
+            waits: merge_waits(waits),
             counters: batch.counters,
         };
         self.first_sample.get_or_insert(bucket.start);

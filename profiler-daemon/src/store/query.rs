@@ -3,12 +3,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use profiler_common::{COUNTER_COUNT, SampleKind};
+use profiler_common::COUNTER_COUNT;
 
 use super::{Bucket, Store, aggregate, tables::Renumbering};
 use crate::{
     kernel::drain::losses,
-    profile::{LossCause, Owner, Profile, Sample, Stacks, ThreadInfo},
+    profile::{LossCause, Owner, Profile, ProfileMode, Sample, Stacks, ThreadInfo, ThreadState},
 };
 
 /// Which samples a query covers; empty lists do not restrict, different
@@ -90,7 +90,7 @@ pub struct Query {
     pub end: SystemTime,
     pub selector: Selector,
     pub access: SampleAccess,
-    pub kind: SampleKind,
+    pub mode: ProfileMode,
     pub frequency_hz: u32,
 }
 
@@ -117,17 +117,29 @@ impl Store {
         }
 
         // At most one sample per entry: reserved, never grown and copied.
-        let capacity = match query.kind {
-            SampleKind::CpuClock => buckets.iter().map(|bucket| bucket.cpu.len()).sum(),
-            SampleKind::Peek | SampleKind::PeekInstant => 0,
-        };
+        let capacity = buckets
+            .iter()
+            .map(|bucket| {
+                let cpu = if query.mode.includes(ThreadState::Cpu) {
+                    bucket.cpu.len()
+                } else {
+                    0
+                };
+                cpu + if query.mode.records_off_cpu() {
+                    bucket.waits.len()
+                } else {
+                    0
+                }
+            })
+            .sum();
+        let period_ns = 1_000_000_000 / u64::from(query.frequency_hz.max(1));
         // The report states the window its buckets really cover.
         let (start, end) = covered.unwrap_or((query.start, query.end));
         let mut profile = Profile {
             start,
             end,
             frequency_hz: query.frequency_hz,
-            period_ns: 1_000_000_000 / u64::from(query.frequency_hz.max(1)),
+            period_ns,
             threads: Vec::new(),
             locations: Vec::new(),
             stacks: Stacks::default(),
@@ -151,14 +163,15 @@ impl Store {
                 stack: total.stack,
                 count: total.count,
                 weight_ns: total.weight_ns,
+                state: total.state,
             });
         };
-        match query.kind {
-            SampleKind::CpuClock => {
-                aggregate::cpu_totals(&buckets, |thread| thread_matches[thread as usize], &mut add)
-            }
-            // Peeks keep their own samples (see `peek`); none are here.
-            SampleKind::Peek | SampleKind::PeekInstant => {}
+        let selected = |thread: u32| thread_matches[thread as usize];
+        if query.mode.includes(ThreadState::Cpu) {
+            aggregate::cpu_totals(&buckets, selected, &mut add);
+        }
+        if query.mode.records_off_cpu() {
+            aggregate::wait_totals(&buckets, selected, period_ns, &mut add);
         }
         let mut stacks = Renumbering::new(self.stacks.len());
         let mut locations = Renumbering::new(self.locations.values().len());

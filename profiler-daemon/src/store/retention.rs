@@ -9,7 +9,25 @@ use tracing::{debug, info};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::{Bucket, Eviction, Store, StoreSettings, sort_cpu_samples};
+use super::{
+    Bucket, Eviction, Store, StoreSettings, sort_cpu_samples, sort_waits,
+    tables::{Interner, StackTable},
+};
+use crate::{profile::ThreadInfo, symbols::symbolizer::{LocationKey, SymbolizedLocation}};
+
+/// The intern tables a compaction replaces.
+struct OldTables<'a> {
+    threads: &'a Interner<ThreadInfo, ThreadInfo>,
+    locations: &'a Interner<LocationKey, std::sync::Arc<SymbolizedLocation>>,
+    stacks: &'a StackTable,
+}
+
+/// Old ids to new, as a compaction goes.
+#[derive(Default)]
+struct Renumbered {
+    threads: HashMap<u32, u32>,
+    stacks: HashMap<u32, u32>,
+}
 
 /// Rebuild the intern tables (dropping what no bucket refers to any more)
 /// at most this often, unless memory is short.
@@ -170,29 +188,25 @@ impl Store {
         let old_locations = std::mem::take(&mut self.locations);
         let old_stacks = std::mem::take(&mut self.stacks);
         let before = old_stacks.len();
-        let mut thread_map: HashMap<u32, u32> = HashMap::default();
-        let mut stack_map: HashMap<u32, u32> = HashMap::default();
+        let old = OldTables {
+            threads: &old_threads,
+            locations: &old_locations,
+            stacks: &old_stacks,
+        };
+        let mut renumbered = Renumbered::default();
         let mut buckets = std::mem::take(&mut self.buckets);
         for bucket in &mut buckets {
             for samples in bucket.cpu.iter_mut() {
-                samples.thread = *thread_map
-                    .entry(samples.thread)
-                    .or_insert_with(|| self.intern_thread(old_threads.get(samples.thread).clone()));
-                samples.stack = *stack_map.entry(samples.stack).or_insert_with(|| {
-                    let ids: Vec<u32> = old_stacks
-                        .get(samples.stack)
-                        .iter()
-                        .map(|&id| {
-                            let location = old_locations.get(id);
-                            self.locations
-                                .intern(location.key.clone(), || location.clone())
-                        })
-                        .collect();
-                    self.stacks.intern(&ids)
-                });
+                (samples.thread, samples.stack) =
+                    self.reintern(&old, &mut renumbered, samples.thread, samples.stack);
+            }
+            for wait in bucket.waits.iter_mut() {
+                (wait.thread, wait.stack) =
+                    self.reintern(&old, &mut renumbered, wait.thread, wait.stack);
             }
             // Renumbered: sorted again.
             sort_cpu_samples(&mut bucket.cpu);
+            sort_waits(&mut bucket.waits);
         }
         self.buckets = buckets;
         debug!(
@@ -200,6 +214,34 @@ impl Store {
             stacks_after = self.stacks.len(),
             "compacted the profile store"
         );
+    }
+
+    /// A (thread, stack) of the old tables, interned in the new ones.
+    fn reintern(
+        &mut self,
+        old: &OldTables<'_>,
+        renumbered: &mut Renumbered,
+        thread: u32,
+        stack: u32,
+    ) -> (u32, u32) {
+        let thread = *renumbered
+            .threads
+            .entry(thread)
+            .or_insert_with(|| self.intern_thread(old.threads.get(thread).clone()));
+        let stack = *renumbered.stacks.entry(stack).or_insert_with(|| {
+            let ids: Vec<u32> = old
+                .stacks
+                .get(stack)
+                .iter()
+                .map(|&id| {
+                    let location = old.locations.get(id);
+                    self.locations
+                        .intern(location.key.clone(), || location.clone())
+                })
+                .collect();
+            self.stacks.intern(&ids)
+        });
+        (thread, stack)
     }
 
     /// Changes retention, resolution and ceiling (configuration reload):

@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 use crate::{
     kernel::drain::CounterDeltas,
     profile::UnwindStop,
-    profile::{Frame, Location, LocationKind, ThreadInfo},
+    profile::{Frame, Location, LocationKind, ThreadInfo, ThreadState},
     symbols::processes::{Binary, BinaryKey, NormalizedBatch, UserAddress},
 };
 
@@ -50,6 +50,18 @@ pub enum LocationKey {
     Kernel(u64),
     /// A marker frame such as `[lost]`.
     Marker(Arc<str>),
+}
+
+/// Whether a kernel location is the tracing machinery that ran the switch
+/// program (`bpf_prog_*_record_switch`, `bpf_trace_run4`,
+/// `__bpf_trace_sched_switch`), not the code that waited.
+fn is_tracing_frame(location: &Location) -> bool {
+    location.kind == LocationKind::Kernel
+        && location.frames.iter().all(|frame| {
+            ["bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_"]
+                .iter()
+                .any(|prefix| frame.function.starts_with(prefix))
+        })
 }
 
 /// A location and the key it is interned under.
@@ -217,12 +229,20 @@ impl Symbolizer {
             .samples
             .into_iter()
             .map(|sample| {
-                let stack = self.stack(
+                let mut stack = self.stack(
                     &sample.user,
                     sample.user_stop.as_ref(),
                     &sample.kernel,
                     sample.flags,
                 );
+                // A wait shows how it waited under the stack it waited in,
+                // without the frames of the program that recorded it.
+                if let Some(marker) = ThreadState::of(sample.kind).leaf_marker() {
+                    while stack.last().is_some_and(|leaf| is_tracing_frame(&leaf.location)) {
+                        stack.pop();
+                    }
+                    stack.push(self.marker(marker));
+                }
                 SymbolizedSample {
                     thread: sample.thread,
                     kind: sample.kind,

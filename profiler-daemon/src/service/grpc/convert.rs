@@ -6,13 +6,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use profiler_common::SampleKind;
 use tonic::Status;
 
 use crate::{
     kernel::{drain, targets::TargetSet},
     peek::{PeekReport, PeekSummary, TriggerSource},
-    profile::{Format, GroupBy, LossCause, ReportOptions, SortedBy},
+    profile::{Format, GroupBy, LossCause, ProfileMode, ReportOptions, SortedBy},
     proto::v1,
     service::{
         CallersResult, DaemonStatus, DiffResult, DiffSpec, PastWindow, ServiceError, TopUpdate,
@@ -119,12 +118,22 @@ impl EnumNames for v1::GroupBy {
     const NAMES: &'static [&'static str] = &["none", "thread", "process"];
 }
 impl EnumNames for v1::Mode {
-    const NAMES: &'static [&'static str] = &["cpu"];
+    const NAMES: &'static [&'static str] = &["cpu", "offcpu", "wall"];
 }
 
-pub fn sample_kind(mode: i32) -> Result<SampleKind, ServiceError> {
-    match enum_value::<v1::Mode>(mode, "mode")? {
-        v1::Mode::Unspecified | v1::Mode::Cpu => Ok(SampleKind::CpuClock),
+pub fn profile_mode(mode: i32) -> Result<ProfileMode, ServiceError> {
+    Ok(match enum_value::<v1::Mode>(mode, "mode")? {
+        v1::Mode::Unspecified | v1::Mode::Cpu => ProfileMode::Cpu,
+        v1::Mode::Offcpu => ProfileMode::OffCpu,
+        v1::Mode::Wall => ProfileMode::Wall,
+    })
+}
+
+pub fn mode_to_wire(mode: ProfileMode) -> v1::Mode {
+    match mode {
+        ProfileMode::Cpu => v1::Mode::Cpu,
+        ProfileMode::OffCpu => v1::Mode::Offcpu,
+        ProfileMode::Wall => v1::Mode::Wall,
     }
 }
 
@@ -304,7 +313,7 @@ pub fn session_info(id: String, session: &Session) -> v1::SessionInfo {
         remote,
         start_unix_nanos: unix_nanos(session.start),
         selector: Some(selector_to_proto(SelectorSpec::from(&session.selector))),
-        mode: v1::Mode::Cpu as i32,
+        mode: mode_to_wire(session.mode) as i32,
     }
 }
 
@@ -515,7 +524,7 @@ mod tests {
             message.contains("format") && message.contains("speedscope"),
             "{message}"
         );
-        assert!(sample_kind(9).is_err());
+        assert!(profile_mode(9).is_err());
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl Profiler for GrpcApi {
         let spec = ProfileSpec {
             duration: Duration::from_millis(request.duration_ms),
             selector: convert::selector(request.selector),
-            kind: convert::sample_kind(request.mode)?,
+            mode: convert::profile_mode(request.mode)?,
             options: convert::report_options(request.options)?,
             cut_token: (!request.cut_token.is_empty()).then_some(request.cut_token),
         };
@@ -121,13 +121,13 @@ impl Profiler for GrpcApi {
     ) -> Result<Response<v1::StartProfileReply>, Status> {
         let asker = self.asker(&request)?;
         let request = request.into_inner();
-        let kind = convert::sample_kind(request.mode)?;
+        let mode = convert::profile_mode(request.mode)?;
         let started = self
             .service
             .start_session(
                 asker,
                 convert::selector(request.selector),
-                kind,
+                mode,
                 request.children,
             )
             .await?;
@@ -172,14 +172,14 @@ impl Profiler for GrpcApi {
         let asker = self.asker(&request)?;
         let request = request.into_inner();
         let window = convert::past_window(request.start_unix_nanos, request.end_unix_nanos)?;
-        let (kind, options) = (
-            convert::sample_kind(request.mode)?,
+        let (mode, options) = (
+            convert::profile_mode(request.mode)?,
             convert::report_options(request.options)?,
         );
         let selector = convert::selector(request.selector);
         let report = self
             .service
-            .query(asker, window, selector, kind, options)
+            .query(asker, window, selector, mode, options)
             .await?;
         Ok(Response::new(convert::profile_reply(report)))
     }

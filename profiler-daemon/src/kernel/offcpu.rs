@@ -1,0 +1,285 @@
+//! The kernel side of off-CPU time: which processes the switch program
+//! records (turned on by the requests that ask for off-CPU or wall-clock
+//! time, for their duration only, and by the `offcpu` sampling setting),
+//! and the intervals it hands back.
+//!
+//! Owns the off-CPU control, pids and pending maps and the intervals ring
+//! buffer; it must not unwind, charge or store (the pipeline does).
+
+use std::{
+    collections::BTreeMap,
+    mem::size_of,
+    sync::{Arc, Mutex},
+};
+
+use aya::maps::{Array, HashMap, MapData, RingBuf};
+use profiler_common::offcpu::{Control, Interval, Pending};
+use tracing::warn;
+
+use crate::lock;
+
+/// Capacity of the map of recorded processes (the sampler sizes it so).
+pub const MAX_RECORDED_PIDS: u32 = 1 << 12;
+
+/// What a recording asks the kernel for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// Every process (with user memory).
+    Everything,
+    /// These processes.
+    Pids(Vec<u32>),
+}
+
+/// Where recordings go: the kernel's maps (or, in tests, memory).
+pub trait RecordingMaps: Send {
+    fn set_control(&mut self, control: Control);
+    fn set_pids(&mut self, pids: &[u32]);
+}
+
+/// The kernel's control and pids maps.
+pub struct BpfRecordingMaps {
+    pub control: Array<MapData, Control>,
+    pub pids: HashMap<MapData, u32, u32>,
+    /// What the pids map holds now.
+    pub held: Vec<u32>,
+}
+
+impl RecordingMaps for BpfRecordingMaps {
+    fn set_control(&mut self, control: Control) {
+        if let Err(err) = self.control.set(0, control, 0) {
+            warn!("cannot update the off-CPU control map: {err}");
+        }
+    }
+
+    fn set_pids(&mut self, pids: &[u32]) {
+        for gone in self.held.iter().filter(|pid| !pids.contains(pid)) {
+            let _ = self.pids.remove(gone);
+        }
+        for &pid in pids {
+            if let Err(err) = self.pids.insert(pid, 1, 0) {
+                warn!(pid, "cannot record the process off CPU: {err}");
+            }
+        }
+        self.held = pids.to_vec();
+    }
+}
+
+/// The recordings under way, shared by the service's requests; the kernel
+/// records their union.
+#[derive(Clone)]
+pub struct OffCpuRecorder {
+    inner: Arc<Mutex<RecorderState>>,
+}
+
+struct RecorderState {
+    /// `None` when the switch program is not running, and why.
+    maps: Result<Box<dyn RecordingMaps>, String>,
+    recordings: BTreeMap<u64, Recorded>,
+    next_id: u64,
+    /// The `offcpu` setting: the probability that any other wait is
+    /// recorded (0: none).
+    sample_probability: f64,
+}
+
+impl OffCpuRecorder {
+    /// `maps` is the reason off-CPU recording is unavailable when it is.
+    pub fn new(maps: Result<Box<dyn RecordingMaps>, String>, sample_probability: f64) -> Self {
+        let recorder = Self {
+            inner: Arc::new(Mutex::new(RecorderState {
+                maps,
+                recordings: BTreeMap::new(),
+                next_id: 0,
+                sample_probability,
+            })),
+        };
+        lock(&recorder.inner).apply();
+        recorder
+    }
+
+    /// Why off-CPU time cannot be recorded, if it cannot.
+    pub fn unavailable(&self) -> Option<String> {
+        lock(&self.inner).maps.as_ref().err().cloned()
+    }
+
+    /// Records `what` until the returned guard is dropped.
+    pub fn record(&self, what: Recorded) -> Result<RecordingGuard, String> {
+        let mut state = lock(&self.inner);
+        if let Err(reason) = &state.maps {
+            return Err(reason.clone());
+        }
+        let id = state.next_id;
+        state.next_id += 1;
+        state.recordings.insert(id, what);
+        state.apply();
+        Ok(RecordingGuard {
+            recorder: self.clone(),
+            id,
+        })
+    }
+
+    /// The `offcpu` setting changed (configuration reload).
+    pub fn set_sample_probability(&self, probability: f64) {
+        let mut state = lock(&self.inner);
+        state.sample_probability = probability;
+        state.apply();
+    }
+
+    /// How many recordings are under way.
+    pub fn recordings(&self) -> usize {
+        lock(&self.inner).recordings.len()
+    }
+}
+
+impl RecorderState {
+    fn apply(&mut self) {
+        let everything = self
+            .recordings
+            .values()
+            .any(|recorded| *recorded == Recorded::Everything);
+        let mut pids: Vec<u32> = self
+            .recordings
+            .values()
+            .filter_map(|recorded| match recorded {
+                Recorded::Pids(pids) => Some(pids.iter().copied()),
+                Recorded::Everything => None,
+            })
+            .flatten()
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids.truncate(MAX_RECORDED_PIDS as usize);
+        let control = Control {
+            all: u32::from(everything),
+            pids: u32::from(!pids.is_empty()),
+            sample_threshold: sample_threshold(self.sample_probability),
+            kernel_threads: 0,
+        };
+        if let Ok(maps) = &mut self.maps {
+            // Pids first, so that the control never points at a stale set.
+            maps.set_pids(&pids);
+            maps.set_control(control);
+        }
+    }
+}
+
+/// The kernel's threshold for a probability: a wait is recorded when a
+/// random u32 falls below it.
+pub fn sample_threshold(probability: f64) -> u32 {
+    (probability.clamp(0.0, 1.0) * f64::from(u32::MAX)).round() as u32
+}
+
+/// The factor that scales a sampled wait back up.
+pub fn sample_scale(threshold: u32) -> f64 {
+    if threshold == 0 {
+        1.0
+    } else {
+        f64::from(u32::MAX) / f64::from(threshold)
+    }
+}
+
+/// Keeps a recording on; dropping it ends it.
+pub struct RecordingGuard {
+    recorder: OffCpuRecorder,
+    id: u64,
+}
+
+impl Drop for RecordingGuard {
+    fn drop(&mut self) {
+        let mut state = lock(&self.recorder.inner);
+        state.recordings.remove(&self.id);
+        state.apply();
+    }
+}
+
+/// The intervals the switch program hands back, and its pending map (to
+/// tell an interval whose end was lost from one still under way).
+pub struct OffCpuIntervals {
+    ring: RingBuf<MapData>,
+    pending: HashMap<MapData, u32, Pending>,
+    /// Records too short to be an interval (cannot happen with a matching
+    /// build; counted rather than assumed).
+    pub malformed: u64,
+}
+
+impl OffCpuIntervals {
+    pub fn new(ring: RingBuf<MapData>, pending: HashMap<MapData, u32, Pending>) -> Self {
+        Self {
+            ring,
+            pending,
+            malformed: 0,
+        }
+    }
+
+    /// Every interval ended so far, oldest first.
+    pub fn read(&mut self) -> Vec<Interval> {
+        let mut intervals = Vec::new();
+        while let Some(item) = self.ring.next() {
+            if item.len() < size_of::<Interval>() {
+                self.malformed += 1;
+                continue;
+            }
+            // SAFETY: the record holds an Interval's bytes, and Interval is
+            // plain old data (every bit pattern is valid); the read copes
+            // with any alignment.
+            intervals.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<Interval>()) });
+        }
+        intervals
+    }
+
+    /// When the thread's wait under way began, if one is.
+    pub fn pending_since(&self, tid: u32) -> Option<u64> {
+        self.pending
+            .get(&tid, 0)
+            .ok()
+            .map(|pending| pending.switched_out_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Memory {
+        control: Arc<Mutex<(Control, Vec<u32>)>>,
+    }
+
+    impl RecordingMaps for Memory {
+        fn set_control(&mut self, control: Control) {
+            lock(&self.control).0 = control;
+        }
+        fn set_pids(&mut self, pids: &[u32]) {
+            lock(&self.control).1 = pids.to_vec();
+        }
+    }
+
+    #[test]
+    fn the_kernel_records_the_union_of_the_recordings_under_way() {
+        let memory = Memory::default();
+        let seen = memory.control.clone();
+        let recorder = OffCpuRecorder::new(Ok(Box::new(memory)), 0.0);
+        assert!(!lock(&seen).0.active());
+        let first = recorder.record(Recorded::Pids(vec![7, 3])).unwrap();
+        let second = recorder.record(Recorded::Pids(vec![3, 9])).unwrap();
+        assert_eq!(lock(&seen).1, [3, 7, 9]);
+        assert_eq!(lock(&seen).0.pids, 1);
+        drop(first);
+        assert_eq!(lock(&seen).1, [3, 9]);
+        let everything = recorder.record(Recorded::Everything).unwrap();
+        assert_eq!(lock(&seen).0.all, 1);
+        drop((second, everything));
+        assert!(!lock(&seen).0.active(), "{:?}", lock(&seen).0);
+        recorder.set_sample_probability(0.5);
+        assert!(lock(&seen).0.active());
+        assert!((sample_scale(lock(&seen).0.sample_threshold) - 2.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn without_the_program_recordings_are_refused_with_the_reason() {
+        let recorder = OffCpuRecorder::new(Err("no BTF".into()), 0.0);
+        assert_eq!(
+            recorder.record(Recorded::Everything).err().as_deref(),
+            Some("no BTF")
+        );
+    }
+}

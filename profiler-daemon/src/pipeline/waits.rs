@@ -1,0 +1,257 @@
+//! Charging time off CPU: a thread's stack at its switch-out (a stack
+//! copy of an off-CPU kind, unwound like any other) waits here until the
+//! kernel hands back the interval that ends at its switch-in; the
+//! interval is then charged to that stack, split into the wait itself
+//! (`S` or `D`, up to its wake-up) and the run queue (from its wake-up to
+//! its switch-in). A wait longer than a drain is credited to every drain
+//! it spans as it goes, so a thread blocked for an hour shows in every
+//! window of that hour, each second counted once.
+//!
+//! This module owns the waits under way; it must not unwind, symbolize or
+//! store.
+
+use profiler_common::{
+    SampleKind,
+    offcpu::{Interval, flags},
+};
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::kernel::offcpu::OffCpuIntervals;
+
+/// A wait under way: the thread's stack when it left the CPU.
+#[derive(Debug)]
+struct Wait<I> {
+    identity: I,
+    switched_out_ns: u64,
+    /// Up to when its time was charged already.
+    credited_ns: u64,
+    /// Credit passes that found the kernel no longer waiting on it, its
+    /// interval not read yet.
+    unconfirmed: u8,
+}
+
+/// Credit passes a wait the kernel ended may go without its interval
+/// before it is counted as lost.
+const UNCONFIRMED_PASSES: u8 = 3;
+
+/// What waits were seen and what became of them, for the status report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// Intervals charged to their stack.
+    pub charged: u64,
+    /// Intervals whose switch-out was not seen with its stack (it came
+    /// before recording began, or its stack copy was lost).
+    pub unmatched: u64,
+    /// Waits dropped because the kernel no longer had them pending (their
+    /// interval was lost).
+    pub abandoned: u64,
+    /// Waits under way now.
+    pub under_way: u64,
+}
+
+/// The waits under way and the kernel's intervals. `I` is what identifies
+/// a sample (thread, stacks, kind); `with_kind` gives it another kind.
+pub struct Waits<I> {
+    intervals: OffCpuIntervals,
+    /// By thread and switch-out: a thread's next wait can be read before
+    /// the interval that ends its previous one.
+    under_way: HashMap<(u32, u64), Wait<I>>,
+    stats: WaitStats,
+}
+
+/// A kind's identity, for charging part of a wait to the run queue.
+pub trait WaitIdentity: Clone {
+    fn tid(&self) -> u32;
+    fn with_kind(&self, kind: SampleKind) -> Self;
+}
+
+impl<I: WaitIdentity> Waits<I> {
+    pub fn new(intervals: OffCpuIntervals) -> Self {
+        Self {
+            intervals,
+            under_way: HashMap::default(),
+            stats: WaitStats::default(),
+        }
+    }
+
+    /// The intervals ended so far; read them before the stack copies, so
+    /// that every interval's switch-out copy has been read when it is
+    /// applied.
+    pub fn read_intervals(&mut self) -> Vec<Interval> {
+        self.intervals.read()
+    }
+
+    /// A thread left the CPU with this stack at `switched_out_ns`.
+    pub fn begin(&mut self, identity: I, switched_out_ns: u64) {
+        let tid = identity.tid();
+        self.under_way.insert(
+            (tid, switched_out_ns),
+            Wait {
+                identity,
+                switched_out_ns,
+                credited_ns: switched_out_ns,
+                unconfirmed: 0,
+            },
+        );
+    }
+
+    /// Charges the intervals to their waits' stacks.
+    pub fn end(&mut self, intervals: Vec<Interval>, mut charge: impl FnMut(I, u64)) {
+        for interval in intervals {
+            let wait = if interval.flags & flags::UNKNOWN_START != 0 {
+                None
+            } else {
+                self.under_way
+                    .remove(&(interval.tid, interval.switched_out_ns))
+            };
+            let Some(wait) = wait else {
+                self.stats.unmatched += 1;
+                continue;
+            };
+            self.stats.charged += 1;
+            split(&wait, interval.woken_ns, interval.switched_in_ns, &mut charge);
+        }
+        self.stats.under_way = self.under_way.len() as u64;
+    }
+
+    /// Credits the waits still under way up to `now_ns`, dropping those the
+    /// kernel no longer has pending (their interval was lost).
+    pub fn credit_until(&mut self, now_ns: u64, mut charge: impl FnMut(I, u64)) {
+        let intervals = &self.intervals;
+        let mut abandoned = 0;
+        self.under_way.retain(|&(tid, switched_out_ns), wait| {
+            if intervals.pending_since(tid) != Some(switched_out_ns) {
+                // Ended: its interval comes with the next read, or was lost.
+                wait.unconfirmed += 1;
+                if wait.unconfirmed >= UNCONFIRMED_PASSES {
+                    abandoned += 1;
+                    return false;
+                }
+                return true;
+            }
+            if now_ns > wait.credited_ns {
+                charge(wait.identity.clone(), now_ns - wait.credited_ns);
+                wait.credited_ns = now_ns;
+            }
+            true
+        });
+        self.stats.abandoned += abandoned;
+        self.stats.under_way = self.under_way.len() as u64;
+    }
+
+    pub fn stats(&self) -> WaitStats {
+        self.stats
+    }
+}
+
+/// Charges what is left of a wait: its own kind up to the wake-up, the run
+/// queue from the wake-up (if it was woken: a preempted thread waits in
+/// the run queue from the start) to the switch-in.
+fn split<I: WaitIdentity>(
+    wait: &Wait<I>,
+    woken_ns: u64,
+    switched_in_ns: u64,
+    charge: &mut impl FnMut(I, u64),
+) {
+    let from = wait.credited_ns;
+    let woken = if woken_ns == 0 {
+        switched_in_ns
+    } else {
+        woken_ns.clamp(from, switched_in_ns.max(from))
+    };
+    if woken > from {
+        charge(wait.identity.clone(), woken - from);
+    }
+    if switched_in_ns > woken {
+        charge(
+            wait.identity.with_kind(SampleKind::RunQueue),
+            switched_in_ns - woken,
+        );
+    }
+}
+
+/// CLOCK_MONOTONIC now, the kernel's `bpf_ktime_get_ns` clock.
+pub fn monotonic_now_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct Id(u32, SampleKind);
+
+    impl WaitIdentity for Id {
+        fn tid(&self) -> u32 {
+            self.0
+        }
+        fn with_kind(&self, kind: SampleKind) -> Self {
+            Id(self.0, kind)
+        }
+    }
+
+    fn wait(credited_ns: u64) -> Wait<Id> {
+        Wait {
+            identity: Id(1, SampleKind::OffCpuSleeping),
+            switched_out_ns: 100,
+            credited_ns,
+            unconfirmed: 0,
+        }
+    }
+
+    fn charges(wait: &Wait<Id>, woken: u64, switched_in: u64) -> Vec<(SampleKind, u64)> {
+        let mut charged = Vec::new();
+        split(wait, woken, switched_in, &mut |id: Id, ns| {
+            charged.push((id.1, ns))
+        });
+        charged
+    }
+
+    #[test]
+    fn a_wait_is_split_at_its_wake_up() {
+        assert_eq!(
+            charges(&wait(100), 700, 1000),
+            [
+                (SampleKind::OffCpuSleeping, 600),
+                (SampleKind::RunQueue, 300)
+            ]
+        );
+        // Never woken as far as we know: all of it is the wait's own.
+        assert_eq!(
+            charges(&wait(100), 0, 1000),
+            [(SampleKind::OffCpuSleeping, 900)]
+        );
+    }
+
+    #[test]
+    fn what_was_credited_is_not_charged_again() {
+        // Credited up to 800 as it went, woken at 700: only the run queue
+        // after the last credit is left.
+        assert_eq!(
+            charges(&wait(800), 700, 1000),
+            [(SampleKind::RunQueue, 200)]
+        );
+        assert_eq!(
+            charges(&wait(400), 700, 1000),
+            [
+                (SampleKind::OffCpuSleeping, 300),
+                (SampleKind::RunQueue, 300)
+            ]
+        );
+        assert!(charges(&wait(1000), 700, 1000).is_empty());
+    }
+
+    #[test]
+    fn a_preempted_thread_waits_in_the_run_queue_from_the_start() {
+        let preempted = Wait {
+            identity: Id(1, SampleKind::RunQueue),
+            ..wait(100)
+        };
+        assert_eq!(
+            charges(&preempted, 0, 400),
+            [(SampleKind::RunQueue, 300)]
+        );
+    }
+}

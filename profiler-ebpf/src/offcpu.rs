@@ -1,0 +1,265 @@
+//! Off-CPU time: where threads wait. On `sched_switch` the task leaving the
+//! CPU is still current, so its stacks are copied there (into the same
+//! stack-copy ring buffer as CPU samples, unwound the same way) and the
+//! start of its wait is kept in a pending map keyed by thread id; its
+//! wake-up (`sched_wakeup`) is noted there, and at its next switch-in the
+//! interval goes to the daemon, which charges it to that stack.
+//!
+//! Only the tasks the daemon asked for are recorded (the control map and
+//! the off-CPU pids map); everything else costs one array lookup per
+//! switch while nothing is recorded, and a hash lookup or two otherwise.
+
+#![expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "map keys and values are passed by reference on purpose, as in the sampler"
+)]
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::BPF_ANY,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_prandom_u32, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
+    macros::{btf_tracepoint, map},
+    maps::{Array, HashMap, RingBuf},
+    programs::BtfTracePointContext,
+};
+use profiler_common::{
+    Counter, MAX_STACK_COPY_PAGES, SampleKind,
+    offcpu::{Control, Interval, Pending, flags, task_state},
+    sample_flags,
+};
+
+use crate::{
+    global,
+    sampler::{
+        STACK_COPY_PAGES, announce_process, copy_stack, count, credentials, saved_user_registers,
+    },
+};
+
+/// Byte offset of `task_struct.pid` (the thread id), from the kernel's BTF;
+/// 0 when unknown, and the daemon then leaves recording off.
+#[unsafe(no_mangle)]
+static TASK_PID_OFFSET: u32 = 0;
+
+#[map]
+static OFFCPU_CONTROL: Array<Control> = Array::with_max_entries(1, 0);
+
+/// Processes recorded in full, by process id (the value is the daemon's).
+#[map]
+static OFFCPU_PIDS: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
+
+/// Tasks off CPU, by thread id. A plain hash, not an LRU: the oldest
+/// entries are the long sleepers, the ones that matter most. Sized by the
+/// daemon; a full map is counted.
+#[map]
+static OFFCPU_PENDING: HashMap<u32, Pending> = HashMap::with_max_entries(1024, 0);
+
+/// Intervals ended by a switch-in, for the daemon. Sized by the daemon.
+#[map]
+static OFFCPU_INTERVALS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+
+/// `sched_switch(preempt, prev, next, prev_state)`, with `prev` current.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn record_switch(ctx: BtfTracePointContext) -> i32 {
+    count(Counter::Switches);
+    let Some(control) = OFFCPU_CONTROL.get(0) else {
+        return 0;
+    };
+    if !control.active() {
+        return 0;
+    }
+    let preempt: u64 = ctx.arg(0);
+    let next: u64 = ctx.arg(2);
+    let prev_state: u64 = ctx.arg(3);
+    switch_out(&ctx, control, preempt & 0xff != 0, prev_state as u32);
+    switch_in(next);
+    0
+}
+
+/// `sched_wakeup(p)`: the task becomes runnable; from now on it waits for
+/// a CPU. A task of a recorded process that went off CPU before recording
+/// began is recorded from here.
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn record_wakeup(ctx: BtfTracePointContext) -> i32 {
+    let Some(control) = OFFCPU_CONTROL.get(0) else {
+        return 0;
+    };
+    if control.all == 0 && control.pids == 0 {
+        return 0;
+    }
+    let task: u64 = ctx.arg(0);
+    let Some(tid) = task_id(task, global(&TASK_PID_OFFSET)) else {
+        return 0;
+    };
+    let now = now_ns();
+    if let Some(pending) = OFFCPU_PENDING.get_ptr_mut(&tid) {
+        // SAFETY: a live entry; the task's own switches and wake-ups are
+        // serialised by the scheduler.
+        let pending = unsafe { &mut *pending };
+        if pending.woken_ns == 0 {
+            pending.woken_ns = now;
+        }
+        return 0;
+    }
+    let Some(pid) = task_id(task, global(&crate::signals::TASK_TGID_OFFSET)) else {
+        return 0;
+    };
+    if control.all == 0 && OFFCPU_PIDS.get_ptr(&pid).is_none() {
+        return 0;
+    }
+    let pending = Pending {
+        pid,
+        tid,
+        kind: 0,
+        flags: flags::UNKNOWN_START,
+        switched_out_ns: 0,
+        woken_ns: now,
+    };
+    if OFFCPU_PENDING.insert(&tid, &pending, BPF_ANY.into()).is_err() {
+        count(Counter::OffCpuPendingFull);
+    }
+    0
+}
+
+/// A task's id at `offset` in its `task_struct` (its thread id at `pid`,
+/// its process id at `tgid`); `None` for the idle tasks or when unknown.
+#[inline(always)]
+fn task_id(task: u64, offset: u32) -> Option<u32> {
+    if task == 0 || offset == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel reads kernel memory and fails (rather
+    // than faulting) on a bad address; the offset comes from the kernel's BTF.
+    let id = unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const i32) }.ok()?;
+    (id > 0).then_some(id as u32)
+}
+
+/// The current task leaves the CPU: if it is recorded, its wait begins.
+#[inline(always)]
+fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, state: u32) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    // The idle tasks, and tasks that will never run again.
+    if tid == 0
+        || state & (task_state::DEAD | task_state::ZOMBIE | task_state::DEAD_EXIT) != 0
+        || global(&TASK_PID_OFFSET) == 0
+    {
+        return;
+    }
+    let kind = if preempt || state & task_state::REPORT == 0 {
+        SampleKind::RunQueue
+    } else if state & task_state::UNINTERRUPTIBLE != 0 {
+        // An idle kernel wait is not a wait anyone is waiting on.
+        if state & task_state::NOLOAD != 0 {
+            return;
+        }
+        SampleKind::OffCpuBlocked
+    } else {
+        // Interruptible, and the rare stopped or traced task.
+        SampleKind::OffCpuSleeping
+    };
+    let selected = control.pids != 0 && OFFCPU_PIDS.get_ptr(&pid).is_some();
+    let mut interval_flags = 0;
+    if !selected && control.all == 0 {
+        if control.sample_threshold == 0 || random() >= control.sample_threshold {
+            return;
+        }
+        interval_flags |= flags::SAMPLED;
+    }
+    let (uid, gid, protected, user_memory, main_stack_top) = credentials();
+    // Kernel threads only when asked for by pid, or with kernel_threads.
+    if !user_memory && !selected && control.kernel_threads == 0 {
+        return;
+    }
+    let now = now_ns();
+    let pending = Pending {
+        pid,
+        tid,
+        kind: kind as u32,
+        flags: interval_flags,
+        switched_out_ns: now,
+        woken_ns: 0,
+    };
+    // Any entry left is stale (an interval whose end was lost): replaced.
+    if OFFCPU_PENDING.insert(&tid, &pending, BPF_ANY.into()).is_err() {
+        count(Counter::OffCpuPendingFull);
+        return;
+    }
+    count(Counter::OffCpuRecorded);
+    let pages = if user_memory {
+        global(&STACK_COPY_PAGES).min(MAX_STACK_COPY_PAGES)
+    } else {
+        0
+    };
+    let flags = if protected {
+        sample_flags::PROTECTED
+    } else {
+        0
+    };
+    let copied = copy_stack(
+        ctx.as_ptr().cast::<c_void>(),
+        true,
+        (pid_tgid, kind as u32, flags, (uid, gid)),
+        || (0, now),
+        || {
+            if user_memory {
+                saved_user_registers()
+            } else {
+                (0, 0, 0)
+            }
+        },
+        (pages, main_stack_top),
+    );
+    if copied {
+        announce_process(pid);
+    } else {
+        count(Counter::OffCpuStackCopyRingFull);
+        if let Some(entry) = OFFCPU_PENDING.get_ptr_mut(&tid) {
+            // SAFETY: the entry inserted above; only this task's own
+            // switch-in and wake-up touch it, and neither can run before
+            // this switch-out ends.
+            unsafe { (*entry).flags |= flags::STACK_LOST };
+        }
+    }
+}
+
+/// `next` takes the CPU: the interval it was off CPU ends.
+#[inline(always)]
+fn switch_in(next: u64) {
+    let Some(tid) = task_id(next, global(&TASK_PID_OFFSET)) else {
+        return;
+    };
+    // SAFETY: the value is copied at once, while the entry is live.
+    let Some(pending) = (unsafe { OFFCPU_PENDING.get(&tid) }).copied() else {
+        return;
+    };
+    let _ = OFFCPU_PENDING.remove(&tid);
+    let interval = Interval {
+        pid: pending.pid,
+        tid: pending.tid,
+        kind: pending.kind,
+        flags: pending.flags,
+        switched_out_ns: pending.switched_out_ns,
+        woken_ns: pending.woken_ns,
+        switched_in_ns: now_ns(),
+    };
+    if OFFCPU_INTERVALS.output::<Interval>(&interval, 0).is_err() {
+        count(Counter::OffCpuIntervalsFull);
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: a helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+fn random() -> u32 {
+    // SAFETY: a helper without arguments.
+    unsafe { bpf_get_prandom_u32() }
+}
