@@ -1,0 +1,241 @@
+//! Off-CPU and wall-clock time, checked against the kernel's own account
+//! of each thread (`/proc/PID/task/TID/schedstat`: time run, time waited
+//! in the run queue) and against what the workloads do.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use profilerd_client::v1;
+
+use crate::support::{Daemon, Workload, folded, options, selector};
+
+/// Seconds of each state in folded stacks counted at `frequency_hz`.
+#[derive(Debug, Default)]
+struct Time {
+    cpu: f64,
+    sleeping: f64,
+    blocked: f64,
+    run_queue: f64,
+}
+
+impl Time {
+    fn of(stacks: &[(Vec<String>, u64)], frequency_hz: f64) -> Self {
+        let mut time = Time::default();
+        for (frames, count) in stacks {
+            let seconds = *count as f64 / frequency_hz;
+            match frames.last().map(String::as_str) {
+                Some("[off-cpu: S]") => time.sleeping += seconds,
+                Some("[off-cpu: D]") => time.blocked += seconds,
+                Some("[runqueue]") => time.run_queue += seconds,
+                _ => time.cpu += seconds,
+            }
+        }
+        time
+    }
+
+    fn wall(&self) -> f64 {
+        self.cpu + self.sleeping + self.blocked + self.run_queue
+    }
+}
+
+/// Seconds a thread ran and waited in the run queue, as the kernel counts.
+fn schedstat(pid: u32, tid: u32) -> (f64, f64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .expect("the thread's schedstat is readable");
+    let mut fields = text.split_whitespace().map(|field| field.parse::<f64>().unwrap());
+    let ran = fields.next().unwrap() / 1e9;
+    let waited = fields.next().unwrap() / 1e9;
+    (ran, waited)
+}
+
+fn threads_of(pid: u32) -> Vec<u32> {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the process's threads are listed")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids
+}
+
+async fn wall_profile(
+    daemon: &Daemon,
+    pid: u32,
+    duration: Duration,
+) -> (Vec<(Vec<String>, u64)>, v1::ProfileSummary) {
+    let reply = daemon
+        .client()
+        .await
+        .profile(v1::ProfileRequest {
+            duration_ms: duration.as_millis() as u64,
+            selector: selector(&[pid]),
+            options: Some(options(v1::Format::Folded)),
+            mode: v1::Mode::Wall as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|status| panic!("Profile failed: {status:?}"))
+        .into_inner();
+    (folded(&reply.report), reply.summary.expect("a summary"))
+}
+
+async fn wall_query(
+    daemon: &Daemon,
+    tids: &[u32],
+    (start, end): (i64, i64),
+) -> Vec<(Vec<String>, u64)> {
+    let reply = daemon
+        .client()
+        .await
+        .query(v1::QueryRequest {
+            start_unix_nanos: start,
+            end_unix_nanos: end,
+            selector: Some(v1::Selector {
+                tids: tids.to_vec(),
+                ..Default::default()
+            }),
+            options: Some(options(v1::Format::Folded)),
+            mode: v1::Mode::Wall as i32,
+        })
+        .await
+        .unwrap_or_else(|status| panic!("Query failed: {status:?}"))
+        .into_inner();
+    folded(&reply.report)
+}
+
+fn within(value: f64, expected: f64, tolerance: f64) -> bool {
+    (value - expected).abs() <= tolerance * expected
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thread_that_spins_and_sleeps_shows_where_its_wall_clock_went() {
+    let daemon = Daemon::start_alone(&["--frequency-hz", "999"]).await;
+    let workload = Workload::start("waits", &["spin-sleep"]);
+    let pid = workload.pid();
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let before = schedstat(pid, pid);
+    let (stacks, summary) = wall_profile(&daemon, pid, Duration::from_secs(10)).await;
+    let after = schedstat(pid, pid);
+    let elapsed = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
+    let time = Time::of(&stacks, 999.0);
+    let context = format!("{time:?} over {elapsed:.3} s; schedstat {before:?} → {after:?}");
+    assert!(within(time.cpu, 2.0, 0.05), "cpu: {context}");
+    assert!(within(time.sleeping, 8.0, 0.05), "S: {context}");
+    assert!(within(time.wall() / elapsed, 1.0, 0.02), "wall: {context}");
+    // Every frame of the sleeping chain, down to the kernel's wait.
+    let asleep: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            crate::support::has_chain(frames, &["main", "spin_and_sleep", "sleep_for"])
+                && frames.iter().any(|frame| frame.contains("clock_nanosleep"))
+                && frames.last().is_some_and(|leaf| leaf == "[off-cpu: S]")
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        within(asleep as f64 / 999.0, time.sleeping, 0.02),
+        "the sleeps are in clock_nanosleep under sleep_for: {stacks:#?}"
+    );
+    // Conservation against the kernel: run time as sampled.
+    let ran = after.0 - before.0;
+    assert!(within(time.cpu, ran, 0.05), "cpu against schedstat: {context}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vfork_parent_waits_uninterruptibly_for_its_child() {
+    let daemon = Daemon::start_with(&["--frequency-hz", "999"]).await;
+    let workload = Workload::start("waits", &["vfork"]);
+    let (stacks, _) = wall_profile(&daemon, workload.pid(), Duration::from_millis(2_500)).await;
+    let blocked: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            frames.iter().any(|frame| frame == "wait_for_child")
+                && frames.last().is_some_and(|leaf| leaf == "[off-cpu: D]")
+        })
+        .map(|(_, count)| count)
+        .sum();
+    let seconds = blocked as f64 / 999.0;
+    assert!(
+        within(seconds, 0.3, 0.1),
+        "{seconds:.3} s in D under wait_for_child: {stacks:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_spinners_on_one_cpu_wait_in_the_run_queue_as_the_kernel_counts() {
+    let daemon = Daemon::start_alone(&["--frequency-hz", "999"]).await;
+    let workload = Workload::start("waits", &["runqueue"]);
+    let pid = workload.pid();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, summary) = wall_profile(&daemon, pid, Duration::from_millis(4_700)).await;
+    let window = (summary.start_unix_nanos, summary.end_unix_nanos);
+    let spinners: Vec<u32> = threads_of(pid).into_iter().filter(|&tid| tid != pid).collect();
+    assert_eq!(spinners.len(), 3, "three spinner threads");
+    for tid in spinners {
+        let time = Time::of(&wall_query(&daemon, &[tid], window).await, 999.0);
+        let (ran, waited) = schedstat(pid, tid);
+        let context = format!("thread {tid}: {time:?}; schedstat ran {ran:.3} s, waited {waited:.3} s");
+        assert!(within(time.cpu, 1.0, 0.1), "{context}");
+        assert!(within(time.run_queue, 2.0, 0.1), "{context}");
+        assert!(within(time.cpu, ran, 0.05), "cpu against schedstat: {context}");
+        assert!(within(time.run_queue, waited, 0.05), "run queue against schedstat: {context}");
+    }
+}
+
+fn unix_nanos(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_blocked_for_10_s_shows_in_every_window_once() {
+    let daemon = Daemon::start_with(&["--drain-interval", "500ms"]).await;
+    let workload = Workload::start("waits", &["pipe"]);
+    // The read begins a second after the workload starts.
+    let blocked_from = SystemTime::now() + Duration::from_millis(1_050);
+    let pid = workload.pid();
+    let mut client = daemon.client().await;
+    let session = client
+        .start_profile(v1::StartProfileRequest {
+            selector: selector(&[pid]),
+            mode: v1::Mode::Wall as i32,
+            children: false,
+        })
+        .await
+        .expect("StartProfile")
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let reading = |stacks: &[(Vec<String>, u64)]| -> f64 {
+        stacks
+            .iter()
+            .filter(|(frames, _)| {
+                frames.iter().any(|frame| frame == "read_empty_pipe")
+                    && frames.last().is_some_and(|leaf| leaf == "[off-cpu: S]")
+            })
+            .map(|(_, count)| *count as f64)
+            .sum::<f64>()
+            / f64::from(crate::support::TEST_FREQUENCY_HZ)
+    };
+    // Ten 1-second windows while the read is blocked (the session holds
+    // them as drained, in half-second buckets).
+    let mut sum = 0.0;
+    for second in 0..9 {
+        let start = blocked_from + Duration::from_millis(500 + 1_000 * second);
+        let window = (unix_nanos(start), unix_nanos(start + Duration::from_secs(1)));
+        let seconds = reading(&wall_query(&daemon, &[pid], window).await);
+        assert!(within(seconds, 1.0, 0.1), "window {second}: {seconds:.3} s");
+        sum += seconds;
+    }
+    let report = client
+        .stop_profile(v1::StopProfileRequest {
+            session_id: session.session_id,
+            options: Some(options(v1::Format::Folded)),
+            force: false,
+        })
+        .await
+        .expect("StopProfile")
+        .into_inner();
+    let summary = report.summary.expect("a summary");
+    let ended = UNIX_EPOCH + Duration::from_nanos(summary.end_unix_nanos as u64);
+    let expected = ended.duration_since(blocked_from).unwrap().as_secs_f64();
+    let total = reading(&folded(&report.report));
+    assert!(within(total, expected, 0.05), "{total:.3} s of {expected:.3} s");
+    assert!(total >= sum, "the windows ({sum:.3} s) are parts of the whole ({total:.3} s)");
+}
