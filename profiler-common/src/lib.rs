@@ -100,8 +100,10 @@ pub struct StackCopyHeader {
     /// As in the counts map, with `user_stack` and `kernel_stack` 0: the
     /// kernel stack is in `kernel`, the user stack is unwound from the copy.
     pub key: SampleKey,
-    /// The sample's weight (its period in nanoseconds); 0 for an off-CPU
-    /// record, whose weight is known when the task runs again.
+    /// The sample's weight (its period in nanoseconds). An off-CPU
+    /// record's weight is known when the task runs again: this is instead
+    /// the sample threshold it was recorded by chance with (see
+    /// [`offcpu::Control::sample_threshold`]), 0 when recorded in full.
     pub weight: u64,
     /// For an off-CPU record (`key.kind` an off-CPU kind): when the task
     /// was switched out (`bpf_ktime_get_ns`); else 0.

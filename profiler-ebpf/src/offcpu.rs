@@ -163,11 +163,15 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
     };
     let selected = control.pids != 0 && OFFCPU_PIDS.get_ptr(&pid).is_some();
     let mut interval_flags = 0;
+    // The chance it was recorded with, for the daemon to scale it back up
+    // (0: recorded in full).
+    let mut threshold = 0;
     if !selected && control.all == 0 {
         if control.sample_threshold == 0 || random() >= control.sample_threshold {
             return;
         }
         interval_flags |= flags::SAMPLED;
+        threshold = control.sample_threshold;
     }
     let (uid, gid, protected, user_memory, main_stack_top) = credentials();
     // Kernel threads only when asked for by pid, or with kernel_threads.
@@ -203,7 +207,7 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         ctx.as_ptr().cast::<c_void>(),
         true,
         (pid_tgid, kind as u32, flags, (uid, gid)),
-        || (0, now),
+        || (u64::from(threshold), now),
         || {
             if user_memory {
                 saved_user_registers()

@@ -648,6 +648,7 @@ mod tests {
             peek_frequency_hz: 0,
             stack_copy_pages: 4,
             stack_copy_buffer: 0,
+            offcpu_max_pending: 1024,
             source: SampleSourceKind::AggregatedMaps,
         }
     }

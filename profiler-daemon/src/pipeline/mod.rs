@@ -612,7 +612,7 @@ mod tests {
             end,
             selector: Selector::default(),
             access: SampleAccess::All,
-            kind: SampleKind::CpuClock,
+            mode: crate::profile::ProfileMode::Cpu,
             frequency_hz: 1000,
         });
         assert_eq!(profile.total_samples(), 5);

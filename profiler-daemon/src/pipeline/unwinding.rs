@@ -19,7 +19,7 @@ use super::waits::{WaitIdentity, WaitStats, Waits, monotonic_now_ns};
 use crate::{
     kernel::{
         drain::{RawSample, ThreadNames},
-        offcpu::OffCpuIntervals,
+        offcpu::{OffCpuIntervals, sample_scale},
         stack_copies::{StackCopies, StackCopy},
     },
     lock,
@@ -103,7 +103,10 @@ impl StackCopyUnwinder {
             let (identity, weight) = unwind(table, &copy);
             let off_cpu = SampleKind::from_raw(identity.kind).is_some_and(SampleKind::is_off_cpu);
             match waits {
-                Some(waits) if off_cpu => waits.begin(identity, copy.header.switched_out_ns),
+                Some(waits) if off_cpu => {
+                    let scale = sample_scale(copy.header.weight as u32);
+                    waits.begin(identity, copy.header.switched_out_ns, scale);
+                }
                 _ => add(pending, identity, weight),
             }
         });

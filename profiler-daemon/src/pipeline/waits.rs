@@ -25,6 +25,9 @@ struct Wait<I> {
     switched_out_ns: u64,
     /// Up to when its time was charged already.
     credited_ns: u64,
+    /// What its time is multiplied by: 1 when recorded in full, the
+    /// inverse of the chance it was recorded with otherwise.
+    scale: f64,
     /// Credit passes that found the kernel no longer waiting on it, its
     /// interval not read yet.
     unconfirmed: u8,
@@ -82,7 +85,7 @@ impl<I: WaitIdentity> Waits<I> {
     }
 
     /// A thread left the CPU with this stack at `switched_out_ns`.
-    pub fn begin(&mut self, identity: I, switched_out_ns: u64) {
+    pub fn begin(&mut self, identity: I, switched_out_ns: u64, scale: f64) {
         let tid = identity.tid();
         self.under_way.insert(
             (tid, switched_out_ns),
@@ -90,6 +93,7 @@ impl<I: WaitIdentity> Waits<I> {
                 identity,
                 switched_out_ns,
                 credited_ns: switched_out_ns,
+                scale,
                 unconfirmed: 0,
             },
         );
@@ -130,7 +134,10 @@ impl<I: WaitIdentity> Waits<I> {
                 return true;
             }
             if now_ns > wait.credited_ns {
-                charge(wait.identity.clone(), now_ns - wait.credited_ns);
+                charge(
+                    wait.identity.clone(),
+                    scaled(now_ns - wait.credited_ns, wait.scale),
+                );
                 wait.credited_ns = now_ns;
             }
             true
@@ -160,13 +167,21 @@ fn split<I: WaitIdentity>(
         woken_ns.clamp(from, switched_in_ns.max(from))
     };
     if woken > from {
-        charge(wait.identity.clone(), woken - from);
+        charge(wait.identity.clone(), scaled(woken - from, wait.scale));
     }
     if switched_in_ns > woken {
         charge(
             wait.identity.with_kind(SampleKind::RunQueue),
-            switched_in_ns - woken,
+            scaled(switched_in_ns - woken, wait.scale),
         );
+    }
+}
+
+fn scaled(nanos: u64, scale: f64) -> u64 {
+    if scale == 1.0 {
+        nanos
+    } else {
+        (nanos as f64 * scale).round() as u64
     }
 }
 
@@ -197,6 +212,7 @@ mod tests {
             identity: Id(1, SampleKind::OffCpuSleeping),
             switched_out_ns: 100,
             credited_ns,
+            scale: 1.0,
             unconfirmed: 0,
         }
     }

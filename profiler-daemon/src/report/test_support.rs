@@ -140,6 +140,7 @@ impl Builder {
                 stack,
                 count,
                 weight_ns,
+                state: crate::profile::ThreadState::Cpu,
             }),
         }
     }

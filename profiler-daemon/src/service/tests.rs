@@ -9,6 +9,8 @@ use std::{
 
 use profiler_common::{COUNTER_COUNT, SampleKind};
 
+use crate::profile::ProfileMode;
+
 use super::{
     DaemonInfo, PastWindow, ProfileSpec, Service, ServiceError, ServiceParts, TopSpec,
     access::{
@@ -96,6 +98,7 @@ fn fixture() -> Fixture {
         store: store.clone(),
         peeker,
         families: Families::new(Err(OptionalProgramError::Missing("follow_forks"))),
+        offcpu: crate::kernel::offcpu::OffCpuRecorder::new(Err("tests".to_owned()), 0.0),
         access: AccessPolicy::new("profilerd-no-such-group"),
         limits: ServiceLimits {
             max_sessions: 8,
@@ -220,7 +223,7 @@ async fn query_text(
             asker,
             last_minute(),
             selector,
-            SampleKind::CpuClock,
+            ProfileMode::Cpu,
             options,
         )
         .await
@@ -270,7 +273,7 @@ async fn a_user_sees_only_its_own_unprotected_samples() {
             user(1000),
             last_minute(),
             SelectorSpec::default(),
-            SampleKind::CpuClock,
+            ProfileMode::Cpu,
             flat(true),
         )
         .await
@@ -305,7 +308,7 @@ async fn sessions_are_stopped_by_their_owner_or_by_force() {
     let fixture = fixture();
     let service = &fixture.service;
     let started = service
-        .start_session(user(1000), by_uid(1000), SampleKind::CpuClock, false)
+        .start_session(user(1000), by_uid(1000), ProfileMode::Cpu, false)
         .await
         .expect("a session of its own uid");
     for (asker, force) in [(user(2000), true), (ROOT, false)] {
@@ -331,7 +334,7 @@ async fn sessions_are_stopped_by_their_owner_or_by_force() {
         .expect_err("stopped already");
     assert!(matches!(gone, ServiceError::NotFound(_)), "{gone}");
     let children = service
-        .start_session(ROOT, by_uid(0), SampleKind::CpuClock, true)
+        .start_session(ROOT, by_uid(0), ProfileMode::Cpu, true)
         .await
         .expect_err("following children names one process");
     assert!(
@@ -349,7 +352,7 @@ async fn a_profile_cut_short_reports_what_it_has_and_says_so() {
             pids: vec![0],
             ..SelectorSpec::default()
         },
-        kind: SampleKind::CpuClock,
+        mode: ProfileMode::Cpu,
         options: flat(true),
         cut_token: Some("cut-me".to_owned()),
     };
@@ -384,7 +387,7 @@ async fn bad_requests_are_refused_before_anything_happens() {
             ROOT,
             backwards,
             SelectorSpec::default(),
-            SampleKind::CpuClock,
+            ProfileMode::Cpu,
             flat(true),
         )
         .await
@@ -400,7 +403,7 @@ async fn bad_requests_are_refused_before_anything_happens() {
                 ProfileSpec {
                     duration,
                     selector: SelectorSpec::default(),
-                    kind: SampleKind::CpuClock,
+                    mode: ProfileMode::Cpu,
                     options: flat(true),
                     cut_token: None,
                 },

@@ -430,7 +430,7 @@ mod tests {
             end: at(end),
             selector,
             access: SampleAccess::All,
-            kind: SampleKind::CpuClock,
+            mode: crate::profile::ProfileMode::Cpu,
             frequency_hz: 100,
         }
     }
