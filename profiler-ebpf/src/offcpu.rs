@@ -118,7 +118,10 @@ pub fn record_wakeup(ctx: BtfTracePointContext) -> i32 {
         switched_out_ns: 0,
         woken_ns: now,
     };
-    if OFFCPU_PENDING.insert(&tid, &pending, BPF_ANY.into()).is_err() {
+    if OFFCPU_PENDING
+        .insert(&tid, &pending, BPF_ANY.into())
+        .is_err()
+    {
         count(Counter::OffCpuPendingFull);
     }
     0
@@ -188,7 +191,10 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         woken_ns: 0,
     };
     // Any entry left is stale (an interval whose end was lost): replaced.
-    if OFFCPU_PENDING.insert(&tid, &pending, BPF_ANY.into()).is_err() {
+    if OFFCPU_PENDING
+        .insert(&tid, &pending, BPF_ANY.into())
+        .is_err()
+    {
         count(Counter::OffCpuPendingFull);
         return;
     }

@@ -146,6 +146,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          processes:  {seen} seen, {tracked} tracked\n\
          symbolizer: {binaries} binaries, {user} user and {kernel} kernel addresses cached\n\
          unwinding:  {unwinding}\n\
+         off-CPU:    {offcpu}\n\
          history:    {history}; retention {retention}\n\
          store:      {used:.1} MiB of {limit:.1} MiB, {buckets} buckets, {stacks} stacks; for memory {coarsened} buckets merged, {evicted} evicted\n\
          sessions:   {sessions} open; longest profile {max}\n",
@@ -163,6 +164,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         },
         seen = status.processes_seen,
         unwinding = unwinding_status(status.unwinding.as_ref()),
+        offcpu = offcpu_status(status.offcpu.as_ref()),
         tracked = symbolizer.processes_tracked,
         binaries = symbolizer.binaries,
         user = symbolizer.user_addresses_cached,
@@ -182,6 +184,33 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         verbose,
     ));
     text
+}
+
+/// The off-CPU line of the status: whether waits are recorded, and what
+/// came of them.
+fn offcpu_status(offcpu: Option<&v1::OffCpuStatus>) -> String {
+    let Some(offcpu) = offcpu else {
+        return "not reported by this daemon".to_owned();
+    };
+    if !offcpu.unavailable.is_empty() {
+        return format!("unavailable ({})", offcpu.unavailable);
+    }
+    let always = if offcpu.sample_probability > 0.0 {
+        format!("{:.2}% of every wait", offcpu.sample_probability * 100.0)
+    } else {
+        "none".to_owned()
+    };
+    format!(
+        "recorded for {} request(s), always {always}; {} switches seen, {} waits recorded, {} \
+         charged, {} under way, {} unmatched, {} lost at their end",
+        offcpu.recordings,
+        offcpu.switches,
+        offcpu.recorded,
+        offcpu.charged,
+        offcpu.under_way,
+        offcpu.unmatched,
+        offcpu.abandoned
+    )
 }
 
 /// The unwinding line of the status: how user stacks are unwound and how

@@ -96,6 +96,8 @@ impl Reloader {
         running.max_profile_duration = new.max_profile_duration;
         self.service
             .set_live_settings(running.frequency_hz, running.max_profile_duration());
+        running.offcpu = new.offcpu;
+        self.service.set_offcpu_probability(running.offcpu);
         running.peek_duration = new.peek_duration;
         running.peek_frequency_hz = new.peek_frequency_hz;
         running.peek_allow_commands = new.peek_allow_commands.clone();

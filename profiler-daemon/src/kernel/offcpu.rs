@@ -124,6 +124,11 @@ impl OffCpuRecorder {
         state.apply();
     }
 
+    /// The `offcpu` setting.
+    pub fn sample_probability(&self) -> f64 {
+        lock(&self.inner).sample_probability
+    }
+
     /// How many recordings are under way.
     pub fn recordings(&self) -> usize {
         lock(&self.inner).recordings.len()

@@ -513,7 +513,13 @@ impl Sampler {
     /// pipeline's intervals; the reason when the programs are off.
     pub fn take_offcpu(
         &mut self,
-    ) -> Result<(super::offcpu::BpfRecordingMaps, super::offcpu::OffCpuIntervals), String> {
+    ) -> Result<
+        (
+            super::offcpu::BpfRecordingMaps,
+            super::offcpu::OffCpuIntervals,
+        ),
+        String,
+    > {
         if let Some(reason) = self.off.get(&ProgramGroup::OffCpu) {
             return Err(reason.to_string());
         }

@@ -17,7 +17,9 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::snapshot::{Disposition, ProcessSnapshot};
 use crate::{
-    profile::{GroupBy, Location, Owner, Profile, ReportOptions, Sample, Stacks, ThreadInfo, ThreadState},
+    profile::{
+        GroupBy, Location, Owner, Profile, ReportOptions, Sample, Stacks, ThreadInfo, ThreadState,
+    },
     report::{self, ReportError, ThreadSection},
     symbols::symbolizer::{LocationKey, SymbolizedSample},
 };

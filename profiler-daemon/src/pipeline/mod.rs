@@ -37,8 +37,8 @@ use crate::{
     kernel::sampler::{Sampler, SamplingError},
     kernel::{
         drain::{self, CounterDeltas},
-        sources::SampleSource,
         offcpu::OffCpuIntervals,
+        sources::SampleSource,
         stack_copies::StackCopies,
     },
     lock,

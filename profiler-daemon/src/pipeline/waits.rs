@@ -113,7 +113,12 @@ impl<I: WaitIdentity> Waits<I> {
                 continue;
             };
             self.stats.charged += 1;
-            split(&wait, interval.woken_ns, interval.switched_in_ns, &mut charge);
+            split(
+                &wait,
+                interval.woken_ns,
+                interval.switched_in_ns,
+                &mut charge,
+            );
         }
         self.stats.under_way = self.under_way.len() as u64;
     }
@@ -265,9 +270,6 @@ mod tests {
             identity: Id(1, SampleKind::RunQueue),
             ..wait(100)
         };
-        assert_eq!(
-            charges(&preempted, 0, 400),
-            [(SampleKind::RunQueue, 300)]
-        );
+        assert_eq!(charges(&preempted, 0, 400), [(SampleKind::RunQueue, 300)]);
     }
 }

@@ -197,6 +197,11 @@ impl Service {
             .store(max_profile_duration.as_millis() as u64, Ordering::Relaxed);
     }
 
+    /// Applies a configuration reload's `offcpu` setting.
+    pub fn set_offcpu_probability(&self, probability: f64) {
+        self.offcpu.set_sample_probability(probability);
+    }
+
     /// The counts of the requests answered, which the listeners fill.
     pub fn rpc_counts(&self) -> RpcCounts {
         self.rpc_counts.clone()

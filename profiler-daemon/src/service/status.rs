@@ -31,6 +31,15 @@ pub struct DaemonStatus {
     /// `None` when the asker may not see them.
     pub targets: Option<TargetSet>,
     pub peek: PeekTrigger,
+    pub offcpu: OffCpuTrigger,
+}
+
+/// Whether off-CPU time can be recorded, and how much is.
+#[derive(Clone, Debug)]
+pub struct OffCpuTrigger {
+    pub unavailable: Option<String>,
+    pub recordings: usize,
+    pub sample_probability: f64,
 }
 
 /// How peeks are triggered, and what came of them.
@@ -62,6 +71,11 @@ impl Service {
             store: self.store_stats(),
             max_profile_duration: self.max_profile_duration(),
             open_sessions: self.sessions().len(),
+            offcpu: OffCpuTrigger {
+                unavailable: self.offcpu.unavailable(),
+                recordings: self.offcpu.recordings(),
+                sample_probability: self.offcpu.sample_probability(),
+            },
             targets: asker
                 .privileged()
                 .then(|| crate::lock(&self.targets).current().clone()),

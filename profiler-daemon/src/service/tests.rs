@@ -219,13 +219,7 @@ async fn query_text(
 ) -> String {
     let report = fixture
         .service
-        .query(
-            asker,
-            last_minute(),
-            selector,
-            ProfileMode::Cpu,
-            options,
-        )
+        .query(asker, last_minute(), selector, ProfileMode::Cpu, options)
         .await
         .expect("the query is answered");
     String::from_utf8(report.bytes).expect("text")

@@ -13,7 +13,10 @@ use super::{
     Bucket, Eviction, Store, StoreSettings, sort_cpu_samples, sort_waits,
     tables::{Interner, StackTable},
 };
-use crate::{profile::ThreadInfo, symbols::symbolizer::{LocationKey, SymbolizedLocation}};
+use crate::{
+    profile::ThreadInfo,
+    symbols::symbolizer::{LocationKey, SymbolizedLocation},
+};
 
 /// The intern tables a compaction replaces.
 struct OldTables<'a> {

@@ -238,7 +238,10 @@ impl Symbolizer {
                 // A wait shows how it waited under the stack it waited in,
                 // without the frames of the program that recorded it.
                 if let Some(marker) = ThreadState::of(sample.kind).leaf_marker() {
-                    while stack.last().is_some_and(|leaf| is_tracing_frame(&leaf.location)) {
+                    while stack
+                        .last()
+                        .is_some_and(|leaf| is_tracing_frame(&leaf.location))
+                    {
                         stack.pop();
                     }
                     stack.push(self.marker(marker));

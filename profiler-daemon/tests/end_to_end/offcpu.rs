@@ -41,7 +41,9 @@ impl Time {
 fn schedstat(pid: u32, tid: u32) -> (f64, f64) {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
         .expect("the thread's schedstat is readable");
-    let mut fields = text.split_whitespace().map(|field| field.parse::<f64>().unwrap());
+    let mut fields = text
+        .split_whitespace()
+        .map(|field| field.parse::<f64>().unwrap());
     let ran = fields.next().unwrap() / 1e9;
     let waited = fields.next().unwrap() / 1e9;
     (ran, waited)
@@ -136,7 +138,10 @@ async fn a_thread_that_spins_and_sleeps_shows_where_its_wall_clock_went() {
     );
     // Conservation against the kernel: run time as sampled.
     let ran = after.0 - before.0;
-    assert!(within(time.cpu, ran, 0.05), "cpu against schedstat: {context}");
+    assert!(
+        within(time.cpu, ran, 0.05),
+        "cpu against schedstat: {context}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -167,16 +172,26 @@ async fn three_spinners_on_one_cpu_wait_in_the_run_queue_as_the_kernel_counts() 
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (_, summary) = wall_profile(&daemon, pid, Duration::from_millis(4_700)).await;
     let window = (summary.start_unix_nanos, summary.end_unix_nanos);
-    let spinners: Vec<u32> = threads_of(pid).into_iter().filter(|&tid| tid != pid).collect();
+    let spinners: Vec<u32> = threads_of(pid)
+        .into_iter()
+        .filter(|&tid| tid != pid)
+        .collect();
     assert_eq!(spinners.len(), 3, "three spinner threads");
     for tid in spinners {
         let time = Time::of(&wall_query(&daemon, &[tid], window).await, 999.0);
         let (ran, waited) = schedstat(pid, tid);
-        let context = format!("thread {tid}: {time:?}; schedstat ran {ran:.3} s, waited {waited:.3} s");
+        let context =
+            format!("thread {tid}: {time:?}; schedstat ran {ran:.3} s, waited {waited:.3} s");
         assert!(within(time.cpu, 1.0, 0.1), "{context}");
         assert!(within(time.run_queue, 2.0, 0.1), "{context}");
-        assert!(within(time.cpu, ran, 0.05), "cpu against schedstat: {context}");
-        assert!(within(time.run_queue, waited, 0.05), "run queue against schedstat: {context}");
+        assert!(
+            within(time.cpu, ran, 0.05),
+            "cpu against schedstat: {context}"
+        );
+        assert!(
+            within(time.run_queue, waited, 0.05),
+            "run queue against schedstat: {context}"
+        );
     }
 }
 
@@ -218,7 +233,10 @@ async fn a_read_blocked_for_10_s_shows_in_every_window_once() {
     let mut sum = 0.0;
     for second in 0..9 {
         let start = blocked_from + Duration::from_millis(500 + 1_000 * second);
-        let window = (unix_nanos(start), unix_nanos(start + Duration::from_secs(1)));
+        let window = (
+            unix_nanos(start),
+            unix_nanos(start + Duration::from_secs(1)),
+        );
         let seconds = reading(&wall_query(&daemon, &[pid], window).await);
         assert!(within(seconds, 1.0, 0.1), "window {second}: {seconds:.3} s");
         sum += seconds;
@@ -236,6 +254,12 @@ async fn a_read_blocked_for_10_s_shows_in_every_window_once() {
     let ended = UNIX_EPOCH + Duration::from_nanos(summary.end_unix_nanos as u64);
     let expected = ended.duration_since(blocked_from).unwrap().as_secs_f64();
     let total = reading(&folded(&report.report));
-    assert!(within(total, expected, 0.05), "{total:.3} s of {expected:.3} s");
-    assert!(total >= sum, "the windows ({sum:.3} s) are parts of the whole ({total:.3} s)");
+    assert!(
+        within(total, expected, 0.05),
+        "{total:.3} s of {expected:.3} s"
+    );
+    assert!(
+        total >= sum,
+        "the windows ({sum:.3} s) are parts of the whole ({total:.3} s)"
+    );
 }

@@ -400,6 +400,23 @@ pub fn peek_summary(summary: PeekSummary) -> v1::PeekSummary {
     }
 }
 
+fn offcpu_status(status: &DaemonStatus) -> v1::OffCpuStatus {
+    use profiler_common::Counter;
+    let counters = &status.pipeline.counters;
+    let waits = status.pipeline.waits.unwrap_or_default();
+    v1::OffCpuStatus {
+        unavailable: status.offcpu.unavailable.clone().unwrap_or_default(),
+        recordings: status.offcpu.recordings as u32,
+        sample_probability: status.offcpu.sample_probability,
+        switches: counters[Counter::Switches as usize],
+        recorded: counters[Counter::OffCpuRecorded as usize],
+        charged: waits.charged,
+        unmatched: waits.unmatched,
+        abandoned: waits.abandoned,
+        under_way: waits.under_way,
+    }
+}
+
 pub fn status(status: DaemonStatus) -> v1::StatusReply {
     use profiler_common::Counter;
     let (pipeline, store, peek) = (&status.pipeline, &status.store, &status.peek);
@@ -456,6 +473,7 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
             limit: pipeline.unwinding.limit,
             binaries_evicted: pipeline.unwinding.binaries_evicted,
         }),
+        offcpu: Some(offcpu_status(&status)),
         peek: Some(v1::PeekStatus {
             signal: peek.signal,
             signal_name: crate::peek::signal_name(peek.signal),
