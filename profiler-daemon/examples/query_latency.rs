@@ -102,7 +102,7 @@ fn main() {
         end: start + Duration::from_secs(BUCKETS),
         selector: Selector::default(),
         access: SampleAccess::All,
-        kind: SampleKind::CpuClock,
+        mode: profilerd::profile::ProfileMode::Cpu,
         frequency_hz: FREQUENCY_HZ,
     };
     let profile = store.profile(&query);

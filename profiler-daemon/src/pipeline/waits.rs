@@ -22,7 +22,6 @@ use crate::kernel::offcpu::OffCpuIntervals;
 #[derive(Debug)]
 struct Wait<I> {
     identity: I,
-    switched_out_ns: u64,
     /// Up to when its time was charged already.
     credited_ns: u64,
     /// What its time is multiplied by: 1 when recorded in full, the
@@ -91,7 +90,6 @@ impl<I: WaitIdentity> Waits<I> {
             (tid, switched_out_ns),
             Wait {
                 identity,
-                switched_out_ns,
                 credited_ns: switched_out_ns,
                 scale,
                 unconfirmed: 0,
@@ -215,7 +213,6 @@ mod tests {
     fn wait(credited_ns: u64) -> Wait<Id> {
         Wait {
             identity: Id(1, SampleKind::OffCpuSleeping),
-            switched_out_ns: 100,
             credited_ns,
             scale: 1.0,
             unconfirmed: 0,
