@@ -17,6 +17,8 @@ pub struct Profile {
     pub frequency_hz: u32,
     /// Nanoseconds of CPU time one sample stands for.
     pub period_ns: u64,
+    /// What the samples measure.
+    pub mode: ProfileMode,
     pub threads: Vec<ThreadInfo>,
     pub locations: Vec<Location>,
     pub stacks: Stacks,
@@ -511,6 +513,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_sample_kind_has_a_state_and_each_mode_its_states() {
+        use profiler_common::SampleKind;
+        let table = [
+            (SampleKind::CpuClock, ThreadState::Cpu, None),
+            (SampleKind::Peek, ThreadState::Cpu, None),
+            (SampleKind::PeekInstant, ThreadState::Cpu, None),
+            (
+                SampleKind::OffCpuSleeping,
+                ThreadState::Sleeping,
+                Some("[off-cpu: S]"),
+            ),
+            (
+                SampleKind::OffCpuBlocked,
+                ThreadState::Blocked,
+                Some("[off-cpu: D]"),
+            ),
+            (
+                SampleKind::RunQueue,
+                ThreadState::RunQueue,
+                Some("[runqueue]"),
+            ),
+        ];
+        for (kind, state, marker) in table {
+            assert_eq!(ThreadState::of(kind), state, "{kind:?}");
+            assert_eq!(state.leaf_marker(), marker, "{kind:?}");
+            assert_eq!(kind.is_off_cpu(), marker.is_some(), "{kind:?}");
+            assert_eq!(SampleKind::from_raw(kind as u32), Some(kind));
+        }
+        assert_eq!(SampleKind::from_raw(6), None);
+        for state in ThreadState::ALL {
+            let on_cpu = state == ThreadState::Cpu;
+            assert_eq!(ProfileMode::Cpu.includes(state), on_cpu);
+            assert_eq!(ProfileMode::OffCpu.includes(state), !on_cpu);
+            assert!(ProfileMode::Wall.includes(state));
+        }
+        assert!(!ProfileMode::Cpu.records_off_cpu());
+    }
+
+    #[test]
     fn kernel_addresses_are_hidden_and_their_locations_merged() {
         let frame = |function: &str| Frame {
             function: function.into(),
@@ -532,6 +573,7 @@ mod tests {
             end: SystemTime::UNIX_EPOCH,
             frequency_hz: 1,
             period_ns: 1,
+            mode: ProfileMode::Cpu,
             threads: Vec::new(),
             locations: vec![
                 location(LocationKind::User, 0x10, "main"),

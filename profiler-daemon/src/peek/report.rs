@@ -337,6 +337,7 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
         end: run.started + run.duration,
         frequency_hz: run.frequency_hz,
         period_ns: 1_000_000_000 / u64::from(run.frequency_hz.max(1)),
+        mode: crate::profile::ProfileMode::Cpu,
         threads: Vec::new(),
         locations: Vec::new(),
         stacks: Stacks::default(),

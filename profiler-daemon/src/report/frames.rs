@@ -17,7 +17,7 @@
 
 use super::ReportError;
 use super::sequences::Sequences;
-use crate::profile::{Frame, Location, LocationKind, Profile, ThreadInfo};
+use crate::profile::{Frame, Location, LocationKind, Profile, ThreadInfo, ThreadState};
 
 /// The frame that stands for a run of kernel frames when `kernel == false`.
 pub(super) const KERNEL_MARKER: &str = "[kernel]";
@@ -58,6 +58,7 @@ pub(super) struct StackSample {
     pub thread_index: u32,
     pub count: u64,
     pub weight_ns: u64,
+    pub state: ThreadState,
     /// Its stack, never empty.
     pub stack: StackId,
 }
@@ -144,6 +145,7 @@ impl<'a> Expansion<'a> {
                 thread_index: sample.thread,
                 count: sample.count,
                 weight_ns: sample.weight_ns,
+                state: sample.state,
                 stack,
             });
         }

@@ -6,7 +6,9 @@
 //! one `[unknown]` location); `maxdepth`, `mincount`, `noisefloor`,
 //! `sortedby`, `groupby` and `combine` are ignored. One pprof sample per
 //! profile sample, labelled `pid`, `tid`, `thread_name` and `comm`, with the
-//! values `samples/count` and `cpu/nanoseconds`; one location per distinct
+//! values `samples/count` and `cpu/nanoseconds` (and, when the profile holds
+//! off-CPU time, `off_cpu/nanoseconds` and `wall/nanoseconds`, the mode's
+//! the default, and a `thread_state` label: `cpu`, `S`, `D`, `runqueue`); one location per distinct
 //! profile location (lines innermost first), one function per (name, file),
 //! one mapping per module, whose `has_*` flags say whether any of its
 //! frames has that information (pprof's own convention).
@@ -31,7 +33,7 @@ use super::protobuf::{
     length_delimited_len, push_int_field, push_length_delimited, push_packed, push_varint,
     varint_len,
 };
-use crate::profile::{Profile, ReportOptions};
+use crate::profile::{Profile, ProfileMode, ReportOptions, ThreadState};
 use crate::proto::pprof as pb;
 
 /// Samples encoded, then compressed, at a time. (The compressed bytes
@@ -74,6 +76,8 @@ struct Builder<'e, 'a> {
     /// The label fields of each thread of the profile once used, encoded,
     /// in `encoded`.
     thread_labels: Vec<Option<Range<usize>>>,
+    /// The string of the `thread_state` label's key, when samples carry it.
+    state_key: Option<i64>,
     /// The location ids of each stack of the expansion once used, leaf
     /// first, encoded (as the values of a packed field) in `encoded`.
     stack_locations: Vec<Option<Range<usize>>>,
@@ -93,6 +97,7 @@ impl<'e, 'a> Builder<'e, 'a> {
             locations: Vec::new(),
             site_locations: vec![0; expansion.sites.len()],
             thread_labels: vec![None; threads],
+            state_key: None,
             stack_locations: vec![None; expansion.stack_count()],
             encoded: Vec::new(),
         }
@@ -104,12 +109,21 @@ impl<'e, 'a> Builder<'e, 'a> {
     /// tables and the rest), the bytes are those of the whole message.
     fn write(mut self, profile: &Profile, out: &mut impl Write) -> Result<(), ReportError> {
         self.string(""); // string_table[0] must be "".
-        let sample_type = vec![
+        let mut sample_type = vec![
             self.value_type("samples", "count"),
             self.value_type("cpu", "nanoseconds"),
         ];
+        if profile.mode != ProfileMode::Cpu {
+            sample_type.push(self.value_type("off_cpu", "nanoseconds"));
+            sample_type.push(self.value_type("wall", "nanoseconds"));
+            self.state_key = Some(self.string("thread_state"));
+        }
         let period_type = Some(self.value_type("cpu", "nanoseconds"));
-        let default_sample_type = self.string("cpu");
+        let default_sample_type = self.string(match profile.mode {
+            ProfileMode::Cpu => "cpu",
+            ProfileMode::OffCpu => "off_cpu",
+            ProfileMode::Wall => "wall",
+        });
         let keys = ["pid", "tid", "thread_name", "comm"].map(|key| self.string(key));
         out.write_all(
             &pb::Profile {
@@ -152,10 +166,26 @@ impl<'e, 'a> Builder<'e, 'a> {
     fn write_sample(&mut self, out: &mut Vec<u8>, sample: &StackSample, keys: [i64; 4]) {
         // Labels first: their strings come before the locations'.
         let labels = self.thread_labels(sample, keys);
+        let state_label = self.state_label(sample.state);
         let locations = self.stack_locations(sample.stack);
-        let values = [sample.count, sample.weight_ns].map(|value| saturating_i64(value) as u64);
+        let on_cpu = sample.state == ThreadState::Cpu;
+        let (cpu, off_cpu) = if on_cpu {
+            (sample.weight_ns, 0)
+        } else {
+            (0, sample.weight_ns)
+        };
+        let all = [sample.count, cpu, off_cpu, sample.weight_ns]
+            .map(|value| saturating_i64(value) as u64);
+        // Two values in CPU mode, as before; four with off-CPU time.
+        let values = if self.state_key.is_some() {
+            &all[..]
+        } else {
+            &all[..2]
+        };
         let values_len = values.iter().map(|&value| varint_len(value)).sum();
-        let mut len = length_delimited_len(SAMPLE_VALUE, values_len) + labels.len();
+        let mut len = length_delimited_len(SAMPLE_VALUE, values_len)
+            + labels.len()
+            + state_label.as_ref().map_or(0, Vec::len);
         if !locations.is_empty() {
             len += length_delimited_len(SAMPLE_LOCATION_ID, locations.len());
         }
@@ -164,8 +194,25 @@ impl<'e, 'a> Builder<'e, 'a> {
             push_length_delimited(out, SAMPLE_LOCATION_ID, locations.len());
             out.extend_from_slice(&self.encoded[locations]);
         }
-        push_packed(out, SAMPLE_VALUE, &values);
+        push_packed(out, SAMPLE_VALUE, values);
         out.extend_from_slice(&self.encoded[labels]);
+        if let Some(state_label) = state_label {
+            out.extend_from_slice(&state_label);
+        }
+    }
+
+    /// The encoded `thread_state` label (`cpu`, `S`, `D`, `runqueue`) of a
+    /// sample, when the profile holds off-CPU time.
+    fn state_label(&mut self, state: ThreadState) -> Option<Vec<u8>> {
+        let key = self.state_key?;
+        let value = self.string(state.name());
+        let mut label = Vec::new();
+        push_int_field(&mut label, LABEL_KEY, key as u64);
+        push_int_field(&mut label, LABEL_STR, value as u64);
+        let mut field = Vec::new();
+        push_length_delimited(&mut field, SAMPLE_LABEL, label.len());
+        field.extend_from_slice(&label);
+        Some(field)
     }
 
     fn string(&mut self, s: &'a str) -> i64 {
@@ -401,6 +448,48 @@ mod tests {
         assert_eq!(p.period, 10_000_000);
         assert_eq!(p.time_nanos, 1_700_000_000_000_000_000);
         assert_eq!(p.duration_nanos, 1_000_000_000);
+    }
+
+    #[test]
+    fn off_cpu_time_has_its_own_values_and_a_state_label() {
+        let mut wall = profile(&[(&["main", "spin"], 3), (&["main", "read"], 50)]);
+        wall.mode = ProfileMode::Wall;
+        wall.samples[0].weight_ns = 30_000_000;
+        wall.samples[1].state = ThreadState::Sleeping;
+        wall.samples[1].weight_ns = 500_000_000;
+        let p = decode(&wall, true);
+        let types: Vec<&str> = p.sample_type.iter().map(|t| s(&p, t.r#type)).collect();
+        assert_eq!(types, ["samples", "cpu", "off_cpu", "wall"]);
+        assert_eq!(s(&p, p.default_sample_type), "wall");
+        let values: Vec<Vec<i64>> = p.sample.iter().map(|x| x.value.clone()).collect();
+        assert_eq!(
+            values,
+            [
+                vec![3, 30_000_000, 0, 30_000_000],
+                vec![50, 0, 500_000_000, 500_000_000]
+            ]
+        );
+        let states: Vec<&str> = p
+            .sample
+            .iter()
+            .map(|sample| {
+                let label = sample
+                    .label
+                    .iter()
+                    .find(|label| s(&p, label.key) == "thread_state")
+                    .expect("a thread_state label");
+                s(&p, label.str)
+            })
+            .collect();
+        assert_eq!(states, ["cpu", "S"]);
+        wall.mode = ProfileMode::OffCpu;
+        assert_eq!(
+            s(
+                &decode(&wall, true),
+                decode(&wall, true).default_sample_type
+            ),
+            "off_cpu"
+        );
     }
 
     #[test]

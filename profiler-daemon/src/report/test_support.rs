@@ -46,6 +46,7 @@ impl Builder {
                 end: start + Duration::from_secs(1),
                 frequency_hz: 100,
                 period_ns: 10_000_000,
+                mode: crate::profile::ProfileMode::Cpu,
                 threads: Vec::new(),
                 locations: Vec::new(),
                 stacks: Stacks::default(),

@@ -359,7 +359,7 @@ mod tests {
 
     use super::{retention::MAX_COARSENING, *};
     use crate::{
-        profile::{Frame, Location, LocationKind, LossCause, Profile},
+        profile::{Frame, Location, LocationKind, LossCause, Profile, ProfileMode},
         symbols::symbolizer::SymbolizedSample,
     };
 
@@ -461,6 +461,72 @@ mod tests {
         let middle = store.profile(&query(1, 2, Selector::default()));
         assert_eq!(counts_by_leaf(&middle), [("a".into(), 2), ("b".into(), 1)]);
         assert!(middle.warnings.is_empty());
+    }
+
+    #[test]
+    fn waits_are_kept_in_nanoseconds_and_reported_by_mode() {
+        let mut store = store(600, 1 << 30);
+        let mut second = batch(1, &[(1, &["main", "spin"], 3)]);
+        let wait = |stack: &[&str], kind, nanos| SymbolizedSample {
+            thread: thread(1, 1, "p1"),
+            kind,
+            stack: stack.iter().map(|name| location(name)).collect(),
+            count: 1,
+            weight: nanos,
+        };
+        // As the symbolizer hands them over: the wait's marker at the leaf.
+        second.samples.push(wait(
+            &["main", "read", "[off-cpu: S]"],
+            SampleKind::OffCpuSleeping,
+            44_000_000,
+        ));
+        second.samples.push(wait(
+            &["main", "read", "[runqueue]"],
+            SampleKind::RunQueue,
+            4_000_000,
+        ));
+        store.insert(batch(0, &[(1, &["main", "spin"], 2)]));
+        store.insert(second);
+        // The same wait credited again in the next drain adds up.
+        let mut third = batch(2, &[]);
+        third.samples.push(wait(
+            &["main", "read", "[off-cpu: S]"],
+            SampleKind::OffCpuSleeping,
+            6_000_000,
+        ));
+        store.insert(third);
+        let by_mode = |store: &Store, mode| {
+            let profile = store.profile(&Query {
+                mode,
+                ..query(0, 3, Selector::default())
+            });
+            let mut samples: Vec<_> = profile
+                .samples
+                .iter()
+                .map(|sample| (sample.state, sample.count, sample.weight_ns))
+                .collect();
+            samples.sort();
+            samples
+        };
+        // At 100 Hz a sample stands for 10 ms: 50 ms asleep make 5.
+        assert_eq!(
+            by_mode(&store, ProfileMode::Cpu),
+            [(ThreadState::Cpu, 5, 50)]
+        );
+        assert_eq!(
+            by_mode(&store, ProfileMode::OffCpu),
+            [
+                (ThreadState::Sleeping, 5, 50_000_000),
+                (ThreadState::RunQueue, 0, 4_000_000)
+            ]
+        );
+        assert_eq!(by_mode(&store, ProfileMode::Wall).len(), 3);
+        // Merged buckets keep the waits.
+        store.compact(at(3));
+        assert_eq!(
+            by_mode(&store, ProfileMode::OffCpu)[0],
+            (ThreadState::Sleeping, 5, 50_000_000)
+        );
     }
 
     #[test]

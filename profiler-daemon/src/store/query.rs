@@ -140,6 +140,7 @@ impl Store {
             end,
             frequency_hz: query.frequency_hz,
             period_ns,
+            mode: query.mode,
             threads: Vec::new(),
             locations: Vec::new(),
             stacks: Stacks::default(),
