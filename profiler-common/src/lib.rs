@@ -352,6 +352,24 @@ pub mod offcpu {
         pub woken_ns: u64,
     }
 
+    /// A thread of a process whose recording begins, as the waiting-threads
+    /// iterator reads it (whether it waits is read from procfs): the user
+    /// registers it saved when it entered the kernel and its kernel stack.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug)]
+    pub struct WaitingThread {
+        pub pid: u32,
+        pub tid: u32,
+        pub ip: u64,
+        pub sp: u64,
+        pub bp: u64,
+        /// Number of valid entries in `kernel`.
+        pub kernel_len: u32,
+        pub _pad: u32,
+        /// The kernel stack, leaf first.
+        pub kernel: [u64; crate::MAX_STACK_DEPTH],
+    }
+
     /// An off-CPU interval, ended at the task's switch-in.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -470,6 +488,8 @@ pub mod names {
     pub const OFFCPU_PIDS: &str = "OFFCPU_PIDS";
     pub const OFFCPU_PENDING: &str = "OFFCPU_PENDING";
     pub const OFFCPU_INTERVALS: &str = "OFFCPU_INTERVALS";
+    pub const PROGRAM_READ_WAITING_THREADS: &str = "read_waiting_threads";
+    pub const WAITING_PID: &str = "WAITING_PID";
     /// Global: `task_struct.pid` (0: unknown, off-CPU recording is off).
     pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
     pub const FOLLOWED: &str = "FOLLOWED";
@@ -614,6 +634,8 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::offcpu::Interval {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for super::offcpu::WaitingThread {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::unwind_table::Row {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::unwind_table::Process {}
@@ -632,4 +654,5 @@ const _: () = assert!(core::mem::size_of::<StackCopyHeader>() == 64 + 56 + 8 * M
 const _: () = assert!(core::mem::size_of::<offcpu::Pending>() == 32);
 const _: () = assert!(core::mem::size_of::<offcpu::Interval>() == 40);
 const _: () = assert!(core::mem::size_of::<offcpu::Control>() == 16);
+const _: () = assert!(core::mem::size_of::<offcpu::WaitingThread>() == 40 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::size_of::<StackTrace>() == 8 + 8 * MAX_STACK_DEPTH);

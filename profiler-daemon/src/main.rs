@@ -21,7 +21,7 @@ use profilerd::{
     daemon::systemd,
     kernel::families::Families,
     kernel::offcpu::{OffCpuRecorder, RecordingMaps},
-    kernel::sampler::{KernelPeekClocks, Sampler, SamplerSettings},
+    kernel::sampler::{KernelPeekClocks, KernelWaitingThreads, Sampler, SamplerSettings},
     peek::{self, Peeker},
     pipeline::PeekInbox,
     pipeline::Pipeline,
@@ -143,6 +143,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     let peek_signal_off = sampler.signal_watch().err().map(|err| err.to_string());
     let sampler = Arc::new(Mutex::new(sampler));
     let peek_clocks = KernelPeekClocks::new(sampler.clone()).context("cannot set up peeks")?;
+    offcpu.set_thread_source(Arc::new(KernelWaitingThreads::new(sampler.clone())));
     let peeker = Peeker::new(
         config.peek_settings(),
         Arc::new(peek_clocks),

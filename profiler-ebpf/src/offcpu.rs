@@ -19,16 +19,17 @@ use core::ffi::c_void;
 use aya_ebpf::{
     EbpfContext as _,
     bindings::BPF_ANY,
+    helpers::generated::{bpf_get_task_stack, bpf_seq_write, bpf_task_pt_regs},
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_prandom_u32, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{btf_tracepoint, map},
-    maps::{Array, HashMap, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::BtfTracePointContext,
 };
 use profiler_common::{
     Counter, MAX_STACK_COPY_PAGES, SampleKind,
-    offcpu::{Control, Interval, Pending, flags, task_state},
+    offcpu::{Control, Interval, Pending, WaitingThread, flags, task_state},
     sample_flags,
 };
 
@@ -272,4 +273,82 @@ fn now_ns() -> u64 {
 fn random() -> u32 {
     // SAFETY: a helper without arguments.
     unsafe { bpf_get_prandom_u32() }
+}
+
+/// The process whose threads the waiting-threads iterator reads, written
+/// by the daemon before each read (0: none).
+#[map]
+static WAITING_PID: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Room for one waiting thread (too big for the BPF stack).
+#[map]
+static WAITING_SCRATCH: PerCpuArray<WaitingThread> = PerCpuArray::with_max_entries(1, 0);
+
+/// A task iterator (`iter/task`): for each thread of the process in
+/// [`WAITING_PID`], writes a [`WaitingThread`] (its saved user registers
+/// and kernel stack) to the reader, for the daemon to charge the waits of
+/// threads that were already off CPU when recording began.
+#[unsafe(link_section = "iter/task")]
+#[unsafe(no_mangle)]
+pub fn read_waiting_threads(ctx: *mut c_void) -> i32 {
+    // SAFETY: the context of a task iterator is `struct bpf_iter__task
+    // { struct bpf_iter_meta *meta; struct task_struct *task; }`, whose
+    // fields the verifier lets the program read; `meta->seq` is the first
+    // field of `struct bpf_iter_meta`.
+    let (seq, task) = unsafe {
+        let ctx = ctx.cast::<u64>();
+        let meta = *ctx as *const u64;
+        let task = *ctx.add(1);
+        (if meta.is_null() { 0 } else { *meta }, task)
+    };
+    if task == 0 || seq == 0 {
+        return 0;
+    }
+    let wanted = WAITING_PID.get(0).copied().unwrap_or(0);
+    let Some(pid) = task_id(task, global(&crate::signals::TASK_TGID_OFFSET)) else {
+        return 0;
+    };
+    if wanted == 0 || pid != wanted {
+        return 0;
+    }
+    let Some(tid) = task_id(task, global(&TASK_PID_OFFSET)) else {
+        return 0;
+    };
+    let Some(thread) = WAITING_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's scratch entry, for this run only; the task
+    // pointer comes from the iterator's context, as the helpers require.
+    unsafe {
+        (*thread).pid = pid;
+        (*thread).tid = tid;
+        let regs = bpf_task_pt_regs(task as *mut _) as u64;
+        let read = |offset: u64| {
+            if regs == 0 {
+                0
+            } else {
+                bpf_probe_read_kernel((regs + offset) as *const u64).unwrap_or(0)
+            }
+        };
+        (*thread).ip = read(crate::sampler::PT_REGS_IP);
+        (*thread).sp = read(crate::sampler::PT_REGS_SP);
+        (*thread).bp = read(crate::sampler::PT_REGS_BP);
+        let walked = bpf_get_task_stack(
+            task as *mut _,
+            (&raw mut (*thread).kernel).cast::<c_void>(),
+            (profiler_common::MAX_STACK_DEPTH * core::mem::size_of::<u64>()) as u32,
+            0,
+        );
+        (*thread).kernel_len = if walked > 0 {
+            (walked as usize / core::mem::size_of::<u64>()) as u32
+        } else {
+            0
+        };
+        bpf_seq_write(
+            seq as *mut _,
+            thread.cast::<c_void>(),
+            core::mem::size_of::<WaitingThread>() as u32,
+        );
+    }
+    0
 }

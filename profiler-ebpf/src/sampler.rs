@@ -500,11 +500,11 @@ pub(crate) fn saved_user_registers() -> (u64, u64, u64) {
 
 /// Offsets in x86-64's `struct pt_regs` (arch/x86/include/asm/ptrace.h).
 #[cfg(bpf_target_arch = "x86_64")]
-const PT_REGS_BP: u64 = 4 * 8;
+pub(crate) const PT_REGS_BP: u64 = 4 * 8;
 #[cfg(bpf_target_arch = "x86_64")]
-const PT_REGS_IP: u64 = 16 * 8;
+pub(crate) const PT_REGS_IP: u64 = 16 * 8;
 #[cfg(bpf_target_arch = "x86_64")]
-const PT_REGS_SP: u64 = 19 * 8;
+pub(crate) const PT_REGS_SP: u64 = 19 * 8;
 
 /// Whether the tick interrupted user-mode code (x86-64: the privilege level
 /// in the saved code segment). Elsewhere, assume not: the kernel walk then

@@ -78,10 +78,15 @@ pub fn summary(summary: &v1::ProfileSummary, output: Option<&Path>) -> String {
         .map(|loss| format!("{}={}", loss.cause, loss.count))
         .collect();
     let mut text = format!(
-        "window of {seconds:.1}s at {} Hz: {} ({:.2} CPU-seconds), {}, {}; lost: {}",
+        "window of {seconds:.1}s at {} Hz: {} ({:.2} CPU-seconds{}), {}, {}; lost: {}",
         summary.frequency_hz,
         plural(summary.samples, "sample"),
         summary.cpu_nanos as f64 / 1e9,
+        if summary.off_cpu_nanos > 0 {
+            format!(", {:.2} s off CPU", summary.off_cpu_nanos as f64 / 1e9)
+        } else {
+            String::new()
+        },
         plural(u64::from(summary.processes), "process"),
         plural(u64::from(summary.threads), "thread"),
         if lost.is_empty() {

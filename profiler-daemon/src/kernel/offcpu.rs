@@ -13,7 +13,7 @@ use std::{
 };
 
 use aya::maps::{Array, HashMap, MapData, RingBuf};
-use profiler_common::offcpu::{Control, Interval, Pending};
+use profiler_common::offcpu::{Control, Interval, Pending, WaitingThread};
 use tracing::warn;
 
 use crate::lock;
@@ -64,6 +64,12 @@ impl RecordingMaps for BpfRecordingMaps {
     }
 }
 
+/// Reads the saved user registers and kernel stacks of a process's
+/// threads (the kernel's task iterator, or in tests nothing).
+pub trait WaitingThreadSource: Send + Sync {
+    fn read(&self, pid: u32) -> Result<Vec<WaitingThread>, String>;
+}
+
 /// The recordings under way, shared by the service's requests; the kernel
 /// records their union.
 #[derive(Clone)]
@@ -76,6 +82,7 @@ struct RecorderState {
     maps: Result<Box<dyn RecordingMaps>, String>,
     recordings: BTreeMap<u64, Recorded>,
     next_id: u64,
+    threads: Option<Arc<dyn WaitingThreadSource>>,
     /// The `offcpu` setting: the probability that any other wait is
     /// recorded (0: none).
     sample_probability: f64,
@@ -89,11 +96,34 @@ impl OffCpuRecorder {
                 maps,
                 recordings: BTreeMap::new(),
                 next_id: 0,
+                threads: None,
                 sample_probability,
             })),
         };
         lock(&recorder.inner).apply();
         recorder
+    }
+
+    /// Where the registers of threads already waiting are read from.
+    pub fn set_thread_source(&self, source: Arc<dyn WaitingThreadSource>) {
+        lock(&self.inner).threads = Some(source);
+    }
+
+    /// The saved registers and kernel stacks of `pid`'s threads (none when
+    /// they cannot be read: procfs then says what it can).
+    pub fn waiting_threads(&self, pid: u32) -> Vec<WaitingThread> {
+        let source = lock(&self.inner).threads.clone();
+        match source.map(|source| source.read(pid)) {
+            Some(Ok(threads)) => threads,
+            Some(Err(err)) => {
+                warn!(
+                    pid,
+                    "cannot read the registers of the process's threads: {err}"
+                );
+                Vec::new()
+            }
+            None => Vec::new(),
+        }
     }
 
     /// Why off-CPU time cannot be recorded, if it cannot.

@@ -12,14 +12,14 @@ use std::io;
 use aya::{
     Ebpf, EbpfError,
     programs::{
-        BtfTracePoint, Lsm, PerfEvent, ProgramError, TracePoint,
+        BtfTracePoint, Iter, Lsm, PerfEvent, ProgramError, TracePoint,
         perf_event::{
             PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
         },
     },
 };
 use profiler_common::{names, signal_generate};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{
     btf::BtfError,
@@ -305,6 +305,20 @@ fn record_switches(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
             program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?;
         program.load(tracepoint, &btf).map_err(load_failed(what))?;
         program.attach().map_err(attach_failed(what))?;
+    }
+    // Best effort: without it, threads already waiting when recording
+    // begins are read from procfs alone (no frame pointer, no kernel stack).
+    match program::<Iter>(ebpf, names::PROGRAM_READ_WAITING_THREADS) {
+        Ok(iterator) => {
+            if let Err(err) = iterator.load("task", &btf) {
+                warn!(
+                    "the kernel refused the task iterator ({}): the stacks of threads already \
+                     waiting when off-CPU recording begins are read from procfs alone",
+                    error_chain(&err)
+                );
+            }
+        }
+        Err(err) => warn!("{err}"),
     }
     Ok(())
 }

@@ -19,9 +19,10 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use profiler_common::{Counter, SampleKind};
+use profiler_common::{Counter, SampleKind, offcpu::WaitingThread};
 use tracing::{debug, error, warn};
 
+mod blocked;
 mod peek_inbox;
 mod sinks;
 mod unwinding;
@@ -98,9 +99,20 @@ struct SymbolizeJob {
 pub struct PipelineHandle {
     requests: mpsc::Sender<DrainRequest>,
     stats: Arc<Mutex<PipelineStats>>,
+    stack_copies: Option<Arc<Mutex<unwinding::StackCopyUnwinder>>>,
+    processes: Arc<Mutex<ProcessTable>>,
 }
 
 impl PipelineHandle {
+    /// Notes the threads of `pids` already waiting off CPU as recording of
+    /// them begins (their stacks, `pages` pages each, read from procfs), so
+    /// that their waits are charged from now on.
+    pub fn note_waiting_threads(&self, pid: u32, registers: &[WaitingThread], pages: u32) {
+        if let Some(copies) = &self.stack_copies {
+            lock(copies).note_waiting_threads(pid, registers, pages, &self.processes);
+        }
+    }
+
     /// Opens a window: drains the kernel maps now and resolves to the instant
     /// of the cut. Samples taken after it land in later buckets.
     pub async fn open_window(&self) -> Result<SystemTime, PipelineError> {
@@ -225,6 +237,12 @@ impl Pipeline {
             let stats = stats.clone();
             Box::new(move || symbolize_into_store(job_queue, &store, &peeks, sinks, &stats))
         })?);
+        let handle = PipelineHandle {
+            requests,
+            stats: stats.clone(),
+            stack_copies: stack_copies.clone(),
+            processes: processes.clone(),
+        };
         threads.push(spawn("drain", {
             let (stats, stopping) = (stats.clone(), stopping.clone());
             Box::new(move || {
@@ -244,7 +262,7 @@ impl Pipeline {
         })?);
 
         Ok(Self {
-            handle: PipelineHandle { requests, stats },
+            handle,
             stopping,
             threads,
         })

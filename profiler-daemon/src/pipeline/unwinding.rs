@@ -15,6 +15,9 @@ use profiler_common::SampleKind;
 use rustc_hash::FxHashMap as HashMap;
 use tracing::warn;
 
+use profiler_common::offcpu::WaitingThread;
+
+use super::blocked;
 use super::waits::{WaitIdentity, WaitStats, Waits, monotonic_now_ns};
 use crate::{
     kernel::{
@@ -48,6 +51,10 @@ struct SampleIdentity {
 }
 
 impl WaitIdentity for SampleIdentity {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
     fn tid(&self) -> u32 {
         self.tid
     }
@@ -82,6 +89,34 @@ impl StackCopyUnwinder {
     /// What became of the off-CPU waits, when they are recorded.
     pub fn wait_stats(&self) -> Option<WaitStats> {
         self.waits.as_ref().map(Waits::stats)
+    }
+
+    /// Notes the threads of `pid` already waiting as off-CPU recording of it
+    /// begins, their stacks read from procfs and unwound as copies are.
+    pub fn note_waiting_threads(
+        &mut self,
+        pid: u32,
+        registers: &[WaitingThread],
+        pages: u32,
+        processes: &Mutex<ProcessTable>,
+    ) {
+        let Some(waits) = &mut self.waits else {
+            return;
+        };
+        let threads = blocked::blocked_threads(pid, pages, registers);
+        if threads.is_empty() {
+            return;
+        }
+        let now = monotonic_now_ns();
+        let mut table = lock(processes);
+        for thread in threads {
+            let copy = StackCopy {
+                header: thread.header,
+                stack: &thread.stack,
+            };
+            let (identity, _) = unwind(&mut table, &copy);
+            waits.begin_already_waiting(identity, now);
+        }
     }
 
     /// Unwinds every copy written so far, and charges the off-CPU intervals

@@ -10,12 +10,10 @@
 //! This module owns the waits under way; it must not unwind, symbolize or
 //! store.
 
-use profiler_common::{
-    SampleKind,
-    offcpu::{Interval, flags},
-};
+use profiler_common::{SampleKind, offcpu::Interval};
 use rustc_hash::FxHashMap as HashMap;
 
+use super::blocked;
 use crate::kernel::offcpu::OffCpuIntervals;
 
 /// A wait under way: the thread's stack when it left the CPU.
@@ -63,6 +61,7 @@ pub struct Waits<I> {
 
 /// A kind's identity, for charging part of a wait to the run queue.
 pub trait WaitIdentity: Clone {
+    fn pid(&self) -> u32;
     fn tid(&self) -> u32;
     fn with_kind(&self, kind: SampleKind) -> Self;
 }
@@ -97,15 +96,32 @@ impl<I: WaitIdentity> Waits<I> {
         );
     }
 
+    /// A thread found waiting (in procfs) when recording began at `now_ns`:
+    /// the kernel ends its wait with an interval of unknown start.
+    pub fn begin_already_waiting(&mut self, identity: I, now_ns: u64) {
+        let tid = identity.tid();
+        if self.under_way.keys().any(|&(waiting, _)| waiting == tid) {
+            return;
+        }
+        self.under_way.insert(
+            (tid, 0),
+            Wait {
+                identity,
+                credited_ns: now_ns,
+                scale: 1.0,
+                unconfirmed: 0,
+            },
+        );
+        self.stats.under_way = self.under_way.len() as u64;
+    }
+
     /// Charges the intervals to their waits' stacks.
     pub fn end(&mut self, intervals: Vec<Interval>, mut charge: impl FnMut(I, u64)) {
         for interval in intervals {
-            let wait = if interval.flags & flags::UNKNOWN_START != 0 {
-                None
-            } else {
-                self.under_way
-                    .remove(&(interval.tid, interval.switched_out_ns))
-            };
+            // A wait that began before recording is under way at start 0.
+            let wait = self
+                .under_way
+                .remove(&(interval.tid, interval.switched_out_ns));
             let Some(wait) = wait else {
                 self.stats.unmatched += 1;
                 continue;
@@ -127,7 +143,15 @@ impl<I: WaitIdentity> Waits<I> {
         let intervals = &self.intervals;
         let mut abandoned = 0;
         self.under_way.retain(|&(tid, switched_out_ns), wait| {
-            if intervals.pending_since(tid) != Some(switched_out_ns) {
+            let waiting = if switched_out_ns == 0 {
+                // Begun before recording: the kernel holds nothing for it
+                // until it wakes.
+                intervals.pending_since(tid).is_none()
+                    && blocked::still_waiting(wait.identity.pid(), tid)
+            } else {
+                intervals.pending_since(tid) == Some(switched_out_ns)
+            };
+            if !waiting {
                 // Ended: its interval comes with the next read, or was lost.
                 wait.unconfirmed += 1;
                 if wait.unconfirmed >= UNCONFIRMED_PASSES {
@@ -202,6 +226,9 @@ mod tests {
     struct Id(u32, SampleKind);
 
     impl WaitIdentity for Id {
+        fn pid(&self) -> u32 {
+            self.0
+        }
         fn tid(&self) -> u32 {
             self.0
         }

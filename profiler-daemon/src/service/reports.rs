@@ -10,7 +10,7 @@ use std::{
 
 use super::{error::ServiceError, limits};
 use crate::{
-    profile::{Format, LossCause, Profile, ReportOptions},
+    profile::{Format, LossCause, Profile, ReportOptions, ThreadState},
     report,
     service::access::Caller,
     store::{Query, SampleAccess, Store},
@@ -44,6 +44,8 @@ pub struct Summary {
     pub samples: u64,
     /// CPU time those samples stand for.
     pub cpu_nanos: u64,
+    /// Time waited off CPU those samples stand for.
+    pub off_cpu_nanos: u64,
     pub processes: u32,
     pub threads: u32,
     /// Samples or stacks lost system-wide during the window, by cause.
@@ -56,12 +58,21 @@ pub struct Summary {
 impl Summary {
     pub fn of(profile: &Profile) -> Self {
         let processes: HashSet<u32> = profile.threads.iter().map(|thread| thread.pid).collect();
+        let nanos_where = |wanted: fn(ThreadState) -> bool| -> u64 {
+            profile
+                .samples
+                .iter()
+                .filter(|sample| wanted(sample.state))
+                .map(|sample| sample.weight_ns)
+                .sum()
+        };
         Self {
             start: Some(profile.start),
             end: Some(profile.end),
             frequency_hz: profile.frequency_hz,
             samples: profile.total_samples(),
-            cpu_nanos: profile.samples.iter().map(|sample| sample.weight_ns).sum(),
+            cpu_nanos: nanos_where(|state| state == ThreadState::Cpu),
+            off_cpu_nanos: nanos_where(|state| state != ThreadState::Cpu),
             processes: processes.len() as u32,
             threads: profile.threads.len() as u32,
             lost: profile.lost.clone(),

@@ -92,11 +92,20 @@ impl Service {
         } else {
             Recorded::Pids(selector.pids.clone())
         };
-        self.offcpu.record(recorded).map(Some).map_err(|reason| {
+        let guard = self.offcpu.record(recorded).map_err(|reason| {
             ServiceError::FailedPrecondition(format!(
-                "off-CPU and wall-clock time cannot be recorded on this machine: {reason};                  use --mode cpu"
+                "off-CPU and wall-clock time cannot be recorded on this machine: {reason}; \
+                 use --mode cpu"
             ))
-        })
+        })?;
+        // Threads already waiting went off CPU unseen: their stacks are read
+        // now, and their waits charged from here.
+        let pages = (self.info.stack_copy_bytes / profiler_common::STACK_COPY_PAGE as u64) as u32;
+        for &pid in &selector.pids {
+            let registers = self.offcpu.waiting_threads(pid);
+            self.pipeline.note_waiting_threads(pid, &registers, pages);
+        }
+        Ok(Some(guard))
     }
 
     /// Profiles the time to come: the next `spec.duration`, or less when

@@ -263,3 +263,101 @@ async fn a_read_blocked_for_10_s_shows_in_every_window_once() {
         "the windows ({sum:.3} s) are parts of the whole ({total:.3} s)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thread_blocked_before_recording_is_charged_from_its_start_with_its_stack() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("waits", &["pipe"]);
+    let pid = workload.pid();
+    // The read blocks a second in, long before the profile asks.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (stacks, summary) = wall_profile(&daemon, pid, Duration::from_secs(2)).await;
+    let elapsed = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
+    let hz = f64::from(crate::support::TEST_FREQUENCY_HZ);
+    let reading: f64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            crate::support::has_chain(frames, &["main", "read_empty_pipe"])
+                && frames.iter().any(|frame| frame.contains("pipe_read"))
+                && frames.last().is_some_and(|leaf| leaf == "[off-cpu: S]")
+        })
+        .map(|(_, count)| *count as f64 / hz)
+        .sum();
+    assert!(
+        within(reading, elapsed, 0.05),
+        "{reading:.3} s of {elapsed:.3} s in read_empty_pipe's read: {stacks:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_selected_process_is_recorded() {
+    let daemon = Daemon::start().await;
+    let blocked = Workload::start("waits", &["pipe"]);
+    let busy = Workload::start("waits", &["many"]);
+    let mut client = daemon.client().await;
+    let recorded = |status: v1::StatusReply| status.offcpu.expect("off-CPU status").recorded;
+    let status = |client: &mut crate::support::Client| {
+        let mut client = client.clone();
+        async move {
+            client
+                .get_status(v1::GetStatusRequest { metrics: false })
+                .await
+                .expect("GetStatus")
+                .into_inner()
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let before = recorded(status(&mut client).await);
+    let (stacks, _) = wall_profile(&daemon, blocked.pid(), Duration::from_secs(1)).await;
+    let after = recorded(status(&mut client).await);
+    // The blocked process does not switch; the other one's 32 threads
+    // switch 200 times a second each, unrecorded.
+    assert!(after - before < 10, "{} waits recorded", after - before);
+    assert!(!stacks.is_empty());
+    assert!(
+        stacks.iter().all(|(frames, _)| !frames
+            .iter()
+            .any(|f| f == "nap_in_many_threads" || f == "napper")),
+        "{stacks:#?}"
+    );
+    // With the busy one selected, its waits are.
+    let (stacks, _) = wall_profile(&daemon, busy.pid(), Duration::from_secs(1)).await;
+    let napping: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f == "napper"))
+        .map(|(_, count)| count)
+        .sum();
+    assert!(napping > 0, "{stacks:#?}");
+    assert!(recorded(status(&mut client).await) - after > 1_000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_small_pending_map_counts_what_it_cannot_hold() {
+    let daemon = Daemon::start_with(&["--offcpu-max-pending", "4"]).await;
+    let busy = Workload::start("waits", &["many"]);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let reply = daemon
+        .client()
+        .await
+        .profile(v1::ProfileRequest {
+            duration_ms: 1_000,
+            selector: selector(&[busy.pid()]),
+            options: Some(options(v1::Format::Folded)),
+            mode: v1::Mode::Offcpu as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("Profile")
+        .into_inner();
+    let summary = reply.summary.expect("a summary");
+    let full = summary
+        .lost
+        .iter()
+        .find(|loss| loss.cause == "offcpu_pending_full")
+        .map_or(0, |loss| loss.count);
+    assert!(full > 0, "{:?}", summary.lost);
+    // What it could hold is still charged, and the daemon goes on.
+    assert!(!folded(&reply.report).is_empty());
+    let (stacks, _) = wall_profile(&daemon, busy.pid(), Duration::from_millis(500)).await;
+    assert!(!stacks.is_empty());
+}

@@ -3,7 +3,8 @@
  *   spin-sleep   the main thread spins 20 ms and sleeps 80 ms, for ever
  *   vfork        vfork()s a child that sleeps 300 ms, then sleeps
  *   runqueue     three threads pinned to CPU 0 spin for 3 s each, then sleep
- *   pipe         read()s an empty pipe for ever */
+ *   pipe         read()s an empty pipe for ever
+ *   many         32 threads each sleep 5 ms, for ever */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -71,6 +72,18 @@ __attribute__((noinline)) static void read_empty_pipe(void) {
     if (pipe(ends) == 0) read(ends[0], &byte, 1);
 }
 
+static void *napper(void *unused) {
+    (void)unused;
+    for (;;) sleep_for(0.005);
+    return NULL;
+}
+
+__attribute__((noinline)) static void nap_in_many_threads(void) {
+    pthread_t threads[32];
+    for (int i = 0; i < 32; i++) pthread_create(&threads[i], NULL, napper, NULL);
+    for (int i = 0; i < 32; i++) pthread_join(threads[i], NULL);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "spin-sleep";
     sleep_for(1.0);
@@ -78,5 +91,6 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "vfork") == 0) wait_for_child();
     if (strcmp(mode, "runqueue") == 0) compete_for_one_cpu();
     if (strcmp(mode, "pipe") == 0) read_empty_pipe();
+    if (strcmp(mode, "many") == 0) nap_in_many_threads();
     for (;;) sleep_for(1.0);
 }

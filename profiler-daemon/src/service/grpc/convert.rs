@@ -207,6 +207,7 @@ pub fn summary(summary: Summary) -> v1::ProfileSummary {
         frequency_hz: summary.frequency_hz,
         samples: summary.samples,
         cpu_nanos: summary.cpu_nanos,
+        off_cpu_nanos: summary.off_cpu_nanos,
         processes: summary.processes,
         threads: summary.threads,
         lost: loss_counts(summary.lost),
