@@ -7,7 +7,7 @@
 //!
 //! This module owns reading those threads; it must not unwind nor charge.
 
-use std::{fs, os::unix::fs::FileExt as _, path::Path};
+use std::{fs, os::unix::fs::FileExt as _};
 
 use profiler_common::{
     MAX_STACK_DEPTH, SampleKey, SampleKind, StackCopyHeader, offcpu::WaitingThread, sample_flags,
@@ -191,7 +191,7 @@ mod tests {
         let threads = blocked_threads(pid, 2, &[]);
         ready.send(()).unwrap();
         sleeper.join().unwrap();
-        if !Path::new(&format!("/proc/{pid}/mem")).exists() {
+        if !std::path::Path::new(&format!("/proc/{pid}/mem")).exists() {
             return;
         }
         let asleep = threads
