@@ -151,6 +151,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         pipeline.handle(),
         protection,
     );
+    peeker.record_waits_with(offcpu.clone(), config.stack_copy_pages());
     peek::warn_about_protection(&peeker);
     let (reload_store, reload_peeker) = (store.clone(), peeker.clone());
     tokio::spawn(peek::follow_signals(peeker.clone(), peek_signals));

@@ -35,7 +35,10 @@ pub use self::{
     snapshot::SnapshotError,
 };
 use crate::{
-    kernel::sampler::{OptionalProgramError, PeekClocks},
+    kernel::{
+        offcpu::{OffCpuRecorder, Recorded, RecordingGuard},
+        sampler::{OptionalProgramError, PeekClocks},
+    },
     lock,
     pipeline::{PeekInbox, PipelineHandle},
 };
@@ -229,6 +232,9 @@ struct Inner {
     stats: Mutex<PeekStats>,
     protection: Protection,
     sequence: std::sync::atomic::AtomicU32,
+    /// Records the peeked process's waits off CPU, with the pages of user
+    /// stack a sample copies (set once the kernel side is up).
+    offcpu: Mutex<Option<(OffCpuRecorder, u32)>>,
 }
 
 impl Peeker {
@@ -256,7 +262,35 @@ impl Peeker {
                 stats: Mutex::new(PeekStats::default()),
                 protection,
                 sequence: std::sync::atomic::AtomicU32::new(0),
+                offcpu: Mutex::new(None),
             }),
+        }
+    }
+
+    /// Makes peeks wall-clock: each records where its process's threads
+    /// wait off CPU, as well as their CPU time.
+    pub fn record_waits_with(&self, recorder: OffCpuRecorder, stack_copy_pages: u32) {
+        *lock(&self.inner.offcpu) = Some((recorder, stack_copy_pages));
+    }
+
+    /// Starts recording `pid`'s waits for a peek, its threads already
+    /// waiting included; `None` (and a warning) when it cannot.
+    fn record_waits(&self, pid: u32, warnings: &mut Vec<String>) -> Option<RecordingGuard> {
+        let (recorder, pages) = lock(&self.inner.offcpu).clone()?;
+        match recorder.record(Recorded::Pids(vec![pid])) {
+            Ok(guard) => {
+                let registers = recorder.waiting_threads(pid);
+                self.inner
+                    .pipeline
+                    .note_waiting_threads(pid, &registers, pages);
+                Some(guard)
+            }
+            Err(reason) => {
+                warnings.push(format!(
+                    "only CPU time was sampled: off-CPU time cannot be recorded here ({reason})"
+                ));
+                None
+            }
         }
     }
 
@@ -504,6 +538,7 @@ impl Peeker {
 
         inner.inbox.open(pid);
         let mut warnings = Vec::new();
+        let recording = self.record_waits(pid, &mut warnings);
         let sampled = self.sample(&snapshot, &mut warnings);
         let started = SystemTime::now();
         let clock = Instant::now();
@@ -516,8 +551,9 @@ impl Peeker {
             Err(err) => Err(err),
         };
         let duration = clock.elapsed();
-        // Everything sampled before now is in the inbox once this returns.
+        // Waits under way are credited up to the cut.
         let cut = inner.pipeline.close_window().await;
+        drop(recording);
         let samples = inner.inbox.close(pid);
         self.forget_threads(&snapshot);
         outcome?;

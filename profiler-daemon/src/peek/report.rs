@@ -103,6 +103,9 @@ pub struct ThreadReport {
     pub snapshots: u64,
     /// Its share of one CPU during the peek, in percent.
     pub utilization_percent: f64,
+    /// Seconds it waited off CPU during the peek: asleep (`S`), blocked
+    /// (`D`), runnable in the run queue.
+    pub waited_seconds: [f64; 3],
 }
 
 /// Everything a report is made from.
@@ -125,14 +128,22 @@ impl PeekRun<'_> {
         let (profile, instants) = aggregate(&self);
         let ticks = self.duration.as_secs_f64() * f64::from(self.frequency_hz);
         let mut snapshots = vec![0_u64; profile.threads.len()];
+        let mut waited = vec![[0.0; 3]; profile.threads.len()];
         for sample in &profile.samples {
-            snapshots[sample.thread as usize] += sample.count;
+            let seconds = sample.weight_ns as f64 / 1e9;
+            match sample.state {
+                ThreadState::Cpu => snapshots[sample.thread as usize] += sample.count,
+                ThreadState::Sleeping => waited[sample.thread as usize][0] += seconds,
+                ThreadState::Blocked => waited[sample.thread as usize][1] += seconds,
+                ThreadState::RunQueue => waited[sample.thread as usize][2] += seconds,
+            }
         }
         let threads: Vec<ThreadReport> = profile
             .threads
             .iter()
             .zip(&snapshots)
-            .map(|(thread, &snapshots)| {
+            .zip(&waited)
+            .map(|((thread, &snapshots), &waited_seconds)| {
                 let snapshot = self
                     .snapshot
                     .threads
@@ -154,6 +165,7 @@ impl PeekRun<'_> {
                     } else {
                         0.0
                     },
+                    waited_seconds,
                 }
             })
             .collect();
@@ -237,7 +249,8 @@ impl PeekRun<'_> {
         }
         write!(
             out,
-            "Sampled each thread's CPU time at {} Hz for {:.2} s; {} threads",
+            "Sampled each thread's CPU time at {} Hz and recorded its waits off CPU for \
+             {:.2} s; {} threads",
             self.frequency_hz,
             self.duration.as_secs_f64(),
             threads.len()
@@ -281,8 +294,12 @@ impl PeekRun<'_> {
             .map(|(index, thread)| ThreadSection {
                 thread: index as u32,
                 title: format!(
-                    "Thread {} ({}) Total snapshots: {}. Utilization: {:.0}%",
-                    thread.tid, thread.name, thread.snapshots, thread.utilization_percent
+                    "Thread {} ({}) Total snapshots: {}. Utilization: {:.0}%{}",
+                    thread.tid,
+                    thread.name,
+                    thread.snapshots,
+                    thread.utilization_percent,
+                    waited_text(thread.waited_seconds)
                 ),
             })
             .collect();
@@ -293,6 +310,17 @@ impl PeekRun<'_> {
         out.push_str(&report::render_thread_trees(profile, &options, &sections)?);
         Ok(out)
     }
+}
+
+/// How a thread's peek was spent off CPU, for its section's title.
+fn waited_text([sleeping, blocked, run_queue]: [f64; 3]) -> String {
+    if sleeping + blocked + run_queue == 0.0 {
+        return String::new();
+    }
+    format!(
+        ". Off CPU: {sleeping:.2} s asleep (S), {blocked:.2} s blocked (D), {run_queue:.2} s \
+         in the run queue"
+    )
 }
 
 const OWNER_PREFIX: &str = "Runs as user ";
@@ -337,7 +365,7 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
         end: run.started + run.duration,
         frequency_hz: run.frequency_hz,
         period_ns: 1_000_000_000 / u64::from(run.frequency_hz.max(1)),
-        mode: crate::profile::ProfileMode::Cpu,
+        mode: crate::profile::ProfileMode::Wall,
         threads: Vec::new(),
         locations: Vec::new(),
         stacks: Stacks::default(),
@@ -375,13 +403,12 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
     let mut instants = HashMap::default();
     let mut locations: HashMap<&LocationKey, u32> = HashMap::default();
     let mut stacks: HashMap<Vec<u32>, u32> = HashMap::default();
-    let mut samples: HashMap<(u32, u32), (u64, u64)> = HashMap::default();
+    let mut samples: HashMap<(u32, u32), (u64, u64, ThreadState)> = HashMap::default();
     for sample in &run.samples {
         match sample.kind {
-            SampleKind::CpuClock
-            | SampleKind::OffCpuSleeping
-            | SampleKind::OffCpuBlocked
-            | SampleKind::RunQueue => continue,
+            SampleKind::CpuClock => continue,
+            // Waits off CPU: their time, in sampling periods below.
+            SampleKind::OffCpuSleeping | SampleKind::OffCpuBlocked | SampleKind::RunQueue => {}
             // The first sample of a thread is also one of its samples.
             SampleKind::PeekInstant => {
                 instants.insert(
@@ -414,8 +441,10 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
             });
             let entry = samples
                 .entry((thread_ids[&sample.thread.tid], stack))
-                .or_default();
-            entry.0 += sample.count;
+                .or_insert((0, 0, ThreadState::of(sample.kind)));
+            if !sample.kind.is_off_cpu() {
+                entry.0 += sample.count;
+            }
             entry.1 += sample.weight;
         }
     }
@@ -423,12 +452,16 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
     samples.sort_unstable_by_key(|&(key, _)| key);
     profile.samples = samples
         .into_iter()
-        .map(|((thread, stack), (count, weight_ns))| Sample {
+        .map(|((thread, stack), (count, weight_ns, state))| Sample {
             thread,
             stack,
-            count,
+            count: if state == ThreadState::Cpu {
+                count
+            } else {
+                (weight_ns + profile.period_ns / 2) / profile.period_ns.max(1)
+            },
             weight_ns,
-            state: ThreadState::Cpu,
+            state,
         })
         .collect();
     (profile, instants)

@@ -412,6 +412,13 @@ fn symbolize_into_store(
             .partition(|sample| matches!(sample.kind, SampleKind::Peek | SampleKind::PeekInstant));
         batch.samples = samples;
         peeks.deliver(peek_samples);
+        // Peeks are wall-clock: the waits of a peeked process go to both.
+        peeks.copy_in(
+            batch
+                .samples
+                .iter()
+                .filter(|sample| sample.kind.is_off_cpu()),
+        );
         for sink in &mut sinks {
             if let Err(err) = sink.export(&batch) {
                 warn!(sink = sink.name(), "exporting a batch failed: {err}");

@@ -46,6 +46,20 @@ impl PeekInbox {
     }
 
     /// Samples dropped by [`PeekInbox::deliver`] since start.
+    /// Copies the samples of processes being peeked at (off-CPU time, which
+    /// goes to the store too) into their peeks.
+    pub fn copy_in<'a>(&self, samples: impl IntoIterator<Item = &'a SymbolizedSample>) {
+        let mut open = self.lock();
+        if open.is_empty() {
+            return;
+        }
+        for sample in samples {
+            if let Some(collected) = open.get_mut(&sample.thread.pid) {
+                collected.push(sample.clone());
+            }
+        }
+    }
+
     pub fn stray_samples(&self) -> u64 {
         self.stray.load(Ordering::Relaxed)
     }

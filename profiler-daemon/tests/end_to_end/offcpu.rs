@@ -361,3 +361,47 @@ async fn a_small_pending_map_counts_what_it_cannot_hold() {
     let (stacks, _) = wall_profile(&daemon, busy.pid(), Duration::from_millis(500)).await;
     assert!(!stacks.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peek_shows_where_a_blocked_thread_waits_and_how() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("waits", &["pipe-spin"]);
+    let pid = workload.pid();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let report = daemon
+        .client()
+        .await
+        .peek(v1::PeekRequest { pid })
+        .await
+        .expect("Peek answers")
+        .into_inner();
+    // The main thread's section: its second spent asleep, in the read.
+    let title = format!("Thread {pid} (");
+    let section: Vec<&str> = report
+        .text
+        .lines()
+        .skip_while(|line| !(line.starts_with(&title) && line.contains("Total snapshots")))
+        .take_while(|line| !line.is_empty())
+        .collect();
+    let header = section
+        .first()
+        .unwrap_or_else(|| panic!("no section {title:?}:\n{}", report.text));
+    let asleep: f64 = header
+        .split("Off CPU: ")
+        .nth(1)
+        .and_then(|rest| rest.split(" s asleep").next())
+        .and_then(|seconds| seconds.parse().ok())
+        .unwrap_or_else(|| panic!("no time asleep in {header:?}"));
+    assert!(within(asleep, 1.0, 0.1), "{header}");
+    assert!(
+        header.contains("Total snapshots: 0. Utilization: 0%"),
+        "{header}"
+    );
+    for frame in ["read_empty_pipe", "pipe_read", "[off-cpu: S]"] {
+        assert!(
+            section.iter().any(|line| line.contains(frame)),
+            "{frame} in the blocked thread's section:\n{}",
+            report.text
+        );
+    }
+}

@@ -4,7 +4,8 @@
  *   vfork        vfork()s a child that sleeps 300 ms, then sleeps
  *   runqueue     three threads pinned to CPU 0 spin for 3 s each, then sleep
  *   pipe         read()s an empty pipe for ever
- *   many         32 threads each sleep 5 ms, for ever */
+ *   many         32 threads each sleep 5 ms, for ever
+ *   pipe-spin    a thread spins while the main thread reads an empty pipe */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -84,8 +85,19 @@ __attribute__((noinline)) static void nap_in_many_threads(void) {
     for (int i = 0; i < 32; i++) pthread_join(threads[i], NULL);
 }
 
+static void *spinner(void *unused) {
+    (void)unused;
+    spin_for(1e9);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "spin-sleep";
+    if (strcmp(mode, "pipe-spin") == 0) {
+        pthread_t thread;
+        pthread_create(&thread, NULL, spinner, NULL);
+        read_empty_pipe();
+    }
     sleep_for(1.0);
     if (strcmp(mode, "spin-sleep") == 0) spin_and_sleep();
     if (strcmp(mode, "vfork") == 0) wait_for_child();
