@@ -49,7 +49,9 @@ mod tree;
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
-use crate::profile::{Format, GroupBy, Profile, ReportOptions, ThreadInfo};
+use crate::profile::{
+    Format, GroupBy, Profile, ProfileMode, ReportOptions, ThreadInfo, ThreadState,
+};
 pub use callers::{CallerCount, callers, callers_text};
 pub use diff::{FunctionChange, diff, diff_text};
 use frames::{Expansion, StackSample};
@@ -298,11 +300,13 @@ fn sections(
                     format!("Process {pid} {process_name:?}")
                 }
             };
+            let spent = if profile.mode == ProfileMode::Cpu {
+                format!("Utilization: {}", utilization(total, ticks))
+            } else {
+                time_by_state(profile, &expansion.samples, &samples)
+            };
             Section {
-                title: Some(format!(
-                    "{who}  Total snapshots: {total}. Utilization: {}",
-                    utilization(total, ticks)
-                )),
+                title: Some(format!("{who}  Total snapshots: {total}. {spent}")),
                 samples,
                 total,
             }
@@ -336,6 +340,34 @@ fn thread_sections(
             })
         })
         .collect()
+}
+
+/// How the time of `samples[indexes]` was spent, for a section's title in
+/// a profile with off-CPU time: on CPU, asleep, blocked, in the run queue,
+/// and all of it against the window (1 for a thread seen all the time).
+fn time_by_state(profile: &Profile, samples: &[StackSample], indexes: &[u32]) -> String {
+    let mut nanos = [0_u64; 4];
+    for &index in indexes {
+        let sample = &samples[index as usize];
+        nanos[sample.state as usize] =
+            nanos[sample.state as usize].saturating_add(sample.weight_ns);
+    }
+    let seconds = nanos.map(|nanos| nanos as f64 / 1e9);
+    let wall: f64 = seconds.iter().sum();
+    let elapsed = profile.duration_secs();
+    let share = if elapsed > 0.0 {
+        format!("{:.0}%", wall / elapsed * 100.0)
+    } else {
+        "n/a".to_owned()
+    };
+    format!(
+        "cpu {:.2} s, S {:.2} s, D {:.2} s, run queue {:.2} s; wall {wall:.2} s, {share} of the \
+         window",
+        seconds[ThreadState::Cpu as usize],
+        seconds[ThreadState::Sleeping as usize],
+        seconds[ThreadState::Blocked as usize],
+        seconds[ThreadState::RunQueue as usize],
+    )
 }
 
 /// Sum of the counts of `samples[indexes]`.

@@ -865,6 +865,30 @@ mod tests {
     }
 
     #[test]
+    fn with_off_cpu_time_sections_say_how_the_window_was_spent() {
+        let mut p = profile(&[
+            (&["main", "spin"], 25),
+            (&["main", "read", "[off-cpu: S]"], 75),
+        ]);
+        p.mode = crate::profile::ProfileMode::Wall;
+        p.samples[0].weight_ns = 250_000_000;
+        p.samples[1].state = crate::profile::ThreadState::Sleeping;
+        p.samples[1].weight_ns = 750_000_000;
+        let options = ReportOptions {
+            groupby: GroupBy::Thread,
+            ..ReportOptions::default()
+        };
+        let text = tree(&p, options);
+        assert!(
+            text.contains(
+                "Total snapshots: 100. cpu 0.25 s, S 0.75 s, D 0.00 s, run queue 0.00 s; wall \
+                 1.00 s, 100% of the window\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn kernel_off_collapses_kernel_runs() {
         let p = profile(&[
             (&["main", "read", "k:sys_read", "k:vfs_read"], 3),
