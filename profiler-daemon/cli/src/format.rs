@@ -36,13 +36,22 @@ pub fn top(update: &v1::TopUpdate) -> String {
     let summary = update.summary.clone().unwrap_or_default();
     let seconds = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
     // Samples over ticks of one CPU: how many CPUs the selection kept busy.
-    let cpus = if seconds > 0.0 && summary.frequency_hz > 0 {
-        summary.samples as f64 / (seconds * f64::from(summary.frequency_hz))
-    } else {
+    // With off-CPU time, CPU-seconds over seconds instead (the samples
+    // count time waited too).
+    let cpus = if seconds <= 0.0 || summary.frequency_hz == 0 {
         0.0
+    } else if summary.off_cpu_nanos > 0 {
+        summary.cpu_nanos as f64 / 1e9 / seconds
+    } else {
+        summary.samples as f64 / (seconds * f64::from(summary.frequency_hz))
+    };
+    let waited = if summary.off_cpu_nanos > 0 {
+        format!(", {:.2} s off CPU", summary.off_cpu_nanos as f64 / 1e9)
+    } else {
+        String::new()
     };
     let mut text = format!(
-        "profilerd top: {} in {seconds:.1}s ({cpus:.2} CPUs busy), {}, {}\n\n",
+        "profilerd top: {} in {seconds:.1}s ({cpus:.2} CPUs busy{waited}), {}, {}\n\n",
         plural(summary.samples, "sample"),
         plural(u64::from(summary.processes), "process"),
         plural(u64::from(summary.threads), "thread"),

@@ -232,6 +232,7 @@ pub async fn top(daemon: &mut Client, top: &TopArgs) -> Result<()> {
             interval_ms: top.interval.as_millis() as u64,
             limit: top.limit,
             user_only: top.user_only,
+            mode: top.selector.mode(),
         })
         .await?
         .into_inner();

@@ -414,6 +414,7 @@ async fn bad_requests_are_refused_before_anything_happens() {
                 interval: Some(Duration::from_millis(5)),
                 limit: None,
                 kernel: true,
+                mode: ProfileMode::Cpu,
             },
         )
         .expect_err("too short an interval");
@@ -520,6 +521,7 @@ async fn diffs_callers_and_top_read_the_same_store() {
                 interval: Some(Duration::from_millis(100)),
                 limit: Some(5),
                 kernel: true,
+                mode: ProfileMode::Cpu,
             },
         )
         .expect("a top stream");
@@ -535,6 +537,7 @@ async fn diffs_callers_and_top_read_the_same_store() {
         interval: None,
         limit: None,
         kernel: true,
+        mode: ProfileMode::Cpu,
     };
     let _second = fixture
         .service

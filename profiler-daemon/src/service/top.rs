@@ -10,7 +10,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::profile::ProfileMode;
+use crate::{kernel::offcpu::RecordingGuard, profile::ProfileMode};
 use tokio::sync::mpsc;
 
 use super::{
@@ -43,6 +43,7 @@ pub struct TopSpec {
     pub limit: Option<usize>,
     /// Count kernel frames as functions of their own.
     pub kernel: bool,
+    pub mode: ProfileMode,
 }
 
 /// One interval of a Top stream.
@@ -59,6 +60,7 @@ struct TopRequest {
     interval: Duration,
     limit: usize,
     kernel: bool,
+    mode: ProfileMode,
 }
 
 /// What the stream reads from.
@@ -69,6 +71,8 @@ struct TopSources {
     frequency_hz: u32,
     stopping: Stopping,
     sight: Sight,
+    /// Keeps the kernel recording off-CPU time while the stream is open.
+    _recording: Option<RecordingGuard>,
 }
 
 impl Service {
@@ -99,7 +103,9 @@ impl Service {
             interval,
             limit,
             kernel: spec.kernel,
+            mode: spec.mode,
         };
+        let recording = self.record_off_cpu(spec.mode, &request.selector, false)?;
         let slot = self
             .streams
             .acquire(asker.key, self.limits.max_streams_per_caller)?;
@@ -110,6 +116,7 @@ impl Service {
             frequency_hz: self.frequency_hz(),
             stopping: self.stopping.clone(),
             sight: Sight::of(asker.caller),
+            _recording: recording,
         };
         // One update may wait while the next is made.
         let (updates, stream) = mpsc::channel(1);
@@ -183,7 +190,7 @@ async fn update(
         end,
         selector: request.selector.clone(),
         access: sources.sight.access,
-        mode: ProfileMode::Cpu,
+        mode: request.mode,
         frequency_hz: sources.frequency_hz,
     };
     let (limit, kernel) = (request.limit, request.kernel);

@@ -96,6 +96,7 @@ async fn top_streams_the_hottest_functions_every_interval() {
             interval_ms: 500,
             limit: 5,
             user_only: true,
+            ..Default::default()
         })
         .await
         .expect("Top")

@@ -293,6 +293,7 @@ impl Profiler for GrpcApi {
             interval: (request.interval_ms > 0).then(|| Duration::from_millis(request.interval_ms)),
             limit: (request.limit > 0).then_some(request.limit as usize),
             kernel: !request.user_only,
+            mode: convert::profile_mode(request.mode)?,
         };
         let updates = self.service.top(asker, spec)?;
         Ok(Response::new(stream_of(updates, convert::top_update)))
