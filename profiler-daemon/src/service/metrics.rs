@@ -151,6 +151,43 @@ impl Collector for Snapshot {
             "Binaries whose unwind information was let go of to stay under unwind_info_limit",
             unwinding.binaries_evicted,
         )?;
+        counter(
+            out,
+            "offcpu_switches",
+            "Context switches the off-CPU program saw",
+            pipeline.counters[profiler_common::Counter::Switches as usize],
+        )?;
+        counter(
+            out,
+            "offcpu_waits_recorded",
+            "Waits off CPU recorded (switches out of a recorded thread)",
+            pipeline.counters[profiler_common::Counter::OffCpuRecorded as usize],
+        )?;
+        let waits = pipeline.waits.unwrap_or_default();
+        counter(
+            out,
+            "offcpu_waits_charged",
+            "Waits off CPU charged to their stack",
+            waits.charged,
+        )?;
+        counter(
+            out,
+            "offcpu_waits_unmatched",
+            "Waits whose start was not seen with its stack",
+            waits.unmatched,
+        )?;
+        counter(
+            out,
+            "offcpu_waits_abandoned",
+            "Waits whose end was lost",
+            waits.abandoned,
+        )?;
+        gauge(
+            out,
+            "offcpu_waits_under_way",
+            "Waits off CPU under way",
+            waits.under_way,
+        )?;
         let symbolizer = &pipeline.symbolizer;
         counter(
             out,
