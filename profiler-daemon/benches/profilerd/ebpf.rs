@@ -71,3 +71,16 @@ pub fn growth(
     }
     total
 }
+
+/// Runs and time of the loaded programs named `name` (the kernel keeps the
+/// first 15 bytes of a name).
+pub fn programs_named(name: &str) -> Cost {
+    let name = &name[..name.len().min(15)];
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|info| info.name_as_str() == Some(name))
+        .fold(Cost::default(), |total, info| Cost {
+            runs: total.runs + info.run_count(),
+            nanos: total.nanos + info.run_time().as_nanos() as u64,
+        })
+}

@@ -15,6 +15,7 @@ mod designs;
 mod ebpf;
 mod machine;
 mod measure;
+mod offcpu;
 mod overhead;
 mod peek;
 mod report;
@@ -123,13 +124,14 @@ struct Args {
 }
 
 /// The questions, in the order they are asked.
-const QUESTIONS: [&str; 6] = [
+const QUESTIONS: [&str; 7] = [
     "overhead",
     "designs",
     "unwind_info",
     "scale",
     "symbolization",
     "peek",
+    "offcpu",
 ];
 
 fn parse_args() -> Result<Args> {
@@ -226,6 +228,11 @@ fn main() -> Result<()> {
     }
     if asked("peek") {
         show(runtime.block_on(peek::run(&plan, &workloads, &args.out_dir))?);
+    }
+    if asked("offcpu") {
+        for table in runtime.block_on(offcpu::run(&plan, &args.out_dir))? {
+            show(table);
+        }
     }
 
     let results = Results {

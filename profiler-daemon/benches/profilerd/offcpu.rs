@@ -1,0 +1,326 @@
+//! Question 8: what recording off-CPU time costs. Per context switch,
+//! with `perf bench sched pipe` pinned to one CPU (two switches per
+//! operation): no daemon, the switch program attached with nothing
+//! recorded, another process recorded, and the benchmark itself recorded.
+//! Then whether anything is lost at the switch rate an unpinned pipe
+//! benchmark reaches, and what the default setting costs a whole machine
+//! under `perf bench sched messaging`.
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result, bail};
+use profilerd_client::{self as client, v1};
+
+use crate::{
+    Plan, ebpf,
+    measure::Spread,
+    report::{Table, verdict},
+    tools::{Profiler, Tool},
+};
+
+/// The issue's targets, per context switch.
+const NOT_SELECTED_TARGET_US: f64 = 0.3;
+const SELECTED_TARGET_US: f64 = 3.0;
+
+pub async fn run(plan: &Plan, out_dir: &Path) -> Result<Vec<Table>> {
+    let rounds = if plan.quick { 2 } else { 5 };
+    let loops = if plan.quick { 50_000 } else { 200_000 };
+    println!("\n== off-CPU cost: perf bench sched pipe, {rounds} rounds of {loops} operations");
+    let dir = out_dir.join("runs/offcpu");
+    let none = pipe_rounds(rounds, loops)?;
+    let messaging_alone = messaging_rounds(rounds)?;
+    let daemon = Profiler::start(
+        Tool::Profilerd,
+        99,
+        &dir,
+        &[
+            "--state-dir".to_owned(),
+            dir.join("state").display().to_string(),
+        ],
+    )
+    .await?;
+    daemon.settle().await?;
+    let attached = measured(|| pipe_rounds(rounds, loops))?;
+    // Another process recorded: the program looks each switch up.
+    let mut sleeper = Command::new("sleep")
+        .arg("3600")
+        .spawn()
+        .context("starting sleep")?;
+    let other = session(&daemon, vec![sleeper.id()]).await?;
+    let other_selected = measured(|| pipe_rounds(rounds, loops))?;
+    stop(&daemon, other).await?;
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    // Every process recorded, the benchmark with them.
+    let everything = session(&daemon, Vec::new()).await?;
+    let recorded = measured(|| pipe_rounds(rounds, loops))?;
+    stop(&daemon, everything).await?;
+
+    let base = Spread::of(&none).median;
+    let per_switch = |usecs: &[f64]| (Spread::of(usecs).median - base) / 2.0;
+    let mut cost = Table::new(
+        "8. Off-CPU recording: cost per context switch",
+        &[
+            "condition",
+            "µs per operation",
+            "added per switch, µs",
+            "record_switch per run, ns",
+            "target",
+        ],
+    );
+    cost.row(vec![
+        "no daemon".into(),
+        Spread::of(&none).show(2),
+        "—".into(),
+        "—".into(),
+        "—".into(),
+    ]);
+    let not_selected = per_switch(&other_selected.0);
+    for (name, (usecs, program), target) in [
+        (
+            "daemon running, nothing recorded",
+            &attached,
+            String::from("—"),
+        ),
+        (
+            "another process recorded (this one not selected)",
+            &other_selected,
+            format!(
+                "≤ {NOT_SELECTED_TARGET_US} µs: {}",
+                verdict(not_selected <= NOT_SELECTED_TARGET_US)
+            ),
+        ),
+        (
+            "every process recorded (this one selected)",
+            &recorded,
+            format!(
+                "≤ {SELECTED_TARGET_US} µs: {}",
+                verdict(per_switch(&recorded.0) <= SELECTED_TARGET_US)
+            ),
+        ),
+    ] {
+        cost.row(vec![
+            name.into(),
+            Spread::of(usecs).show(2),
+            format!("{:.2}", per_switch(usecs)),
+            format!("{:.0}", program.nanos_per_run()),
+            target,
+        ]);
+    }
+    cost.note(format!(
+        "`taskset -c 0 perf bench sched pipe -T -l {loops}`, {rounds} rounds each, median (min–max); \
+         one operation is two context switches. \"record_switch per run\" is the kernel's own \
+         measure of the program (BPF_ENABLE_STATS) over those rounds, on every switch of the \
+         machine. profilerd at 99 Hz, its default settings (offcpu = 0); recordings are \
+         sessions of --mode wall."
+    ));
+
+    let losses = losses_under_load(&daemon, if plan.quick { 10 } else { 60 }).await?;
+    let messaging = messaging_slowdown(&daemon, &messaging_alone)?;
+    daemon.stop()?;
+    Ok(vec![cost, losses, messaging])
+}
+
+/// µs per operation of `rounds` pinned pipe benchmarks.
+fn pipe_rounds(rounds: usize, loops: u64) -> Result<Vec<f64>> {
+    (0..rounds)
+        .map(|_| pipe_usecs_per_op(loops, true))
+        .collect()
+}
+
+/// The rounds, with what the switch program cost meanwhile.
+fn measured(rounds: impl FnOnce() -> Result<Vec<f64>>) -> Result<(Vec<f64>, ebpf::Cost)> {
+    let before = ebpf::programs_named("record_switch");
+    let usecs = rounds()?;
+    let after = ebpf::programs_named("record_switch");
+    Ok((
+        usecs,
+        ebpf::Cost {
+            runs: after.runs.saturating_sub(before.runs),
+            nanos: after.nanos.saturating_sub(before.nanos),
+        },
+    ))
+}
+
+fn pipe_usecs_per_op(loops: u64, pinned: bool) -> Result<f64> {
+    let mut command = if pinned {
+        let mut command = Command::new("taskset");
+        command.args(["-c", "0", "perf"]);
+        command
+    } else {
+        Command::new("perf")
+    };
+    let output = command
+        .args(["bench", "sched", "pipe", "-T", "-l", &loops.to_string()])
+        .stderr(Stdio::null())
+        .output()
+        .context("running perf bench sched pipe (Debian's linux-perf)")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find(|line| line.contains("usecs/op"))
+        .and_then(|line| line.split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no usecs/op in perf bench's output:\n{text}"))
+}
+
+/// Opens a wall-clock session over `pids` (every process when empty).
+async fn session(daemon: &Profiler, pids: Vec<u32>) -> Result<String> {
+    let mut client = client::connect(&daemon.socket).await?;
+    Ok(client
+        .start_profile(v1::StartProfileRequest {
+            selector: Some(v1::Selector {
+                pids,
+                ..Default::default()
+            }),
+            mode: v1::Mode::Wall as i32,
+            children: false,
+        })
+        .await?
+        .into_inner()
+        .session_id)
+}
+
+async fn stop(daemon: &Profiler, session_id: String) -> Result<v1::ProfileReply> {
+    let mut client = client::connect(&daemon.socket).await?;
+    Ok(client
+        .stop_profile(v1::StopProfileRequest {
+            session_id,
+            options: Some(v1::ReportOptions {
+                format: v1::Format::Folded as i32,
+                ..Default::default()
+            }),
+            force: false,
+        })
+        .await?
+        .into_inner())
+}
+
+/// Everything recorded while an unpinned pipe benchmark switches as fast
+/// as it can for `seconds`: the switch rate reached and every loss.
+async fn losses_under_load(daemon: &Profiler, seconds: u64) -> Result<Table> {
+    println!("== off-CPU losses: every process recorded, {seconds} s of perf bench sched pipe");
+    // The rate, to size the run.
+    let usecs = pipe_usecs_per_op(20_000, false)?;
+    let loops = (seconds as f64 * 1e6 / usecs) as u64;
+    let before = daemon.status().await?.context("a status")?;
+    let session_id = session(daemon, Vec::new()).await?;
+    let started = Instant::now();
+    let run = tokio::task::spawn_blocking(move || pipe_usecs_per_op(loops, false));
+    let usecs = run.await??;
+    let elapsed = started.elapsed().as_secs_f64();
+    let report = stop(daemon, session_id).await?;
+    let after = daemon.status().await?.context("a status")?;
+    let offcpu = |status: &v1::StatusReply| status.offcpu.clone().unwrap_or_default();
+    let (start, end) = (offcpu(&before), offcpu(&after));
+    let lost = |status: &v1::StatusReply| -> u64 {
+        status
+            .samples_lost
+            .iter()
+            .filter(|loss| loss.cause.starts_with("offcpu_"))
+            .map(|loss| loss.count)
+            .sum()
+    };
+    let lost_waits = lost(&after) - lost(&before);
+    let switches = end.switches - start.switches;
+    let recorded = end.recorded - start.recorded;
+    let charged = end.charged - start.charged;
+    let unaccounted = recorded
+        .saturating_sub(charged)
+        .saturating_sub(end.unmatched - start.unmatched)
+        .saturating_sub(end.abandoned - start.abandoned)
+        .saturating_sub(end.under_way);
+    let mut table = Table::new(
+        "8b. Off-CPU recording under load: every loss counted",
+        &[
+            "switches per second",
+            "waits recorded",
+            "charged",
+            "lost (counted)",
+            "unaccounted",
+            "report samples",
+            "target",
+        ],
+    );
+    let samples = report.summary.map_or(0, |summary| summary.samples);
+    table.row(vec![
+        format!("{:.0}", switches as f64 / elapsed),
+        recorded.to_string(),
+        charged.to_string(),
+        lost_waits.to_string(),
+        unaccounted.to_string(),
+        samples.to_string(),
+        format!(
+            "no loss at 100k/s, or every loss counted: {}",
+            verdict(unaccounted == 0)
+        ),
+    ]);
+    table.note(format!(
+        "`perf bench sched pipe -T -l {loops}` ({usecs:.1} µs per operation, {elapsed:.0} s) \
+         with a --mode wall session over every process. Lost waits are counted by cause \
+         (offcpu_pending_full, offcpu_stack_copy_buffer_full, offcpu_intervals_full); \
+         \"unaccounted\" is what neither was charged nor counted (it must be 0)."
+    ));
+    if switches == 0 {
+        bail!("the off-CPU program saw no switch: is it attached?");
+    }
+    Ok(table)
+}
+
+/// `perf bench sched messaging` with the daemon at its default setting
+/// (nothing recorded off CPU), against `alone` (no daemon), and the
+/// daemon's CPU meanwhile.
+fn messaging_slowdown(daemon: &Profiler, alone: &[f64]) -> Result<Table> {
+    println!("== off-CPU default cost: perf bench sched messaging");
+    let cpu_before = daemon.cpu_seconds()?;
+    let started = Instant::now();
+    let with = messaging_rounds(alone.len())?;
+    let daemon_cpu = (daemon.cpu_seconds()? - cpu_before) / started.elapsed().as_secs_f64();
+    let (alone_median, with_median) = (Spread::of(alone).median, Spread::of(&with).median);
+    let mut table = Table::new(
+        "8c. Off-CPU at the default setting: perf bench sched messaging",
+        &[
+            "profilerd",
+            "seconds",
+            "slowdown",
+            "daemon CPU, % of a core",
+        ],
+    );
+    table.row(vec![
+        "none".into(),
+        Spread::of(alone).show(3),
+        "—".into(),
+        "—".into(),
+    ]);
+    table.row(vec![
+        "running (99 Hz, offcpu = 0)".into(),
+        Spread::of(&with).show(3),
+        format!("{:+.1}%", (with_median / alone_median - 1.0) * 100.0),
+        format!("{:.2}", daemon_cpu * 100.0),
+    ]);
+    table.note(
+        "`perf bench sched messaging -g 10 -l 500` (400 tasks passing messages over sockets), \
+         median (min–max) of the rounds; the switch program is attached throughout and \
+         records nothing at the default setting.",
+    );
+    Ok(table)
+}
+
+fn messaging_rounds(rounds: usize) -> Result<Vec<f64>> {
+    (0..rounds).map(|_| messaging_seconds()).collect()
+}
+
+fn messaging_seconds() -> Result<f64> {
+    let output = Command::new("perf")
+        .args(["bench", "sched", "messaging", "-g", "10", "-l", "500"])
+        .stderr(Stdio::null())
+        .output()
+        .context("running perf bench sched messaging")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find(|line| line.contains("Total time"))
+        .and_then(|line| line.split_whitespace().find_map(|word| word.parse().ok()))
+        .with_context(|| format!("no total time in perf bench's output:\n{text}"))
+}
