@@ -113,6 +113,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         Err(reason) => (Err(reason), None),
     };
     let offcpu = OffCpuRecorder::new(offcpu_maps, config.offcpu);
+    let offcpu_intervals = offcpu_intervals.map(|intervals| (intervals, offcpu.recorded()));
     let peek_inbox = Arc::new(PeekInbox::default());
     let pipeline = Pipeline::start(
         &mut sampler,

@@ -83,6 +83,7 @@ struct RecorderState {
     recordings: BTreeMap<u64, Recorded>,
     next_id: u64,
     threads: Option<Arc<dyn WaitingThreadSource>>,
+    recorded: RecordedProcesses,
     /// The `offcpu` setting: the probability that any other wait is
     /// recorded (0: none).
     sample_probability: f64,
@@ -97,11 +98,17 @@ impl OffCpuRecorder {
                 recordings: BTreeMap::new(),
                 next_id: 0,
                 threads: None,
+                recorded: RecordedProcesses::default(),
                 sample_probability,
             })),
         };
         lock(&recorder.inner).apply();
         recorder
+    }
+
+    /// Which processes are recorded, as it changes.
+    pub fn recorded(&self) -> RecordedProcesses {
+        lock(&self.inner).recorded.clone()
     }
 
     /// Where the registers of threads already waiting are read from.
@@ -194,8 +201,30 @@ impl RecorderState {
             maps.set_pids(&pids);
             maps.set_control(control);
         }
+        *crate::write_lock(&self.recorded) = RecordedNow {
+            everything: everything || control.sample_threshold != 0,
+            pids,
+        };
     }
 }
+
+/// Which processes are recorded now, for the pipeline: the waits of a
+/// process no longer recorded stop being credited.
+#[derive(Clone, Debug, Default)]
+pub struct RecordedNow {
+    everything: bool,
+    /// Sorted.
+    pids: Vec<u32>,
+}
+
+impl RecordedNow {
+    pub fn includes(&self, pid: u32) -> bool {
+        self.everything || self.pids.binary_search(&pid).is_ok()
+    }
+}
+
+/// A shared view of [`RecordedNow`].
+pub type RecordedProcesses = Arc<std::sync::RwLock<RecordedNow>>;
 
 /// The kernel's threshold for a probability: a wait is recorded when a
 /// random u32 falls below it.
@@ -261,6 +290,12 @@ impl OffCpuIntervals {
         intervals
     }
 
+    /// Forgets the thread's wait under way (its process is no longer
+    /// recorded, and its switch-in will not be seen).
+    pub fn forget(&mut self, tid: u32) {
+        let _ = self.pending.remove(&tid);
+    }
+
     /// When the thread's wait under way began, if one is.
     pub fn pending_since(&self, tid: u32) -> Option<u64> {
         self.pending
@@ -298,12 +333,16 @@ mod tests {
         let second = recorder.record(Recorded::Pids(vec![3, 9])).unwrap();
         assert_eq!(lock(&seen).1, [3, 7, 9]);
         assert_eq!(lock(&seen).0.pids, 1);
+        let recorded = recorder.recorded();
+        assert!(crate::read_lock(&recorded).includes(7));
+        assert!(!crate::read_lock(&recorded).includes(5));
         drop(first);
         assert_eq!(lock(&seen).1, [3, 9]);
         let everything = recorder.record(Recorded::Everything).unwrap();
         assert_eq!(lock(&seen).0.all, 1);
         drop((second, everything));
         assert!(!lock(&seen).0.active(), "{:?}", lock(&seen).0);
+        assert!(!crate::read_lock(&recorded).includes(3));
         recorder.set_sample_probability(0.5);
         assert!(lock(&seen).0.active());
         assert!((sample_scale(lock(&seen).0.sample_threshold) - 2.0).abs() < 1e-6);

@@ -38,7 +38,7 @@ use crate::{
     kernel::sampler::{Sampler, SamplingError},
     kernel::{
         drain::{self, CounterDeltas},
-        offcpu::OffCpuIntervals,
+        offcpu::{OffCpuIntervals, RecordedProcesses},
         sources::SampleSource,
         stack_copies::StackCopies,
     },
@@ -156,7 +156,7 @@ impl Pipeline {
         sinks: Vec<Box<dyn ExportSink>>,
         drain_interval: Duration,
         unwind_info_limit: u64,
-        offcpu_intervals: Option<OffCpuIntervals>,
+        offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
     ) -> Result<Self, PipelineError> {
         let source = sampler.take_source()?;
         let announcements = sampler.take_process_announcements()?;
@@ -185,7 +185,7 @@ impl Pipeline {
     pub fn start_with(
         source: Box<dyn SampleSource>,
         announcements: Option<RingBuf<MapData>>,
-        stack_copies: Option<(StackCopies, Option<OffCpuIntervals>)>,
+        stack_copies: Option<(StackCopies, Option<(OffCpuIntervals, RecordedProcesses)>)>,
         store: Arc<RwLock<Store>>,
         peeks: Arc<PeekInbox>,
         sinks: Vec<Box<dyn ExportSink>>,

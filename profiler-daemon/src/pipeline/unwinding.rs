@@ -22,7 +22,7 @@ use super::waits::{WaitIdentity, WaitStats, Waits, monotonic_now_ns};
 use crate::{
     kernel::{
         drain::{RawSample, ThreadNames},
-        offcpu::{OffCpuIntervals, sample_scale},
+        offcpu::{OffCpuIntervals, RecordedProcesses, sample_scale},
         stack_copies::{StackCopies, StackCopy},
     },
     lock,
@@ -77,12 +77,15 @@ pub struct StackCopyUnwinder {
 }
 
 impl StackCopyUnwinder {
-    pub fn new(copies: StackCopies, intervals: Option<OffCpuIntervals>) -> Self {
+    pub fn new(
+        copies: StackCopies,
+        intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
+    ) -> Self {
         Self {
             copies,
             pending: HashMap::default(),
             thread_names: ThreadNames::default(),
-            waits: intervals.map(Waits::new),
+            waits: intervals.map(|(intervals, recorded)| Waits::new(intervals, recorded)),
         }
     }
 

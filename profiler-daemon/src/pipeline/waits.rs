@@ -14,7 +14,7 @@ use profiler_common::{SampleKind, offcpu::Interval};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::blocked;
-use crate::kernel::offcpu::OffCpuIntervals;
+use crate::kernel::offcpu::{OffCpuIntervals, RecordedProcesses};
 
 /// A wait under way: the thread's stack when it left the CPU.
 #[derive(Debug)]
@@ -53,6 +53,8 @@ pub struct WaitStats {
 /// a sample (thread, stacks, kind); `with_kind` gives it another kind.
 pub struct Waits<I> {
     intervals: OffCpuIntervals,
+    /// The processes recorded now: the waits of the others end.
+    recorded: RecordedProcesses,
     /// By thread and switch-out: a thread's next wait can be read before
     /// the interval that ends its previous one.
     under_way: HashMap<(u32, u64), Wait<I>>,
@@ -67,9 +69,10 @@ pub trait WaitIdentity: Clone {
 }
 
 impl<I: WaitIdentity> Waits<I> {
-    pub fn new(intervals: OffCpuIntervals) -> Self {
+    pub fn new(intervals: OffCpuIntervals, recorded: RecordedProcesses) -> Self {
         Self {
             intervals,
+            recorded,
             under_way: HashMap::default(),
             stats: WaitStats::default(),
         }
@@ -138,11 +141,26 @@ impl<I: WaitIdentity> Waits<I> {
     }
 
     /// Credits the waits still under way up to `now_ns`, dropping those the
-    /// kernel no longer has pending (their interval was lost).
+    /// kernel no longer has pending (their interval was lost) and ending
+    /// those of processes no longer recorded.
     pub fn credit_until(&mut self, now_ns: u64, mut charge: impl FnMut(I, u64)) {
-        let intervals = &self.intervals;
+        let recorded = crate::read_lock(&self.recorded).clone();
+        let intervals = &mut self.intervals;
         let mut abandoned = 0;
         self.under_way.retain(|&(tid, switched_out_ns), wait| {
+            if !recorded.includes(wait.identity.pid()) {
+                // Recorded up to the end of its recording, about now.
+                if now_ns > wait.credited_ns {
+                    charge(
+                        wait.identity.clone(),
+                        scaled(now_ns - wait.credited_ns, wait.scale),
+                    );
+                }
+                if intervals.pending_since(tid) == Some(switched_out_ns) {
+                    intervals.forget(tid);
+                }
+                return false;
+            }
             let waiting = if switched_out_ns == 0 {
                 // Begun before recording: the kernel holds nothing for it
                 // until it wakes.

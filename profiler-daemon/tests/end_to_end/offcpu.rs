@@ -405,3 +405,21 @@ async fn a_peek_shows_where_a_blocked_thread_waits_and_how() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wait_stops_being_counted_when_its_recording_ends() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("waits", &["pipe"]);
+    let pid = workload.pid();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let (stacks, summary) = wall_profile(&daemon, pid, Duration::from_secs(1)).await;
+    assert!(
+        !stacks.is_empty(),
+        "the blocked read is recorded while asked for"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // From a second after the profile to now: nothing recorded any more.
+    let after = summary.end_unix_nanos + 1_000_000_000;
+    let later = wall_query(&daemon, &[pid], (after, 0)).await;
+    assert!(later.is_empty(), "{later:#?}");
+}
