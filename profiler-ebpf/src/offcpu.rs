@@ -80,50 +80,28 @@ pub fn record_switch(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// `sched_wakeup(p)`: the task becomes runnable; from now on it waits for
-/// a CPU. A task of a recorded process that went off CPU before recording
-/// began is recorded from here.
+/// `sched_wakeup(p)`: the task becomes runnable; from now on a recorded
+/// task waits for a CPU. (A thread already waiting when recording began
+/// has a pending entry the daemon put there.)
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn record_wakeup(ctx: BtfTracePointContext) -> i32 {
     let Some(control) = OFFCPU_CONTROL.get(0) else {
         return 0;
     };
-    if control.all == 0 && control.pids == 0 {
+    if !control.active() {
         return 0;
     }
     let task: u64 = ctx.arg(0);
     let Some(tid) = task_id(task, global(&TASK_PID_OFFSET)) else {
         return 0;
     };
-    let now = now_ns();
     if let Some(pending) = OFFCPU_PENDING.get_ptr_mut(&tid) {
         // SAFETY: a live entry; the task's own switches and wake-ups are
         // serialised by the scheduler.
         let pending = unsafe { &mut *pending };
         if pending.woken_ns == 0 {
-            pending.woken_ns = now;
+            pending.woken_ns = now_ns();
         }
-        return 0;
-    }
-    let Some(pid) = task_id(task, global(&crate::signals::TASK_TGID_OFFSET)) else {
-        return 0;
-    };
-    if control.all == 0 && OFFCPU_PIDS.get_ptr(&pid).is_none() {
-        return 0;
-    }
-    let pending = Pending {
-        pid,
-        tid,
-        kind: 0,
-        flags: flags::UNKNOWN_START,
-        switched_out_ns: 0,
-        woken_ns: now,
-    };
-    if OFFCPU_PENDING
-        .insert(&tid, &pending, BPF_ANY.into())
-        .is_err()
-    {
-        count(Counter::OffCpuPendingFull);
     }
     0
 }

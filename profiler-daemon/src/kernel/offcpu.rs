@@ -296,12 +296,29 @@ impl OffCpuIntervals {
         let _ = self.pending.remove(&tid);
     }
 
-    /// When the thread's wait under way began, if one is.
-    pub fn pending_since(&self, tid: u32) -> Option<u64> {
-        self.pending
-            .get(&tid, 0)
-            .ok()
-            .map(|pending| pending.switched_out_ns)
+    /// The thread's wait under way, as the kernel holds it, if one is.
+    pub fn pending(&self, tid: u32) -> Option<Pending> {
+        self.pending.get(&tid, 0).ok()
+    }
+
+    /// Tells the kernel that the thread (of process `pid`) waits since
+    /// before recording began, so that its wake-up and switch-in end the
+    /// wait (unless the kernel already holds a wait of it).
+    pub fn expect_unknown_start(&mut self, pid: u32, tid: u32) {
+        let pending = Pending {
+            pid,
+            tid,
+            kind: 0,
+            flags: profiler_common::offcpu::flags::UNKNOWN_START,
+            switched_out_ns: 0,
+            woken_ns: 0,
+        };
+        const BPF_NOEXIST: u64 = 1;
+        // EEXIST: the kernel recorded a wait of it meanwhile, which stays;
+        // anything else (a full map) leaves the wait uncharged.
+        if let Err(err) = self.pending.insert(tid, pending, BPF_NOEXIST) {
+            tracing::debug!(tid, "cannot note a thread already waiting: {err}");
+        }
     }
 }
 

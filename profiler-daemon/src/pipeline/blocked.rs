@@ -85,11 +85,6 @@ pub fn blocked_threads(pid: u32, pages: u32, registers: &[WaitingThread]) -> Vec
         .collect()
 }
 
-/// Whether the thread is still waiting as a blocked thread read here was.
-pub fn still_waiting(pid: u32, tid: u32) -> bool {
-    waiting_kind(&format!("/proc/{pid}/task/{tid}")).is_some()
-}
-
 /// `S` or `D` from the thread's `stat`; `None` for any other state.
 fn waiting_kind(dir: &str) -> Option<SampleKind> {
     let stat = fs::read_to_string(format!("{dir}/stat")).ok()?;

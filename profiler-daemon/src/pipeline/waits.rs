@@ -13,7 +13,6 @@
 use profiler_common::{SampleKind, offcpu::Interval};
 use rustc_hash::FxHashMap as HashMap;
 
-use super::blocked;
 use crate::kernel::offcpu::{OffCpuIntervals, RecordedProcesses};
 
 /// A wait under way: the thread's stack when it left the CPU.
@@ -106,6 +105,7 @@ impl<I: WaitIdentity> Waits<I> {
         if self.under_way.keys().any(|&(waiting, _)| waiting == tid) {
             return;
         }
+        self.intervals.expect_unknown_start(identity.pid(), tid);
         self.under_way.insert(
             (tid, 0),
             Wait {
@@ -156,20 +156,22 @@ impl<I: WaitIdentity> Waits<I> {
                         scaled(now_ns - wait.credited_ns, wait.scale),
                     );
                 }
-                if intervals.pending_since(tid) == Some(switched_out_ns) {
+                if intervals
+                    .pending(tid)
+                    .is_some_and(|pending| pending.switched_out_ns == switched_out_ns)
+                {
                     intervals.forget(tid);
                 }
                 return false;
             }
-            let waiting = if switched_out_ns == 0 {
-                // Begun before recording: the kernel holds nothing for it
-                // until it wakes.
-                intervals.pending_since(tid).is_none()
-                    && blocked::still_waiting(wait.identity.pid(), tid)
+            let pending = intervals.pending(tid);
+            if pending.is_some_and(|pending| pending.switched_out_ns == switched_out_ns) {
+                // Under way; once woken, the rest is charged with its
+                // interval, split at the wake-up.
+                if pending.is_some_and(|pending| pending.woken_ns != 0) {
+                    return true;
+                }
             } else {
-                intervals.pending_since(tid) == Some(switched_out_ns)
-            };
-            if !waiting {
                 // Ended: its interval comes with the next read, or was lost.
                 wait.unconfirmed += 1;
                 if wait.unconfirmed >= UNCONFIRMED_PASSES {
