@@ -146,9 +146,10 @@ impl<I: WaitIdentity> Waits<I> {
     pub fn credit_until(&mut self, now_ns: u64, mut charge: impl FnMut(I, u64)) {
         let recorded = crate::read_lock(&self.recorded).clone();
         let intervals = &mut self.intervals;
-        let mut abandoned = 0;
+        let (mut abandoned, mut ended) = (0, 0);
         self.under_way.retain(|&(tid, switched_out_ns), wait| {
             if !recorded.includes(wait.identity.pid()) {
+                ended += 1;
                 // Recorded up to the end of its recording, about now.
                 if now_ns > wait.credited_ns {
                     charge(
@@ -190,6 +191,8 @@ impl<I: WaitIdentity> Waits<I> {
             true
         });
         self.stats.abandoned += abandoned;
+        // Charged up to the end of their recording.
+        self.stats.charged += ended;
         self.stats.under_way = self.under_way.len() as u64;
     }
 
