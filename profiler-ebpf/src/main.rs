@@ -26,6 +26,8 @@ mod sampler;
 #[cfg(target_arch = "bpf")]
 mod signals;
 #[cfg(target_arch = "bpf")]
+mod stacks;
+#[cfg(target_arch = "bpf")]
 mod unwind_tables;
 
 #[cfg(not(target_arch = "bpf"))]

@@ -301,16 +301,7 @@ pub fn read_waiting_threads(ctx: *mut c_void) -> i32 {
         (*thread).pid = pid;
         (*thread).tid = tid;
         let regs = bpf_task_pt_regs(task as *mut _) as u64;
-        let read = |offset: u64| {
-            if regs == 0 {
-                0
-            } else {
-                bpf_probe_read_kernel((regs + offset) as *const u64).unwrap_or(0)
-            }
-        };
-        (*thread).ip = read(crate::sampler::PT_REGS_IP);
-        (*thread).sp = read(crate::sampler::PT_REGS_SP);
-        (*thread).bp = read(crate::sampler::PT_REGS_BP);
+        ((*thread).ip, (*thread).sp, (*thread).bp) = crate::sampler::registers_at(regs);
         let walked = bpf_get_task_stack(
             task as *mut _,
             (&raw mut (*thread).kernel).cast::<c_void>(),

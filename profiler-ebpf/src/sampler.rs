@@ -13,7 +13,7 @@ use core::{ffi::c_void, mem::size_of};
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_probe_read_kernel,
@@ -30,13 +30,16 @@ use profiler_common::{
     targets,
 };
 
-use crate::global;
+use crate::{
+    global,
+    stacks::{stack_key, store_stack},
+};
 
 const PAGE_BYTES: u64 = STACK_COPY_PAGE as u64;
 
 /// Sizes below are placeholders: the daemon sizes every map at load time.
 const DEFAULT_ENTRIES: u32 = 1024;
-const EEXIST: i32 = 17;
+pub(crate) const EEXIST: i32 = 17;
 
 #[map]
 static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
@@ -482,9 +485,23 @@ pub(crate) fn saved_user_registers() -> (u64, u64, u64) {
         // SAFETY: helpers that return the current task and its saved user
         // registers (the task is current, so both stay valid).
         let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
-        if regs == 0 {
-            return (0, 0, 0);
-        }
+        registers_at(regs)
+    }
+    #[cfg(not(bpf_target_arch = "x86_64"))]
+    {
+        (0, 0, 0)
+    }
+}
+
+/// The instruction, stack and frame pointers in the `struct pt_regs` at
+/// `regs` (a kernel address from `bpf_task_pt_regs`); zeros where unknown.
+#[inline(always)]
+pub(crate) fn registers_at(regs: u64) -> (u64, u64, u64) {
+    if regs == 0 {
+        return (0, 0, 0);
+    }
+    #[cfg(bpf_target_arch = "x86_64")]
+    {
         let read = |offset: u64| {
             // SAFETY: bpf_probe_read_kernel fails rather than faulting;
             // the offsets are those of x86-64's struct pt_regs (ABI).
@@ -500,11 +517,11 @@ pub(crate) fn saved_user_registers() -> (u64, u64, u64) {
 
 /// Offsets in x86-64's `struct pt_regs` (arch/x86/include/asm/ptrace.h).
 #[cfg(bpf_target_arch = "x86_64")]
-pub(crate) const PT_REGS_BP: u64 = 4 * 8;
+const PT_REGS_BP: u64 = 4 * 8;
 #[cfg(bpf_target_arch = "x86_64")]
-pub(crate) const PT_REGS_IP: u64 = 16 * 8;
+const PT_REGS_IP: u64 = 16 * 8;
 #[cfg(bpf_target_arch = "x86_64")]
-pub(crate) const PT_REGS_SP: u64 = 19 * 8;
+const PT_REGS_SP: u64 = 19 * 8;
 
 /// Whether the tick interrupted user-mode code (x86-64: the privilege level
 /// in the saved code segment). Elsewhere, assume not: the kernel walk then
@@ -539,157 +556,6 @@ fn add_to(counts: &HashMap<SampleKey, SampleValue>, key: &SampleKey, period: u64
     unsafe {
         (*value).count += 1;
         (*value).weight += period;
-    }
-    true
-}
-
-/// The key a sample refers to its stack by, noting in `flags` a truncated
-/// stack or (counting the loss) a lost one.
-#[inline(always)]
-fn stack_key(
-    stored: Result<StoredStack, Counter>,
-    flags: &mut u32,
-    truncated_flag: u32,
-    lost_flag: u32,
-) -> u64 {
-    match stored {
-        Ok(stored) => {
-            if stored.truncated {
-                *flags |= truncated_flag;
-            }
-            stored.key
-        }
-        Err(loss) => {
-            count(loss);
-            *flags |= lost_flag;
-            0
-        }
-    }
-}
-
-pub(crate) struct StoredStack {
-    /// Key in the stacks map; 0 when there is no stack of this kind.
-    pub(crate) key: u64,
-    truncated: bool,
-}
-
-#[inline(always)]
-pub(crate) fn store_stack(
-    ctx: &PerfEventContext,
-    stacks: &HashMap<u64, StackTrace>,
-    scratch: *mut StackTrace,
-    user: bool,
-) -> Result<StoredStack, Counter> {
-    let flags = if user { BPF_F_USER_STACK as u64 } else { 0 };
-    // SAFETY: `scratch` is this CPU's scratch entry and holds MAX_STACK_DEPTH u64s.
-    let walked = unsafe {
-        bpf_get_stack(
-            ctx.as_ptr(),
-            (&raw mut (*scratch).ips).cast::<c_void>(),
-            (MAX_STACK_DEPTH * size_of::<u64>()) as u32,
-            flags,
-        )
-    };
-    if walked < 0 {
-        return Err(Counter::LostStackWalkError);
-    }
-    let len = (walked as usize / size_of::<u64>()).min(MAX_STACK_DEPTH);
-    store_walked(stacks, scratch, len, user)
-}
-
-/// Stores the `len` frames walked into `scratch` in `stacks` (once per
-/// distinct stack), returning their key.
-#[inline(always)]
-pub(crate) fn store_walked(
-    stacks: &HashMap<u64, StackTrace>,
-    scratch: *mut StackTrace,
-    len: usize,
-    user: bool,
-) -> Result<StoredStack, Counter> {
-    let len = len.min(MAX_STACK_DEPTH);
-    if len == 0 {
-        return Ok(StoredStack {
-            key: 0,
-            truncated: false,
-        });
-    }
-    // SAFETY: the caller's scratch entry belongs to this CPU and this run.
-    let scratch = unsafe { &mut *scratch };
-    scratch.len = len as u32;
-    let key = stack_hash(&scratch.ips, len, user);
-    // Most stacks recur: look first, insert only what is new.
-    if let Some(stored) = stacks.get_ptr(&key) {
-        // Already stored: make sure it is the same stack, not a collision.
-        // SAFETY: a live entry of the current generation; the daemon does
-        // not touch it until the generation is flipped away.
-        if !same_frames(unsafe { &*stored }, scratch, len) {
-            return Err(Counter::LostStackCollision);
-        }
-    } else {
-        match stacks.insert(&key, &*scratch, BPF_NOEXIST.into()) {
-            Ok(()) => {}
-            // Another CPU stored a stack under this hash meanwhile: the
-            // same one, unless (rarer still) it collides.
-            Err(err) if err == -EEXIST => {
-                let same = match stacks.get_ptr(&key) {
-                    // SAFETY: as above.
-                    Some(stored) => same_frames(unsafe { &*stored }, scratch, len),
-                    None => false,
-                };
-                if !same {
-                    return Err(Counter::LostStackCollision);
-                }
-            }
-            Err(_) => return Err(Counter::LostStackMapFull),
-        }
-    }
-    Ok(StoredStack {
-        key,
-        truncated: len == MAX_STACK_DEPTH,
-    })
-}
-
-/// A 64-bit hash of the frames; never 0, which means "no stack".
-#[expect(
-    clippy::needless_range_loop,
-    reason = "indexed loops with a constant bound are what the verifier proves bounded"
-)]
-#[inline(always)]
-fn stack_hash(ips: &[u64; MAX_STACK_DEPTH], len: usize, user: bool) -> u64 {
-    let mut hash: u64 = 0x9e37_79b9_7f4a_7c15 ^ ((len as u64) << 1) ^ (user as u64);
-    for i in 0..MAX_STACK_DEPTH {
-        if i >= len {
-            break;
-        }
-        hash = mix(hash ^ ips[i]);
-    }
-    if hash == 0 { 1 } else { hash }
-}
-
-/// The finaliser of MurmurHash3: every input bit affects every output bit.
-#[inline(always)]
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
-}
-
-/// Whether the stored stack holds the walked one's `len` frames (indexed
-/// with a constant bound, as the verifier proves loops bounded).
-#[inline(always)]
-fn same_frames(stored: &StackTrace, walked: &StackTrace, len: usize) -> bool {
-    if stored.len as usize != len {
-        return false;
-    }
-    for i in 0..MAX_STACK_DEPTH {
-        if i >= len {
-            break;
-        }
-        if stored.ips[i] != walked.ips[i] {
-            return false;
-        }
     }
     true
 }

@@ -23,7 +23,10 @@ use profiler_common::{
     unwind_table::{Key, MAX_FRAMES, MAX_MAPPINGS, Process, Row, SEARCH_STEPS, cfa},
 };
 
-use crate::sampler::{interrupted_user_mode, store_stack, store_walked, user_registers};
+use crate::{
+    sampler::{interrupted_user_mode, user_registers},
+    stacks::{store_stack, store_walked},
+};
 
 /// Sizes are placeholders: the benchmark sizes the maps at load time.
 #[map]

@@ -32,6 +32,10 @@ use super::{
     stack_copies::StackCopies,
 };
 
+mod handles;
+
+pub use self::handles::{KernelPeekClocks, KernelWaitingThreads};
+
 /// The eBPF object built by build.rs.
 pub(super) static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
@@ -232,91 +236,6 @@ pub trait PeekClocks: Send + Sync {
     /// Samples `tid` (and the threads it starts) at `frequency_hz` of its
     /// own CPU time, until the returned value is dropped.
     fn sample(&self, tid: u32, frequency_hz: u32) -> Result<Box<dyn Send>, SamplingError>;
-}
-
-/// The task iterator that reads the threads of a process whose off-CPU
-/// recording begins.
-pub struct KernelWaitingThreads {
-    sampler: std::sync::Arc<std::sync::Mutex<Sampler>>,
-}
-
-impl KernelWaitingThreads {
-    pub fn new(sampler: std::sync::Arc<std::sync::Mutex<Sampler>>) -> Self {
-        Self { sampler }
-    }
-}
-
-impl super::offcpu::WaitingThreadSource for KernelWaitingThreads {
-    fn read(&self, pid: u32) -> Result<Vec<profiler_common::offcpu::WaitingThread>, String> {
-        use std::io::Read as _;
-        let mut sampler = crate::lock(&self.sampler);
-        let ebpf = &mut sampler.ebpf;
-        let mut target: aya::maps::Array<&mut MapData, u32> = ebpf
-            .map_mut(names::WAITING_PID)
-            .ok_or("the eBPF object has no map of the waiting process")?
-            .try_into()
-            .map_err(|err: aya::maps::MapError| err.to_string())?;
-        target.set(0, pid, 0).map_err(|err| err.to_string())?;
-        let iterator: &mut aya::programs::Iter =
-            programs::program(ebpf, names::PROGRAM_READ_WAITING_THREADS)
-                .map_err(|err| err.to_string())?;
-        let link = iterator.attach().map_err(|err| err.to_string())?;
-        let link = iterator.take_link(link).map_err(|err| err.to_string())?;
-        let mut bytes = Vec::new();
-        link.into_file()
-            .map_err(|err| err.to_string())?
-            .read_to_end(&mut bytes)
-            .map_err(|err| err.to_string())?;
-        const SIZE: usize = std::mem::size_of::<profiler_common::offcpu::WaitingThread>();
-        Ok(bytes
-            .chunks_exact(SIZE)
-            // SAFETY: each chunk holds a WaitingThread's bytes, plain old
-            // data (every bit pattern is valid); the read copes with any
-            // alignment.
-            .map(|chunk| unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast()) })
-            .collect())
-    }
-}
-
-/// The peek clocks of the loaded programs.
-pub struct KernelPeekClocks {
-    sampler: std::sync::Arc<std::sync::Mutex<Sampler>>,
-    threads: std::sync::Mutex<HashMap<MapData, u32, u32>>,
-}
-
-impl KernelPeekClocks {
-    /// Takes the map of peeked threads out of `sampler`.
-    pub fn new(sampler: std::sync::Arc<std::sync::Mutex<Sampler>>) -> Result<Self, SamplingError> {
-        let threads = take_map(&mut crate::lock(&sampler).ebpf, names::PEEK_THREADS)?;
-        Ok(Self {
-            sampler,
-            threads: std::sync::Mutex::new(threads),
-        })
-    }
-}
-
-impl PeekClocks for KernelPeekClocks {
-    fn mark(&self, tids: &[u32]) {
-        let mut threads = crate::lock(&self.threads);
-        for &tid in tids {
-            if threads.insert(tid, 0, 0).is_err() {
-                // Only the "where it was" of a running thread is lost.
-                debug!(tid, "peeked-thread map full");
-            }
-        }
-    }
-
-    fn forget(&self, tids: &[u32]) {
-        let mut threads = crate::lock(&self.threads);
-        for tid in tids {
-            let _ = threads.remove(tid);
-        }
-    }
-
-    fn sample(&self, tid: u32, frequency_hz: u32) -> Result<Box<dyn Send>, SamplingError> {
-        let link = crate::lock(&self.sampler).sample_thread(tid, frequency_hz)?;
-        Ok(Box::new(link))
-    }
 }
 
 /// The maps the drainer reads.
@@ -685,66 +604,4 @@ fn spawn_log_forwarder(mut logger: aya_log::EbpfLogger<&'static dyn log::Log>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings(frequency_hz: u32) -> SamplerSettings {
-        SamplerSettings {
-            frequency_hz,
-            drain_interval: Duration::from_secs(1),
-            max_stacks: 0,
-            max_sample_keys: 0,
-            peek_signal: 10,
-            peek_frequency_hz: 0,
-            stack_copy_pages: 4,
-            stack_copy_buffer: 0,
-            offcpu_max_pending: 1024,
-            source: SampleSourceKind::AggregatedMaps,
-        }
-    }
-
-    #[test]
-    fn finds_tracepoint_field_offsets() {
-        let format = "name: signal_generate\nformat:\n\
-            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
-            \tfield:int sig;\toffset:8;\tsize:4;\tsigned:1;\n\
-            \tfield:char comm[16];\toffset:20;\tsize:16;\tsigned:0;\n\
-            \tfield:pid_t pid;\toffset:36;\tsize:4;\tsigned:1;\n";
-        assert_eq!(programs::field_offset(format, "sig"), Some(8));
-        assert_eq!(programs::field_offset(format, "comm"), Some(20));
-        assert_eq!(programs::field_offset(format, "pid"), Some(36));
-        assert_eq!(programs::field_offset(format, "group"), None);
-        assert_eq!(programs::field_offset(format, "common_type"), Some(0));
-    }
-
-    #[test]
-    fn map_sizes_grow_with_rate_and_stay_bounded() {
-        let low = MapSizes::for_settings(&settings(49), 2);
-        assert_eq!(
-            low,
-            MapSizes {
-                stacks: 1024,
-                sample_keys: 1024,
-                stack_copies: 1 << 20,
-            }
-        );
-        let high = MapSizes::for_settings(&settings(1000), 2);
-        assert_eq!(
-            high,
-            MapSizes {
-                stacks: 8192,
-                sample_keys: 4096,
-                stack_copies: 1 << 23,
-            }
-        );
-        let huge = MapSizes::for_settings(&settings(1000), 512);
-        assert_eq!(huge.stacks, 1 << 16);
-    }
-
-    #[test]
-    fn explicit_map_sizes_win() {
-        let mut settings = settings(49);
-        settings.max_stacks = 4096;
-        assert_eq!(MapSizes::for_settings(&settings, 2).stacks, 4096);
-    }
-}
+mod tests;

@@ -1,0 +1,96 @@
+//! Handles into the loaded programs that outlive the sampler's start: the
+//! per-thread clocks of peeks and the task iterator that reads the threads
+//! already waiting when off-CPU recording begins. Each holds the sampler
+//! and reaches into its programs; they own nothing else.
+
+use aya::maps::{HashMap, MapData};
+use profiler_common::names;
+use tracing::debug;
+
+use super::{PeekClocks, Sampler, SamplingError, take_map};
+use crate::kernel::{offcpu, programs};
+
+/// The task iterator that reads the threads of a process whose off-CPU
+/// recording begins.
+pub struct KernelWaitingThreads {
+    sampler: std::sync::Arc<std::sync::Mutex<Sampler>>,
+}
+
+impl KernelWaitingThreads {
+    pub fn new(sampler: std::sync::Arc<std::sync::Mutex<Sampler>>) -> Self {
+        Self { sampler }
+    }
+}
+
+impl offcpu::WaitingThreadSource for KernelWaitingThreads {
+    fn read(&self, pid: u32) -> Result<Vec<profiler_common::offcpu::WaitingThread>, String> {
+        use std::io::Read as _;
+        let mut sampler = crate::lock(&self.sampler);
+        let ebpf = &mut sampler.ebpf;
+        let mut target: aya::maps::Array<&mut MapData, u32> = ebpf
+            .map_mut(names::WAITING_PID)
+            .ok_or("the eBPF object has no map of the waiting process")?
+            .try_into()
+            .map_err(|err: aya::maps::MapError| err.to_string())?;
+        target.set(0, pid, 0).map_err(|err| err.to_string())?;
+        let iterator: &mut aya::programs::Iter =
+            programs::program(ebpf, names::PROGRAM_READ_WAITING_THREADS)
+                .map_err(|err| err.to_string())?;
+        let link = iterator.attach().map_err(|err| err.to_string())?;
+        let link = iterator.take_link(link).map_err(|err| err.to_string())?;
+        let mut bytes = Vec::new();
+        link.into_file()
+            .map_err(|err| err.to_string())?
+            .read_to_end(&mut bytes)
+            .map_err(|err| err.to_string())?;
+        const SIZE: usize = std::mem::size_of::<profiler_common::offcpu::WaitingThread>();
+        Ok(bytes
+            .chunks_exact(SIZE)
+            // SAFETY: each chunk holds a WaitingThread's bytes, plain old
+            // data (every bit pattern is valid); the read copes with any
+            // alignment.
+            .map(|chunk| unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast()) })
+            .collect())
+    }
+}
+
+/// The peek clocks of the loaded programs.
+pub struct KernelPeekClocks {
+    sampler: std::sync::Arc<std::sync::Mutex<Sampler>>,
+    threads: std::sync::Mutex<HashMap<MapData, u32, u32>>,
+}
+
+impl KernelPeekClocks {
+    /// Takes the map of peeked threads out of `sampler`.
+    pub fn new(sampler: std::sync::Arc<std::sync::Mutex<Sampler>>) -> Result<Self, SamplingError> {
+        let threads = take_map(&mut crate::lock(&sampler).ebpf, names::PEEK_THREADS)?;
+        Ok(Self {
+            sampler,
+            threads: std::sync::Mutex::new(threads),
+        })
+    }
+}
+
+impl PeekClocks for KernelPeekClocks {
+    fn mark(&self, tids: &[u32]) {
+        let mut threads = crate::lock(&self.threads);
+        for &tid in tids {
+            if threads.insert(tid, 0, 0).is_err() {
+                // Only the "where it was" of a running thread is lost.
+                debug!(tid, "peeked-thread map full");
+            }
+        }
+    }
+
+    fn forget(&self, tids: &[u32]) {
+        let mut threads = crate::lock(&self.threads);
+        for tid in tids {
+            let _ = threads.remove(tid);
+        }
+    }
+
+    fn sample(&self, tid: u32, frequency_hz: u32) -> Result<Box<dyn Send>, SamplingError> {
+        let link = crate::lock(&self.sampler).sample_thread(tid, frequency_hz)?;
+        Ok(Box::new(link))
+    }
+}

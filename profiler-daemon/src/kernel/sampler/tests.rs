@@ -1,0 +1,61 @@
+use super::*;
+
+fn settings(frequency_hz: u32) -> SamplerSettings {
+    SamplerSettings {
+        frequency_hz,
+        drain_interval: Duration::from_secs(1),
+        max_stacks: 0,
+        max_sample_keys: 0,
+        peek_signal: 10,
+        peek_frequency_hz: 0,
+        stack_copy_pages: 4,
+        stack_copy_buffer: 0,
+        offcpu_max_pending: 1024,
+        source: SampleSourceKind::AggregatedMaps,
+    }
+}
+
+#[test]
+fn finds_tracepoint_field_offsets() {
+    let format = "name: signal_generate\nformat:\n\
+        \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+        \tfield:int sig;\toffset:8;\tsize:4;\tsigned:1;\n\
+        \tfield:char comm[16];\toffset:20;\tsize:16;\tsigned:0;\n\
+        \tfield:pid_t pid;\toffset:36;\tsize:4;\tsigned:1;\n";
+    assert_eq!(programs::field_offset(format, "sig"), Some(8));
+    assert_eq!(programs::field_offset(format, "comm"), Some(20));
+    assert_eq!(programs::field_offset(format, "pid"), Some(36));
+    assert_eq!(programs::field_offset(format, "group"), None);
+    assert_eq!(programs::field_offset(format, "common_type"), Some(0));
+}
+
+#[test]
+fn map_sizes_grow_with_rate_and_stay_bounded() {
+    let low = MapSizes::for_settings(&settings(49), 2);
+    assert_eq!(
+        low,
+        MapSizes {
+            stacks: 1024,
+            sample_keys: 1024,
+            stack_copies: 1 << 20,
+        }
+    );
+    let high = MapSizes::for_settings(&settings(1000), 2);
+    assert_eq!(
+        high,
+        MapSizes {
+            stacks: 8192,
+            sample_keys: 4096,
+            stack_copies: 1 << 23,
+        }
+    );
+    let huge = MapSizes::for_settings(&settings(1000), 512);
+    assert_eq!(huge.stacks, 1 << 16);
+}
+
+#[test]
+fn explicit_map_sizes_win() {
+    let mut settings = settings(49);
+    settings.max_stacks = 4096;
+    assert_eq!(MapSizes::for_settings(&settings, 2).stacks, 4096);
+}

@@ -1,0 +1,98 @@
+use super::*;
+
+#[test]
+fn each_sample_kind_has_a_state_and_each_mode_its_states() {
+    use profiler_common::SampleKind;
+    let table = [
+        (SampleKind::CpuClock, ThreadState::Cpu, None),
+        (SampleKind::Peek, ThreadState::Cpu, None),
+        (SampleKind::PeekInstant, ThreadState::Cpu, None),
+        (
+            SampleKind::OffCpuSleeping,
+            ThreadState::Sleeping,
+            Some("[off-cpu: S]"),
+        ),
+        (
+            SampleKind::OffCpuBlocked,
+            ThreadState::Blocked,
+            Some("[off-cpu: D]"),
+        ),
+        (
+            SampleKind::RunQueue,
+            ThreadState::RunQueue,
+            Some("[runqueue]"),
+        ),
+    ];
+    for (kind, state, marker) in table {
+        assert_eq!(ThreadState::of(kind), state, "{kind:?}");
+        assert_eq!(state.leaf_marker(), marker, "{kind:?}");
+        assert_eq!(kind.is_off_cpu(), marker.is_some(), "{kind:?}");
+        assert_eq!(SampleKind::from_raw(kind as u32), Some(kind));
+    }
+    assert_eq!(SampleKind::from_raw(6), None);
+    for state in ThreadState::ALL {
+        let on_cpu = state == ThreadState::Cpu;
+        assert_eq!(ProfileMode::Cpu.includes(state), on_cpu);
+        assert_eq!(ProfileMode::OffCpu.includes(state), !on_cpu);
+        assert!(ProfileMode::Wall.includes(state));
+    }
+    assert!(!ProfileMode::Cpu.records_off_cpu());
+}
+
+#[test]
+fn kernel_addresses_are_hidden_and_their_locations_merged() {
+    let frame = |function: &str| Frame {
+        function: function.into(),
+        file: None,
+        line: 0,
+        inlined: false,
+    };
+    let location = |kind, address, function: &str| Location {
+        kind,
+        module: "m".into(),
+        address,
+        frames: vec![frame(function)],
+    };
+    let mut stacks = Stacks::default();
+    stacks.push([0, 1]);
+    stacks.push([0, 2]);
+    let mut profile = Profile {
+        start: SystemTime::UNIX_EPOCH,
+        end: SystemTime::UNIX_EPOCH,
+        frequency_hz: 1,
+        period_ns: 1,
+        mode: ProfileMode::Cpu,
+        threads: Vec::new(),
+        locations: vec![
+            location(LocationKind::User, 0x10, "main"),
+            location(LocationKind::Kernel, 0xffff_ffff_8100_0010, "read"),
+            location(LocationKind::Kernel, 0xffff_ffff_8100_0020, "read"),
+        ],
+        stacks,
+        samples: Vec::new(),
+        lost: Vec::new(),
+        warnings: Vec::new(),
+    };
+    profile.hide_kernel_addresses();
+    assert_eq!(profile.locations.len(), 2);
+    assert_eq!(profile.locations[0].address, 0x10, "user offsets stay");
+    assert_eq!(profile.locations[1].address, 0);
+    assert_eq!(profile.stacks.get(0), Some(&[0, 1][..]));
+    assert_eq!(profile.stacks.get(1), Some(&[0, 1][..]));
+}
+
+#[test]
+fn stacks_keep_their_locations_and_order() {
+    let mut stacks = Stacks::with_capacity(3, 4);
+    assert!(stacks.is_empty());
+    assert_eq!(stacks.push([3, 1, 4]), 0);
+    assert_eq!(stacks.push([]), 1);
+    assert_eq!(stacks.push(vec![1]), 2);
+    assert_eq!(stacks.len(), 3);
+    assert_eq!(stacks.get(0), Some(&[3, 1, 4][..]));
+    assert_eq!(stacks.get(1), Some(&[][..]));
+    assert_eq!(stacks.get(2), Some(&[1][..]));
+    assert_eq!(stacks.get(3), None);
+    let all: Vec<&[u32]> = stacks.iter().collect();
+    assert_eq!(all, [&[3, 1, 4][..], &[], &[1]]);
+}

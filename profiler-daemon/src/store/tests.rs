@@ -1,0 +1,365 @@
+use std::time::UNIX_EPOCH;
+
+use profiler_common::COUNTER_COUNT;
+
+use super::{retention::MAX_COARSENING, *};
+use crate::{
+    profile::{Frame, Location, LocationKind, LossCause, Profile, ProfileMode},
+    symbols::symbolizer::SymbolizedSample,
+};
+
+fn location(name: &str) -> Arc<SymbolizedLocation> {
+    Arc::new(SymbolizedLocation {
+        key: LocationKey::Kernel(name.bytes().map(u64::from).sum()),
+        location: Location {
+            kind: LocationKind::Kernel,
+            module: Arc::from("[kernel]"),
+            address: 0,
+            frames: vec![Frame {
+                function: Arc::from(name),
+                file: None,
+                line: 0,
+                inlined: false,
+            }],
+        },
+    })
+}
+
+fn thread(pid: u32, tid: u32, name: &str) -> ThreadInfo {
+    ThreadInfo {
+        pid,
+        tid,
+        thread_name: Arc::from(name),
+        process_name: Arc::from(name),
+        uid: 0,
+        gid: 0,
+        protected: false,
+        cgroup: Arc::from("/"),
+    }
+}
+
+fn at(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
+}
+
+fn batch(start: u64, samples: &[(u32, &[&str], u64)]) -> SymbolizedBatch {
+    SymbolizedBatch {
+        start: at(start),
+        end: at(start + 1),
+        samples: samples
+            .iter()
+            .map(|&(pid, stack, count)| SymbolizedSample {
+                thread: thread(pid, pid, &format!("p{pid}")),
+                kind: SampleKind::CpuClock,
+                stack: stack.iter().map(|name| location(name)).collect(),
+                count,
+                weight: count * 10,
+            })
+            .collect(),
+        counters: [0; COUNTER_COUNT as usize],
+    }
+}
+
+/// A store of 1 s buckets, as the batches below are.
+fn store(retention_secs: u64, memory_limit: u64) -> Store {
+    Store::new(StoreSettings {
+        retention: Duration::from_secs(retention_secs),
+        resolution: Duration::from_secs(1),
+        memory_limit,
+    })
+}
+
+fn query(start: u64, end: u64, selector: Selector) -> Query {
+    Query {
+        start: at(start),
+        end: at(end),
+        selector,
+        access: SampleAccess::All,
+        mode: crate::profile::ProfileMode::Cpu,
+        frequency_hz: 100,
+    }
+}
+
+fn counts_by_leaf(profile: &Profile) -> Vec<(String, u64)> {
+    let mut counts: Vec<_> = profile
+        .samples
+        .iter()
+        .map(|sample| {
+            let stack = profile.stacks.get(sample.stack).unwrap();
+            let leaf = &profile.locations[*stack.last().unwrap() as usize];
+            (leaf.frames[0].function.to_string(), sample.count)
+        })
+        .collect();
+    counts.sort();
+    counts
+}
+
+#[test]
+fn windows_select_whole_buckets_and_aggregate() {
+    let mut store = store(600, 1 << 30);
+    store.insert(batch(0, &[(1, &["main", "a"], 3)]));
+    store.insert(batch(1, &[(1, &["main", "a"], 2), (1, &["main", "b"], 1)]));
+    store.insert(batch(2, &[(1, &["main", "b"], 7)]));
+    let all = store.profile(&query(0, 3, Selector::default()));
+    assert_eq!(counts_by_leaf(&all), [("a".into(), 5), ("b".into(), 8)]);
+    assert_eq!(all.samples.iter().map(|s| s.weight_ns).sum::<u64>(), 130);
+    let middle = store.profile(&query(1, 2, Selector::default()));
+    assert_eq!(counts_by_leaf(&middle), [("a".into(), 2), ("b".into(), 1)]);
+    assert!(middle.warnings.is_empty());
+}
+
+#[test]
+fn waits_are_kept_in_nanoseconds_and_reported_by_mode() {
+    let mut store = store(600, 1 << 30);
+    let mut second = batch(1, &[(1, &["main", "spin"], 3)]);
+    let wait = |stack: &[&str], kind, nanos| SymbolizedSample {
+        thread: thread(1, 1, "p1"),
+        kind,
+        stack: stack.iter().map(|name| location(name)).collect(),
+        count: 1,
+        weight: nanos,
+    };
+    // As the symbolizer hands them over: the wait's marker at the leaf.
+    second.samples.push(wait(
+        &["main", "read", "[off-cpu: S]"],
+        SampleKind::OffCpuSleeping,
+        44_000_000,
+    ));
+    second.samples.push(wait(
+        &["main", "read", "[runqueue]"],
+        SampleKind::RunQueue,
+        4_000_000,
+    ));
+    store.insert(batch(0, &[(1, &["main", "spin"], 2)]));
+    store.insert(second);
+    // The same wait credited again in the next drain adds up.
+    let mut third = batch(2, &[]);
+    third.samples.push(wait(
+        &["main", "read", "[off-cpu: S]"],
+        SampleKind::OffCpuSleeping,
+        6_000_000,
+    ));
+    store.insert(third);
+    let by_mode = |store: &Store, mode| {
+        let profile = store.profile(&Query {
+            mode,
+            ..query(0, 3, Selector::default())
+        });
+        let mut samples: Vec<_> = profile
+            .samples
+            .iter()
+            .map(|sample| (sample.state, sample.count, sample.weight_ns))
+            .collect();
+        samples.sort();
+        samples
+    };
+    // At 100 Hz a sample stands for 10 ms: 50 ms asleep make 5.
+    assert_eq!(
+        by_mode(&store, ProfileMode::Cpu),
+        [(ThreadState::Cpu, 5, 50)]
+    );
+    assert_eq!(
+        by_mode(&store, ProfileMode::OffCpu),
+        [
+            (ThreadState::Sleeping, 5, 50_000_000),
+            (ThreadState::RunQueue, 0, 4_000_000)
+        ]
+    );
+    assert_eq!(by_mode(&store, ProfileMode::Wall).len(), 3);
+    // Merged buckets keep the waits.
+    store.compact(at(3));
+    assert_eq!(
+        by_mode(&store, ProfileMode::OffCpu)[0],
+        (ThreadState::Sleeping, 5, 50_000_000)
+    );
+}
+
+#[test]
+fn selectors_filter_threads() {
+    let mut store = store(600, 1 << 30);
+    store.insert(batch(0, &[(1, &["x"], 1), (2, &["y"], 2), (3, &["z"], 4)]));
+    let by_pid = Selector {
+        pids: vec![2, 3],
+        ..Selector::default()
+    };
+    assert_eq!(
+        counts_by_leaf(&store.profile(&query(0, 1, by_pid))),
+        [("y".into(), 2), ("z".into(), 4)]
+    );
+    let by_comm = Selector {
+        comms: vec!["p3".into()],
+        ..Selector::default()
+    };
+    assert_eq!(
+        counts_by_leaf(&store.profile(&query(0, 1, by_comm))),
+        [("z".into(), 4)]
+    );
+    let nothing = Selector {
+        pids: vec![1],
+        tids: vec![2],
+        ..Selector::default()
+    };
+    assert!(store.profile(&query(0, 1, nothing)).samples.is_empty());
+}
+
+#[test]
+fn selectors_by_pattern_uid_and_cgroup() {
+    let thread = ThreadInfo {
+        uid: 33,
+        gid: 33,
+        protected: false,
+        cgroup: Arc::from("/system.slice/nginx.service"),
+        ..thread(7, 8, "nginx-worker")
+    };
+    let matches = |selector: Selector| selector.matches(&thread);
+    let pattern = |text: &str| Some(CommPattern(regex::Regex::new(text).unwrap()));
+    assert!(matches(Selector {
+        comm_pattern: pattern("^nginx"),
+        ..Selector::default()
+    }));
+    assert!(!matches(Selector {
+        comm_pattern: pattern("^apache"),
+        ..Selector::default()
+    }));
+    assert!(matches(Selector {
+        uids: vec![0, 33],
+        cgroups: vec!["/system.slice".into()],
+        ..Selector::default()
+    }));
+    assert!(!matches(Selector {
+        uids: vec![0],
+        ..Selector::default()
+    }));
+    assert!(!matches(Selector {
+        cgroups: vec!["/user.slice".into()],
+        ..Selector::default()
+    }));
+}
+
+#[test]
+fn retention_expires_old_buckets_and_says_so() {
+    let mut store = store(10, 1 << 30);
+    for second in 0..30 {
+        store.insert(batch(second, &[(1, &["main"], 1)]));
+    }
+    assert_eq!(store.stats().buckets, 11);
+    let profile = store.profile(&query(0, 30, Selector::default()));
+    assert_eq!(profile.total_samples(), 11);
+    assert_eq!(profile.warnings.len(), 1, "{:?}", profile.warnings);
+    assert!(profile.warnings[0].contains("no longer held"));
+    let before_start = store.profile(&Query {
+        start: at(0) - Duration::from_secs(5),
+        ..query(0, 30, Selector::default())
+    });
+    assert!(before_start.warnings[0].contains("no longer held"));
+}
+
+#[test]
+fn a_window_from_before_the_start_says_so() {
+    let mut store = store(600, 1 << 30);
+    store.insert(batch(10, &[(1, &["main"], 1)]));
+    let profile = store.profile(&query(0, 11, Selector::default()));
+    assert_eq!(profile.total_samples(), 1);
+    assert!(
+        profile.warnings[0].contains("before the daemon started sampling"),
+        "{:?}",
+        profile.warnings
+    );
+}
+
+#[test]
+fn memory_ceiling_holds_and_counts_what_it_drops() {
+    let mut store = store(3600, 64 * 1024);
+    for second in 0..200 {
+        let names: Vec<String> = (0..20).map(|i| format!("f{second}_{i}")).collect();
+        let stack: Vec<&str> = names.iter().map(String::as_str).collect();
+        store.insert(batch(second, &[(second as u32, &stack, 1)]));
+        assert!(store.memory_bytes() <= 64 * 1024 || store.stats().buckets == 1);
+    }
+    let stats = store.stats();
+    assert!(stats.buckets_evicted_for_memory > 0);
+    assert!(stats.buckets < 200);
+    let profile = store.profile(&query(0, 200, Selector::default()));
+    assert!(
+        profile
+            .lost
+            .iter()
+            .any(|&(cause, count)| cause == LossCause::MemoryCeiling && count > 0)
+    );
+    // Compaction kept the tables in step with the buckets.
+    assert!(stats.distinct_stacks <= stats.buckets + 16);
+}
+
+#[test]
+fn compaction_preserves_profiles() {
+    let mut store = store(600, 1 << 30);
+    store.insert(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 1)]));
+    store.insert(batch(1, &[(1, &["main", "b"], 2)]));
+    let before = counts_by_leaf(&store.profile(&query(0, 2, Selector::default())));
+    store.compact(at(2));
+    let after = counts_by_leaf(&store.profile(&query(0, 2, Selector::default())));
+    assert_eq!(before, after);
+}
+
+#[test]
+fn complete_spans_are_merged_at_the_resolution() {
+    let mut store = Store::new(StoreSettings {
+        retention: Duration::from_secs(3600),
+        resolution: Duration::from_secs(10),
+        memory_limit: 1 << 30,
+    });
+    let hold = store.holds().hold(at(5));
+    for second in 0..25 {
+        let leaf = if second < 10 { "a" } else { "b" };
+        store.insert(batch(second, &[(1, &["main", leaf], 2), (2, &["main"], 1)]));
+    }
+    assert_eq!(store.stats().buckets, 25, "an open window holds them");
+    drop(hold);
+    store.insert(batch(25, &[(1, &["main", "b"], 2), (2, &["main"], 1)]));
+    // Spans [0, 10) and [10, 20) are complete: one bucket each.
+    let stats = store.stats();
+    assert_eq!(stats.buckets, 2 + 6, "{stats:?}");
+    assert_eq!(stats.coarsest_bucket, Duration::from_secs(10));
+    assert_eq!(stats.buckets_coarsened_for_memory, 0);
+    let all = store.profile(&query(0, 26, Selector::default()));
+    assert_eq!(
+        counts_by_leaf(&all),
+        [("a".into(), 20), ("b".into(), 32), ("main".into(), 26)]
+    );
+    assert_eq!(all.samples.iter().map(|s| s.weight_ns).sum::<u64>(), 780);
+    // Past windows are whole buckets now: the second span, not a part.
+    let part = store.profile(&query(12, 14, Selector::default()));
+    assert!(part.samples.is_empty(), "{:?}", counts_by_leaf(&part));
+    let second_span = store.profile(&query(10, 20, Selector::default()));
+    assert_eq!(
+        counts_by_leaf(&second_span),
+        [("b".into(), 20), ("main".into(), 10)]
+    );
+}
+
+#[test]
+fn the_ceiling_coarsens_before_it_drops() {
+    let threads: Vec<(u32, &[&str], u64)> = (0..200)
+        .map(|pid| (pid, &["main", "work"][..], 1))
+        .collect();
+    let mut store = store(3600, 1 << 30);
+    store.insert(batch(0, &threads));
+    let first = store.memory_bytes();
+    store.insert(batch(1, &threads));
+    let one_bucket = store.memory_bytes() - first;
+    // Room for 70 buckets of these, not 100: merging the older half (up
+    // to 6 into one) keeps them all.
+    store.settings.memory_limit = first + one_bucket * 70;
+    for second in 2..100 {
+        store.insert(batch(second, &threads));
+        assert!(store.memory_bytes() <= store.settings.memory_limit);
+    }
+    let stats = store.stats();
+    assert!(stats.buckets_coarsened_for_memory > 0, "{stats:?}");
+    assert_eq!(stats.buckets_evicted_for_memory, 0, "{stats:?}");
+    assert!(stats.coarsest_bucket > Duration::from_secs(1));
+    assert!(stats.coarsest_bucket <= Duration::from_secs(u64::from(MAX_COARSENING)));
+    let all = store.profile(&query(0, 100, Selector::default()));
+    assert_eq!(all.total_samples(), 200 * 100);
+    assert!(all.lost.is_empty(), "{:?}", all.lost);
+}

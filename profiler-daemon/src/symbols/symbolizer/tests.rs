@@ -1,0 +1,128 @@
+use std::time::UNIX_EPOCH;
+
+use profiler_common::COUNTER_COUNT;
+
+use super::*;
+use crate::symbols::processes::{NormalizedSample, ProcessTable};
+
+fn batch(user: Vec<UserAddress>, kernel: &[u64], flags: u32) -> NormalizedBatch {
+    let pid = std::process::id();
+    NormalizedBatch {
+        start: UNIX_EPOCH,
+        end: UNIX_EPOCH,
+        samples: vec![NormalizedSample {
+            thread: ThreadInfo {
+                pid,
+                tid: pid,
+                thread_name: Arc::from("test"),
+                process_name: Arc::from("test"),
+                uid: 0,
+                gid: 0,
+                protected: false,
+                cgroup: Arc::from(""),
+            },
+            kind: SampleKind::CpuClock,
+            flags,
+            user,
+            user_stop: None,
+            kernel: Arc::from(kernel),
+            count: 1,
+            weight: 1,
+        }],
+        counters: [0; COUNTER_COUNT as usize],
+    }
+}
+
+/// The function names of a symbolized sample's stack, root first.
+fn names(batch: &SymbolizedBatch) -> Vec<String> {
+    batch.samples[0]
+        .stack
+        .iter()
+        .flat_map(|location| &location.location.frames)
+        .map(|frame| frame.function.to_string())
+        .collect()
+}
+
+/// A drained batch of one sample of this process at `address`.
+fn raw_here(address: u64) -> crate::kernel::drain::RawBatch {
+    let pid = std::process::id();
+    crate::kernel::drain::RawBatch {
+        start: UNIX_EPOCH,
+        end: UNIX_EPOCH,
+        samples: vec![crate::kernel::drain::RawSample {
+            pid,
+            tid: pid,
+            uid: 0,
+            gid: 0,
+            cgroup: 0,
+            thread_name: Arc::from("test"),
+            kind: SampleKind::CpuClock,
+            flags: 0,
+            user: Arc::from([address]),
+            user_stop: None,
+            kernel: Arc::from([]),
+            count: 1,
+            weight: 1,
+        }],
+        counters: [0; COUNTER_COUNT as usize],
+    }
+}
+
+#[test]
+fn code_of_this_process_is_named_with_its_file_and_line() {
+    let mut table = ProcessTable::new();
+    table.record(std::process::id()).unwrap();
+    let here = code_of_this_process_is_named_with_its_file_and_line as *const () as u64;
+    let mut symbolizer = Symbolizer::new();
+    let symbolized = symbolizer.symbolize(table.normalize_batch(raw_here(here)));
+    let location = &symbolized.samples[0].stack[0].location;
+    assert_eq!(location.kind, LocationKind::User);
+    let frame = &location.frames[0];
+    assert!(
+        frame
+            .function
+            .contains("code_of_this_process_is_named_with_its_file_and_line"),
+        "{frame:?}"
+    );
+    assert!(
+        frame
+            .file
+            .as_deref()
+            .is_some_and(|file| file.ends_with("symbolizer/tests.rs")),
+        "{frame:?}"
+    );
+    assert!(frame.line > 0);
+    // The same address again comes from the cache.
+    let misses = symbolizer.stats().cache_misses;
+    symbolizer.symbolize(table.normalize_batch(raw_here(here)));
+    assert_eq!(symbolizer.stats().cache_misses, misses);
+    assert!(symbolizer.stats().cache_hits >= 1);
+}
+
+#[test]
+fn what_cannot_be_named_says_where_it_was() {
+    let mut symbolizer = Symbolizer::new();
+    // A user address no mapping holds, under a stack the kernel lost.
+    let symbolized = symbolizer.symbolize(batch(
+        vec![UserAddress::Unmapped { address: 0x10 }],
+        &[],
+        sample_flags::USER_STACK_LOST,
+    ));
+    assert_eq!(names(&symbolized), ["[lost]", "[unmapped] 0x10"]);
+    // A kernel address kallsyms does not know: the address stays in
+    // the location, out of the name.
+    let symbolized = symbolizer.symbolize(batch(Vec::new(), &[0x1], 0));
+    let location = &symbolized.samples[0].stack[0].location;
+    assert_eq!(location.kind, LocationKind::Kernel);
+    assert_eq!(location.address, 0x1);
+    assert_eq!(&*location.frames[0].function, UNKNOWN_KERNEL_FUNCTION);
+    assert_eq!(symbolizer.stats().kernel_addresses_cached, 1);
+}
+
+#[test]
+fn return_addresses_step_back_into_their_call() {
+    assert_eq!(code_address(0x1000, true), 0xfff);
+    assert_eq!(code_address(0x1000, false), 0x1000);
+    assert_eq!(code_address(0, true), 0);
+    assert_eq!(basename("/usr/lib/libc.so.6"), "libc.so.6");
+}

@@ -1,0 +1,172 @@
+//! Storing walked stacks: once per distinct stack, under a 64-bit hash of
+//! its frames, in the stacks map of the current generation; a collision or
+//! a full map is a counted loss, never a wrong stack.
+
+#![expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "map keys and values are passed by reference on purpose, as in the sampler"
+)]
+
+use core::{ffi::c_void, mem::size_of};
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::generated::bpf_get_stack,
+    maps::HashMap,
+    programs::PerfEventContext,
+};
+use profiler_common::{Counter, MAX_STACK_DEPTH, StackTrace};
+
+use crate::sampler::{EEXIST, count};
+
+/// The key a sample refers to its stack by, noting in `flags` a truncated
+/// stack or (counting the loss) a lost one.
+#[inline(always)]
+pub(crate) fn stack_key(
+    stored: Result<StoredStack, Counter>,
+    flags: &mut u32,
+    truncated_flag: u32,
+    lost_flag: u32,
+) -> u64 {
+    match stored {
+        Ok(stored) => {
+            if stored.truncated {
+                *flags |= truncated_flag;
+            }
+            stored.key
+        }
+        Err(loss) => {
+            count(loss);
+            *flags |= lost_flag;
+            0
+        }
+    }
+}
+
+pub(crate) struct StoredStack {
+    /// Key in the stacks map; 0 when there is no stack of this kind.
+    pub(crate) key: u64,
+    truncated: bool,
+}
+
+#[inline(always)]
+pub(crate) fn store_stack(
+    ctx: &PerfEventContext,
+    stacks: &HashMap<u64, StackTrace>,
+    scratch: *mut StackTrace,
+    user: bool,
+) -> Result<StoredStack, Counter> {
+    let flags = if user { BPF_F_USER_STACK as u64 } else { 0 };
+    // SAFETY: `scratch` is this CPU's scratch entry and holds MAX_STACK_DEPTH u64s.
+    let walked = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            (&raw mut (*scratch).ips).cast::<c_void>(),
+            (MAX_STACK_DEPTH * size_of::<u64>()) as u32,
+            flags,
+        )
+    };
+    if walked < 0 {
+        return Err(Counter::LostStackWalkError);
+    }
+    let len = (walked as usize / size_of::<u64>()).min(MAX_STACK_DEPTH);
+    store_walked(stacks, scratch, len, user)
+}
+
+/// Stores the `len` frames walked into `scratch` in `stacks` (once per
+/// distinct stack), returning their key.
+#[inline(always)]
+pub(crate) fn store_walked(
+    stacks: &HashMap<u64, StackTrace>,
+    scratch: *mut StackTrace,
+    len: usize,
+    user: bool,
+) -> Result<StoredStack, Counter> {
+    let len = len.min(MAX_STACK_DEPTH);
+    if len == 0 {
+        return Ok(StoredStack {
+            key: 0,
+            truncated: false,
+        });
+    }
+    // SAFETY: the caller's scratch entry belongs to this CPU and this run.
+    let scratch = unsafe { &mut *scratch };
+    scratch.len = len as u32;
+    let key = stack_hash(&scratch.ips, len, user);
+    // Most stacks recur: look first, insert only what is new.
+    if let Some(stored) = stacks.get_ptr(&key) {
+        // Already stored: make sure it is the same stack, not a collision.
+        // SAFETY: a live entry of the current generation; the daemon does
+        // not touch it until the generation is flipped away.
+        if !same_frames(unsafe { &*stored }, scratch, len) {
+            return Err(Counter::LostStackCollision);
+        }
+    } else {
+        match stacks.insert(&key, &*scratch, BPF_NOEXIST.into()) {
+            Ok(()) => {}
+            // Another CPU stored a stack under this hash meanwhile: the
+            // same one, unless (rarer still) it collides.
+            Err(err) if err == -EEXIST => {
+                let same = match stacks.get_ptr(&key) {
+                    // SAFETY: as above.
+                    Some(stored) => same_frames(unsafe { &*stored }, scratch, len),
+                    None => false,
+                };
+                if !same {
+                    return Err(Counter::LostStackCollision);
+                }
+            }
+            Err(_) => return Err(Counter::LostStackMapFull),
+        }
+    }
+    Ok(StoredStack {
+        key,
+        truncated: len == MAX_STACK_DEPTH,
+    })
+}
+
+/// A 64-bit hash of the frames; never 0, which means "no stack".
+#[expect(
+    clippy::needless_range_loop,
+    reason = "indexed loops with a constant bound are what the verifier proves bounded"
+)]
+#[inline(always)]
+fn stack_hash(ips: &[u64; MAX_STACK_DEPTH], len: usize, user: bool) -> u64 {
+    let mut hash: u64 = 0x9e37_79b9_7f4a_7c15 ^ ((len as u64) << 1) ^ (user as u64);
+    for i in 0..MAX_STACK_DEPTH {
+        if i >= len {
+            break;
+        }
+        hash = mix(hash ^ ips[i]);
+    }
+    if hash == 0 { 1 } else { hash }
+}
+
+/// The finaliser of MurmurHash3: every input bit affects every output bit.
+#[inline(always)]
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// Whether the stored stack holds the walked one's `len` frames (indexed
+/// with a constant bound, as the verifier proves loops bounded).
+#[inline(always)]
+fn same_frames(stored: &StackTrace, walked: &StackTrace, len: usize) -> bool {
+    if stored.len as usize != len {
+        return false;
+    }
+    for i in 0..MAX_STACK_DEPTH {
+        if i >= len {
+            break;
+        }
+        if stored.ips[i] != walked.ips[i] {
+            return false;
+        }
+    }
+    true
+}
