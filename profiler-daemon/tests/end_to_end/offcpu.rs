@@ -423,3 +423,31 @@ async fn a_wait_stops_being_counted_when_its_recording_ends() {
     let later = wall_query(&daemon, &[pid], (after, 0)).await;
     assert!(later.is_empty(), "{later:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_idle_tasks_never_wait_off_cpu() {
+    let daemon = Daemon::start().await;
+    let _busy = Workload::start("waits", &["many"]);
+    // The whole machine, off CPU, by process.
+    let reply = daemon
+        .client()
+        .await
+        .profile(v1::ProfileRequest {
+            duration_ms: 1_000,
+            options: Some(v1::ReportOptions {
+                format: v1::Format::Tree as i32,
+                groupby: v1::GroupBy::Process as i32,
+                ..Default::default()
+            }),
+            mode: v1::Mode::Offcpu as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("Profile")
+        .into_inner();
+    let text = String::from_utf8(reply.report).expect("a text report");
+    assert!(text.contains("Process "), "{text}");
+    assert!(text.contains("napper"), "{text}");
+    assert!(!text.contains("Process 0 "), "{text}");
+    assert!(!text.contains("swapper"), "{text}");
+}
