@@ -21,7 +21,9 @@ use profilerd::{
     daemon::systemd,
     kernel::families::Families,
     kernel::offcpu::{OffCpuRecorder, RecordingMaps},
-    kernel::sampler::{KernelPeekClocks, KernelWaitingThreads, Sampler, SamplerSettings},
+    kernel::sampler::{
+        KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads, Sampler, SamplerSettings,
+    },
     peek::{self, Peeker},
     pipeline::PeekInbox,
     pipeline::Pipeline,
@@ -145,6 +147,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     let sampler = Arc::new(Mutex::new(sampler));
     let peek_clocks = KernelPeekClocks::new(sampler.clone()).context("cannot set up peeks")?;
     offcpu.set_thread_source(Arc::new(KernelWaitingThreads::new(sampler.clone())));
+    offcpu.set_switch_programs(Arc::new(KernelSwitchPrograms::new(sampler.clone())));
     let peeker = Peeker::new(
         config.peek_settings(),
         Arc::new(peek_clocks),

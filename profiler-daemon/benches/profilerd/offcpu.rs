@@ -97,7 +97,7 @@ pub async fn run(plan: &Plan, out_dir: &Path) -> Result<Vec<Table>> {
     let not_selected = per_switch(&other_selected.0);
     for (name, (usecs, switch, wakeup), target) in [
         (
-            "daemon running, nothing recorded",
+            "daemon running, nothing recorded (programs detached)",
             &attached,
             String::from("—"),
         ),

@@ -64,6 +64,13 @@ impl RecordingMaps for BpfRecordingMaps {
     }
 }
 
+/// Attaches and detaches the switch and wake-up programs: they run only
+/// while something is recorded, so that at rest a context switch costs
+/// nothing.
+pub trait SwitchPrograms: Send + Sync {
+    fn set_attached(&self, attached: bool) -> Result<(), String>;
+}
+
 /// Reads the saved user registers and kernel stacks of a process's
 /// threads (the kernel's task iterator, or in tests nothing).
 pub trait WaitingThreadSource: Send + Sync {
@@ -83,6 +90,8 @@ struct RecorderState {
     recordings: BTreeMap<u64, Recorded>,
     next_id: u64,
     threads: Option<Arc<dyn WaitingThreadSource>>,
+    /// `None` until set: the programs are then taken to be attached.
+    programs: Option<Arc<dyn SwitchPrograms>>,
     recorded: RecordedProcesses,
     /// The `offcpu` setting: the probability that any other wait is
     /// recorded (0: none).
@@ -98,12 +107,21 @@ impl OffCpuRecorder {
                 recordings: BTreeMap::new(),
                 next_id: 0,
                 threads: None,
+                programs: None,
                 recorded: RecordedProcesses::default(),
                 sample_probability,
             })),
         };
-        lock(&recorder.inner).apply();
+        lock(&recorder.inner).apply_or_warn();
         recorder
+    }
+
+    /// Where the switch programs are attached and detached from; they are
+    /// attached now if something is recorded.
+    pub fn set_switch_programs(&self, programs: Arc<dyn SwitchPrograms>) {
+        let mut state = lock(&self.inner);
+        state.programs = Some(programs);
+        state.apply_or_warn();
     }
 
     /// Which processes are recorded, as it changes.
@@ -147,7 +165,11 @@ impl OffCpuRecorder {
         let id = state.next_id;
         state.next_id += 1;
         state.recordings.insert(id, what);
-        state.apply();
+        if let Err(reason) = state.apply() {
+            state.recordings.remove(&id);
+            state.apply_or_warn();
+            return Err(reason);
+        }
         Ok(RecordingGuard {
             recorder: self.clone(),
             id,
@@ -158,7 +180,7 @@ impl OffCpuRecorder {
     pub fn set_sample_probability(&self, probability: f64) {
         let mut state = lock(&self.inner);
         state.sample_probability = probability;
-        state.apply();
+        state.apply_or_warn();
     }
 
     /// The `offcpu` setting.
@@ -173,7 +195,15 @@ impl OffCpuRecorder {
 }
 
 impl RecorderState {
-    fn apply(&mut self) {
+    fn apply_or_warn(&mut self) {
+        if let Err(err) = self.apply() {
+            warn!("{err}");
+        }
+    }
+
+    /// Puts the recordings into the kernel: the programs attached while
+    /// anything is recorded, the control and pids maps.
+    fn apply(&mut self) -> Result<(), String> {
         let everything = self
             .recordings
             .values()
@@ -196,15 +226,27 @@ impl RecorderState {
             sample_threshold: sample_threshold(self.sample_probability),
             kernel_threads: 0,
         };
+        let active = control.active();
         if let Ok(maps) = &mut self.maps {
+            if active && let Some(programs) = &self.programs {
+                programs
+                    .set_attached(true)
+                    .map_err(|err| format!("cannot attach the off-CPU programs: {err}"))?;
+            }
             // Pids first, so that the control never points at a stale set.
             maps.set_pids(&pids);
             maps.set_control(control);
+            if !active && let Some(programs) = &self.programs {
+                programs
+                    .set_attached(false)
+                    .map_err(|err| format!("cannot detach the off-CPU programs: {err}"))?;
+            }
         }
         *crate::write_lock(&self.recorded) = RecordedNow {
             everything: everything || control.sample_threshold != 0,
             pids,
         };
+        Ok(())
     }
 }
 
@@ -251,7 +293,7 @@ impl Drop for RecordingGuard {
     fn drop(&mut self) {
         let mut state = lock(&self.recorder.inner);
         state.recordings.remove(&self.id);
-        state.apply();
+        state.apply_or_warn();
     }
 }
 

@@ -304,7 +304,10 @@ fn record_switches(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
         let program: &mut BtfTracePoint =
             program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?;
         program.load(tracepoint, &btf).map_err(load_failed(what))?;
-        program.attach().map_err(attach_failed(what))?;
+        // Attached only while something is recorded (see `offcpu`); once
+        // now, so that a kernel that refuses says so at start.
+        let link = program.attach().map_err(attach_failed(what))?;
+        program.detach(link).map_err(attach_failed(what))?;
     }
     // Best effort: without it, threads already waiting when recording
     // begins are read from procfs alone (no frame pointer, no kernel stack).

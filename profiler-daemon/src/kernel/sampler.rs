@@ -34,7 +34,7 @@ use super::{
 
 mod handles;
 
-pub use self::handles::{KernelPeekClocks, KernelWaitingThreads};
+pub use self::handles::{KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads};
 
 /// The eBPF object built by build.rs.
 pub(super) static EBPF_OBJECT: &[u8] =

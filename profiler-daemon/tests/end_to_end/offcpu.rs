@@ -451,3 +451,31 @@ async fn the_idle_tasks_never_wait_off_cpu() {
     assert!(!text.contains("Process 0 "), "{text}");
     assert!(!text.contains("swapper"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_rest_no_context_switch_runs_the_off_cpu_programs() {
+    let daemon = Daemon::start().await;
+    let busy = Workload::start("waits", &["many"]);
+    let switches = || async {
+        daemon
+            .client()
+            .await
+            .get_status(v1::GetStatusRequest { metrics: false })
+            .await
+            .expect("GetStatus")
+            .into_inner()
+            .offcpu
+            .expect("off-CPU status")
+            .switches
+    };
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(switches().await, 0, "attached with nothing recorded");
+    let (stacks, _) = wall_profile(&daemon, busy.pid(), Duration::from_secs(1)).await;
+    assert!(!stacks.is_empty());
+    // The switches up to the detach are drained with the next drain.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let seen = switches().await;
+    assert!(seen > 1_000, "{seen} switches seen while recording");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(switches().await, seen, "still attached after the recording");
+}

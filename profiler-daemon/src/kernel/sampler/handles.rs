@@ -3,7 +3,10 @@
 //! already waiting when off-CPU recording begins. Each holds the sampler
 //! and reaches into its programs; they own nothing else.
 
-use aya::maps::{HashMap, MapData};
+use aya::{
+    maps::{HashMap, MapData},
+    programs::{BtfTracePoint, tp_btf::BtfTracePointLinkId},
+};
 use profiler_common::names;
 use tracing::debug;
 
@@ -52,6 +55,63 @@ impl offcpu::WaitingThreadSource for KernelWaitingThreads {
             .map(|chunk| unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast()) })
             .collect())
     }
+}
+
+/// The off-CPU switch and wake-up programs, attached only while something
+/// is recorded.
+pub struct KernelSwitchPrograms {
+    sampler: std::sync::Arc<std::sync::Mutex<Sampler>>,
+    links: std::sync::Mutex<Vec<(&'static str, BtfTracePointLinkId)>>,
+}
+
+impl KernelSwitchPrograms {
+    pub fn new(sampler: std::sync::Arc<std::sync::Mutex<Sampler>>) -> Self {
+        Self {
+            sampler,
+            links: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl offcpu::SwitchPrograms for KernelSwitchPrograms {
+    fn set_attached(&self, attached: bool) -> Result<(), String> {
+        let mut links = crate::lock(&self.links);
+        if attached != links.is_empty() {
+            return Ok(());
+        }
+        let mut sampler = crate::lock(&self.sampler);
+        let ebpf = &mut sampler.ebpf;
+        if !attached {
+            return detach_all(ebpf, &mut links);
+        }
+        for name in [names::PROGRAM_RECORD_SWITCH, names::PROGRAM_RECORD_WAKEUP] {
+            let attach = programs::program::<BtfTracePoint>(ebpf, name)
+                .map_err(|err| err.to_string())
+                .and_then(|program| program.attach().map_err(|err| err.to_string()));
+            match attach {
+                Ok(link) => links.push((name, link)),
+                Err(err) => {
+                    // Both or neither.
+                    let _ = detach_all(ebpf, &mut links);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Detaches the switch programs' `links`.
+fn detach_all(
+    ebpf: &mut aya::Ebpf,
+    links: &mut Vec<(&'static str, BtfTracePointLinkId)>,
+) -> Result<(), String> {
+    for (name, link) in links.drain(..) {
+        let program: &mut BtfTracePoint =
+            programs::program(ebpf, name).map_err(|err| err.to_string())?;
+        program.detach(link).map_err(|err| err.to_string())?;
+    }
+    Ok(())
 }
 
 /// The peek clocks of the loaded programs.
