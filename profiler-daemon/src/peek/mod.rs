@@ -277,14 +277,12 @@ impl Peeker {
     /// waiting included; `None` (and a warning) when it cannot.
     fn record_waits(&self, pid: u32, warnings: &mut Vec<String>) -> Option<RecordingGuard> {
         let (recorder, pages) = lock(&self.inner.offcpu).clone()?;
-        match recorder.record(Recorded::Pids(vec![pid])) {
-            Ok(guard) => {
-                let registers = recorder.waiting_threads(pid);
-                self.inner
-                    .pipeline
-                    .note_waiting_threads(pid, &registers, pages);
-                Some(guard)
-            }
+        let recording =
+            self.inner
+                .pipeline
+                .record_waits(&recorder, Recorded::Pids(vec![pid]), &[pid], pages);
+        match recording {
+            Ok(guard) => Some(guard),
             Err(reason) => {
                 warnings.push(format!(
                     "only CPU time was sampled: off-CPU time cannot be recorded here ({reason})"

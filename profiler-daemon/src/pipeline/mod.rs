@@ -19,7 +19,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use profiler_common::{Counter, SampleKind, offcpu::WaitingThread};
+use profiler_common::{Counter, SampleKind};
 use tracing::{debug, error, warn};
 
 mod blocked;
@@ -38,7 +38,7 @@ use crate::{
     kernel::sampler::{Sampler, SamplingError},
     kernel::{
         drain::{self, CounterDeltas},
-        offcpu::{OffCpuIntervals, RecordedProcesses},
+        offcpu::{OffCpuIntervals, OffCpuRecorder, Recorded, RecordedProcesses, RecordingGuard},
         sources::SampleSource,
         stack_copies::StackCopies,
     },
@@ -104,13 +104,25 @@ pub struct PipelineHandle {
 }
 
 impl PipelineHandle {
-    /// Notes the threads of `pids` already waiting off CPU as recording of
-    /// them begins (their stacks, `pages` pages each, read from procfs), so
-    /// that their waits are charged from now on.
-    pub fn note_waiting_threads(&self, pid: u32, registers: &[WaitingThread], pages: u32) {
+    /// Starts recording `what` off CPU with `recorder`, and notes the
+    /// threads of `already_waiting` (processes) that wait now, their stacks
+    /// (`pages` pages each) read at once, so that their waits are charged
+    /// from now on too. The recording lasts as long as the guard.
+    pub fn record_waits(
+        &self,
+        recorder: &OffCpuRecorder,
+        what: Recorded,
+        already_waiting: &[u32],
+        pages: u32,
+    ) -> Result<RecordingGuard, String> {
+        let guard = recorder.record(what)?;
         if let Some(copies) = &self.stack_copies {
-            lock(copies).note_waiting_threads(pid, registers, pages, &self.processes);
+            for &pid in already_waiting {
+                let registers = recorder.waiting_threads(pid);
+                lock(copies).note_waiting_threads(pid, &registers, pages, &self.processes);
+            }
         }
+        Ok(guard)
     }
 
     /// Opens a window: drains the kernel maps now and resolves to the instant

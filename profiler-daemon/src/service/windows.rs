@@ -92,19 +92,18 @@ impl Service {
         } else {
             Recorded::Pids(selector.pids.clone())
         };
-        let guard = self.offcpu.record(recorded).map_err(|reason| {
-            ServiceError::FailedPrecondition(format!(
-                "off-CPU and wall-clock time cannot be recorded on this machine: {reason}; \
-                 use --mode cpu"
-            ))
-        })?;
         // Threads already waiting went off CPU unseen: their stacks are read
         // now, and their waits charged from here.
         let pages = (self.info.stack_copy_bytes / profiler_common::STACK_COPY_PAGE as u64) as u32;
-        for &pid in &selector.pids {
-            let registers = self.offcpu.waiting_threads(pid);
-            self.pipeline.note_waiting_threads(pid, &registers, pages);
-        }
+        let guard = self
+            .pipeline
+            .record_waits(&self.offcpu, recorded, &selector.pids, pages)
+            .map_err(|reason| {
+                ServiceError::FailedPrecondition(format!(
+                    "off-CPU and wall-clock time cannot be recorded on this machine: {reason}; \
+                     use --mode cpu"
+                ))
+            })?;
         Ok(Some(guard))
     }
 
