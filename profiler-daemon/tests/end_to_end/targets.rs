@@ -19,9 +19,11 @@ struct TestCgroup {
 }
 
 impl TestCgroup {
-    fn create() -> Self {
+    /// A cgroup of its own for one test: tests run side by side in one process, so the name carries
+    /// the test's name as well as the process id.
+    fn create(test: &str) -> Self {
         let root = cgroup2_root().expect("cgroup v2 is mounted");
-        let path = format!("/profilerd-test-{}", std::process::id());
+        let path = format!("/profilerd-test-{}-{test}", std::process::id());
         let directory = root.join(path.trim_start_matches('/'));
         std::fs::create_dir_all(&directory).expect("the test cgroup is created");
         Self { path, directory }
@@ -73,7 +75,7 @@ async fn outside(client: &mut Client) -> u64 {
 async fn targets_select_processes_in_the_kernel() {
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
-    let cgroup = TestCgroup::create();
+    let cgroup = TestCgroup::create("targets");
     let inside = Workload::start_as("peek_threads", "target-inside", &[]);
     let other = Workload::start_as("peek_threads", "target-other", &[]);
     cgroup.adopt(inside.pid());
@@ -172,7 +174,7 @@ async fn processes_selected(client: &mut Client, selector: v1::Selector) -> BTre
 async fn selectors_by_command_regex_and_cgroup_pick_exactly() {
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
-    let cgroup = TestCgroup::create();
+    let cgroup = TestCgroup::create("selectors");
     let alpha = Workload::start_as("peek_threads", "select-alpha", &[]);
     let beta = Workload::start_as("peek_threads", "select-beta", &[]);
     let gamma = Workload::start_as("peek_threads", "other-gamma", &[]);
