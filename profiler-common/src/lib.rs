@@ -387,6 +387,9 @@ pub mod names {
     pub const OFFCPU_CONTROL: &str = "OFFCPU_CONTROL";
     pub const OFFCPU_PIDS: &str = "OFFCPU_PIDS";
     pub const OFFCPU_PENDING: &str = "OFFCPU_PENDING";
+    pub const OFFCPU_PID_SLOTS: &str = "OFFCPU_PID_SLOTS";
+    pub const OFFCPU_PENDING_SLOTS: &str = "OFFCPU_PENDING_SLOTS";
+    pub const OFFCPU_PENDING_MARKS: &str = "OFFCPU_PENDING_MARKS";
     pub const OFFCPU_INTERVALS: &str = "OFFCPU_INTERVALS";
     pub const PROGRAM_READ_WAITING_THREADS: &str = "read_waiting_threads";
     pub const WAITING_PID: &str = "WAITING_PID";

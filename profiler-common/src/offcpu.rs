@@ -15,6 +15,17 @@ pub mod flags {
     pub const UNKNOWN_START: u32 = 1 << 2;
 }
 
+/// Slots of the filters that spare a switch or wake-up of a task nobody
+/// records its hash lookups: an id's slot is `id % FILTER_SLOTS`. A zero
+/// slot means no recorded process (in the pid slots)
+/// or no pending wait (the pending slots and marks) has an id there.
+pub const FILTER_SLOTS: u32 = 1 << 16;
+
+/// The slot of a process or thread id in the filters.
+pub const fn filter_slot(id: u32) -> u32 {
+    id % FILTER_SLOTS
+}
+
 /// Bits of `prev_state` (`include/linux/sched.h`).
 pub mod task_state {
     pub const INTERRUPTIBLE: u32 = 0x1;

@@ -16,6 +16,16 @@
 //! of user-stack unwinding); the daemon never loads it.
 //! They must not block, allocate or log on the hot path.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
+// The atomic add of the off-CPU pending counts: the BPF target has the
+// instruction but no atomic types.
+#![cfg_attr(
+    target_arch = "bpf",
+    feature(core_intrinsics),
+    expect(
+        internal_features,
+        reason = "core_intrinsics, for the atomic add the BPF target has no type for"
+    )
+)]
 
 #[cfg(target_arch = "bpf")]
 mod families;

@@ -6,8 +6,11 @@
 //! interval goes to the daemon, which charges it to that stack.
 //!
 //! Only the tasks the daemon asked for are recorded (the control map and
-//! the off-CPU pids map); everything else costs one array lookup per
-//! switch while nothing is recorded, and a hash lookup or two otherwise.
+//! the off-CPU pids map). The programs are attached only while something
+//! is recorded; a switch or wake-up of a task nobody records then costs a
+//! few array lookups: per-slot filters tell, before any hash lookup,
+//! whether the task's process may be recorded and whether it may have a
+//! wait pending.
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
@@ -29,7 +32,9 @@ use aya_ebpf::{
 };
 use profiler_common::{
     Counter, MAX_STACK_COPY_PAGES, SampleKind,
-    offcpu::{Control, Interval, Pending, WaitingThread, flags, task_state},
+    offcpu::{
+        Control, FILTER_SLOTS, Interval, Pending, WaitingThread, filter_slot, flags, task_state,
+    },
     sample_flags,
 };
 
@@ -57,6 +62,56 @@ static OFFCPU_PIDS: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
 /// daemon; a full map is counted.
 #[map]
 static OFFCPU_PENDING: HashMap<u32, Pending> = HashMap::with_max_entries(1024, 0);
+
+/// Per pid slot, the recorded processes in it (the daemon's): a zero slot
+/// spares the pids map's lookup.
+#[map]
+static OFFCPU_PID_SLOTS: Array<u32> = Array::with_max_entries(FILTER_SLOTS, 0);
+
+/// Per tid slot, the waits this program holds pending in it (added to and
+/// taken from atomically: tasks of one slot switch on several CPUs at
+/// once). A task's own wait keeps its slot above zero, so a zero slot
+/// means the task has none and spares the pending map's lookup. One value,
+/// so that the daemon zeroes it in one write (with the pending map, while
+/// the programs are detached).
+#[map]
+static OFFCPU_PENDING_SLOTS: Array<[u64; FILTER_SLOTS as usize]> = Array::with_max_entries(1, 0);
+
+/// Per tid slot, non-zero when the daemon put a wait in the pending map
+/// (a thread already waiting when recording began): the daemon's own
+/// writes, kept apart from the program's atomic counts.
+#[map]
+static OFFCPU_PENDING_MARKS: Array<u32> = Array::with_max_entries(FILTER_SLOTS, 0);
+
+/// Whether the pending map may hold a wait of thread `tid`.
+#[inline(always)]
+fn may_be_pending(tid: u32) -> bool {
+    let slot = filter_slot(tid);
+    OFFCPU_PENDING_SLOTS
+        .get(0)
+        .is_some_and(|counts| counts[slot as usize] != 0)
+        || OFFCPU_PENDING_MARKS
+            .get(slot)
+            .is_some_and(|mark| *mark != 0)
+}
+
+/// Adds `delta` (wrapping: `u64::MAX` takes one) to the pending count of
+/// `tid`'s slot.
+#[inline(always)]
+fn count_pending(tid: u32, delta: u64) {
+    if let Some(counts) = OFFCPU_PENDING_SLOTS.get_ptr_mut(0) {
+        // SAFETY: a live, aligned u64 of the map's value (the slot is below
+        // its length); the add is atomic (the BPF target has the
+        // instruction but no atomic types), as other CPUs count the same
+        // slot.
+        unsafe {
+            let count = (&raw mut (*counts)[filter_slot(tid) as usize]);
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                count, delta,
+            )
+        };
+    }
+}
 
 /// Intervals ended by a switch-in, for the daemon. Sized by the daemon.
 #[map]
@@ -95,6 +150,9 @@ pub fn record_wakeup(ctx: BtfTracePointContext) -> i32 {
     let Some(tid) = task_id(task, global(&TASK_PID_OFFSET)) else {
         return 0;
     };
+    if !may_be_pending(tid) {
+        return 0;
+    }
     if let Some(pending) = OFFCPU_PENDING.get_ptr_mut(&tid) {
         // SAFETY: a live entry; the task's own switches and wake-ups are
         // serialised by the scheduler.
@@ -143,7 +201,11 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         // Interruptible, and the rare stopped or traced task.
         SampleKind::OffCpuSleeping
     };
-    let selected = control.pids != 0 && OFFCPU_PIDS.get_ptr(&pid).is_some();
+    let selected = control.pids != 0
+        && OFFCPU_PID_SLOTS
+            .get(filter_slot(pid))
+            .is_some_and(|count| *count != 0)
+        && OFFCPU_PIDS.get_ptr(&pid).is_some();
     let mut interval_flags = 0;
     // The chance it was recorded with, for the daemon to scale it back up
     // (0: recorded in full).
@@ -169,13 +231,29 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         switched_out_ns: now,
         woken_ns: 0,
     };
-    // Any entry left is stale (an interval whose end was lost): replaced.
+    // Any entry left is stale (a wait whose switch-in was not seen):
+    // replaced, and its slot's count stays as it was. The count is of this
+    // program's entries: one the daemon put there (unknown start) is not
+    // in it. A stale wait whose stack was lost is handed over without its
+    // end, for the daemon to count its loss (one with its stack is under
+    // way there, and abandoned when its thread's next wait shows).
+    // SAFETY: the value is copied at once, while the entry is live.
+    let stale = unsafe { OFFCPU_PENDING.get(&tid) }.copied();
+    let fresh = stale.is_none_or(|stale| stale.flags & flags::UNKNOWN_START != 0);
+    if let Some(stale) = stale
+        && stale.flags & flags::STACK_LOST != 0
+    {
+        hand_over(&stale, 0);
+    }
     if OFFCPU_PENDING
         .insert(&tid, &pending, BPF_ANY.into())
         .is_err()
     {
         count(Counter::OffCpuPendingFull);
         return;
+    }
+    if fresh {
+        count_pending(tid, 1);
     }
     count(Counter::OffCpuRecorded);
     let pages = if user_memory {
@@ -221,11 +299,23 @@ fn switch_in(next: u64) {
     let Some(tid) = task_id(next, global(&TASK_PID_OFFSET)) else {
         return;
     };
+    if !may_be_pending(tid) {
+        return;
+    }
     // SAFETY: the value is copied at once, while the entry is live.
     let Some(pending) = (unsafe { OFFCPU_PENDING.get(&tid) }).copied() else {
         return;
     };
-    let _ = OFFCPU_PENDING.remove(&tid);
+    if OFFCPU_PENDING.remove(&tid).is_ok() && pending.flags & flags::UNKNOWN_START == 0 {
+        count_pending(tid, u64::MAX);
+    }
+    hand_over(&pending, now_ns());
+}
+
+/// Hands a wait's interval, ended at `switched_in_ns` (0: its end was not
+/// seen), to the daemon.
+#[inline(always)]
+fn hand_over(pending: &Pending, switched_in_ns: u64) {
     let interval = Interval {
         pid: pending.pid,
         tid: pending.tid,
@@ -233,7 +323,7 @@ fn switch_in(next: u64) {
         flags: pending.flags,
         switched_out_ns: pending.switched_out_ns,
         woken_ns: pending.woken_ns,
-        switched_in_ns: now_ns(),
+        switched_in_ns,
     };
     if OFFCPU_INTERVALS.output::<Interval>(&interval, 0).is_err() {
         count(Counter::OffCpuIntervalsFull);

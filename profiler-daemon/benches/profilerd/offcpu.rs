@@ -250,11 +250,15 @@ async fn losses_under_load(daemon: &Profiler, seconds: u64) -> Result<Table> {
     let switches = end.switches - start.switches;
     let recorded = end.recorded - start.recorded;
     let charged = end.charged - start.charged;
-    let unaccounted = recorded
-        .saturating_sub(charged)
-        .saturating_sub(end.unmatched - start.unmatched)
-        .saturating_sub(end.abandoned - start.abandoned)
-        .saturating_sub(end.under_way);
+    // Every wait recorded (or found waiting) is charged, abandoned, under
+    // way, or lost with its stack (seen ending, or dropped at the end).
+    let delta = |field: fn(&v1::OffCpuStatus) -> u64| field(&end).saturating_sub(field(&start));
+    let accounted = charged
+        + delta(|status| status.abandoned)
+        + end.under_way
+        + delta(|status| status.stack_lost)
+        + delta(|status| status.dropped);
+    let unaccounted = (recorded + delta(|status| status.already_waiting)).saturating_sub(accounted);
     let mut table = Table::new(
         "8b. Off-CPU recording under load: every loss counted",
         &[
@@ -284,7 +288,8 @@ async fn losses_under_load(daemon: &Profiler, seconds: u64) -> Result<Table> {
         "`perf bench sched pipe -T -l {loops}` ({usecs:.1} µs per operation, {elapsed:.0} s) \
          with a --mode wall session over every process. Lost waits are counted by cause \
          (offcpu_pending_full, offcpu_stack_copy_buffer_full, offcpu_intervals_full); \
-         \"unaccounted\" is what neither was charged nor counted (it must be 0)."
+         \"unaccounted\" is what was recorded (or found waiting) but neither charged, \
+         abandoned, still under way, nor lost with its stack (it must be 0)."
     ));
     if switches == 0 {
         bail!("the off-CPU program saw no switch: is it attached?");

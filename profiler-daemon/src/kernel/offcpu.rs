@@ -3,8 +3,9 @@
 //! time, for their duration only, and by the `offcpu` sampling setting),
 //! and the intervals it hands back.
 //!
-//! Owns the off-CPU control, pids and pending maps and the intervals ring
-//! buffer; it must not unwind, charge or store (the pipeline does).
+//! Owns the off-CPU control, pids and pending maps, their filters and the
+//! intervals ring buffer; it must not unwind, charge or store (the
+//! pipeline does).
 
 use std::{
     collections::BTreeMap,
@@ -13,7 +14,9 @@ use std::{
 };
 
 use aya::maps::{Array, HashMap, MapData, RingBuf};
-use profiler_common::offcpu::{Control, Interval, Pending, WaitingThread};
+use profiler_common::offcpu::{
+    Control, FILTER_SLOTS, Interval, Pending, WaitingThread, filter_slot, flags,
+};
 use tracing::warn;
 
 use crate::lock;
@@ -34,14 +37,35 @@ pub enum Recorded {
 pub trait RecordingMaps: Send {
     fn set_control(&mut self, control: Control);
     fn set_pids(&mut self, pids: &[u32]);
+    /// Empties the pending map and its filter (only while the programs
+    /// are detached); returns how many waits it held whose stack copy was
+    /// lost (the pipeline never saw them begin).
+    fn clear_pending(&mut self) -> u64;
 }
 
-/// The kernel's control and pids maps.
+/// The pending counts of the tid slots, one value in the kernel.
+pub type PendingSlots = [u64; FILTER_SLOTS as usize];
+
+/// The kernel's control and pids maps, and the filters over them.
 pub struct BpfRecordingMaps {
     pub control: Array<MapData, Control>,
     pub pids: HashMap<MapData, u32, u32>,
+    /// Per pid slot, how many recorded processes fall in it.
+    pub pid_slots: Array<MapData, u32>,
+    /// A handle of its own on the pending map (the pipeline has another).
+    pub pending: HashMap<MapData, u32, Pending>,
+    pub pending_slots: Array<MapData, PendingSlots>,
     /// What the pids map holds now.
     pub held: Vec<u32>,
+}
+
+/// How many of `pids` fall in each slot they touch.
+fn slot_counts(pids: &[u32]) -> BTreeMap<u32, u32> {
+    let mut counts = BTreeMap::new();
+    for &pid in pids {
+        *counts.entry(filter_slot(pid)).or_insert(0) += 1;
+    }
+    counts
 }
 
 impl RecordingMaps for BpfRecordingMaps {
@@ -52,6 +76,14 @@ impl RecordingMaps for BpfRecordingMaps {
     }
 
     fn set_pids(&mut self, pids: &[u32]) {
+        let (before, after) = (slot_counts(&self.held), slot_counts(pids));
+        // A slot counts its pids before they are in the map, and after
+        // they left it.
+        for (&slot, &count) in &after {
+            if before.get(&slot).is_none_or(|&held| held < count) {
+                let _ = self.pid_slots.set(slot, count, 0);
+            }
+        }
         for gone in self.held.iter().filter(|pid| !pids.contains(pid)) {
             let _ = self.pids.remove(gone);
         }
@@ -60,7 +92,36 @@ impl RecordingMaps for BpfRecordingMaps {
                 warn!(pid, "cannot record the process off CPU: {err}");
             }
         }
+        for (&slot, &held) in &before {
+            let count = after.get(&slot).copied().unwrap_or(0);
+            if count < held {
+                let _ = self.pid_slots.set(slot, count, 0);
+            }
+        }
         self.held = pids.to_vec();
+    }
+
+    fn clear_pending(&mut self) -> u64 {
+        let tids: Vec<u32> = self.pending.keys().filter_map(Result::ok).collect();
+        let mut stack_lost = 0;
+        for tid in tids {
+            if self
+                .pending
+                .get(&tid, 0)
+                .is_ok_and(|pending| pending.flags & flags::STACK_LOST != 0)
+            {
+                stack_lost += 1;
+            }
+            let _ = self.pending.remove(&tid);
+        }
+        let zeros: Box<PendingSlots> = vec![0; FILTER_SLOTS as usize]
+            .into_boxed_slice()
+            .try_into()
+            .expect("the length is FILTER_SLOTS");
+        if let Err(err) = self.pending_slots.set(0, zeros, 0) {
+            warn!("cannot reset the off-CPU pending filter: {err}");
+        }
+        stack_lost
     }
 }
 
@@ -96,6 +157,9 @@ struct RecorderState {
     /// The `offcpu` setting: the probability that any other wait is
     /// recorded (0: none).
     sample_probability: f64,
+    /// Waits the kernel still held when the last recording ended whose
+    /// stack copy had been lost.
+    dropped: u64,
 }
 
 impl OffCpuRecorder {
@@ -110,6 +174,7 @@ impl OffCpuRecorder {
                 programs: None,
                 recorded: RecordedProcesses::default(),
                 sample_probability,
+                dropped: 0,
             })),
         };
         lock(&recorder.inner).apply_or_warn();
@@ -192,6 +257,13 @@ impl OffCpuRecorder {
     pub fn recordings(&self) -> usize {
         lock(&self.inner).recordings.len()
     }
+
+    /// Waits whose stack copy was lost that the kernel still held when the
+    /// last recording ended (so neither charged nor seen unmatched; their
+    /// loss is counted as the stack copy's).
+    pub fn dropped(&self) -> u64 {
+        lock(&self.inner).dropped
+    }
 }
 
 impl RecorderState {
@@ -236,10 +308,15 @@ impl RecorderState {
             // Pids first, so that the control never points at a stale set.
             maps.set_pids(&pids);
             maps.set_control(control);
-            if !active && let Some(programs) = &self.programs {
-                programs
-                    .set_attached(false)
-                    .map_err(|err| format!("cannot detach the off-CPU programs: {err}"))?;
+            if !active {
+                if let Some(programs) = &self.programs {
+                    programs
+                        .set_attached(false)
+                        .map_err(|err| format!("cannot detach the off-CPU programs: {err}"))?;
+                }
+                // Nothing will end these waits now; the next recording
+                // starts afresh.
+                self.dropped += maps.clear_pending();
             }
         }
         *crate::write_lock(&self.recorded) = RecordedNow {
@@ -262,6 +339,10 @@ pub struct RecordedNow {
 impl RecordedNow {
     pub fn includes(&self, pid: u32) -> bool {
         self.everything || self.pids.binary_search(&pid).is_ok()
+    }
+
+    pub fn is_nothing(&self) -> bool {
+        !self.everything && self.pids.is_empty()
     }
 }
 
@@ -302,17 +383,35 @@ impl Drop for RecordingGuard {
 pub struct OffCpuIntervals {
     ring: RingBuf<MapData>,
     pending: HashMap<MapData, u32, Pending>,
+    /// Per tid slot, whether the daemon put a wait in the pending map.
+    marks: Array<MapData, u32>,
+    /// The slots marked since the marks were last cleared.
+    marked: std::collections::BTreeSet<u32>,
     /// Records too short to be an interval (cannot happen with a matching
     /// build; counted rather than assumed).
     pub malformed: u64,
 }
 
 impl OffCpuIntervals {
-    pub fn new(ring: RingBuf<MapData>, pending: HashMap<MapData, u32, Pending>) -> Self {
+    pub fn new(
+        ring: RingBuf<MapData>,
+        pending: HashMap<MapData, u32, Pending>,
+        marks: Array<MapData, u32>,
+    ) -> Self {
         Self {
             ring,
             pending,
+            marks,
+            marked: Default::default(),
             malformed: 0,
+        }
+    }
+
+    /// Clears the marks of the waits the daemon put in the pending map
+    /// (when nothing is recorded: they would only cost lookups).
+    pub fn clear_marks(&mut self) {
+        for slot in std::mem::take(&mut self.marked) {
+            let _ = self.marks.set(slot, 0, 0);
         }
     }
 
@@ -358,6 +457,15 @@ impl OffCpuIntervals {
         const BPF_NOEXIST: u64 = 1;
         // EEXIST: the kernel recorded a wait of it meanwhile, which stays;
         // anything else (a full map) leaves the wait uncharged.
+        // Marked first: the switch-in that ends it looks it up only then.
+        let slot = filter_slot(tid);
+        if !self.marked.contains(&slot) {
+            if let Err(err) = self.marks.set(slot, 1, 0) {
+                tracing::debug!(tid, "cannot mark a thread already waiting: {err}");
+                return;
+            }
+            self.marked.insert(slot);
+        }
         if let Err(err) = self.pending.insert(tid, pending, BPF_NOEXIST) {
             tracing::debug!(tid, "cannot note a thread already waiting: {err}");
         }
@@ -380,6 +488,15 @@ mod tests {
         fn set_pids(&mut self, pids: &[u32]) {
             lock(&self.control).1 = pids.to_vec();
         }
+        fn clear_pending(&mut self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn pid_slots_count_the_pids_that_fall_in_them() {
+        let counts = slot_counts(&[3, 3 + FILTER_SLOTS, 9]);
+        assert_eq!(counts, BTreeMap::from([(3, 2), (9, 1)]));
     }
 
     #[test]

@@ -487,14 +487,21 @@ impl Sampler {
             return Err(reason.to_string());
         }
         let missing = |err: SamplingError| err.to_string();
+        let (pending, recorder_pending) =
+            take_hash_map_twice(&mut self.ebpf, names::OFFCPU_PENDING).map_err(missing)?;
         let recording = super::offcpu::BpfRecordingMaps {
             control: take_map(&mut self.ebpf, names::OFFCPU_CONTROL).map_err(missing)?,
             pids: take_map(&mut self.ebpf, names::OFFCPU_PIDS).map_err(missing)?,
+            pid_slots: take_map(&mut self.ebpf, names::OFFCPU_PID_SLOTS).map_err(missing)?,
+            pending: recorder_pending,
+            pending_slots: take_map(&mut self.ebpf, names::OFFCPU_PENDING_SLOTS)
+                .map_err(missing)?,
             held: Vec::new(),
         };
         let intervals = super::offcpu::OffCpuIntervals::new(
             take_map(&mut self.ebpf, names::OFFCPU_INTERVALS).map_err(missing)?,
-            take_map(&mut self.ebpf, names::OFFCPU_PENDING).map_err(missing)?,
+            pending,
+            take_map(&mut self.ebpf, names::OFFCPU_PENDING_MARKS).map_err(missing)?,
         );
         Ok((recording, intervals))
     }
@@ -577,6 +584,31 @@ where
     ebpf.take_map(name)
         .and_then(|map| M::try_from(map).ok())
         .ok_or(SamplingError::Missing(name))
+}
+
+/// Two handles on one hash map in the kernel.
+type TwoHandles<K, V> = (
+    aya::maps::HashMap<MapData, K, V>,
+    aya::maps::HashMap<MapData, K, V>,
+);
+
+/// Takes a hash map with a second handle on it, for two owners.
+fn take_hash_map_twice<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<TwoHandles<K, V>, SamplingError> {
+    let Some(aya::maps::Map::HashMap(data)) = ebpf.take_map(name) else {
+        return Err(SamplingError::Missing(name));
+    };
+    let second = data
+        .info()
+        .and_then(|info| MapData::from_id(info.id()))
+        .map_err(|_| SamplingError::Missing(name))?;
+    let open = |data| {
+        aya::maps::HashMap::try_from(aya::maps::Map::HashMap(data))
+            .map_err(|_| SamplingError::Missing(name))
+    };
+    Ok((open(data)?, open(second)?))
 }
 
 /// Forwards log records of the eBPF programs (rare: they only log states

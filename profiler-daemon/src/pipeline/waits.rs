@@ -38,9 +38,14 @@ const UNCONFIRMED_PASSES: u8 = 3;
 pub struct WaitStats {
     /// Intervals charged to their stack.
     pub charged: u64,
-    /// Intervals whose switch-out was not seen with its stack (it came
-    /// before recording began, or its stack copy was lost).
+    /// Intervals whose switch-out was not seen (it came before recording
+    /// began).
     pub unmatched: u64,
+    /// Intervals whose stack copy was lost (also counted, as the copy's
+    /// loss, by the kernel).
+    pub stack_lost: u64,
+    /// Threads found waiting when recording began, charged from then.
+    pub already_waiting: u64,
     /// Waits dropped because the kernel no longer had them pending (their
     /// interval was lost).
     pub abandoned: u64,
@@ -106,6 +111,7 @@ impl<I: WaitIdentity> Waits<I> {
             return;
         }
         self.intervals.expect_unknown_start(identity.pid(), tid);
+        self.stats.already_waiting += 1;
         self.under_way.insert(
             (tid, 0),
             Wait {
@@ -126,7 +132,11 @@ impl<I: WaitIdentity> Waits<I> {
                 .under_way
                 .remove(&(interval.tid, interval.switched_out_ns));
             let Some(wait) = wait else {
-                self.stats.unmatched += 1;
+                if interval.flags & profiler_common::offcpu::flags::STACK_LOST != 0 {
+                    self.stats.stack_lost += 1;
+                } else {
+                    self.stats.unmatched += 1;
+                }
                 continue;
             };
             self.stats.charged += 1;
@@ -145,6 +155,9 @@ impl<I: WaitIdentity> Waits<I> {
     /// those of processes no longer recorded.
     pub fn credit_until(&mut self, now_ns: u64, mut charge: impl FnMut(I, u64)) {
         let recorded = crate::read_lock(&self.recorded).clone();
+        if recorded.is_nothing() {
+            self.intervals.clear_marks();
+        }
         let intervals = &mut self.intervals;
         let (mut abandoned, mut ended) = (0, 0);
         self.under_way.retain(|&(tid, switched_out_ns), wait| {

@@ -173,8 +173,20 @@ impl Collector for Snapshot {
         counter(
             out,
             "offcpu_waits_unmatched",
-            "Waits whose start was not seen with its stack",
+            "Waits whose start was not seen (begun before recording)",
             waits.unmatched,
+        )?;
+        counter(
+            out,
+            "offcpu_waits_stack_lost",
+            "Waits ended whose stack copy was lost",
+            waits.stack_lost,
+        )?;
+        counter(
+            out,
+            "offcpu_waits_already_waiting",
+            "Threads found waiting when recording began",
+            waits.already_waiting,
         )?;
         counter(
             out,

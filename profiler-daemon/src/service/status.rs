@@ -40,6 +40,8 @@ pub struct OffCpuTrigger {
     pub unavailable: Option<String>,
     pub recordings: usize,
     pub sample_probability: f64,
+    /// Waits left pending when the last recording ended, their stack lost.
+    pub dropped: u64,
 }
 
 /// How peeks are triggered, and what came of them.
@@ -75,6 +77,7 @@ impl Service {
                 unavailable: self.offcpu.unavailable(),
                 recordings: self.offcpu.recordings(),
                 sample_probability: self.offcpu.sample_probability(),
+                dropped: self.offcpu.dropped(),
             },
             targets: asker
                 .privileged()

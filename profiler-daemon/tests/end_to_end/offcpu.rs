@@ -479,3 +479,31 @@ async fn at_rest_no_context_switch_runs_the_off_cpu_programs() {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(switches().await, seen, "still attached after the recording");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_recorded_wait_is_charged_or_counted() {
+    // A stack-copy ring of four copies: most waits lose their stack.
+    let daemon = Daemon::start_with(&["--stack-copy-buffer", "64KiB"]).await;
+    let busy = Workload::start("waits", &["many"]);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let (stacks, _) = wall_profile(&daemon, busy.pid(), Duration::from_secs(2)).await;
+    assert!(!stacks.is_empty());
+    // The waits under way at the end are charged with the next drains.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let status = daemon
+        .client()
+        .await
+        .get_status(v1::GetStatusRequest { metrics: false })
+        .await
+        .expect("GetStatus")
+        .into_inner()
+        .offcpu
+        .expect("off-CPU status");
+    assert!(status.recorded > 1_000, "{status:?}");
+    assert!(status.stack_lost + status.dropped > 0, "{status:?}");
+    assert_eq!(
+        status.recorded + status.already_waiting,
+        status.charged + status.abandoned + status.under_way + status.stack_lost + status.dropped,
+        "{status:?}"
+    );
+}

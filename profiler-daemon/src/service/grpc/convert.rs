@@ -415,6 +415,9 @@ fn offcpu_status(status: &DaemonStatus) -> v1::OffCpuStatus {
         unmatched: waits.unmatched,
         abandoned: waits.abandoned,
         under_way: waits.under_way,
+        stack_lost: waits.stack_lost,
+        already_waiting: waits.already_waiting,
+        dropped: status.offcpu.dropped,
     }
 }
 
