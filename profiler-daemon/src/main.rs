@@ -27,8 +27,11 @@ use profilerd::{
     peek::{self, Peeker},
     pipeline::PeekInbox,
     pipeline::Pipeline,
-    service::serving::{self, TcpListener, TlsFiles},
     service::{DaemonInfo, Service, ServiceParts, limits::ServiceLimits},
+    service::{
+        http::HttpListener,
+        serving::{self, Listeners, TcpListener, TlsFiles},
+    },
     store::Store,
 };
 use tracing::{error, info};
@@ -192,17 +195,24 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         memory_limit = %config.memory_limit,
         "profilerd is serving"
     );
-    let tcp = config.tcp_listen.map(|address| TcpListener {
-        address,
-        tls: match (&config.tls_cert, &config.tls_key, &config.tls_client_ca) {
-            (Some(cert), Some(key), Some(client_ca)) => Some(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: client_ca.clone(),
-            }),
-            _ => None,
-        },
-    });
+    let tls = match (&config.tls_cert, &config.tls_key, &config.tls_client_ca) {
+        (Some(cert), Some(key), Some(client_ca)) => Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: client_ca.clone(),
+        }),
+        _ => None,
+    };
+    let listeners = Listeners {
+        tcp: config.tcp_listen.map(|address| TcpListener {
+            address,
+            tls: tls.clone(),
+        }),
+        metrics: config.metrics_listen,
+        http: config
+            .http_listen
+            .map(|address| HttpListener { address, tls }),
+    };
     let service = Arc::new(service);
     tokio::spawn(profilerd::daemon::reload::follow_hangups(Reloader {
         path: args.config,
@@ -227,14 +237,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         shutdown_signal().await;
         systemd::stopping("shutting down");
     };
-    let served = serving::serve(
-        service,
-        listener,
-        tcp,
-        config.metrics_listen,
-        until_shutdown,
-    )
-    .await;
+    let served = serving::serve(service, listener, listeners, until_shutdown).await;
     drop(pipeline);
     drop(sampler);
     served.context("the gRPC server failed")?;

@@ -78,6 +78,11 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
         name: "nodejs",
         provides: "node",
     },
+    // The HTTP listener's tests fetch with curl.
+    AptPackage {
+        name: "curl",
+        provides: "curl",
+    },
     // `systemd-analyze verify` checks deploy/profilerd.service.
     AptPackage {
         name: "systemd",

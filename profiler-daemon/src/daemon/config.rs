@@ -61,6 +61,14 @@ pub struct Config {
     /// to Prometheus at /metrics (off when unset).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Address of the optional HTTP listener that serves profiles the way
+    /// Go's net/http/pprof does (off when unset). Like `tcp_listen`, it
+    /// needs TLS with client certificates (the same `tls_*` files) unless
+    /// `http_plaintext_loopback` allows plaintext on a loopback address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_listen: Option<std::net::SocketAddr>,
+    /// Serve HTTP without TLS, allowed only on a loopback address.
+    pub http_plaintext_loopback: bool,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
     /// How often the kernel maps are drained into the store.
@@ -162,6 +170,8 @@ impl Default for Config {
             tls_client_ca: None,
             tcp_plaintext_loopback: false,
             metrics_listen: None,
+            http_listen: None,
+            http_plaintext_loopback: false,
             frequency_hz: 49,
             drain_interval: Duration::from_secs(1),
             retention: Duration::from_secs(3600),
@@ -223,6 +233,12 @@ pub struct Overrides {
     /// Allow TCP without TLS on a loopback address [default: false]
     #[arg(long, value_name = "BOOL")]
     pub tcp_plaintext_loopback: Option<bool>,
+    /// Serve profiles over HTTP (Go's /debug/pprof/profile and more), e.g. 127.0.0.1:6060 [default: off]
+    #[arg(long, value_name = "ADDRESS")]
+    pub http_listen: Option<std::net::SocketAddr>,
+    /// Allow HTTP without TLS on a loopback address [default: false]
+    #[arg(long, value_name = "BOOL")]
+    pub http_plaintext_loopback: Option<bool>,
     /// Samples per second on each CPU, 1-1000 [default: 49]
     #[arg(long, value_name = "HZ")]
     pub frequency_hz: Option<u32>,
@@ -423,6 +439,8 @@ impl Config {
             tls_client_ca,
             tcp_plaintext_loopback,
             metrics_listen,
+            http_listen,
+            http_plaintext_loopback,
             frequency_hz,
             drain_interval,
             retention,
@@ -476,7 +494,11 @@ impl Config {
         if metrics_listen.is_some() {
             self.metrics_listen = metrics_listen;
         }
+        if http_listen.is_some() {
+            self.http_listen = http_listen;
+        }
         set(&mut self.tcp_plaintext_loopback, tcp_plaintext_loopback);
+        set(&mut self.http_plaintext_loopback, http_plaintext_loopback);
         set(&mut self.frequency_hz, frequency_hz);
         set(&mut self.drain_interval, drain_interval);
         set(&mut self.retention, retention);
@@ -759,35 +781,50 @@ impl Config {
 }
 
 impl Config {
-    /// The TCP listener needs all of mutual TLS, or explicit plaintext on a
-    /// loopback address.
+    /// The TCP and HTTP listeners need all of mutual TLS, or explicit
+    /// plaintext on a loopback address.
     fn validate_tcp(&self) -> Result<(), ConfigError> {
-        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
         let tls = [&self.tls_cert, &self.tls_key, &self.tls_client_ca];
         let given = tls.iter().filter(|path| path.is_some()).count();
         if given != 0 && given != tls.len() {
-            return invalid(
-                "tls_cert",
-                "mutual TLS needs all of tls_cert, tls_key and tls_client_ca".to_owned(),
-            );
+            return Err(ConfigError::Invalid {
+                key: "tls_cert",
+                message: "mutual TLS needs all of tls_cert, tls_key and tls_client_ca".to_owned(),
+            });
         }
-        let Some(address) = self.tcp_listen else {
-            return Ok(());
-        };
-        if given == 0 && !(self.tcp_plaintext_loopback && address.ip().is_loopback()) {
-            let why = if address.ip().is_loopback() {
-                "set tcp_plaintext_loopback = true to serve it without TLS, or"
-            } else {
-                "plaintext is only ever allowed on a loopback address:"
-            };
-            return invalid(
+        let with_tls = given != 0;
+        for (key, address, plaintext_key, plaintext) in [
+            (
                 "tcp_listen",
-                format!(
-                    "{address} would serve profiles (function names, paths, command lines) \
-                     without authentication; {why} set tls_cert, tls_key and tls_client_ca \
-                     so that only clients with a certificate of that CA get in"
-                ),
-            );
+                self.tcp_listen,
+                "tcp_plaintext_loopback",
+                self.tcp_plaintext_loopback,
+            ),
+            (
+                "http_listen",
+                self.http_listen,
+                "http_plaintext_loopback",
+                self.http_plaintext_loopback,
+            ),
+        ] {
+            let Some(address) = address else {
+                continue;
+            };
+            if !(with_tls || plaintext && address.ip().is_loopback()) {
+                let why = if address.ip().is_loopback() {
+                    format!("set {plaintext_key} = true to serve it without TLS, or")
+                } else {
+                    "plaintext is only ever allowed on a loopback address:".to_owned()
+                };
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!(
+                        "{address} would serve profiles (function names, paths, command lines) \
+                         without authentication; {why} set tls_cert, tls_key and tls_client_ca \
+                         so that only clients with a certificate of that CA get in"
+                    ),
+                });
+            }
         }
         Ok(())
     }
@@ -1035,6 +1072,15 @@ mod tests {
                 "tcp_listen",
             ),
             ("tls_cert = \"/c.pem\"", "tls_cert"),
+            ("http_listen = \"127.0.0.1:6060\"", "http_listen"),
+            (
+                "http_listen = \"0.0.0.0:6060\"\nhttp_plaintext_loopback = true",
+                "http_listen",
+            ),
+            (
+                "http_listen = \"127.0.0.1:6060\"\ntcp_plaintext_loopback = true",
+                "http_listen",
+            ),
         ] {
             let err = Config::parse(text).unwrap().validate().unwrap_err();
             assert!(

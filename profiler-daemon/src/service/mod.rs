@@ -15,6 +15,7 @@ pub mod access;
 mod diff;
 pub mod error;
 pub mod grpc;
+pub mod http;
 pub mod limits;
 pub mod metrics;
 mod peeks;

@@ -41,6 +41,17 @@ fn profiler_server(service: &Arc<Service>) -> ProfilerServer<GrpcApi> {
     ProfilerServer::new(GrpcApi::new(service.clone())).max_decoding_message_size(MAX_REQUEST_BYTES)
 }
 
+/// The listeners beside the Unix socket, each optional.
+#[derive(Clone, Debug, Default)]
+pub struct Listeners {
+    /// gRPC over TCP.
+    pub tcp: Option<TcpListener>,
+    /// The self-metrics for Prometheus.
+    pub metrics: Option<SocketAddr>,
+    /// Profiles over HTTP.
+    pub http: Option<crate::service::http::HttpListener>,
+}
+
 /// The optional TCP listener.
 #[derive(Clone, Debug)]
 pub struct TcpListener {
@@ -105,10 +116,10 @@ pub fn bind_socket(socket: &Path) -> Result<(UnixListener, SocketFile)> {
 pub async fn serve(
     service: Arc<Service>,
     socket: UnixListener,
-    tcp: Option<TcpListener>,
-    metrics: Option<SocketAddr>,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
+    let Listeners { tcp, metrics, http } = listeners;
     let (stop, stopped) = watch::channel(false);
     let wait_for_stop = |mut stopped: watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|stop| *stop).await;
@@ -117,6 +128,14 @@ pub async fn serve(
         Some(address) => {
             Some(serve_metrics(address, service.clone(), wait_for_stop(stopped.clone())).await?)
         }
+        None => None,
+    };
+
+    let http_server = match http {
+        Some(http) => Some(
+            crate::service::http::serve_http(http, service.clone(), wait_for_stop(stopped.clone()))
+                .await?,
+        ),
         None => None,
     };
 
@@ -195,6 +214,9 @@ pub async fn serve(
                 .await
                 .context("the gRPC server task failed")?
                 .context("the gRPC server on TCP failed")?;
+        }
+        if let Some(http_server) = http_server {
+            http_server.await.context("the HTTP server task failed")?;
         }
         if let Some(metrics_server) = metrics_server {
             metrics_server

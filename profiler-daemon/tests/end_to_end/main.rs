@@ -13,6 +13,7 @@ mod cross_user;
 mod faults;
 mod foreign_client;
 mod history;
+mod http;
 mod lifecycle;
 mod metrics;
 mod offcpu;

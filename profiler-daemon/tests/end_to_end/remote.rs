@@ -10,12 +10,12 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use crate::support::Daemon;
 
 /// A certificate authority of the test's own.
-struct Authority {
+pub struct Authority {
     issuer: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Authority {
-    fn new(name: &str) -> Self {
+    pub fn new(name: &str) -> Self {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
@@ -25,12 +25,12 @@ impl Authority {
         }
     }
 
-    fn pem(&self) -> String {
+    pub fn pem(&self) -> String {
         self.issuer.pem()
     }
 
     /// A certificate and key for `names`, signed by this authority.
-    fn issue(&self, names: &[&str]) -> (String, String) {
+    pub fn issue(&self, names: &[&str]) -> (String, String) {
         let names: Vec<String> = names.iter().map(|name| (*name).to_owned()).collect();
         let params = CertificateParams::new(names).expect("parameters");
         let key = KeyPair::generate().expect("a key");
@@ -39,7 +39,7 @@ impl Authority {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("a free port")

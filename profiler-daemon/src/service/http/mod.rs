@@ -1,0 +1,188 @@
+//! The HTTP listener (`http_listen`, off by default): profiles pulled the
+//! way existing tools scrape them (see `routes`).
+//!
+//! Who may ask follows the gRPC TCP listener's rule: a client that presents
+//! a certificate signed by `tls_client_ca` is a trusted remote caller and
+//! sees everything; plaintext is served only on a loopback address when
+//! `http_plaintext_loopback` allows it, and its clients are trusted the
+//! same way. A TLS client without a certificate gets 403 with the reason
+//! (rather than a failed handshake it cannot read).
+//!
+//! Owns the socket, TLS and each connection's admission; it must not answer
+//! requests (see `routes`).
+
+mod params;
+mod routes;
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::{Context as _, Result};
+use hyper_util::{rt::TokioIo, service::TowerToHyperService};
+use tokio_rustls::{
+    TlsAcceptor,
+    rustls::{
+        self, RootCertStore, ServerConfig,
+        pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _},
+        server::WebPkiClientVerifier,
+    },
+};
+use tracing::{debug, info, warn};
+
+use crate::service::{
+    Service,
+    access::{Asker, Caller, CallerKey},
+    serving::TlsFiles,
+};
+pub use routes::Admission;
+
+/// The HTTP listener's settings.
+#[derive(Clone, Debug)]
+pub struct HttpListener {
+    pub address: SocketAddr,
+    /// `None`: plaintext (validated to be on a loopback address).
+    pub tls: Option<TlsFiles>,
+}
+
+/// How long a client may take over its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a TLS client without a certificate is refused.
+const NO_CERTIFICATE: &str = "forbidden: this listener answers only clients that present a \
+     certificate signed by its tls_client_ca (e.g. curl --cert client.pem --key client-key.pem)";
+
+/// Binds the listener and serves it until `stopped`.
+pub async fn serve_http(
+    listener: HttpListener,
+    service: Arc<Service>,
+    stopped: impl Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let acceptor = match &listener.tls {
+        Some(files) => Some(TlsAcceptor::from(Arc::new(tls_config(files)?))),
+        None => {
+            warn!(
+                address = %listener.address,
+                "serving HTTP without TLS (http_plaintext_loopback): every local user who \
+                 can connect sees every process's profile"
+            );
+            None
+        }
+    };
+    let socket = tokio::net::TcpListener::bind(listener.address)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen for HTTP on {} (http_listen); choose a free address",
+                listener.address
+            )
+        })?;
+    info!(address = %listener.address, tls = acceptor.is_some(), "serving HTTP");
+    let router = routes::router(service);
+    Ok(tokio::spawn(async move {
+        tokio::pin!(stopped);
+        loop {
+            let (stream, peer) = tokio::select! {
+                () = &mut stopped => return,
+                accepted = socket.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        warn!("cannot accept an HTTP connection: {err}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let router = router.clone();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let trusted = Asker {
+                    caller: Caller::Root,
+                    key: CallerKey::Remote,
+                };
+                match acceptor {
+                    None => serve_connection(stream, router, Ok(trusted), peer).await,
+                    Some(acceptor) => {
+                        let handshake =
+                            tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                        let stream = match handshake {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(err)) => {
+                                debug!(%peer, "TLS handshake failed: {err}");
+                                return;
+                            }
+                            Err(_) => {
+                                debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                        // The verifier checked any certificate presented.
+                        let admission = match stream.get_ref().1.peer_certificates() {
+                            Some(certificates) if !certificates.is_empty() => Ok(trusted),
+                            _ => Err(NO_CERTIFICATE.to_owned()),
+                        };
+                        serve_connection(stream, router, admission, peer).await;
+                    }
+                }
+            });
+        }
+    }))
+}
+
+async fn serve_connection<S>(
+    stream: S,
+    router: axum::Router,
+    admission: Result<Asker, String>,
+    peer: SocketAddr,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(router.layer(axum::Extension(Admission(admission))));
+    if let Err(err) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        debug!(%peer, "HTTP connection ended: {err}");
+    }
+}
+
+/// The server's certificate and key, and the CA whose client certificates
+/// are trusted (a client without one is let through the handshake, to be
+/// told why it is refused).
+fn tls_config(files: &TlsFiles) -> Result<ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certificates = CertificateDer::pem_file_iter(&files.cert)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .with_context(|| {
+            format!(
+                "cannot read the TLS certificate (tls_cert) {}",
+                files.cert.display()
+            )
+        })?;
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .with_context(|| format!("cannot read the TLS key (tls_key) {}", files.key.display()))?;
+    let mut roots = RootCertStore::empty();
+    let client_ca = CertificateDer::pem_file_iter(&files.client_ca)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .with_context(|| {
+            format!(
+                "cannot read the client CA certificate (tls_client_ca) {}",
+                files.client_ca.display()
+            )
+        })?;
+    for certificate in client_ca {
+        roots
+            .add(certificate)
+            .context("the client CA certificate (tls_client_ca) is not a valid CA certificate")?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .context("cannot use the client CA certificate (tls_client_ca)")?;
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("cannot set up TLS")?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certificates, key)
+        .context("the TLS certificate (tls_cert) and key (tls_key) do not go together")?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}

@@ -1,0 +1,205 @@
+//! The query parameters of the HTTP routes, read into what the service
+//! takes, with an error for each bad one that says what to fix.
+//!
+//! Owns the parameter names and their meaning; it must not answer requests.
+
+use std::time::Duration;
+
+use crate::{
+    profile::{Format, ProfileMode, ReportOptions},
+    service::{ServiceError, selection::SelectorSpec},
+};
+
+/// The query's `name=value` pairs, in order (names may repeat).
+#[derive(Clone, Debug, Default)]
+pub struct Params(Vec<(String, String)>);
+
+/// Names every route takes to select processes and the mode.
+const SELECTOR_NAMES: &[&str] = &["pid", "comm", "comm_regex", "cgroup", "mode"];
+
+impl Params {
+    pub fn new(pairs: Vec<(String, String)>) -> Self {
+        Self(pairs)
+    }
+
+    /// Refuses names the route does not know (a typo would otherwise be
+    /// ignored and profile something else than meant).
+    pub fn only(&self, route: &str, names: &[&str]) -> Result<(), ServiceError> {
+        for (name, _) in &self.0 {
+            if !names.contains(&name.as_str()) && !SELECTOR_NAMES.contains(&name.as_str()) {
+                let mut known: Vec<&str> = names.iter().chain(SELECTOR_NAMES).copied().collect();
+                known.sort_unstable();
+                return Err(ServiceError::invalid(format!(
+                    "{route} does not take the parameter {name:?}; it takes {}",
+                    known.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The one value of `name`, if given (given twice is an error).
+    fn value<'a>(&'a self, name: &'a str) -> Result<Option<&'a str>, ServiceError> {
+        let mut values = self.values(name);
+        let first = values.next();
+        if values.next().is_some() {
+            return Err(ServiceError::invalid(format!(
+                "the parameter {name} is given more than once; give it once"
+            )));
+        }
+        Ok(first)
+    }
+
+    /// A duration in seconds (fractions allowed), e.g. `seconds=30`.
+    pub fn seconds(&self, name: &str) -> Result<Option<Duration>, ServiceError> {
+        let Some(text) = self.value(name)? else {
+            return Ok(None);
+        };
+        let seconds: f64 = text.trim().parse().map_err(|_| {
+            ServiceError::invalid(format!(
+                "{name}={text:?} is not a number of seconds; give e.g. {name}=30"
+            ))
+        })?;
+        if !seconds.is_finite() || seconds <= 0.0 {
+            return Err(ServiceError::invalid(format!(
+                "{name}={text:?} must be more than 0 seconds"
+            )));
+        }
+        Duration::try_from_secs_f64(seconds)
+            .map(Some)
+            .map_err(|_| ServiceError::invalid(format!("{name}={text:?} is too long")))
+    }
+
+    /// A boolean: `true`/`false` (and `1`/`0`).
+    pub fn flag(&self, name: &str) -> Result<Option<bool>, ServiceError> {
+        let Some(text) = self.value(name)? else {
+            return Ok(None);
+        };
+        match text {
+            "true" | "1" => Ok(Some(true)),
+            "false" | "0" => Ok(Some(false)),
+            _ => Err(ServiceError::invalid(format!(
+                "{name}={text:?} must be true or false"
+            ))),
+        }
+    }
+
+    /// Text, if given.
+    pub fn text(&self, name: &str) -> Result<Option<String>, ServiceError> {
+        Ok(self.value(name)?.map(str::to_owned))
+    }
+
+    /// The processes selected: `pid` (repeated or comma-separated), `comm`
+    /// (likewise), `comm_regex`, `cgroup` (repeated).
+    pub fn selector(&self) -> Result<SelectorSpec, ServiceError> {
+        let list = |name: &str| -> Vec<String> {
+            self.values(name)
+                .flat_map(|value| value.split(','))
+                .map(str::trim)
+                .filter(|value| !value.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        let pids = list("pid")
+            .into_iter()
+            .map(|pid| {
+                pid.parse::<u32>()
+                    .ok()
+                    .filter(|pid| *pid != 0)
+                    .ok_or_else(|| {
+                        ServiceError::invalid(format!("pid={pid:?} is not a process id"))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let selector = SelectorSpec {
+            pids,
+            tids: Vec::new(),
+            comms: list("comm"),
+            comm_regex: self.value("comm_regex")?.unwrap_or_default().to_owned(),
+            uids: Vec::new(),
+            cgroups: self.values("cgroup").map(str::to_owned).collect(),
+        };
+        selector.check_bounds()?;
+        Ok(selector)
+    }
+
+    /// `mode=cpu|offcpu|wall` (cpu when not given).
+    pub fn mode(&self) -> Result<ProfileMode, ServiceError> {
+        match self.value("mode")? {
+            None | Some("cpu") => Ok(ProfileMode::Cpu),
+            Some("offcpu") => Ok(ProfileMode::OffCpu),
+            Some("wall") => Ok(ProfileMode::Wall),
+            Some(other) => Err(ServiceError::invalid(format!(
+                "mode={other:?} is not a mode; give cpu, offcpu or wall"
+            ))),
+        }
+    }
+}
+
+/// Report options for `format` with the defaults otherwise.
+pub fn options(format: Format) -> ReportOptions {
+    ReportOptions {
+        format,
+        ..ReportOptions::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(query: &[(&str, &str)]) -> Params {
+        Params::new(
+            query
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn selectors_take_lists_and_repeats() {
+        let selector = params(&[("pid", "12,13"), ("pid", "14"), ("comm", "nginx")])
+            .selector()
+            .unwrap();
+        assert_eq!(selector.pids, [12, 13, 14]);
+        assert_eq!(selector.comms, ["nginx"]);
+    }
+
+    #[test]
+    fn bad_parameters_say_what_to_fix() {
+        let message = |result: Result<(), ServiceError>| result.unwrap_err().to_string();
+        assert!(
+            message(params(&[("seconds", "ten")]).seconds("seconds").map(drop))
+                .contains("give e.g. seconds=30")
+        );
+        assert!(
+            message(params(&[("seconds", "-1")]).seconds("seconds").map(drop))
+                .contains("more than 0")
+        );
+        assert!(message(params(&[("pid", "x")]).selector().map(drop)).contains("not a process id"));
+        assert!(message(params(&[("mode", "gil")]).mode().map(drop)).contains("cpu, offcpu"));
+        assert!(
+            message(params(&[("pprof", "yes")]).flag("pprof").map(drop)).contains("true or false")
+        );
+        assert!(
+            message(params(&[("secs", "1")]).only("/debug/pprof/profile", &["seconds"]))
+                .contains("does not take the parameter \"secs\"")
+        );
+        assert!(
+            message(
+                params(&[("seconds", "1"), ("seconds", "2")])
+                    .seconds("seconds")
+                    .map(drop)
+            )
+            .contains("more than once")
+        );
+    }
+}

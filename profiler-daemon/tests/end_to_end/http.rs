@@ -1,0 +1,273 @@
+//! The HTTP listener: Go's `net/http/pprof` profile read by `go tool
+//! pprof` itself, ProfileEndpoints' routes, the peeks, errors that say what
+//! to fix, and TLS that lets in only clients with a certificate of the CA.
+
+use std::{process::Command, time::Duration};
+
+use rustix::process::{Pid, Signal, kill_process};
+
+use crate::{
+    remote::{Authority, free_port},
+    support::{Daemon, Workload},
+};
+
+/// A daemon serving HTTP in plaintext on a loopback port.
+async fn daemon_over_http() -> (Daemon, String) {
+    let address = format!("127.0.0.1:{}", free_port());
+    let daemon = Daemon::start_with(&[
+        "--http-listen",
+        &address,
+        "--http-plaintext-loopback",
+        "true",
+    ])
+    .await;
+    (daemon, format!("http://{address}"))
+}
+
+/// What curl got: the status code and the body.
+fn curl(url: &str, extra: &[&str]) -> (u16, Vec<u8>) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let body = dir.path().join("body");
+    let output = Command::new("curl")
+        .args(["--silent", "--show-error", "--max-time", "60", "--output"])
+        .arg(&body)
+        .args(["--write-out", "%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("curl runs: install curl (cargo xtask test does)");
+    let code = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    (code, std::fs::read(&body).unwrap_or_default())
+}
+
+fn text(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).into_owned()
+}
+
+/// `go tool pprof -top` of a URL, as Go users run it.
+/// (`go tool pprof` has no flags for TLS: its `-tls_*` are the standalone
+/// pprof's, so over TLS with client certificates it cannot fetch; curl can.)
+fn go_pprof_top_of(url: &str, extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .args(extra)
+        .arg(url)
+        .env("HOME", dir.path())
+        .env("PPROF_TMPDIR", dir.path())
+        .output()
+        .expect("`go` runs: install golang-go (cargo xtask test does)");
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "go tool pprof {url} failed:\n{}",
+        text(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn go_tool_pprof_reads_the_profile_route_like_a_go_service() {
+    let (_daemon, base) = daemon_over_http().await;
+    let workload = Workload::start("split", &[]);
+    let top = go_pprof_top_of(
+        &format!(
+            "{base}/debug/pprof/profile?seconds=2&pid={}",
+            workload.pid()
+        ),
+        &[],
+    );
+    assert!(top.contains("Type: cpu"), "{top}");
+    // Lines: flat flat% sum% cum cum% name [(inline)]; hot and cold
+    // share the time 3:1 (the workload's own split).
+    let cum_share = |function: &str| -> f64 {
+        top.lines()
+            .find(|line| line.split_whitespace().nth(5) == Some(function))
+            .and_then(|line| line.split_whitespace().nth(4))
+            .and_then(|share| share.trim_end_matches('%').parse().ok())
+            .unwrap_or_else(|| panic!("go tool pprof -top does not name {function}:\n{top}"))
+    };
+    assert!(cum_share("main") > 99.0, "{top}");
+    assert!((70.0..80.0).contains(&cum_share("hot")), "{top}");
+    assert!((20.0..30.0).contains(&cum_share("cold")), "{top}");
+    assert!(cum_share("spin") > 99.0, "{top}");
+    // Nothing of other processes.
+    assert!(!top.contains("swapper") && !top.contains("halt"), "{top}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn profile_endpoints_routes_profile_sessions_and_peeks() {
+    let (_daemon, base) = daemon_over_http().await;
+    let workload = Workload::start("split", &[]);
+    let pid = workload.pid();
+
+    // /profile: pprof by default, the tree report with pprof=false.
+    let (code, body) = curl(&format!("{base}/profile?duration=1&pid={pid}"), &[]);
+    assert_eq!(code, 200, "{}", text(&body));
+    assert_eq!(body[..2], [0x1f, 0x8b], "a gzipped pprof");
+    let (code, body) = curl(
+        &format!("{base}/profile?duration=1&pprof=false&pid={pid}"),
+        &[],
+    );
+    assert_eq!(code, 200, "{}", text(&body));
+    let tree = text(&body);
+    assert!(tree.contains("; hot") && tree.contains("; main"), "{tree}");
+
+    // A session between /profile_start and /profile_stop.
+    let (code, body) = curl(&format!("{base}/profile_start?pid={pid}"), &[]);
+    assert_eq!(code, 200, "{}", text(&body));
+    assert!(text(&body).contains("/profile_stop?id="), "{}", text(&body));
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let (code, body) = curl(&format!("{base}/profile_stop?pprof=false"), &[]);
+    assert_eq!(code, 200, "{}", text(&body));
+    assert!(text(&body).contains("; spin"), "{}", text(&body));
+    let (code, body) = curl(&format!("{base}/profile_stop"), &[]);
+    assert_eq!(code, 404, "{}", text(&body));
+    assert!(text(&body).contains("start one with /profile_start"));
+
+    // A peek by signal shows in /peeks, and reads at /peeks/ID.
+    let peeked = Workload::start("peek_threads", &[]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let peeked_pid = Pid::from_raw(peeked.pid() as i32).expect("a pid");
+    kill_process(peeked_pid, Signal::USR1).expect("SIGUSR1 is sent");
+    let mut listed = serde_json::Value::Null;
+    for _ in 0..50 {
+        let (code, body) = curl(&format!("{base}/peeks"), &[]);
+        assert_eq!(code, 200, "{}", text(&body));
+        listed = serde_json::from_slice(&body).expect("JSON");
+        if listed
+            .as_array()
+            .is_some_and(|peeks| peeks.iter().any(|peek| peek["pid"] == peeked.pid()))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let peek = listed
+        .as_array()
+        .and_then(|peeks| peeks.iter().find(|peek| peek["pid"] == peeked.pid()))
+        .unwrap_or_else(|| panic!("the peek is not listed: {listed}"));
+    let id = peek["id"].as_str().expect("an id");
+    let (code, body) = curl(&format!("{base}/peeks/{id}"), &[]);
+    assert_eq!(code, 200, "{}", text(&body));
+    assert!(
+        text(&body).contains(&format!("process {}", peeked.pid())),
+        "{}",
+        text(&body)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_http_requests_get_400_or_404_with_what_to_fix() {
+    let (_daemon, base) = daemon_over_http().await;
+    for (path, code, message) in [
+        (
+            "/debug/pprof/profile?seconds=ten",
+            400,
+            "give e.g. seconds=30",
+        ),
+        (
+            "/debug/pprof/profile?secs=1",
+            400,
+            "does not take the parameter \"secs\"",
+        ),
+        (
+            "/profile?duration=100000",
+            400,
+            "longer than the longest the daemon allows",
+        ),
+        ("/profile?duration=1&delay=0.01", 400, "leave delay out"),
+        (
+            "/profile?duration=1&pprof=maybe",
+            400,
+            "must be true or false",
+        ),
+        (
+            "/profile?duration=1&mode=gil",
+            400,
+            "give cpu, offcpu or wall",
+        ),
+        ("/profile?duration=1&pid=abc", 400, "not a process id"),
+        ("/profile?duration=1&comm_regex=(", 400, "is not valid"),
+        ("/peeks/nope", 404, "no peek report"),
+        ("/nowhere", 404, "/debug/pprof/profile?seconds=N"),
+    ] {
+        let (got, body) = curl(&format!("{base}{path}"), &[]);
+        assert_eq!(got, code, "{path}: {}", text(&body));
+        assert!(text(&body).contains(message), "{path}: {}", text(&body));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_answers_only_clients_with_a_certificate_of_the_ca() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("written");
+        path.display().to_string()
+    };
+    let clients = Authority::new("profilerd test clients");
+    let servers = Authority::new("profilerd test servers");
+    let (server_cert, server_key) = servers.issue(&["localhost", "127.0.0.1"]);
+    let (client_cert, client_key) = clients.issue(&["scraper"]);
+    let (rogue_cert, rogue_key) = Authority::new("someone else").issue(&["intruder"]);
+    let server_ca = write("servers.pem", &servers.pem());
+    let (client_cert, client_key) = (
+        write("client.pem", &client_cert),
+        write("client.key", &client_key),
+    );
+    let (rogue_cert, rogue_key) = (
+        write("rogue.pem", &rogue_cert),
+        write("rogue.key", &rogue_key),
+    );
+    let port = free_port();
+    let _daemon = Daemon::start_with(&[
+        "--http-listen",
+        &format!("127.0.0.1:{port}"),
+        "--tls-cert",
+        &write("server.pem", &server_cert),
+        "--tls-key",
+        &write("server.key", &server_key),
+        "--tls-client-ca",
+        &write("clients.pem", &clients.pem()),
+    ])
+    .await;
+    let url = format!("https://localhost:{port}/profile?duration=0.5&pprof=false");
+
+    let (code, body) = curl(
+        &url,
+        &[
+            "--cacert",
+            &server_ca,
+            "--cert",
+            &client_cert,
+            "--key",
+            &client_key,
+        ],
+    );
+    assert_eq!(code, 200, "{}", text(&body));
+    // Without a certificate: told why, not a failed handshake.
+    let (code, body) = curl(&url, &["--cacert", &server_ca]);
+    assert_eq!(code, 403, "{}", text(&body));
+    assert!(
+        text(&body).contains("certificate signed by its tls_client_ca"),
+        "{}",
+        text(&body)
+    );
+    // Another CA's certificate: the handshake fails.
+    let (code, _) = curl(
+        &url,
+        &[
+            "--cacert",
+            &server_ca,
+            "--cert",
+            &rogue_cert,
+            "--key",
+            &rogue_key,
+        ],
+    );
+    assert_eq!(code, 0, "a client of another CA got an answer");
+}
