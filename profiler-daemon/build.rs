@@ -13,11 +13,16 @@ fn build_protos() -> Result<()> {
     let protos = [
         "proto/profilerd/v1/profilerd.proto",
         "proto/perftools/profile.proto",
+        "proto/pyroscope/push/v1/push.proto",
     ];
-    for proto in protos {
+    for proto in protos
+        .iter()
+        .chain(&["proto/pyroscope/types/v1/types.proto"])
+    {
         println!("cargo:rerun-if-changed={proto}");
     }
-    let descriptors = protox::compile(protos, ["proto"]).context("compiling the .proto files")?;
+    let descriptors = protox::compile(protos, ["proto", "proto/pyroscope"])
+        .context("compiling the .proto files")?;
     // For gRPC server reflection.
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(

@@ -14,17 +14,21 @@
 //!   a request starts.
 //! - [`service`]: what the daemon offers (profiles, sessions, queries,
 //!   diffs, top, peeks, status), authorized and validated on domain types;
-//!   the gRPC API is a thin shim over it, served by its listeners.
+//!   the gRPC API and the HTTP routes are thin shims over it, served by its
+//!   listeners.
+//! - [`export`]: pushes the windows of the store to fleet profile stores
+//!   (Pyroscope), in the background.
 //! - [`daemon`]: the process itself: configuration, reloads, logs, systemd.
 //!
 //! [`profile`] holds the domain values every layer shares.
 
 pub mod daemon;
+pub mod export;
 pub mod kernel;
 pub mod peek;
 pub mod pipeline;
 pub mod profile;
-mod proto;
+pub mod proto;
 pub mod report;
 pub mod service;
 pub mod store;

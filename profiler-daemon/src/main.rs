@@ -214,6 +214,10 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
             .map(|address| HttpListener { address, tls }),
     };
     let service = Arc::new(service);
+    let mut exporter = profilerd::export::Exporter::new(service.clone(), &config.state_dir);
+    exporter
+        .apply(&config.push_settings())
+        .context("cannot start pushing profiles (push in the configuration)")?;
     tokio::spawn(profilerd::daemon::reload::follow_hangups(Reloader {
         path: args.config,
         overrides: args.overrides,
@@ -222,6 +226,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         store: reload_store,
         peeker: reload_peeker,
         service: service.clone(),
+        exporter,
         set_log_filter,
     }));
     let ready_status = format!(

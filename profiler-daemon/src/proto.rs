@@ -13,6 +13,21 @@ pub mod v1 {
     tonic::include_proto!("profilerd.v1");
 }
 
+/// What Grafana Pyroscope's push API takes (messages only; sent over the
+/// connect protocol, see `export::pyroscope`).
+pub mod pyroscope {
+    pub mod push {
+        pub mod v1 {
+            tonic::include_proto!("push.v1");
+        }
+    }
+    pub mod types {
+        pub mod v1 {
+            tonic::include_proto!("types.v1");
+        }
+    }
+}
+
 /// The pprof profile format.
 pub use profilerd_client::pprof;
 

@@ -342,8 +342,9 @@ fn messaging_slowdown(daemon: &Profiler, alone: &[f64]) -> Result<Table> {
     ]);
     table.note(
         "`perf bench sched messaging -g 10 -l 500` (400 tasks passing messages over sockets), \
-         median (min–max) of the rounds; the switch program is attached throughout and \
-         records nothing at the default setting. Each round starts 400 processes, which the \
+         median (min–max) of the rounds; on this 2-CPU VM the slowdown has measured -14% to \
+         +19% across bench runs, so only a larger one means something. At the default \
+         setting nothing is recorded and the off-CPU programs are not attached. Each round starts 400 processes, which the \
          daemon reads and symbolizes as they are sampled: that, not off-CPU time, is most of \
          its CPU here.",
     );

@@ -193,11 +193,53 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         sessions = status.open_sessions,
         max = humantime::format_duration(Duration::from_millis(status.max_profile_duration_ms)),
     );
+    for target in &status.push {
+        text.push_str(&push_status(target, now));
+    }
     text.push_str(&peek_status(
         &status.peek.clone().unwrap_or_default(),
         verbose,
     ));
     text
+}
+
+/// A push target's line: where, what went through, what waits or failed.
+fn push_status(target: &v1::PushTargetStatus, now: SystemTime) -> String {
+    let last = if target.last_success_unix_ms > 0 {
+        let ago = now
+            .duration_since(UNIX_EPOCH)
+            .map(|now| now.as_millis() as i64 - target.last_success_unix_ms)
+            .unwrap_or(0)
+            .max(0);
+        format!("last success {} ago", seconds(ago as u64))
+    } else {
+        "no success yet".to_owned()
+    };
+    let failures: Vec<String> = target
+        .failures
+        .iter()
+        .map(|failure| format!("{}={}", failure.cause, failure.count))
+        .collect();
+    let mut line = format!(
+        "push:       {} ({} {}): {} sent, {last}; {} queued ({} B), {} spooled ({} B), {} dropped",
+        target.name,
+        target.kind,
+        target.url,
+        target.sent,
+        target.queued,
+        target.queued_bytes,
+        target.spooled,
+        target.spooled_bytes,
+        target.dropped
+    );
+    if !failures.is_empty() {
+        line.push_str(&format!("; failures {}", failures.join(", ")));
+    }
+    if !target.last_error.is_empty() {
+        line.push_str(&format!("; last error: {}", target.last_error));
+    }
+    line.push('\n');
+    line
 }
 
 /// The off-CPU line of the status: whether waits are recorded, and what
@@ -215,15 +257,18 @@ fn offcpu_status(offcpu: Option<&v1::OffCpuStatus>) -> String {
         "none".to_owned()
     };
     format!(
-        "recorded for {} request(s), always {always}; {} switches seen, {} waits recorded, {} \
-         charged, {} under way, {} unmatched, {} lost at their end",
+        "recorded for {} request(s), always {always}; {} switches seen, {} waits recorded \
+         (and {} found waiting), {} charged, {} under way, {} unmatched, {} lost at their end, \
+         {} lost with their stack",
         offcpu.recordings,
         offcpu.switches,
         offcpu.recorded,
+        offcpu.already_waiting,
         offcpu.charged,
         offcpu.under_way,
         offcpu.unmatched,
-        offcpu.abandoned
+        offcpu.abandoned,
+        offcpu.stack_lost + offcpu.dropped
     )
 }
 

@@ -13,6 +13,7 @@ use bytesize::ByteSize;
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
 
 use crate::{
+    export::settings::PushSettings,
     peek::{Allowlist, PeekSettings},
     store::StoreSettings,
 };
@@ -157,6 +158,21 @@ pub struct Config {
     /// Most peeks of one user's processes started per minute; more triggers
     /// are dropped and counted.
     pub peeks_per_user_per_minute: u32,
+    /// How often the window just ended is pushed to the `[[push]]` targets.
+    #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
+    pub push_interval: Duration,
+    /// Series labels added to every pushed profile (`hostname`, the
+    /// machine's name, unless set here).
+    pub push_labels: std::collections::BTreeMap<String, String>,
+    /// Where a process's `service_name` comes from, first match first:
+    /// `unit` (its systemd unit), `container` (its container's id),
+    /// `comm` (its command name).
+    pub push_service_name: Vec<crate::export::naming::NameSource>,
+    /// The `service_name` of processes none of those name.
+    pub push_service_default: String,
+    /// Where profiles are pushed (Pyroscope); none by default. Set in the
+    /// file only, as `[[push]]` tables.
+    pub push: Vec<crate::export::settings::PushTarget>,
 }
 
 impl Default for Config {
@@ -202,6 +218,11 @@ impl Default for Config {
             peeks_max_bytes: ByteSize::mib(16),
             peeks_kept_per_user: 20,
             peeks_per_user_per_minute: 20,
+            push_interval: PushSettings::default().interval,
+            push_labels: PushSettings::default().labels,
+            push_service_name: PushSettings::default().service_name_sources,
+            push_service_default: PushSettings::default().service_name_default,
+            push: Vec::new(),
         }
     }
 }
@@ -335,12 +356,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 1s, 500ms, 10m)"))
 }
 
-fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse_duration(&text).map_err(D::Error::custom)
 }
 
-fn duration_text<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn duration_text<S: Serializer>(
+    duration: &Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(&humantime::format_duration(*duration).to_string())
 }
 
@@ -380,6 +404,11 @@ pub const LIVE_KEYS: &[&str] = &[
     "peeks_max_bytes",
     "peeks_kept_per_user",
     "peeks_per_user_per_minute",
+    "push_interval",
+    "push_labels",
+    "push_service_name",
+    "push_service_default",
+    "push",
 ];
 
 impl Config {
@@ -565,6 +594,17 @@ impl Config {
         }
     }
 
+    /// The push settings.
+    pub fn push_settings(&self) -> PushSettings {
+        PushSettings {
+            targets: self.push.clone(),
+            interval: self.push_interval,
+            labels: self.push_labels.clone(),
+            service_name_sources: self.push_service_name.clone(),
+            service_name_default: self.push_service_default.clone(),
+        }
+    }
+
     /// Pages of user stack each sample copies; 0: frame pointers only.
     pub fn stack_copy_pages(&self) -> u32 {
         self.stack_copy
@@ -695,6 +735,8 @@ impl Config {
             return invalid("log_level", format!("{:?}: {err}", self.log_level));
         }
         self.validate_tcp()?;
+        crate::export::settings::validate(&self.push_settings())
+            .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
         if let Err(message) = parse_signal(&self.peek_signal) {
             return invalid("peek_signal", message);
         }
@@ -920,6 +962,8 @@ mod tests {
                 let line = line.strip_prefix('#').unwrap_or(line).trim_start();
                 line.strip_prefix(key)
                     .is_some_and(|rest| rest.trim_start().starts_with('='))
+                    // A table array, `[[key]]`.
+                    || line.strip_prefix("[[").and_then(|rest| rest.strip_suffix("]]")) == Some(key)
             })
         };
         let keys = field_names::<Config>();
@@ -1080,6 +1124,30 @@ mod tests {
             (
                 "http_listen = \"127.0.0.1:6060\"\ntcp_plaintext_loopback = true",
                 "http_listen",
+            ),
+            ("push_interval = \"0s\"", "push_interval"),
+            ("push_labels = { __name__ = \"x\" }", "push_labels"),
+            ("push_labels = { service_name = \"x\" }", "push_labels"),
+            (
+                "[[push]]\nkind = \"pyroscope\"\nurl = \"ftp://host\"",
+                "push",
+            ),
+            (
+                "[[push]]\nkind = \"otlp\"\nurl = \"http://host:4317\"",
+                "push",
+            ),
+            (
+                "[[push]]\nkind = \"pyroscope\"\nurl = \"http://h\"\nbasic_auth_user = \"u\"",
+                "push",
+            ),
+            (
+                "[[push]]\nkind = \"pyroscope\"\nurl = \"http://h\"\nmax_age = \"2h\"",
+                "push",
+            ),
+            (
+                "[[push]]\nkind = \"pyroscope\"\nurl = \"http://a\"\n\
+                 [[push]]\nkind = \"pyroscope\"\nname = \"pyroscope-1\"\nurl = \"http://b\"",
+                "push",
             ),
         ] {
             let err = Config::parse(text).unwrap().validate().unwrap_err();

@@ -1,7 +1,7 @@
 //! Configuration reload, on SIGHUP: re-reads the file with the flags given
 //! at start; when it is valid, applies what can change while the daemon
 //! runs (sampling frequency; the store's retention, resolution and memory
-//! ceiling; the longest profile; the peek settings; the log level, see
+//! ceiling; the longest profile; the peek and push settings; the log level, see
 //! [`LIVE_KEYS`]) and names the changed keys that need a restart, which keep
 //! their running values. An invalid file changes nothing; the error names
 //! the key and the daemon goes on with the configuration it runs.
@@ -38,6 +38,7 @@ pub struct Reloader {
     pub store: Arc<RwLock<Store>>,
     pub peeker: Peeker,
     pub service: Arc<Service>,
+    pub exporter: crate::export::Exporter,
     pub set_log_filter: SetLogFilter,
 }
 
@@ -109,6 +110,29 @@ impl Reloader {
         running.peeks_kept_per_user = new.peeks_kept_per_user;
         running.peeks_per_user_per_minute = new.peeks_per_user_per_minute;
         self.peeker.set_settings(running.peek_settings());
+        let push_keys = [
+            "push_interval",
+            "push_labels",
+            "push_service_name",
+            "push_service_default",
+            "push",
+        ];
+        if push_keys.iter().any(|key| changed(key)) {
+            match self.exporter.apply(&new.push_settings()) {
+                Ok(()) => {
+                    running.push_interval = new.push_interval;
+                    running.push_labels = new.push_labels.clone();
+                    running.push_service_name = new.push_service_name.clone();
+                    running.push_service_default = new.push_service_default.clone();
+                    running.push = new.push.clone();
+                }
+                Err(err) => {
+                    for key in push_keys.iter().filter(|key| changed(key)) {
+                        outcome.failed.push(((*key).into(), format!("{err:#}")));
+                    }
+                }
+            }
+        }
         if changed("log_level") {
             match (self.set_log_filter)(&new.log_level) {
                 Ok(()) => running.log_level = new.log_level.clone(),

@@ -38,6 +38,8 @@ pub struct Snapshot {
     pub peeks_running: usize,
     pub sessions_open: usize,
     pub rpcs: BTreeMap<(String, &'static str), u64>,
+    /// The push targets (their configured names only).
+    pub push: Vec<crate::export::TargetStatus>,
 }
 
 /// The snapshot in the Prometheus text format.
@@ -310,6 +312,84 @@ impl Collector for Snapshot {
             let labels = [("method", method.as_str()), ("code", *code)];
             ConstCounter::new(*count).encode(rpcs.encode_family(&labels)?)?;
         }
+        self.encode_push(out)
+    }
+}
+
+impl Snapshot {
+    /// Per push target: payloads sent, failures by cause, queued, spooled,
+    /// dropped, and the last success.
+    fn encode_push(&self, out: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::MetricType;
+        type Value = fn(&crate::export::delivery::DeliveryStats) -> u64;
+        let families: [(&str, &str, MetricType, Value); 6] = [
+            (
+                "push_sent",
+                "Payloads (one window each) a push target took",
+                MetricType::Counter,
+                |s| s.sent,
+            ),
+            (
+                "push_dropped",
+                "Payloads dropped: refused, too old, or with no room",
+                MetricType::Counter,
+                |s| s.dropped,
+            ),
+            (
+                "push_queued_bytes",
+                "Bytes of payloads queued in memory for a push target",
+                MetricType::Gauge,
+                |s| s.queued_bytes,
+            ),
+            (
+                "push_spooled_bytes",
+                "Bytes of payloads spooled on disk for a push target",
+                MetricType::Gauge,
+                |s| s.spooled_bytes,
+            ),
+            (
+                "push_queued",
+                "Payloads queued in memory for a push target",
+                MetricType::Gauge,
+                |s| s.queued,
+            ),
+            (
+                "push_last_success_timestamp_seconds",
+                "When a push target last took a payload (0: never)",
+                MetricType::Gauge,
+                |s| {
+                    s.last_success.map_or(0, |time| {
+                        time.duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |since| since.as_secs())
+                    })
+                },
+            ),
+        ];
+        for (name, help, kind, value) in families {
+            let mut family = out.encode_descriptor(name, help, None, kind)?;
+            for target in &self.push {
+                let labels = [("target", target.name.as_str())];
+                let encoder = family.encode_family(&labels)?;
+                match kind {
+                    MetricType::Counter => {
+                        ConstCounter::new(value(&target.stats)).encode(encoder)?
+                    }
+                    _ => ConstGauge::new(value(&target.stats) as i64).encode(encoder)?,
+                }
+            }
+        }
+        let mut failures = out.encode_descriptor(
+            "push_failures",
+            "Failed push attempts, by target and cause",
+            None,
+            MetricType::Counter,
+        )?;
+        for target in &self.push {
+            for (cause, count) in &target.stats.failures {
+                let labels = [("target", target.name.as_str()), ("cause", cause.as_str())];
+                ConstCounter::new(*count).encode(failures.encode_family(&labels)?)?;
+            }
+        }
         Ok(())
     }
 }
@@ -508,6 +588,7 @@ mod tests {
             peeks_running: 0,
             sessions_open: 2,
             rpcs,
+            push: Vec::new(),
         });
         for line in [
             "profilerd_samples_total 1234",

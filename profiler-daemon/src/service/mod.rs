@@ -14,6 +14,7 @@
 pub mod access;
 mod diff;
 pub mod error;
+mod export;
 pub mod grpc;
 pub mod http;
 pub mod limits;
@@ -49,6 +50,7 @@ use self::{
 pub use self::{
     diff::{DiffDrawing, DiffResult, DiffSpec},
     error::ServiceError,
+    export::ExportCursor,
     status::{DaemonStatus, PeekTrigger},
     top::{TopSpec, TopUpdate},
     windows::{CallersResult, PastWindow, ProfileSpec, StartedSession},
@@ -119,6 +121,8 @@ pub struct Service {
     offcpu: OffCpuRecorder,
     /// The off-CPU recordings of open sessions, by session id.
     session_recordings: Mutex<HashMap<String, RecordingGuard>>,
+    /// The push targets running, for status.
+    push: crate::export::PushBoard,
     info: DaemonInfo,
 }
 
@@ -159,6 +163,7 @@ impl Service {
             targets: Mutex::new(targets),
             offcpu,
             session_recordings: Mutex::new(HashMap::new()),
+            push: crate::export::PushBoard::default(),
             info,
         }
     }
@@ -219,6 +224,7 @@ impl Service {
             peeks_running: self.peeker.running(),
             sessions_open: self.sessions().len(),
             rpcs: self.rpc_counts.snapshot(),
+            push: self.push.status(),
         })
     }
 

@@ -32,6 +32,8 @@ pub struct DaemonStatus {
     pub targets: Option<TargetSet>,
     pub peek: PeekTrigger,
     pub offcpu: OffCpuTrigger,
+    /// The push targets (root and the admin group only: their addresses).
+    pub push: Vec<crate::export::TargetStatus>,
 }
 
 /// Whether off-CPU time can be recorded, and how much is.
@@ -78,6 +80,11 @@ impl Service {
                 recordings: self.offcpu.recordings(),
                 sample_probability: self.offcpu.sample_probability(),
                 dropped: self.offcpu.dropped(),
+            },
+            push: if asker.privileged() {
+                self.push.status()
+            } else {
+                Vec::new()
             },
             targets: asker
                 .privileged()

@@ -20,6 +20,7 @@ mod offcpu;
 mod peeks;
 mod pprof;
 mod profiles;
+mod push;
 mod reload;
 mod remote;
 mod requirements;

@@ -10,7 +10,7 @@ use crate::support::Daemon;
 
 /// Sends SIGHUP and waits for the daemon to log `expected` (once more than
 /// before).
-async fn reload(daemon: &Daemon, expected: &str) {
+pub async fn reload(daemon: &Daemon, expected: &str) {
     let before = daemon.log().matches(expected).count();
     daemon.signal(Signal::HUP);
     for _ in 0..100 {

@@ -401,6 +401,38 @@ pub fn peek_summary(summary: PeekSummary) -> v1::PeekSummary {
     }
 }
 
+fn push_status(target: &crate::export::TargetStatus) -> v1::PushTargetStatus {
+    let stats = &target.stats;
+    v1::PushTargetStatus {
+        name: target.name.clone(),
+        kind: match target.kind {
+            crate::export::settings::TargetKind::Pyroscope => "pyroscope",
+            crate::export::settings::TargetKind::Otlp => "otlp",
+        }
+        .to_owned(),
+        url: target.url.clone(),
+        sent: stats.sent,
+        last_success_unix_ms: stats.last_success.map_or(0, |time| {
+            time.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_millis() as i64)
+        }),
+        failures: stats
+            .failures
+            .iter()
+            .map(|(cause, count)| v1::LossCount {
+                cause: cause.clone(),
+                count: *count,
+            })
+            .collect(),
+        queued: stats.queued,
+        queued_bytes: stats.queued_bytes,
+        spooled: stats.spooled,
+        spooled_bytes: stats.spooled_bytes,
+        dropped: stats.dropped,
+        last_error: stats.last_error.clone().unwrap_or_default(),
+    }
+}
+
 fn offcpu_status(status: &DaemonStatus) -> v1::OffCpuStatus {
     use profiler_common::Counter;
     let counters = &status.pipeline.counters;
@@ -478,6 +510,7 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
             binaries_evicted: pipeline.unwinding.binaries_evicted,
         }),
         offcpu: Some(offcpu_status(&status)),
+        push: status.push.iter().map(push_status).collect(),
         peek: Some(v1::PeekStatus {
             signal: peek.signal,
             signal_name: crate::peek::signal_name(peek.signal),

@@ -1,0 +1,295 @@
+//! Fleet export: every `push_interval`, the window just ended is cut from
+//! the store (the whole machine's CPU samples, exactly once: consecutive
+//! windows share their cut), split by service, encoded per target and
+//! handed to each target's delivery, which sends it in the background.
+//! Sampling and the local API never wait on it.
+//!
+//! Owns the push targets while they run and their window loop; it must not
+//! sample or serve requests. Layers: `settings` (the configuration),
+//! `naming` (service names), `connection` (TLS, headers, HTTP POST),
+//! `delivery` (queue, spool, retries), `pyroscope` (its encoding).
+
+pub mod connection;
+pub mod delivery;
+pub mod naming;
+pub mod pyroscope;
+pub mod settings;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
+
+use anyhow::{Context as _, Result};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use self::{
+    connection::Connection,
+    delivery::{Bounds, Delivery, DeliveryStats, Payload, Sender},
+    settings::{PushSettings, TargetKind},
+};
+use crate::{
+    profile::{Format, Profile, ReportOptions},
+    service::Service,
+};
+
+/// One service's share of a window.
+#[derive(Clone, Debug)]
+pub struct ServiceProfile {
+    pub service: String,
+    /// Gzipped profile.proto.
+    pub pprof: Vec<u8>,
+}
+
+/// A running target, as status shows it.
+#[derive(Clone)]
+pub struct TargetHandle {
+    pub name: String,
+    pub kind: TargetKind,
+    pub url: String,
+    pub delivery: Delivery,
+}
+
+/// What status reports of a target.
+#[derive(Clone, Debug)]
+pub struct TargetStatus {
+    pub name: String,
+    pub kind: TargetKind,
+    pub url: String,
+    pub stats: DeliveryStats,
+}
+
+/// The targets running now, shared with status.
+#[derive(Clone, Default)]
+pub struct PushBoard(Arc<Mutex<Vec<TargetHandle>>>);
+
+impl PushBoard {
+    pub fn status(&self) -> Vec<TargetStatus> {
+        crate::lock(&self.0)
+            .iter()
+            .map(|target| TargetStatus {
+                name: target.name.clone(),
+                kind: target.kind,
+                url: target.url.clone(),
+                stats: target.delivery.stats(),
+            })
+            .collect()
+    }
+}
+
+/// Runs the push targets; `apply` replaces them (configuration reload).
+pub struct Exporter {
+    service: Arc<Service>,
+    spool_root: PathBuf,
+    /// Stops the tasks of the targets running now.
+    stop: Option<watch::Sender<bool>>,
+}
+
+impl Exporter {
+    pub fn new(service: Arc<Service>, state_dir: &Path) -> Self {
+        Self {
+            service,
+            spool_root: state_dir.join("push-spool"),
+            stop: None,
+        }
+    }
+
+    /// Starts `settings`' targets in place of the running ones (a target
+    /// kept by name keeps its queue). Reads every target's files first: on
+    /// an error nothing changes and it says which file of which target.
+    pub fn apply(&mut self, settings: &PushSettings) -> Result<()> {
+        let mut prepared = Vec::new();
+        for (index, target) in settings.targets.iter().enumerate() {
+            let name = target.display_name(&settings.targets, index);
+            let connection =
+                Connection::of(target).with_context(|| format!("push target {name:?}"))?;
+            prepared.push((name, target.clone(), connection));
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(true);
+        }
+        let board = self.service.push_board();
+        let previous: Vec<TargetHandle> = std::mem::take(&mut *crate::lock(&board.0));
+        if prepared.is_empty() {
+            return Ok(());
+        }
+        let (stop, stopped) = watch::channel(false);
+        let wait = move |mut stopped: watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let mut targets = Vec::new();
+        for (name, target, connection) in prepared {
+            let kept = previous
+                .iter()
+                .find(|old| old.name == name && old.kind == target.kind)
+                .map(|old| old.delivery.clone());
+            let delivery = kept.unwrap_or_else(|| {
+                Delivery::new(
+                    &name,
+                    Bounds {
+                        queue_bytes: target.queue_bytes.as_u64(),
+                        spool: (target.spool_bytes.as_u64() > 0).then(|| {
+                            (
+                                self.spool_root.join(sanitize(&name)),
+                                target.spool_bytes.as_u64(),
+                            )
+                        }),
+                        max_age: target.max_age,
+                        max_backoff: MAX_BACKOFF,
+                    },
+                )
+            });
+            // (Validation refuses the kinds not built yet.)
+            let sender: Arc<dyn Sender> = Arc::new(pyroscope::PyroscopeSender { connection });
+            tokio::spawn(delivery.clone().run(sender, wait(stopped.clone())));
+            info!(target = name, url = target.url, kind = ?target.kind, "pushing profiles");
+            targets.push(TargetHandle {
+                name,
+                kind: target.kind,
+                url: target.url.clone(),
+                delivery,
+            });
+        }
+        *crate::lock(&board.0) = targets.clone();
+        tokio::spawn(push_windows(
+            self.service.clone(),
+            settings.clone(),
+            targets,
+            wait(stopped),
+        ));
+        self.stop = Some(stop);
+        Ok(())
+    }
+}
+
+/// The longest wait between two tries of a payload.
+const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A target's name as a file name.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Cuts a window every interval and offers it to every target.
+async fn push_windows(
+    service: Arc<Service>,
+    settings: PushSettings,
+    targets: Vec<TargetHandle>,
+    stopped: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stopped);
+    let mut cursor = match service.export_cursor().await {
+        Ok(cursor) => cursor,
+        Err(err) => {
+            warn!("cannot start pushing profiles: {err}");
+            return;
+        }
+    };
+    let labels = series_labels(&settings.labels);
+    let mut ticks = tokio::time::interval(settings.interval);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            () = &mut stopped => return,
+            _ = ticks.tick() => {}
+        }
+        let profile = match service.export_window(&mut cursor).await {
+            Ok(profile) => profile,
+            Err(err) => {
+                warn!("cannot cut the window to push: {err}");
+                continue;
+            }
+        };
+        let settings = settings.clone();
+        let split = tokio::task::spawn_blocking(move || split_by_service(profile, &settings)).await;
+        let profiles = match split {
+            Ok(Ok(profiles)) => profiles,
+            Ok(Err(err)) => {
+                warn!("cannot encode the window to push: {err}");
+                continue;
+            }
+            Err(err) => {
+                warn!("the push encoding task failed: {err}");
+                continue;
+            }
+        };
+        if profiles.is_empty() {
+            continue;
+        }
+        let made = SystemTime::now();
+        for target in &targets {
+            let body = pyroscope::encode(&profiles, &labels);
+            target.delivery.offer(Payload { made, body });
+        }
+    }
+}
+
+/// The configured labels, with the host name unless set.
+fn series_labels(configured: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let mut labels = configured.clone();
+    labels
+        .entry("hostname".to_owned())
+        .or_insert_with(host_name);
+    labels.into_iter().collect()
+}
+
+pub fn host_name() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// One pprof per service, of the samples of its processes (the idle
+/// tasks, pid 0, are not a service).
+fn split_by_service(mut profile: Profile, settings: &PushSettings) -> Result<Vec<ServiceProfile>> {
+    let services: Vec<String> = profile
+        .threads
+        .iter()
+        .map(|thread| {
+            naming::service_name(
+                &settings.service_name_sources,
+                &settings.service_name_default,
+                &thread.cgroup,
+                &thread.process_name,
+            )
+        })
+        .collect();
+    let mut by_service: BTreeMap<&str, Vec<crate::profile::Sample>> = BTreeMap::new();
+    for sample in std::mem::take(&mut profile.samples) {
+        let thread = &profile.threads[sample.thread as usize];
+        if thread.pid == 0 {
+            continue;
+        }
+        by_service
+            .entry(&services[sample.thread as usize])
+            .or_default()
+            .push(sample);
+    }
+    let options = ReportOptions {
+        format: Format::Pprof,
+        ..ReportOptions::default()
+    };
+    let mut profiles = Vec::with_capacity(by_service.len());
+    for (service, samples) in by_service {
+        profile.samples = samples;
+        let pprof = crate::report::render(&profile, &options)
+            .with_context(|| format!("cannot encode the profile of {service}"))?;
+        profiles.push(ServiceProfile {
+            service: service.to_owned(),
+            pprof,
+        });
+    }
+    Ok(profiles)
+}

@@ -1,0 +1,303 @@
+//! Pushing to Grafana Pyroscope: a receiver of the test's own takes
+//! `push.v1.PusherService/Push` as Pyroscope does and decodes what comes
+//! with the types generated from Pyroscope's push.proto; every window is
+//! pushed once, with the labels, headers and profile type Pyroscope needs;
+//! retryable errors are retried and counted.
+
+use std::{
+    io::Read as _,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    body::Bytes,
+    http::{HeaderMap, StatusCode},
+    routing::post,
+};
+use profilerd::proto::pyroscope::push::v1::PushRequest;
+use profilerd_client::{pprof, v1};
+use prost::Message as _;
+
+use crate::{
+    remote::free_port,
+    support::{Daemon, Workload},
+};
+
+/// What the receiver took: each request's headers and body.
+#[derive(Clone, Default)]
+struct Received(Arc<Mutex<Vec<(HeaderMap, PushRequest)>>>);
+
+/// A Pyroscope stand-in on a loopback port that answers 503 to its first
+/// `refuse` requests.
+async fn receiver(refuse: usize) -> (String, Received) {
+    let received = Received::default();
+    let answered = Arc::new(Mutex::new(0_usize));
+    let kept = received.clone();
+    let app = axum::Router::new().route(
+        "/push.v1.PusherService/Push",
+        post(move |headers: HeaderMap, body: Bytes| {
+            let kept = kept.clone();
+            let answered = answered.clone();
+            async move {
+                let mut answered = answered.lock().unwrap();
+                *answered += 1;
+                if *answered <= refuse {
+                    return (StatusCode::SERVICE_UNAVAILABLE, "try later".to_owned());
+                }
+                match PushRequest::decode(body) {
+                    Ok(request) => {
+                        kept.0.lock().unwrap().push((headers, request));
+                        (StatusCode::OK, "{}".to_owned())
+                    }
+                    Err(err) => (StatusCode::BAD_REQUEST, err.to_string()),
+                }
+            }
+        }),
+    );
+    let port = free_port();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the receiver listens");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://127.0.0.1:{port}"), received)
+}
+
+fn label<'a>(
+    series: &'a profilerd::proto::pyroscope::push::v1::RawProfileSeries,
+    name: &str,
+) -> Option<&'a str> {
+    series
+        .labels
+        .iter()
+        .find(|pair| pair.name == name)
+        .map(|pair| pair.value.as_str())
+}
+
+fn decode_pprof(bytes: &[u8]) -> pprof::Profile {
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut raw)
+        .expect("gzipped");
+    pprof::Profile::decode(raw.as_slice()).expect("a profile.proto")
+}
+
+/// CPU time of a process so far, in nanoseconds (`/proc/PID/schedstat`).
+fn cpu_nanos(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn daemon_pushing_to(url: &str, dir: &std::path::Path) -> Daemon {
+    let password = dir.join("password");
+    std::fs::write(&password, "s3cret\n").expect("written");
+    let config = dir.join("profilerd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "frequency_hz = 499\npush_interval = \"1s\"\npush_labels = {{ env = \"test\" }}\n\
+             push_service_name = [\"comm\"]\n\n[[push]]\nkind = \"pyroscope\"\nurl = \"{url}\"\n\
+             tenant = \"team-a\"\nbasic_auth_user = \"profiler\"\n\
+             basic_auth_password_file = \"{}\"\nheaders = {{ \"X-Source\" = \"test\" }}\n",
+            password.display()
+        ),
+    )
+    .expect("written");
+    Daemon::start_with(&["--config", &config.display().to_string()]).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_window_goes_to_pyroscope_once_with_its_labels_and_type() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (url, received) = receiver(0).await;
+    let _daemon = daemon_pushing_to(&url, dir.path()).await;
+    // A command name of its own: the machine's other processes are pushed
+    // too, each under its own.
+    let workload = Workload::start_as("split", "pushed-split", &[]);
+    let started = Instant::now();
+    // Five windows of the workload.
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    let used = cpu_nanos(workload.pid());
+    let requests = received.0.lock().unwrap().clone();
+    assert!(
+        requests.len() >= 4,
+        "{} pushes in {:?}",
+        requests.len(),
+        started.elapsed()
+    );
+
+    let mut pushed_cpu = 0_i64;
+    let mut functions = std::collections::BTreeSet::new();
+    for (headers, request) in &requests {
+        assert_eq!(headers["content-type"], "application/proto");
+        assert_eq!(headers["x-scope-orgid"], "team-a");
+        assert_eq!(headers["x-source"], "test");
+        // base64("profiler:s3cret")
+        assert_eq!(headers["authorization"], "Basic cHJvZmlsZXI6czNjcmV0");
+        for series in &request.series {
+            assert_eq!(label(series, "__name__"), Some("process_cpu"));
+            assert!(label(series, "hostname").is_some_and(|host| !host.is_empty()));
+            assert_eq!(label(series, "env"), Some("test"));
+            assert_eq!(series.samples.len(), 1);
+            if label(series, "service_name") != Some("pushed-split") {
+                continue;
+            }
+            let profile = decode_pprof(&series.samples[0].raw_profile);
+            let string = |index: i64| profile.string_table[index as usize].as_str();
+            let types: Vec<(&str, &str)> = profile
+                .sample_type
+                .iter()
+                .map(|kind| (string(kind.r#type), string(kind.unit)))
+                .collect();
+            assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+            let period = profile.period_type.as_ref().expect("a period type");
+            assert_eq!(
+                (string(period.r#type), string(period.unit)),
+                ("cpu", "nanoseconds")
+            );
+            assert_eq!(profile.period, 1_000_000_000 / 499);
+            pushed_cpu += profile
+                .sample
+                .iter()
+                .map(|sample| sample.value[1])
+                .sum::<i64>();
+            functions.extend(
+                profile
+                    .function
+                    .iter()
+                    .map(|function| string(function.name).to_owned()),
+            );
+        }
+    }
+    for function in ["main", "common", "hot", "cold", "spin"] {
+        assert!(
+            functions.contains(function),
+            "{function} not pushed: {functions:?}"
+        );
+    }
+    // Each window once: what was pushed is the workload's CPU time up to
+    // the last window's end (at most one window, 1 s, before `used`).
+    let used = used as i64;
+    assert!(
+        pushed_cpu <= used + used / 20 && pushed_cpu >= used - 1_300_000_000,
+        "pushed {pushed_cpu} ns of CPU, the process used {used} ns"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_that_is_down_is_retried_and_counted() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (url, received) = receiver(2).await;
+    let daemon = daemon_pushing_to(&url, dir.path()).await;
+    let _workload = Workload::start("split", &[]);
+    let mut status = v1::PushTargetStatus::default();
+    for _ in 0..100 {
+        status = daemon
+            .client()
+            .await
+            .get_status(v1::GetStatusRequest::default())
+            .await
+            .expect("GetStatus")
+            .into_inner()
+            .push
+            .first()
+            .cloned()
+            .expect("the push target in the status");
+        if status.sent >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status.name, "pyroscope");
+    assert_eq!(status.kind, "pyroscope");
+    assert!(status.sent >= 2, "{status:?}");
+    assert!(status.last_success_unix_ms > 0, "{status:?}");
+    assert_eq!(status.dropped, 0, "{status:?}");
+    let failed: u64 = status
+        .failures
+        .iter()
+        .filter(|failure| failure.cause == "http_503")
+        .map(|failure| failure.count)
+        .sum();
+    assert_eq!(failed, 2, "{status:?}");
+    // The refused payload was sent again, not lost: the first window came.
+    assert!(received.0.lock().unwrap().len() as u64 >= status.sent);
+    let metrics = daemon
+        .client()
+        .await
+        .get_status(v1::GetStatusRequest { metrics: true })
+        .await
+        .expect("GetStatus")
+        .into_inner()
+        .metrics;
+    assert!(
+        metrics
+            .contains("profilerd_push_failures_total{target=\"pyroscope\",cause=\"http_503\"} 2"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_applies_push_settings_and_refuses_bad_ones() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = dir.path().join("profilerd.toml");
+    std::fs::write(&config, "frequency_hz = 499\n").expect("written");
+    let daemon = Daemon::start_with(&["--config", &config.display().to_string()]).await;
+    let targets = || async {
+        daemon
+            .client()
+            .await
+            .get_status(v1::GetStatusRequest::default())
+            .await
+            .expect("GetStatus")
+            .into_inner()
+            .push
+    };
+    assert!(targets().await.is_empty());
+
+    let (url, received) = receiver(0).await;
+    std::fs::write(
+        &config,
+        format!(
+            "frequency_hz = 499\npush_interval = \"1s\"\n\n[[push]]\nkind = \"pyroscope\"\n\
+             name = \"central\"\nurl = \"{url}\"\n"
+        ),
+    )
+    .expect("written");
+    crate::reload::reload(&daemon, "configuration reloaded").await;
+    let now = targets().await;
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(now[0].name, "central");
+    for _ in 0..50 {
+        if !received.0.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !received.0.lock().unwrap().is_empty(),
+        "nothing pushed after the reload"
+    );
+
+    // A password file that cannot be read: refused, the target stays.
+    std::fs::write(
+        &config,
+        format!(
+            "frequency_hz = 499\npush_interval = \"1s\"\n\n[[push]]\nkind = \"pyroscope\"\n\
+             name = \"other\"\nurl = \"{url}\"\nbasic_auth_user = \"u\"\n\
+             basic_auth_password_file = \"/nonexistent/password\"\n"
+        ),
+    )
+    .expect("written");
+    crate::reload::reload(&daemon, "could not be applied").await;
+    assert!(
+        daemon.log().contains("/nonexistent/password"),
+        "{}",
+        daemon.log()
+    );
+    let now = targets().await;
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(now[0].name, "central");
+}
