@@ -229,13 +229,15 @@ pub fn test_deps() -> Result<()> {
 }
 
 /// PyPI packages of the test suite's foreign gRPC client (Python's grpcio,
-/// which learns the API by reflection), and PyYAML, which reads the
-/// Kubernetes manifests in deploy/; pinned.
+/// which learns the API by reflection), PyYAML, which reads the Kubernetes
+/// manifests in deploy/, and OpenTelemetry's generated Python classes, with
+/// which an OTLP receiver decodes what the daemon pushes; pinned.
 const PYTHON_CLIENT_PACKAGES: &[&str] = &[
     "grpcio==1.85.1",
     "grpcio-reflection==1.85.1",
     "grpcio-health-checking==1.85.1",
     "PyYAML==6.0.3",
+    "opentelemetry-proto==1.45.2",
 ];
 
 /// A Python virtual environment under `target_dir` with the client
@@ -244,10 +246,11 @@ pub fn python_clients(target_dir: &Path) -> Result<PathBuf> {
     let venv = target_dir.join("python-clients");
     let python = venv.join("bin/python");
     let ready = python.exists()
-        && process::output(
-            process::command(&python)
-                .args(["-c", "import grpc, grpc_reflection, grpc_health, yaml"]),
-        )
+        && process::output(process::command(&python).args([
+            "-c",
+            "import grpc, grpc_reflection, grpc_health, yaml, \
+                     opentelemetry.proto.collector.profiles.v1development",
+        ]))
         .is_ok();
     if !ready {
         let system_python = process::find_program("python3").context(

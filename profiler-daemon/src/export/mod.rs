@@ -7,11 +7,13 @@
 //! Owns the push targets while they run and their window loop; it must not
 //! sample or serve requests. Layers: `settings` (the configuration),
 //! `naming` (service names), `connection` (TLS, headers, HTTP POST),
-//! `delivery` (queue, spool, retries), `pyroscope` (its encoding).
+//! `delivery` (queue, spool, retries), `pyroscope` and `otlp` (encodings
+//! and senders).
 
 pub mod connection;
 pub mod delivery;
 pub mod naming;
+pub mod otlp;
 pub mod pyroscope;
 pub mod settings;
 
@@ -142,8 +144,10 @@ impl Exporter {
                     },
                 )
             });
-            // (Validation refuses the kinds not built yet.)
-            let sender: Arc<dyn Sender> = Arc::new(pyroscope::PyroscopeSender { connection });
+            let sender: Arc<dyn Sender> = match target.kind {
+                TargetKind::Pyroscope => Arc::new(pyroscope::PyroscopeSender { connection }),
+                TargetKind::Otlp => Arc::new(otlp::OtlpSender::new(&target, &connection)?),
+            };
             tokio::spawn(delivery.clone().run(sender, wait(stopped.clone())));
             info!(target = name, url = target.url, kind = ?target.kind, "pushing profiles");
             targets.push(TargetHandle {
@@ -211,12 +215,16 @@ async fn push_windows(
                 continue;
             }
         };
-        let settings = settings.clone();
-        let split = tokio::task::spawn_blocking(move || split_by_service(profile, &settings)).await;
-        let profiles = match split {
-            Ok(Ok(profiles)) => profiles,
+        let kinds: Vec<TargetKind> = targets.iter().map(|target| target.kind).collect();
+        let (for_settings, for_labels) = (settings.clone(), labels.clone());
+        let encoded = tokio::task::spawn_blocking(move || {
+            encode_window(&profile, &for_settings, &for_labels, &kinds)
+        })
+        .await;
+        let encoded = match encoded {
+            Ok(Ok(encoded)) => encoded,
             Ok(Err(err)) => {
-                warn!("cannot encode the window to push: {err}");
+                warn!("cannot encode the window to push: {err:#}");
                 continue;
             }
             Err(err) => {
@@ -224,15 +232,52 @@ async fn push_windows(
                 continue;
             }
         };
-        if profiles.is_empty() {
-            continue;
-        }
         let made = SystemTime::now();
         for target in &targets {
-            let body = pyroscope::encode(&profiles, &labels);
-            target.delivery.offer(Payload { made, body });
+            let body = match target.kind {
+                TargetKind::Pyroscope => encoded.pyroscope.clone(),
+                TargetKind::Otlp => encoded.otlp.clone(),
+            };
+            if let Some(body) = body {
+                target.delivery.offer(Payload { made, body });
+            }
         }
     }
+}
+
+/// A window's request in each protocol the targets speak (`None`: no
+/// target speaks it, or the window holds nothing to push).
+struct Encoded {
+    pyroscope: Option<Vec<u8>>,
+    otlp: Option<Vec<u8>>,
+}
+
+fn encode_window(
+    profile: &Profile,
+    settings: &PushSettings,
+    labels: &[(String, String)],
+    kinds: &[TargetKind],
+) -> Result<Encoded> {
+    let empty = profile
+        .samples
+        .iter()
+        .all(|sample| profile.threads[sample.thread as usize].pid == 0);
+    if empty {
+        return Ok(Encoded {
+            pyroscope: None,
+            otlp: None,
+        });
+    }
+    let pyroscope = if kinds.contains(&TargetKind::Pyroscope) {
+        let profiles = split_by_service(profile.clone(), settings)?;
+        Some(pyroscope::encode(&profiles, labels))
+    } else {
+        None
+    };
+    let otlp = kinds
+        .contains(&TargetKind::Otlp)
+        .then(|| otlp::encode(profile, settings, &host_name()));
+    Ok(Encoded { pyroscope, otlp })
 }
 
 /// The configured labels, with the host name unless set.

@@ -51,11 +51,15 @@ fn unit(cgroup: &str) -> Option<String> {
 
 /// The first 64-hex-digit id in a cgroup path, cut to 12 digits.
 fn container(cgroup: &str) -> Option<String> {
+    container_id(cgroup).map(|id| id[..12].to_owned())
+}
+
+/// The container id (64 hex digits) in a cgroup path, if any.
+pub fn container_id(cgroup: &str) -> Option<&str> {
     cgroup.rsplit('/').find_map(|part| {
         let part = part.strip_suffix(".scope").unwrap_or(part);
         let id = part.rsplit(['-', ':']).next()?;
-        (id.len() == 64 && id.bytes().all(|byte| byte.is_ascii_hexdigit()))
-            .then(|| id[..12].to_owned())
+        (id.len() == 64 && id.bytes().all(|byte| byte.is_ascii_hexdigit())).then_some(id)
     })
 }
 

@@ -178,13 +178,6 @@ pub fn validate(settings: &PushSettings) -> Result<(), (&'static str, String)> {
             ));
         }
         let bad = |message: String| Err(("push", format!("target {name:?}: {message}")));
-        if target.kind == TargetKind::Otlp {
-            return bad(
-                "kind = \"otlp\" (OpenTelemetry profiles) is not built yet; push to Pyroscope \
-                 (kind = \"pyroscope\"), which also takes OTLP collectors' place for now"
-                    .to_owned(),
-            );
-        }
         let Some(rest) = target
             .url
             .strip_prefix("https://")

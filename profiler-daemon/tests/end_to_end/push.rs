@@ -301,3 +301,174 @@ async fn sighup_applies_push_settings_and_refuses_bad_ones() {
     assert_eq!(now.len(), 1, "{now:?}");
     assert_eq!(now[0].name, "central");
 }
+
+/// An OTLP receiver made of PyPI's opentelemetry-proto and grpcio, which
+/// writes each request it takes as a line of JSON to `output`.
+fn otlp_receiver(port: u16, output: &std::path::Path) -> KillOnDrop {
+    let python = std::env::var("PROFILERD_TEST_PYTHON").expect(
+        "PROFILERD_TEST_PYTHON names a Python with grpcio and opentelemetry-proto: run the \
+         tests with `cargo xtask test`, which sets it up",
+    );
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/otlp_receiver.py"
+    );
+    let mut child = std::process::Command::new(python)
+        .arg(script)
+        .arg(port.to_string())
+        .arg(output)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the OTLP receiver starts");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("its stdout")),
+        &mut ready,
+    )
+    .expect("the receiver says it is ready");
+    assert_eq!(ready.trim(), "ready");
+    KillOnDrop(child)
+}
+
+/// Kills the child when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn otlp_profiles_decode_with_opentelemetrys_own_classes() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let output = dir.path().join("received.jsonl");
+    let port = free_port();
+    let _receiver = otlp_receiver(port, &output);
+    let config = dir.path().join("profilerd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "frequency_hz = 499\npush_interval = \"1s\"\npush_service_name = [\"comm\"]\n\n\
+             [[push]]\nkind = \"otlp\"\nurl = \"http://127.0.0.1:{port}\"\ntenant = \"team-a\"\n"
+        ),
+    )
+    .expect("written");
+    let _daemon = Daemon::start_with(&["--config", &config.display().to_string()]).await;
+    let workload = Workload::start_as("split", "otlp-split", &[]);
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let used = cpu_nanos(workload.pid()) as i64;
+    let text = std::fs::read_to_string(&output).unwrap_or_default();
+    let requests: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    assert!(requests.len() >= 3, "{} requests:\n{text}", requests.len());
+
+    let number = |value: &serde_json::Value| -> i64 {
+        value
+            .as_str()
+            .and_then(|text| text.parse().ok())
+            .or_else(|| value.as_i64())
+            .unwrap_or(0)
+    };
+    let mut pushed_cpu = 0;
+    let mut chains = std::collections::BTreeSet::new();
+    for received in &requests {
+        assert_eq!(received["metadata"]["x-scope-orgid"], "team-a");
+        let request = &received["request"];
+        let dictionary = &request["dictionary"];
+        // Entry 0 of every table is the empty value.
+        assert_eq!(dictionary["stringTable"][0], "");
+        for table in [
+            "mappingTable",
+            "locationTable",
+            "functionTable",
+            "linkTable",
+            "attributeTable",
+            "stackTable",
+        ] {
+            assert_eq!(dictionary[table][0], serde_json::json!({}), "{table}");
+        }
+        let string = |index: &serde_json::Value| {
+            dictionary["stringTable"][number(index) as usize]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        for resource in request["resourceProfiles"].as_array().expect("resources") {
+            let attribute = |key: &str| {
+                resource["resource"]["attributes"]
+                    .as_array()
+                    .and_then(|attributes| attributes.iter().find(|kv| kv["key"] == key))
+                    .map(|kv| kv["value"].clone())
+                    .unwrap_or_default()
+            };
+            assert!(
+                attribute("host.name")["stringValue"]
+                    .as_str()
+                    .is_some_and(|host| !host.is_empty())
+            );
+            if attribute("process.executable.name")["stringValue"] != "otlp-split" {
+                continue;
+            }
+            assert_eq!(
+                number(&attribute("process.pid")["intValue"]),
+                i64::from(workload.pid())
+            );
+            assert_eq!(attribute("service.name")["stringValue"], "otlp-split");
+            let profile = &resource["scopeProfiles"][0]["profiles"][0];
+            assert_eq!(string(&profile["sampleType"]["typeStrindex"]), "cpu");
+            assert_eq!(
+                string(&profile["sampleType"]["unitStrindex"]),
+                "nanoseconds"
+            );
+            assert_eq!(number(&profile["period"]), 1_000_000_000 / 499);
+            for sample in profile["samples"].as_array().expect("samples") {
+                pushed_cpu += number(&sample["values"][0]);
+                let thread_id = sample["attributeIndices"]
+                    .as_array()
+                    .expect("attributes")
+                    .iter()
+                    .map(|index| &dictionary["attributeTable"][number(index) as usize])
+                    .find(|attribute| string(&attribute["keyStrindex"]) == "thread.id")
+                    .map(|attribute| number(&attribute["value"]["intValue"]));
+                assert_eq!(thread_id, Some(i64::from(workload.pid())));
+                // The stack, leaf first; each location's lines innermost first.
+                let stack = &dictionary["stackTable"][number(&sample["stackIndex"]) as usize];
+                let functions: Vec<String> = stack["locationIndices"]
+                    .as_array()
+                    .expect("locations")
+                    .iter()
+                    .flat_map(|location| {
+                        dictionary["locationTable"][number(location) as usize]["lines"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default()
+                    })
+                    .map(|line| {
+                        let function =
+                            &dictionary["functionTable"][number(&line["functionIndex"]) as usize];
+                        string(&function["nameStrindex"])
+                    })
+                    .collect();
+                chains.insert(functions.join(" <- "));
+            }
+        }
+    }
+    // The workload's known chains, every frame, leaf first.
+    for chain in [
+        "spin <- hot_loop <- hot <- common <- main",
+        "spin <- cold <- common <- main",
+    ] {
+        assert!(
+            chains.iter().any(|seen| seen.starts_with(chain)),
+            "no stack starts {chain:?}: {chains:#?}"
+        );
+    }
+    assert!(
+        pushed_cpu <= used + used / 20 && pushed_cpu >= used - 1_300_000_000,
+        "pushed {pushed_cpu} ns of CPU, the process used {used} ns"
+    );
+}
