@@ -1133,7 +1133,7 @@ mod tests {
                 "push",
             ),
             (
-                "[[push]]\nkind = \"otlp\"\nurl = \"http://host:4317\"",
+                "[[push]]\nkind = \"otlp\"\nurl = \"http://host:4317\"\ntimeout = \"0s\"",
                 "push",
             ),
             (
