@@ -59,54 +59,6 @@ const BPF_LINKER_LLVM_MAJORS: &[u32] = &[21, 22, 23];
 /// Overrides where bpf-linker is installed (`<root>/bin/bpf-linker`).
 const TOOLS_ROOT_VAR: &str = "PROFILERD_TOOLS_ROOT";
 
-/// A Debian package and the program on PATH that shows it is installed.
-pub struct AptPackage {
-    pub name: &'static str,
-    pub provides: &'static str,
-}
-
-/// Debian packages the test suite needs, installed with apt-get when the
-/// program they provide is not on PATH.
-pub const TEST_APT_PACKAGES: &[AptPackage] = &[
-    // `go tool pprof` reads the daemon's gzipped profile.proto output.
-    AptPackage {
-        name: "golang-go",
-        provides: "go",
-    },
-    // JIT code named from a perf map: `node --perf-basic-prof`.
-    AptPackage {
-        name: "nodejs",
-        provides: "node",
-    },
-    // The HTTP listener's tests fetch with curl.
-    AptPackage {
-        name: "curl",
-        provides: "curl",
-    },
-    // `systemd-analyze verify` checks deploy/profilerd.service.
-    AptPackage {
-        name: "systemd",
-        provides: "systemd-analyze",
-    },
-];
-
-/// Debian packages the benchmark needs: the profilers it compares profilerd
-/// with, and addr2line for the symbolization question.
-pub const BENCH_APT_PACKAGES: &[AptPackage] = &[
-    AptPackage {
-        name: "linux-perf",
-        provides: "perf",
-    },
-    AptPackage {
-        name: "bpftrace",
-        provides: "bpftrace",
-    },
-    AptPackage {
-        name: "binutils",
-        provides: "addr2line",
-    },
-];
-
 /// Where bpf-linker is installed: `$PROFILERD_TOOLS_ROOT`, else the cargo
 /// home.
 pub fn tools_root() -> PathBuf {
@@ -217,96 +169,6 @@ fn install_pinned_nightly() -> Result<String> {
         )
     })?;
     Ok(channel.to_owned())
-}
-
-/// Makes sure the test suite's programs are there: gcc (which must be), and
-/// the packages in [`TEST_APT_PACKAGES`] (installed when missing).
-pub fn test_deps() -> Result<()> {
-    system_deps("the tests", TEST_APT_PACKAGES)?;
-    process::output(process::command("go").args(["tool", "-n", "pprof"]))
-        .context("`go tool pprof` is not available; the tests read profiles with it")?;
-    Ok(())
-}
-
-/// PyPI packages of the test suite's foreign gRPC client (Python's grpcio,
-/// which learns the API by reflection), PyYAML, which reads the Kubernetes
-/// manifests in deploy/, and OpenTelemetry's generated Python classes, with
-/// which an OTLP receiver decodes what the daemon pushes; pinned.
-const PYTHON_CLIENT_PACKAGES: &[&str] = &[
-    "grpcio==1.85.1",
-    "grpcio-reflection==1.85.1",
-    "grpcio-health-checking==1.85.1",
-    "PyYAML==6.0.3",
-    "opentelemetry-proto==1.45.2",
-];
-
-/// A Python virtual environment under `target_dir` with the client
-/// packages, created (once) when missing; returns its interpreter.
-pub fn python_clients(target_dir: &Path) -> Result<PathBuf> {
-    let venv = target_dir.join("python-clients");
-    let python = venv.join("bin/python");
-    let ready = python.exists()
-        && process::output(process::command(&python).args([
-            "-c",
-            "import grpc, grpc_reflection, grpc_health, yaml, \
-                     opentelemetry.proto.collector.profiles.v1development",
-        ]))
-        .is_ok();
-    if !ready {
-        let system_python = process::find_program("python3").context(
-            "python3 is not on PATH: the tests run Python's grpcio against the daemon; \
-             install it (Debian: `apt-get install python3 python3-venv`)",
-        )?;
-        println!(
-            "==> creating {} with {}",
-            venv.display(),
-            PYTHON_CLIENT_PACKAGES.join(", ")
-        );
-        process::run(
-            process::command(system_python)
-                .arg("-m")
-                .arg("venv")
-                .arg(&venv),
-        )
-        .context(
-            "creating the Python virtual environment (Debian: apt-get install python3-venv)",
-        )?;
-        process::run(
-            process::command(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .args(PYTHON_CLIENT_PACKAGES),
-        )
-        .context("installing the Python gRPC packages from PyPI")?;
-    }
-    println!("ok: Python gRPC client ({})", python.display());
-    Ok(python)
-}
-
-/// Makes sure the benchmark's programs are there: gcc, and the packages in
-/// [`BENCH_APT_PACKAGES`] (installed when missing).
-pub fn bench_deps() -> Result<()> {
-    system_deps("the benchmark", BENCH_APT_PACKAGES)
-}
-
-/// gcc (which `who` compiles its C workloads with, and which cannot be
-/// installed for it), then `packages`, installed when missing.
-fn system_deps(who: &str, packages: &[AptPackage]) -> Result<()> {
-    if process::find_program("gcc").is_none() {
-        bail!(
-            "gcc is not on PATH: {who} compile C workloads with it; \
-             install it (Debian: `apt-get install gcc`)"
-        );
-    }
-    ensure_apt_packages(packages)?;
-    let names: Vec<&str> = packages.iter().map(|pkg| pkg.provides).collect();
-    println!("ok: programs {who} need (gcc, {})", names.join(", "));
-    Ok(())
 }
 
 /// What bpf-linker must be built against: the nightly's LLVM.
@@ -508,56 +370,6 @@ fn install_bpf_linker(nightly: &Nightly) -> Result<()> {
         root.join("bin").display(),
         started.elapsed().as_secs()
     );
-    Ok(())
-}
-
-/// Installs with apt-get the packages whose program is not on PATH; when
-/// that fails (empty or stale package lists), runs `apt-get update` once
-/// and retries.
-fn ensure_apt_packages(packages: &[AptPackage]) -> Result<()> {
-    let missing: Vec<&AptPackage> = packages
-        .iter()
-        .filter(|pkg| process::find_program(pkg.provides).is_none())
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let names: Vec<&str> = missing.iter().map(|pkg| pkg.name).collect();
-    let wanted = missing
-        .iter()
-        .map(|pkg| format!("`{}` (Debian package {})", pkg.provides, pkg.name))
-        .collect::<Vec<_>>()
-        .join(", ");
-    if process::find_program("apt-get").is_none() {
-        bail!("the tests need {wanted}, and there is no apt-get here: install them yourself");
-    }
-    let privilege = process::privilege(&format!("installing {}", names.join(" ")))?;
-
-    println!("==> installing {} with apt-get (one time)", names.join(" "));
-    let env = [("DEBIAN_FRONTEND", "noninteractive")];
-    let install = || {
-        let mut cmd = process::as_root(privilege, "apt-get", &env);
-        cmd.args(["install", "-y", "--no-install-recommends"])
-            .args(&names);
-        process::run(&mut cmd)
-    };
-    if let Err(first) = install() {
-        println!(
-            "==> apt-get install failed ({first:#}); refreshing the package lists and retrying"
-        );
-        process::run(process::as_root(privilege, "apt-get", &env).arg("update"))
-            .context("apt-get update failed")?;
-        install().with_context(|| format!("installing {} with apt-get failed", names.join(" ")))?;
-    }
-    for pkg in missing {
-        if process::find_program(pkg.provides).is_none() {
-            bail!(
-                "apt-get installed {} but `{}` is still not on PATH",
-                pkg.name,
-                pkg.provides
-            );
-        }
-    }
     Ok(())
 }
 

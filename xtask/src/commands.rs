@@ -13,7 +13,7 @@ use crate::cli::{
     BenchArgs, BootstrapArgs, BuildArgs, Command, InstallArgs, RunArgs, TestArgs, UninstallArgs,
 };
 use crate::process::{self, Privilege};
-use crate::{bootstrap, install, kernel};
+use crate::{bootstrap, deps, install, kernel};
 
 /// The eBPF crate: built for its own target only (by the daemon's build script).
 const EBPF_PACKAGE: &str = "profiler-ebpf";
@@ -99,8 +99,8 @@ fn test(args: TestArgs) -> Result<()> {
         process::privilege("the test suite (its integration tests load eBPF programs)")?;
     kernel::check()?;
     bootstrap::ebpf_toolchain()?;
-    bootstrap::test_deps()?;
-    let python = bootstrap::python_clients(&target_dir()?)?;
+    deps::test_deps()?;
+    let python = deps::python_clients(&target_dir()?)?;
     // The end-to-end tests run profilerctl, a package of its own.
     build_daemon(Profile::Debug)?;
 
@@ -124,7 +124,7 @@ fn bench(args: BenchArgs) -> Result<()> {
     let privilege = process::privilege("the benchmark (it loads eBPF programs)")?;
     kernel::check()?;
     bootstrap::ebpf_toolchain()?;
-    bootstrap::bench_deps()?;
+    deps::bench_deps()?;
     // The symbolization question reads the daemon's debug build: a large
     // binary with full debug information.
     build_daemon(Profile::Debug)?;
@@ -183,7 +183,7 @@ fn lint() -> Result<()> {
 fn bootstrap(args: BootstrapArgs) -> Result<()> {
     bootstrap::ebpf_toolchain()?;
     if args.test_deps {
-        bootstrap::test_deps()?;
+        deps::test_deps()?;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@
 mod bootstrap;
 mod cli;
 mod commands;
+mod deps;
 mod install;
 mod kernel;
 mod process;

@@ -21,6 +21,7 @@ pub mod limits;
 pub mod metrics;
 mod peeks;
 pub mod reports;
+pub mod rpc_counts;
 pub mod selection;
 pub mod serving;
 pub mod sessions;
@@ -43,7 +44,7 @@ use tokio::sync::Notify;
 use self::{
     access::{AccessPolicy, CallerKey},
     limits::{ServiceLimits, StreamSlots},
-    metrics::RpcCounts,
+    rpc_counts::RpcCounts,
     sessions::Sessions,
     stopping::{StopSwitch, Stopping},
 };

@@ -10,7 +10,7 @@ use aya::{
 use profiler_common::names;
 use tracing::debug;
 
-use super::{PeekClocks, Sampler, SamplingError, take_map};
+use super::{PeekClocks, Sampler, SamplingError, maps::take_map};
 use crate::kernel::{offcpu, programs};
 
 /// The task iterator that reads the threads of a process whose off-CPU

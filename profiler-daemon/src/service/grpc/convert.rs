@@ -9,12 +9,12 @@ use std::time::{Duration, SystemTime};
 use tonic::Status;
 
 use crate::{
-    kernel::{drain, targets::TargetSet},
+    kernel::targets::TargetSet,
     peek::{PeekReport, PeekSummary, TriggerSource},
     profile::{Format, GroupBy, LossCause, ProfileMode, ReportOptions, SortedBy},
     proto::v1,
     service::{
-        CallersResult, DaemonStatus, DiffResult, DiffSpec, PastWindow, ServiceError, TopUpdate,
+        CallersResult, DiffResult, DiffSpec, PastWindow, ServiceError, TopUpdate,
         reports::{Report, Summary},
         selection::SelectorSpec,
         sessions::Session,
@@ -191,7 +191,7 @@ pub fn unix_nanos(time: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
-fn loss_counts(lost: impl IntoIterator<Item = (LossCause, u64)>) -> Vec<v1::LossCount> {
+pub(super) fn loss_counts(lost: impl IntoIterator<Item = (LossCause, u64)>) -> Vec<v1::LossCount> {
     lost.into_iter()
         .map(|(cause, count)| v1::LossCount {
             cause: cause.name().to_owned(),
@@ -398,142 +398,6 @@ pub fn peek_summary(summary: PeekSummary) -> v1::PeekSummary {
         title: summary.title,
         triggered_unix_nanos: unix_nanos(summary.triggered),
         bytes: summary.bytes,
-    }
-}
-
-fn push_status(target: &crate::export::TargetStatus) -> v1::PushTargetStatus {
-    let stats = &target.stats;
-    v1::PushTargetStatus {
-        name: target.name.clone(),
-        kind: match target.kind {
-            crate::export::settings::TargetKind::Pyroscope => "pyroscope",
-            crate::export::settings::TargetKind::Otlp => "otlp",
-        }
-        .to_owned(),
-        url: target.url.clone(),
-        sent: stats.sent,
-        last_success_unix_ms: stats.last_success.map_or(0, |time| {
-            time.duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| since.as_millis() as i64)
-        }),
-        failures: stats
-            .failures
-            .iter()
-            .map(|(cause, count)| v1::LossCount {
-                cause: cause.clone(),
-                count: *count,
-            })
-            .collect(),
-        queued: stats.queued,
-        queued_bytes: stats.queued_bytes,
-        spooled: stats.spooled,
-        spooled_bytes: stats.spooled_bytes,
-        dropped: stats.dropped,
-        last_error: stats.last_error.clone().unwrap_or_default(),
-    }
-}
-
-fn offcpu_status(status: &DaemonStatus) -> v1::OffCpuStatus {
-    use profiler_common::Counter;
-    let counters = &status.pipeline.counters;
-    let waits = status.pipeline.waits.unwrap_or_default();
-    v1::OffCpuStatus {
-        unavailable: status.offcpu.unavailable.clone().unwrap_or_default(),
-        recordings: status.offcpu.recordings as u32,
-        sample_probability: status.offcpu.sample_probability,
-        switches: counters[Counter::Switches as usize],
-        recorded: counters[Counter::OffCpuRecorded as usize],
-        charged: waits.charged,
-        unmatched: waits.unmatched,
-        abandoned: waits.abandoned,
-        under_way: waits.under_way,
-        stack_lost: waits.stack_lost,
-        already_waiting: waits.already_waiting,
-        dropped: status.offcpu.dropped,
-    }
-}
-
-pub fn status(status: DaemonStatus) -> v1::StatusReply {
-    use profiler_common::Counter;
-    let (pipeline, store, peek) = (&status.pipeline, &status.store, &status.peek);
-    let stats = &peek.stats;
-    v1::StatusReply {
-        version: status.version.to_owned(),
-        uptime_ms: status.uptime.as_millis() as u64,
-        cpus: status.cpus.clone(),
-        frequency_hz: status.frequency_hz,
-        samples_taken: pipeline.samples_taken(),
-        samples_lost: loss_counts(drain::losses(&pipeline.counters)),
-        processes_seen: pipeline.processes.processes_seen,
-        symbolizer: Some(v1::SymbolizerStatus {
-            binaries: pipeline.symbolizer.binaries,
-            user_addresses_cached: pipeline.symbolizer.user_addresses_cached,
-            kernel_addresses_cached: pipeline.symbolizer.kernel_addresses_cached,
-            processes_tracked: pipeline.processes.processes_tracked,
-        }),
-        store: Some(v1::StoreStatus {
-            memory_bytes: store.memory_bytes,
-            memory_limit_bytes: store.memory_limit_bytes,
-            retention_ms: store.retention.as_millis() as u64,
-            buckets: store.buckets,
-            oldest_unix_nanos: store.oldest.map_or(0, unix_nanos),
-            distinct_stacks: store.distinct_stacks,
-            buckets_evicted_for_memory: store.buckets_evicted_for_memory,
-            resolution_ms: store.resolution.as_millis() as u64,
-            coarsest_bucket_ms: store.coarsest_bucket.as_millis() as u64,
-            buckets_coarsened_for_memory: store.buckets_coarsened_for_memory,
-        }),
-        max_profile_duration_ms: status.max_profile_duration.as_millis() as u64,
-        open_sessions: status.open_sessions as u32,
-        drains: pipeline.drains,
-        targets: status.targets.as_ref().map(targets),
-        targets_hidden: status.targets.is_none(),
-        samples_outside_targets: pipeline.counters[Counter::OutsideTargets as usize],
-        unwinding: Some(v1::UnwindStatus {
-            stack_copy_bytes: status.stack_copy_bytes,
-            stack_copies: pipeline.counters[Counter::StackCopies as usize],
-            complete: pipeline.unwinding.complete,
-            stopped: pipeline
-                .unwinding
-                .stopped
-                .iter()
-                .map(|(reason, count)| v1::UnwindStopCount {
-                    reason: (*reason).to_owned(),
-                    count: *count,
-                })
-                .collect(),
-            binaries: pipeline.unwinding.binaries,
-            bytes: pipeline.unwinding.bytes,
-            stack_bytes: pipeline.unwinding.stack_bytes,
-            unwind_ms: pipeline.unwinding.busy.as_millis() as u64,
-            limit: pipeline.unwinding.limit,
-            binaries_evicted: pipeline.unwinding.binaries_evicted,
-        }),
-        offcpu: Some(offcpu_status(&status)),
-        push: status.push.iter().map(push_status).collect(),
-        peek: Some(v1::PeekStatus {
-            signal: peek.signal,
-            signal_name: crate::peek::signal_name(peek.signal),
-            signal_off_reason: peek.signal_off_reason.clone().unwrap_or_default(),
-            protection_active: peek.protection.active,
-            protection_reason: peek.protection.reason.clone(),
-            signals: stats.signals,
-            requests: stats.requests,
-            completed: stats.completed,
-            failed: stats.failed,
-            folded: stats.folded,
-            dropped_limit: stats.dropped_limit,
-            dropped_user_limit: stats.dropped_user_limit,
-            logged_briefly: stats.logged_briefly,
-            dropped_in_kernel: peek.dropped_in_kernel,
-            refused: stats.refused,
-            gone: stats.gone,
-            killed: stats.killed,
-            self_sent: stats.self_sent,
-            running: peek.running as u32,
-            not_written: stats.not_written,
-        }),
-        metrics: String::new(),
     }
 }
 

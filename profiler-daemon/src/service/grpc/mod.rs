@@ -9,6 +9,7 @@
 
 pub mod codec;
 mod convert;
+mod status;
 
 use std::{sync::Arc, time::Duration};
 
@@ -189,7 +190,7 @@ impl Profiler for GrpcApi {
         request: Request<v1::GetStatusRequest>,
     ) -> Result<Response<v1::StatusReply>, Status> {
         let asker = self.asker(&request)?;
-        let mut status = convert::status(self.service.status(asker));
+        let mut status = status::status(self.service.status(asker));
         if request.into_inner().metrics {
             status.metrics = self.service.metrics();
         }

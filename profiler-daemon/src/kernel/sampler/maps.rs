@@ -1,0 +1,157 @@
+//! Handing the loaded programs' maps to the modules that own them: the
+//! drain's, the stack copies', the families', off-CPU recording's, the
+//! peek signals', the targets'. Each map is taken once.
+//!
+//! Owns nothing after the hand-over; it must not read or write the maps.
+
+use aya::{
+    Ebpf,
+    maps::{MapData, RingBuf},
+};
+use profiler_common::names;
+
+use super::*;
+
+impl Sampler {
+    /// Takes the map of followed processes and the ring buffer of those
+    /// that join a family; why they cannot be had when forks are not
+    /// followed.
+    pub fn take_families(&mut self) -> Result<FamilyMaps, OptionalProgramError> {
+        self.off_reason(ProgramGroup::ForkFollower)?;
+        let missing = |_| OptionalProgramError::Missing("map of followed processes");
+        Ok(FamilyMaps {
+            followed: take_map(&mut self.ebpf, names::FOLLOWED).map_err(missing)?,
+            joins: take_map(&mut self.ebpf, names::FAMILY_JOINS).map_err(missing)?,
+        })
+    }
+
+    /// Takes the maps of off-CPU recording: the recorder's, and the
+    /// pipeline's intervals; the reason when the programs are off.
+    pub fn take_offcpu(
+        &mut self,
+    ) -> Result<
+        (
+            crate::kernel::offcpu::BpfRecordingMaps,
+            crate::kernel::offcpu::OffCpuIntervals,
+        ),
+        String,
+    > {
+        if let Some(reason) = self.off.get(&ProgramGroup::OffCpu) {
+            return Err(reason.to_string());
+        }
+        let missing = |err: SamplingError| err.to_string();
+        let (pending, recorder_pending) =
+            take_hash_map_twice(&mut self.ebpf, names::OFFCPU_PENDING).map_err(missing)?;
+        let recording = crate::kernel::offcpu::BpfRecordingMaps {
+            control: take_map(&mut self.ebpf, names::OFFCPU_CONTROL).map_err(missing)?,
+            pids: take_map(&mut self.ebpf, names::OFFCPU_PIDS).map_err(missing)?,
+            pid_slots: take_map(&mut self.ebpf, names::OFFCPU_PID_SLOTS).map_err(missing)?,
+            pending: recorder_pending,
+            pending_slots: take_map(&mut self.ebpf, names::OFFCPU_PENDING_SLOTS)
+                .map_err(missing)?,
+            held: Vec::new(),
+        };
+        let intervals = crate::kernel::offcpu::OffCpuIntervals::new(
+            take_map(&mut self.ebpf, names::OFFCPU_INTERVALS).map_err(missing)?,
+            pending,
+            take_map(&mut self.ebpf, names::OFFCPU_PENDING_MARKS).map_err(missing)?,
+        );
+        Ok((recording, intervals))
+    }
+
+    /// Takes the ring buffer of peek signals.
+    pub fn take_peek_signals(&mut self) -> Result<RingBuf<MapData>, SamplingError> {
+        take_map(&mut self.ebpf, names::PEEK_SIGNALS)
+    }
+
+    /// Takes the maps of the sampling targets.
+    pub fn take_targets(&mut self) -> Result<crate::kernel::targets::Targets, SamplingError> {
+        let maps = crate::kernel::targets::BpfTargetMaps {
+            mode: take_map(&mut self.ebpf, names::TARGETS_MODE)?,
+            pids: take_map(&mut self.ebpf, names::TARGET_PIDS)?,
+            cgroups: take_map(&mut self.ebpf, names::TARGET_CGROUPS)?,
+        };
+        Ok(crate::kernel::targets::Targets::new(Box::new(maps)))
+    }
+
+    /// Takes the sample source the programs write to, for the pipeline.
+    pub fn take_source(&mut self) -> Result<Box<dyn SampleSource>, SamplingError> {
+        match self.source {
+            SampleSourceKind::AggregatedMaps => {
+                let maps = self.take_drain_maps()?;
+                let drainer = Drainer::new(maps).map_err(|error| SamplingError::SourceMaps {
+                    kind: self.source,
+                    error,
+                })?;
+                Ok(Box::new(drainer))
+            }
+        }
+    }
+
+    /// Takes the maps the drainer reads out of the object.
+    fn take_drain_maps(&mut self) -> Result<DrainMaps, SamplingError> {
+        Ok(DrainMaps {
+            control: take_map(&mut self.ebpf, names::CONTROL)?,
+            counters: take_map(&mut self.ebpf, names::COUNTERS)?,
+            counts: [
+                take_map(&mut self.ebpf, names::COUNTS[0])?,
+                take_map(&mut self.ebpf, names::COUNTS[1])?,
+            ],
+            stacks: [
+                take_map(&mut self.ebpf, names::STACKS[0])?,
+                take_map(&mut self.ebpf, names::STACKS[1])?,
+            ],
+        })
+    }
+
+    /// Takes the ring buffer of stack copies, when the programs copy
+    /// stacks.
+    pub fn take_stack_copies(&mut self) -> Result<Option<StackCopies>, SamplingError> {
+        if !self.stack_copies {
+            return Ok(None);
+        }
+        Ok(Some(StackCopies::new(take_map(
+            &mut self.ebpf,
+            names::STACK_COPIES,
+        )?)))
+    }
+
+    /// Takes the ring buffer of new-process announcements.
+    pub fn take_process_announcements(&mut self) -> Result<RingBuf<MapData>, SamplingError> {
+        take_map(&mut self.ebpf, names::NEW_PROCESSES)
+    }
+}
+
+pub(super) fn take_map<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, SamplingError>
+where
+    M: TryFrom<aya::maps::Map>,
+{
+    ebpf.take_map(name)
+        .and_then(|map| M::try_from(map).ok())
+        .ok_or(SamplingError::Missing(name))
+}
+
+/// Two handles on one hash map in the kernel.
+type TwoHandles<K, V> = (
+    aya::maps::HashMap<MapData, K, V>,
+    aya::maps::HashMap<MapData, K, V>,
+);
+
+/// Takes a hash map with a second handle on it, for two owners.
+fn take_hash_map_twice<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<TwoHandles<K, V>, SamplingError> {
+    let Some(aya::maps::Map::HashMap(data)) = ebpf.take_map(name) else {
+        return Err(SamplingError::Missing(name));
+    };
+    let second = data
+        .info()
+        .and_then(|info| MapData::from_id(info.id()))
+        .map_err(|_| SamplingError::Missing(name))?;
+    let open = |data| {
+        aya::maps::HashMap::try_from(aya::maps::Map::HashMap(data))
+            .map_err(|_| SamplingError::Missing(name))
+    };
+    Ok((open(data)?, open(second)?))
+}
