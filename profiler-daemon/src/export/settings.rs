@@ -206,8 +206,8 @@ pub fn validate(settings: &PushSettings) -> Result<(), (&'static str, String)> {
         if target.max_age.is_zero() || target.max_age > MAX_AGE {
             return bad("max_age must be more than 0 and at most 1h".to_owned());
         }
-        if target.queue_bytes.as_u64() < 64 * 1024 {
-            return bad("queue_bytes must be at least 64KiB".to_owned());
+        if target.queue_bytes.as_u64() < 16 * 1024 {
+            return bad("queue_bytes must be at least 16KiB".to_owned());
         }
         for header in target.headers.keys() {
             if hyper::header::HeaderName::from_bytes(header.as_bytes()).is_err() {

@@ -31,6 +31,11 @@ struct Received(Arc<Mutex<Vec<(HeaderMap, PushRequest)>>>);
 /// A Pyroscope stand-in on a loopback port that answers 503 to its first
 /// `refuse` requests.
 async fn receiver(refuse: usize) -> (String, Received) {
+    receiver_on(free_port(), refuse).await
+}
+
+/// The same, on `port`.
+async fn receiver_on(port: u16, refuse: usize) -> (String, Received) {
     let received = Received::default();
     let answered = Arc::new(Mutex::new(0_usize));
     let kept = received.clone();
@@ -55,7 +60,6 @@ async fn receiver(refuse: usize) -> (String, Received) {
             }
         }),
     );
-    let port = free_port();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .expect("the receiver listens");
@@ -88,6 +92,25 @@ fn cpu_nanos(pid: u32) -> u64 {
         .ok()
         .and_then(|text| text.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// The CPU time pushed for `service`, in nanoseconds, over every request.
+fn pushed_cpu_of(received: &Received, service: &str) -> i64 {
+    received
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|(_, request)| request.series.clone())
+        .filter(|series| label(series, "service_name") == Some(service))
+        .map(|series| {
+            decode_pprof(&series.samples[0].raw_profile)
+                .sample
+                .iter()
+                .map(|sample| sample.value[1])
+                .sum::<i64>()
+        })
+        .sum()
 }
 
 async fn daemon_pushing_to(url: &str, dir: &std::path::Path) -> Daemon {
@@ -470,5 +493,71 @@ async fn otlp_profiles_decode_with_opentelemetrys_own_classes() {
     assert!(
         pushed_cpu <= used + used / 20 && pushed_cpu >= used - 1_300_000_000,
         "pushed {pushed_cpu} ns of CPU, the process used {used} ns"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn windows_wait_in_the_queue_and_spool_while_pyroscope_is_down() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let port = free_port();
+    let config = dir.path().join("profilerd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "frequency_hz = 499\npush_interval = \"1s\"\npush_service_name = [\"comm\"]\n\n\
+             [[push]]\nkind = \"pyroscope\"\nurl = \"http://127.0.0.1:{port}\"\n\
+             queue_bytes = \"16 KiB\"\nspool_bytes = \"16 MiB\"\n"
+        ),
+    )
+    .expect("written");
+    let daemon = Daemon::start_with(&["--config", &config.display().to_string()]).await;
+    let workload = Workload::start_as("split", "spooled-split", &[]);
+    let status = || async {
+        daemon
+            .client()
+            .await
+            .get_status(v1::GetStatusRequest::default())
+            .await
+            .expect("GetStatus")
+            .into_inner()
+            .push
+            .first()
+            .cloned()
+            .expect("the push target in the status")
+    };
+    // Down for 5 windows: they wait.
+    tokio::time::sleep(Duration::from_millis(5_200)).await;
+    let down = status().await;
+    assert_eq!(down.sent, 0, "{down:?}");
+    assert!(down.queued + down.spooled >= 4, "{down:?}");
+    assert!(
+        down.failures
+            .iter()
+            .any(|failure| failure.cause == "connect"),
+        "{down:?}"
+    );
+    // Windows of several KiB each: the queue holds a few, the rest are on
+    // disk.
+    assert!(down.spooled > 0, "{down:?}");
+    let spooled = std::fs::read_dir(daemon.state_dir().join("push-spool/pyroscope"))
+        .map(|files| files.count())
+        .unwrap_or(0);
+    assert_eq!(spooled as u64, down.spooled, "{down:?}");
+    // Up again: everything goes, nothing lost or sent twice.
+    let (_, received) = receiver_on(port, 0).await;
+    let mut up = status().await;
+    for _ in 0..250 {
+        up = status().await;
+        if up.sent >= down.queued + down.spooled && up.queued == 0 && up.spooled == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!((up.queued, up.spooled, up.dropped), (0, 0, 0), "{up:?}");
+    let used = cpu_nanos(workload.pid()) as i64;
+    let pushed = pushed_cpu_of(&received, "spooled-split");
+    assert!(
+        pushed <= used + used / 20 && pushed >= used - 1_300_000_000,
+        "pushed {pushed} ns of CPU, the process used {used} ns; {up:?}"
     );
 }
