@@ -1,7 +1,7 @@
 //! OpenTelemetry profiles (experimental: the signal is still alpha, its
 //! package `v1development`): one `ExportProfilesServiceRequest` per window
 //! with one resource per process (`process.pid`,
-//! `process.executable.name`, `container.id`, `service.name`,
+//! `process.executable.name` and `.path`, `container.id`, `service.name`,
 //! `host.name`), its CPU samples as one `cpu/nanoseconds` profile, the
 //! threads' names and ids as sample attributes, and one shared dictionary
 //! whose every table starts with the empty entry the specification asks
@@ -96,6 +96,13 @@ pub fn encode(profile: &Profile, settings: &PushSettings, host: &str) -> Vec<u8>
                 ),
                 key_value("host.name", Value::StringValue(host.to_owned())),
             ];
+            // The process's executable, while it runs (readable as root).
+            if let Ok(path) = std::fs::read_link(format!("/proc/{pid}/exe")) {
+                attributes.push(key_value(
+                    "process.executable.path",
+                    Value::StringValue(path.display().to_string()),
+                ));
+            }
             if let Some(id) = naming::container_id(&thread.cgroup) {
                 attributes.push(key_value("container.id", Value::StringValue(id.to_owned())));
             }

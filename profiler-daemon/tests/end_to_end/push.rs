@@ -441,6 +441,12 @@ async fn otlp_profiles_decode_with_opentelemetrys_own_classes() {
                 i64::from(workload.pid())
             );
             assert_eq!(attribute("service.name")["stringValue"], "otlp-split");
+            assert!(
+                attribute("process.executable.path")["stringValue"]
+                    .as_str()
+                    .is_some_and(|path| path.ends_with("/otlp-split")),
+                "{resource}"
+            );
             let profile = &resource["scopeProfiles"][0]["profiles"][0];
             assert_eq!(string(&profile["sampleType"]["typeStrindex"]), "cpu");
             assert_eq!(
