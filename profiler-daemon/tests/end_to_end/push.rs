@@ -567,3 +567,109 @@ async fn windows_wait_in_the_queue_and_spool_while_pyroscope_is_down() {
         "pushed {pushed} ns of CPU, the process used {used} ns; {up:?}"
     );
 }
+
+/// A Pyroscope stand-in over TLS that lets in only clients with a
+/// certificate of `clients`, and keeps each request's headers and body.
+async fn tls_receiver(server_cert: &str, server_key: &str, clients_ca: &str) -> (u16, Received) {
+    use tokio_rustls::rustls::{
+        self, RootCertStore, ServerConfig,
+        pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _},
+        server::WebPkiClientVerifier,
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(clients_ca.as_bytes()) {
+        roots.add(ca.expect("a CA certificate")).expect("added");
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .expect("a client verifier");
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            CertificateDer::pem_slice_iter(server_cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .expect("a certificate"),
+            PrivateKeyDer::from_pem_slice(server_key.as_bytes()).expect("a key"),
+        )
+        .expect("a server configuration");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let received = Received::default();
+    let kept = received.clone();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("the receiver listens");
+    let port = listener.local_addr().expect("an address").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, kept) = (acceptor.clone(), kept.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let kept = kept.clone();
+                        async move {
+                            use http_body_util::BodyExt as _;
+                            let headers = request.headers().clone();
+                            let body = request.into_body().collect().await?.to_bytes();
+                            if let Ok(push) = PushRequest::decode(body) {
+                                kept.0.lock().unwrap().push((headers, push));
+                            }
+                            Ok::<_, hyper::Error>(hyper::Response::new(http_body_util::Full::new(
+                                hyper::body::Bytes::from_static(b"{}"),
+                            )))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (port, received)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pushes_over_tls_with_a_client_certificate_and_a_bearer_token() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("written");
+        path.display().to_string()
+    };
+    let servers = crate::remote::Authority::new("pyroscope test servers");
+    let clients = crate::remote::Authority::new("pyroscope test clients");
+    let (server_cert, server_key) = servers.issue(&["localhost"]);
+    let (client_cert, client_key) = clients.issue(&["profilerd"]);
+    let (port, received) = tls_receiver(&server_cert, &server_key, &clients.pem()).await;
+    let config = dir.path().join("profilerd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "frequency_hz = 499\npush_interval = \"1s\"\n\n[[push]]\nkind = \"pyroscope\"\n\
+             url = \"https://localhost:{port}\"\nca_file = \"{}\"\nclient_cert = \"{}\"\n\
+             client_key = \"{}\"\nbearer_token_file = \"{}\"\n",
+            write("servers.pem", &servers.pem()),
+            write("client.pem", &client_cert),
+            write("client.key", &client_key),
+            write("token", "t0ken\n"),
+        ),
+    )
+    .expect("written");
+    let _daemon = Daemon::start_with(&["--config", &config.display().to_string()]).await;
+    for _ in 0..50 {
+        if !received.0.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let requests = received.0.lock().unwrap().clone();
+    let (headers, request) = requests.first().expect("a push over TLS");
+    assert_eq!(headers["authorization"], "Bearer t0ken");
+    assert!(!request.series.is_empty());
+}
