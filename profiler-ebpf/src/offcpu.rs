@@ -147,7 +147,7 @@ pub fn record_wakeup(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let task: u64 = ctx.arg(0);
-    let Some(tid) = task_id(task, global(&TASK_PID_OFFSET)) else {
+    let Some(tid) = btf_task_id(task) else {
         return 0;
     };
     if !may_be_pending(tid) {
@@ -174,6 +174,24 @@ fn task_id(task: u64, offset: u32) -> Option<u32> {
     // SAFETY: bpf_probe_read_kernel reads kernel memory and fails (rather
     // than faulting) on a bad address; the offset comes from the kernel's BTF.
     let id = unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const i32) }.ok()?;
+    (id > 0).then_some(id as u32)
+}
+
+/// A task's thread id read straight from its `task_struct`, which a
+/// `tp_btf` argument lets the program do (the verifier checks the field at
+/// the offset, a constant of the frozen globals): cheaper than a
+/// `bpf_probe_read_kernel` on every switch and wake-up. `None` for the idle
+/// tasks or when the offset is unknown.
+#[inline(always)]
+fn btf_task_id(task: u64) -> Option<u32> {
+    let offset = global(&TASK_PID_OFFSET);
+    if task == 0 || offset == 0 {
+        return None;
+    }
+    // SAFETY: `task` is a `struct task_struct *` argument of the
+    // tracepoint, trusted by the verifier, and `offset` is that of its
+    // `pid` field (from the kernel's BTF); the verifier checks the access.
+    let id = unsafe { core::ptr::read_volatile((task + u64::from(offset)) as *const i32) };
     (id > 0).then_some(id as u32)
 }
 
@@ -296,7 +314,7 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
 /// `next` takes the CPU: the interval it was off CPU ends.
 #[inline(always)]
 fn switch_in(next: u64) {
-    let Some(tid) = task_id(next, global(&TASK_PID_OFFSET)) else {
+    let Some(tid) = btf_task_id(next) else {
         return;
     };
     if !may_be_pending(tid) {
