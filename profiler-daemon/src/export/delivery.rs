@@ -166,7 +166,7 @@ impl Delivery {
             match result {
                 Ok(()) => {
                     backoff = INITIAL_BACKOFF;
-                    self.finish(&payload, |stats| {
+                    self.finish(|stats| {
                         stats.sent += 1;
                         stats.last_success = Some(SystemTime::now());
                         stats.last_error = None;
@@ -177,7 +177,7 @@ impl Delivery {
                         target = &*self.name,
                         cause, "the push target refused a payload, which is dropped: {message}"
                     );
-                    self.finish(&payload, |stats| {
+                    self.finish(|stats| {
                         *stats.failures.entry(cause).or_default() += 1;
                         stats.dropped += 1;
                         stats.last_error = Some(message);
@@ -216,13 +216,12 @@ impl Delivery {
         let mut state = crate::lock(&self.state);
         let mut dropped = 0;
         let payload = loop {
-            if let Some((path, bytes)) = state.spooled.pop_front() {
+            if let Some((path, _)) = state.spooled.pop_front() {
                 let payload = std::fs::read(&path).ok().map(|body| Payload {
                     made: spool_time(&path).unwrap_or(now),
                     body,
                 });
                 let _ = std::fs::remove_file(&path);
-                let _ = bytes;
                 match payload {
                     Some(payload) if !too_old(payload.made) => break Some(payload),
                     _ => {
@@ -245,7 +244,7 @@ impl Delivery {
         payload
     }
 
-    fn finish(&self, _payload: &Payload, update: impl FnOnce(&mut DeliveryStats)) {
+    fn finish(&self, update: impl FnOnce(&mut DeliveryStats)) {
         update(&mut crate::lock(&self.state).stats);
         self.update_counts();
     }
