@@ -327,7 +327,7 @@ async fn sighup_applies_push_settings_and_refuses_bad_ones() {
 
 /// An OTLP receiver made of PyPI's opentelemetry-proto and grpcio, which
 /// writes each request it takes as a line of JSON to `output`.
-fn otlp_receiver(port: u16, output: &std::path::Path) -> KillOnDrop {
+fn otlp_receiver(port: u16, output: &std::path::Path, tls: &[&str]) -> KillOnDrop {
     let python = std::env::var("PROFILERD_TEST_PYTHON").expect(
         "PROFILERD_TEST_PYTHON names a Python with grpcio and opentelemetry-proto: run the \
          tests with `cargo xtask test`, which sets it up",
@@ -340,6 +340,7 @@ fn otlp_receiver(port: u16, output: &std::path::Path) -> KillOnDrop {
         .arg(script)
         .arg(port.to_string())
         .arg(output)
+        .args(tls)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("the OTLP receiver starts");
@@ -368,7 +369,7 @@ async fn otlp_profiles_decode_with_opentelemetrys_own_classes() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let output = dir.path().join("received.jsonl");
     let port = free_port();
-    let _receiver = otlp_receiver(port, &output);
+    let _receiver = otlp_receiver(port, &output, &[]);
     let config = dir.path().join("profilerd.toml");
     std::fs::write(
         &config,
@@ -672,4 +673,50 @@ async fn pushes_over_tls_with_a_client_certificate_and_a_bearer_token() {
     let (headers, request) = requests.first().expect("a push over TLS");
     assert_eq!(headers["authorization"], "Bearer t0ken");
     assert!(!request.series.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn otlp_goes_over_tls_to_a_collector_of_the_configured_ca() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("written");
+        path.display().to_string()
+    };
+    let servers = crate::remote::Authority::new("collector test servers");
+    let (server_cert, server_key) = servers.issue(&["localhost"]);
+    let (cert, key) = (
+        write("server.pem", &server_cert),
+        write("server.key", &server_key),
+    );
+    let output = dir.path().join("received.jsonl");
+    let port = free_port();
+    let _receiver = otlp_receiver(port, &output, &[&cert, &key]);
+    let config = dir.path().join("profilerd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "frequency_hz = 499\npush_interval = \"1s\"\n\n[[push]]\nkind = \"otlp\"\n\
+             url = \"https://localhost:{port}\"\nca_file = \"{}\"\nheaders = {{ \"x-source\" = \"test\" }}\n",
+            write("servers.pem", &servers.pem())
+        ),
+    )
+    .expect("written");
+    let _daemon = Daemon::start_with(&["--config", &config.display().to_string()]).await;
+    let mut text = String::new();
+    for _ in 0..60 {
+        text = std::fs::read_to_string(&output).unwrap_or_default();
+        if !text.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().expect("a request over TLS")).expect("JSON");
+    assert_eq!(first["metadata"]["x-source"], "test");
+    assert!(
+        first["request"]["resourceProfiles"]
+            .as_array()
+            .is_some_and(|resources| !resources.is_empty())
+    );
 }
