@@ -61,6 +61,9 @@ struct ProcessRecord {
     /// last looked for or read.
     perf_map: Option<PerfMap>,
     perf_map_read: Option<Instant>,
+    /// Its mappings are those of the process it was forked from, not read
+    /// from procfs: an address outside them has them read at once.
+    adopted: bool,
 }
 
 impl ProcessRecord {
@@ -297,6 +300,7 @@ impl ProcessTable {
                 unwinder: None,
                 perf_map: None,
                 perf_map_read: None,
+                adopted: false,
             },
         );
         Ok(())
@@ -343,17 +347,20 @@ impl ProcessTable {
         stack: &[u8],
     ) -> UnwoundStack {
         let started = Instant::now();
-        if !self.processes.contains_key(&pid) && self.record(pid).is_err() {
+        if !self.processes.contains_key(&pid)
+            && !self.adopt_from_parent(pid, registers.ip)
+            && self.record(pid).is_err()
+        {
             self.count_unrecorded(pid);
         }
         let mut unwound = self.unwind_recorded(pid, registers, stack_base, stack);
         // A process recorded at its first sample may have been recorded
         // while the dynamic loader was still mapping its libraries: read
-        // its mappings again (at most every 10 ms).
-        let stale = self
-            .processes
-            .get(&pid)
-            .is_some_and(|record| record.recorded_at.elapsed() > Duration::from_millis(10));
+        // its mappings again (at most every 10 ms; at once when they were
+        // its parent's).
+        let stale = self.processes.get(&pid).is_some_and(|record| {
+            record.adopted || record.recorded_at.elapsed() > Duration::from_millis(10)
+        });
         if unwound.stop == Some(UnwindStop::Unmapped) && stale && self.record(pid).is_ok() {
             unwound = self.unwind_recorded(pid, registers, stack_base, stack);
         }
@@ -552,6 +559,40 @@ impl ProcessTable {
             "a process gone before it was recorded gets the mappings of one it was forked from"
         );
         let mappings = donor.mappings.clone();
+        self.adopt(pid, name.into(), mappings);
+        true
+    }
+
+    /// A process forked without exec maps, when it is first sampled, what
+    /// the process it was forked from mapped: when that parent is recorded
+    /// under the same name and the sampled instruction is in its code, the
+    /// parent's mappings are taken instead of reading `/proc/PID/maps`,
+    /// which costs the kernel far more for each of many short-lived
+    /// children. An address outside them (a library the child loaded
+    /// itself) has the child's own read at once. Returns whether it did.
+    fn adopt_from_parent(&mut self, pid: u32, ip: u64) -> bool {
+        let Ok(stat) = Process::new(pid as i32).and_then(|process| process.stat()) else {
+            return false;
+        };
+        let Ok(parent) = u32::try_from(stat.ppid) else {
+            return false;
+        };
+        let Some(donor) = self.processes.get(&parent) else {
+            return false;
+        };
+        if *donor.name != *stat.comm
+            || donor.mappings.is_empty()
+            || !mapping_of(&donor.mappings, ip).is_some_and(|mapping| mapping.code)
+        {
+            return false;
+        }
+        let mappings = donor.mappings.clone();
+        self.adopt(pid, stat.comm.as_str().into(), mappings);
+        true
+    }
+
+    /// Records `pid` with mappings taken from another process.
+    fn adopt(&mut self, pid: u32, name: Arc<str>, mappings: Vec<Mapping>) {
         let now = Instant::now();
         if self.processes.remove(&pid).is_none() && self.unrecorded.remove(&pid).is_none() {
             self.processes_seen += 1;
@@ -559,7 +600,7 @@ impl ProcessTable {
         self.processes.insert(
             pid,
             ProcessRecord {
-                name: name.into(),
+                name,
                 mappings,
                 earlier: Vec::new(),
                 recorded_at: now,
@@ -567,9 +608,9 @@ impl ProcessTable {
                 unwinder: None,
                 perf_map: None,
                 perf_map_read: None,
+                adopted: true,
             },
         );
-        true
     }
 
     /// Counts a process sampled without ever being recorded, once.
