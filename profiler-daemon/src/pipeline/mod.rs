@@ -485,7 +485,14 @@ fn watch_processes(
             }
         }
         for pid in pids.drain(..) {
-            let recorded = lock(processes).record(pid);
+            let mut table = lock(processes);
+            // A child forked without exec has its parent's mappings, and no
+            // loader at work: nothing to look at again.
+            if table.adopt_forked(pid) {
+                continue;
+            }
+            let recorded = table.record(pid);
+            drop(table);
             match recorded {
                 Ok(()) => second_looks.push_back((Instant::now() + SECOND_LOOK, pid)),
                 Err(err) => debug!(

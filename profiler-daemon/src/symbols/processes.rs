@@ -348,7 +348,7 @@ impl ProcessTable {
     ) -> UnwoundStack {
         let started = Instant::now();
         if !self.processes.contains_key(&pid)
-            && !self.adopt_from_parent(pid, registers.ip)
+            && !self.adopt_forked(pid)
             && self.record(pid).is_err()
         {
             self.count_unrecorded(pid);
@@ -563,31 +563,39 @@ impl ProcessTable {
         true
     }
 
-    /// A process forked without exec maps, when it is first sampled, what
-    /// the process it was forked from mapped: when that parent is recorded
-    /// under the same name and the sampled instruction is in its code, the
-    /// parent's mappings are taken instead of reading `/proc/PID/maps`,
-    /// which costs the kernel far more for each of many short-lived
-    /// children. An address outside them (a library the child loaded
-    /// itself) has the child's own read at once. Returns whether it did.
-    fn adopt_from_parent(&mut self, pid: u32, ip: u64) -> bool {
-        let Ok(stat) = Process::new(pid as i32).and_then(|process| process.stat()) else {
+    /// A process forked without exec maps, when it is first seen, what the
+    /// process it was forked from mapped. When its parent is recorded and
+    /// the kernel shows both with the same code and stack addresses
+    /// (`startcode`, `endcode`, `startstack` of `/proc/PID/stat`: an exec
+    /// would have moved them), the parent's
+    /// mappings are taken instead of reading `/proc/PID/maps`, which costs
+    /// the kernel far more for each of many short-lived children. An
+    /// address outside them later (a library the child loaded itself) has
+    /// the child's own read at once. Returns whether it did.
+    pub fn adopt_forked(&mut self, pid: u32) -> bool {
+        let Ok(child) = Process::new(pid as i32).and_then(|process| process.stat()) else {
             return false;
         };
-        let Ok(parent) = u32::try_from(stat.ppid) else {
+        let Ok(parent_pid) = u32::try_from(child.ppid) else {
             return false;
         };
-        let Some(donor) = self.processes.get(&parent) else {
+        let Some(donor) = self.processes.get(&parent_pid) else {
             return false;
         };
-        if *donor.name != *stat.comm
-            || donor.mappings.is_empty()
-            || !mapping_of(&donor.mappings, ip).is_some_and(|mapping| mapping.code)
-        {
+        if donor.mappings.is_empty() {
+            return false;
+        }
+        let Ok(parent) = Process::new(child.ppid).and_then(|process| process.stat()) else {
+            return false;
+        };
+        let same_image = child.startcode != 0
+            && (child.startcode, child.endcode, child.startstack)
+                == (parent.startcode, parent.endcode, parent.startstack);
+        if !same_image {
             return false;
         }
         let mappings = donor.mappings.clone();
-        self.adopt(pid, stat.comm.as_str().into(), mappings);
+        self.adopt(pid, child.comm.as_str().into(), mappings);
         true
     }
 
@@ -775,6 +783,53 @@ mod tests {
         assert_eq!(table.stats().processes_seen, 2);
         // A recorded process keeps its own mappings.
         assert!(!table.adopt_mappings(pid, &name, &[here]));
+    }
+
+    #[test]
+    fn a_child_forked_without_exec_takes_its_parents_mappings_and_an_exec_does_not() {
+        let mut table = ProcessTable::new();
+        let pid = std::process::id();
+        // SAFETY: the child only waits for its signal, then exits: nothing
+        // of the (multithreaded) parent's state is touched in it. (It is
+        // killed below even when an assertion fails first.)
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: async-signal-safe calls only, in the forked child.
+            unsafe {
+                libc::pause();
+                libc::_exit(0);
+            }
+        }
+        assert!(child > 0, "fork failed");
+        struct Reap(i32);
+        impl Drop for Reap {
+            fn drop(&mut self) {
+                // SAFETY: signalling and reaping the child forked above.
+                unsafe {
+                    libc::kill(self.0, libc::SIGKILL);
+                    libc::waitpid(self.0, &mut 0, 0);
+                }
+            }
+        }
+        let _reap = Reap(child);
+        let child = child as u32;
+        let execed = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .expect("sleep starts");
+        // Not yet: the parent is not recorded.
+        assert!(!table.adopt_forked(child));
+        table.record(pid).unwrap();
+        assert!(table.adopt_forked(child));
+        assert!(table.processes[&child].adopted);
+        assert_eq!(
+            table.processes[&child].mappings.len(),
+            table.processes[&pid].mappings.len()
+        );
+        assert!(!table.adopt_forked(execed.id()));
+        let mut execed = execed;
+        let _ = execed.kill();
+        let _ = execed.wait();
     }
 
     #[test]
