@@ -113,6 +113,15 @@ fn pushed_cpu_of(received: &Received, service: &str) -> i64 {
         .sum()
 }
 
+/// What was pushed of a process is its CPU time up to the last window's
+/// end: each window once, the last at most 1 s before `used` was read.
+fn assert_pushed_once(pushed: i64, used: i64, context: &str) {
+    assert!(
+        pushed <= used + used / 20 && pushed >= used - 1_300_000_000,
+        "pushed {pushed} ns of CPU, the process used {used} ns; {context}"
+    );
+}
+
 async fn daemon_pushing_to(url: &str, dir: &std::path::Path) -> Daemon {
     let password = dir.join("password");
     std::fs::write(&password, "s3cret\n").expect("written");
@@ -200,13 +209,7 @@ async fn every_window_goes_to_pyroscope_once_with_its_labels_and_type() {
             "{function} not pushed: {functions:?}"
         );
     }
-    // Each window once: what was pushed is the workload's CPU time up to
-    // the last window's end (at most one window, 1 s, before `used`).
-    let used = used as i64;
-    assert!(
-        pushed_cpu <= used + used / 20 && pushed_cpu >= used - 1_300_000_000,
-        "pushed {pushed_cpu} ns of CPU, the process used {used} ns"
-    );
+    assert_pushed_once(pushed_cpu, used as i64, "");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -497,10 +500,7 @@ async fn otlp_profiles_decode_with_opentelemetrys_own_classes() {
             "no stack starts {chain:?}: {chains:#?}"
         );
     }
-    assert!(
-        pushed_cpu <= used + used / 20 && pushed_cpu >= used - 1_300_000_000,
-        "pushed {pushed_cpu} ns of CPU, the process used {used} ns"
-    );
+    assert_pushed_once(pushed_cpu, used, "");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -563,10 +563,7 @@ async fn windows_wait_in_the_queue_and_spool_while_pyroscope_is_down() {
     assert_eq!((up.queued, up.spooled, up.dropped), (0, 0, 0), "{up:?}");
     let used = cpu_nanos(workload.pid()) as i64;
     let pushed = pushed_cpu_of(&received, "spooled-split");
-    assert!(
-        pushed <= used + used / 20 && pushed >= used - 1_300_000_000,
-        "pushed {pushed} ns of CPU, the process used {used} ns; {up:?}"
-    );
+    assert_pushed_once(pushed, used, &format!("{up:?}"));
 }
 
 /// A Pyroscope stand-in over TLS that lets in only clients with a

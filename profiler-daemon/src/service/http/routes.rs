@@ -104,6 +104,21 @@ fn asker(routes: &Routes, admission: &Admission) -> Result<Asker, HttpError> {
 
 type Answer = Result<Response, HttpError>;
 
+/// The caller and the query of a request to `route`, which takes `names`
+/// (besides the selector's).
+fn admitted(
+    routes: &Routes,
+    admission: &Admission,
+    query: Vec<(String, String)>,
+    route: &str,
+    names: &[&str],
+) -> Result<(Asker, Params), HttpError> {
+    let asker = asker(routes, admission)?;
+    let params = Params::new(query);
+    params.only(route, names)?;
+    Ok((asker, params))
+}
+
 /// `GET /debug/pprof/profile?seconds=N`: a gzipped pprof CPU profile of the
 /// next N seconds (30 by default), as Go's `net/http/pprof` serves it.
 async fn go_profile(
@@ -111,9 +126,13 @@ async fn go_profile(
     Extension(admission): Extension<Admission>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Answer {
-    let asker = asker(&routes, &admission)?;
-    let params = Params::new(query);
-    params.only("/debug/pprof/profile", &["seconds"])?;
+    let (asker, params) = admitted(
+        &routes,
+        &admission,
+        query,
+        "/debug/pprof/profile",
+        &["seconds"],
+    )?;
     let duration = params
         .seconds("seconds")?
         .unwrap_or(Duration::from_secs(GO_DEFAULT_SECONDS));
@@ -128,9 +147,13 @@ async fn profile(
     Extension(admission): Extension<Admission>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Answer {
-    let asker = asker(&routes, &admission)?;
-    let params = Params::new(query);
-    params.only("/profile", &["duration", "pprof", "n", "delay"])?;
+    let (asker, params) = admitted(
+        &routes,
+        &admission,
+        query,
+        "/profile",
+        &["duration", "pprof", "n", "delay"],
+    )?;
     refuse_delay(&params)?;
     let duration = params
         .seconds("duration")?
@@ -146,9 +169,13 @@ async fn profile_start(
     Extension(admission): Extension<Admission>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Answer {
-    let asker = asker(&routes, &admission)?;
-    let params = Params::new(query);
-    params.only("/profile_start", &["n", "delay"])?;
+    let (asker, params) = admitted(
+        &routes,
+        &admission,
+        query,
+        "/profile_start",
+        &["n", "delay"],
+    )?;
     refuse_delay(&params)?;
     let started = routes
         .service
@@ -171,9 +198,13 @@ async fn profile_stop(
     Extension(admission): Extension<Admission>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Answer {
-    let asker = asker(&routes, &admission)?;
-    let params = Params::new(query);
-    params.only("/profile_stop", &["id", "pprof"])?;
+    let (asker, params) = admitted(
+        &routes,
+        &admission,
+        query,
+        "/profile_stop",
+        &["id", "pprof"],
+    )?;
     let format = report_format(&params)?;
     let id = match params.text("id")? {
         Some(id) => id,
