@@ -36,6 +36,9 @@ pub enum SampleKind {
     /// Runnable but waiting for a CPU: preempted, or woken and not yet run.
     /// Weighs the nanoseconds waited.
     RunQueue = 5,
+    /// A sampled allocation (allocation profiling): weighs its bytes; its
+    /// stack copy's `switched_out_ns` holds its id instead.
+    Allocation = 6,
 }
 
 impl SampleKind {
@@ -48,6 +51,7 @@ impl SampleKind {
             3 => Some(Self::OffCpuSleeping),
             4 => Some(Self::OffCpuBlocked),
             5 => Some(Self::RunQueue),
+            6 => Some(Self::Allocation),
             _ => None,
         }
     }
@@ -100,13 +104,15 @@ pub struct StackCopyHeader {
     /// As in the counts map, with `user_stack` and `kernel_stack` 0: the
     /// kernel stack is in `kernel`, the user stack is unwound from the copy.
     pub key: SampleKey,
-    /// The sample's weight (its period in nanoseconds). An off-CPU
+    /// The sample's weight (its period in nanoseconds; an allocation's
+    /// size in bytes). An off-CPU
     /// record's weight is known when the task runs again: this is instead
     /// the sample threshold it was recorded by chance with (see
     /// [`offcpu::Control::sample_threshold`]), 0 when recorded in full.
     pub weight: u64,
     /// For an off-CPU record (`key.kind` an off-CPU kind): when the task
-    /// was switched out (`bpf_ktime_get_ns`); else 0.
+    /// was switched out (`bpf_ktime_get_ns`); for an allocation, its id
+    /// (as in the live map); else 0.
     pub switched_out_ns: u64,
     /// The user registers unwinding starts from: instruction pointer,
     /// stack pointer and frame pointer (x86-64: rip, rsp, rbp).
@@ -253,10 +259,17 @@ pub enum Counter {
     /// Off-CPU intervals lost at their end: the intervals ring buffer was
     /// full.
     OffCpuIntervalsFull = 17,
+    /// Allocations sampled (allocation profiling), their stacks copied.
+    AllocSampled = 18,
+    /// Sampled allocations whose stack was lost: the stack-copy ring buffer
+    /// was full (counted in their profile too).
+    AllocStackCopyRingFull = 19,
+    /// Allocator calls not followed: the map of calls under way was full.
+    AllocCallsFull = 20,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTER_COUNT: u32 = 18;
+pub const COUNTER_COUNT: u32 = 21;
 
 impl Counter {
     /// Every counter, in index order.
@@ -279,9 +292,13 @@ impl Counter {
         Counter::OffCpuPendingFull,
         Counter::OffCpuStackCopyRingFull,
         Counter::OffCpuIntervalsFull,
+        Counter::AllocSampled,
+        Counter::AllocStackCopyRingFull,
+        Counter::AllocCallsFull,
     ];
 }
 
+pub mod allocs;
 pub mod offcpu;
 
 /// The peek signal as the kernel saw it being sent, passed to the daemon
@@ -393,6 +410,12 @@ pub mod names {
     pub const OFFCPU_INTERVALS: &str = "OFFCPU_INTERVALS";
     pub const PROGRAM_READ_WAITING_THREADS: &str = "read_waiting_threads";
     pub const WAITING_PID: &str = "WAITING_PID";
+    pub const PROGRAM_ALLOCATOR_ENTRY: &str = "allocator_entry";
+    pub const PROGRAM_ALLOCATOR_RETURN: &str = "allocator_return";
+    pub const ALLOC_TARGETS: &str = "ALLOC_TARGETS";
+    pub const ALLOC_CALLS: &str = "ALLOC_CALLS";
+    pub const ALLOC_LIVE: &str = "ALLOC_LIVE";
+    pub const ALLOC_INTERVALS: &str = "ALLOC_INTERVALS";
     /// Global: `task_struct.pid` (0: unknown, off-CPU recording is off).
     pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
     pub const FOLLOWED: &str = "FOLLOWED";
@@ -544,6 +567,12 @@ mod pod {
     unsafe impl aya::Pod for super::unwind_table::Process {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::unwind_table::Key {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::allocs::Target {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::allocs::Call {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::allocs::Address {}
 }
 
 const _: () = assert!(Counter::ALL.len() == COUNTER_COUNT as usize);

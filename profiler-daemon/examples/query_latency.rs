@@ -661,6 +661,7 @@ fn fill_store(args: &Args) -> (Store, SystemTime) {
                 stack: stacks[stack].clone(),
                 count,
                 weight: count * PERIOD_NS,
+                allocation_id: 0,
             })
             .collect();
         store.insert(SymbolizedBatch {

@@ -6,12 +6,15 @@
 //!   drain reads them out, a generation at a time, as raw samples.
 //! - [`pipeline`]: moves each drained batch on, on its own threads:
 //!   addresses normalized and named by [`symbols`], then into the
-//!   [`store`] (or, for a peek's samples, to the peek that waits for them).
+//!   [`store`] (or, for a peek's samples and sampled allocations, to the
+//!   request that waits for them).
 //! - [`store`]: time-stamped buckets per thread and stack, any window of
 //!   which becomes a self-contained [`profile::Profile`].
 //! - [`report`]: pure functions from a profile to the bytes of a format.
 //! - [`peek`]: the thread-by-thread looks at one process that a signal or
 //!   a request starts.
+//! - [`allocs`]: allocation profiles of one process (what it allocates and
+//!   still holds), from the allocator uprobes attached for their duration.
 //! - [`service`]: what the daemon offers (profiles, sessions, queries,
 //!   diffs, top, peeks, status), authorized and validated on domain types;
 //!   the gRPC API and the HTTP routes are thin shims over it, served by its
@@ -22,6 +25,7 @@
 //!
 //! [`profile`] holds the domain values every layer shares.
 
+pub mod allocs;
 pub mod daemon;
 pub mod export;
 pub mod kernel;

@@ -16,16 +16,18 @@ use std::{
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use profilerd::{
+    allocs::AllocationProfiler,
     daemon::config::{Config, Overrides},
     daemon::reload::{Reloader, SetLogFilter},
     daemon::systemd,
     kernel::families::Families,
     kernel::offcpu::{OffCpuRecorder, RecordingMaps},
     kernel::sampler::{
-        KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads, Sampler, SamplerSettings,
+        KernelAllocationProbes, KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads,
+        Sampler, SamplerSettings,
     },
     peek::{self, Peeker},
-    pipeline::PeekInbox,
+    pipeline::Inboxes,
     pipeline::Pipeline,
     service::{DaemonInfo, Service, ServiceParts, limits::ServiceLimits},
     service::{
@@ -34,7 +36,7 @@ use profilerd::{
     },
     store::Store,
 };
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// The always-on, system-wide sampling profiler daemon.
 #[derive(Debug, Parser)]
@@ -119,11 +121,11 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     };
     let offcpu = OffCpuRecorder::new(offcpu_maps, config.offcpu);
     let offcpu_intervals = offcpu_intervals.map(|intervals| (intervals, offcpu.recorded()));
-    let peek_inbox = Arc::new(PeekInbox::default());
+    let inboxes = Inboxes::default();
     let pipeline = Pipeline::start(
         &mut sampler,
         store.clone(),
-        peek_inbox.clone(),
+        inboxes.clone(),
         // The exporters (Pyroscope, OpenTelemetry) will plug in here.
         Vec::new(),
         config.drain_interval,
@@ -151,10 +153,18 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     let peek_clocks = KernelPeekClocks::new(sampler.clone()).context("cannot set up peeks")?;
     offcpu.set_thread_source(Arc::new(KernelWaitingThreads::new(sampler.clone())));
     offcpu.set_switch_programs(Arc::new(KernelSwitchPrograms::new(sampler.clone())));
+    let allocations = AllocationProfiler::new(
+        Arc::new(KernelAllocationProbes::new(sampler.clone())),
+        inboxes.allocations.clone(),
+        pipeline.handle(),
+    );
+    if let Some(reason) = allocations.unavailable() {
+        warn!("allocation profiling is off: {reason}");
+    }
     let peeker = Peeker::new(
         config.peek_settings(),
         Arc::new(peek_clocks),
-        peek_inbox,
+        inboxes.peeks.clone(),
         pipeline.handle(),
         protection,
     );
@@ -176,6 +186,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         },
         targets,
         offcpu: offcpu.clone(),
+        allocations: Some(allocations),
         info: DaemonInfo {
             cpus,
             frequency_hz,

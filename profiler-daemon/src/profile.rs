@@ -15,7 +15,9 @@ pub struct Profile {
     pub end: SystemTime,
     /// Sampling frequency per CPU.
     pub frequency_hz: u32,
-    /// Nanoseconds of CPU time one sample stands for.
+    /// Nanoseconds of CPU time one sample stands for; in an allocation
+    /// profile sampled by bytes, the mean sampling interval in bytes (0
+    /// when sampled by probability).
     pub period_ns: u64,
     /// What the samples measure.
     pub mode: ProfileMode,
@@ -184,17 +186,20 @@ pub struct Sample {
     pub thread: u32,
     /// Index into [`Profile::stacks`].
     pub stack: u32,
-    /// Samples; for time off CPU, the sampling periods its nanoseconds
-    /// make, so that every report counts in one unit.
+    /// What the reports count. Samples; for time off CPU, the sampling
+    /// periods its nanoseconds make, so that every report counts in one
+    /// unit; in an allocation profile, bytes (estimated).
     pub count: u64,
-    /// Time the samples stand for, in nanoseconds: CPU time, or time
-    /// waited off CPU.
-    pub weight_ns: u64,
+    /// What the samples stand for: time in nanoseconds (CPU time, or time
+    /// waited off CPU); in an allocation profile, objects (estimated).
+    pub weight: u64,
     /// What the thread was doing.
     pub state: ThreadState,
 }
 
-/// What a thread was doing in a sample: running, or waiting off CPU and how.
+/// What a thread was doing in a sample: running, or waiting off CPU and
+/// how; or, in an allocation profile, what its bytes are: allocated in
+/// the window, or still held at its end.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ThreadState {
@@ -207,10 +212,15 @@ pub enum ThreadState {
     Blocked,
     /// Runnable, waiting for a CPU.
     RunQueue,
+    /// Allocated (allocation profiles).
+    Allocated,
+    /// Allocated and still held at the end of the window.
+    Held,
 }
 
 impl ThreadState {
-    pub const ALL: [ThreadState; 4] = [
+    /// The states of time.
+    pub const TIMES: [ThreadState; 4] = [
         ThreadState::Cpu,
         ThreadState::Sleeping,
         ThreadState::Blocked,
@@ -225,13 +235,19 @@ impl ThreadState {
             SampleKind::OffCpuSleeping => Self::Sleeping,
             SampleKind::OffCpuBlocked => Self::Blocked,
             SampleKind::RunQueue => Self::RunQueue,
+            SampleKind::Allocation => Self::Allocated,
         }
+    }
+
+    /// Whether it is a state of time (not of memory).
+    pub fn is_time(self) -> bool {
+        !matches!(self, Self::Allocated | Self::Held)
     }
 
     /// The pseudo-frame a wait in this state shows under its stack.
     pub fn leaf_marker(self) -> Option<&'static str> {
         match self {
-            Self::Cpu => None,
+            Self::Cpu | Self::Allocated | Self::Held => None,
             Self::Sleeping => Some("[off-cpu: S]"),
             Self::Blocked => Some("[off-cpu: D]"),
             Self::RunQueue => Some("[runqueue]"),
@@ -245,19 +261,25 @@ impl ThreadState {
             Self::Sleeping => "S",
             Self::Blocked => "D",
             Self::RunQueue => "runqueue",
+            Self::Allocated => "allocated",
+            Self::Held => "held",
         }
     }
 }
 
 /// What a profile measures: time on CPU (sampled), time off CPU
 /// (recorded at every switch of the selected threads), or both: wall-clock
-/// time.
+/// time; or memory: the bytes allocated, or those still held.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ProfileMode {
     #[default]
     Cpu,
     OffCpu,
     Wall,
+    /// An allocation profile, reported by bytes allocated.
+    Allocated,
+    /// An allocation profile, reported by bytes still held.
+    Held,
 }
 
 impl ProfileMode {
@@ -265,14 +287,25 @@ impl ProfileMode {
     pub fn includes(self, state: ThreadState) -> bool {
         match self {
             Self::Cpu => state == ThreadState::Cpu,
-            Self::OffCpu => state != ThreadState::Cpu,
-            Self::Wall => true,
+            Self::OffCpu => !matches!(
+                state,
+                ThreadState::Cpu | ThreadState::Allocated | ThreadState::Held
+            ),
+            Self::Wall => state.is_time(),
+            Self::Allocated => state == ThreadState::Allocated,
+            Self::Held => state == ThreadState::Held,
         }
     }
 
     /// Whether the kernel must record switches for it.
     pub fn records_off_cpu(self) -> bool {
-        self != Self::Cpu
+        matches!(self, Self::OffCpu | Self::Wall)
+    }
+
+    /// Whether it measures memory (an allocation profile): its samples
+    /// count bytes and weigh objects.
+    pub fn is_memory(self) -> bool {
+        matches!(self, Self::Allocated | Self::Held)
     }
 
     pub fn name(self) -> &'static str {
@@ -280,6 +313,8 @@ impl ProfileMode {
             Self::Cpu => "cpu",
             Self::OffCpu => "offcpu",
             Self::Wall => "wall",
+            Self::Allocated => "alloc_space",
+            Self::Held => "inuse_space",
         }
     }
 }
@@ -396,10 +431,15 @@ pub enum LossCause {
     OffCpuIntervalsFull,
     /// Dropped by the daemon to stay under its memory ceiling.
     MemoryCeiling,
+    /// Sampled allocations lost with their stack (the stack-copy ring
+    /// buffer was full).
+    AllocStackLost,
+    /// Allocator calls not followed: the map of calls under way was full.
+    AllocCallsFull,
 }
 
 impl LossCause {
-    pub const ALL: [LossCause; 11] = [
+    pub const ALL: [LossCause; 13] = [
         LossCause::CountsMapFull,
         LossCause::StackMapFull,
         LossCause::StackCollision,
@@ -411,6 +451,8 @@ impl LossCause {
         LossCause::OffCpuStackLost,
         LossCause::OffCpuIntervalsFull,
         LossCause::MemoryCeiling,
+        LossCause::AllocStackLost,
+        LossCause::AllocCallsFull,
     ];
 
     /// The identifier used in the API and in reports.
@@ -427,6 +469,8 @@ impl LossCause {
             LossCause::OffCpuStackLost => "offcpu_stack_copy_buffer_full",
             LossCause::OffCpuIntervalsFull => "offcpu_intervals_full",
             LossCause::MemoryCeiling => "memory_ceiling",
+            LossCause::AllocStackLost => "alloc_stack_copy_buffer_full",
+            LossCause::AllocCallsFull => "alloc_calls_full",
         }
     }
 }
@@ -507,6 +551,10 @@ pub enum GroupBy {
     Thread,
     Process,
 }
+
+mod assembly;
+
+pub use assembly::ProfileAssembly;
 
 #[cfg(test)]
 mod tests;

@@ -12,11 +12,15 @@
 //! tells the daemon of the processes a followed process forks.
 //! `record_switch` and `record_wakeup` record where the threads the daemon
 //! asked for wait off CPU, and for how long (`offcpu`).
+//! `allocator_entry` and `allocator_return` (uprobes on the allocator's
+//! functions in the profiled processes) sample allocations and keep those
+//! still held (`allocs`).
 //! `sample_unwind_tables` is a prototype the benchmark measures (design 2
 //! of user-stack unwinding); the daemon never loads it.
 //! They must not block, allocate or log on the hot path.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
-// The atomic add of the off-CPU pending counts: the BPF target has the
+// The atomic adds of the off-CPU pending counts and the allocation
+// counters: the BPF target has the
 // instruction but no atomic types.
 #![cfg_attr(
     target_arch = "bpf",
@@ -27,6 +31,8 @@
     )
 )]
 
+#[cfg(target_arch = "bpf")]
+mod allocs;
 #[cfg(target_arch = "bpf")]
 mod families;
 #[cfg(target_arch = "bpf")]

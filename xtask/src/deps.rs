@@ -29,6 +29,11 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
         name: "nodejs",
         provides: "node",
     },
+    // The allocation tests' C++ workload (operator new and delete).
+    AptPackage {
+        name: "g++",
+        provides: "g++",
+    },
     // The HTTP listener's tests fetch with curl.
     AptPackage {
         name: "curl",

@@ -172,6 +172,7 @@ fn rate(symbolizer: &mut Symbolizer, binary: &Arc<Binary>, offsets: &[u64]) -> R
                 kernel: Arc::from([]),
                 count: 1,
                 weight: 1,
+                allocation_id: 0,
             })
             .collect(),
         counters: Default::default(),

@@ -97,6 +97,10 @@ pub enum Command {
     /// List the open profiling sessions (all of them for root and the admin
     /// group, your own otherwise)
     Sessions,
+    /// Profile what one process allocates and still holds (uprobes on its
+    /// allocator, for the duration only) and print or write the report;
+    /// Ctrl-C stops early and reports what was sampled
+    Allocs(AllocsArgs),
     /// Peek at a process now, thread by thread, as a peek signal would, and
     /// print the report; no signal is sent
     Peek {
@@ -403,6 +407,46 @@ pub enum GroupByArg {
     None,
     Thread,
     Process,
+}
+
+/// `profilerctl allocs`.
+#[derive(Debug, clap::Args)]
+pub struct AllocsArgs {
+    /// The process
+    #[arg(long, short)]
+    pub pid: u32,
+    /// How long to profile, e.g. 10s, 500ms, 2m
+    #[arg(long, short, value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Sample one allocation per this many bytes allocated, on average
+    /// (e.g. 512KiB, 64KiB, 4096) [default: 512KiB]
+    #[arg(long, value_parser = parse_bytes, conflicts_with = "sample_rate")]
+    pub sample_bytes: Option<u64>,
+    /// Sample each allocation with this probability instead (above 0, at
+    /// most 1; 1 counts every allocation)
+    #[arg(long, value_parser = parse_rate)]
+    pub sample_rate: Option<f64>,
+    /// Text formats count the bytes still held at the end instead of those
+    /// allocated (pprof carries both: -sample_index=inuse_space)
+    #[arg(long)]
+    pub inuse: bool,
+    #[command(flatten)]
+    pub report: ReportArgs,
+}
+
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<bytesize::ByteSize>() {
+        Ok(bytes) if bytes.as_u64() > 0 => Ok(bytes.as_u64()),
+        Ok(_) => Err("the mean sampling interval must be at least 1 byte".to_owned()),
+        Err(err) => Err(format!("{err} (examples: 512KiB, 1MiB, 4096)")),
+    }
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate > 0.0 && rate <= 1.0 => Ok(rate),
+        _ => Err("a sampling rate is a probability above 0 and at most 1 (e.g. 0.01)".to_owned()),
+    }
 }
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {

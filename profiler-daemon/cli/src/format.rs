@@ -113,6 +113,26 @@ pub fn summary(summary: &v1::ProfileSummary, output: Option<&Path>) -> String {
     text
 }
 
+/// The summary of an allocation profile, for standard error.
+pub fn allocs_summary(summary: &v1::ProfileSummary, output: Option<&Path>) -> String {
+    let seconds = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
+    let mut text = format!(
+        "allocations over {seconds:.1}s (estimated from samples): {} bytes in {} allocated, \
+         {} bytes in {} still held at the end",
+        summary.allocated_bytes,
+        plural(summary.allocated_objects, "object"),
+        summary.held_bytes,
+        plural(summary.held_objects, "object"),
+    );
+    if let Some(path) = output {
+        let _ = write!(text, "; report written to {}", path.display());
+    }
+    for warning in &summary.warnings {
+        let _ = write!(text, "\nwarning: {warning}");
+    }
+    text
+}
+
 /// `profilerctl status`: zero counters of peeks are left out unless
 /// `verbose`.
 pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> String {

@@ -6,6 +6,7 @@
 //! Errors are one readable line and a non-zero exit status; a closed pipe
 //! ends it quietly.
 
+mod allocs;
 mod args;
 mod format;
 mod machine;
@@ -108,6 +109,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Start { selector } => sessions::start(daemon, &selector).await?,
         Command::Stop { id, force, report } => sessions::stop(daemon, id, force, &report).await?,
         Command::Sessions => sessions::list(daemon).await?,
+        Command::Allocs(args) => allocs::allocs(daemon, &args).await?,
         Command::Peek { pid } => peeks::peek(daemon, pid).await?,
         Command::Peeks { id: Some(id), .. } => peeks::show(daemon, id).await?,
         Command::Peeks {

@@ -70,7 +70,11 @@ async fn profile_window(
 
 /// The duration in milliseconds, once checked against the daemon's
 /// longest profile.
-async fn checked_duration(daemon: &mut Client, duration: Duration, flag: &str) -> Result<u64> {
+pub(crate) async fn checked_duration(
+    daemon: &mut Client,
+    duration: Duration,
+    flag: &str,
+) -> Result<u64> {
     if duration < Duration::from_millis(1) {
         bail!("{flag} must be at least 1ms");
     }

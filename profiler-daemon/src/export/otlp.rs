@@ -61,7 +61,7 @@ pub fn encode(profile: &Profile, settings: &PushSettings, host: &str) -> Vec<u8>
             stack_index: stack,
             attribute_indices: attributes,
             link_index: 0,
-            values: vec![i64::try_from(sample.weight_ns).unwrap_or(i64::MAX)],
+            values: vec![i64::try_from(sample.weight).unwrap_or(i64::MAX)],
             timestamps_unix_nano: Vec::new(),
         });
     }

@@ -53,6 +53,9 @@ pub struct RawSample {
     pub kernel: Arc<[u64]>,
     pub count: u64,
     pub weight: u64,
+    /// An allocation sample's id (its entry in the kernel's live map); 0
+    /// for other samples.
+    pub allocation_id: u64,
 }
 
 /// The kernel counters' increments over one drain, indexed by [`Counter`].
@@ -68,7 +71,10 @@ pub fn loss_cause(counter: Counter) -> Option<LossCause> {
         | Counter::OutsideTargets
         | Counter::StackCopies
         | Counter::Switches
-        | Counter::OffCpuRecorded => return None,
+        | Counter::OffCpuRecorded
+        | Counter::AllocSampled => return None,
+        Counter::AllocStackCopyRingFull => LossCause::AllocStackLost,
+        Counter::AllocCallsFull => LossCause::AllocCallsFull,
         Counter::OffCpuPendingFull => LossCause::OffCpuPendingFull,
         Counter::OffCpuStackCopyRingFull => LossCause::OffCpuStackLost,
         Counter::OffCpuIntervalsFull => LossCause::OffCpuIntervalsFull,
@@ -215,6 +221,7 @@ fn raw_samples(
                 kernel,
                 count: value.count,
                 weight: value.weight,
+                allocation_id: 0,
             })
         })
         .collect()

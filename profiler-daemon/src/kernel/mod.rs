@@ -6,11 +6,13 @@
 //! `drain` and `batch`), the stack copies the daemon unwinds
 //! (`stack_copies`), and the maps the daemon writes (`targets`,
 //! `families`); `cgroups` reads the cgroup hierarchy the programs name
-//! cgroups by.
+//! cgroups by; `allocs` holds what allocation profiling tells the
+//! allocator uprobes and reads back.
 //!
 //! This layer owns every BPF object; nothing above it touches one. It must
 //! not symbolize, store or report.
 
+pub mod allocs;
 mod batch;
 pub mod btf;
 pub mod cgroups;

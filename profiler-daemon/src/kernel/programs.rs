@@ -12,7 +12,7 @@ use std::io;
 use aya::{
     Ebpf, EbpfError,
     programs::{
-        BtfTracePoint, Iter, Lsm, PerfEvent, ProgramError, TracePoint,
+        BtfTracePoint, Iter, Lsm, PerfEvent, ProgramError, TracePoint, UProbe,
         perf_event::{
             PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
         },
@@ -49,11 +49,14 @@ pub enum ProgramGroup {
     ForkFollower,
     /// The context-switch and wake-up BTF tracepoints of off-CPU time.
     OffCpu,
+    /// The allocator uprobes of allocation profiling (loaded now,
+    /// attached per profiled process; need stack copies).
+    Allocations,
 }
 
 impl ProgramGroup {
     /// Every group, in the order they load.
-    pub const ALL: [ProgramGroup; 7] = [
+    pub const ALL: [ProgramGroup; 8] = [
         ProgramGroup::SampleSource,
         ProgramGroup::ProcessLifecycle,
         ProgramGroup::PeekSampling,
@@ -61,6 +64,7 @@ impl ProgramGroup {
         ProgramGroup::SignalGuard,
         ProgramGroup::ForkFollower,
         ProgramGroup::OffCpu,
+        ProgramGroup::Allocations,
     ];
 
     /// What the daemon cannot do while the group is off, for the log.
@@ -81,6 +85,7 @@ impl ProgramGroup {
                 "processes' children cannot be followed (`profilerctl record`)"
             }
             ProgramGroup::OffCpu => "off-CPU and wall-clock time cannot be recorded",
+            ProgramGroup::Allocations => "allocations cannot be profiled",
         }
     }
 
@@ -137,6 +142,19 @@ impl ProgramGroup {
                     return Err(OptionalProgramError::from(err.clone()).into());
                 }
                 record_switches(ebpf)?;
+                Ok(Attached::Done)
+            }
+            ProgramGroup::Allocations => {
+                if context.settings.stack_copy_pages == 0 {
+                    return Err(OptionalProgramError::NoStackCopies.into());
+                }
+                for name in [
+                    names::PROGRAM_ALLOCATOR_ENTRY,
+                    names::PROGRAM_ALLOCATOR_RETURN,
+                ] {
+                    let probe: &mut UProbe = program(ebpf, name)?;
+                    probe.load().map_err(load_failed(name))?;
+                }
                 Ok(Attached::Done)
             }
         }

@@ -32,9 +32,11 @@ use super::{
     stack_copies::StackCopies,
 };
 
+mod allocation_probes;
 mod handles;
 mod maps;
 
+pub use self::allocation_probes::KernelAllocationProbes;
 pub use self::handles::{KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads};
 
 /// The eBPF object built by build.rs.
@@ -134,6 +136,11 @@ pub enum OptionalProgramError {
     Tracefs(String),
     #[error("{0}")]
     TracepointFormat(String),
+    #[error(
+        "it unwinds copied user stacks, and stack_copy_pages is 0 (user stacks are walked by \
+         frame pointers in the kernel); set stack_copy_pages above 0"
+    )]
+    NoStackCopies,
 }
 
 /// What to sample and how big the kernel's maps are.
@@ -398,6 +405,11 @@ impl Sampler {
     /// Why the kernel does not pass peek signals on, if it does not.
     pub fn signal_watch(&self) -> Result<(), OptionalProgramError> {
         self.off_reason(ProgramGroup::PeekSignals)
+    }
+
+    /// Why allocations cannot be profiled, if they cannot.
+    pub fn allocation_probes(&self) -> Result<(), OptionalProgramError> {
+        self.off_reason(ProgramGroup::Allocations)
     }
 
     /// Whether a group runs; if not, why.

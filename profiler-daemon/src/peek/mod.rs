@@ -6,7 +6,7 @@
 //! a global limit), the per-thread sampling they switch on and off, the
 //! reports they make, where those go (log, files, subscribers) and the
 //! peek counters. Samples reach a peek through the normal pipeline (the
-//! pipeline leaves them in the [`PeekInbox`]); this module must not drain the
+//! pipeline leaves them in the [`SampleInbox`]); this module must not drain the
 //! kernel maps nor touch the profile store.
 
 mod archive;
@@ -40,7 +40,7 @@ use crate::{
         sampler::{OptionalProgramError, PeekClocks},
     },
     lock,
-    pipeline::{PeekInbox, PipelineHandle},
+    pipeline::{PipelineHandle, SampleInbox},
 };
 
 /// How peeks run, from the configuration.
@@ -220,7 +220,7 @@ struct Inner {
     settings: std::sync::RwLock<PeekSettings>,
     signal_name: String,
     clocks: Arc<dyn PeekClocks>,
-    inbox: Arc<PeekInbox>,
+    inbox: Arc<SampleInbox>,
     pipeline: PipelineHandle,
     running: Mutex<HashMap<u32, Running>>,
     /// Processes a peek signal is about to end (no handler), until the
@@ -241,7 +241,7 @@ impl Peeker {
     pub fn new(
         settings: PeekSettings,
         clocks: Arc<dyn PeekClocks>,
-        inbox: Arc<PeekInbox>,
+        inbox: Arc<SampleInbox>,
         pipeline: PipelineHandle,
         protection: Protection,
     ) -> Self {

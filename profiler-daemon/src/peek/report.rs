@@ -18,10 +18,11 @@ use rustc_hash::FxHashMap as HashMap;
 use super::snapshot::{Disposition, ProcessSnapshot};
 use crate::{
     profile::{
-        GroupBy, Location, Owner, Profile, ReportOptions, Sample, Stacks, ThreadInfo, ThreadState,
+        GroupBy, Location, Owner, Profile, ProfileAssembly, ReportOptions, Stacks, ThreadInfo,
+        ThreadState,
     },
     report::{self, ReportError, ThreadSection},
-    symbols::symbolizer::{LocationKey, SymbolizedSample},
+    symbols::symbolizer::SymbolizedSample,
 };
 
 /// What started a peek.
@@ -130,12 +131,14 @@ impl PeekRun<'_> {
         let mut snapshots = vec![0_u64; profile.threads.len()];
         let mut waited = vec![[0.0; 3]; profile.threads.len()];
         for sample in &profile.samples {
-            let seconds = sample.weight_ns as f64 / 1e9;
+            let seconds = sample.weight as f64 / 1e9;
             match sample.state {
                 ThreadState::Cpu => snapshots[sample.thread as usize] += sample.count,
                 ThreadState::Sleeping => waited[sample.thread as usize][0] += seconds,
                 ThreadState::Blocked => waited[sample.thread as usize][1] += seconds,
                 ThreadState::RunQueue => waited[sample.thread as usize][2] += seconds,
+                // A peek has no allocations.
+                ThreadState::Allocated | ThreadState::Held => {}
             }
         }
         let threads: Vec<ThreadReport> = profile
@@ -360,11 +363,12 @@ pub fn parse_owner_line(text: &str) -> Option<Owner> {
 /// (by thread id) and then any started during the peek; and each thread's
 /// first sample as text, innermost frame first.
 fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
-    let mut profile = Profile {
+    let period_ns = 1_000_000_000 / u64::from(run.frequency_hz.max(1));
+    let mut assembly = ProfileAssembly::new(Profile {
         start: run.started,
         end: run.started + run.duration,
         frequency_hz: run.frequency_hz,
-        period_ns: 1_000_000_000 / u64::from(run.frequency_hz.max(1)),
+        period_ns,
         mode: crate::profile::ProfileMode::Wall,
         threads: Vec::new(),
         locations: Vec::new(),
@@ -372,11 +376,9 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
         samples: Vec::new(),
         lost: Vec::new(),
         warnings: Vec::new(),
-    };
-    let mut thread_ids: HashMap<u32, u32> = HashMap::default();
+    });
     for thread in &run.snapshot.threads {
-        thread_ids.insert(thread.tid, profile.threads.len() as u32);
-        profile.threads.push(ThreadInfo {
+        assembly.thread(&ThreadInfo {
             pid: run.snapshot.pid,
             tid: thread.tid,
             thread_name: thread.name.as_str().into(),
@@ -391,22 +393,17 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
         .samples
         .iter()
         .map(|sample| &sample.thread)
-        .filter(|thread| !thread_ids.contains_key(&thread.tid))
+        .filter(|thread| !assembly.has_thread(thread.tid))
         .collect();
     new_threads.sort_by_key(|thread| thread.tid);
-    new_threads.dedup_by_key(|thread| thread.tid);
     for thread in new_threads {
-        thread_ids.insert(thread.tid, profile.threads.len() as u32);
-        profile.threads.push(thread.clone());
+        assembly.thread(thread);
     }
 
     let mut instants = HashMap::default();
-    let mut locations: HashMap<&LocationKey, u32> = HashMap::default();
-    let mut stacks: HashMap<Vec<u32>, u32> = HashMap::default();
-    let mut samples: HashMap<(u32, u32), (u64, u64, ThreadState)> = HashMap::default();
     for sample in &run.samples {
         match sample.kind {
-            SampleKind::CpuClock => continue,
+            SampleKind::CpuClock | SampleKind::Allocation => continue,
             // Waits off CPU: their time, in sampling periods below.
             SampleKind::OffCpuSleeping | SampleKind::OffCpuBlocked | SampleKind::RunQueue => {}
             // The first sample of a thread is also one of its samples.
@@ -423,47 +420,28 @@ fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
             }
             SampleKind::Peek => {}
         }
-        {
-            let ids: Vec<u32> = sample
-                .stack
-                .iter()
-                .map(|location| {
-                    *locations.entry(&location.key).or_insert_with(|| {
-                        profile.locations.push(location.location.clone());
-                        profile.locations.len() as u32 - 1
-                    })
-                })
-                .collect();
-            let next = stacks.len() as u32;
-            let stack = *stacks.entry(ids.clone()).or_insert_with(|| {
-                profile.stacks.push(ids);
-                next
-            });
-            let entry = samples
-                .entry((thread_ids[&sample.thread.tid], stack))
-                .or_insert((0, 0, ThreadState::of(sample.kind)));
-            if !sample.kind.is_off_cpu() {
-                entry.0 += sample.count;
-            }
-            entry.1 += sample.weight;
-        }
-    }
-    let mut samples: Vec<_> = samples.into_iter().collect();
-    samples.sort_unstable_by_key(|&(key, _)| key);
-    profile.samples = samples
-        .into_iter()
-        .map(|((thread, stack), (count, weight_ns, state))| Sample {
+        let thread = assembly.thread(&sample.thread);
+        let stack = assembly.stack(&sample.stack);
+        let count = if sample.kind.is_off_cpu() {
+            0
+        } else {
+            sample.count
+        };
+        assembly.add(
             thread,
             stack,
-            count: if state == ThreadState::Cpu {
-                count
-            } else {
-                (weight_ns + profile.period_ns / 2) / profile.period_ns.max(1)
-            },
-            weight_ns,
-            state,
-        })
-        .collect();
+            ThreadState::of(sample.kind),
+            count,
+            sample.weight,
+        );
+    }
+    let profile = assembly.finish(|count, weight, state| {
+        if state == ThreadState::Cpu {
+            (count, weight)
+        } else {
+            ((weight + period_ns / 2) / period_ns.max(1), weight)
+        }
+    });
     (profile, instants)
 }
 

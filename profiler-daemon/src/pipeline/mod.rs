@@ -1,7 +1,8 @@
 //! The pipeline that moves samples one way, from the kernel to the store:
 //! the sample source (drained) → raw batch → normalized stacks (process
 //! table) → symbolized stacks (symbolizer) → time-stamped buckets (store)
-//! and every export sink, or, for the samples of peeks, the peek inbox.
+//! and every export sink, or, for the samples of peeks and sampled
+//! allocations, their inboxes.
 //!
 //! This module owns the pipeline's threads: the drain thread (periodic and
 //! on-demand drains), the symbolizer thread (blazesym must stay on one
@@ -23,13 +24,13 @@ use profiler_common::{Counter, SampleKind};
 use tracing::{debug, error, warn};
 
 mod blocked;
-mod peek_inbox;
+mod inbox;
 mod sinks;
 mod unwinding;
 mod waits;
 
 pub use self::{
-    peek_inbox::PeekInbox,
+    inbox::{Inboxes, SampleInbox},
     sinks::{ExportSink, SinkError},
     waits::WaitStats,
 };
@@ -164,7 +165,7 @@ impl Pipeline {
     pub fn start(
         sampler: &mut Sampler,
         store: Arc<RwLock<Store>>,
-        peeks: Arc<PeekInbox>,
+        inboxes: Inboxes,
         sinks: Vec<Box<dyn ExportSink>>,
         drain_interval: Duration,
         unwind_info_limit: u64,
@@ -178,7 +179,7 @@ impl Pipeline {
             Some(announcements),
             stack_copies.map(|copies| (copies, offcpu_intervals)),
             store,
-            peeks,
+            inboxes,
             sinks,
             drain_interval,
             unwind_info_limit,
@@ -199,7 +200,7 @@ impl Pipeline {
         announcements: Option<RingBuf<MapData>>,
         stack_copies: Option<(StackCopies, Option<(OffCpuIntervals, RecordedProcesses)>)>,
         store: Arc<RwLock<Store>>,
-        peeks: Arc<PeekInbox>,
+        inboxes: Inboxes,
         sinks: Vec<Box<dyn ExportSink>>,
         drain_interval: Duration,
         unwind_info_limit: u64,
@@ -247,7 +248,7 @@ impl Pipeline {
         }
         threads.push(spawn("symbolize", {
             let stats = stats.clone();
-            Box::new(move || symbolize_into_store(job_queue, &store, &peeks, sinks, &stats))
+            Box::new(move || symbolize_into_store(job_queue, &store, &inboxes, sinks, &stats))
         })?);
         let handle = PipelineHandle {
             requests,
@@ -407,11 +408,12 @@ fn drain_periodically(
 }
 
 /// The symbolizer thread: owns the (not `Send`) symbolizer; hands peek
-/// samples to the peek inbox, the rest to every export sink and the store.
+/// samples and sampled allocations to their inboxes, the rest to every
+/// export sink and the store.
 fn symbolize_into_store(
     jobs: mpsc::Receiver<SymbolizeJob>,
     store: &RwLock<Store>,
-    peeks: &PeekInbox,
+    inboxes: &Inboxes,
     mut sinks: Vec<Box<dyn ExportSink>>,
     stats: &Mutex<PipelineStats>,
 ) {
@@ -419,13 +421,20 @@ fn symbolize_into_store(
     for job in jobs {
         let cut = job.batch.end;
         let mut batch = symbolizer.symbolize(job.batch);
-        let (peek_samples, samples): (Vec<_>, Vec<_>) = std::mem::take(&mut batch.samples)
-            .into_iter()
-            .partition(|sample| matches!(sample.kind, SampleKind::Peek | SampleKind::PeekInstant));
-        batch.samples = samples;
-        peeks.deliver(peek_samples);
+        let (mut peek_samples, mut allocations) = (Vec::new(), Vec::new());
+        let mut stored = Vec::with_capacity(batch.samples.len());
+        for sample in std::mem::take(&mut batch.samples) {
+            match sample.kind {
+                SampleKind::Peek | SampleKind::PeekInstant => peek_samples.push(sample),
+                SampleKind::Allocation => allocations.push(sample),
+                _ => stored.push(sample),
+            }
+        }
+        batch.samples = stored;
+        inboxes.peeks.deliver(peek_samples);
+        inboxes.allocations.deliver(allocations);
         // Peeks are wall-clock: the waits of a peeked process go to both.
-        peeks.copy_in(
+        inboxes.peeks.copy_in(
             batch
                 .samples
                 .iter()

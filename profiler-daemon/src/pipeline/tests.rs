@@ -40,6 +40,7 @@ fn sample_here(address: u64, kind: SampleKind, count: u64) -> RawSample {
         kernel: Arc::from([]),
         count,
         weight: count * 1_000_000,
+        allocation_id: 0,
     }
 }
 
@@ -57,7 +58,7 @@ fn store() -> Arc<RwLock<Store>> {
 fn drain_once(
     source: QueuedSource,
     store: &Arc<RwLock<Store>>,
-    inbox: Arc<PeekInbox>,
+    inbox: Arc<SampleInbox>,
     sinks: Vec<Box<dyn ExportSink>>,
 ) -> (Pipeline, SystemTime) {
     let pipeline = Pipeline::start_with(
@@ -65,7 +66,10 @@ fn drain_once(
         None,
         None,
         store.clone(),
-        inbox,
+        Inboxes {
+            peeks: inbox,
+            ..Inboxes::default()
+        },
         sinks,
         Duration::from_secs(60),
         0,
@@ -84,7 +88,7 @@ fn samples_go_from_the_source_to_the_store_named_and_to_every_sink() {
     let here = samples_go_from_the_source_to_the_store_named_and_to_every_sink as *const ();
     let source = QueuedSource::default();
     lock(&source.queue).push_back(vec![sample_here(here as u64, SampleKind::CpuClock, 5)]);
-    let (store, inbox) = (store(), Arc::new(PeekInbox::default()));
+    let (store, inbox) = (store(), Arc::new(SampleInbox::default()));
     let exported = Arc::new(Mutex::new(Vec::new()));
     let (pipeline, end) = drain_once(
         source,
@@ -121,7 +125,7 @@ fn the_samples_of_a_peek_go_to_its_inbox_not_the_store() {
         sample_here(here as u64, SampleKind::Peek, 2),
         sample_here(here as u64, SampleKind::CpuClock, 1),
     ]);
-    let (store, inbox) = (store(), Arc::new(PeekInbox::default()));
+    let (store, inbox) = (store(), Arc::new(SampleInbox::default()));
     inbox.open(std::process::id());
     let (pipeline, _) = drain_once(source, &store, inbox.clone(), Vec::new());
     let peeked = inbox.close(std::process::id());

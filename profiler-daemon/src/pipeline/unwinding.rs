@@ -71,6 +71,9 @@ impl WaitIdentity for SampleIdentity {
 pub struct StackCopyUnwinder {
     copies: StackCopies,
     pending: HashMap<SampleIdentity, (u64, u64)>,
+    /// Sampled allocations, each its own sample (with its size and id):
+    /// whether it is still held is asked of each.
+    allocations: Vec<(SampleIdentity, u64, u64)>,
     thread_names: ThreadNames,
     /// Off-CPU waits under way, when the switch program runs.
     waits: Option<Waits<SampleIdentity>>,
@@ -84,6 +87,7 @@ impl StackCopyUnwinder {
         Self {
             copies,
             pending: HashMap::default(),
+            allocations: Vec::new(),
             thread_names: ThreadNames::default(),
             waits: intervals.map(|(intervals, recorded)| Waits::new(intervals, recorded)),
         }
@@ -129,6 +133,7 @@ impl StackCopyUnwinder {
         let mut waited = Duration::ZERO;
         let intervals = self.waits.as_mut().map(Waits::read_intervals);
         let pending = &mut self.pending;
+        let allocations = &mut self.allocations;
         let waits = &mut self.waits;
         let mut table = None;
         let count = self.copies.read(|copy| {
@@ -139,8 +144,12 @@ impl StackCopyUnwinder {
                 table
             });
             let (identity, weight) = unwind(table, &copy);
-            let off_cpu = SampleKind::from_raw(identity.kind).is_some_and(SampleKind::is_off_cpu);
+            let kind = SampleKind::from_raw(identity.kind);
+            let off_cpu = kind.is_some_and(SampleKind::is_off_cpu);
             match waits {
+                _ if kind == Some(SampleKind::Allocation) => {
+                    allocations.push((identity, weight, copy.header.switched_out_ns));
+                }
                 Some(waits) if off_cpu => {
                     let scale = sample_scale(copy.header.weight as u32);
                     waits.begin(identity, copy.header.switched_out_ns, scale);
@@ -176,30 +185,40 @@ impl StackCopyUnwinder {
             });
         }
         let empty: Arc<[u64]> = Arc::from([]);
-        self.pending
-            .drain()
-            .filter_map(|(identity, (count, weight))| {
-                Some(RawSample {
-                    pid: identity.pid,
-                    tid: identity.tid,
-                    uid: identity.uid,
-                    gid: identity.gid,
-                    cgroup: identity.cgroup,
-                    thread_name: self.thread_names.get(&identity.comm),
-                    kind: SampleKind::from_raw(identity.kind)?,
-                    flags: identity.flags,
-                    user: Arc::from(identity.user),
-                    user_stop: identity.user_stop,
-                    kernel: if identity.kernel.is_empty() {
-                        empty.clone()
-                    } else {
-                        Arc::from(identity.kernel)
-                    },
-                    count,
-                    weight,
-                })
+        let thread_names = &mut self.thread_names;
+        let mut raw = |identity: SampleIdentity, count, weight, allocation_id| {
+            Some(RawSample {
+                pid: identity.pid,
+                tid: identity.tid,
+                uid: identity.uid,
+                gid: identity.gid,
+                cgroup: identity.cgroup,
+                thread_name: thread_names.get(&identity.comm),
+                kind: SampleKind::from_raw(identity.kind)?,
+                flags: identity.flags,
+                user: Arc::from(identity.user),
+                user_stop: identity.user_stop,
+                kernel: if identity.kernel.is_empty() {
+                    empty.clone()
+                } else {
+                    Arc::from(identity.kernel)
+                },
+                count,
+                weight,
+                allocation_id,
             })
-            .collect()
+        };
+        let mut samples: Vec<RawSample> = self
+            .pending
+            .drain()
+            .filter_map(|(identity, (count, weight))| raw(identity, count, weight, 0))
+            .collect();
+        samples.extend(
+            self.allocations
+                .drain(..)
+                .filter_map(|(identity, size, id)| raw(identity, 1, size, id)),
+        );
+        samples
     }
 }
 

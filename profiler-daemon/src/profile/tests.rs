@@ -29,12 +29,29 @@ fn each_sample_kind_has_a_state_and_each_mode_its_states() {
         assert_eq!(kind.is_off_cpu(), marker.is_some(), "{kind:?}");
         assert_eq!(SampleKind::from_raw(kind as u32), Some(kind));
     }
-    assert_eq!(SampleKind::from_raw(6), None);
-    for state in ThreadState::ALL {
+    assert_eq!(
+        ThreadState::of(SampleKind::Allocation),
+        ThreadState::Allocated
+    );
+    assert!(!SampleKind::Allocation.is_off_cpu());
+    assert_eq!(SampleKind::from_raw(7), None);
+    for state in ThreadState::TIMES {
         let on_cpu = state == ThreadState::Cpu;
         assert_eq!(ProfileMode::Cpu.includes(state), on_cpu);
         assert_eq!(ProfileMode::OffCpu.includes(state), !on_cpu);
         assert!(ProfileMode::Wall.includes(state));
+        assert!(state.is_time());
+        assert!(!ProfileMode::Allocated.includes(state) && !ProfileMode::Held.includes(state));
+    }
+    for (mode, state) in [
+        (ProfileMode::Allocated, ThreadState::Allocated),
+        (ProfileMode::Held, ThreadState::Held),
+    ] {
+        assert!(mode.is_memory() && !mode.records_off_cpu() && !state.is_time());
+        assert!(mode.includes(state));
+        for other in [ProfileMode::Cpu, ProfileMode::OffCpu, ProfileMode::Wall] {
+            assert!(!other.includes(state), "{other:?} {state:?}");
+        }
     }
     assert!(!ProfileMode::Cpu.records_off_cpu());
 }

@@ -16,12 +16,20 @@ use crate::profile::{Profile, ReportOptions};
 pub(super) fn svg(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
     let folded = folded::render(profile, options)?;
     let mut flamegraph = inferno::flamegraph::Options::default();
-    flamegraph.title = format!(
-        "profilerd: {:.1} s at {} Hz",
-        profile.duration_secs(),
-        profile.frequency_hz
-    );
-    flamegraph.count_name = "samples".to_owned();
+    flamegraph.title = if profile.mode.is_memory() {
+        format!(
+            "profilerd: {} over {:.1} s",
+            profile.mode.name(),
+            profile.duration_secs()
+        )
+    } else {
+        format!(
+            "profilerd: {:.1} s at {} Hz",
+            profile.duration_secs(),
+            profile.frequency_hz
+        )
+    };
+    flamegraph.count_name = super::counted_unit(profile).to_owned();
     if folded.is_empty() {
         return Ok(empty_svg(&flamegraph.title));
     }

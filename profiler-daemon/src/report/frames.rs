@@ -57,7 +57,7 @@ pub(super) struct StackSample {
     /// [`Expansion::thread`]).
     pub thread_index: u32,
     pub count: u64,
-    pub weight_ns: u64,
+    pub weight: u64,
     pub state: ThreadState,
     /// Its stack, never empty.
     pub stack: StackId,
@@ -144,7 +144,7 @@ impl<'a> Expansion<'a> {
             expansion.samples.push(StackSample {
                 thread_index: sample.thread,
                 count: sample.count,
-                weight_ns: sample.weight_ns,
+                weight: sample.weight,
                 state: sample.state,
                 stack,
             });

@@ -99,6 +99,20 @@ pub fn render_thread_trees(
 /// Renders `profile` as `options.format` asks. Text formats are UTF-8; pprof
 /// is a gzipped profile.proto.
 pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
+    // An allocation profile holds what was allocated and what is still
+    // held: pprof carries both, the other formats the mode's.
+    if profile.mode.is_memory()
+        && options.format != Format::Pprof
+        && profile
+            .samples
+            .iter()
+            .any(|sample| !profile.mode.includes(sample.state))
+    {
+        let mut only = profile.clone();
+        only.samples
+            .retain(|sample| profile.mode.includes(sample.state));
+        return render(&only, options);
+    }
     match options.format {
         Format::Tree => tree::render(profile, options).map(String::into_bytes),
         Format::Flat => flat::render(profile, options).map(String::into_bytes),
@@ -165,7 +179,13 @@ fn render_sections(
         }
     }
     let whole = if grouped { "its section's" } else { "all" };
-    writeln!(out, "{legend}; %: a share of {whole} samples")?;
+    let unit = counted_unit(profile);
+    if unit == "samples" {
+        writeln!(out, "{legend}; %: a share of {whole} samples")?;
+    } else {
+        let legend = legend.replace("samples", unit);
+        writeln!(out, "{legend}; %: a share of {whole} {unit}")?;
+    }
     Ok(out)
 }
 
@@ -300,13 +320,22 @@ fn sections(
                     format!("Process {pid} {process_name:?}")
                 }
             };
-            let spent = if profile.mode == ProfileMode::Cpu {
-                format!("Utilization: {}", utilization(total, ticks))
+            let title = if profile.mode.is_memory() {
+                format!(
+                    "{who}  {}",
+                    memory_total(profile, &expansion.samples, &samples)
+                )
+            } else if profile.mode == ProfileMode::Cpu {
+                format!(
+                    "{who}  Total snapshots: {total}. Utilization: {}",
+                    utilization(total, ticks)
+                )
             } else {
-                time_by_state(profile, &expansion.samples, &samples)
+                let spent = time_by_state(profile, &expansion.samples, &samples);
+                format!("{who}  Total snapshots: {total}. {spent}")
             };
             Section {
-                title: Some(format!("{who}  Total snapshots: {total}. {spent}")),
+                title: Some(title),
                 samples,
                 total,
             }
@@ -349,8 +378,9 @@ fn time_by_state(profile: &Profile, samples: &[StackSample], indexes: &[u32]) ->
     let mut nanos = [0_u64; 4];
     for &index in indexes {
         let sample = &samples[index as usize];
-        nanos[sample.state as usize] =
-            nanos[sample.state as usize].saturating_add(sample.weight_ns);
+        if let Some(spent) = nanos.get_mut(sample.state as usize) {
+            *spent = spent.saturating_add(sample.weight);
+        }
     }
     let seconds = nanos.map(|nanos| nanos as f64 / 1e9);
     let wall: f64 = seconds.iter().sum();
@@ -386,8 +416,50 @@ fn utilization(samples: u64, ticks: u64) -> String {
     format!("{percent}%")
 }
 
+/// What the counts of a profile's reports are.
+fn counted_unit(profile: &Profile) -> &'static str {
+    if profile.mode.is_memory() {
+        "bytes"
+    } else {
+        "samples"
+    }
+}
+
+/// The bytes and objects of `samples[indexes]` in an allocation profile,
+/// for a section's title or the summary line.
+fn memory_total(profile: &Profile, samples: &[StackSample], indexes: &[u32]) -> String {
+    let (bytes, objects) = indexes
+        .iter()
+        .fold((0_u64, 0_u64), |(bytes, objects), &index| {
+            let sample = &samples[index as usize];
+            (
+                bytes.saturating_add(sample.count),
+                objects.saturating_add(sample.weight),
+            )
+        });
+    let what = match profile.mode {
+        ProfileMode::Held => "Still held",
+        _ => "Allocated",
+    };
+    format!("{what}: {bytes} bytes in {objects} objects (estimated)")
+}
+
 /// The closing line of an ungrouped tree or flat report.
 fn write_summary(out: &mut String, profile: &Profile, total: u64) -> Result<(), ReportError> {
+    if profile.mode.is_memory() {
+        let objects = profile.samples.iter().fold(0_u64, |objects, sample| {
+            objects.saturating_add(sample.weight)
+        });
+        let what = match profile.mode {
+            ProfileMode::Held => "still held",
+            _ => "allocated",
+        };
+        writeln!(
+            out,
+            "Total: {total} bytes {what} in {objects} objects (estimated)"
+        )?;
+        return Ok(());
+    }
     writeln!(
         out,
         "Total snapshots: {total} ({} of one CPU)",

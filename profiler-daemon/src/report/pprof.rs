@@ -8,7 +8,10 @@
 //! profile sample, labelled `pid`, `tid`, `thread_name` and `comm`, with the
 //! values `samples/count` and `cpu/nanoseconds` (and, when the profile holds
 //! off-CPU time, `off_cpu/nanoseconds` and `wall/nanoseconds`, the mode's
-//! the default, and a `thread_state` label: `cpu`, `S`, `D`, `runqueue`); one location per distinct
+//! the default, and a `thread_state` label: `cpu`, `S`, `D`, `runqueue`);
+//! an allocation profile has Go's heap profile values instead,
+//! `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count` and
+//! `inuse_space/bytes` (`go tool pprof -sample_index=inuse_space`); one location per distinct
 //! profile location (lines innermost first), one function per (name, file),
 //! one mapping per module, whose `has_*` flags say whether any of its
 //! frames has that information (pprof's own convention).
@@ -78,6 +81,8 @@ struct Builder<'e, 'a> {
     thread_labels: Vec<Option<Range<usize>>>,
     /// The string of the `thread_state` label's key, when samples carry it.
     state_key: Option<i64>,
+    /// An allocation profile: Go's heap profile values.
+    memory: bool,
     /// The location ids of each stack of the expansion once used, leaf
     /// first, encoded (as the values of a packed field) in `encoded`.
     stack_locations: Vec<Option<Range<usize>>>,
@@ -98,6 +103,7 @@ impl<'e, 'a> Builder<'e, 'a> {
             site_locations: vec![0; expansion.sites.len()],
             thread_labels: vec![None; threads],
             state_key: None,
+            memory: false,
             stack_locations: vec![None; expansion.stack_count()],
             encoded: Vec::new(),
         }
@@ -109,20 +115,36 @@ impl<'e, 'a> Builder<'e, 'a> {
     /// tables and the rest), the bytes are those of the whole message.
     fn write(mut self, profile: &Profile, out: &mut impl Write) -> Result<(), ReportError> {
         self.string(""); // string_table[0] must be "".
-        let mut sample_type = vec![
-            self.value_type("samples", "count"),
-            self.value_type("cpu", "nanoseconds"),
-        ];
-        if profile.mode != ProfileMode::Cpu {
-            sample_type.push(self.value_type("off_cpu", "nanoseconds"));
-            sample_type.push(self.value_type("wall", "nanoseconds"));
-            self.state_key = Some(self.string("thread_state"));
-        }
-        let period_type = Some(self.value_type("cpu", "nanoseconds"));
+        self.memory = profile.mode.is_memory();
+        let (sample_type, period_type) = if self.memory {
+            (
+                vec![
+                    self.value_type("alloc_objects", "count"),
+                    self.value_type("alloc_space", "bytes"),
+                    self.value_type("inuse_objects", "count"),
+                    self.value_type("inuse_space", "bytes"),
+                ],
+                self.value_type("space", "bytes"),
+            )
+        } else {
+            let mut sample_type = vec![
+                self.value_type("samples", "count"),
+                self.value_type("cpu", "nanoseconds"),
+            ];
+            if profile.mode != ProfileMode::Cpu {
+                sample_type.push(self.value_type("off_cpu", "nanoseconds"));
+                sample_type.push(self.value_type("wall", "nanoseconds"));
+                self.state_key = Some(self.string("thread_state"));
+            }
+            (sample_type, self.value_type("cpu", "nanoseconds"))
+        };
+        let period_type = Some(period_type);
         let default_sample_type = self.string(match profile.mode {
             ProfileMode::Cpu => "cpu",
             ProfileMode::OffCpu => "off_cpu",
             ProfileMode::Wall => "wall",
+            ProfileMode::Allocated => "alloc_space",
+            ProfileMode::Held => "inuse_space",
         });
         let keys = ["pid", "tid", "thread_name", "comm"].map(|key| self.string(key));
         out.write_all(
@@ -170,14 +192,23 @@ impl<'e, 'a> Builder<'e, 'a> {
         let locations = self.stack_locations(sample.stack);
         let on_cpu = sample.state == ThreadState::Cpu;
         let (cpu, off_cpu) = if on_cpu {
-            (sample.weight_ns, 0)
+            (sample.weight, 0)
         } else {
-            (0, sample.weight_ns)
+            (0, sample.weight)
         };
-        let all = [sample.count, cpu, off_cpu, sample.weight_ns]
-            .map(|value| saturating_i64(value) as u64);
-        // Two values in CPU mode, as before; four with off-CPU time.
-        let values = if self.state_key.is_some() {
+        let all = if self.memory {
+            // Objects and bytes, allocated or still held.
+            match sample.state {
+                ThreadState::Held => [0, 0, sample.weight, sample.count],
+                _ => [sample.weight, sample.count, 0, 0],
+            }
+        } else {
+            [sample.count, cpu, off_cpu, sample.weight]
+        }
+        .map(|value| saturating_i64(value) as u64);
+        // Two values in CPU mode, as before; four with off-CPU time or
+        // memory.
+        let values = if self.state_key.is_some() || self.memory {
             &all[..]
         } else {
             &all[..2]

@@ -125,7 +125,7 @@ impl Builder {
             Some(index) => index as u32,
             None => self.profile.stacks.push(locations),
         };
-        let weight_ns = count.saturating_mul(self.profile.period_ns);
+        let weight = count.saturating_mul(self.profile.period_ns);
         match self
             .profile
             .samples
@@ -134,13 +134,13 @@ impl Builder {
         {
             Some(sample) => {
                 sample.count = sample.count.saturating_add(count);
-                sample.weight_ns = sample.weight_ns.saturating_add(weight_ns);
+                sample.weight = sample.weight.saturating_add(weight);
             }
             None => self.profile.samples.push(Sample {
                 thread,
                 stack,
                 count,
-                weight_ns,
+                weight,
                 state: crate::profile::ThreadState::Cpu,
             }),
         }

@@ -2,7 +2,8 @@
 //! gRPC status code (see `grpc`) and, later, one HTTP status.
 
 use crate::{
-    kernel::families::FamilyError,
+    allocs::AllocsError,
+    kernel::{allocs::ProbeError, families::FamilyError},
     peek::PeekError,
     pipeline::PipelineError,
     service::{access::AccessError, sessions::SessionError},
@@ -78,6 +79,28 @@ impl From<PeekError> for ServiceError {
             PeekError::Sampling { .. } | PeekError::Report(_) | PeekError::Stopped => {
                 Self::Internal(message)
             }
+        }
+    }
+}
+
+impl From<AllocsError> for ServiceError {
+    fn from(err: AllocsError) -> Self {
+        use crate::symbols::allocators::AllocatorError;
+        let message = err.to_string();
+        match err {
+            AllocsError::Allocator(AllocatorError::NoProcess(_)) => Self::NotFound(message),
+            AllocsError::Allocator(AllocatorError::NoAllocator { .. }) => {
+                Self::FailedPrecondition(message)
+            }
+            AllocsError::Probes(ProbeError::Unavailable(_)) => Self::FailedPrecondition(message),
+            AllocsError::Probes(ProbeError::Busy(_) | ProbeError::TooMany) => {
+                Self::ResourceExhausted(message)
+            }
+            AllocsError::Allocator(AllocatorError::Maps { .. })
+            | AllocsError::Probes(ProbeError::Attach { .. } | ProbeError::Target { .. }) => {
+                Self::Internal(message)
+            }
+            AllocsError::Stopped => Self::Stopping,
         }
     }
 }

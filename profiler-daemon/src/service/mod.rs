@@ -1,7 +1,8 @@
 //! The service the daemon offers, whatever the protocol: profiles of
 //! windows to come (`windows`: Profile and sessions) and past (Query,
 //! Callers, `diff`), the live `top`, `peeks`, and the daemon's `status` and
-//! targets, each authorized by `access` and validated by `selection`, on
+//! targets, and allocation profiles (`allocs`), each authorized by
+//! `access` and validated by `selection`, on
 //! domain types. The gRPC API (`grpc`) is a thin shim over it, as the HTTP
 //! listener and the exporters will be; `serving` runs the listeners.
 //!
@@ -12,6 +13,7 @@
 //! targets and families it changes own theirs).
 
 pub mod access;
+mod allocs;
 mod diff;
 pub mod error;
 mod export;
@@ -49,6 +51,7 @@ use self::{
     stopping::{StopSwitch, Stopping},
 };
 pub use self::{
+    allocs::{AllocsSpec, StartedAllocs},
     diff::{DiffDrawing, DiffResult, DiffSpec},
     error::ServiceError,
     export::ExportCursor,
@@ -90,6 +93,8 @@ pub struct ServiceParts {
     pub limits: ServiceLimits,
     pub targets: Targets,
     pub offcpu: OffCpuRecorder,
+    /// Allocation profiles (`None`: not offered).
+    pub allocations: Option<crate::allocs::AllocationProfiler>,
     pub info: DaemonInfo,
 }
 
@@ -124,6 +129,8 @@ pub struct Service {
     session_recordings: Mutex<HashMap<String, RecordingGuard>>,
     /// The push targets running, for status.
     push: crate::export::PushBoard,
+    allocations: Option<crate::allocs::AllocationProfiler>,
+    alloc_sessions: Arc<allocs::AllocSessions>,
     info: DaemonInfo,
 }
 
@@ -138,6 +145,7 @@ impl Service {
             limits,
             targets,
             offcpu,
+            allocations,
             info,
         } = parts;
         let holds = crate::read_lock(&store).holds();
@@ -165,6 +173,8 @@ impl Service {
             offcpu,
             session_recordings: Mutex::new(HashMap::new()),
             push: crate::export::PushBoard::default(),
+            allocations,
+            alloc_sessions: Arc::default(),
             info,
         }
     }

@@ -53,6 +53,18 @@ pub struct Summary {
     pub warnings: Vec<String>,
     /// The window was ended early and is shorter than asked for.
     pub cut_short: bool,
+    /// An allocation profile's totals.
+    pub memory: Option<MemoryTotals>,
+}
+
+/// What an allocation profile estimates: bytes and objects allocated in
+/// its window, and of those, still held at its end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryTotals {
+    pub allocated_bytes: u64,
+    pub allocated_objects: u64,
+    pub held_bytes: u64,
+    pub held_objects: u64,
 }
 
 impl Summary {
@@ -63,21 +75,48 @@ impl Summary {
                 .samples
                 .iter()
                 .filter(|sample| wanted(sample.state))
-                .map(|sample| sample.weight_ns)
+                .map(|sample| sample.weight)
                 .sum()
         };
+        let sums_where = |state: ThreadState| {
+            profile
+                .samples
+                .iter()
+                .filter(|sample| sample.state == state)
+                .fold((0_u64, 0_u64), |(count, weight), sample| {
+                    (
+                        count.saturating_add(sample.count),
+                        weight.saturating_add(sample.weight),
+                    )
+                })
+        };
+        let memory = profile.mode.is_memory().then(|| {
+            let (allocated_bytes, allocated_objects) = sums_where(ThreadState::Allocated);
+            let (held_bytes, held_objects) = sums_where(ThreadState::Held);
+            MemoryTotals {
+                allocated_bytes,
+                allocated_objects,
+                held_bytes,
+                held_objects,
+            }
+        });
         Self {
             start: Some(profile.start),
             end: Some(profile.end),
             frequency_hz: profile.frequency_hz,
-            samples: profile.total_samples(),
+            samples: if memory.is_some() {
+                0
+            } else {
+                profile.total_samples()
+            },
             cpu_nanos: nanos_where(|state| state == ThreadState::Cpu),
-            off_cpu_nanos: nanos_where(|state| state != ThreadState::Cpu),
+            off_cpu_nanos: nanos_where(|state| state.is_time() && state != ThreadState::Cpu),
             processes: processes.len() as u32,
             threads: profile.threads.len() as u32,
             lost: profile.lost.clone(),
             warnings: profile.warnings.clone(),
             cut_short: false,
+            memory,
         }
     }
 }

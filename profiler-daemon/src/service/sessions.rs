@@ -168,7 +168,7 @@ impl Sessions {
     }
 }
 
-fn new_id() -> String {
+pub(super) fn new_id() -> String {
     let mut bytes = [0_u8; 12];
     let mut filled = 0;
     while filled < bytes.len() {

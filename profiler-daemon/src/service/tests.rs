@@ -27,7 +27,7 @@ use crate::{
         targets::{MemoryTargetMaps, TargetSet, Targets},
     },
     peek::{PeekSettings, Peeker, Protection},
-    pipeline::{PeekInbox, Pipeline, testing::QueuedSource},
+    pipeline::{Inboxes, Pipeline, testing::QueuedSource},
     profile::{Format, Frame, Location, LocationKind, ReportOptions, ThreadInfo},
     store::{Store, StoreSettings},
     symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
@@ -59,13 +59,14 @@ fn fixture() -> Fixture {
         resolution: Duration::from_secs(1),
         memory_limit: 64 << 20,
     })));
-    let inbox = Arc::new(PeekInbox::default());
+    let inboxes = Inboxes::default();
+    let inbox = inboxes.peeks.clone();
     let pipeline = Pipeline::start_with(
         Box::new(QueuedSource::default()),
         None,
         None,
         store.clone(),
-        inbox.clone(),
+        inboxes,
         Vec::new(),
         Duration::from_secs(60),
         0,
@@ -99,6 +100,7 @@ fn fixture() -> Fixture {
         peeker,
         families: Families::new(Err(OptionalProgramError::Missing("follow_forks"))),
         offcpu: crate::kernel::offcpu::OffCpuRecorder::new(Err("tests".to_owned()), 0.0),
+        allocations: None,
         access: AccessPolicy::new("profilerd-no-such-group"),
         limits: ServiceLimits {
             max_sessions: 8,
@@ -183,6 +185,7 @@ fn store_samples(
                 stack: vec![main.clone(), leaf.clone()],
                 count: *count,
                 weight: count * 10_000_000,
+                allocation_id: 0,
             })
             .collect(),
         counters: [0; COUNTER_COUNT as usize],

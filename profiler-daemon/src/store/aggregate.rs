@@ -23,7 +23,7 @@ pub(super) struct Total {
     pub thread: u32,
     pub stack: u32,
     pub count: u64,
-    pub weight_ns: u64,
+    pub weight: u64,
     pub state: ThreadState,
 }
 
@@ -52,7 +52,7 @@ pub(super) fn wait_totals(
             thread,
             stack,
             count: (nanos + period_ns / 2) / period_ns.max(1),
-            weight_ns: nanos,
+            weight: nanos,
             state,
         });
     }
@@ -110,12 +110,12 @@ pub(super) fn cpu_totals(
         }
         // Equal stacks are next to each other: sum them.
         let mut sum: Option<Total> = None;
-        for &(stack, count, weight_ns) in &entries {
+        for &(stack, count, weight) in &entries {
             let count = u64::from(count);
             match &mut sum {
                 Some(total) if total.stack == stack => {
                     total.count += count;
-                    total.weight_ns += weight_ns;
+                    total.weight += weight;
                 }
                 _ => {
                     if let Some(total) = sum.take() {
@@ -125,7 +125,7 @@ pub(super) fn cpu_totals(
                         thread,
                         stack,
                         count,
-                        weight_ns,
+                        weight,
                         state: ThreadState::Cpu,
                     });
                 }
@@ -170,7 +170,7 @@ mod tests {
         let buckets: Vec<&Bucket> = buckets.iter().collect();
         let mut totals = Vec::new();
         cpu_totals(&buckets, selected, |total| {
-            totals.push((total.thread, total.stack, total.count, total.weight_ns));
+            totals.push((total.thread, total.stack, total.count, total.weight));
         });
         totals
     }

@@ -248,8 +248,9 @@ impl Store {
                     samples += sample.count;
                     weight += sample.weight;
                 }
-                // Peeks keep their own samples (see `peek`); none come here.
-                SampleKind::Peek | SampleKind::PeekInstant => {}
+                // Peeks and allocation profiles keep their own samples
+                // (see `peek`, `allocs`); none come here.
+                SampleKind::Peek | SampleKind::PeekInstant | SampleKind::Allocation => {}
             }
         }
         let mut cpu: Box<[CpuSamples]> = counts

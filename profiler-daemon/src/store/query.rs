@@ -163,7 +163,7 @@ impl Store {
                 thread,
                 stack: total.stack,
                 count: total.count,
-                weight_ns: total.weight_ns,
+                weight: total.weight,
                 state: total.state,
             });
         };

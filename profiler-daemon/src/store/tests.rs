@@ -54,6 +54,7 @@ fn batch(start: u64, samples: &[(u32, &[&str], u64)]) -> SymbolizedBatch {
                 stack: stack.iter().map(|name| location(name)).collect(),
                 count,
                 weight: count * 10,
+                allocation_id: 0,
             })
             .collect(),
         counters: [0; COUNTER_COUNT as usize],
@@ -102,7 +103,7 @@ fn windows_select_whole_buckets_and_aggregate() {
     store.insert(batch(2, &[(1, &["main", "b"], 7)]));
     let all = store.profile(&query(0, 3, Selector::default()));
     assert_eq!(counts_by_leaf(&all), [("a".into(), 5), ("b".into(), 8)]);
-    assert_eq!(all.samples.iter().map(|s| s.weight_ns).sum::<u64>(), 130);
+    assert_eq!(all.samples.iter().map(|s| s.weight).sum::<u64>(), 130);
     let middle = store.profile(&query(1, 2, Selector::default()));
     assert_eq!(counts_by_leaf(&middle), [("a".into(), 2), ("b".into(), 1)]);
     assert!(middle.warnings.is_empty());
@@ -118,6 +119,7 @@ fn waits_are_kept_in_nanoseconds_and_reported_by_mode() {
         stack: stack.iter().map(|name| location(name)).collect(),
         count: 1,
         weight: nanos,
+        allocation_id: 0,
     };
     // As the symbolizer hands them over: the wait's marker at the leaf.
     second.samples.push(wait(
@@ -148,7 +150,7 @@ fn waits_are_kept_in_nanoseconds_and_reported_by_mode() {
         let mut samples: Vec<_> = profile
             .samples
             .iter()
-            .map(|sample| (sample.state, sample.count, sample.weight_ns))
+            .map(|sample| (sample.state, sample.count, sample.weight))
             .collect();
         samples.sort();
         samples
@@ -326,7 +328,7 @@ fn complete_spans_are_merged_at_the_resolution() {
         counts_by_leaf(&all),
         [("a".into(), 20), ("b".into(), 32), ("main".into(), 26)]
     );
-    assert_eq!(all.samples.iter().map(|s| s.weight_ns).sum::<u64>(), 780);
+    assert_eq!(all.samples.iter().map(|s| s.weight).sum::<u64>(), 780);
     // Past windows are whole buckets now: the second span, not a part.
     let part = store.profile(&query(12, 14, Selector::default()));
     assert!(part.samples.is_empty(), "{:?}", counts_by_leaf(&part));

@@ -103,6 +103,8 @@ pub struct NormalizedSample {
     pub kernel: Arc<[u64]>,
     pub count: u64,
     pub weight: u64,
+    /// An allocation sample's id; 0 for other samples.
+    pub allocation_id: u64,
 }
 
 /// A drained batch with its user addresses normalized.
@@ -512,6 +514,7 @@ impl ProcessTable {
                     kernel: sample.kernel,
                     count: sample.count,
                     weight: sample.weight,
+                    allocation_id: sample.allocation_id,
                 }
             })
             .collect();

@@ -80,6 +80,8 @@ pub struct SymbolizedSample {
     pub stack: Vec<Arc<SymbolizedLocation>>,
     pub count: u64,
     pub weight: u64,
+    /// An allocation sample's id; 0 for other samples.
+    pub allocation_id: u64,
 }
 
 /// A drained batch, symbolized: what the store takes in.
@@ -252,6 +254,7 @@ impl Symbolizer {
                     stack,
                     count: sample.count,
                     weight: sample.weight,
+                    allocation_id: sample.allocation_id,
                 }
             })
             .collect::<Vec<_>>();

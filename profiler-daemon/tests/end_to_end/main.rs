@@ -6,6 +6,7 @@
 //! another user they fail, saying so, rather than pass without testing.
 
 mod access;
+mod allocs;
 mod api_errors;
 mod cli;
 mod cli_habits;

@@ -555,24 +555,29 @@ pub fn build_workload(name: &str) -> PathBuf {
 /// `workload-{output}`, once per test run.
 pub fn build_workload_with(name: &str, output: &str, flags: &[&str]) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/workloads")
-        .join(format!("{name}.c"));
+    // C, or C++ when there is no C source of that name.
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
+    let (source, compiler) = match workloads.join(format!("{name}.c")) {
+        c if c.exists() => (c, "gcc"),
+        _ => (workloads.join(format!("{name}.cpp")), "g++"),
+    };
     let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{output}"));
     let mut built = BUILT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !built.iter().any(|done| done == output) {
-        let output_of_gcc = Command::new("gcc")
+        let output_of_gcc = Command::new(compiler)
             .args(flags)
             .args(["-pthread", "-o"])
             .arg(&binary)
             .arg(&source)
             .output()
-            .expect("gcc runs (the tests build their workloads with it)");
+            .unwrap_or_else(|err| {
+                panic!("{compiler} runs (the tests build their workloads with it): {err}")
+            });
         assert!(
             output_of_gcc.status.success(),
-            "gcc failed to build {}:\n{}",
+            "{compiler} failed to build {}:\n{}",
             source.display(),
             String::from_utf8_lossy(&output_of_gcc.stderr)
         );

@@ -87,9 +87,9 @@ fn header_fields_describe_cpu_samples() {
 fn off_cpu_time_has_its_own_values_and_a_state_label() {
     let mut wall = profile(&[(&["main", "spin"], 3), (&["main", "read"], 50)]);
     wall.mode = ProfileMode::Wall;
-    wall.samples[0].weight_ns = 30_000_000;
+    wall.samples[0].weight = 30_000_000;
     wall.samples[1].state = ThreadState::Sleeping;
-    wall.samples[1].weight_ns = 500_000_000;
+    wall.samples[1].weight = 500_000_000;
     let p = decode(&wall, true);
     let types: Vec<&str> = p.sample_type.iter().map(|t| s(&p, t.r#type)).collect();
     assert_eq!(types, ["samples", "cpu", "off_cpu", "wall"]);
@@ -302,7 +302,7 @@ fn empty_profile_is_still_a_valid_profile() {
 fn huge_values_saturate() {
     let mut p = profile(&[(&["main"], 1)]);
     p.samples[0].count = u64::MAX;
-    p.samples[0].weight_ns = u64::MAX;
+    p.samples[0].weight = u64::MAX;
     p.period_ns = u64::MAX;
     let decoded = decode(&p, true);
     assert_eq!(decoded.sample[0].value, [i64::MAX, i64::MAX]);

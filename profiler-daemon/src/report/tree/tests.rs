@@ -368,9 +368,9 @@ fn with_off_cpu_time_sections_say_how_the_window_was_spent() {
         (&["main", "read", "[off-cpu: S]"], 75),
     ]);
     p.mode = crate::profile::ProfileMode::Wall;
-    p.samples[0].weight_ns = 250_000_000;
+    p.samples[0].weight = 250_000_000;
     p.samples[1].state = crate::profile::ThreadState::Sleeping;
-    p.samples[1].weight_ns = 750_000_000;
+    p.samples[1].weight = 750_000_000;
     let options = ReportOptions {
         groupby: GroupBy::Thread,
         ..ReportOptions::default()

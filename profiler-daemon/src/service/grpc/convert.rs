@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use tonic::Status;
 
 use crate::{
-    kernel::targets::TargetSet,
+    kernel::{allocs::Sampling, targets::TargetSet},
     peek::{PeekReport, PeekSummary, TriggerSource},
     profile::{Format, GroupBy, LossCause, ProfileMode, ReportOptions, SortedBy},
     proto::v1,
@@ -134,6 +134,8 @@ pub fn mode_to_wire(mode: ProfileMode) -> v1::Mode {
         ProfileMode::Cpu => v1::Mode::Cpu,
         ProfileMode::OffCpu => v1::Mode::Offcpu,
         ProfileMode::Wall => v1::Mode::Wall,
+        // Allocation profiles are not windows of the store.
+        ProfileMode::Allocated | ProfileMode::Held => v1::Mode::Unspecified,
     }
 }
 
@@ -201,6 +203,7 @@ pub(super) fn loss_counts(lost: impl IntoIterator<Item = (LossCause, u64)>) -> V
 }
 
 pub fn summary(summary: Summary) -> v1::ProfileSummary {
+    let memory = summary.memory.unwrap_or_default();
     v1::ProfileSummary {
         start_unix_nanos: summary.start.map_or(0, unix_nanos),
         end_unix_nanos: summary.end.map_or(0, unix_nanos),
@@ -213,6 +216,19 @@ pub fn summary(summary: Summary) -> v1::ProfileSummary {
         lost: loss_counts(summary.lost),
         warnings: summary.warnings,
         cut_short: summary.cut_short,
+        allocated_bytes: memory.allocated_bytes,
+        allocated_objects: memory.allocated_objects,
+        held_bytes: memory.held_bytes,
+        held_objects: memory.held_objects,
+    }
+}
+
+/// How allocations are sampled, as asked (unset: the default).
+pub fn alloc_sampling(sampling: Option<v1::AllocSampling>) -> Sampling {
+    match sampling.and_then(|sampling| sampling.how) {
+        Some(v1::alloc_sampling::How::SampleBytes(bytes)) => Sampling::Bytes(bytes),
+        Some(v1::alloc_sampling::How::SampleRate(rate)) => Sampling::Rate(rate),
+        None => Sampling::DEFAULT,
     }
 }
 

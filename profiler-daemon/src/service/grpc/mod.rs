@@ -16,7 +16,7 @@ use std::{sync::Arc, time::Duration};
 use tonic::{Request, Response, Status};
 
 use super::{
-    ProfileSpec, Service, ServiceError, TopSpec,
+    AllocsSpec, ProfileSpec, Service, ServiceError, TopSpec,
     access::{Asker, CallerKey, Credentials, TrustedRemote},
 };
 use crate::proto::v1::{self, profiler_server::Profiler};
@@ -148,6 +148,57 @@ impl Profiler for GrpcApi {
         let report = self
             .service
             .stop_session(asker, &request.session_id, request.force, options)
+            .await?;
+        Ok(Response::new(convert::profile_reply(report)))
+    }
+
+    async fn allocs(
+        &self,
+        request: Request<v1::AllocsRequest>,
+    ) -> Result<Response<v1::ProfileReply>, Status> {
+        let asker = self.asker(&request)?;
+        let request = request.into_inner();
+        let spec = AllocsSpec {
+            pid: request.pid,
+            duration: Duration::from_millis(request.duration_ms),
+            sampling: convert::alloc_sampling(request.sampling),
+            options: convert::report_options(request.options)?,
+            inuse: request.inuse,
+        };
+        let report = self.service.allocs(asker, spec).await?;
+        Ok(Response::new(convert::profile_reply(report)))
+    }
+
+    async fn start_allocs(
+        &self,
+        request: Request<v1::StartAllocsRequest>,
+    ) -> Result<Response<v1::StartProfileReply>, Status> {
+        let asker = self.asker(&request)?;
+        let request = request.into_inner();
+        let started = self
+            .service
+            .start_allocs(
+                asker,
+                request.pid,
+                convert::alloc_sampling(request.sampling),
+            )
+            .await?;
+        Ok(Response::new(v1::StartProfileReply {
+            session_id: started.id,
+            start_unix_nanos: convert::unix_nanos(started.start),
+        }))
+    }
+
+    async fn stop_allocs(
+        &self,
+        request: Request<v1::StopAllocsRequest>,
+    ) -> Result<Response<v1::ProfileReply>, Status> {
+        let asker = self.asker(&request)?;
+        let request = request.into_inner();
+        let options = convert::report_options(request.options)?;
+        let report = self
+            .service
+            .stop_allocs(asker, &request.session_id, options, request.inuse)
             .await?;
         Ok(Response::new(convert::profile_reply(report)))
     }

@@ -28,6 +28,7 @@ fn batch(user: Vec<UserAddress>, kernel: &[u64], flags: u32) -> NormalizedBatch 
             kernel: Arc::from(kernel),
             count: 1,
             weight: 1,
+            allocation_id: 0,
         }],
         counters: [0; COUNTER_COUNT as usize],
     }
@@ -63,6 +64,7 @@ fn raw_here(address: u64) -> crate::kernel::drain::RawBatch {
             kernel: Arc::from([]),
             count: 1,
             weight: 1,
+            allocation_id: 0,
         }],
         counters: [0; COUNTER_COUNT as usize],
     }

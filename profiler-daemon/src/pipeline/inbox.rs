@@ -1,8 +1,9 @@
-//! Where the sample pipeline leaves the symbolized samples of peeks, until
-//! the peek that asked for them takes them.
+//! Where the sample pipeline leaves the symbolized samples that go to one
+//! request rather than to the store (a peek's, an allocation profile's),
+//! until the request that asked for them takes them.
 //!
-//! Owns only those samples, per peeked process. It must not aggregate or
-//! report them.
+//! Owns only those samples, per process. It must not aggregate or report
+//! them.
 
 use std::sync::{
     Mutex,
@@ -13,14 +14,23 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::symbols::symbolizer::SymbolizedSample;
 
-/// Peek samples by process, for the processes being peeked at.
+/// The inboxes of the requests that take their samples themselves.
+#[derive(Clone, Debug, Default)]
+pub struct Inboxes {
+    /// Peek samples, by peeked process.
+    pub peeks: std::sync::Arc<SampleInbox>,
+    /// Sampled allocations, by profiled process.
+    pub allocations: std::sync::Arc<SampleInbox>,
+}
+
+/// Samples by process, for the processes a request collects them for.
 #[derive(Debug, Default)]
-pub struct PeekInbox {
+pub struct SampleInbox {
     open: Mutex<HashMap<u32, Vec<SymbolizedSample>>>,
     stray: AtomicU64,
 }
 
-impl PeekInbox {
+impl SampleInbox {
     /// Starts collecting the samples of `pid`, dropping any left over.
     pub fn open(&self, pid: u32) {
         self.lock().insert(pid, Vec::new());
@@ -32,7 +42,7 @@ impl PeekInbox {
     }
 
     /// Files samples under their processes, dropping (and counting) those
-    /// of processes no peek is open for (a peek that failed or ended early).
+    /// of processes no request is open for (one that failed or ended early).
     pub fn deliver(&self, samples: impl IntoIterator<Item = SymbolizedSample>) {
         let mut open = self.lock();
         let mut dropped = 0;
@@ -45,7 +55,6 @@ impl PeekInbox {
         self.stray.fetch_add(dropped, Ordering::Relaxed);
     }
 
-    /// Samples dropped by [`PeekInbox::deliver`] since start.
     /// Copies the samples of processes being peeked at (off-CPU time, which
     /// goes to the store too) into their peeks.
     pub fn copy_in<'a>(&self, samples: impl IntoIterator<Item = &'a SymbolizedSample>) {
@@ -60,6 +69,7 @@ impl PeekInbox {
         }
     }
 
+    /// Samples dropped by [`SampleInbox::deliver`] since start.
     pub fn stray_samples(&self) -> u64 {
         self.stray.load(Ordering::Relaxed)
     }

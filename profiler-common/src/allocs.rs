@@ -1,0 +1,142 @@
+//! Allocation profiling (uprobes on the allocator's entry points): the
+//! sampling each profiled process asks for, the allocator call under way on
+//! each thread, and the sampled allocations still held, by address.
+
+/// What the daemon attaches the entry program to each allocator function
+/// with (the uprobe's cookie): which function it is, and so where its size
+/// and pointer arguments are.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Function {
+    /// `malloc(size)`, `valloc(size)`, `pvalloc(size)`.
+    Malloc = 0,
+    /// `calloc(count, size)`.
+    Calloc = 1,
+    /// `realloc(pointer, size)`: the old block is freed.
+    Realloc = 2,
+    /// `reallocarray(pointer, count, size)`.
+    Reallocarray = 3,
+    /// `aligned_alloc(alignment, size)`, `memalign(alignment, size)`.
+    AlignedAlloc = 4,
+    /// `posix_memalign(&pointer, alignment, size)`: the block's address is
+    /// written through its first argument.
+    PosixMemalign = 5,
+    /// `free(pointer)`.
+    Free = 6,
+}
+
+impl Function {
+    /// Every function, with the symbols it stands for.
+    pub const SYMBOLS: [(&'static str, Function); 10] = [
+        ("malloc", Function::Malloc),
+        ("calloc", Function::Calloc),
+        ("realloc", Function::Realloc),
+        ("reallocarray", Function::Reallocarray),
+        ("posix_memalign", Function::PosixMemalign),
+        ("aligned_alloc", Function::AlignedAlloc),
+        ("memalign", Function::AlignedAlloc),
+        ("valloc", Function::Malloc),
+        ("pvalloc", Function::Malloc),
+        ("free", Function::Free),
+    ];
+
+    /// The function of a cookie.
+    pub const fn from_cookie(cookie: u64) -> Option<Self> {
+        match cookie {
+            0 => Some(Self::Malloc),
+            1 => Some(Self::Calloc),
+            2 => Some(Self::Realloc),
+            3 => Some(Self::Reallocarray),
+            4 => Some(Self::AlignedAlloc),
+            5 => Some(Self::PosixMemalign),
+            6 => Some(Self::Free),
+            _ => None,
+        }
+    }
+
+    /// Whether its return needs the return program (it allocates).
+    pub const fn allocates(self) -> bool {
+        !matches!(self, Self::Free)
+    }
+}
+
+/// How a profiled process's allocations are sampled.
+pub mod mode {
+    /// By bytes: an allocation of `s` bytes is sampled with probability
+    /// `1 - exp(-s / mean_bytes)` (a countdown of exponentially
+    /// distributed byte intervals, as heap profilers do).
+    pub const BYTES: u32 = 0;
+    /// Each allocation with the same probability, `threshold / 2³²`.
+    pub const RATE: u32 = 1;
+}
+
+/// A profiled process: how it is sampled (the daemon's), and what went
+/// wrong with its samples (the programs add to those, atomically).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Target {
+    /// A [`mode`].
+    pub mode: u32,
+    pub reserved: u32,
+    /// [`mode::BYTES`]: the mean sampling interval in bytes (at least 1).
+    pub mean_bytes: u64,
+    /// [`mode::RATE`]: an allocation is sampled when a random `u32` is
+    /// below this (`1 << 32`: every one).
+    pub threshold: u64,
+    /// Sampled allocations whose stack copy was lost (the stack-copy ring
+    /// buffer was full), and their bytes.
+    pub lost: u64,
+    pub lost_bytes: u64,
+    /// Sampled allocations whose address could not be kept (the live map
+    /// was full): whether they are still held is unknown.
+    pub untracked: u64,
+}
+
+/// Field offsets of [`Target`]'s counters, for the programs' atomic adds.
+pub const TARGET_LOST: usize = 24;
+pub const TARGET_LOST_BYTES: usize = 32;
+pub const TARGET_UNTRACKED: usize = 40;
+
+/// An allocator call under way on a thread, from its entry to its return.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Call {
+    /// The bytes asked for.
+    pub size: u64,
+    /// [`Function::PosixMemalign`]: where the address will be written.
+    pub out_pointer: u64,
+    /// Allocator calls made from inside this one (glibc's `realloc(NULL,
+    /// n)` calls `malloc`): they are not counted again.
+    pub nested: u32,
+    /// Whether this allocation is sampled.
+    pub sampled: u32,
+}
+
+/// The key of a sampled allocation still held.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Address {
+    pub pid: u32,
+    pub reserved: u32,
+    pub address: u64,
+}
+
+/// Entries of the table of exponentially distributed intervals the byte
+/// sampling draws from (with a random index).
+pub const INTERVAL_TABLE_LEN: u32 = 4096;
+
+/// Fixed-point shift of the countdown and the interval table: one mean
+/// interval is `1 << INTERVAL_SHIFT`.
+pub const INTERVAL_SHIFT: u32 = 24;
+
+/// Largest size the countdown takes in one step (larger allocations are
+/// sampled as if of this size, which is sampled for certain at any
+/// interval below 2³⁸ bytes); shifted by [`INTERVAL_SHIFT`] it still fits
+/// an `i64`.
+pub const MAX_COUNTED_SIZE: u64 = 1 << 38;
+
+const _: () = {
+    assert!(core::mem::offset_of!(Target, lost) == TARGET_LOST);
+    assert!(core::mem::offset_of!(Target, lost_bytes) == TARGET_LOST_BYTES);
+    assert!(core::mem::offset_of!(Target, untracked) == TARGET_UNTRACKED);
+};

@@ -1,0 +1,198 @@
+//! An allocation profile from the sampled allocations of one process: each
+//! sample scaled back up by the chance it had of being sampled (an
+//! unbiased estimate of the bytes and objects allocated at its stack), and
+//! those the kernel still held live at the end counted again as held.
+//!
+//! Pure: owns nothing, touches nothing.
+
+use std::time::SystemTime;
+
+use profiler_common::SampleKind;
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::{
+    kernel::allocs::{KernelAllocations, Sampling},
+    profile::{Profile, ProfileAssembly, ProfileMode, Stacks, ThreadState},
+    symbols::symbolizer::SymbolizedSample,
+};
+
+/// The profile of `samples` (the sampled allocations of one process, each
+/// weighing its size), taken with `sampling` over `window`; `held` says
+/// which are still live. Its samples are `Allocated` and `Held`, counting
+/// bytes and weighing objects; its mode is [`ProfileMode::Allocated`].
+pub fn allocation_profile(
+    samples: &[SymbolizedSample],
+    held: &KernelAllocations,
+    sampling: Sampling,
+    (start, end): (SystemTime, SystemTime),
+    mut warnings: Vec<String>,
+) -> Profile {
+    if held.lost > 0 {
+        warnings.push(format!(
+            "{} sampled allocations ({} bytes) are missing: their stacks were lost (the \
+             stack-copy ring buffer was full); raise stack_copy_buffer or sample less often",
+            held.lost, held.lost_bytes
+        ));
+    }
+    if held.untracked > 0 {
+        warnings.push(format!(
+            "{} sampled allocations could not be followed to their free (the map of live \
+             allocations was full): they count as allocated, not as held",
+            held.untracked
+        ));
+    }
+    let mut assembly = ProfileAssembly::new(Profile {
+        start,
+        end,
+        frequency_hz: 0,
+        period_ns: match sampling {
+            Sampling::Bytes(mean) => mean,
+            Sampling::Rate(_) => 0,
+        },
+        mode: ProfileMode::Allocated,
+        threads: Vec::new(),
+        locations: Vec::new(),
+        stacks: Stacks::default(),
+        samples: Vec::new(),
+        lost: Vec::new(),
+        warnings,
+    });
+    // Estimates are fractions: summed before they are rounded.
+    let mut sums: HashMap<(u32, u32, ThreadState), (f64, f64)> = HashMap::default();
+    for sample in samples
+        .iter()
+        .filter(|sample| sample.kind == SampleKind::Allocation)
+    {
+        let size = sample.weight;
+        let chance = sampling.chance(size).max(f64::MIN_POSITIVE);
+        let (bytes, objects) = (size as f64 / chance, 1.0 / chance);
+        let thread = assembly.thread(&sample.thread);
+        let stack = assembly.stack(&sample.stack);
+        let mut add = |state| {
+            let sum = sums.entry((thread, stack, state)).or_default();
+            sum.0 += bytes;
+            sum.1 += objects;
+        };
+        add(ThreadState::Allocated);
+        if held.live.contains(&sample.allocation_id) {
+            add(ThreadState::Held);
+        }
+    }
+    for ((thread, stack, state), (bytes, objects)) in sums {
+        assembly.add(
+            thread,
+            stack,
+            state,
+            bytes.round() as u64,
+            objects.round() as u64,
+        );
+    }
+    assembly.finish(|bytes, objects, _| (bytes, objects))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{
+        profile::{Location, LocationKind, ThreadInfo},
+        symbols::symbolizer::{LocationKey, SymbolizedLocation},
+    };
+
+    fn location(name: &str) -> Arc<SymbolizedLocation> {
+        Arc::new(SymbolizedLocation {
+            key: LocationKey::Marker(name.into()),
+            location: Location {
+                kind: LocationKind::User,
+                module: "app".into(),
+                address: 0,
+                frames: vec![crate::profile::Frame {
+                    function: name.into(),
+                    file: None,
+                    line: 0,
+                    inlined: false,
+                }],
+            },
+        })
+    }
+
+    fn allocation(site: &str, size: u64, id: u64) -> SymbolizedSample {
+        SymbolizedSample {
+            thread: ThreadInfo {
+                pid: 7,
+                tid: 7,
+                thread_name: "app".into(),
+                process_name: "app".into(),
+                uid: 0,
+                gid: 0,
+                protected: false,
+                cgroup: "/".into(),
+            },
+            kind: SampleKind::Allocation,
+            stack: vec![location("main"), location(site)],
+            count: 1,
+            weight: size,
+            allocation_id: id,
+        }
+    }
+
+    #[test]
+    fn samples_are_scaled_by_their_chance_and_live_ones_are_held() {
+        let samples = vec![
+            allocation("keep", 1024, 1),
+            allocation("keep", 1024, 2),
+            allocation("drop", 4096, 3),
+        ];
+        let held = KernelAllocations {
+            live: [2].into_iter().collect(),
+            ..KernelAllocations::default()
+        };
+        let now = SystemTime::now();
+        let profile =
+            allocation_profile(&samples, &held, Sampling::Rate(0.5), (now, now), Vec::new());
+        let by_state = |state| -> Vec<(u64, u64)> {
+            profile
+                .samples
+                .iter()
+                .filter(|sample| sample.state == state)
+                .map(|sample| (sample.count, sample.weight))
+                .collect()
+        };
+        // Rate 0.5: each sample stands for two allocations.
+        assert_eq!(by_state(ThreadState::Allocated), vec![(4096, 4), (8192, 2)]);
+        assert_eq!(by_state(ThreadState::Held), vec![(2048, 2)]);
+        assert_eq!(profile.mode, ProfileMode::Allocated);
+    }
+
+    #[test]
+    fn byte_sampling_scales_small_allocations_to_the_mean_interval() {
+        let now = SystemTime::now();
+        let profile = allocation_profile(
+            &[allocation("site", 16, 1)],
+            &KernelAllocations::default(),
+            Sampling::Bytes(1 << 20),
+            (now, now),
+            Vec::new(),
+        );
+        let sample = profile.samples[0];
+        // 16 / (1 - exp(-16 / 2^20)) ≈ 2^20 + 8.
+        assert!(sample.count.abs_diff((1 << 20) + 8) <= 1, "{sample:?}");
+        assert!(sample.weight.abs_diff((1 << 20) / 16) <= 1, "{sample:?}");
+        assert_eq!(profile.period_ns, 1 << 20);
+    }
+
+    #[test]
+    fn losses_are_warned_about() {
+        let now = SystemTime::now();
+        let held = KernelAllocations {
+            lost: 3,
+            lost_bytes: 300,
+            untracked: 2,
+            ..KernelAllocations::default()
+        };
+        let profile = allocation_profile(&[], &held, Sampling::DEFAULT, (now, now), Vec::new());
+        assert_eq!(profile.warnings.len(), 2, "{:?}", profile.warnings);
+        assert!(profile.warnings[0].contains("3 sampled allocations"));
+    }
+}

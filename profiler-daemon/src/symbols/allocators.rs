@@ -1,0 +1,157 @@
+//! Where a process's allocator lives: the functions of `malloc`'s family
+//! (libc's, or jemalloc's, mimalloc's, tcmalloc's when linked or preloaded,
+//! or those a static binary carries) in the files the process has mapped
+//! executable, each as the file offset a uprobe attaches to.
+//!
+//! Owns the reading of the process's mappings and of those files' symbol
+//! tables; it must not attach anything.
+
+use std::{collections::BTreeSet, path::PathBuf};
+
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
+use procfs::process::{MMPermissions, MMapPath, Process};
+use profiler_common::allocs::Function;
+
+/// One allocator function in one file, as a uprobe attaches to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocatorSite {
+    /// The file as the daemon opens it (through the process's root, so a
+    /// container's file is found).
+    pub file: PathBuf,
+    /// The file's path in the process.
+    pub path: String,
+    pub symbol: &'static str,
+    pub function: Function,
+    /// The function's offset in the file.
+    pub offset: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AllocatorError {
+    #[error("no process {0} (it may have exited)")]
+    NoProcess(u32),
+    #[error("cannot read the mappings of process {pid}: {reason}")]
+    Maps { pid: u32, reason: String },
+    #[error(
+        "process {pid} ({command}) has no known allocator: none of the files it maps defines \
+         `malloc` (a static binary without symbols, or one with its own allocator such as Go's, \
+         cannot be profiled for allocations)"
+    )]
+    NoAllocator { pid: u32, command: String },
+}
+
+/// The allocator functions of process `pid`, in the order of its mappings
+/// and of [`Function::SYMBOLS`]; one site per distinct address of a file
+/// (glibc's `memalign` and `aligned_alloc` are one function).
+pub fn allocator_sites(pid: u32) -> Result<Vec<AllocatorSite>, AllocatorError> {
+    let process = Process::new(pid as i32).map_err(|_| AllocatorError::NoProcess(pid))?;
+    let maps = process.maps().map_err(|err| match err {
+        procfs::ProcError::NotFound(_) => AllocatorError::NoProcess(pid),
+        err => AllocatorError::Maps {
+            pid,
+            reason: err.to_string(),
+        },
+    })?;
+    let mut seen = BTreeSet::new();
+    let mut sites = Vec::new();
+    for map in maps {
+        let MMapPath::Path(path) = &map.pathname else {
+            continue;
+        };
+        if !map.perms.contains(MMPermissions::EXECUTE) || !seen.insert((map.dev, map.inode)) {
+            continue;
+        }
+        let shown = path.to_string_lossy().into_owned();
+        let file = PathBuf::from(format!("/proc/{pid}/root{shown}"));
+        // A file that cannot be read or parsed has no allocator we can
+        // find; the process's others may.
+        let Ok(data) = std::fs::read(&file) else {
+            continue;
+        };
+        sites.extend(sites_in(&data, &file, &shown));
+    }
+    if !sites.iter().any(|site| site.symbol == "malloc") {
+        let command = process
+            .stat()
+            .map(|stat| stat.comm)
+            .unwrap_or_else(|_| "?".to_owned());
+        return Err(AllocatorError::NoAllocator { pid, command });
+    }
+    Ok(sites)
+}
+
+/// The allocator functions an ELF file defines (dynamic symbols first,
+/// then the symbol table of a static binary).
+fn sites_in(data: &[u8], file: &std::path::Path, path: &str) -> Vec<AllocatorSite> {
+    let Ok(elf) = object::File::parse(data) else {
+        return Vec::new();
+    };
+    let mut offsets = BTreeSet::new();
+    let mut sites = Vec::new();
+    for &(symbol, function) in &Function::SYMBOLS {
+        let address = elf
+            .dynamic_symbols()
+            .chain(elf.symbols())
+            .find(|found| {
+                found.is_definition()
+                    && found.kind() == SymbolKind::Text
+                    && found.name() == Ok(symbol)
+            })
+            .map(|found| found.address());
+        let Some(offset) = address.and_then(|address| file_offset(&elf, address)) else {
+            continue;
+        };
+        if offsets.insert(offset) {
+            sites.push(AllocatorSite {
+                file: file.to_owned(),
+                path: path.to_owned(),
+                symbol,
+                function,
+                offset,
+            });
+        }
+    }
+    sites
+}
+
+/// Where the code at virtual `address` is in the file.
+fn file_offset(elf: &object::File<'_>, address: u64) -> Option<u64> {
+    elf.segments().find_map(|segment| {
+        let (start, size) = (segment.address(), segment.size());
+        let (file_start, file_size) = segment.file_range();
+        (start <= address && address < start + size && address - start < file_size)
+            .then(|| file_start + (address - start))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_libc_malloc_and_free_at_distinct_offsets() {
+        let sites = allocator_sites(std::process::id()).expect("the test binary uses libc");
+        let malloc = sites.iter().find(|site| site.symbol == "malloc").unwrap();
+        let free = sites.iter().find(|site| site.symbol == "free").unwrap();
+        assert_eq!(malloc.function, Function::Malloc);
+        assert_eq!(free.function, Function::Free);
+        assert_eq!(malloc.file, free.file);
+        assert_ne!(malloc.offset, free.offset);
+        assert!(malloc.path.contains("libc"), "{malloc:?}");
+        let offsets: BTreeSet<_> = sites
+            .iter()
+            .map(|site| (site.file.clone(), site.offset))
+            .collect();
+        assert_eq!(
+            offsets.len(),
+            sites.len(),
+            "one site per address: {sites:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_process_is_named() {
+        let err = allocator_sites(u32::MAX - 1).unwrap_err();
+        assert!(matches!(err, AllocatorError::NoProcess(_)), "{err}");
+    }
+}

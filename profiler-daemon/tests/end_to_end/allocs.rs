@@ -1,0 +1,386 @@
+//! Allocation profiles, checked against what the workloads allocate (their
+//! own counts and byte ratios), every frame of their known call chains,
+//! `go tool pprof`, and the kernel's own list of the daemon's probes.
+
+use std::time::Duration;
+
+use profilerd_client::v1;
+
+use crate::support::{
+    Client, Daemon, Workload, decode_pprof, folded, go_pprof_top, has_chain, options,
+};
+
+fn bytes(sample_bytes: u64) -> Option<v1::AllocSampling> {
+    Some(v1::AllocSampling {
+        how: Some(v1::alloc_sampling::How::SampleBytes(sample_bytes)),
+    })
+}
+
+fn rate(rate: f64) -> Option<v1::AllocSampling> {
+    Some(v1::AllocSampling {
+        how: Some(v1::alloc_sampling::How::SampleRate(rate)),
+    })
+}
+
+async fn allocs(
+    client: &mut Client,
+    pid: u32,
+    duration: Duration,
+    sampling: Option<v1::AllocSampling>,
+    format: v1::Format,
+    inuse: bool,
+) -> v1::ProfileReply {
+    client
+        .allocs(v1::AllocsRequest {
+            pid,
+            duration_ms: duration.as_millis() as u64,
+            sampling,
+            options: Some(options(format)),
+            inuse,
+        })
+        .await
+        .unwrap_or_else(|status| panic!("Allocs failed: {status:?}"))
+        .into_inner()
+}
+
+/// Bytes per stack whose leaf-most frames hold `site`.
+fn bytes_at(stacks: &[(Vec<String>, u64)], site: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|frame| frame == site))
+        .map(|(_, count)| count)
+        .sum()
+}
+
+#[tokio::test]
+async fn allocated_bytes_split_three_to_one_between_two_named_sites() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("allocs", &["ratio"]);
+    let mut client = daemon.client().await;
+    let reply = allocs(
+        &mut client,
+        workload.pid(),
+        Duration::from_secs(3),
+        bytes(256 * 1024),
+        v1::Format::Folded,
+        false,
+    )
+    .await;
+    let stacks = folded(&reply.report);
+    let (three, one) = (
+        bytes_at(&stacks, "site_three_quarters"),
+        bytes_at(&stacks, "site_one_quarter"),
+    );
+    let share = three as f64 / (three + one) as f64;
+    assert!(
+        (share - 0.75).abs() <= 0.05,
+        "site_three_quarters has {:.1}% of the bytes (want 75 ± 5): {three} vs {one}\n{stacks:?}",
+        share * 100.0
+    );
+    // Every stack of each site goes through its whole chain from main.
+    for (site, want) in [("site_three_quarters", three), ("site_one_quarter", one)] {
+        let whole: u64 = stacks
+            .iter()
+            .filter(|(frames, _)| has_chain(frames, &["main", "churn_round", site]))
+            .map(|(_, count)| count)
+            .sum();
+        assert_eq!(
+            whole, want,
+            "not every {site} stack is main;churn_round;{site}: {stacks:?}"
+        );
+    }
+    let summary = reply.summary.expect("a summary");
+    assert_eq!(summary.allocated_bytes, three + one, "{summary:?}");
+    assert!(summary.allocated_objects > 0, "{summary:?}");
+}
+
+#[tokio::test]
+async fn inuse_names_only_the_site_that_keeps_its_bytes() {
+    const BLOCKS: u64 = 3000;
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("allocs", &["keep", &BLOCKS.to_string()]);
+    let mut client = daemon.client().await;
+    let reply = allocs(
+        &mut client,
+        workload.pid(),
+        Duration::from_secs(4),
+        bytes(4096),
+        v1::Format::Folded,
+        true,
+    )
+    .await;
+    let stacks = folded(&reply.report);
+    let kept = bytes_at(&stacks, "site_keep");
+    let churned = bytes_at(&stacks, "site_churn");
+    let truth = BLOCKS * 4096;
+    assert!(
+        kept.abs_diff(truth) as f64 <= truth as f64 * 0.10,
+        "site_keep holds {kept} bytes (want {truth} ± 10%): {stacks:?}"
+    );
+    assert_eq!(churned, 0, "site_churn frees all it allocates: {stacks:?}");
+    let kept_whole: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| has_chain(frames, &["main", "keep_and_churn", "site_keep"]))
+        .map(|(_, count)| count)
+        .sum();
+    assert_eq!(
+        kept_whole, kept,
+        "every site_keep stack is whole: {stacks:?}"
+    );
+    // Besides, only keep_and_churn's own array of pointers (8 B a block).
+    let other = stacks.iter().map(|(_, count)| count).sum::<u64>() - kept;
+    assert!(other <= BLOCKS * 8 * 2, "{stacks:?}");
+    // Allocated, both sites about alike.
+    let allocated = folded(&allocs_again(&mut client, &workload).await.report);
+    assert!(
+        allocated.is_empty(),
+        "nothing is allocated once kept: {allocated:?}"
+    );
+    let summary = reply.summary.expect("a summary");
+    assert!(summary.held_bytes <= summary.allocated_bytes, "{summary:?}");
+    assert!(
+        summary.allocated_bytes.abs_diff(2 * truth) as f64 <= 2.0 * truth as f64 * 0.10,
+        "{summary:?}"
+    );
+}
+
+/// A second profile of a workload that no longer allocates.
+async fn allocs_again(client: &mut Client, workload: &Workload) -> v1::ProfileReply {
+    allocs(
+        client,
+        workload.pid(),
+        Duration::from_millis(300),
+        bytes(4096),
+        v1::Format::Folded,
+        false,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn go_tool_pprof_reads_the_heap_values_and_names_the_top_site() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("allocs", &["ratio"]);
+    let mut client = daemon.client().await;
+    let reply = allocs(
+        &mut client,
+        workload.pid(),
+        Duration::from_secs(2),
+        bytes(64 * 1024),
+        v1::Format::Pprof,
+        false,
+    )
+    .await;
+    let profile = decode_pprof(&reply.report);
+    let types: Vec<(String, String)> = profile
+        .sample_type
+        .iter()
+        .map(|value| {
+            (
+                profile.string_table[value.r#type as usize].clone(),
+                profile.string_table[value.unit as usize].clone(),
+            )
+        })
+        .collect();
+    let want = [
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+    ]
+    .map(|(kind, unit)| (kind.to_owned(), unit.to_owned()));
+    assert_eq!(types, want);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("allocs.pb.gz");
+    std::fs::write(&path, &reply.report).unwrap();
+    let output = std::process::Command::new("go")
+        .args(["tool", "pprof", "-sample_index=alloc_space", "-top"])
+        .arg(&path)
+        .env("HOME", dir.path())
+        .env("PPROF_TMPDIR", dir.path())
+        .output()
+        .expect("go runs");
+    let top = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let first = top
+        .lines()
+        .skip_while(|line| !line.trim_start().starts_with("flat"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(first.contains("site_three_quarters"), "{top}");
+    // The default sample index is alloc_space.
+    assert!(go_pprof_top(&reply.report).contains("site_three_quarters"));
+}
+
+#[tokio::test]
+async fn sample_rate_one_counts_every_allocation() {
+    const ALLOCATIONS: u64 = 2000;
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("allocs", &["count", &ALLOCATIONS.to_string()]);
+    // Another process doing the same at the same time is not counted.
+    let _other = Workload::start("allocs", &["count", &ALLOCATIONS.to_string()]);
+    let mut client = daemon.client().await;
+    let reply = allocs(
+        &mut client,
+        workload.pid(),
+        Duration::from_secs(2),
+        rate(1.0),
+        v1::Format::Folded,
+        false,
+    )
+    .await;
+    let summary = reply.summary.expect("a summary");
+    assert_eq!(summary.allocated_objects, ALLOCATIONS, "{summary:?}");
+    assert_eq!(summary.allocated_bytes, ALLOCATIONS * 100, "{summary:?}");
+    assert_eq!(summary.threads, 1, "only the profiled process: {summary:?}");
+    let stacks = folded(&reply.report);
+    assert!(
+        stacks
+            .iter()
+            .all(|(frames, _)| has_chain(frames, &["main", "site_counted"])),
+        "{stacks:?}"
+    );
+}
+
+#[tokio::test]
+async fn cpp_new_and_delete_and_calloc_and_realloc_are_profiled() {
+    let daemon = Daemon::start().await;
+    let cpp = Workload::start("allocs_cpp", &[]);
+    let c = Workload::start("allocs", &["calloc-realloc"]);
+    let mut client = daemon.client().await;
+    let reply = allocs(
+        &mut client,
+        cpp.pid(),
+        Duration::from_secs(2),
+        bytes(256 * 1024),
+        v1::Format::Folded,
+        false,
+    )
+    .await;
+    let stacks = folded(&reply.report);
+    let widgets = bytes_at(&stacks, "make_widgets");
+    let buffers = bytes_at(&stacks, "make_buffer");
+    // 16 x 256 B against 4096 B a round: half each.
+    let share = widgets as f64 / (widgets + buffers).max(1) as f64;
+    assert!((share - 0.5).abs() <= 0.1, "{share}: {stacks:?}");
+    assert!(
+        stacks
+            .iter()
+            .any(|(frames, _)| frames.iter().any(|frame| frame.starts_with("operator new"))),
+        "the stacks go through operator new: {stacks:?}"
+    );
+
+    let reply = allocs(
+        &mut client,
+        c.pid(),
+        Duration::from_secs(3),
+        bytes(32 * 1024),
+        v1::Format::Folded,
+        false,
+    )
+    .await;
+    let stacks = folded(&reply.report);
+    let calloc = bytes_at(&stacks, "site_calloc");
+    let realloc = bytes_at(&stacks, "site_realloc");
+    // 2 KiB by calloc against 1 + 2 + 4 + 8 KiB by realloc a round.
+    let share = calloc as f64 / (calloc + realloc).max(1) as f64;
+    assert!((share - 2.0 / 17.0).abs() <= 0.05, "{share}: {stacks:?}");
+}
+
+/// The daemon's open perf events and BPF links, as the kernel lists its
+/// file descriptors.
+fn probes_of(daemon: &Daemon) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for entry in std::fs::read_dir(format!("/proc/{}/fd", daemon.pid())).unwrap() {
+        let Ok(target) = std::fs::read_link(entry.unwrap().path()) else {
+            continue;
+        };
+        match target.to_string_lossy().as_ref() {
+            "anon_inode:[perf_event]" => counts.0 += 1,
+            "anon_inode:bpf_link" => counts.1 += 1,
+            _ => {}
+        }
+    }
+    counts
+}
+
+#[tokio::test]
+async fn a_target_that_exits_returns_what_was_sampled_and_no_probe_remains() {
+    let daemon = Daemon::start().await;
+    let mut workload = Workload::start("allocs", &["exit", "1"]);
+    let client = daemon.client().await;
+    let before = probes_of(&daemon);
+    let request = {
+        let mut client = client.clone();
+        let pid = workload.pid();
+        tokio::spawn(async move {
+            allocs(
+                &mut client,
+                pid,
+                Duration::from_secs(10),
+                bytes(256 * 1024),
+                v1::Format::Folded,
+                false,
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = probes_of(&daemon);
+    assert!(
+        during.1 > before.1,
+        "the probes' links show while attached: {before:?} then {during:?}"
+    );
+    let started = std::time::Instant::now();
+    let reply = request.await.unwrap();
+    workload.wait();
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "the profile ends when its process exits"
+    );
+    let stacks = folded(&reply.report);
+    assert!(bytes_at(&stacks, "site_three_quarters") > 0, "{stacks:?}");
+    let summary = reply.summary.expect("a summary");
+    assert!(
+        summary
+            .warnings
+            .iter()
+            .any(|warning| warning.contains("exited")),
+        "{summary:?}"
+    );
+    assert_eq!(probes_of(&daemon), before, "every probe came off");
+}
+
+#[tokio::test]
+async fn bad_requests_say_what_is_wrong() {
+    let daemon = Daemon::start().await;
+    let client = daemon.client().await;
+    let ask = |pid, duration_ms, sampling| {
+        let mut client = client.clone();
+        async move {
+            client
+                .allocs(v1::AllocsRequest {
+                    pid,
+                    duration_ms,
+                    sampling,
+                    options: Some(options(v1::Format::Folded)),
+                    inuse: false,
+                })
+                .await
+                .expect_err("the request is refused")
+        }
+    };
+    let gone = ask(u32::MAX - 7, 1000, None).await;
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{gone:?}");
+    let zero = ask(0, 1000, None).await;
+    assert_eq!(zero.code(), tonic::Code::InvalidArgument, "{zero:?}");
+    let me = std::process::id();
+    let long = ask(me, 10_000_000_000, None).await;
+    assert!(long.message().contains("max_profile_duration"), "{long:?}");
+    let bad_rate = ask(me, 1000, rate(1.5)).await;
+    assert!(bad_rate.message().contains("sample_rate"), "{bad_rate:?}");
+}
