@@ -11,6 +11,7 @@
 //! round, since absolute times drift on shared machines. Nothing here
 //! asserts a timing: targets are reported, met or MISSED.
 
+mod allocs;
 mod designs;
 mod ebpf;
 mod machine;
@@ -124,7 +125,7 @@ struct Args {
 }
 
 /// The questions, in the order they are asked.
-const QUESTIONS: [&str; 7] = [
+const QUESTIONS: [&str; 8] = [
     "overhead",
     "designs",
     "unwind_info",
@@ -132,6 +133,7 @@ const QUESTIONS: [&str; 7] = [
     "symbolization",
     "peek",
     "offcpu",
+    "allocs",
 ];
 
 fn parse_args() -> Result<Args> {
@@ -233,6 +235,14 @@ fn main() -> Result<()> {
         // Question 8 turns them on only where it reads them.
         drop(stats.take());
         for table in runtime.block_on(offcpu::run(&plan, &args.out_dir))? {
+            show(table);
+        }
+    }
+    if asked("allocs") {
+        // The uprobes' cost is measured without the kernel's statistics.
+        drop(stats.take());
+        let allocs = allocs::run(&plan, &workloads.malloc_pairs, &args.out_dir);
+        for table in runtime.block_on(allocs)? {
             show(table);
         }
     }

@@ -25,6 +25,8 @@ pub struct Workloads {
     pub stack_storm: PathBuf,
     /// Three named threads, two busy and one asleep (the peek tests' own).
     pub peek_threads: PathBuf,
+    /// Pairs of malloc and free in one thread, from two sites.
+    pub malloc_pairs: PathBuf,
 }
 
 impl Workloads {
@@ -61,6 +63,7 @@ impl Workloads {
             cpu_paths: build("cpu_paths")?,
             stack_storm: build("stack_storm")?,
             peek_threads: build("peek_threads")?,
+            malloc_pairs: build("malloc_pairs")?,
         })
     }
 

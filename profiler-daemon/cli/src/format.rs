@@ -181,6 +181,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          symbolizer: {binaries} binaries, {user} user and {kernel} kernel addresses cached\n\
          unwinding:  {unwinding}\n\
          off-CPU:    {offcpu}\n\
+         allocs:     {allocs}\n\
          history:    {history}; retention {retention}\n\
          store:      {used:.1} MiB of {limit:.1} MiB, {buckets} buckets, {stacks} stacks; for memory {coarsened} buckets merged, {evicted} evicted\n\
          sessions:   {sessions} open; longest profile {max}\n",
@@ -199,6 +200,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         seen = status.processes_seen,
         unwinding = unwinding_status(status.unwinding.as_ref()),
         offcpu = offcpu_status(status.offcpu.as_ref()),
+        allocs = allocation_status(status.allocations.as_ref()),
         tracked = symbolizer.processes_tracked,
         binaries = symbolizer.binaries,
         user = symbolizer.user_addresses_cached,
@@ -264,6 +266,23 @@ fn push_status(target: &v1::PushTargetStatus, now: SystemTime) -> String {
 
 /// The off-CPU line of the status: whether waits are recorded, and what
 /// came of them.
+fn allocation_status(allocations: Option<&v1::AllocationStatus>) -> String {
+    let Some(allocations) = allocations else {
+        return "not reported by this daemon".to_owned();
+    };
+    if !allocations.unavailable.is_empty() {
+        return format!("unavailable ({})", allocations.unavailable);
+    }
+    format!(
+        "{} process(es) profiled now; {} allocations sampled, {} lost with their stack, {} calls \
+         not followed",
+        allocations.profiles_running,
+        allocations.sampled,
+        allocations.stacks_lost,
+        allocations.calls_not_followed
+    )
+}
+
 fn offcpu_status(offcpu: Option<&v1::OffCpuStatus>) -> String {
     let Some(offcpu) = offcpu else {
         return "not reported by this daemon".to_owned();

@@ -34,6 +34,10 @@ pub struct DaemonStatus {
     pub offcpu: OffCpuTrigger,
     /// The push targets (root and the admin group only: their addresses).
     pub push: Vec<crate::export::TargetStatus>,
+    /// Why allocations cannot be profiled, when they cannot, and how many
+    /// processes are being profiled.
+    pub allocations_unavailable: Option<String>,
+    pub allocation_profiles: usize,
 }
 
 /// Whether off-CPU time can be recorded, and how much is.
@@ -86,6 +90,14 @@ impl Service {
             } else {
                 Vec::new()
             },
+            allocations_unavailable: match &self.allocations {
+                None => Some("not offered by this daemon".to_owned()),
+                Some(profiler) => profiler.unavailable().map(str::to_owned),
+            },
+            allocation_profiles: self
+                .allocations
+                .as_ref()
+                .map_or(0, |profiler| profiler.running().len()),
             targets: asker
                 .privileged()
                 .then(|| crate::lock(&self.targets).current().clone()),

@@ -101,6 +101,7 @@ fn sites_in(data: &[u8], file: &std::path::Path, path: &str) -> Vec<AllocatorSit
         let Some(offset) = address.and_then(|address| file_offset(&elf, address)) else {
             continue;
         };
+        let offset = probe_offset(data, offset);
         if offsets.insert(offset) {
             sites.push(AllocatorSite {
                 file: file.to_owned(),
@@ -112,6 +113,25 @@ fn sites_in(data: &[u8], file: &std::path::Path, path: &str) -> Vec<AllocatorSit
         }
     }
     sites
+}
+
+/// Where the probe of the function at `offset` in the file goes: its first
+/// instruction, unless that is `test %rdi,%rdi` followed by a conditional
+/// jump (glibc's `free`): the kernel cannot emulate the test, and
+/// single-stepping it out of line costs several microseconds a call, so
+/// the probe goes on the jump, which the kernel emulates. The test only
+/// reads the first argument, so the probe sees it there all the same.
+fn probe_offset(data: &[u8], offset: u64) -> u64 {
+    let Some(code) = usize::try_from(offset)
+        .ok()
+        .and_then(|at| data.get(at..at + 5))
+    else {
+        return offset;
+    };
+    let test_rdi = code[..3] == [0x48, 0x85, 0xff];
+    let jump =
+        matches!(code[3], 0x70..=0x7f) || (code[3] == 0x0f && matches!(code[4], 0x80..=0x8f));
+    if test_rdi && jump { offset + 3 } else { offset }
 }
 
 /// Where the code at virtual `address` is in the file.
@@ -147,6 +167,21 @@ mod tests {
             sites.len(),
             "one site per address: {sites:?}"
         );
+    }
+
+    #[test]
+    fn a_leading_test_of_the_first_argument_is_stepped_over() {
+        // test %rdi,%rdi; je +0xbf; push %rbp (glibc 2.36's free)
+        let free = [0x48, 0x85, 0xff, 0x0f, 0x84, 0xbf, 0, 0, 0, 0x55];
+        assert_eq!(probe_offset(&free, 0), 3);
+        let short_jump = [0x90, 0x48, 0x85, 0xff, 0x74, 0x10];
+        assert_eq!(probe_offset(&short_jump, 1), 4);
+        // push %r12; push %rbp (malloc): left as it is.
+        let malloc = [0x41, 0x54, 0x55, 0x53, 0x48, 0x89];
+        assert_eq!(probe_offset(&malloc, 0), 0);
+        // A test not followed by a jump, and the end of the file.
+        assert_eq!(probe_offset(&[0x48, 0x85, 0xff, 0x48, 0x89], 0), 0);
+        assert_eq!(probe_offset(&free[..4], 0), 0);
     }
 
     #[test]

@@ -384,3 +384,73 @@ async fn bad_requests_say_what_is_wrong() {
     let bad_rate = ask(me, 1000, rate(1.5)).await;
     assert!(bad_rate.message().contains("sample_rate"), "{bad_rate:?}");
 }
+
+#[tokio::test]
+async fn profilerctl_allocs_reports_allocated_and_held_bytes_in_text() {
+    const BLOCKS: u64 = 3000;
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("allocs", &["keep", &BLOCKS.to_string()]);
+    let pid = workload.pid().to_string();
+    let output = crate::support::profilerctl(
+        &daemon.socket,
+        &[
+            "allocs",
+            "--pid",
+            &pid,
+            "--duration",
+            "4s",
+            "--sample-bytes",
+            "4KiB",
+            "--inuse",
+            "--format",
+            "tree",
+        ],
+    )
+    .await;
+    let text = crate::support::stdout_of(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // The tree counts bytes still held: site_keep's, within 10%.
+    let line = text
+        .lines()
+        .find(|line| line.ends_with("; site_keep"))
+        .unwrap_or_else(|| panic!("no site_keep line:\n{text}"));
+    // "overhead╎ count share file:line; function"
+    let count: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line:?}\n{text}"));
+    let truth = BLOCKS * 4096;
+    assert!(
+        count.abs_diff(truth) as f64 <= truth as f64 * 0.1,
+        "{line}\n{text}"
+    );
+    assert!(!text.contains("site_churn"), "{text}");
+    assert!(
+        text.contains("Total: ") && text.contains("bytes still held"),
+        "{text}"
+    );
+    assert!(
+        stderr.contains("allocated") && stderr.contains("still held at the end"),
+        "{stderr}"
+    );
+    // Bad arguments are refused with the reason, before anything is asked.
+    let output = crate::support::profilerctl(
+        &daemon.socket,
+        &[
+            "allocs",
+            "--pid",
+            &pid,
+            "--duration",
+            "1s",
+            "--sample-rate",
+            "2",
+        ],
+    )
+    .await;
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("probability"),
+        "{output:?}"
+    );
+}

@@ -4,6 +4,8 @@
 //! Owns that conversion; it must not gather the figures (see
 //! `service::status`).
 
+use profiler_common::Counter;
+
 use super::convert::{loss_counts, targets, unix_nanos};
 use crate::{kernel::drain, proto::v1, service::DaemonStatus};
 
@@ -40,7 +42,6 @@ fn push_status(target: &crate::export::TargetStatus) -> v1::PushTargetStatus {
 }
 
 fn offcpu_status(status: &DaemonStatus) -> v1::OffCpuStatus {
-    use profiler_common::Counter;
     let counters = &status.pipeline.counters;
     let waits = status.pipeline.waits.unwrap_or_default();
     v1::OffCpuStatus {
@@ -59,8 +60,18 @@ fn offcpu_status(status: &DaemonStatus) -> v1::OffCpuStatus {
     }
 }
 
+fn allocation_status(status: &DaemonStatus) -> v1::AllocationStatus {
+    let counters = &status.pipeline.counters;
+    v1::AllocationStatus {
+        unavailable: status.allocations_unavailable.clone().unwrap_or_default(),
+        profiles_running: status.allocation_profiles as u32,
+        sampled: counters[Counter::AllocSampled as usize],
+        stacks_lost: counters[Counter::AllocStackCopyRingFull as usize],
+        calls_not_followed: counters[Counter::AllocCallsFull as usize],
+    }
+}
+
 pub fn status(status: DaemonStatus) -> v1::StatusReply {
-    use profiler_common::Counter;
     let (pipeline, store, peek) = (&status.pipeline, &status.store, &status.peek);
     let stats = &peek.stats;
     v1::StatusReply {
@@ -117,6 +128,7 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
         }),
         offcpu: Some(offcpu_status(&status)),
         push: status.push.iter().map(push_status).collect(),
+        allocations: Some(allocation_status(&status)),
         peek: Some(v1::PeekStatus {
             signal: peek.signal,
             signal_name: crate::peek::signal_name(peek.signal),
