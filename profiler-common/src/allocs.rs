@@ -98,6 +98,14 @@ pub const TARGET_LOST_BYTES: usize = 32;
 pub const TARGET_UNTRACKED: usize = 40;
 
 /// An allocator call under way on a thread, from its entry to its return.
+///
+/// Calls are told apart by the stack pointer at their entry (where their
+/// return address is): one made from inside another (glibc's
+/// `realloc(NULL, n)` calls `malloc`) enters below it or, a tail call, at
+/// the same place, and is counted with it; a return is this call's when
+/// the stack pointer is just above that address; an entry left by a call
+/// whose return was not seen lies below the stack of later calls, which
+/// replace it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Call {
@@ -105,11 +113,11 @@ pub struct Call {
     pub size: u64,
     /// [`Function::PosixMemalign`]: where the address will be written.
     pub out_pointer: u64,
-    /// Allocator calls made from inside this one (glibc's `realloc(NULL,
-    /// n)` calls `malloc`): they are not counted again.
-    pub nested: u32,
+    /// The stack pointer at the call's entry.
+    pub entry_sp: u64,
     /// Whether this allocation is sampled.
     pub sampled: u32,
+    pub reserved: u32,
 }
 
 /// The key of a sampled allocation still held.

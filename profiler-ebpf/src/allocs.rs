@@ -102,18 +102,21 @@ pub fn allocator_entry(ctx: ProbeContext) -> u32 {
         Function::AlignedAlloc => (arg(1), 0),
         Function::PosixMemalign => (arg(2), arg(0)),
     };
-    if let Some(call) = ALLOC_CALLS.get_ptr_mut(&pid_tgid) {
-        // An allocator function called from inside another: counted
-        // with the outer call.
-        // SAFETY: this thread's entry; only this thread touches it.
-        unsafe { (*call).nested += 1 };
+    let (_, entry_sp, _) = registers_at(ctx.as_ptr() as u64);
+    // SAFETY: the value is copied at once, while the entry is live.
+    if let Some(outer) = unsafe { ALLOC_CALLS.get(&pid_tgid) }
+        && outer.entry_sp >= entry_sp
+    {
+        // Called from inside an allocator call under way (at or below its
+        // entry): counted with it.
         return 0;
     }
     let call = Call {
         size,
         out_pointer,
-        nested: 0,
+        entry_sp,
         sampled: u32::from(sampled(&target, size)),
+        reserved: 0,
     };
     if ALLOC_CALLS
         .insert(&pid_tgid, &call, BPF_ANY.into())
@@ -127,17 +130,16 @@ pub fn allocator_entry(ctx: ProbeContext) -> u32 {
 #[uretprobe]
 pub fn allocator_return(ctx: RetProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(entry) = ALLOC_CALLS.get_ptr_mut(&pid_tgid) else {
+    // SAFETY: the value is copied at once, while the entry is live.
+    let Some(call) = (unsafe { ALLOC_CALLS.get(&pid_tgid) }).copied() else {
         return 0;
     };
-    // SAFETY: this thread's entry; only this thread touches it.
-    let call = unsafe {
-        if (*entry).nested > 0 {
-            (*entry).nested -= 1;
-            return 0;
-        }
-        *entry
-    };
+    // Past the return, the stack pointer is just above the return address
+    // the call entered with; any other return is a nested call's.
+    let (_, return_sp, _) = registers_at(ctx.as_ptr() as u64);
+    if return_sp != call.entry_sp + 8 {
+        return 0;
+    }
     let _ = ALLOC_CALLS.remove(&pid_tgid);
     if call.sampled == 0 {
         return 0;

@@ -10,11 +10,26 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::process;
 
-/// A Debian package and the program on PATH that shows it is installed.
+/// A Debian package and what shows it is installed: a program on PATH, or
+/// (an absolute path) a file.
 pub struct AptPackage {
     pub name: &'static str,
     pub provides: &'static str,
 }
+
+impl AptPackage {
+    fn installed(&self) -> bool {
+        if self.provides.starts_with('/') {
+            Path::new(self.provides).exists()
+        } else {
+            process::find_program(self.provides).is_some()
+        }
+    }
+}
+
+/// Where Debian's libjemalloc2 puts jemalloc (the allocation tests preload
+/// it).
+pub const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 
 /// Debian packages the test suite needs, installed with apt-get when the
 /// program they provide is not on PATH.
@@ -33,6 +48,11 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
     AptPackage {
         name: "g++",
         provides: "g++",
+    },
+    // An allocator preloaded in place of libc's (allocation profiles).
+    AptPackage {
+        name: "libjemalloc2",
+        provides: JEMALLOC,
     },
     // The HTTP listener's tests fetch with curl.
     AptPackage {
@@ -157,10 +177,7 @@ fn system_deps(who: &str, packages: &[AptPackage]) -> Result<()> {
 /// that fails (empty or stale package lists), runs `apt-get update` once
 /// and retries.
 fn ensure_apt_packages(packages: &[AptPackage]) -> Result<()> {
-    let missing: Vec<&AptPackage> = packages
-        .iter()
-        .filter(|pkg| process::find_program(pkg.provides).is_none())
-        .collect();
+    let missing: Vec<&AptPackage> = packages.iter().filter(|pkg| !pkg.installed()).collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -192,9 +209,9 @@ fn ensure_apt_packages(packages: &[AptPackage]) -> Result<()> {
         install().with_context(|| format!("installing {} with apt-get failed", names.join(" ")))?;
     }
     for pkg in missing {
-        if process::find_program(pkg.provides).is_none() {
+        if !pkg.installed() {
             bail!(
-                "apt-get installed {} but `{}` is still not on PATH",
+                "apt-get installed {} but `{}` is still not there",
                 pkg.name,
                 pkg.provides
             );

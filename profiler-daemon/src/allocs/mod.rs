@@ -167,26 +167,20 @@ impl AllocationProfiler {
     }
 }
 
-/// How long a process just started is given to map its allocator (the
-/// dynamic loader maps libc after exec).
-const LOADER_GRACE: Duration = Duration::from_secs(1);
+/// How long a process just started is given to map its libraries (the
+/// dynamic loader maps them, and a preloaded allocator, after exec).
+const LOADER_GRACE: Duration = Duration::from_millis(250);
 
-/// The allocator functions of `pid`; a process younger than
-/// [`LOADER_GRACE`] without one yet is waited for, its loader at work.
+/// The allocator functions of `pid`, once the loader is done: a process
+/// younger than [`LOADER_GRACE`] is read when it is that old.
 async fn sites_once_loaded(
     pid: u32,
 ) -> Result<Vec<crate::symbols::allocators::AllocatorSite>, AllocsError> {
-    let asked = Instant::now();
-    loop {
-        match allocator_sites(pid) {
-            Err(AllocatorError::NoAllocator { .. })
-                if asked.elapsed() < LOADER_GRACE && process_age(pid) < LOADER_GRACE =>
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            sites => return Ok(sites?),
-        }
+    let age = process_age(pid);
+    if age < LOADER_GRACE {
+        tokio::time::sleep(LOADER_GRACE - age).await;
     }
+    Ok(allocator_sites(pid)?)
 }
 
 /// Whether process `pid` is gone or a zombie (its parent has not reaped

@@ -329,7 +329,8 @@ async fn a_target_that_exits_returns_what_was_sampled_and_no_probe_remains() {
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A process this young is profiled from a quarter of a second old.
+    tokio::time::sleep(Duration::from_millis(700)).await;
     let during = probes_of(&daemon);
     assert!(
         during.1 > before.1,
@@ -452,5 +453,79 @@ async fn profilerctl_allocs_reports_allocated_and_held_bytes_in_text() {
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("probability"),
         "{output:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_preloaded_jemalloc_is_the_allocator_profiled() {
+    const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    assert!(
+        std::path::Path::new(JEMALLOC).exists(),
+        "jemalloc is installed (cargo xtask test installs libjemalloc2)"
+    );
+    let daemon = Daemon::start().await;
+    let workload = Workload::from(
+        std::process::Command::new(crate::support::build_workload("allocs"))
+            .arg("ratio")
+            .env("LD_PRELOAD", JEMALLOC)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("the workload starts"),
+    );
+    let mut client = daemon.client().await;
+    let reply = allocs(
+        &mut client,
+        workload.pid(),
+        Duration::from_secs(3),
+        bytes(256 * 1024),
+        v1::Format::Folded,
+        false,
+    )
+    .await;
+    let stacks = folded(&reply.report);
+    let (three, one) = (
+        bytes_at(&stacks, "site_three_quarters"),
+        bytes_at(&stacks, "site_one_quarter"),
+    );
+    let share = three as f64 / (three + one).max(1) as f64;
+    assert!((share - 0.75).abs() <= 0.05, "{share}: {stacks:?}");
+    let summary = reply.summary.expect("a summary");
+    assert!(
+        summary
+            .warnings
+            .iter()
+            .any(|warning| warning.contains("jemalloc") && warning.contains("libc")),
+        "both allocators are named: {summary:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stripped_static_binary_has_no_allocator_to_profile() {
+    let binary = crate::support::build_workload_with(
+        "allocs",
+        "allocs-static-stripped",
+        &["-O1", "-static", "-s"],
+    );
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&binary, &["ratio"]);
+    let mut client = daemon.client().await;
+    let refused = client
+        .allocs(v1::AllocsRequest {
+            pid: workload.pid(),
+            duration_ms: 1000,
+            sampling: None,
+            options: Some(options(v1::Format::Folded)),
+            inuse: false,
+        })
+        .await
+        .expect_err("there is no malloc to probe");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("no known allocator"),
+        "{refused:?}"
     );
 }

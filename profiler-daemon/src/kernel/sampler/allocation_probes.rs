@@ -96,35 +96,39 @@ impl KernelAllocationProbes {
                     .map_err(|err| err.to_string())
             })
             .map_err(|reason| ProbeError::Target { pid, reason })?;
+        // The return probes first: every entry the entry program sees then
+        // has its return seen too (detached in the reverse order).
+        let returns = sites
+            .iter()
+            .filter(|site| site.function.allocates())
+            .map(|site| (site, names::PROGRAM_ALLOCATOR_RETURN, None));
+        let entries = sites.iter().map(|site| {
+            let cookie = Some(site.function as u64);
+            (site, names::PROGRAM_ALLOCATOR_ENTRY, cookie)
+        });
         let mut links = Vec::new();
-        for site in sites {
-            let mut points = vec![(names::PROGRAM_ALLOCATOR_ENTRY, Some(site.function as u64))];
-            if site.function.allocates() {
-                points.push((names::PROGRAM_ALLOCATOR_RETURN, None));
-            }
-            for (name, cookie) in points {
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(site.offset),
-                    cookie,
-                };
-                let link = programs::program::<UProbe>(ebpf, name)
-                    .map_err(|err| err.to_string())
-                    .and_then(|probe| {
-                        probe
-                            .attach(point, &site.file, scope)
-                            .map_err(|err| programs::error_chain(&err))
+        for (site, name, cookie) in returns.chain(entries) {
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(site.offset),
+                cookie,
+            };
+            let link = programs::program::<UProbe>(ebpf, name)
+                .map_err(|err| err.to_string())
+                .and_then(|probe| {
+                    probe
+                        .attach(point, &site.file, scope)
+                        .map_err(|err| programs::error_chain(&err))
+                });
+            match link {
+                Ok(link) => links.push((name, link)),
+                Err(reason) => {
+                    detach_links(ebpf, links);
+                    forget_target(ebpf, pid);
+                    return Err(ProbeError::Attach {
+                        path: site.path.clone(),
+                        symbol: site.symbol,
+                        reason,
                     });
-                match link {
-                    Ok(link) => links.push((name, link)),
-                    Err(reason) => {
-                        detach_links(ebpf, links);
-                        forget_target(ebpf, pid);
-                        return Err(ProbeError::Attach {
-                            path: site.path.clone(),
-                            symbol: site.symbol,
-                            reason,
-                        });
-                    }
                 }
             }
         }
@@ -200,8 +204,10 @@ fn forget_target(ebpf: &mut aya::Ebpf, pid: u32) {
     }
 }
 
+/// Detaches `links` in the reverse order of their attaching (the entry
+/// probes before the return probes).
 fn detach_links(ebpf: &mut aya::Ebpf, links: Vec<(&'static str, UProbeLinkId)>) {
-    for (name, link) in links {
+    for (name, link) in links.into_iter().rev() {
         let detached = programs::program::<UProbe>(ebpf, name)
             .map_err(|err| err.to_string())
             .and_then(|probe| probe.detach(link).map_err(|err| err.to_string()));
