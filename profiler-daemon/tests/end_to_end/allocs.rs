@@ -52,10 +52,13 @@ fn bytes_at(stacks: &[(Vec<String>, u64)], site: &str) -> u64 {
         .sum()
 }
 
-#[tokio::test]
-async fn allocated_bytes_split_three_to_one_between_two_named_sites() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("allocs", &["ratio"]);
+/// Profiles the allocations of the `ratio` workload for 3 s and checks
+/// that site_three_quarters has 75% of the bytes (± 5 points); returns the
+/// reply, its folded stacks and the bytes of the two sites.
+async fn three_to_one(
+    daemon: &Daemon,
+    workload: &Workload,
+) -> (v1::ProfileReply, Vec<(Vec<String>, u64)>, (u64, u64)) {
     let mut client = daemon.client().await;
     let reply = allocs(
         &mut client,
@@ -71,12 +74,20 @@ async fn allocated_bytes_split_three_to_one_between_two_named_sites() {
         bytes_at(&stacks, "site_three_quarters"),
         bytes_at(&stacks, "site_one_quarter"),
     );
-    let share = three as f64 / (three + one) as f64;
+    let share = three as f64 / (three + one).max(1) as f64;
     assert!(
         (share - 0.75).abs() <= 0.05,
         "site_three_quarters has {:.1}% of the bytes (want 75 ± 5): {three} vs {one}\n{stacks:?}",
         share * 100.0
     );
+    (reply, stacks, (three, one))
+}
+
+#[tokio::test]
+async fn allocated_bytes_split_three_to_one_between_two_named_sites() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("allocs", &["ratio"]);
+    let (reply, stacks, (three, one)) = three_to_one(&daemon, &workload).await;
     // Every stack of each site goes through its whole chain from main.
     for (site, want) in [("site_three_quarters", three), ("site_one_quarter", one)] {
         let whole: u64 = stacks
@@ -472,23 +483,7 @@ async fn a_preloaded_jemalloc_is_the_allocator_profiled() {
             .spawn()
             .expect("the workload starts"),
     );
-    let mut client = daemon.client().await;
-    let reply = allocs(
-        &mut client,
-        workload.pid(),
-        Duration::from_secs(3),
-        bytes(256 * 1024),
-        v1::Format::Folded,
-        false,
-    )
-    .await;
-    let stacks = folded(&reply.report);
-    let (three, one) = (
-        bytes_at(&stacks, "site_three_quarters"),
-        bytes_at(&stacks, "site_one_quarter"),
-    );
-    let share = three as f64 / (three + one).max(1) as f64;
-    assert!((share - 0.75).abs() <= 0.05, "{share}: {stacks:?}");
+    let (reply, ..) = three_to_one(&daemon, &workload).await;
     let summary = reply.summary.expect("a summary");
     assert!(
         summary
