@@ -74,33 +74,32 @@ static ALLOC_COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
 pub fn allocator_entry(ctx: ProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
-    // SAFETY: the value is copied at once, while the entry is live.
-    let Some(target) = (unsafe { ALLOC_TARGETS.get(&pid) }).copied() else {
-        return 0;
-    };
     // SAFETY: the helper reads the cookie of the probe this program runs for.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let Some(function) = Function::from_cookie(cookie) else {
         return 0;
     };
     let arg = |n: usize| ctx.arg::<u64>(n).unwrap_or(0);
-    let (size, out_pointer) = match function {
-        Function::Free => {
-            forget(pid, arg(0));
-            return 0;
-        }
-        Function::Malloc => (arg(0), 0),
-        Function::Calloc => (product(arg(0), arg(1)), 0),
-        Function::Realloc => {
-            forget(pid, arg(0));
-            (arg(1), 0)
-        }
-        Function::Reallocarray => {
-            forget(pid, arg(0));
-            (product(arg(1), arg(2)), 0)
-        }
-        Function::AlignedAlloc => (arg(1), 0),
-        Function::PosixMemalign => (arg(2), arg(0)),
+    // The block given back, the bytes asked for, and where a
+    // posix_memalign writes the address.
+    let (freed, size, out_pointer) = match function {
+        Function::Free => (arg(0), 0, 0),
+        Function::Malloc => (0, arg(0), 0),
+        Function::Calloc => (0, product(arg(0), arg(1)), 0),
+        Function::Realloc => (arg(0), arg(1), 0),
+        Function::Reallocarray => (arg(0), product(arg(1), arg(2)), 0),
+        Function::AlignedAlloc => (0, arg(1), 0),
+        Function::PosixMemalign => (0, arg(2), arg(0)),
+    };
+    // Frees are seen as long as the probe is attached (sampling stops
+    // first when a profile ends).
+    forget(pid, freed);
+    if function == Function::Free {
+        return 0;
+    }
+    // SAFETY: the value is copied at once, while the entry is live.
+    let Some(target) = (unsafe { ALLOC_TARGETS.get(&pid) }).copied() else {
+        return 0;
     };
     let (_, entry_sp, _) = registers_at(ctx.as_ptr() as u64);
     // SAFETY: the value is copied at once, while the entry is live.

@@ -97,12 +97,16 @@ impl KernelAllocationProbes {
             })
             .map_err(|reason| ProbeError::Target { pid, reason })?;
         // The return probes first: every entry the entry program sees then
-        // has its return seen too (detached in the reverse order).
+        // has its return seen too (all detached in the reverse order).
         let returns = sites
             .iter()
             .filter(|site| site.function.allocates())
             .map(|site| (site, names::PROGRAM_ALLOCATOR_RETURN, None));
-        let entries = sites.iter().map(|site| {
+        // Then `free`, so that no sampled allocation's free goes unseen,
+        // then the functions that allocate.
+        let (frees, allocators): (Vec<_>, Vec<_>) =
+            sites.iter().partition(|site| !site.function.allocates());
+        let entries = frees.into_iter().chain(allocators).map(|site| {
             let cookie = Some(site.function as u64);
             (site, names::PROGRAM_ALLOCATOR_ENTRY, cookie)
         });
@@ -144,7 +148,9 @@ impl KernelAllocationProbes {
         let links = lock(&self.attached).remove(&pid).unwrap_or_default();
         let mut sampler = lock(&self.sampler);
         let ebpf = &mut sampler.ebpf;
-        detach_links(ebpf, links);
+        // Sampling stops first (the programs do nothing for a process not
+        // in the targets, but see its frees), so that nothing is sampled
+        // while the probes come off one by one after its `free`'s.
         let mut held = KernelAllocations::default();
         if let Ok(targets) = targets(ebpf)
             && let Ok(target) = targets.get(&pid, 0)
@@ -154,6 +160,7 @@ impl KernelAllocationProbes {
             held.untracked = target.untracked;
         }
         forget_target(ebpf, pid);
+        detach_links(ebpf, links);
         match ebpf
             .map_mut(names::ALLOC_LIVE)
             .map(BpfHashMap::<&mut MapData, Address, u64>::try_from)
