@@ -260,26 +260,43 @@ async fn sample_rate_one_counts_every_allocation() {
     );
 }
 
+/// Profiles the allocations of `pid` for `duration` at one sample per
+/// `sample_bytes`; returns the share of the bytes of `sites.0` among those
+/// of the two sites, with the folded stacks.
+async fn share_of(
+    client: &mut Client,
+    pid: u32,
+    (duration, sample_bytes): (Duration, u64),
+    sites: (&str, &str),
+) -> (f64, Vec<(Vec<String>, u64)>) {
+    let reply = allocs(
+        client,
+        pid,
+        duration,
+        bytes(sample_bytes),
+        v1::Format::Folded,
+        false,
+    )
+    .await;
+    let stacks = folded(&reply.report);
+    let (first, second) = (bytes_at(&stacks, sites.0), bytes_at(&stacks, sites.1));
+    (first as f64 / (first + second).max(1) as f64, stacks)
+}
+
 #[tokio::test]
 async fn cpp_new_and_delete_and_calloc_and_realloc_are_profiled() {
     let daemon = Daemon::start().await;
     let cpp = Workload::start("allocs_cpp", &[]);
     let c = Workload::start("allocs", &["calloc-realloc"]);
     let mut client = daemon.client().await;
-    let reply = allocs(
+    // 16 x 256 B against 4096 B a round: half each.
+    let (share, stacks) = share_of(
         &mut client,
         cpp.pid(),
-        Duration::from_secs(2),
-        bytes(256 * 1024),
-        v1::Format::Folded,
-        false,
+        (Duration::from_secs(2), 256 * 1024),
+        ("make_widgets", "make_buffer"),
     )
     .await;
-    let stacks = folded(&reply.report);
-    let widgets = bytes_at(&stacks, "make_widgets");
-    let buffers = bytes_at(&stacks, "make_buffer");
-    // 16 x 256 B against 4096 B a round: half each.
-    let share = widgets as f64 / (widgets + buffers).max(1) as f64;
     assert!((share - 0.5).abs() <= 0.1, "{share}: {stacks:?}");
     assert!(
         stacks
@@ -288,20 +305,14 @@ async fn cpp_new_and_delete_and_calloc_and_realloc_are_profiled() {
         "the stacks go through operator new: {stacks:?}"
     );
 
-    let reply = allocs(
+    // 2 KiB by calloc against 1 + 2 + 4 + 8 KiB by realloc a round.
+    let (share, stacks) = share_of(
         &mut client,
         c.pid(),
-        Duration::from_secs(3),
-        bytes(32 * 1024),
-        v1::Format::Folded,
-        false,
+        (Duration::from_secs(3), 32 * 1024),
+        ("site_calloc", "site_realloc"),
     )
     .await;
-    let stacks = folded(&reply.report);
-    let calloc = bytes_at(&stacks, "site_calloc");
-    let realloc = bytes_at(&stacks, "site_realloc");
-    // 2 KiB by calloc against 1 + 2 + 4 + 8 KiB by realloc a round.
-    let share = calloc as f64 / (calloc + realloc).max(1) as f64;
     assert!((share - 2.0 / 17.0).abs() <= 0.05, "{share}: {stacks:?}");
 }
 
