@@ -64,7 +64,10 @@ async fn three_to_one(
         &mut client,
         workload.pid(),
         Duration::from_secs(3),
-        bytes(256 * 1024),
+        // Small sizes are sampled about once per `mean` bytes: at 16 KiB a
+        // loaded machine's 3 s (tens of MB) still gives thousands of
+        // samples, so the share's error is about 1 point, not 4.
+        bytes(16 * 1024),
         v1::Format::Folded,
         false,
     )
@@ -293,7 +296,7 @@ async fn cpp_new_and_delete_and_calloc_and_realloc_are_profiled() {
     let (share, stacks) = share_of(
         &mut client,
         cpp.pid(),
-        (Duration::from_secs(2), 256 * 1024),
+        (Duration::from_secs(2), 16 * 1024),
         ("make_widgets", "make_buffer"),
     )
     .await;
