@@ -178,7 +178,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          targets:    {targets} ({outside} ticks outside them)\n\
          lost:       {lost}\n\
          processes:  {seen} seen, {tracked} tracked\n\
-         symbolizer: {binaries} binaries, {user} user and {kernel} kernel addresses cached\n\
+         symbolizer: {binaries} binaries parsed ({released} let go of when idle), {user} user and {kernel} kernel addresses cached\n\
          unwinding:  {unwinding}\n\
          off-CPU:    {offcpu}\n\
          allocs:     {allocs}\n\
@@ -203,6 +203,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         allocs = allocation_status(status.allocations.as_ref()),
         tracked = symbolizer.processes_tracked,
         binaries = symbolizer.binaries,
+        released = symbolizer.binaries_released,
         user = symbolizer.user_addresses_cached,
         kernel = symbolizer.kernel_addresses_cached,
         used = mib(store.memory_bytes),

@@ -11,7 +11,7 @@
 use std::{
     path::Path,
     sync::Arc,
-    time::{Instant, SystemTime},
+    time::{Duration, Instant, SystemTime},
 };
 
 use blazesym::symbolize::{
@@ -32,6 +32,16 @@ use crate::{
 /// When the location cache grows past this many entries it is emptied
 /// (along with blazesym's parsed files), bounding the symbolizer's memory.
 const LOCATION_CACHE_LIMIT: usize = 1 << 18;
+
+/// A binary blazesym has not been asked about for this long has its parsed
+/// data (and its mapping of the file, often hundreds of MiB of debug
+/// information) let go of; its cached locations stay, and a new address in
+/// it parses it again. Without this a machine that builds and runs many
+/// programs keeps every one of them parsed (1 GiB after a test suite).
+const BINARY_IDLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// How often idle binaries are looked for.
+const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The name of a kernel function kallsyms does not know (a module's
 /// without symbols, a BPF program's).
@@ -99,6 +109,8 @@ pub struct SymbolizerStats {
     pub user_addresses_cached: u64,
     pub kernel_addresses_cached: u64,
     pub binaries: u64,
+    /// Binaries whose parsed data was let go of after going unused.
+    pub binaries_released: u64,
     /// Addresses looked up since start: found cached, or symbolized.
     pub cache_hits: u64,
     pub cache_misses: u64,
@@ -111,13 +123,21 @@ pub struct Symbolizer {
     blazesym: Blazesym,
     locations: HashMap<LocationKey, Arc<SymbolizedLocation>>,
     kernel_cached: usize,
-    /// Binaries with cached locations, kept open while they are cached.
-    binaries: HashMap<BinaryKey, Arc<Binary>>,
+    /// Binaries blazesym holds parsed, kept open while it does, with when
+    /// it was last asked about each.
+    binaries: HashMap<BinaryKey, ParsedBinary>,
+    binaries_released: u64,
+    last_idle_sweep: Instant,
     names: Names,
     markers: HashMap<Arc<str>, Arc<SymbolizedLocation>>,
     cache_hits: u64,
     cache_misses: u64,
     busy: std::time::Duration,
+}
+
+struct ParsedBinary {
+    binary: Arc<Binary>,
+    last_used: Instant,
 }
 
 /// Interned strings, so the many frames of one function share their name.
@@ -200,6 +220,8 @@ impl Symbolizer {
             locations: HashMap::default(),
             kernel_cached: 0,
             binaries: HashMap::default(),
+            binaries_released: 0,
+            last_idle_sweep: Instant::now(),
             names: Names::default(),
             markers: HashMap::default(),
             cache_hits: 0,
@@ -213,6 +235,7 @@ impl Symbolizer {
             user_addresses_cached: (self.locations.len() - self.kernel_cached) as u64,
             kernel_addresses_cached: self.kernel_cached as u64,
             binaries: self.binaries.len() as u64,
+            binaries_released: self.binaries_released,
             cache_hits: self.cache_hits,
             cache_misses: self.cache_misses,
             busy: self.busy,
@@ -227,6 +250,10 @@ impl Symbolizer {
         }
         let started = Instant::now();
         self.fill_cache(&batch);
+        if started.duration_since(self.last_idle_sweep) >= IDLE_SWEEP_INTERVAL {
+            self.last_idle_sweep = started;
+            self.release_idle_binaries(started);
+        }
         let samples = batch
             .samples
             .into_iter()
@@ -316,7 +343,9 @@ impl Symbolizer {
             offsets.sort_unstable();
             offsets.dedup();
             self.symbolize_binary(&binary, &offsets);
-            self.binaries.insert(binary.key, binary);
+            let last_used = Instant::now();
+            self.binaries
+                .insert(binary.key, ParsedBinary { binary, last_used });
         }
         if !kernel.is_empty() {
             kernel.sort_unstable();
@@ -517,18 +546,40 @@ impl Symbolizer {
         marker
     }
 
+    /// Lets go of the parsed data of the binaries not asked about for
+    /// [`BINARY_IDLE_LIMIT`] (their cached locations stay).
+    fn release_idle_binaries(&mut self, now: Instant) {
+        let idle: Vec<BinaryKey> = self
+            .binaries
+            .iter()
+            .filter(|(_, parsed)| now.duration_since(parsed.last_used) >= BINARY_IDLE_LIMIT)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in idle {
+            if let Some(parsed) = self.binaries.remove(&key) {
+                release(&mut self.blazesym, &parsed.binary);
+                self.binaries_released += 1;
+            }
+        }
+    }
+
     /// Forgets every cached location and parsed binary.
     fn clear(&mut self) {
-        for binary in self.binaries.values() {
-            let evict = blazesym::symbolize::evict::Elf::new(binary.readable_path());
-            if let Err(err) = self.blazesym.evict(&evict.into()) {
-                debug!(binary = %binary.path, "cannot evict symbolizer data: {err}");
-            }
+        for parsed in self.binaries.values() {
+            release(&mut self.blazesym, &parsed.binary);
         }
         self.binaries.clear();
         self.locations.clear();
         self.names.0.clear();
         self.kernel_cached = 0;
+    }
+}
+
+/// Has blazesym drop what it parsed of `binary` and unmap its file.
+fn release(blazesym: &mut Blazesym, binary: &Binary) {
+    let evict = blazesym::symbolize::evict::Elf::new(binary.readable_path());
+    if let Err(err) = blazesym.evict(&evict.into()) {
+        debug!(binary = %binary.path, "cannot evict symbolizer data: {err}");
     }
 }
 

@@ -87,6 +87,7 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
             user_addresses_cached: pipeline.symbolizer.user_addresses_cached,
             kernel_addresses_cached: pipeline.symbolizer.kernel_addresses_cached,
             processes_tracked: pipeline.processes.processes_tracked,
+            binaries_released: pipeline.symbolizer.binaries_released,
         }),
         store: Some(v1::StoreStatus {
             memory_bytes: store.memory_bytes,

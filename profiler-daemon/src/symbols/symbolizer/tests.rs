@@ -102,6 +102,39 @@ fn code_of_this_process_is_named_with_its_file_and_line() {
 }
 
 #[test]
+fn an_idle_binary_is_let_go_of_and_parsed_again_when_needed() {
+    let mut table = ProcessTable::new();
+    table.record(std::process::id()).unwrap();
+    let here = an_idle_binary_is_let_go_of_and_parsed_again_when_needed as *const () as u64;
+    let elsewhere = names as *const () as u64;
+    let mut symbolizer = Symbolizer::new();
+    symbolizer.symbolize(table.normalize_batch(raw_here(here)));
+    assert_eq!(symbolizer.stats().binaries, 1);
+    // Not yet idle: kept.
+    symbolizer.release_idle_binaries(Instant::now());
+    assert_eq!(symbolizer.stats().binaries, 1);
+    symbolizer.release_idle_binaries(Instant::now() + BINARY_IDLE_LIMIT);
+    assert_eq!(
+        (
+            symbolizer.stats().binaries,
+            symbolizer.stats().binaries_released
+        ),
+        (0, 1)
+    );
+    // Its cached locations stay; a new address parses it again.
+    let symbolized = symbolizer.symbolize(table.normalize_batch(raw_here(here)));
+    assert!(names(&symbolized)[0].contains("an_idle_binary_is_let_go_of"));
+    assert_eq!(symbolizer.stats().binaries, 0);
+    let symbolized = symbolizer.symbolize(table.normalize_batch(raw_here(elsewhere)));
+    assert!(
+        names(&symbolized)[0].contains("names"),
+        "{:?}",
+        names(&symbolized)
+    );
+    assert_eq!(symbolizer.stats().binaries, 1);
+}
+
+#[test]
 fn what_cannot_be_named_says_where_it_was() {
     let mut symbolizer = Symbolizer::new();
     // A user address no mapping holds, under a stack the kernel lost.
