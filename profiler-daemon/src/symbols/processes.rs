@@ -16,7 +16,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use procfs::process::{MMPermissions, MMapPath, Process};
+use procfs::{
+    FromRead,
+    process::{MMPermissions, MMapPath, Process, Stat},
+};
 use profiler_common::{SampleKind, sample_flags};
 use tracing::debug;
 
@@ -64,6 +67,33 @@ struct ProcessRecord {
     /// Its mappings are those of the process it was forked from, not read
     /// from procfs: an address outside them has them read at once.
     adopted: bool,
+    /// Where its program was laid out when its mappings were read.
+    image: Option<ImageLayout>,
+}
+
+/// Where a process's program is laid out (`startcode`, `endcode` and
+/// `startstack` of `/proc/PID/stat`): a fork keeps it, an exec moves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ImageLayout {
+    start_code: u64,
+    end_code: u64,
+    start_stack: u64,
+}
+
+impl ImageLayout {
+    fn of(stat: &Stat) -> Option<Self> {
+        (stat.startcode != 0).then_some(Self {
+            start_code: stat.startcode,
+            end_code: stat.endcode,
+            start_stack: stat.startstack,
+        })
+    }
+}
+
+/// `/proc/PID/stat`, in one open and read (`Process::new` would open the
+/// process's directory first: twice the work for each of many children).
+fn stat_of(pid: u32) -> procfs::ProcResult<Stat> {
+    Stat::from_file(format!("/proc/{pid}/stat"))
 }
 
 impl ProcessRecord {
@@ -226,8 +256,13 @@ impl ProcessTable {
     /// when the process is gone; an existing record is then kept, as it is
     /// when the process has no mappings left (it is exiting).
     pub fn record(&mut self, pid: u32) -> procfs::ProcResult<()> {
+        // The layout is read before the mappings: an exec in between leaves
+        // an older layout beside newer mappings, which only stops children
+        // from adopting them, never makes them adopt the wrong ones.
         let process = Process::new(pid as i32)?;
-        let name = process.stat()?.comm;
+        let stat = process.stat()?;
+        let image = ImageLayout::of(&stat);
+        let name = stat.comm;
         let maps = process.maps()?;
         let mut mappings = Vec::new();
         for map in maps {
@@ -303,6 +338,7 @@ impl ProcessTable {
                 perf_map: None,
                 perf_map_read: None,
                 adopted: false,
+                image,
             },
         );
         Ok(())
@@ -562,48 +598,48 @@ impl ProcessTable {
             "a process gone before it was recorded gets the mappings of one it was forked from"
         );
         let mappings = donor.mappings.clone();
-        self.adopt(pid, name.into(), mappings);
+        self.adopt(pid, name.into(), mappings, None);
         true
     }
 
     /// A process forked without exec maps, when it is first seen, what the
-    /// process it was forked from mapped. When its parent is recorded and
-    /// the kernel shows both with the same code and stack addresses
-    /// (`startcode`, `endcode`, `startstack` of `/proc/PID/stat`: an exec
-    /// would have moved them), the parent's
-    /// mappings are taken instead of reading `/proc/PID/maps`, which costs
-    /// the kernel far more for each of many short-lived children. An
-    /// address outside them later (a library the child loaded itself) has
-    /// the child's own read at once. Returns whether it did.
+    /// process it was forked from mapped. When its parent is recorded with
+    /// the program laid out where the child's is (an exec would have moved
+    /// it: [`ImageLayout`], as both were when read), the parent's mappings
+    /// are taken instead of reading `/proc/PID/maps`, which costs the
+    /// kernel far more for each of many short-lived children: one read of
+    /// the child's `/proc/PID/stat` does. An address outside them later (a
+    /// library the child loaded itself) has the child's own read at once.
+    /// Returns whether it did.
     pub fn adopt_forked(&mut self, pid: u32) -> bool {
-        let Ok(child) = Process::new(pid as i32).and_then(|process| process.stat()) else {
+        let Ok(child) = stat_of(pid) else {
             return false;
         };
-        let Ok(parent_pid) = u32::try_from(child.ppid) else {
+        let Some(image) = ImageLayout::of(&child) else {
             return false;
         };
-        let Some(donor) = self.processes.get(&parent_pid) else {
+        let Some(donor) = u32::try_from(child.ppid)
+            .ok()
+            .and_then(|parent| self.processes.get(&parent))
+        else {
             return false;
         };
-        if donor.mappings.is_empty() {
-            return false;
-        }
-        let Ok(parent) = Process::new(child.ppid).and_then(|process| process.stat()) else {
-            return false;
-        };
-        let same_image = child.startcode != 0
-            && (child.startcode, child.endcode, child.startstack)
-                == (parent.startcode, parent.endcode, parent.startstack);
-        if !same_image {
+        if donor.mappings.is_empty() || donor.image != Some(image) {
             return false;
         }
         let mappings = donor.mappings.clone();
-        self.adopt(pid, child.comm.as_str().into(), mappings);
+        self.adopt(pid, child.comm.as_str().into(), mappings, Some(image));
         true
     }
 
     /// Records `pid` with mappings taken from another process.
-    fn adopt(&mut self, pid: u32, name: Arc<str>, mappings: Vec<Mapping>) {
+    fn adopt(
+        &mut self,
+        pid: u32,
+        name: Arc<str>,
+        mappings: Vec<Mapping>,
+        image: Option<ImageLayout>,
+    ) {
         let now = Instant::now();
         if self.processes.remove(&pid).is_none() && self.unrecorded.remove(&pid).is_none() {
             self.processes_seen += 1;
@@ -620,6 +656,7 @@ impl ProcessTable {
                 perf_map: None,
                 perf_map_read: None,
                 adopted: true,
+                image,
             },
         );
     }
