@@ -549,18 +549,14 @@ impl Symbolizer {
     /// Lets go of the parsed data of the binaries not asked about for
     /// [`BINARY_IDLE_LIMIT`] (their cached locations stay).
     fn release_idle_binaries(&mut self, now: Instant) {
-        let idle: Vec<BinaryKey> = self
-            .binaries
-            .iter()
-            .filter(|(_, parsed)| now.duration_since(parsed.last_used) >= BINARY_IDLE_LIMIT)
-            .map(|(key, _)| *key)
-            .collect();
-        for key in idle {
-            if let Some(parsed) = self.binaries.remove(&key) {
+        self.binaries.retain(|_, parsed| {
+            let idle = now.duration_since(parsed.last_used) >= BINARY_IDLE_LIMIT;
+            if idle {
                 release(&mut self.blazesym, &parsed.binary);
                 self.binaries_released += 1;
             }
-        }
+            !idle
+        });
     }
 
     /// Forgets every cached location and parsed binary.

@@ -60,24 +60,21 @@ async fn three_to_one(
     workload: &Workload,
 ) -> (v1::ProfileReply, Vec<(Vec<String>, u64)>, (u64, u64)) {
     let mut client = daemon.client().await;
-    let reply = allocs(
+    // Small sizes are sampled about once per `mean` bytes: at 16 KiB a
+    // loaded machine's 3 s (tens of MB) still gives thousands of samples,
+    // so the share's error is about 1 point, not 4.
+    let TwoSites {
+        reply,
+        stacks,
+        bytes: (three, one),
+    } = two_sites(
         &mut client,
         workload.pid(),
-        Duration::from_secs(3),
-        // Small sizes are sampled about once per `mean` bytes: at 16 KiB a
-        // loaded machine's 3 s (tens of MB) still gives thousands of
-        // samples, so the share's error is about 1 point, not 4.
-        bytes(16 * 1024),
-        v1::Format::Folded,
-        false,
+        (Duration::from_secs(3), 16 * 1024),
+        ("site_three_quarters", "site_one_quarter"),
     )
     .await;
-    let stacks = folded(&reply.report);
-    let (three, one) = (
-        bytes_at(&stacks, "site_three_quarters"),
-        bytes_at(&stacks, "site_one_quarter"),
-    );
-    let share = three as f64 / (three + one).max(1) as f64;
+    let share = share_of(three, one);
     assert!(
         (share - 0.75).abs() <= 0.05,
         "site_three_quarters has {:.1}% of the bytes (want 75 ± 5): {three} vs {one}\n{stacks:?}",
@@ -263,15 +260,26 @@ async fn sample_rate_one_counts_every_allocation() {
     );
 }
 
+/// An allocation profile and the bytes it gives two sites.
+struct TwoSites {
+    reply: v1::ProfileReply,
+    stacks: Vec<(Vec<String>, u64)>,
+    bytes: (u64, u64),
+}
+
+/// The share of `first` in `first + second`.
+fn share_of(first: u64, second: u64) -> f64 {
+    first as f64 / (first + second).max(1) as f64
+}
+
 /// Profiles the allocations of `pid` for `duration` at one sample per
-/// `sample_bytes`; returns the share of the bytes of `sites.0` among those
-/// of the two sites, with the folded stacks.
-async fn share_of(
+/// `sample_bytes`, as folded stacks, and counts the bytes of both `sites`.
+async fn two_sites(
     client: &mut Client,
     pid: u32,
     (duration, sample_bytes): (Duration, u64),
     sites: (&str, &str),
-) -> (f64, Vec<(Vec<String>, u64)>) {
+) -> TwoSites {
     let reply = allocs(
         client,
         pid,
@@ -282,8 +290,12 @@ async fn share_of(
     )
     .await;
     let stacks = folded(&reply.report);
-    let (first, second) = (bytes_at(&stacks, sites.0), bytes_at(&stacks, sites.1));
-    (first as f64 / (first + second).max(1) as f64, stacks)
+    let bytes = (bytes_at(&stacks, sites.0), bytes_at(&stacks, sites.1));
+    TwoSites {
+        reply,
+        stacks,
+        bytes,
+    }
 }
 
 #[tokio::test]
@@ -293,13 +305,14 @@ async fn cpp_new_and_delete_and_calloc_and_realloc_are_profiled() {
     let c = Workload::start("allocs", &["calloc-realloc"]);
     let mut client = daemon.client().await;
     // 16 x 256 B against 4096 B a round: half each.
-    let (share, stacks) = share_of(
+    let TwoSites { stacks, bytes, .. } = two_sites(
         &mut client,
         cpp.pid(),
         (Duration::from_secs(2), 16 * 1024),
         ("make_widgets", "make_buffer"),
     )
     .await;
+    let share = share_of(bytes.0, bytes.1);
     assert!((share - 0.5).abs() <= 0.1, "{share}: {stacks:?}");
     assert!(
         stacks
@@ -309,13 +322,14 @@ async fn cpp_new_and_delete_and_calloc_and_realloc_are_profiled() {
     );
 
     // 2 KiB by calloc against 1 + 2 + 4 + 8 KiB by realloc a round.
-    let (share, stacks) = share_of(
+    let TwoSites { stacks, bytes, .. } = two_sites(
         &mut client,
         c.pid(),
         (Duration::from_secs(3), 32 * 1024),
         ("site_calloc", "site_realloc"),
     )
     .await;
+    let share = share_of(bytes.0, bytes.1);
     assert!((share - 2.0 / 17.0).abs() <= 0.05, "{share}: {stacks:?}");
 }
 
