@@ -93,6 +93,22 @@ pub const STACK_COPY_PAGE: usize = 4096;
 /// Most pages of user stack one sample may copy (`stack_copy_pages`).
 pub const MAX_STACK_COPY_PAGES: u32 = 16;
 
+/// Where a process forked without exec came from, as the fork tracepoint
+/// records it in [`names::FORK_LINEAGES`] (by the child's process id; an
+/// exec removes the entry): the process that forked it, and where the
+/// program they share was laid out (`mm_struct.start_code`, `end_code`,
+/// `start_stack`: a fork keeps it, an exec moves it). The daemon gives the
+/// child its parent's mappings when the parent was recorded laid out so.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForkLineage {
+    pub parent: u32,
+    pub _pad: u32,
+    pub start_code: u64,
+    pub end_code: u64,
+    pub start_stack: u64,
+}
+
 /// One sample whose user stack is unwound in the daemon, as the sampling
 /// program writes it into the stack-copy ring buffer: this header, then
 /// `stack_len` bytes of the user stack from `stack_base` up (the record
@@ -437,6 +453,13 @@ pub mod names {
     pub const TASK_MM_OFFSET: &str = "TASK_MM_OFFSET";
     pub const MM_FLAGS_OFFSET: &str = "MM_FLAGS_OFFSET";
     pub const MM_START_STACK_OFFSET: &str = "MM_START_STACK_OFFSET";
+    /// Globals: where the fork tracepoint finds the program layout it
+    /// records (0 when not found: nothing is recorded).
+    pub const MM_START_CODE_OFFSET: &str = "MM_START_CODE_OFFSET";
+    pub const MM_END_CODE_OFFSET: &str = "MM_END_CODE_OFFSET";
+    pub const PROGRAM_RECORD_FORKS: &str = "record_forks";
+    pub const PROGRAM_FORGET_FORKS_ON_EXEC: &str = "forget_forks_on_exec";
+    pub const FORK_LINEAGES: &str = "FORK_LINEAGES";
     /// Global: the peek signal's number (0: peeks by signal are off).
     pub const PEEK_SIGNAL_NUMBER: &str = "PEEK_SIGNAL_NUMBER";
     /// Global: pages of user stack each sample copies (0: none; user
@@ -554,6 +577,8 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::StackCopyHeader {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for super::ForkLineage {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::offcpu::Control {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::offcpu::Pending {}
@@ -582,6 +607,7 @@ const _: () = assert!(core::mem::size_of::<SampleKey>() == 64);
 const _: () = assert!(core::mem::size_of::<SampleValue>() == 16);
 const _: () = assert!(core::mem::size_of::<PeekSignal>() == 64);
 const _: () = assert!(core::mem::size_of::<FamilyJoin>() == 8);
+const _: () = assert!(core::mem::size_of::<ForkLineage>() == 32);
 const _: () = assert!(core::mem::size_of::<StackCopyHeader>() == 64 + 56 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::size_of::<offcpu::Pending>() == 32);
 const _: () = assert!(core::mem::size_of::<offcpu::Interval>() == 40);

@@ -36,6 +36,8 @@ mod allocs;
 #[cfg(target_arch = "bpf")]
 mod families;
 #[cfg(target_arch = "bpf")]
+mod lineage;
+#[cfg(target_arch = "bpf")]
 mod offcpu;
 #[cfg(target_arch = "bpf")]
 mod sampler;

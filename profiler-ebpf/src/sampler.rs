@@ -53,12 +53,12 @@ static TASK_REAL_CRED_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static CRED_IDS_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
-static TASK_MM_OFFSET: u32 = 0;
+pub(crate) static TASK_MM_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static MM_FLAGS_OFFSET: u32 = 0;
 /// Byte offset of `mm_struct.start_stack` (0: unknown, copies untrimmed).
 #[unsafe(no_mangle)]
-static MM_START_STACK_OFFSET: u32 = 0;
+pub(crate) static MM_START_STACK_OFFSET: u32 = 0;
 
 /// Pages of user stack each sample copies into [`STACK_COPIES`] for the
 /// daemon to unwind; 0: none (user stacks are walked by frame pointers).

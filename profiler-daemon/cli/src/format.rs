@@ -177,7 +177,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          sampling:   {cpus} CPUs at {hz} Hz; {taken} samples taken, {drains} drains\n\
          targets:    {targets} ({outside} ticks outside them)\n\
          lost:       {lost}\n\
-         processes:  {seen} seen, {tracked} tracked\n\
+         processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them\n\
          symbolizer: {binaries} binaries parsed ({released} let go of when idle), {user} user and {kernel} kernel addresses cached\n\
          unwinding:  {unwinding}\n\
          off-CPU:    {offcpu}\n\
@@ -202,6 +202,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         offcpu = offcpu_status(status.offcpu.as_ref()),
         allocs = allocation_status(status.allocations.as_ref()),
         tracked = symbolizer.processes_tracked,
+        adopted = symbolizer.processes_adopted,
         binaries = symbolizer.binaries,
         released = symbolizer.binaries_released,
         user = symbolizer.user_addresses_cached,

@@ -87,11 +87,35 @@ impl KernelTypes {
         CredentialLayout::from_btf(&self.0)
     }
 
+    pub fn program_layout(&self) -> Result<ProgramLayout, BtfError> {
+        ProgramLayout::from_btf(&self.0)
+    }
+
     /// Offset of `mm_struct.start_stack`: the top of the main thread's
     /// frames (just below its arguments and environment).
     pub fn mm_start_stack(&self) -> Result<u32, BtfError> {
         self.0
             .member_offset(self.0.struct_named("mm_struct")?, "start_stack")
+    }
+}
+
+/// Byte offsets the fork tracepoint needs to record where a new process's
+/// program is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramLayout {
+    /// `mm_struct.start_code`.
+    pub mm_start_code: u32,
+    /// `mm_struct.end_code`.
+    pub mm_end_code: u32,
+}
+
+impl ProgramLayout {
+    fn from_btf(btf: &Btf) -> Result<Self, BtfError> {
+        let mm = btf.struct_named("mm_struct")?;
+        Ok(Self {
+            mm_start_code: btf.member_offset(mm, "start_code")?,
+            mm_end_code: btf.member_offset(mm, "end_code")?,
+        })
     }
 }
 
@@ -297,6 +321,15 @@ mod tests {
             0,
             "a pointer is aligned: {layout:?}"
         );
+    }
+
+    #[test]
+    fn the_running_kernel_has_the_program_layout_fields() {
+        let layout = KernelTypes::read()
+            .and_then(|types| types.program_layout())
+            .expect("the kernel's BTF describes the code fields");
+        // `end_code` follows `start_code` (both unsigned longs).
+        assert_eq!(layout.mm_end_code, layout.mm_start_code + 8, "{layout:?}");
     }
 
     #[test]

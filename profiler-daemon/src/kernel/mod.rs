@@ -4,7 +4,7 @@
 //! `btf`), the sample source the pipeline drains (`sources`: today the
 //! aggregated maps, drained without losing or double-counting a sample by
 //! `drain` and `batch`), the stack copies the daemon unwinds
-//! (`stack_copies`), and the maps the daemon writes (`targets`,
+//! (`stack_copies`), the new processes it announces (`announcements`), and the maps the daemon writes (`targets`,
 //! `families`); `cgroups` reads the cgroup hierarchy the programs name
 //! cgroups by; `allocs` holds what allocation profiling tells the
 //! allocator uprobes and reads back.
@@ -13,6 +13,7 @@
 //! not symbolize, store or report.
 
 pub mod allocs;
+pub mod announcements;
 mod batch;
 pub mod btf;
 pub mod cgroups;

@@ -47,6 +47,9 @@ pub enum ProgramGroup {
     SignalGuard,
     /// The fork follower of `profilerctl record`.
     ForkFollower,
+    /// The fork and exec BTF tracepoints that record where processes
+    /// forked without exec come from.
+    ForkLineage,
     /// The context-switch and wake-up BTF tracepoints of off-CPU time.
     OffCpu,
     /// The allocator uprobes of allocation profiling (loaded now,
@@ -56,13 +59,14 @@ pub enum ProgramGroup {
 
 impl ProgramGroup {
     /// Every group, in the order they load.
-    pub const ALL: [ProgramGroup; 8] = [
+    pub const ALL: [ProgramGroup; 9] = [
         ProgramGroup::SampleSource,
         ProgramGroup::ProcessLifecycle,
         ProgramGroup::PeekSampling,
         ProgramGroup::PeekSignals,
         ProgramGroup::SignalGuard,
         ProgramGroup::ForkFollower,
+        ProgramGroup::ForkLineage,
         ProgramGroup::OffCpu,
         ProgramGroup::Allocations,
     ];
@@ -83,6 +87,10 @@ impl ProgramGroup {
             }
             ProgramGroup::ForkFollower => {
                 "processes' children cannot be followed (`profilerctl record`)"
+            }
+            ProgramGroup::ForkLineage => {
+                "each new process has its /proc/PID/stat read to see whether it shares its \
+                 parent's mappings"
             }
             ProgramGroup::OffCpu => "off-CPU and wall-clock time cannot be recorded",
             ProgramGroup::Allocations => "allocations cannot be profiled",
@@ -137,6 +145,13 @@ impl ProgramGroup {
                 follow_forks(ebpf)?;
                 Ok(Attached::Done)
             }
+            ProgramGroup::ForkLineage => {
+                if let Some(err) = context.signal_layout.or(context.process_layout) {
+                    return Err(OptionalProgramError::from(err.clone()).into());
+                }
+                record_fork_lineages(ebpf)?;
+                Ok(Attached::Done)
+            }
             ProgramGroup::OffCpu => {
                 if let Some(err) = context.signal_layout {
                     return Err(OptionalProgramError::from(err.clone()).into());
@@ -169,6 +184,9 @@ pub(super) struct AttachContext<'a> {
     pub tracefs: Option<&'a SamplingError>,
     /// Why the kernel fields the signal programs read were not found.
     pub signal_layout: Option<&'a BtfError>,
+    /// Why the memory descriptor fields the fork tracepoint reads (the
+    /// task's `mm`, its program's layout) were not found.
+    pub process_layout: Option<&'a BtfError>,
 }
 
 /// What a group left to keep.
@@ -301,6 +319,29 @@ fn follow_forks(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
         .load("sched_process_fork", &btf)
         .map_err(load_failed(PROGRAM))?;
     program.attach().map_err(attach_failed(PROGRAM))?;
+    Ok(())
+}
+
+/// Loads and attaches the fork and exec BTF tracepoints of fork lineages.
+fn record_fork_lineages(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
+    let btf = kernel_btf()?;
+    for (name, tracepoint, what) in [
+        (
+            names::PROGRAM_RECORD_FORKS,
+            "sched_process_fork",
+            "the sched_process_fork BTF tracepoint",
+        ),
+        (
+            names::PROGRAM_FORGET_FORKS_ON_EXEC,
+            "sched_process_exec",
+            "the sched_process_exec BTF tracepoint",
+        ),
+    ] {
+        let program: &mut BtfTracePoint =
+            program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?;
+        program.load(tracepoint, &btf).map_err(load_failed(what))?;
+        program.attach().map_err(attach_failed(what))?;
+    }
     Ok(())
 }
 

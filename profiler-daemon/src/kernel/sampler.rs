@@ -296,6 +296,7 @@ impl Sampler {
             loader.map_max_entries(name, map_sizes.sample_keys);
         }
         loader.map_max_entries(names::KNOWN_PIDS, 1 << 15);
+        loader.map_max_entries(names::FORK_LINEAGES, 1 << 15);
         loader.map_max_entries(names::PEEK_THREADS, 1 << 14);
         loader.map_max_entries(names::TARGET_PIDS, crate::kernel::targets::MAX_PIDS);
         loader.map_max_entries(names::TARGET_CGROUPS, crate::kernel::targets::MAX_CGROUPS);
@@ -328,6 +329,13 @@ impl Sampler {
         if let Ok(offset) = &start_stack_offset {
             loader.override_global(names::MM_START_STACK_OFFSET, offset, true);
         }
+        // Without it, every new process has its /proc/PID/stat read to see
+        // whether it shares its parent's mappings.
+        let program_layout = types.clone().and_then(KernelTypes::program_layout);
+        if let Ok(layout) = &program_layout {
+            loader.override_global(names::MM_START_CODE_OFFSET, &layout.mm_start_code, true);
+            loader.override_global(names::MM_END_CODE_OFFSET, &layout.mm_end_code, true);
+        }
         let credentials = types.and_then(KernelTypes::credential_layout);
         match &credentials {
             Ok(layout) => {
@@ -358,6 +366,11 @@ impl Sampler {
             settings,
             tracefs: tracefs.as_ref(),
             signal_layout: signal_layout.as_ref().err(),
+            process_layout: program_layout
+                .as_ref()
+                .err()
+                .or(start_stack_offset.as_ref().err())
+                .or(credentials.as_ref().err()),
         };
         let mut cpu_clocks = Vec::new();
         let mut off = BTreeMap::new();

@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use aya::maps::{MapData, RingBuf};
+use crate::kernel::announcements::{ForkLineages, ProcessAnnouncements};
 use profiler_common::{Counter, SampleKind};
 use tracing::{debug, error, warn};
 
@@ -172,12 +172,16 @@ impl Pipeline {
         offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
     ) -> Result<Self, PipelineError> {
         let source = sampler.take_source()?;
-        let announcements = sampler.take_process_announcements()?;
+        let (announcements, lineages) = sampler.take_process_announcements()?;
         let stack_copies = sampler.take_stack_copies()?;
         Self::start_with(
             source,
             Some(announcements),
-            stack_copies.map(|copies| (copies, offcpu_intervals)),
+            stack_copies.map(|copies| StackCopyFeed {
+                copies,
+                offcpu_intervals,
+                lineages,
+            }),
             store,
             inboxes,
             sinks,
@@ -197,8 +201,8 @@ impl Pipeline {
     )]
     pub fn start_with(
         source: Box<dyn SampleSource>,
-        announcements: Option<RingBuf<MapData>>,
-        stack_copies: Option<(StackCopies, Option<(OffCpuIntervals, RecordedProcesses)>)>,
+        announcements: Option<ProcessAnnouncements>,
+        stack_copies: Option<StackCopyFeed>,
         store: Arc<RwLock<Store>>,
         inboxes: Inboxes,
         sinks: Vec<Box<dyn ExportSink>>,
@@ -229,9 +233,11 @@ impl Pipeline {
                 Box::new(move || watch_processes(announcements, &processes, &stopping))
             })?);
         }
-        let stack_copies = stack_copies.map(|(copies, intervals)| {
+        let stack_copies = stack_copies.map(|feed| {
             Arc::new(Mutex::new(unwinding::StackCopyUnwinder::new(
-                copies, intervals,
+                feed.copies,
+                feed.offcpu_intervals,
+                feed.lineages,
             )))
         });
         if let Some(copies) = &stack_copies {
@@ -293,6 +299,15 @@ impl Drop for Pipeline {
             let _ = thread.join();
         }
     }
+}
+
+/// The stack copies the kernel writes, with what unwinding them needs
+/// besides: the off-CPU intervals (when they are recorded) and where new
+/// processes come from (when the fork tracepoint says).
+pub struct StackCopyFeed {
+    pub copies: StackCopies,
+    pub offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
+    pub lineages: Option<ForkLineages>,
 }
 
 /// The drain thread: drains every `interval`, and at once when asked.
@@ -456,56 +471,47 @@ fn symbolize_into_store(
 /// The process watcher: records each process the sampling program announces
 /// while it is still alive, so it can be symbolized after it exits.
 fn watch_processes(
-    mut announcements: RingBuf<MapData>,
+    mut announcements: ProcessAnnouncements,
     processes: &Mutex<ProcessTable>,
     stopping: &AtomicBool,
 ) {
-    use rustix::event::{PollFd, PollFlags, Timespec, poll};
     // A process is announced at its first sample, which can come while the
     // dynamic loader still maps its libraries: it is read once more a
     // moment later, so that a process that exits before the next drain is
     // still symbolized whole.
     const SECOND_LOOK: Duration = Duration::from_millis(250);
+    // After a wake-up, announcements gather this long before the next: a
+    // burst of new processes (a build, a server's workers) costs a
+    // wake-up per batch, not per process, and a lone one is read at once.
+    const GATHER: Duration = Duration::from_millis(50);
     let mut second_looks: std::collections::VecDeque<(Instant, u32)> = Default::default();
-    let mut pids = Vec::new();
+    let mut announced = Vec::new();
     while !stopping.load(Ordering::Relaxed) {
-        {
-            let wait = second_looks
-                .front()
-                .map_or(Duration::from_millis(200), |(due, _)| {
-                    due.saturating_duration_since(Instant::now())
-                })
-                .min(Duration::from_millis(200));
-            let timeout = Timespec {
-                tv_sec: 0,
-                tv_nsec: wait.subsec_nanos().into(),
-            };
-            let mut fds = [PollFd::new(&announcements, PollFlags::IN)];
-            if let Err(err) = poll(&mut fds, Some(&timeout))
-                && err != rustix::io::Errno::INTR
-            {
-                error!("cannot wait for process announcements: {err}");
-                return;
-            }
+        let wait = second_looks
+            .front()
+            .map_or(Duration::from_millis(200), |(due, _)| {
+                due.saturating_duration_since(Instant::now())
+            })
+            .min(Duration::from_millis(200));
+        if let Err(err) = announcements.wait(wait) {
+            error!("cannot wait for process announcements: {err}");
+            return;
         }
-        while let Some(item) = announcements.next() {
-            if let Ok(bytes) = <[u8; 4]>::try_from(&item[..4.min(item.len())]) {
-                pids.push(u32::from_ne_bytes(bytes));
-            }
-        }
-        for pid in pids.drain(..) {
+        announcements.take(&mut announced);
+        let gather = !announced.is_empty();
+        for process in announced.drain(..) {
             let mut table = lock(processes);
             // A child forked without exec has its parent's mappings, and no
             // loader at work: nothing to look at again.
-            if table.adopt_forked(pid) {
+            if table.adopt_forked(process.pid, process.lineage) {
                 continue;
             }
-            let recorded = table.record(pid);
+            let recorded = table.record(process.pid);
             drop(table);
             match recorded {
-                Ok(()) => second_looks.push_back((Instant::now() + SECOND_LOOK, pid)),
+                Ok(()) => second_looks.push_back((Instant::now() + SECOND_LOOK, process.pid)),
                 Err(err) => debug!(
-                    pid,
+                    pid = process.pid,
                     "a new process was gone before it could be recorded: {err}"
                 ),
             }
@@ -516,6 +522,9 @@ fn watch_processes(
             second_looks.pop_front();
             // Gone by now: its first record stays.
             let _ = lock(processes).record(pid);
+        }
+        if gather {
+            std::thread::sleep(GATHER);
         }
     }
 }

@@ -20,6 +20,7 @@ use profiler_common::offcpu::WaitingThread;
 use super::blocked;
 use super::waits::{WaitIdentity, WaitStats, Waits, monotonic_now_ns};
 use crate::{
+    kernel::announcements::ForkLineages,
     kernel::{
         drain::{RawSample, ThreadNames},
         offcpu::{OffCpuIntervals, RecordedProcesses, sample_scale},
@@ -77,12 +78,17 @@ pub struct StackCopyUnwinder {
     thread_names: ThreadNames,
     /// Off-CPU waits under way, when the switch program runs.
     waits: Option<Waits<SampleIdentity>>,
+    /// Where new processes come from, when the fork tracepoint says: a
+    /// process first met here (before its announcement is read) takes its
+    /// parent's mappings from it too.
+    lineages: Option<ForkLineages>,
 }
 
 impl StackCopyUnwinder {
     pub fn new(
         copies: StackCopies,
         intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
+        lineages: Option<ForkLineages>,
     ) -> Self {
         Self {
             copies,
@@ -90,6 +96,7 @@ impl StackCopyUnwinder {
             allocations: Vec::new(),
             thread_names: ThreadNames::default(),
             waits: intervals.map(|(intervals, recorded)| Waits::new(intervals, recorded)),
+            lineages,
         }
     }
 
@@ -121,7 +128,7 @@ impl StackCopyUnwinder {
                 header: thread.header,
                 stack: &thread.stack,
             };
-            let (identity, _) = unwind(&mut table, &copy);
+            let (identity, _) = unwind(&mut table, &copy, self.lineages.as_ref());
             waits.begin_already_waiting(identity, now);
         }
     }
@@ -135,6 +142,7 @@ impl StackCopyUnwinder {
         let pending = &mut self.pending;
         let allocations = &mut self.allocations;
         let waits = &mut self.waits;
+        let lineages = self.lineages.as_ref();
         let mut table = None;
         let count = self.copies.read(|copy| {
             let table = table.get_or_insert_with(|| {
@@ -143,7 +151,7 @@ impl StackCopyUnwinder {
                 waited = asked.elapsed();
                 table
             });
-            let (identity, weight) = unwind(table, &copy);
+            let (identity, weight) = unwind(table, &copy, lineages);
             let kind = SampleKind::from_raw(identity.kind);
             let off_cpu = kind.is_some_and(SampleKind::is_off_cpu);
             match waits {
@@ -230,9 +238,18 @@ fn add(pending: &mut HashMap<SampleIdentity, (u64, u64)>, identity: SampleIdenti
 }
 
 /// One copy unwound: its identity and weight.
-fn unwind(table: &mut ProcessTable, copy: &StackCopy<'_>) -> (SampleIdentity, u64) {
+fn unwind(
+    table: &mut ProcessTable,
+    copy: &StackCopy<'_>,
+    lineages: Option<&ForkLineages>,
+) -> (SampleIdentity, u64) {
     let header = &copy.header;
     let key = &header.key;
+    if let Some(lineages) = lineages
+        && !table.is_recorded(key.pid)
+    {
+        table.adopt_forked(key.pid, lineages.of(key.pid));
+    }
     let registers = UserRegisters {
         ip: header.ip,
         sp: header.sp,

@@ -93,6 +93,12 @@ impl Collector for Snapshot {
             "Processes whose memory maps are held",
             pipeline.processes.processes_tracked,
         )?;
+        counter(
+            out,
+            "processes_adopted",
+            "New processes that took the memory map of the process that forked them",
+            pipeline.processes.adopted.children,
+        )?;
         let unwinding = &pipeline.unwinding;
         counter(
             out,

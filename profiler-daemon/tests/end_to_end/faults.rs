@@ -578,11 +578,32 @@ async fn a_storm_of_short_lived_processes_is_reported() {
         .unwrap_or(0);
     let status = still_serving(&mut daemon).await;
     let seen = status.processes_seen - before.processes_seen;
+    let adopted = |status: &v1::StatusReply| {
+        let symbolizer = status.symbolizer.expect("symbolizer status");
+        (
+            symbolizer.processes_adopted,
+            symbolizer.processes_adopted_as_announced,
+        )
+    };
+    let (adopted, as_announced) = (
+        adopted(&status).0 - adopted(&before).0,
+        adopted(&status).1 - adopted(&before).1,
+    );
     eprintln!(
         "storm: {} children in the report, {samples} samples, {named} in child_work, \
-         {seen} processes seen, slowest status {slowest:?}, lost {:?}",
+         {seen} processes seen ({adopted} adopted, {as_announced} as announced), slowest \
+         status {slowest:?}, lost {:?}",
         children.len(),
         status.samples_lost
+    );
+    // Each child sampled takes its parent's memory map, from what the
+    // kernel announced of it (its parent and program layout), whether or
+    // not it is still alive when the daemon reads the announcement.
+    assert!(
+        as_announced * 10 >= children.len() as u64 * 9 && as_announced <= adopted,
+        "{as_announced} of {} children adopted their parent's map as announced \
+         ({adopted} in all)",
+        children.len()
     );
     assert!(
         children.len() as u64 > CHILDREN / 10,

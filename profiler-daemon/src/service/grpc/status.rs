@@ -88,6 +88,8 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
             kernel_addresses_cached: pipeline.symbolizer.kernel_addresses_cached,
             processes_tracked: pipeline.processes.processes_tracked,
             binaries_released: pipeline.symbolizer.binaries_released,
+            processes_adopted: pipeline.processes.adopted.children,
+            processes_adopted_as_announced: pipeline.processes.adopted.as_announced,
         }),
         store: Some(v1::StoreStatus {
             memory_bytes: store.memory_bytes,

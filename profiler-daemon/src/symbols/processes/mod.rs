@@ -8,18 +8,19 @@
 //! raw user addresses into (binary, file offset) pairs; it must not
 //! symbolize.
 
+mod adoption;
+
 use std::{
     collections::HashMap,
     fs::File,
     path::PathBuf,
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use procfs::{
-    FromRead,
-    process::{MMPermissions, MMapPath, Process, Stat},
-};
+pub use adoption::AdoptionStats;
+use adoption::ImageLayout;
+use procfs::process::{MMPermissions, MMapPath, Process};
 use profiler_common::{SampleKind, sample_flags};
 use tracing::debug;
 
@@ -27,7 +28,6 @@ pub use super::mappings::{Binary, BinaryKey, UserAddress};
 use super::{
     mappings::{
         Mapping, MappingTarget, code_mappings, data_name, device_number, display_path, lookup,
-        mapping_of,
     },
     perf_map::PerfMap,
     unwind::{ProcessUnwinder, UnwindCache, UnwindStats, UnwindStop, UnwoundStack, UserRegisters},
@@ -50,16 +50,18 @@ const EARLIER_MAPS_KEPT: usize = 3;
 struct ProcessRecord {
     name: Arc<str>,
     /// Every mapping (those without code only name addresses that fall in
-    /// them), sorted by start address.
-    mappings: Vec<Mapping>,
+    /// them), sorted by start address; shared with the children that
+    /// adopted them.
+    mappings: Arc<[Mapping]>,
     /// The mappings of the records this one replaced (before an exec, say),
     /// newest first: samples taken before the change but drained after it
     /// fall there.
-    earlier: Vec<Vec<Mapping>>,
+    earlier: Vec<Arc<[Mapping]>>,
     recorded_at: Instant,
     last_used: Instant,
-    /// Built from `mappings` when its first stack copy is unwound.
-    unwinder: Option<ProcessUnwinder>,
+    /// Built from `mappings` when its first stack copy is unwound (or a
+    /// child adopts them), and shared with the children that adopt them.
+    unwinder: Option<Arc<Mutex<ProcessUnwinder>>>,
     /// Its perf map (JIT code names), if it writes one, and when it was
     /// last looked for or read.
     perf_map: Option<PerfMap>,
@@ -71,32 +73,23 @@ struct ProcessRecord {
     image: Option<ImageLayout>,
 }
 
-/// Where a process's program is laid out (`startcode`, `endcode` and
-/// `startstack` of `/proc/PID/stat`): a fork keeps it, an exec moves it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ImageLayout {
-    start_code: u64,
-    end_code: u64,
-    start_stack: u64,
-}
-
-impl ImageLayout {
-    fn of(stat: &Stat) -> Option<Self> {
-        (stat.startcode != 0).then_some(Self {
-            start_code: stat.startcode,
-            end_code: stat.endcode,
-            start_stack: stat.startstack,
-        })
-    }
-}
-
-/// `/proc/PID/stat`, in one open and read (`Process::new` would open the
-/// process's directory first: twice the work for each of many children).
-fn stat_of(pid: u32) -> procfs::ProcResult<Stat> {
-    Stat::from_file(format!("/proc/{pid}/stat"))
-}
-
 impl ProcessRecord {
+    fn new(name: Arc<str>, mappings: Arc<[Mapping]>, image: Option<ImageLayout>) -> Self {
+        let now = Instant::now();
+        Self {
+            name,
+            mappings,
+            earlier: Vec::new(),
+            recorded_at: now,
+            last_used: now,
+            unwinder: None,
+            perf_map: None,
+            perf_map_read: None,
+            adopted: false,
+            image,
+        }
+    }
+
     /// The name the process's perf map gives the JIT code at `address`,
     /// reading the map again (at most every 200 ms) when it does not.
     fn jit_name(&mut self, pid: u32, address: u64) -> Option<Arc<str>> {
@@ -152,6 +145,7 @@ pub struct ProcessStats {
     pub processes_tracked: u64,
     pub processes_seen: u64,
     pub binaries: u64,
+    pub adopted: AdoptionStats,
 }
 
 /// The records of every process sampled recently.
@@ -160,6 +154,7 @@ pub struct ProcessTable {
     processes: HashMap<u32, ProcessRecord>,
     binaries: HashMap<BinaryKey, Arc<Binary>>,
     processes_seen: u64,
+    adoption_stats: AdoptionStats,
     /// Processes sampled but never recorded (gone too soon), counted in
     /// `processes_seen` once each, and when they were last sampled.
     unrecorded: HashMap<u32, Instant>,
@@ -207,7 +202,7 @@ impl ProcessTable {
         // process that maps it.
         let mut last_used: HashMap<BinaryKey, Instant> = HashMap::new();
         for record in self.processes.values() {
-            for mapping in &record.mappings {
+            for mapping in record.mappings.iter() {
                 if let MappingTarget::File(binary) = &mapping.target {
                     let used = last_used.entry(binary.key).or_insert(record.last_used);
                     *used = (*used).max(record.last_used);
@@ -310,38 +305,28 @@ impl ProcessTable {
             record.recorded_at = now;
             return Ok(());
         }
-        let earlier = match self.processes.remove(&pid) {
+        self.insert(pid, ProcessRecord::new(name.into(), mappings.into(), image));
+        Ok(())
+    }
+
+    /// Puts `record` in place of the process's previous one, whose
+    /// mappings it keeps as earlier ones.
+    fn insert(&mut self, pid: u32, mut record: ProcessRecord) {
+        match self.processes.remove(&pid) {
             Some(previous) => {
-                let mut earlier = previous.earlier;
+                record.earlier = previous.earlier;
                 if !previous.mappings.is_empty() {
-                    earlier.insert(0, previous.mappings);
-                    earlier.truncate(EARLIER_MAPS_KEPT);
+                    record.earlier.insert(0, previous.mappings);
+                    record.earlier.truncate(EARLIER_MAPS_KEPT);
                 }
-                earlier
             }
             None => {
                 if self.unrecorded.remove(&pid).is_none() {
                     self.processes_seen += 1;
                 }
-                Vec::new()
             }
-        };
-        self.processes.insert(
-            pid,
-            ProcessRecord {
-                name: name.into(),
-                mappings,
-                earlier,
-                recorded_at: now,
-                last_used: now,
-                unwinder: None,
-                perf_map: None,
-                perf_map_read: None,
-                adopted: false,
-                image,
-            },
-        );
-        Ok(())
+        }
+        self.processes.insert(pid, record);
     }
 
     /// The binary mapped at `start..end` of `pid`, opened once per identity.
@@ -386,7 +371,7 @@ impl ProcessTable {
     ) -> UnwoundStack {
         let started = Instant::now();
         if !self.processes.contains_key(&pid)
-            && !self.adopt_forked(pid)
+            && !self.adopt_forked(pid, crate::kernel::announcements::Lineage::Unknown)
             && self.record(pid).is_err()
         {
             self.count_unrecorded(pid);
@@ -431,10 +416,13 @@ impl ProcessTable {
             };
         };
         record.last_used = Instant::now();
-        let unwinder = record
-            .unwinder
-            .get_or_insert_with(|| ProcessUnwinder::new(code_mappings(&record.mappings)));
-        let unwound = unwinder.unwind(&mut self.unwind_cache, registers, stack_base, stack);
+        let unwinder = record.unwinder.get_or_insert_with(|| {
+            Arc::new(Mutex::new(ProcessUnwinder::new(code_mappings(
+                &record.mappings,
+            ))))
+        });
+        let unwound =
+            crate::lock(unwinder).unwind(&mut self.unwind_cache, registers, stack_base, stack);
         if unwound.stop != Some(UnwindStop::Unmapped) || unwound.frames.len() > 1 {
             return unwound;
         }
@@ -563,102 +551,9 @@ impl ProcessTable {
         }
     }
 
-    /// Gives a process that could not be recorded (it exited first, or is a
-    /// zombie without a memory map) the mappings of a recorded process of
-    /// the same name whose mappings hold every address of `stack`: a child
-    /// forked without exec shares its parent's address space, while the
-    /// mappings of an unrelated process (randomized) would not hold them.
-    /// Returns whether it did.
-    fn adopt_mappings(&mut self, pid: u32, name: &str, stack: &[u64]) -> bool {
-        if stack.is_empty()
-            || self
-                .processes
-                .get(&pid)
-                .is_some_and(|record| !record.mappings.is_empty())
-        {
-            return false;
-        }
-        let donor = self
-            .processes
-            .iter()
-            .filter(|(other, record)| {
-                **other != pid
-                    && &*record.name == name
-                    && stack.iter().all(|&address| {
-                        mapping_of(&record.mappings, address).is_some_and(|m| m.code)
-                    })
-            })
-            .max_by_key(|(_, record)| record.recorded_at);
-        let Some((&donor_pid, donor)) = donor else {
-            return false;
-        };
-        debug!(
-            pid,
-            donor_pid,
-            "a process gone before it was recorded gets the mappings of one it was forked from"
-        );
-        let mappings = donor.mappings.clone();
-        self.adopt(pid, name.into(), mappings, None);
-        true
-    }
-
-    /// A process forked without exec maps, when it is first seen, what the
-    /// process it was forked from mapped. When its parent is recorded with
-    /// the program laid out where the child's is (an exec would have moved
-    /// it: [`ImageLayout`], as both were when read), the parent's mappings
-    /// are taken instead of reading `/proc/PID/maps`, which costs the
-    /// kernel far more for each of many short-lived children: one read of
-    /// the child's `/proc/PID/stat` does. An address outside them later (a
-    /// library the child loaded itself) has the child's own read at once.
-    /// Returns whether it did.
-    pub fn adopt_forked(&mut self, pid: u32) -> bool {
-        let Ok(child) = stat_of(pid) else {
-            return false;
-        };
-        let Some(image) = ImageLayout::of(&child) else {
-            return false;
-        };
-        let Some(donor) = u32::try_from(child.ppid)
-            .ok()
-            .and_then(|parent| self.processes.get(&parent))
-        else {
-            return false;
-        };
-        if donor.mappings.is_empty() || donor.image != Some(image) {
-            return false;
-        }
-        let mappings = donor.mappings.clone();
-        self.adopt(pid, child.comm.as_str().into(), mappings, Some(image));
-        true
-    }
-
-    /// Records `pid` with mappings taken from another process.
-    fn adopt(
-        &mut self,
-        pid: u32,
-        name: Arc<str>,
-        mappings: Vec<Mapping>,
-        image: Option<ImageLayout>,
-    ) {
-        let now = Instant::now();
-        if self.processes.remove(&pid).is_none() && self.unrecorded.remove(&pid).is_none() {
-            self.processes_seen += 1;
-        }
-        self.processes.insert(
-            pid,
-            ProcessRecord {
-                name,
-                mappings,
-                earlier: Vec::new(),
-                recorded_at: now,
-                last_used: now,
-                unwinder: None,
-                perf_map: None,
-                perf_map_read: None,
-                adopted: true,
-                image,
-            },
-        );
+    /// Whether the process has a record.
+    pub fn is_recorded(&self, pid: u32) -> bool {
+        self.processes.contains_key(&pid)
     }
 
     /// Counts a process sampled without ever being recorded, once.
@@ -741,177 +636,10 @@ impl ProcessTable {
             processes_tracked: self.processes.len() as u64,
             processes_seen: self.processes_seen,
             binaries: self.binaries.len() as u64,
+            adopted: self.adoption_stats,
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_this_process_and_normalizes_its_code() {
-        let mut table = ProcessTable::new();
-        let pid = std::process::id();
-        table.record(pid).unwrap();
-        let here = records_this_process_and_normalizes_its_code as *const () as u64;
-        let (frames, complete) = table.normalize(pid, &[here, 0x10]);
-        assert!(!complete, "0x10 is mapped by nothing");
-        let stack_variable = 0_u64;
-        let (data, _) = table.normalize(pid, &[&raw const stack_variable as u64]);
-        assert!(
-            // A test thread's stack is anonymous memory, the main thread's [stack].
-            matches!(&data[0], UserAddress::Special { name, .. } if name.ends_with("] (not code)")),
-            "{data:?}"
-        );
-        match &frames[0] {
-            UserAddress::File { binary, offset } => {
-                let exe = std::env::current_exe().unwrap();
-                assert_eq!(&*binary.path, exe.to_str().unwrap());
-                assert!(*offset > 0 && *offset < std::fs::metadata(&exe).unwrap().len());
-                assert!(std::fs::metadata(binary.readable_path()).is_ok());
-            }
-            other => panic!("expected a file-backed address, got {other:?}"),
-        }
-        assert!(matches!(frames[1], UserAddress::Unmapped { address: 0x10 }));
-        assert_eq!(table.stats().processes_seen, 1);
-    }
-
-    #[test]
-    fn an_exiting_process_keeps_the_mappings_it_was_recorded_with() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let mut table = ProcessTable::new();
-        // Wait until sleep has replaced the forked test binary.
-        while !std::fs::read_link(format!("/proc/{pid}/exe"))
-            .is_ok_and(|exe| exe.ends_with("sleep"))
-        {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        table.record(pid).unwrap();
-        let code = table.processes[&pid].mappings[0].start;
-        child.kill().unwrap();
-        // Not reaped yet: a zombie, whose memory map is gone.
-        while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|stat| stat.contains(") Z "))
-        {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        table.record(pid).unwrap();
-        let (frames, complete) = table.normalize(pid, &[code]);
-        assert!(complete, "{frames:?}");
-        child.wait().unwrap();
-    }
-
-    #[test]
-    fn a_process_gone_unrecorded_adopts_the_mappings_of_its_forking_parent() {
-        let mut table = ProcessTable::new();
-        let pid = std::process::id();
-        table.record(pid).unwrap();
-        let name = table.processes[&pid].name.clone();
-        let here = records_this_process_and_normalizes_its_code as *const () as u64;
-        let gone = u32::MAX - 2;
-        assert!(!table.adopt_mappings(gone, "another-name", &[here]));
-        assert!(!table.adopt_mappings(gone, &name, &[here, 0x10]));
-        assert!(table.adopt_mappings(gone, &name, &[here]));
-        let (frames, complete) = table.normalize(gone, &[here]);
-        assert!(complete, "{frames:?}");
-        assert!(matches!(frames[0], UserAddress::File { .. }));
-        assert_eq!(table.stats().processes_seen, 2);
-        // A recorded process keeps its own mappings.
-        assert!(!table.adopt_mappings(pid, &name, &[here]));
-    }
-
-    #[test]
-    fn a_child_forked_without_exec_takes_its_parents_mappings_and_an_exec_does_not() {
-        let mut table = ProcessTable::new();
-        let pid = std::process::id();
-        // SAFETY: the child only waits for its signal, then exits: nothing
-        // of the (multithreaded) parent's state is touched in it. (It is
-        // killed below even when an assertion fails first.)
-        let child = unsafe { libc::fork() };
-        if child == 0 {
-            // SAFETY: async-signal-safe calls only, in the forked child.
-            unsafe {
-                libc::pause();
-                libc::_exit(0);
-            }
-        }
-        assert!(child > 0, "fork failed");
-        struct Reap(i32);
-        impl Drop for Reap {
-            fn drop(&mut self) {
-                // SAFETY: signalling and reaping the child forked above.
-                unsafe {
-                    libc::kill(self.0, libc::SIGKILL);
-                    libc::waitpid(self.0, &mut 0, 0);
-                }
-            }
-        }
-        let _reap = Reap(child);
-        let child = child as u32;
-        let execed = std::process::Command::new("sleep")
-            .arg("10")
-            .spawn()
-            .expect("sleep starts");
-        // Not yet: the parent is not recorded.
-        assert!(!table.adopt_forked(child));
-        table.record(pid).unwrap();
-        assert!(table.adopt_forked(child));
-        assert!(table.processes[&child].adopted);
-        assert_eq!(
-            table.processes[&child].mappings.len(),
-            table.processes[&pid].mappings.len()
-        );
-        assert!(!table.adopt_forked(execed.id()));
-        let mut execed = execed;
-        let _ = execed.kill();
-        let _ = execed.wait();
-    }
-
-    #[test]
-    fn earlier_maps_survive_two_records() {
-        let mut table = ProcessTable::new();
-        let pid = std::process::id();
-        table.record(pid).unwrap();
-        let first = table.processes[&pid].mappings.clone();
-        table.processes.get_mut(&pid).unwrap().mappings.clear();
-        table.record(pid).unwrap();
-        table.record(pid).unwrap();
-        let record = &table.processes[&pid];
-        assert_eq!(record.earlier.len(), 1, "an empty map is not kept");
-        // Code is mapped as it was (data comes and goes with the test threads).
-        let code = |mappings: &[Mapping]| mappings.iter().filter(|mapping| mapping.code).count();
-        assert_eq!(code(&record.earlier[0]), code(&first));
-        table.record(pid).unwrap();
-        table.record(pid).unwrap();
-        table.record(pid).unwrap();
-        assert_eq!(table.processes[&pid].earlier.len(), EARLIER_MAPS_KEPT);
-    }
-
-    #[test]
-    fn unknown_process_gives_unmapped_addresses() {
-        let mut table = ProcessTable::new();
-        let (frames, complete) = table.normalize(u32::MAX - 1, &[0x1000]);
-        assert!(!complete);
-        assert!(matches!(
-            frames[0],
-            UserAddress::Unmapped { address: 0x1000 }
-        ));
-        assert!(table.record(u32::MAX - 1).is_err());
-    }
-
-    #[test]
-    fn device_numbers_match_stat() {
-        use std::os::unix::fs::MetadataExt as _;
-        let exe = std::env::current_exe().unwrap();
-        let metadata = std::fs::metadata(&exe).unwrap();
-        let dev = metadata.dev();
-        let major = ((dev >> 32) & 0xfffff000) | ((dev >> 8) & 0xfff);
-        let minor = ((dev >> 12) & 0xffffff00) | (dev & 0xff);
-        assert_eq!(device_number((major as i32, minor as i32)), dev);
-    }
-}
+mod tests;

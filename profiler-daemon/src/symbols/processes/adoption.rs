@@ -1,0 +1,202 @@
+//! Children that share what their parent maps: a process forked without
+//! exec maps what its parent mapped when it is first seen, so it can take
+//! its parent's record (mappings and unwinder, shared) instead of reading
+//! its own `/proc/PID/maps`, which costs the kernel far more for each of
+//! many short-lived children. The kernel's fork tracepoint says who forked
+//! a process and where their program was laid out
+//! ([`Lineage`]); `/proc/PID/stat` says so when it cannot.
+//!
+//! This module owns that decision and the adoption; it must not read a
+//! process's mappings itself.
+
+use std::sync::{Arc, Mutex};
+
+use procfs::{FromRead, process::Stat};
+use tracing::debug;
+
+use super::{ProcessRecord, ProcessTable};
+use crate::{
+    kernel::announcements::Lineage,
+    symbols::{
+        mappings::{code_mappings, mapping_of},
+        unwind::ProcessUnwinder,
+    },
+};
+
+/// How many new processes took their parent's mappings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdoptionStats {
+    /// Children forked without exec that took their parent's mappings.
+    pub children: u64,
+    /// Of those, the ones whose parent and layout the kernel's fork
+    /// tracepoint gave (the others' were read from procfs).
+    pub as_announced: u64,
+}
+
+/// Where a process's program is laid out (`start_code`, `end_code` and
+/// `start_stack` of its memory descriptor, as `/proc/PID/stat` shows them):
+/// a fork keeps it, an exec moves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ImageLayout {
+    start_code: u64,
+    end_code: u64,
+    start_stack: u64,
+}
+
+impl ImageLayout {
+    pub(super) fn of(stat: &Stat) -> Option<Self> {
+        (stat.startcode != 0).then_some(Self {
+            start_code: stat.startcode,
+            end_code: stat.endcode,
+            start_stack: stat.startstack,
+        })
+    }
+}
+
+/// A process, the process that forked it, and where their program is laid
+/// out.
+struct Parentage {
+    parent: u32,
+    image: ImageLayout,
+}
+
+impl Parentage {
+    /// As the kernel's fork tracepoint recorded it; `None` when it says
+    /// the process runs a program of its own.
+    fn announced(lineage: &Lineage, pid: u32) -> Option<Option<Self>> {
+        match lineage {
+            Lineage::Unknown => None,
+            Lineage::OwnProgram => Some(None),
+            Lineage::Forked(forked) => Some(Some(Self {
+                parent: forked.parent,
+                image: ImageLayout {
+                    start_code: forked.start_code,
+                    end_code: forked.end_code,
+                    start_stack: forked.start_stack,
+                },
+            }))
+            .filter(|_| forked.start_code != 0 && forked.parent != pid),
+        }
+    }
+
+    /// As `/proc/PID/stat` says (one open and read: `Process::new` would
+    /// open the process's directory first, twice the work).
+    fn read(pid: u32) -> Option<Self> {
+        let stat = Stat::from_file(format!("/proc/{pid}/stat")).ok()?;
+        Some(Self {
+            parent: u32::try_from(stat.ppid).ok()?,
+            image: ImageLayout::of(&stat)?,
+        })
+    }
+}
+
+impl ProcessTable {
+    /// Gives a new process its parent's mappings when its parent is
+    /// recorded with the program laid out where the child's is (an exec
+    /// would have moved it: [`ImageLayout`], as both were when read). An
+    /// address outside them later (a library the child loaded itself) has
+    /// the child's own read at once. Returns whether it did.
+    ///
+    /// A parent not recorded yet (one that forks and waits is seldom
+    /// sampled) is recorded first when its own layout is the child's: its
+    /// mappings are then read once for all its children.
+    pub fn adopt_forked(&mut self, pid: u32, lineage: Lineage) -> bool {
+        let (parentage, as_announced) = match Parentage::announced(&lineage, pid) {
+            Some(Some(parentage)) => (parentage, true),
+            Some(None) => return false,
+            None => match Parentage::read(pid) {
+                Some(parentage) => (parentage, false),
+                None => return false,
+            },
+        };
+        let Parentage { parent, image } = parentage;
+        if !self.processes.contains_key(&parent)
+            && Parentage::read(parent).is_some_and(|own| own.image == image)
+        {
+            let _ = self.record(parent);
+        }
+        let Some(donor) = self
+            .processes
+            .get(&parent)
+            .filter(|record| !record.mappings.is_empty() && record.image == Some(image))
+        else {
+            return false;
+        };
+        // Adopted already (its first sample's unwinding and its
+        // announcement both ask).
+        if self
+            .processes
+            .get(&pid)
+            .is_some_and(|record| record.adopted && Arc::ptr_eq(&record.mappings, &donor.mappings))
+        {
+            return true;
+        }
+        let name = donor.name.clone();
+        self.adopt(pid, name, parent, Some(image));
+        self.adoption_stats.children += 1;
+        if as_announced {
+            self.adoption_stats.as_announced += 1;
+        }
+        true
+    }
+
+    /// Gives a process that could not be recorded (it exited first, or is a
+    /// zombie without a memory map) the mappings of a recorded process of
+    /// the same name whose mappings hold every address of `stack`: a child
+    /// forked without exec shares its parent's address space, while the
+    /// mappings of an unrelated process (randomized) would not hold them.
+    /// Returns whether it did.
+    pub(super) fn adopt_mappings(&mut self, pid: u32, name: &str, stack: &[u64]) -> bool {
+        if stack.is_empty()
+            || self
+                .processes
+                .get(&pid)
+                .is_some_and(|record| !record.mappings.is_empty())
+        {
+            return false;
+        }
+        let donor = self
+            .processes
+            .iter()
+            .filter(|(other, record)| {
+                **other != pid
+                    && &*record.name == name
+                    && stack.iter().all(|&address| {
+                        mapping_of(&record.mappings, address).is_some_and(|m| m.code)
+                    })
+            })
+            .max_by_key(|(_, record)| record.recorded_at);
+        let Some((&donor, _)) = donor else {
+            return false;
+        };
+        debug!(
+            pid,
+            donor,
+            "a process gone before it was recorded gets the mappings of one it was forked from"
+        );
+        self.adopt(pid, name.into(), donor, None);
+        true
+    }
+
+    /// Records `pid` with the mappings of `donor` (recorded), and the same
+    /// unwinder: the unwind rules it has worked out for the one serve the
+    /// other.
+    fn adopt(&mut self, pid: u32, name: Arc<str>, donor: u32, image: Option<ImageLayout>) {
+        let Some(donor) = self.processes.get_mut(&donor) else {
+            return;
+        };
+        let mappings = donor.mappings.clone();
+        let unwinder = donor
+            .unwinder
+            .get_or_insert_with(|| {
+                Arc::new(Mutex::new(ProcessUnwinder::new(code_mappings(
+                    &donor.mappings,
+                ))))
+            })
+            .clone();
+        let mut record = ProcessRecord::new(name, mappings, image);
+        record.unwinder = Some(unwinder);
+        record.adopted = true;
+        self.insert(pid, record);
+    }
+}

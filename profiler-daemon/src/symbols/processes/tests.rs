@@ -1,0 +1,210 @@
+//! The process table against this test process and children it forks.
+
+use procfs::{FromRead, process::Stat};
+use profiler_common::ForkLineage;
+
+use super::*;
+use crate::kernel::announcements::Lineage;
+
+#[test]
+fn records_this_process_and_normalizes_its_code() {
+    let mut table = ProcessTable::new();
+    let pid = std::process::id();
+    table.record(pid).unwrap();
+    let here = records_this_process_and_normalizes_its_code as *const () as u64;
+    let (frames, complete) = table.normalize(pid, &[here, 0x10]);
+    assert!(!complete, "0x10 is mapped by nothing");
+    let stack_variable = 0_u64;
+    let (data, _) = table.normalize(pid, &[&raw const stack_variable as u64]);
+    assert!(
+        // A test thread's stack is anonymous memory, the main thread's [stack].
+        matches!(&data[0], UserAddress::Special { name, .. } if name.ends_with("] (not code)")),
+        "{data:?}"
+    );
+    match &frames[0] {
+        UserAddress::File { binary, offset } => {
+            let exe = std::env::current_exe().unwrap();
+            assert_eq!(&*binary.path, exe.to_str().unwrap());
+            assert!(*offset > 0 && *offset < std::fs::metadata(&exe).unwrap().len());
+            assert!(std::fs::metadata(binary.readable_path()).is_ok());
+        }
+        other => panic!("expected a file-backed address, got {other:?}"),
+    }
+    assert!(matches!(frames[1], UserAddress::Unmapped { address: 0x10 }));
+    assert_eq!(table.stats().processes_seen, 1);
+}
+
+#[test]
+fn an_exiting_process_keeps_the_mappings_it_was_recorded_with() {
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut table = ProcessTable::new();
+    // Wait until sleep has replaced the forked test binary.
+    while !std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe.ends_with("sleep")) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    table.record(pid).unwrap();
+    let code = table.processes[&pid].mappings[0].start;
+    child.kill().unwrap();
+    // Not reaped yet: a zombie, whose memory map is gone.
+    while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.contains(") Z "))
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    table.record(pid).unwrap();
+    let (frames, complete) = table.normalize(pid, &[code]);
+    assert!(complete, "{frames:?}");
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_process_gone_unrecorded_adopts_the_mappings_of_its_forking_parent() {
+    let mut table = ProcessTable::new();
+    let pid = std::process::id();
+    table.record(pid).unwrap();
+    let name = table.processes[&pid].name.clone();
+    let here = records_this_process_and_normalizes_its_code as *const () as u64;
+    let gone = u32::MAX - 2;
+    assert!(!table.adopt_mappings(gone, "another-name", &[here]));
+    assert!(!table.adopt_mappings(gone, &name, &[here, 0x10]));
+    assert!(table.adopt_mappings(gone, &name, &[here]));
+    let (frames, complete) = table.normalize(gone, &[here]);
+    assert!(complete, "{frames:?}");
+    assert!(matches!(frames[0], UserAddress::File { .. }));
+    assert_eq!(table.stats().processes_seen, 2);
+    // A recorded process keeps its own mappings.
+    assert!(!table.adopt_mappings(pid, &name, &[here]));
+}
+
+#[test]
+fn a_child_forked_without_exec_takes_its_parents_mappings_and_an_exec_does_not() {
+    let mut table = ProcessTable::new();
+    let pid = std::process::id();
+    // SAFETY: the child only waits for its signal, then exits: nothing
+    // of the (multithreaded) parent's state is touched in it. (It is
+    // killed below even when an assertion fails first.)
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: async-signal-safe calls only, in the forked child.
+        unsafe {
+            libc::pause();
+            libc::_exit(0);
+        }
+    }
+    assert!(child > 0, "fork failed");
+    struct Reap(i32);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            // SAFETY: signalling and reaping the child forked above.
+            unsafe {
+                libc::kill(self.0, libc::SIGKILL);
+                libc::waitpid(self.0, &mut 0, 0);
+            }
+        }
+    }
+    let _reap = Reap(child);
+    let child = child as u32;
+    let execed = std::process::Command::new("sleep")
+        .arg("10")
+        .spawn()
+        .expect("sleep starts");
+    // Without the kernel's word: from the child's /proc/PID/stat. The
+    // parent, not recorded yet, is recorded for it (laid out as the child).
+    assert!(table.adopt_forked(child, Lineage::Unknown));
+    assert!(!table.processes[&pid].adopted);
+    assert!(table.processes[&child].adopted);
+    assert!(Arc::ptr_eq(
+        &table.processes[&child].mappings,
+        &table.processes[&pid].mappings
+    ));
+    let shared = |table: &ProcessTable, a: u32, b: u32| match (
+        &table.processes[&a].unwinder,
+        &table.processes[&b].unwinder,
+    ) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    };
+    assert!(shared(&table, child, pid), "one unwinder for both");
+    assert!(!table.adopt_forked(execed.id(), Lineage::Unknown));
+
+    // As the fork tracepoint records them: the parent and its layout.
+    let forked_from = |parent: u32| {
+        let stat = Stat::from_file(format!("/proc/{parent}/stat")).unwrap();
+        Lineage::Forked(ForkLineage {
+            parent,
+            start_code: stat.startcode,
+            end_code: stat.endcode,
+            start_stack: stat.startstack,
+            ..ForkLineage::default()
+        })
+    };
+    table.processes.remove(&child);
+    assert!(table.adopt_forked(child, forked_from(pid)));
+    assert!(shared(&table, child, pid));
+    // A program of its own, or a parent laid out otherwise (an exec since
+    // it was recorded), or not there.
+    table.processes.remove(&child);
+    assert!(!table.adopt_forked(child, Lineage::OwnProgram));
+    let mut elsewhere = forked_from(pid);
+    if let Lineage::Forked(lineage) = &mut elsewhere {
+        lineage.start_stack += 4096;
+    }
+    assert!(!table.adopt_forked(child, elsewhere));
+    let stranger = u32::MAX - 3;
+    if let Lineage::Forked(lineage) = &mut elsewhere {
+        lineage.parent = stranger;
+    }
+    assert!(!table.adopt_forked(child, elsewhere));
+    let adopted = table.stats().adopted;
+    assert_eq!((adopted.children, adopted.as_announced), (2, 1));
+    let mut execed = execed;
+    let _ = execed.kill();
+    let _ = execed.wait();
+}
+
+#[test]
+fn earlier_maps_survive_two_records() {
+    let mut table = ProcessTable::new();
+    let pid = std::process::id();
+    table.record(pid).unwrap();
+    let first = table.processes[&pid].mappings.clone();
+    table.processes.get_mut(&pid).unwrap().mappings = Arc::from([]);
+    table.record(pid).unwrap();
+    table.record(pid).unwrap();
+    let record = &table.processes[&pid];
+    assert_eq!(record.earlier.len(), 1, "an empty map is not kept");
+    // Code is mapped as it was (data comes and goes with the test threads).
+    let code = |mappings: &[Mapping]| mappings.iter().filter(|mapping| mapping.code).count();
+    assert_eq!(code(&record.earlier[0]), code(&first));
+    table.record(pid).unwrap();
+    table.record(pid).unwrap();
+    table.record(pid).unwrap();
+    assert_eq!(table.processes[&pid].earlier.len(), EARLIER_MAPS_KEPT);
+}
+
+#[test]
+fn unknown_process_gives_unmapped_addresses() {
+    let mut table = ProcessTable::new();
+    let (frames, complete) = table.normalize(u32::MAX - 1, &[0x1000]);
+    assert!(!complete);
+    assert!(matches!(
+        frames[0],
+        UserAddress::Unmapped { address: 0x1000 }
+    ));
+    assert!(table.record(u32::MAX - 1).is_err());
+}
+
+#[test]
+fn device_numbers_match_stat() {
+    use std::os::unix::fs::MetadataExt as _;
+    let exe = std::env::current_exe().unwrap();
+    let metadata = std::fs::metadata(&exe).unwrap();
+    let dev = metadata.dev();
+    let major = ((dev >> 32) & 0xfffff000) | ((dev >> 8) & 0xfff);
+    let minor = ((dev >> 12) & 0xffffff00) | (dev & 0xff);
+    assert_eq!(device_number((major as i32, minor as i32)), dev);
+}
