@@ -23,7 +23,7 @@ use std::{
 use profiler_common::SampleKind;
 use rustc_hash::FxHashMap as HashMap;
 
-use self::tables::{Interner, StackTable};
+use self::tables::{HeapBytes, Interner, StackTable};
 pub use self::{
     holds::{WindowHold, WindowHolds},
     query::{CommPattern, Query, SampleAccess, Selector},
@@ -172,6 +172,19 @@ fn samples_in(cpu: &[CpuSamples]) -> u64 {
 const LOCATION_HEAP_BYTES: usize = 64;
 const FRAME_BYTES: usize = size_of::<crate::profile::Frame>();
 
+impl HeapBytes for ThreadInfo {
+    /// Its names are shared with the process table and every sample.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+impl HeapBytes for Arc<SymbolizedLocation> {
+    fn heap_bytes(&self) -> usize {
+        LOCATION_HEAP_BYTES + FRAME_BYTES * self.location.frames.len()
+    }
+}
+
 /// Buckets of aggregated samples and the tables they refer to.
 #[derive(Debug)]
 pub struct Store {
@@ -309,11 +322,7 @@ impl Store {
     }
 
     fn table_bytes(&self) -> u64 {
-        (self.threads.bytes(|_| 0)
-            + self.locations.bytes(|location| {
-                LOCATION_HEAP_BYTES + FRAME_BYTES * location.location.frames.len()
-            })
-            + self.stacks.bytes()) as u64
+        (self.threads.bytes() + self.locations.bytes() + self.stacks.bytes()) as u64
     }
 
     /// The oldest time samples are still held for.

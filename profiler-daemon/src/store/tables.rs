@@ -12,11 +12,19 @@ use std::{
 use hashbrown::HashTable;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
+/// What a value owns beyond itself, in bytes (an estimate).
+pub(super) trait HeapBytes {
+    fn heap_bytes(&self) -> usize;
+}
+
 /// Values numbered in order of first appearance, found by key.
 #[derive(Debug)]
 pub(super) struct Interner<K, V> {
     ids: FxHashMap<K, u32>,
     values: Vec<V>,
+    /// The values' [`HeapBytes`], summed as they come (the store asks for
+    /// its size at every insert).
+    heap_bytes: usize,
 }
 
 impl<K, V> Default for Interner<K, V> {
@@ -24,18 +32,21 @@ impl<K, V> Default for Interner<K, V> {
         Self {
             ids: FxHashMap::default(),
             values: Vec::new(),
+            heap_bytes: 0,
         }
     }
 }
 
-impl<K: Eq + Hash, V> Interner<K, V> {
+impl<K: Eq + Hash, V: HeapBytes> Interner<K, V> {
     /// The id of `key`, numbering it (with `value()`) if it is new.
     pub fn intern(&mut self, key: K, value: impl FnOnce() -> V) -> u32 {
         if let Some(&id) = self.ids.get(&key) {
             return id;
         }
         let id = self.values.len() as u32;
-        self.values.push(value());
+        let value = value();
+        self.heap_bytes += value.heap_bytes();
+        self.values.push(value);
         self.ids.insert(key, id);
         id
     }
@@ -48,13 +59,13 @@ impl<K: Eq + Hash, V> Interner<K, V> {
         &self.values
     }
 
-    /// Bytes held: both tables at their capacity, plus `heap` per value for
-    /// what it owns beyond itself.
-    pub fn bytes(&self, heap: impl Fn(&V) -> usize) -> usize {
+    /// Bytes held: both tables at their capacity, plus what the values own
+    /// beyond themselves.
+    pub fn bytes(&self) -> usize {
         // A hash table slot holds the entry and one control byte.
         self.ids.capacity() * (size_of::<(K, u32)>() + 1)
             + self.values.capacity() * size_of::<V>()
-            + self.values.iter().map(heap).sum::<usize>()
+            + self.heap_bytes
     }
 }
 
@@ -178,6 +189,12 @@ mod tests {
         assert!(table.bytes() >= 10_003 * (3 * 4 + 8));
     }
 
+    impl HeapBytes for String {
+        fn heap_bytes(&self) -> usize {
+            self.capacity()
+        }
+    }
+
     #[test]
     fn interned_values_keep_their_ids() {
         let mut interner: Interner<&str, String> = Interner::default();
@@ -186,6 +203,13 @@ mod tests {
         assert_eq!(interner.intern("a", || unreachable!()), a);
         assert_eq!(interner.get(b), "B");
         assert_eq!(interner.values().len(), 2);
-        assert!(interner.bytes(String::capacity) > 0);
+        // Both tables, and the strings' own bytes, counted as they came.
+        let tables = interner.bytes();
+        interner.intern("c", || String::with_capacity(1000));
+        assert!(
+            interner.bytes() >= tables + 1000,
+            "{tables} {}",
+            interner.bytes()
+        );
     }
 }
