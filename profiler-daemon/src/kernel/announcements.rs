@@ -8,7 +8,7 @@
 //! Owns the ring buffer and the lineage map; it must not read procfs or
 //! decide what a lineage means for a process's mappings.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use aya::maps::{HashMap, MapData, RingBuf};
 use profiler_common::ForkLineage;
@@ -54,11 +54,11 @@ impl ForkLineages {
 pub struct ProcessAnnouncements {
     ring: RingBuf<MapData>,
     /// The fork tracepoint's records, when it is attached.
-    lineages: Option<ForkLineages>,
+    lineages: Option<Arc<ForkLineages>>,
 }
 
 impl ProcessAnnouncements {
-    pub fn new(ring: RingBuf<MapData>, lineages: Option<ForkLineages>) -> Self {
+    pub fn new(ring: RingBuf<MapData>, lineages: Option<Arc<ForkLineages>>) -> Self {
         Self { ring, lineages }
     }
 

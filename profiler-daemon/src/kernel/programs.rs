@@ -313,12 +313,10 @@ fn follow_process_lifecycle(
 fn follow_forks(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
     const PROGRAM: &str = "the sched_process_fork BTF tracepoint";
     let btf = kernel_btf()?;
-    let program: &mut BtfTracePoint = program(ebpf, names::PROGRAM_FOLLOW_FORKS)
-        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_FOLLOW_FORKS))?;
-    program
-        .load("sched_process_fork", &btf)
-        .map_err(load_failed(PROGRAM))?;
-    program.attach().map_err(attach_failed(PROGRAM))?;
+    let tracepoint = (names::PROGRAM_FOLLOW_FORKS, "sched_process_fork", PROGRAM);
+    load_btf_tracepoint(ebpf, &btf, tracepoint)?
+        .attach()
+        .map_err(attach_failed(PROGRAM))?;
     Ok(())
 }
 
@@ -337,12 +335,24 @@ fn record_fork_lineages(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
             "the sched_process_exec BTF tracepoint",
         ),
     ] {
-        let program: &mut BtfTracePoint =
-            program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?;
-        program.load(tracepoint, &btf).map_err(load_failed(what))?;
-        program.attach().map_err(attach_failed(what))?;
+        load_btf_tracepoint(ebpf, &btf, (name, tracepoint, what))?
+            .attach()
+            .map_err(attach_failed(what))?;
     }
     Ok(())
+}
+
+/// Loads the BTF tracepoint program `name` for `tracepoint` (`what`, for
+/// errors).
+fn load_btf_tracepoint<'a>(
+    ebpf: &'a mut Ebpf,
+    btf: &aya::Btf,
+    (name, tracepoint, what): (&'static str, &str, &'static str),
+) -> Result<&'a mut BtfTracePoint, OptionalProgramError> {
+    let program: &mut BtfTracePoint =
+        program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?;
+    program.load(tracepoint, btf).map_err(load_failed(what))?;
+    Ok(program)
 }
 
 /// Loads and attaches the context-switch and wake-up BTF tracepoints.
@@ -360,9 +370,7 @@ fn record_switches(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
             "the sched_wakeup BTF tracepoint",
         ),
     ] {
-        let program: &mut BtfTracePoint =
-            program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?;
-        program.load(tracepoint, &btf).map_err(load_failed(what))?;
+        let program = load_btf_tracepoint(ebpf, &btf, (name, tracepoint, what))?;
         // Attached only while something is recorded (see `offcpu`); once
         // now, so that a kernel that refuses says so at start.
         let link = program.attach().map_err(attach_failed(what))?;

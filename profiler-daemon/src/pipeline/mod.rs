@@ -307,7 +307,7 @@ impl Drop for Pipeline {
 pub struct StackCopyFeed {
     pub copies: StackCopies,
     pub offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
-    pub lineages: Option<ForkLineages>,
+    pub lineages: Option<Arc<ForkLineages>>,
 }
 
 /// The drain thread: drains every `interval`, and at once when asked.

@@ -81,14 +81,14 @@ pub struct StackCopyUnwinder {
     /// Where new processes come from, when the fork tracepoint says: a
     /// process first met here (before its announcement is read) takes its
     /// parent's mappings from it too.
-    lineages: Option<ForkLineages>,
+    lineages: Option<Arc<ForkLineages>>,
 }
 
 impl StackCopyUnwinder {
     pub fn new(
         copies: StackCopies,
         intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
-        lineages: Option<ForkLineages>,
+        lineages: Option<Arc<ForkLineages>>,
     ) -> Self {
         Self {
             copies,
@@ -128,7 +128,7 @@ impl StackCopyUnwinder {
                 header: thread.header,
                 stack: &thread.stack,
             };
-            let (identity, _) = unwind(&mut table, &copy, self.lineages.as_ref());
+            let (identity, _) = unwind(&mut table, &copy, self.lineages.as_deref());
             waits.begin_already_waiting(identity, now);
         }
     }
@@ -142,7 +142,7 @@ impl StackCopyUnwinder {
         let pending = &mut self.pending;
         let allocations = &mut self.allocations;
         let waits = &mut self.waits;
-        let lineages = self.lineages.as_ref();
+        let lineages = self.lineages.as_deref();
         let mut table = None;
         let count = self.copies.read(|copy| {
             let table = table.get_or_insert_with(|| {

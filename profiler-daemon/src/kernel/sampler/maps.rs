@@ -10,6 +10,8 @@ use aya::{
 };
 use profiler_common::names;
 
+use std::sync::Arc;
+
 use crate::kernel::announcements::{ForkLineages, ProcessAnnouncements};
 
 use super::*;
@@ -119,23 +121,20 @@ impl Sampler {
     }
 
     /// Takes the ring buffer of new-process announcements, with the fork
-    /// tracepoint's lineages when it is attached (and a second handle on
-    /// them, for the stack-copy unwinder).
+    /// tracepoint's lineages when it is attached (shared with the
+    /// stack-copy unwinder).
     pub fn take_process_announcements(
         &mut self,
-    ) -> Result<(ProcessAnnouncements, Option<ForkLineages>), SamplingError> {
-        let (lineages, second) = match self.off_reason(ProgramGroup::ForkLineage) {
-            Ok(()) => {
-                let (first, second) = take_hash_map_twice(&mut self.ebpf, names::FORK_LINEAGES)?;
-                (
-                    Some(ForkLineages::new(first)),
-                    Some(ForkLineages::new(second)),
-                )
-            }
-            Err(_) => (None, None),
+    ) -> Result<(ProcessAnnouncements, Option<Arc<ForkLineages>>), SamplingError> {
+        let lineages = match self.off_reason(ProgramGroup::ForkLineage) {
+            Ok(()) => Some(Arc::new(ForkLineages::new(take_map(
+                &mut self.ebpf,
+                names::FORK_LINEAGES,
+            )?))),
+            Err(_) => None,
         };
         let ring = take_map(&mut self.ebpf, names::NEW_PROCESSES)?;
-        Ok((ProcessAnnouncements::new(ring, lineages), second))
+        Ok((ProcessAnnouncements::new(ring, lineages.clone()), lineages))
     }
 }
 
@@ -159,23 +158,16 @@ fn take_hash_map_twice<K: aya::Pod, V: aya::Pod>(
     ebpf: &mut Ebpf,
     name: &'static str,
 ) -> Result<TwoHandles<K, V>, SamplingError> {
-    use aya::maps::Map;
-    let (data, lru) = match ebpf.take_map(name) {
-        Some(Map::HashMap(data)) => (data, false),
-        Some(Map::LruHashMap(data)) => (data, true),
-        _ => return Err(SamplingError::Missing(name)),
+    let Some(aya::maps::Map::HashMap(data)) = ebpf.take_map(name) else {
+        return Err(SamplingError::Missing(name));
     };
     let second = data
         .info()
         .and_then(|info| MapData::from_id(info.id()))
         .map_err(|_| SamplingError::Missing(name))?;
     let open = |data| {
-        let map = if lru {
-            Map::LruHashMap(data)
-        } else {
-            Map::HashMap(data)
-        };
-        aya::maps::HashMap::try_from(map).map_err(|_| SamplingError::Missing(name))
+        aya::maps::HashMap::try_from(aya::maps::Map::HashMap(data))
+            .map_err(|_| SamplingError::Missing(name))
     };
     Ok((open(data)?, open(second)?))
 }
