@@ -9,7 +9,7 @@
 use std::{
     path::Path,
     process::{Command, Stdio},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -241,7 +241,20 @@ async fn losses_under_load(daemon: &Profiler, seconds: u64) -> Result<Table> {
     let usecs = run.await??;
     let elapsed = started.elapsed().as_secs_f64();
     let report = stop(daemon, session_id).await?;
-    let after = daemon.status().await?.context("a status")?;
+    // The waits recorded last have their stack copies read at the
+    // unwinder's next pass (every 50 ms): once recording has ended, the
+    // counters settle within a few passes. Read before they do, such a wait
+    // counts as recorded and not yet under way.
+    let mut after = daemon.status().await?.context("a status")?;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let again = daemon.status().await?.context("a status")?;
+        let settled = again.offcpu == after.offcpu;
+        after = again;
+        if settled {
+            break;
+        }
+    }
     let offcpu = |status: &v1::StatusReply| status.offcpu.clone().unwrap_or_default();
     let (start, end) = (offcpu(&before), offcpu(&after));
     let lost = |status: &v1::StatusReply| -> u64 {
