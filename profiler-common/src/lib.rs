@@ -94,16 +94,19 @@ pub const STACK_COPY_PAGE: usize = 4096;
 pub const MAX_STACK_COPY_PAGES: u32 = 16;
 
 /// Where a process forked without exec came from, as the fork tracepoint
-/// records it in [`names::FORK_LINEAGES`] (by the child's process id; an
-/// exec removes the entry): the process that forked it, and where the
-/// program they share was laid out (`mm_struct.start_code`, `end_code`,
-/// `start_stack`: a fork keeps it, an exec moves it). The daemon gives the
-/// child its parent's mappings when the parent was recorded laid out so.
+/// writes it into the [`names::FORK_LINEAGES`] ring buffer: the new
+/// process, the process that forked it, and where the program they share
+/// was laid out (`mm_struct.start_code`, `end_code`, `start_stack`: a fork
+/// keeps it, an exec moves it). The exec tracepoint writes one with
+/// `parent` 0: that process's program is its own from then on. The daemon
+/// gives a child its parent's mappings when the parent was recorded laid
+/// out so.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ForkLineage {
+    pub child: u32,
+    /// 0: `child` exec'd.
     pub parent: u32,
-    pub _pad: u32,
     pub start_code: u64,
     pub end_code: u64,
     pub start_stack: u64,
@@ -282,10 +285,13 @@ pub enum Counter {
     AllocStackCopyRingFull = 19,
     /// Allocator calls not followed: the map of calls under way was full.
     AllocCallsFull = 20,
+    /// Forks and execs not passed on because the lineage ring buffer was
+    /// full: such a child's mappings are read from procfs.
+    LostForkRecord = 21,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTER_COUNT: u32 = 21;
+pub const COUNTER_COUNT: u32 = 22;
 
 impl Counter {
     /// Every counter, in index order.
@@ -311,6 +317,7 @@ impl Counter {
         Counter::AllocSampled,
         Counter::AllocStackCopyRingFull,
         Counter::AllocCallsFull,
+        Counter::LostForkRecord,
     ];
 }
 

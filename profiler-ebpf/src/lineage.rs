@@ -1,12 +1,15 @@
 //! Where forked processes come from: at every fork of a new process (not a
 //! thread), the child's process id is recorded with its parent's and the
 //! layout of the program they then share, so that the daemon can give a
-//! child its parent's mappings without reading procfs; an exec forgets it.
+//! child its parent's mappings without reading procfs; an exec is passed
+//! on too (the program is then the process's own). Both go into a ring
+//! buffer the daemon reads as it unwinds, without waking it.
 
 use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, generated::bpf_get_current_task},
     macros::{btf_tracepoint, map},
-    maps::LruHashMap,
+    maps::RingBuf,
     programs::BtfTracePointContext,
 };
 use profiler_common::ForkLineage;
@@ -20,10 +23,20 @@ static MM_START_CODE_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static MM_END_CODE_OFFSET: u32 = 0;
 
-/// Processes forked without exec since, by process id (least recently
-/// forked go first when full; sized by the daemon).
+/// Forks of new processes and execs, in order (sized by the daemon).
 #[map]
-static FORK_LINEAGES: LruHashMap<u32, ForkLineage> = LruHashMap::with_max_entries(1024, 0);
+static FORK_LINEAGES: RingBuf = RingBuf::with_byte_size(4096, 0);
+
+/// Passes `lineage` on to the daemon, or counts it lost.
+#[inline(always)]
+fn pass_on(lineage: &ForkLineage) {
+    if FORK_LINEAGES
+        .output::<ForkLineage>(lineage, BPF_RB_NO_WAKEUP.into())
+        .is_err()
+    {
+        crate::sampler::count(profiler_common::Counter::LostForkRecord);
+    }
+}
 
 /// On `sched_process_fork` (a BTF tracepoint: `parent`, `child` tasks), in
 /// the parent: records a new process's parent and program layout.
@@ -56,13 +69,14 @@ pub fn record_forks(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let mut lineage = ForkLineage {
+        child: tgid,
         parent,
         ..ForkLineage::default()
     };
     read_kernel_into(&mut lineage.start_code, mm + start_code);
     read_kernel_into(&mut lineage.end_code, mm + end_code);
     read_kernel_into(&mut lineage.start_stack, mm + start_stack);
-    let _ = FORK_LINEAGES.insert(tgid, lineage, 0);
+    pass_on(&lineage);
     0
 }
 
@@ -70,8 +84,10 @@ pub fn record_forks(ctx: BtfTracePointContext) -> i32 {
 /// is no longer its parent's.
 #[btf_tracepoint(function = "sched_process_exec")]
 pub fn forget_forks_on_exec(_ctx: BtfTracePointContext) -> i32 {
-    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let _ = FORK_LINEAGES.remove(pid);
+    pass_on(&ForkLineage {
+        child: (bpf_get_current_pid_tgid() >> 32) as u32,
+        ..ForkLineage::default()
+    });
     0
 }
 

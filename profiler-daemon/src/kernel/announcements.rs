@@ -1,17 +1,23 @@
 //! New processes, as the kernel announces them: the sampling programs put
 //! a process's id in a ring buffer at its first sample (and again after
-//! an exec), and the fork tracepoint records where each process forked
+//! an exec), and the fork tracepoint passes on where each process forked
 //! without exec comes from (its parent and the layout of the program they
 //! share), so that the process table can give a child its parent's
 //! mappings without reading procfs.
 //!
-//! Owns the ring buffer and the lineage map; it must not read procfs or
-//! decide what a lineage means for a process's mappings.
+//! Owns the two ring buffers and the book of lineages; it must not read
+//! procfs or decide what a lineage means for a process's mappings.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::VecDeque,
+    mem::size_of,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
-use aya::maps::{HashMap, MapData, RingBuf};
+use aya::maps::{MapData, RingBuf};
 use profiler_common::ForkLineage;
+use rustc_hash::FxHashMap as HashMap;
 
 /// What the kernel knows of where a new process comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,26 +32,108 @@ pub enum Lineage {
     Forked(ForkLineage),
 }
 
-/// A process announced by the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Announced {
-    pub pid: u32,
-    pub lineage: Lineage,
-}
-
-/// The fork tracepoint's records of where processes come from.
-pub struct ForkLineages(HashMap<MapData, u32, ForkLineage>);
+/// The fork tracepoint's records of where processes come from, read from
+/// its ring buffer into a book of the processes forked without exec since.
+/// Shared by the process watcher and the unwinder (either may meet a new
+/// process first).
+pub struct ForkLineages(Mutex<(RingBuf<MapData>, LineageBook)>);
 
 impl ForkLineages {
-    pub fn new(map: HashMap<MapData, u32, ForkLineage>) -> Self {
-        Self(map)
+    pub fn new(ring: RingBuf<MapData>) -> Self {
+        Self(Mutex::new((ring, LineageBook::new(LINEAGES_KEPT))))
     }
 
-    /// Where process `pid` comes from.
+    /// Where process `pid` comes from, every fork and exec written so far
+    /// read first (so that an exec is never missed behind its fork).
     pub fn of(&self, pid: u32) -> Lineage {
-        match self.0.get(&pid, 0) {
-            Ok(lineage) => Lineage::Forked(lineage),
-            Err(_) => Lineage::OwnProgram,
+        let mut guard = crate::lock(&self.0);
+        let (ring, book) = &mut *guard;
+        read_into(ring, book);
+        book.of(pid)
+    }
+
+    /// Reads every fork and exec written so far (at every pass of the
+    /// watcher, so that the ring does not fill while no new process is
+    /// sampled).
+    pub fn catch_up(&self) {
+        let mut guard = crate::lock(&self.0);
+        let (ring, book) = &mut *guard;
+        read_into(ring, book);
+    }
+}
+
+fn read_into(ring: &mut RingBuf<MapData>, book: &mut LineageBook) {
+    while let Some(item) = ring.next() {
+        if let Some(record) = read_record(&item) {
+            book.note(record);
+        }
+    }
+}
+
+/// Processes forked without exec kept in the book; the oldest go first
+/// (their children's mappings are then read from procfs).
+const LINEAGES_KEPT: usize = 1 << 15;
+
+fn read_record(item: &[u8]) -> Option<ForkLineage> {
+    let bytes = item.get(..size_of::<ForkLineage>())?;
+    // SAFETY: ForkLineage is plain old data of exactly these bytes (any
+    // value is valid), read unaligned from the ring's record.
+    Some(unsafe { bytes.as_ptr().cast::<ForkLineage>().read_unaligned() })
+}
+
+/// The processes forked without exec, by process id, from the fork and exec
+/// records in the order the kernel wrote them; at most `capacity`, the
+/// least recently forked let go of first.
+#[derive(Debug)]
+pub(crate) struct LineageBook {
+    forked: HashMap<u32, (ForkLineage, u64)>,
+    /// (process, when it was noted), oldest first; an entry whose time no
+    /// longer matches its process's was superseded.
+    order: VecDeque<(u32, u64)>,
+    noted: u64,
+    capacity: usize,
+}
+
+impl LineageBook {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            forked: HashMap::default(),
+            order: VecDeque::new(),
+            noted: 0,
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Takes in one record: a fork (the child is now known forked) or an
+    /// exec (`parent` 0: its program is its own).
+    pub(crate) fn note(&mut self, record: ForkLineage) {
+        if record.parent == 0 {
+            self.forked.remove(&record.child);
+            return;
+        }
+        self.noted += 1;
+        self.forked.insert(record.child, (record, self.noted));
+        self.order.push_back((record.child, self.noted));
+        while self.forked.len() > self.capacity
+            && let Some((pid, noted)) = self.order.pop_front()
+        {
+            if self.forked.get(&pid).is_some_and(|&(_, at)| at == noted) {
+                self.forked.remove(&pid);
+            }
+        }
+        // Places superseded by a later fork of a reused id, or left by an
+        // exec, are dropped once they are as many as the live ones.
+        if self.order.len() > 2 * self.capacity {
+            let forked = &self.forked;
+            self.order
+                .retain(|(pid, noted)| forked.get(pid).is_some_and(|(_, at)| at == noted));
+        }
+    }
+
+    pub(crate) fn of(&self, pid: u32) -> Lineage {
+        match self.forked.get(&pid) {
+            Some(&(lineage, _)) => Lineage::Forked(lineage),
+            None => Lineage::OwnProgram,
         }
     }
 }
@@ -79,22 +167,101 @@ impl ProcessAnnouncements {
         }
     }
 
-    /// Appends the processes announced since the last call to `into`, each
-    /// with its lineage as the fork tracepoint recorded it.
-    pub fn take(&mut self, into: &mut Vec<Announced>) {
-        let start = into.len();
+    /// Appends the processes announced since the last call to `into` (and
+    /// reads the forks and execs written meanwhile).
+    pub fn take(&mut self, into: &mut Vec<u32>) {
+        if let Some(lineages) = &self.lineages {
+            lineages.catch_up();
+        }
         while let Some(item) = self.ring.next() {
             if let Ok(bytes) = <[u8; 4]>::try_from(&item[..4.min(item.len())]) {
-                into.push(Announced {
-                    pid: u32::from_ne_bytes(bytes),
-                    lineage: Lineage::Unknown,
-                });
+                into.push(u32::from_ne_bytes(bytes));
             }
         }
-        if let Some(lineages) = &self.lineages {
-            for announced in &mut into[start..] {
-                announced.lineage = lineages.of(announced.pid);
-            }
+    }
+
+    /// Where process `pid` comes from, as the fork tracepoint recorded it
+    pub fn lineage_of(&self, pid: u32) -> Lineage {
+        self.lineages
+            .as_ref()
+            .map_or(Lineage::Unknown, |lineages| lineages.of(pid))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fork(child: u32, parent: u32) -> ForkLineage {
+        ForkLineage {
+            child,
+            parent,
+            start_code: u64::from(parent) << 12,
+            ..ForkLineage::default()
         }
+    }
+
+    fn exec(pid: u32) -> ForkLineage {
+        ForkLineage {
+            child: pid,
+            ..ForkLineage::default()
+        }
+    }
+
+    #[test]
+    fn a_fork_is_known_until_the_child_execs() {
+        let mut book = LineageBook::new(8);
+        assert_eq!(book.of(10), Lineage::OwnProgram);
+        book.note(fork(10, 1));
+        assert_eq!(book.of(10), Lineage::Forked(fork(10, 1)));
+        book.note(exec(10));
+        assert_eq!(book.of(10), Lineage::OwnProgram);
+        // An exec of a process never seen forked changes nothing.
+        book.note(exec(11));
+        assert_eq!(book.of(11), Lineage::OwnProgram);
+    }
+
+    #[test]
+    fn a_reused_process_id_takes_its_latest_fork() {
+        let mut book = LineageBook::new(8);
+        book.note(fork(10, 1));
+        book.note(fork(10, 2));
+        assert_eq!(book.of(10), Lineage::Forked(fork(10, 2)));
+    }
+
+    #[test]
+    fn the_least_recently_forked_go_first_when_full() {
+        let mut book = LineageBook::new(3);
+        for child in 10..15 {
+            book.note(fork(child, 1));
+        }
+        let known: Vec<u32> = (10..15)
+            .filter(|&pid| matches!(book.of(pid), Lineage::Forked(_)))
+            .collect();
+        assert_eq!(known, [12, 13, 14]);
+        // A process forked again is the most recent, whatever its first
+        // fork's place, and exec'd ones leave no stale place behind.
+        book.note(fork(12, 2));
+        book.note(exec(13));
+        book.note(fork(20, 1));
+        book.note(fork(21, 1));
+        let known: Vec<u32> = [12, 13, 14, 20, 21]
+            .into_iter()
+            .filter(|&pid| matches!(book.of(pid), Lineage::Forked(_)))
+            .collect();
+        assert_eq!(known, [12, 20, 21]);
+    }
+
+    #[test]
+    fn forks_followed_by_execs_leave_no_trace() {
+        let mut book = LineageBook::new(4);
+        book.note(fork(2, 1));
+        for child in 10..10_000 {
+            book.note(fork(child, 2));
+            book.note(exec(child));
+        }
+        assert!(book.order.len() <= 8, "{} places kept", book.order.len());
+        assert_eq!(book.forked.len(), 1);
+        assert!(matches!(book.of(2), Lineage::Forked(_)));
     }
 }

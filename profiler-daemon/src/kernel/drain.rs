@@ -72,7 +72,8 @@ pub fn loss_cause(counter: Counter) -> Option<LossCause> {
         | Counter::StackCopies
         | Counter::Switches
         | Counter::OffCpuRecorded
-        | Counter::AllocSampled => return None,
+        | Counter::AllocSampled
+        | Counter::LostForkRecord => return None,
         Counter::AllocStackCopyRingFull => LossCause::AllocStackLost,
         Counter::AllocCallsFull => LossCause::AllocCallsFull,
         Counter::OffCpuPendingFull => LossCause::OffCpuPendingFull,

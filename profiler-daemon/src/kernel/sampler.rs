@@ -296,7 +296,8 @@ impl Sampler {
             loader.map_max_entries(name, map_sizes.sample_keys);
         }
         loader.map_max_entries(names::KNOWN_PIDS, 1 << 15);
-        loader.map_max_entries(names::FORK_LINEAGES, 1 << 15);
+        // 6.5k forks or execs between two passes of the watcher.
+        loader.map_max_entries(names::FORK_LINEAGES, 1 << 18);
         loader.map_max_entries(names::PEEK_THREADS, 1 << 14);
         loader.map_max_entries(names::TARGET_PIDS, crate::kernel::targets::MAX_PIDS);
         loader.map_max_entries(names::TARGET_CGROUPS, crate::kernel::targets::MAX_CGROUPS);

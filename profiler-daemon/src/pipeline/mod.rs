@@ -6,8 +6,9 @@
 //!
 //! This module owns the pipeline's threads: the drain thread (periodic and
 //! on-demand drains), the symbolizer thread (blazesym must stay on one
-//! thread) and the process watcher (records processes the moment the kernel
-//! announces them). It must not answer queries.
+//! thread), the unwinder (stack copies, then the process watcher's pass) or,
+//! without stack copies, the process watcher alone. It must not answer
+//! queries.
 
 use std::{
     sync::{
@@ -28,7 +29,9 @@ mod inbox;
 mod sinks;
 mod unwinding;
 mod waits;
+mod watching;
 
+use self::watching::ProcessWatcher;
 pub use self::{
     inbox::{Inboxes, SampleInbox},
     sinks::{ExportSink, SinkError},
@@ -227,10 +230,13 @@ impl Pipeline {
                 .map_err(|err| PipelineError::Thread(name, err))
         };
         let mut threads = Vec::new();
-        if let Some(announcements) = announcements {
+        let mut watcher = announcements.map(ProcessWatcher::new);
+        if stack_copies.is_none()
+            && let Some(watcher) = watcher.take()
+        {
             threads.push(spawn("watch", {
                 let (processes, stopping) = (processes.clone(), stopping.clone());
-                Box::new(move || watch_processes(announcements, &processes, &stopping))
+                Box::new(move || watcher.run(&processes, &stopping))
             })?);
         }
         let stack_copies = stack_copies.map(|feed| {
@@ -247,7 +253,11 @@ impl Pipeline {
                 Box::new(move || {
                     while !stopping.load(Ordering::Relaxed) {
                         std::thread::sleep(crate::kernel::sampler::STACK_COPY_READ_INTERVAL);
+                        let started = Instant::now();
                         lock(&copies).unwind_all(&processes);
+                        if let Some(watcher) = &mut watcher {
+                            watcher.pass(&processes, started);
+                        }
                     }
                 })
             })?);
@@ -464,67 +474,6 @@ fn symbolize_into_store(
         lock(stats).symbolizer = symbolizer.stats();
         for waiting in job.waiting {
             let _ = waiting.send(cut);
-        }
-    }
-}
-
-/// The process watcher: records each process the sampling program announces
-/// while it is still alive, so it can be symbolized after it exits.
-fn watch_processes(
-    mut announcements: ProcessAnnouncements,
-    processes: &Mutex<ProcessTable>,
-    stopping: &AtomicBool,
-) {
-    // A process is announced at its first sample, which can come while the
-    // dynamic loader still maps its libraries: it is read once more a
-    // moment later, so that a process that exits before the next drain is
-    // still symbolized whole.
-    const SECOND_LOOK: Duration = Duration::from_millis(250);
-    // After a wake-up, announcements gather this long before the next: a
-    // burst of new processes (a build, a server's workers) costs a
-    // wake-up per batch, not per process, and a lone one is read at once.
-    const GATHER: Duration = Duration::from_millis(50);
-    let mut second_looks: std::collections::VecDeque<(Instant, u32)> = Default::default();
-    let mut announced = Vec::new();
-    while !stopping.load(Ordering::Relaxed) {
-        let wait = second_looks
-            .front()
-            .map_or(Duration::from_millis(200), |(due, _)| {
-                due.saturating_duration_since(Instant::now())
-            })
-            .min(Duration::from_millis(200));
-        if let Err(err) = announcements.wait(wait) {
-            error!("cannot wait for process announcements: {err}");
-            return;
-        }
-        announcements.take(&mut announced);
-        let gather = !announced.is_empty();
-        for process in announced.drain(..) {
-            let mut table = lock(processes);
-            // A child forked without exec has its parent's mappings, and no
-            // loader at work: nothing to look at again.
-            if table.adopt_forked(process.pid, process.lineage) {
-                continue;
-            }
-            let recorded = table.record(process.pid);
-            drop(table);
-            match recorded {
-                Ok(()) => second_looks.push_back((Instant::now() + SECOND_LOOK, process.pid)),
-                Err(err) => debug!(
-                    pid = process.pid,
-                    "a new process was gone before it could be recorded: {err}"
-                ),
-            }
-        }
-        while let Some(&(due, pid)) = second_looks.front()
-            && due <= Instant::now()
-        {
-            second_looks.pop_front();
-            // Gone by now: its first record stays.
-            let _ = lock(processes).record(pid);
-        }
-        if gather {
-            std::thread::sleep(GATHER);
         }
     }
 }

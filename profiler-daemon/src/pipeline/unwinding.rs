@@ -35,6 +35,10 @@ use crate::{
 /// buffer holds about a second of them.
 const SLOW_PASS: Duration = Duration::from_millis(250);
 
+/// How often the unwind information held is checked against its limit
+/// (summing it means visiting every binary known).
+const UNWIND_INFO_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
 /// What makes two unwound samples the same sample.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct SampleIdentity {
@@ -82,6 +86,8 @@ pub struct StackCopyUnwinder {
     /// process first met here (before its announcement is read) takes its
     /// parent's mappings from it too.
     lineages: Option<Arc<ForkLineages>>,
+    /// When the unwind information held was last checked against its limit.
+    unwind_info_checked: Instant,
 }
 
 impl StackCopyUnwinder {
@@ -97,6 +103,7 @@ impl StackCopyUnwinder {
             thread_names: ThreadNames::default(),
             waits: intervals.map(|(intervals, recorded)| Waits::new(intervals, recorded)),
             lineages,
+            unwind_info_checked: Instant::now(),
         }
     }
 
@@ -168,7 +175,10 @@ impl StackCopyUnwinder {
         if let (Some(waits), Some(intervals)) = (waits, intervals) {
             waits.end(intervals, |identity, nanos| add(pending, identity, nanos));
         }
-        if let Some(table) = &mut table {
+        if let Some(table) = &mut table
+            && self.unwind_info_checked.elapsed() >= UNWIND_INFO_CHECK_INTERVAL
+        {
+            self.unwind_info_checked = Instant::now();
             table.enforce_unwind_info_limit();
         }
         let took = started.elapsed();

@@ -564,6 +564,15 @@ impl ProcessTable {
     }
 
     /// Whether the process has a record made at or after `since`.
+    /// How `pid` was recorded, when it was at `since` or later: `Some(true)`
+    /// when it took the mappings of the process that forked it.
+    pub fn recorded_since_adopted(&self, pid: u32, since: Instant) -> Option<bool> {
+        self.processes
+            .get(&pid)
+            .filter(|record| record.recorded_at >= since)
+            .map(|record| record.adopted)
+    }
+
     fn recorded_since(&self, pid: u32, since: Instant) -> bool {
         self.processes
             .get(&pid)

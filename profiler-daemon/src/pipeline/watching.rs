@@ -1,0 +1,121 @@
+//! The process watcher: records each process the kernel announces (at its
+//! first sample, and again after an exec) while it is still alive, so that
+//! it can be symbolized after it exits, and looks at it once more a moment
+//! later in case its loader was still mapping libraries.
+//!
+//! When the daemon copies stacks, the watcher's pass runs on the unwinder's
+//! thread right after each unwinding pass: most announced processes were
+//! just recorded there (by their first stack copy), and cost the watcher
+//! nothing more, nor a thread's wake-ups. Without stack copies it has a
+//! thread of its own that wakes on announcements.
+//!
+//! This module owns the announcements and the second looks due; it must not
+//! unwind or symbolize.
+
+use std::{
+    collections::VecDeque,
+    sync::{
+        Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use tracing::{debug, error};
+
+use crate::{kernel::announcements::ProcessAnnouncements, lock, symbols::processes::ProcessTable};
+
+/// A process is announced at its first sample, which can come while the
+/// dynamic loader still maps its libraries: it is read once more this
+/// much later, so that a process that exits before the next drain is still
+/// symbolized whole.
+const SECOND_LOOK: Duration = Duration::from_millis(250);
+
+/// Records the processes the kernel announces.
+pub struct ProcessWatcher {
+    announcements: ProcessAnnouncements,
+    /// Processes to read again, and when, soonest first.
+    second_looks: VecDeque<(Instant, u32)>,
+    announced: Vec<u32>,
+}
+
+impl ProcessWatcher {
+    pub fn new(announcements: ProcessAnnouncements) -> Self {
+        Self {
+            announcements,
+            second_looks: VecDeque::new(),
+            announced: Vec::new(),
+        }
+    }
+
+    /// Records the processes announced since the last pass, and reads again
+    /// those due a second look. A process recorded at `recorded_since` or
+    /// later (by the unwinding pass that just ran, from the same sample's
+    /// stack copy) is not recorded again: one that took its parent's
+    /// mappings needs nothing more, one read from procfs only its second
+    /// look. Returns how many processes were announced.
+    pub fn pass(&mut self, processes: &Mutex<ProcessTable>, recorded_since: Instant) -> usize {
+        self.announcements.take(&mut self.announced);
+        let announced = self.announced.len();
+        for pid in self.announced.drain(..) {
+            let mut table = lock(processes);
+            match table.recorded_since_adopted(pid, recorded_since) {
+                Some(true) => continue,
+                Some(false) => {}
+                None => {
+                    // A child forked without exec has its parent's
+                    // mappings, and no loader at work: nothing to look at
+                    // again.
+                    if table.adopt_forked(pid, self.announcements.lineage_of(pid)) {
+                        continue;
+                    }
+                    let recorded = table.record(pid);
+                    drop(table);
+                    if let Err(err) = recorded {
+                        debug!(
+                            pid,
+                            "a new process was gone before it could be recorded: {err}"
+                        );
+                        continue;
+                    }
+                }
+            }
+            self.second_looks
+                .push_back((Instant::now() + SECOND_LOOK, pid));
+        }
+        while let Some(&(due, pid)) = self.second_looks.front()
+            && due <= Instant::now()
+        {
+            self.second_looks.pop_front();
+            // Gone by now: its first record stays.
+            let _ = lock(processes).record(pid);
+        }
+        announced
+    }
+
+    /// The watcher on a thread of its own (when no unwinding pass runs):
+    /// wakes at an announcement or a second look due, until `stopping`.
+    pub fn run(mut self, processes: &Mutex<ProcessTable>, stopping: &AtomicBool) {
+        // After a wake-up, announcements gather this long before the next:
+        // a burst of new processes (a build, a server's workers) costs a
+        // wake-up per batch, not per process, and a lone one is read at once.
+        const GATHER: Duration = Duration::from_millis(50);
+        const LONGEST_WAIT: Duration = Duration::from_millis(200);
+        while !stopping.load(Ordering::Relaxed) {
+            let wait = self
+                .second_looks
+                .front()
+                .map_or(LONGEST_WAIT, |(due, _)| {
+                    due.saturating_duration_since(Instant::now())
+                })
+                .min(LONGEST_WAIT);
+            if let Err(err) = self.announcements.wait(wait) {
+                error!("cannot wait for process announcements: {err}");
+                return;
+            }
+            if self.pass(processes, Instant::now()) > 0 {
+                std::thread::sleep(GATHER);
+            }
+        }
+    }
+}
