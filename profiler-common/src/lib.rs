@@ -288,10 +288,14 @@ pub enum Counter {
     /// Forks and execs not passed on because the lineage ring buffer was
     /// full: such a child's mappings are read from procfs.
     LostForkRecord = 21,
+    /// Off-CPU waits lost whole: their stack copy and then their interval
+    /// (both ring buffers full), so the daemon never saw them (also in
+    /// `OffCpuStackCopyRingFull` and `OffCpuIntervalsFull`).
+    OffCpuLostWhole = 22,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTER_COUNT: u32 = 22;
+pub const COUNTER_COUNT: u32 = 23;
 
 impl Counter {
     /// Every counter, in index order.
@@ -318,6 +322,7 @@ impl Counter {
         Counter::AllocStackCopyRingFull,
         Counter::AllocCallsFull,
         Counter::LostForkRecord,
+        Counter::OffCpuLostWhole,
     ];
 }
 

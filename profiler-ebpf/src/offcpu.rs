@@ -345,6 +345,10 @@ fn hand_over(pending: &Pending, switched_in_ns: u64) {
     };
     if OFFCPU_INTERVALS.output::<Interval>(&interval, 0).is_err() {
         count(Counter::OffCpuIntervalsFull);
+        // Without its stack copy either, the daemon never hears of it.
+        if pending.flags & flags::STACK_LOST != 0 {
+            count(Counter::OffCpuLostWhole);
+        }
     }
 }
 

@@ -242,12 +242,13 @@ async fn losses_under_load(daemon: &Profiler, seconds: u64) -> Result<Table> {
     let elapsed = started.elapsed().as_secs_f64();
     let report = stop(daemon, session_id).await?;
     // The waits recorded last have their stack copies read at the
-    // unwinder's next pass (every 50 ms): once recording has ended, the
-    // counters settle within a few passes. Read before they do, such a wait
-    // counts as recorded and not yet under way.
+    // unwinder's next pass (every 50 ms), and the kernel's counters (waits
+    // recorded, lost) are read at each drain (every second): once recording
+    // has ended, the status settles within a drain or two. Read before it
+    // does, such a wait counts as recorded and not yet under way.
     let mut after = daemon.status().await?.context("a status")?;
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
         let again = daemon.status().await?.context("a status")?;
         let settled = again.offcpu == after.offcpu;
         after = again;
@@ -276,7 +277,8 @@ async fn losses_under_load(daemon: &Profiler, seconds: u64) -> Result<Table> {
         + delta(|status| status.abandoned)
         + end.under_way
         + delta(|status| status.stack_lost)
-        + delta(|status| status.dropped);
+        + delta(|status| status.dropped)
+        + delta(|status| status.lost_whole);
     let unaccounted = (recorded + delta(|status| status.already_waiting)).saturating_sub(accounted);
     let mut table = Table::new(
         "8b. Off-CPU recording under load: every loss counted",
@@ -308,7 +310,8 @@ async fn losses_under_load(daemon: &Profiler, seconds: u64) -> Result<Table> {
          with a --mode wall session over every process. Lost waits are counted by cause \
          (offcpu_pending_full, offcpu_stack_copy_buffer_full, offcpu_intervals_full); \
          \"unaccounted\" is what was recorded (or found waiting) but neither charged, \
-         abandoned, still under way, nor lost with its stack (it must be 0)."
+         abandoned, still under way, lost with its stack, nor lost whole (stack and interval) \
+         (it must be 0)."
     ));
     if switches == 0 {
         bail!("the off-CPU program saw no switch: is it attached?");

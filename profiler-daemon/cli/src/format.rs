@@ -309,7 +309,7 @@ fn offcpu_status(offcpu: Option<&v1::OffCpuStatus>) -> String {
         offcpu.under_way,
         offcpu.unmatched,
         offcpu.abandoned,
-        offcpu.stack_lost + offcpu.dropped
+        offcpu.stack_lost + offcpu.dropped + offcpu.lost_whole
     )
 }
 

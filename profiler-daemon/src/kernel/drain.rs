@@ -73,7 +73,8 @@ pub fn loss_cause(counter: Counter) -> Option<LossCause> {
         | Counter::Switches
         | Counter::OffCpuRecorded
         | Counter::AllocSampled
-        | Counter::LostForkRecord => return None,
+        | Counter::LostForkRecord
+        | Counter::OffCpuLostWhole => return None,
         Counter::AllocStackCopyRingFull => LossCause::AllocStackLost,
         Counter::AllocCallsFull => LossCause::AllocCallsFull,
         Counter::OffCpuPendingFull => LossCause::OffCpuPendingFull,

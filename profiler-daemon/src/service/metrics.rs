@@ -185,6 +185,12 @@ impl Collector for Snapshot {
         )?;
         counter(
             out,
+            "offcpu_waits_lost_whole",
+            "Waits whose stack copy and end were both lost (ring buffers full)",
+            pipeline.counters[profiler_common::Counter::OffCpuLostWhole as usize],
+        )?;
+        counter(
+            out,
             "offcpu_waits_already_waiting",
             "Threads found waiting when recording began",
             waits.already_waiting,

@@ -503,7 +503,12 @@ async fn every_recorded_wait_is_charged_or_counted() {
     assert!(status.stack_lost + status.dropped > 0, "{status:?}");
     assert_eq!(
         status.recorded + status.already_waiting,
-        status.charged + status.abandoned + status.under_way + status.stack_lost + status.dropped,
+        status.charged
+            + status.abandoned
+            + status.under_way
+            + status.stack_lost
+            + status.dropped
+            + status.lost_whole,
         "{status:?}"
     );
 }

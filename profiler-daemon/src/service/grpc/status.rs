@@ -57,6 +57,7 @@ fn offcpu_status(status: &DaemonStatus) -> v1::OffCpuStatus {
         stack_lost: waits.stack_lost,
         already_waiting: waits.already_waiting,
         dropped: status.offcpu.dropped,
+        lost_whole: counters[Counter::OffCpuLostWhole as usize],
     }
 }
 
