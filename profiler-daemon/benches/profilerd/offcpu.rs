@@ -242,7 +242,7 @@ async fn losses_under_load(daemon: &Profiler, seconds: u64) -> Result<Table> {
     let elapsed = started.elapsed().as_secs_f64();
     let report = stop(daemon, session_id).await?;
     // The waits recorded last have their stack copies read at the
-    // unwinder's next pass (every 50 ms), and the kernel's counters (waits
+    // unwinder's next pass (every 50 to 150 ms), and the kernel's counters (waits
     // recorded, lost) are read at each drain (every second): once recording
     // has ended, the status settles within a drain or two. Read before it
     // does, such a wait counts as recorded and not yet under way.

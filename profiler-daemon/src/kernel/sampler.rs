@@ -180,13 +180,10 @@ pub struct MapSizes {
 /// million a second at the pipeline's reading interval.
 const OFFCPU_INTERVALS_BYTES: u32 = 1 << 20;
 
-/// How often the pipeline empties the stack-copy ring buffer.
-pub const STACK_COPY_READ_INTERVAL: Duration = Duration::from_millis(50);
-
 /// How long the automatically sized stack-copy ring buffer holds the
 /// samples of every CPU, peeks running, when the daemon stops reading it
-/// (eight reads; with the size rounded down to a power of two, at least
-/// half that). The daemon maps the ring twice over (its wrap-around), so
+/// (four of the pipeline's reads at their usual interval; with the size
+/// rounded down to a power of two, at least half that). The daemon maps the ring twice over (its wrap-around), so
 /// it adds twice its size to the daemon's resident memory: a longer hold
 /// costs memory on every machine.
 const STACK_COPY_HOLD: Duration = Duration::from_millis(400);
@@ -272,8 +269,9 @@ pub struct Sampler {
     /// The optional groups that are off, and why.
     off: BTreeMap<ProgramGroup, OptionalProgramError>,
     source: SampleSourceKind,
-    /// Whether the programs copy user stacks for unwinding in the daemon.
-    stack_copies: bool,
+    /// Bytes of the stack-copy ring buffer, when the programs copy user
+    /// stacks for unwinding in the daemon.
+    stack_copies: Option<u32>,
 }
 
 impl Sampler {
@@ -406,7 +404,7 @@ impl Sampler {
             cpu_clocks,
             off,
             source: settings.source,
-            stack_copies: settings.stack_copy_pages != 0,
+            stack_copies: (settings.stack_copy_pages != 0).then_some(map_sizes.stack_copies),
         })
     }
 

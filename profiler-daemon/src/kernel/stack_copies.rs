@@ -23,22 +23,41 @@ pub struct StackCopy<'a> {
 /// The ring buffer the sampling programs copy stacks into.
 pub struct StackCopies {
     ring: RingBuf<MapData>,
+    /// The ring buffer's size in bytes.
+    capacity: u64,
+    /// The share of the ring the last read emptied.
+    last_fill: f64,
     /// Records too short to hold a header (cannot happen with a matching
     /// build; counted rather than assumed).
     pub malformed: u64,
 }
 
 impl StackCopies {
-    pub fn new(ring: RingBuf<MapData>) -> Self {
-        Self { ring, malformed: 0 }
+    pub fn new(ring: RingBuf<MapData>, capacity: u64) -> Self {
+        Self {
+            ring,
+            capacity: capacity.max(1),
+            last_fill: 0.0,
+            malformed: 0,
+        }
+    }
+
+    /// The share of the ring buffer (0 to 1) the last read emptied: how
+    /// close the sampling programs came to filling it between two reads.
+    pub fn last_fill(&self) -> f64 {
+        self.last_fill
     }
 
     /// Visits every record written so far, oldest first, and frees it.
     /// Returns how many were visited.
     pub fn read(&mut self, mut visit: impl FnMut(StackCopy<'_>)) -> usize {
         const HEADER: usize = size_of::<StackCopyHeader>();
+        // Each record also has the ring's 8-byte header.
+        const RECORD_HEADER: usize = 8;
         let mut visited = 0;
+        let mut bytes = 0;
         while let Some(item) = self.ring.next() {
+            bytes += item.len() + RECORD_HEADER;
             if item.len() < HEADER {
                 self.malformed += 1;
                 continue;
@@ -57,6 +76,7 @@ impl StackCopies {
             });
             visited += 1;
         }
+        self.last_fill = bytes as f64 / self.capacity as f64;
         visited
     }
 }

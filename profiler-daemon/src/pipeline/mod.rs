@@ -251,13 +251,15 @@ impl Pipeline {
                 let (copies, processes, stopping) =
                     (copies.clone(), processes.clone(), stopping.clone());
                 Box::new(move || {
+                    let mut next_in = unwinding::Pass::default().next_in(0);
                     while !stopping.load(Ordering::Relaxed) {
-                        std::thread::sleep(crate::kernel::sampler::STACK_COPY_READ_INTERVAL);
+                        std::thread::sleep(next_in);
                         let started = Instant::now();
-                        lock(&copies).unwind_all(&processes);
-                        if let Some(watcher) = &mut watcher {
-                            watcher.pass(&processes, started);
-                        }
+                        let pass = lock(&copies).unwind_all(&processes);
+                        let announced = watcher
+                            .as_mut()
+                            .map_or(0, |watcher| watcher.pass(&processes, started));
+                        next_in = pass.next_in(announced);
                     }
                 })
             })?);

@@ -39,6 +39,50 @@ const SLOW_PASS: Duration = Duration::from_millis(250);
 /// (summing it means visiting every binary known).
 const UNWIND_INFO_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// What one unwinding pass found, which sets when the next comes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Pass {
+    /// Stack copies read.
+    pub copies: usize,
+    /// The share of the stack-copy ring buffer they filled.
+    pub fill: f64,
+    /// Off-CPU intervals read.
+    pub intervals: usize,
+}
+
+/// Passes at their usual interval: a process forked without exec is
+/// unwound with its parent's mappings whenever its copies are read, but one
+/// that exec'd must be recorded (its mappings read from procfs) before it
+/// exits, so a short-lived one is unwound whole only if it lives this long
+/// after its first sample. The ring buffer holds two to four of these.
+const USUAL_PASS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Passes while the ring buffers fill fast (off-CPU recording, peeks,
+/// allocation profiling): the buffers are read twice as often.
+const PRESSED_PASS_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Passes when the last found nothing at all (an idle machine): a wake-up
+/// costs this 2-CPU VM tens of microseconds, most of an idle daemon's CPU.
+const IDLE_PASS_INTERVAL: Duration = Duration::from_millis(150);
+
+/// The share of the ring buffer filled between two passes from which they
+/// come at [`PRESSED_PASS_INTERVAL`].
+const PRESSED_FILL: f64 = 0.4;
+
+impl Pass {
+    /// How long to wait before the next pass, given what this one found
+    /// and how many new processes were announced meanwhile.
+    pub fn next_in(&self, announced: usize) -> Duration {
+        if self.fill >= PRESSED_FILL || self.intervals > 0 {
+            PRESSED_PASS_INTERVAL
+        } else if self.copies == 0 && announced == 0 {
+            IDLE_PASS_INTERVAL
+        } else {
+            USUAL_PASS_INTERVAL
+        }
+    }
+}
+
 /// What makes two unwound samples the same sample.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct SampleIdentity {
@@ -141,11 +185,12 @@ impl StackCopyUnwinder {
     }
 
     /// Unwinds every copy written so far, and charges the off-CPU intervals
-    /// ended so far.
-    pub fn unwind_all(&mut self, processes: &Mutex<ProcessTable>) {
+    /// ended so far; says what the pass found.
+    pub fn unwind_all(&mut self, processes: &Mutex<ProcessTable>) -> Pass {
         let started = Instant::now();
         let mut waited = Duration::ZERO;
         let intervals = self.waits.as_mut().map(Waits::read_intervals);
+        let intervals_read = intervals.as_ref().map_or(0, Vec::len);
         let pending = &mut self.pending;
         let allocations = &mut self.allocations;
         let waits = &mut self.waits;
@@ -181,6 +226,11 @@ impl StackCopyUnwinder {
             self.unwind_info_checked = Instant::now();
             table.enforce_unwind_info_limit();
         }
+        let pass = Pass {
+            copies: count,
+            fill: self.copies.last_fill(),
+            intervals: intervals_read,
+        };
         let took = started.elapsed();
         if took > SLOW_PASS {
             warn!(
@@ -191,6 +241,7 @@ impl StackCopyUnwinder {
                  (stack_copy_buffer_full): raise stack_copy_buffer or lower frequency_hz"
             );
         }
+        pass
     }
 
     /// Takes the samples unwound since the last call, with the time of the

@@ -111,13 +111,13 @@ impl Sampler {
     /// Takes the ring buffer of stack copies, when the programs copy
     /// stacks.
     pub fn take_stack_copies(&mut self) -> Result<Option<StackCopies>, SamplingError> {
-        if !self.stack_copies {
+        let Some(bytes) = self.stack_copies else {
             return Ok(None);
-        }
-        Ok(Some(StackCopies::new(take_map(
-            &mut self.ebpf,
-            names::STACK_COPIES,
-        )?)))
+        };
+        Ok(Some(StackCopies::new(
+            take_map(&mut self.ebpf, names::STACK_COPIES)?,
+            u64::from(bytes),
+        )))
     }
 
     /// Takes the ring buffer of new-process announcements, with the fork
