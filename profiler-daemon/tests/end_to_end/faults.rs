@@ -635,6 +635,21 @@ async fn a_storm_of_short_lived_processes_is_reported() {
         unknown * 20 <= samples,
         "{unknown} of {samples} samples of the storm are unsymbolized: {stacks:?}"
     );
+    // Unwound with their parent's mappings, the children's stacks are
+    // whole: every frame of the known chain, main calling child_work.
+    let whole: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            frames
+                .windows(2)
+                .any(|pair| pair[0] == "main" && pair[1] == "child_work")
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        whole * 100 >= named * 95,
+        "{whole} of the {named} samples in child_work have main as its caller: {stacks:?}"
+    );
 }
 
 /// 5. A kernel stacks map far too small for the load: the losses are
