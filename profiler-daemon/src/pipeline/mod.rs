@@ -230,7 +230,11 @@ impl Pipeline {
                 .map_err(|err| PipelineError::Thread(name, err))
         };
         let mut threads = Vec::new();
-        let mut watcher = announcements.map(ProcessWatcher::new);
+        let mut watcher = announcements.map(if stack_copies.is_some() {
+            ProcessWatcher::beside_unwinder
+        } else {
+            ProcessWatcher::alone
+        });
         if stack_copies.is_none()
             && let Some(watcher) = watcher.take()
         {

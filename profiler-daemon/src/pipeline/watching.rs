@@ -6,8 +6,10 @@
 //! When the daemon copies stacks, the watcher's pass runs on the unwinder's
 //! thread right after each unwinding pass: most announced processes were
 //! just recorded there (by their first stack copy), and cost the watcher
-//! nothing more, nor a thread's wake-ups. Without stack copies it has a
-//! thread of its own that wakes on announcements.
+//! nothing more, nor a thread's wake-ups; nor is a second look needed, as
+//! the unwinder reads a live process's mappings again when a stack leaves
+//! them. Without stack copies it has a thread of its own that wakes on
+//! announcements, and looks twice.
 //!
 //! This module owns the announcements and the second looks due; it must not
 //! unwind or symbolize.
@@ -34,17 +36,30 @@ const SECOND_LOOK: Duration = Duration::from_millis(250);
 /// Records the processes the kernel announces.
 pub struct ProcessWatcher {
     announcements: ProcessAnnouncements,
+    /// Whether processes read from procfs are read again a moment later.
+    looks_twice: bool,
     /// Processes to read again, and when, soonest first.
     second_looks: VecDeque<(Instant, u32)>,
     announced: Vec<u32>,
 }
 
 impl ProcessWatcher {
-    pub fn new(announcements: ProcessAnnouncements) -> Self {
+    /// A watcher beside the unwinder, which reads mappings again as
+    /// stacks need.
+    pub fn beside_unwinder(announcements: ProcessAnnouncements) -> Self {
         Self {
             announcements,
+            looks_twice: false,
             second_looks: VecDeque::new(),
             announced: Vec::new(),
+        }
+    }
+
+    /// A watcher on its own (no stack copies): it looks twice.
+    pub fn alone(announcements: ProcessAnnouncements) -> Self {
+        Self {
+            looks_twice: true,
+            ..Self::beside_unwinder(announcements)
         }
     }
 
@@ -80,8 +95,10 @@ impl ProcessWatcher {
                     }
                 }
             }
-            self.second_looks
-                .push_back((Instant::now() + SECOND_LOOK, pid));
+            if self.looks_twice {
+                self.second_looks
+                    .push_back((Instant::now() + SECOND_LOOK, pid));
+            }
         }
         while let Some(&(due, pid)) = self.second_looks.front()
             && due <= Instant::now()
