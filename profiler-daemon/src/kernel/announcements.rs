@@ -10,7 +10,6 @@
 
 use std::{
     collections::VecDeque,
-    mem::size_of,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -64,7 +63,7 @@ impl ForkLineages {
 
 fn read_into(ring: &mut RingBuf<MapData>, book: &mut LineageBook) {
     while let Some(item) = ring.next() {
-        if let Some(record) = read_record(&item) {
+        if let Some(record) = super::plain_record(&item) {
             book.note(record);
         }
     }
@@ -73,13 +72,6 @@ fn read_into(ring: &mut RingBuf<MapData>, book: &mut LineageBook) {
 /// Processes forked without exec kept in the book; the oldest go first
 /// (their children's mappings are then read from procfs).
 const LINEAGES_KEPT: usize = 1 << 15;
-
-fn read_record(item: &[u8]) -> Option<ForkLineage> {
-    let bytes = item.get(..size_of::<ForkLineage>())?;
-    // SAFETY: ForkLineage is plain old data of exactly these bytes (any
-    // value is valid), read unaligned from the ring's record.
-    Some(unsafe { bytes.as_ptr().cast::<ForkLineage>().read_unaligned() })
-}
 
 /// The processes forked without exec, by process id, from the fork and exec
 /// records in the order the kernel wrote them; at most `capacity`, the
@@ -180,7 +172,7 @@ impl ProcessAnnouncements {
         }
     }
 
-    /// Where process `pid` comes from, as the fork tracepoint recorded it
+    /// Where process `pid` comes from, as the fork tracepoint recorded it.
     pub fn lineage_of(&self, pid: u32) -> Lineage {
         self.lineages
             .as_ref()

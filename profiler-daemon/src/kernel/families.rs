@@ -133,10 +133,7 @@ impl Families {
             };
             let ring = ready.get_inner_mut();
             while let Some(item) = ring.next() {
-                if item.len() >= size_of::<FamilyJoin>() {
-                    // SAFETY: the kernel wrote a FamilyJoin (repr(C),
-                    // integers only); read_unaligned copes with alignment.
-                    let join = unsafe { item.as_ptr().cast::<FamilyJoin>().read_unaligned() };
+                if let Some(join) = super::plain_record::<FamilyJoin>(&item) {
                     self.join(join);
                 }
             }

@@ -27,3 +27,13 @@ pub mod sources;
 pub mod stack_copies;
 pub mod targets;
 pub mod unwind_tables;
+
+/// The `T` at the start of `bytes` (a ring buffer record, a chunk of a
+/// map's contents), whatever their alignment; `None` when too short.
+pub(crate) fn plain_record<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
+    let bytes = bytes.get(..std::mem::size_of::<T>())?;
+    // SAFETY: `bytes` holds exactly a T's bytes, and T is plain old data
+    // (aya::Pod: every bit pattern is valid); read_unaligned copes with any
+    // alignment.
+    Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
+}

@@ -9,7 +9,6 @@
 
 use std::{
     collections::BTreeMap,
-    mem::size_of,
     sync::{Arc, Mutex},
 };
 
@@ -419,14 +418,10 @@ impl OffCpuIntervals {
     pub fn read(&mut self) -> Vec<Interval> {
         let mut intervals = Vec::new();
         while let Some(item) = self.ring.next() {
-            if item.len() < size_of::<Interval>() {
-                self.malformed += 1;
-                continue;
+            match super::plain_record::<Interval>(&item) {
+                Some(interval) => intervals.push(interval),
+                None => self.malformed += 1,
             }
-            // SAFETY: the record holds an Interval's bytes, and Interval is
-            // plain old data (every bit pattern is valid); the read copes
-            // with any alignment.
-            intervals.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<Interval>()) });
         }
         intervals
     }

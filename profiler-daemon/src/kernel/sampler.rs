@@ -183,9 +183,9 @@ const OFFCPU_INTERVALS_BYTES: u32 = 1 << 20;
 /// How long the automatically sized stack-copy ring buffer holds the
 /// samples of every CPU, peeks running, when the daemon stops reading it
 /// (four of the pipeline's reads at their usual interval; with the size
-/// rounded down to a power of two, at least half that). The daemon maps the ring twice over (its wrap-around), so
-/// it adds twice its size to the daemon's resident memory: a longer hold
-/// costs memory on every machine.
+/// rounded down to a power of two, at least half that). The daemon maps
+/// the ring twice over (its wrap-around), so it adds twice its size to the
+/// daemon's resident memory: a longer hold costs memory on every machine.
 const STACK_COPY_HOLD: Duration = Duration::from_millis(400);
 
 impl MapSizes {

@@ -58,15 +58,10 @@ impl StackCopies {
         let mut bytes = 0;
         while let Some(item) = self.ring.next() {
             bytes += item.len() + RECORD_HEADER;
-            if item.len() < HEADER {
+            let Some(header) = super::plain_record::<StackCopyHeader>(&item) else {
                 self.malformed += 1;
                 continue;
-            }
-            // SAFETY: the record holds at least a header's bytes, and
-            // StackCopyHeader is plain old data (every bit pattern is
-            // valid); the read copes with any alignment.
-            let header =
-                unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<StackCopyHeader>()) };
+            };
             let stack_end = HEADER
                 .saturating_add(header.stack_len as usize)
                 .min(item.len());

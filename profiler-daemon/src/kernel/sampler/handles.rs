@@ -49,10 +49,7 @@ impl offcpu::WaitingThreadSource for KernelWaitingThreads {
         const SIZE: usize = std::mem::size_of::<profiler_common::offcpu::WaitingThread>();
         Ok(bytes
             .chunks_exact(SIZE)
-            // SAFETY: each chunk holds a WaitingThread's bytes, plain old
-            // data (every bit pattern is valid); the read copes with any
-            // alignment.
-            .map(|chunk| unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast()) })
+            .filter_map(crate::kernel::plain_record)
             .collect())
     }
 }
