@@ -316,6 +316,57 @@ async fn processes_that_live_200_ms_keep_whole_chains() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn children_of_a_process_sampled_before_its_exec_keep_whole_chains() {
+    // The storm's parent runs exec_spin first (sampled, and recorded as
+    // exec_spin), then execs the storm and sits in wait() while its
+    // children, which live 15 ms, do the work: as under `perf record`,
+    // whose child waits before it execs the workload. The children must
+    // not take the parent's record of before its exec, nor go without.
+    let storm = Path::new(env!("CARGO_TARGET_TMPDIR")).join("execstorm");
+    if !storm.exists() {
+        let partial = storm.with_extension("partial");
+        let built = build_workload_with(
+            "fork_storm",
+            "fork_storm-o2",
+            &["-O2", "-g", "-fomit-frame-pointer"],
+        );
+        std::fs::copy(built, &partial).expect("the workload is copied");
+        std::fs::rename(&partial, &storm).expect("the copy is renamed");
+    }
+    let exec_spin = build_workload_with("exec_spin", "exec_spin", &["-O1", "-g"]);
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let storm = storm.display().to_string();
+    let run = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        Command::new(exec_spin)
+            .args(["0.3", &storm, "300", "2", "15"])
+            .status()
+            .expect("exec_spin runs")
+    });
+    let reply = client
+        .profile(v1::ProfileRequest {
+            duration_ms: 5_000,
+            selector: Some(v1::Selector {
+                comms: vec!["execstorm".to_owned()],
+                ..Default::default()
+            }),
+            options: Some(options(v1::Format::Folded)),
+            mode: v1::Mode::Cpu as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("Profile succeeds")
+        .into_inner();
+    let exit = run.await.expect("the storm finishes");
+    assert!(exit.success(), "the storm and its children exited cleanly");
+    // Stacks lost in the kernel (a full ring) have no frames to judge.
+    let stacks = without_lost_stacks(folded(&reply.report));
+    let chain = [&C_ROOT[..], &["child_work"]].concat();
+    assert_share(&stacks, "child_work", &chain, 95.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_binary_only_inside_another_mount_namespace_is_named() {
     let binary = chain_binary("chain-o1", &["-O1", "-g", "-fno-omit-frame-pointer"]);
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -487,8 +538,17 @@ fn reaching_main(stacks: &[(Vec<String>, u64)]) -> f64 {
     reaching as f64 / samples as f64
 }
 
+/// Debian's python3 looping, from a copy of its binary that only this test
+/// runs: the python clients of other tests, running meanwhile, map
+/// /usr/bin/python3 and would keep its unwind information in use.
 fn python_loop() -> Workload {
-    Command::new("python3")
+    let private = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python3-let-go-of");
+    if !private.exists() {
+        let partial = private.with_extension("partial");
+        std::fs::copy("/usr/bin/python3", &partial).expect("Debian's python3 is copied");
+        std::fs::rename(&partial, &private).expect("the copy of python3 is renamed");
+    }
+    Command::new(&private)
         .args(["-c", "while True: sum(i * i for i in range(1000))"])
         .spawn()
         .expect("Debian's python3 runs")

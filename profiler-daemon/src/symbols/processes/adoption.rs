@@ -98,8 +98,9 @@ impl ProcessTable {
     /// the child's own read at once. Returns whether it did.
     ///
     /// A parent not recorded yet (one that forks and waits is seldom
-    /// sampled) is recorded first when its own layout is the child's: its
-    /// mappings are then read once for all its children.
+    /// sampled), or recorded with another layout (before its exec), is
+    /// recorded first when its own layout is the child's: its mappings are
+    /// then read once for all its children.
     pub fn adopt_forked(&mut self, pid: u32, lineage: Lineage) -> bool {
         let (parentage, as_announced) = match Parentage::announced(&lineage, pid) {
             Some(Some(parentage)) => (parentage, true),
@@ -110,9 +111,14 @@ impl ProcessTable {
             },
         };
         let Parentage { parent, image } = parentage;
-        if !self.processes.contains_key(&parent)
-            && Parentage::read(parent).is_some_and(|own| own.image == image)
-        {
+        // A parent not recorded, or recorded laid out otherwise (before its
+        // own exec, say, with the mappings of the process that forked it),
+        // is read again when it is now laid out as its child.
+        let stale = self
+            .processes
+            .get(&parent)
+            .is_none_or(|record| record.image != Some(image));
+        if stale && Parentage::read(parent).is_some_and(|own| own.image == image) {
             let _ = self.record(parent);
         }
         let Some(donor) = self

@@ -159,8 +159,15 @@ fn a_child_forked_without_exec_takes_its_parents_mappings_and_an_exec_does_not()
         lineage.parent = stranger;
     }
     assert!(!table.adopt_forked(child, elsewhere));
+    // A parent recorded laid out otherwise (before its own exec) is read
+    // again when it is now laid out as its child.
+    let mut before_exec = Stat::from_file(format!("/proc/{pid}/stat")).unwrap();
+    before_exec.startstack += 4096;
+    table.processes.get_mut(&pid).unwrap().image = ImageLayout::of(&before_exec);
+    assert!(table.adopt_forked(child, forked_from(pid)));
+    assert!(shared(&table, child, pid));
     let adopted = table.stats().adopted;
-    assert_eq!((adopted.children, adopted.as_announced), (2, 1));
+    assert_eq!((adopted.children, adopted.as_announced), (3, 2));
     let mut execed = execed;
     let _ = execed.kill();
     let _ = execed.wait();
