@@ -493,7 +493,15 @@ pub struct ReportOptions {
     pub kernel: bool,
     /// Merge the different addresses of one source line.
     pub combine: bool,
+    /// Tree and flat: the most lines a report prints (0: no limit). When
+    /// more would pass the other filters, the lines of fewest samples are
+    /// left out, and the report says so.
+    pub maxlines: u64,
 }
+
+/// The lines a tree or flat report prints unless asked otherwise: more
+/// than a person reads, and a few megabytes at most.
+pub const DEFAULT_MAXLINES: u64 = 10_000;
 
 impl Default for ReportOptions {
     fn default() -> Self {
@@ -506,6 +514,7 @@ impl Default for ReportOptions {
             groupby: GroupBy::Auto,
             kernel: true,
             combine: true,
+            maxlines: DEFAULT_MAXLINES,
         }
     }
 }

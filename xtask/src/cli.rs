@@ -100,8 +100,9 @@ pub struct BenchArgs {
     /// rewrite BENCHMARKS.md.
     #[arg(long)]
     pub quick: bool,
-    /// Ask one question only (overhead, designs, unwind_info, scale,
-    /// symbolization or peek); it replaces only its own tables in BENCHMARKS.md.
+    /// Ask one question only (overhead, designs, unwind_info, scale, render,
+    /// symbolization, peek, offcpu or allocs); it replaces only its own
+    /// tables in BENCHMARKS.md.
     #[arg(long, value_name = "QUESTION")]
     pub only: Option<String>,
 }

@@ -19,6 +19,7 @@ mod measure;
 mod offcpu;
 mod overhead;
 mod peek;
+mod render;
 mod report;
 mod scale;
 mod symbolization;
@@ -125,11 +126,12 @@ struct Args {
 }
 
 /// The questions, in the order they are asked.
-const QUESTIONS: [&str; 8] = [
+const QUESTIONS: [&str; 9] = [
     "overhead",
     "designs",
     "unwind_info",
     "scale",
+    "render",
     "symbolization",
     "peek",
     "offcpu",
@@ -224,6 +226,9 @@ fn main() -> Result<()> {
         for table in runtime.block_on(scale::run(&plan, &workloads, &args.out_dir))? {
             show(table);
         }
+    }
+    if asked("render") {
+        show(render::run(&plan)?);
     }
     if asked("symbolization") {
         show(symbolization::run(&plan, &args.symbolize_binary)?);

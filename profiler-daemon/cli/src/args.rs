@@ -317,6 +317,10 @@ pub struct ReportArgs {
     /// Hide lines with fewer samples
     #[arg(long, default_value_t = 0, value_parser = count64("a number of samples"), allow_negative_numbers = true)]
     pub mincount: u64,
+    /// Tree and flat: print at most this many lines, leaving out those of
+    /// fewest samples (the report says so); 0 = every line [default: 10000]
+    #[arg(long, value_parser = count64("a number of lines"), allow_negative_numbers = true)]
+    pub maxlines: Option<u64>,
     /// Tree: hide frames with n <= noisefloor * sqrt(N) samples, N = caller's (try 2.0)
     #[arg(long, default_value_t = 0.0, value_parser = parse_noisefloor, allow_negative_numbers = true)]
     pub noisefloor: f64,
@@ -347,6 +351,7 @@ impl ReportArgs {
             format: self.format.to_proto() as i32,
             maxdepth: self.maxdepth,
             mincount: self.mincount,
+            maxlines: self.maxlines,
             noisefloor: self.noisefloor,
             sortedby: match self.sortedby {
                 SortedByArg::Filefuncline => v1::SortedBy::Filefuncline,

@@ -7,15 +7,21 @@
 //! how they are named is the folded report's (`groupby`, `maxdepth`,
 //! `mincount` and `kernel` apply as there).
 
-use serde_json::json;
+use serde::Serialize;
 
 use super::{ReportError, folded};
 use crate::profile::{Profile, ReportOptions};
 
 /// The flame graph of the profile, as an SVG document.
 pub(super) fn svg(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
-    let folded = folded::render(profile, options)?;
     let mut flamegraph = inferno::flamegraph::Options::default();
+    // Frames narrower than min_width (a share of the samples in percent)
+    // are not drawn, nor need lines of their own. The lines come in
+    // inferno's order.
+    let folded = folded::render_drawn(profile, options, flamegraph.min_width)?;
+    flamegraph.no_sort = true;
+    // Colours by name: a function has the same colour in every graph.
+    flamegraph.hash = true;
     flamegraph.title = if profile.mode.is_memory() {
         format!(
             "profilerd: {} over {:.1} s",
@@ -100,50 +106,66 @@ pub(super) fn speedscope(
     profile: &Profile,
     options: &ReportOptions,
 ) -> Result<Vec<u8>, ReportError> {
-    let folded = folded::render(profile, options)?;
-    let mut frames: Vec<&str> = Vec::new();
-    let mut frame_ids: rustc_hash::FxHashMap<&str, usize> = Default::default();
-    let mut samples: Vec<Vec<usize>> = Vec::new();
-    let mut weights: Vec<u64> = Vec::new();
-    for line in folded.lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(count) = count.parse::<u64>() else {
-            continue;
-        };
-        samples.push(
-            stack
-                .split(';')
-                .map(|name| {
-                    *frame_ids.entry(name).or_insert_with(|| {
-                        frames.push(name);
-                        frames.len() - 1
-                    })
-                })
-                .collect(),
-        );
-        weights.push(count);
+    let folded = folded::render_frames(profile, options)?;
+    let total = folded
+        .counts
+        .iter()
+        .fold(0_u64, |total, &count| total.saturating_add(count));
+    // Keys in string order, as a JSON object of serde_json lists them.
+    #[derive(Serialize)]
+    struct Document<'a> {
+        #[serde(rename = "$schema")]
+        schema: &'static str,
+        #[serde(rename = "activeProfileIndex")]
+        active_profile_index: u32,
+        exporter: &'static str,
+        name: String,
+        profiles: [Sampled<'a>; 1],
+        shared: Shared<'a>,
     }
-    let total: u64 = weights.iter().sum();
-    let document = json!({
-        "$schema": "https://www.speedscope.app/file-format-schema.json",
-        "exporter": concat!("profilerd ", env!("CARGO_PKG_VERSION")),
-        "name": format!("profilerd: {:.1} s at {} Hz", profile.duration_secs(), profile.frequency_hz),
-        "activeProfileIndex": 0,
-        "shared": {
-            "frames": frames.iter().map(|name| json!({ "name": name })).collect::<Vec<_>>(),
-        },
-        "profiles": [{
-            "type": "sampled",
-            "name": "on-CPU samples",
-            "unit": "none",
-            "startValue": 0,
-            "endValue": total,
-            "samples": samples,
-            "weights": weights,
+    #[derive(Serialize)]
+    struct Sampled<'a> {
+        #[serde(rename = "endValue")]
+        end_value: u64,
+        name: &'static str,
+        samples: &'a [Vec<u32>],
+        #[serde(rename = "startValue")]
+        start_value: u64,
+        #[serde(rename = "type")]
+        kind: &'static str,
+        unit: &'static str,
+        weights: &'a [u64],
+    }
+    #[derive(Serialize)]
+    struct Shared<'a> {
+        frames: Vec<Frame<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Frame<'a> {
+        name: &'a str,
+    }
+    let document = Document {
+        schema: "https://www.speedscope.app/file-format-schema.json",
+        active_profile_index: 0,
+        exporter: concat!("profilerd ", env!("CARGO_PKG_VERSION")),
+        name: format!(
+            "profilerd: {:.1} s at {} Hz",
+            profile.duration_secs(),
+            profile.frequency_hz
+        ),
+        profiles: [Sampled {
+            end_value: total,
+            name: "on-CPU samples",
+            samples: &folded.stacks,
+            start_value: 0,
+            kind: "sampled",
+            unit: "none",
+            weights: &folded.counts,
         }],
-    });
+        shared: Shared {
+            frames: folded.names.iter().map(|name| Frame { name }).collect(),
+        },
+    };
     serde_json::to_vec(&document).map_err(|err| ReportError::Flamegraph(err.to_string()))
 }
 
@@ -169,6 +191,183 @@ mod tests {
         let empty = make_profile(&[]);
         let drawn = String::from_utf8(svg(&empty, &options(Format::Flamegraph)).unwrap()).unwrap();
         assert!(drawn.contains("no samples"));
+    }
+
+    /// The flame graph inferno draws from every folded line, sorted by
+    /// inferno: what `svg` must draw from fewer.
+    fn drawn_from_every_line(profile: &Profile, options: &ReportOptions) -> String {
+        let mut flamegraph = inferno::flamegraph::Options::default();
+        flamegraph.title = format!(
+            "profilerd: {:.1} s at {} Hz",
+            profile.duration_secs(),
+            profile.frequency_hz
+        );
+        flamegraph.count_name = "samples".to_owned();
+        flamegraph.hash = true;
+        let folded = folded::render(profile, options).unwrap();
+        let mut drawn = Vec::new();
+        inferno::flamegraph::from_lines(&mut flamegraph, folded.lines(), &mut drawn).unwrap();
+        String::from_utf8(drawn).unwrap()
+    }
+
+    #[test]
+    fn frames_too_narrow_to_draw_change_nothing_drawn() {
+        use crate::profile::{GroupBy, LocationKind};
+        use crate::report::test_support::{Builder, Random, frame, location};
+        let mut random = Random::new(0x2545_f491_4f6c_dd1d);
+        let mut b = Builder::new();
+        let threads: Vec<u32> = (0..6)
+            .map(|index| {
+                let pid = 100 + index / 2;
+                b.thread(
+                    pid,
+                    1000 + index,
+                    &format!("t{}", index % 2),
+                    &format!("p{pid}"),
+                )
+            })
+            .collect();
+        let mut sites: Vec<u32> = ["a", "b", "c", "k:d", "k:e", "f", "f b"]
+            .iter()
+            .map(|name| b.named(name))
+            .collect();
+        // An inlined frame, and one name at two addresses.
+        sites.push(b.deflate_inlining_fill_window(None, 0));
+        sites.push(b.location(location(
+            LocationKind::User,
+            "/usr/bin/app",
+            0x9000,
+            vec![frame("a", Some("app.c"), 11, false)],
+        )));
+        for _ in 0..3000 {
+            let length = 1 + random.below(10);
+            let stack = (0..length)
+                .map(|_| sites[random.below(sites.len())])
+                .collect();
+            // Mostly a sample or two, some wide ones.
+            let count = match random.below(100) {
+                0 => 1 + random.below(50_000) as u64,
+                _ => 1 + random.below(3) as u64,
+            };
+            b.sample(threads[random.below(threads.len())], stack, count);
+        }
+        let p = b.build();
+        let mut narrowed = 0;
+        for groupby in [GroupBy::None, GroupBy::Process, GroupBy::Thread] {
+            for (maxdepth, mincount) in [(None, 0), (Some(3), 0), (None, 2)] {
+                let options = ReportOptions {
+                    format: Format::Flamegraph,
+                    groupby,
+                    maxdepth,
+                    mincount,
+                    ..ReportOptions::default()
+                };
+                let lines = folded::render_drawn(&p, &options, 0.01).unwrap();
+                let lines: Vec<&str> = lines.lines().collect();
+                for pair in lines.windows(2) {
+                    assert!(pair[0] <= pair[1], "{options:?}: {pair:?}");
+                }
+                let drawn = String::from_utf8(svg(&p, &options).unwrap()).unwrap();
+                assert_eq!(drawn, drawn_from_every_line(&p, &options), "{options:?}");
+                let every = folded::render(&p, &options).unwrap().lines().count();
+                let kept = folded::render_drawn(&p, &options, 0.01)
+                    .unwrap()
+                    .lines()
+                    .count();
+                assert!(kept <= every);
+                narrowed += usize::from(kept < every);
+            }
+        }
+        // Most layouts had lines to merge (with maxdepth 3 lines merge
+        // before, leaving fewer narrow frames): the comparison is not idle.
+        assert!(
+            narrowed >= 7,
+            "only {narrowed} layouts had frames too narrow to draw"
+        );
+    }
+
+    /// Speedscope's file as read back from the folded text: what
+    /// `speedscope` must write without that text.
+    fn speedscope_from_folded_text(profile: &Profile, options: &ReportOptions) -> Vec<u8> {
+        use serde_json::json;
+        let folded = folded::render(profile, options).unwrap();
+        let mut frames: Vec<&str> = Vec::new();
+        let mut frame_ids = std::collections::HashMap::new();
+        let (mut samples, mut weights) = (Vec::new(), Vec::new());
+        for line in folded.lines() {
+            let (stack, count) = line.rsplit_once(' ').unwrap();
+            let stack: Vec<usize> = stack
+                .split(';')
+                .map(|name| {
+                    *frame_ids.entry(name).or_insert_with(|| {
+                        frames.push(name);
+                        frames.len() - 1
+                    })
+                })
+                .collect();
+            samples.push(stack);
+            weights.push(count.parse::<u64>().unwrap());
+        }
+        let total: u64 = weights.iter().sum();
+        serde_json::to_vec(&json!({
+            "$schema": "https://www.speedscope.app/file-format-schema.json",
+            "exporter": concat!("profilerd ", env!("CARGO_PKG_VERSION")),
+            "name": format!("profilerd: {:.1} s at {} Hz", profile.duration_secs(), profile.frequency_hz),
+            "activeProfileIndex": 0,
+            "shared": {
+                "frames": frames.iter().map(|name| json!({ "name": name })).collect::<Vec<_>>(),
+            },
+            "profiles": [{
+                "type": "sampled",
+                "name": "on-CPU samples",
+                "unit": "none",
+                "startValue": 0,
+                "endValue": total,
+                "samples": samples,
+                "weights": weights,
+            }],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn speedscope_numbers_frames_as_its_folded_text_reads() {
+        use crate::profile::GroupBy;
+        use crate::report::test_support::{Builder, Random};
+        let mut random = Random::new(0x5bd1_e995);
+        let mut b = Builder::new();
+        // A process named like a function, and a function like a process
+        // frame: one frame each, as in the text.
+        let threads = [
+            b.thread(7, 7, "main", "main"),
+            b.thread(8, 9, "w\"x", "p q"),
+        ];
+        let sites: Vec<u32> = ["main", "main-7", "k:read", "a b", "\"quoted\""]
+            .iter()
+            .map(|name| b.named(name))
+            .collect();
+        for _ in 0..200 {
+            let stack = (0..1 + random.below(6))
+                .map(|_| sites[random.below(sites.len())])
+                .collect();
+            b.sample(threads[random.below(2)], stack, 1 + random.below(9) as u64);
+        }
+        let p = b.build();
+        for groupby in [GroupBy::None, GroupBy::Process, GroupBy::Thread] {
+            for maxdepth in [None, Some(2)] {
+                let options = ReportOptions {
+                    format: Format::Speedscope,
+                    groupby,
+                    maxdepth,
+                    ..ReportOptions::default()
+                };
+                assert_eq!(
+                    String::from_utf8(speedscope(&p, &options).unwrap()).unwrap(),
+                    String::from_utf8(speedscope_from_folded_text(&p, &options)).unwrap(),
+                    "{options:?}"
+                );
+            }
+        }
     }
 
     #[test]

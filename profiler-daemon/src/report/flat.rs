@@ -3,8 +3,8 @@
 //! sample however often it recurs), its Overhead (samples in which it is
 //! the leaf), File, Line and Function, in Julia's column layout.
 //!
-//! Owns the counting, the row order (`sortedby`), `mincount` and the column
-//! widths. It must not decide how frames are expanded or named (see
+//! Owns the counting, the row order (`sortedby`), `mincount`, `maxlines`
+//! and the column widths. It must not decide how frames are expanded or named (see
 //! `frames`) nor how sections are formed (see the parent module); `maxdepth`
 //! and `noisefloor` do not apply to it.
 //!
@@ -18,6 +18,7 @@
 
 use std::fmt::Write as _;
 
+use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, Lines, StackId};
 use super::{
     PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_percent,
@@ -34,7 +35,8 @@ pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Strin
     let lines = Lines::new(&expansion, options.combine)?;
     let mut table = Table::new(&expansion, &lines, options);
     let sections = sections(profile, &expansion, options.groupby)?;
-    render_sections(profile, sections, "", LEGEND, |out, section| {
+    let cut = table.within_maxlines(&sections);
+    render_sections(profile, sections, cut, "", LEGEND, |out, section| {
         table.write(out, section)
     })
 }
@@ -61,7 +63,11 @@ struct Cells<'a> {
 struct Table<'l, 'a> {
     expansion: &'l Expansion<'a>,
     lines: &'l Lines<'a>,
-    options: &'l ReportOptions,
+    /// The report's options, `mincount` raised to stay within `maxlines`.
+    options: ReportOptions,
+    /// Room for the rows at the edge of `maxlines`, left for the sections
+    /// not written yet.
+    ties: Ties,
     /// The cells of each line.
     cells: Vec<Cells<'a>>,
     /// Per line: samples whose stack holds it, in the section so far (0
@@ -85,7 +91,8 @@ impl<'l, 'a> Table<'l, 'a> {
         Table {
             expansion,
             lines,
-            options,
+            options: options.clone(),
+            ties: Ties::default(),
             cells: lines
                 .keys()
                 .iter()
@@ -104,8 +111,45 @@ impl<'l, 'a> Table<'l, 'a> {
         }
     }
 
+    /// Raises `mincount` so that the sections' tables print at most
+    /// `maxlines` rows in all, when they would print more; returns what is
+    /// then left out.
+    fn within_maxlines(&mut self, sections: &[Section]) -> Option<LinesCut> {
+        let mut budget = LineBudget::new(self.options.maxlines)?;
+        for section in sections {
+            for row in self.counted_rows(section) {
+                budget.offer(row.count);
+            }
+        }
+        let cut = budget.cut()?;
+        self.options.mincount = self.options.mincount.max(cut.mincount);
+        self.ties = cut.ties;
+        Some(cut)
+    }
+
     /// The rows of a section that pass `mincount`, in `sortedby` order.
     fn rows(&mut self, section: &Section) -> Vec<Row> {
+        let mut rows = self.counted_rows(section);
+        // Line ids are in `LineKey` order.
+        match self.options.sortedby {
+            SortedBy::FileFuncLine => rows.sort_unstable_by_key(|row| row.line),
+            SortedBy::Count => {
+                rows.sort_unstable_by(|a, b| b.count.cmp(&a.count).then(a.line.cmp(&b.line)));
+            }
+            SortedBy::Overhead => rows.sort_unstable_by(|a, b| {
+                b.overhead
+                    .cmp(&a.overhead)
+                    .then(b.count.cmp(&a.count))
+                    .then(a.line.cmp(&b.line))
+            }),
+        }
+        let ties = &mut self.ties;
+        rows.retain(|row| ties.admit(row.count));
+        rows
+    }
+
+    /// The rows of a section that pass `mincount`, in no order.
+    fn counted_rows(&mut self, section: &Section) -> Vec<Row> {
         let expansion = self.expansion;
         // The section's samples per stack, in order of first sight: samples
         // with one stack count towards the same lines. Counts are above 0,
@@ -169,19 +213,6 @@ impl<'l, 'a> Table<'l, 'a> {
             // Ready for the next section.
             self.counts[slot] = 0;
             self.overheads[slot] = 0;
-        }
-        // Line ids are in `LineKey` order.
-        match self.options.sortedby {
-            SortedBy::FileFuncLine => rows.sort_unstable_by_key(|row| row.line),
-            SortedBy::Count => {
-                rows.sort_unstable_by(|a, b| b.count.cmp(&a.count).then(a.line.cmp(&b.line)));
-            }
-            SortedBy::Overhead => rows.sort_unstable_by(|a, b| {
-                b.overhead
-                    .cmp(&a.overhead)
-                    .then(b.count.cmp(&a.count))
-                    .then(a.line.cmp(&b.line))
-            }),
         }
         rows
     }
@@ -357,6 +388,51 @@ mod tests {
                 "   100         0 app.c     10 main",
             ]
         );
+    }
+
+    #[test]
+    fn maxlines_keeps_the_rows_of_most_samples_across_sections() {
+        let mut b = Builder::new();
+        let other = b.thread(2000, 2000, "other", "other");
+        let (main, a, c, d) = (b.named("main"), b.named("a"), b.named("c"), b.named("d"));
+        b.sample(0, vec![main, a], 75);
+        b.sample(0, vec![main, c], 4);
+        b.sample(other, vec![main, c], 4);
+        b.sample(other, vec![d], 2);
+        let p = b.build();
+        let options = |maxlines| ReportOptions {
+            groupby: GroupBy::Process,
+            sortedby: SortedBy::Count,
+            maxlines,
+            ..ReportOptions::default()
+        };
+        // Six rows in all; three fit: main and a, and the first c of 4.
+        let text = flat(&p, options(3));
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|line| {
+                line.ends_with(" main")
+                    || line.ends_with(" a")
+                    || line.ends_with(" c")
+                    || line.ends_with(" d")
+            })
+            .collect();
+        assert!(
+            text.starts_with(
+                "# 3 of 6 lines shown, those of more than 4 samples and the first 1 of 4 \
+                 (maxlines 3; maxlines 0 shows every line)\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(rows.len(), 3, "{text}");
+        assert!(rows[0].trim_start().starts_with("79 ") && rows[1].trim_start().starts_with("75 "));
+        assert!(
+            rows[2].ends_with(" c") && rows[2].trim_start().starts_with("4 "),
+            "{text}"
+        );
+        // Every row when they fit, and with no limit.
+        assert!(!flat(&p, options(6)).starts_with('#'));
+        assert_eq!(flat(&p, options(0)), flat(&p, options(6)));
     }
 
     #[test]

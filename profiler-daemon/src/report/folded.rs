@@ -19,6 +19,8 @@
 //! stacks with equal tokens are the lines to merge. The text of a line is
 //! only written once, into the output.
 
+mod drawn;
+
 use rustc_hash::FxHashMap;
 
 use super::frames::{Expansion, FrameView, StackId, UNKNOWN_MARKER, small_id};
@@ -27,6 +29,64 @@ use super::{ReportError, digits, push_decimal};
 use crate::profile::{GroupBy, LocationKind, Profile, ReportOptions, ThreadInfo};
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
+    render_lines(profile, options, None)
+}
+
+/// The folded lines a flame graph draws, when frames with less than
+/// `min_width` percent of all samples are too narrow to be drawn (as
+/// inferno's option of that name): the lines through a frame that narrow
+/// merge into their first, so that every frame drawn spans the same samples
+/// as in the whole report (see `drawn`).
+pub(super) fn render_drawn(
+    profile: &Profile,
+    options: &ReportOptions,
+    min_width: f64,
+) -> Result<String, ReportError> {
+    render_lines(profile, options, Some(min_width))
+}
+
+/// The folded lines as frames, what speedscope reads: each distinct frame
+/// name numbered in order of first appearance (root first, line by line),
+/// each line's frames as those numbers, with its count.
+pub(super) struct FrameStacks {
+    pub names: Vec<String>,
+    pub stacks: Vec<Vec<u32>>,
+    pub counts: Vec<u64>,
+}
+
+/// The report's lines as [`FrameStacks`].
+pub(super) fn render_frames(
+    profile: &Profile,
+    options: &ReportOptions,
+) -> Result<FrameStacks, ReportError> {
+    with_lines(profile, options, |folded| Ok(folded.frames()))
+}
+
+fn render_lines(
+    profile: &Profile,
+    options: &ReportOptions,
+    narrowest: Option<f64>,
+) -> Result<String, ReportError> {
+    with_lines(profile, options, |folded| match narrowest {
+        None => Ok(folded.write()),
+        Some(min_width) => {
+            let total = folded
+                .lines
+                .iter()
+                .fold(0_u64, |total, &(_, count)| total.saturating_add(count));
+            // Inferno's own arithmetic, so that it decides alike.
+            let narrowest = min_width / (100.0 / total as f64);
+            drawn::write(folded, narrowest)
+        }
+    })
+}
+
+/// Calls `write` with the report's lines.
+fn with_lines<T>(
+    profile: &Profile,
+    options: &ReportOptions,
+    write: impl FnOnce(&Folded<'_>) -> Result<T, ReportError>,
+) -> Result<T, ReportError> {
     let expansion = Expansion::new(profile, options.kernel)?;
     let tokens = Tokens::new(&expansion)?;
     // Keeping no frame at all would leave lines without a stack.
@@ -37,14 +97,99 @@ pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Strin
     let (stacks, stack_ranks) =
         stack_tokens(&expansion, &tokens, depth)?.sorted(tokens.texts.len());
     let groups = Groups::new(profile, &expansion, options.groupby);
-    let lines = count_lines(&expansion, &groups, &stack_ranks, stacks.len());
-    Ok(write_lines(
-        &lines,
-        options.mincount,
-        &groups,
-        &stacks,
-        &tokens,
-    ))
+    let mut lines = count_lines(&expansion, &groups, &stack_ranks, stacks.len());
+    lines.retain(|&(_, count)| count >= options.mincount);
+    write(&Folded {
+        lines: &lines,
+        groups: &groups,
+        stacks: &stacks,
+        tokens: &tokens,
+    })
+}
+
+/// The lines of a report, in output order, and what their text is made of.
+struct Folded<'a> {
+    /// (group rank, stack rank) and samples, with at least `mincount`.
+    lines: &'a [((u32, u32), u64)],
+    groups: &'a Groups,
+    stacks: &'a Sequences,
+    tokens: &'a Tokens,
+}
+
+impl Folded<'_> {
+    /// The texts that line `(group, stack)` is made of, `;`s included.
+    fn texts_of(&self, (group, stack): (u32, u32)) -> impl Iterator<Item = &str> {
+        let stack = self.stacks.get(stack).iter();
+        let stack = stack.map(|&token| self.tokens.texts[token as usize].as_str());
+        std::iter::once(self.groups.texts[group as usize].as_str()).chain(stack)
+    }
+
+    /// The text of every line.
+    fn write(&self) -> String {
+        let size = self.lines.iter().fold(0, |size, &(line, count)| {
+            let text: usize = self.texts_of(line).map(str::len).sum();
+            size + text + " ".len() + digits(count) + "\n".len()
+        });
+        let mut out = String::with_capacity(size);
+        for &(line, count) in self.lines {
+            self.write_line(&mut out, line, count);
+        }
+        out
+    }
+
+    /// The lines as frame numbers.
+    fn frames<'s>(&'s self) -> FrameStacks {
+        let mut names: Vec<String> = Vec::new();
+        // By text: a group frame may have a function's name.
+        let mut numbers: FxHashMap<&'s str, u32> = FxHashMap::default();
+        // Per name of the tokens: its number once seen.
+        let mut name_numbers: Vec<Option<u32>> = vec![None; self.tokens.texts.len() / 2 + 1];
+        let mut number = |text: &'s str, names: &mut Vec<String>| -> u32 {
+            let text = text.strip_suffix(';').unwrap_or(text);
+            if let Some(&number) = numbers.get(text) {
+                return number;
+            }
+            // Fewer names than tokens, whose numbers are 32-bit.
+            let number = names.len() as u32;
+            names.push(text.to_owned());
+            numbers.insert(text, number);
+            number
+        };
+        let mut stacks = Vec::with_capacity(self.lines.len());
+        let mut counts = Vec::with_capacity(self.lines.len());
+        for &((group, stack), count) in self.lines {
+            let mut frames = Vec::new();
+            for frame in self.groups.texts[group as usize].split_terminator(';') {
+                frames.push(number(frame, &mut names));
+            }
+            for &token in self.stacks.get(stack) {
+                let name = self.tokens.names[token as usize] as usize;
+                let known = &mut name_numbers[name];
+                let frame = match *known {
+                    Some(frame) => frame,
+                    None => *known.insert(number(&self.tokens.texts[token as usize], &mut names)),
+                };
+                frames.push(frame);
+            }
+            stacks.push(frames);
+            counts.push(count);
+        }
+        FrameStacks {
+            names,
+            stacks,
+            counts,
+        }
+    }
+
+    /// The text of line `(group, stack)`, with `count`.
+    fn write_line(&self, out: &mut String, line: (u32, u32), count: u64) {
+        for text in self.texts_of(line) {
+            out.push_str(text);
+        }
+        out.push(' ');
+        push_decimal(out, count);
+        out.push('\n');
+    }
 }
 
 /// A line's text cut into tokens: each frame's name, followed by its `;`
@@ -59,6 +204,8 @@ struct Tokens {
     followed: Vec<u32>,
     /// Per frame of the expansion: its token as the last frame.
     last: Vec<u32>,
+    /// Per token: the name it is the text of (with or without its `;`).
+    names: Vec<u32>,
 }
 
 impl Tokens {
@@ -85,7 +232,9 @@ impl Tokens {
         for (number, &(_, token)) in texts.iter().enumerate() {
             numbers[token] = number as u32;
         }
+        let names = texts.iter().map(|&(_, token)| (token / 2) as u32).collect();
         Ok(Tokens {
+            names,
             texts: texts.into_iter().map(|(text, _)| text).collect(),
             followed: frame_names.iter().map(|&name| numbers[2 * name]).collect(),
             last: frame_names
@@ -209,36 +358,6 @@ fn count_lines(
         });
     }
     lines
-}
-
-/// The text of the lines with at least `mincount` samples.
-fn write_lines(
-    lines: &[((u32, u32), u64)],
-    mincount: u64,
-    groups: &Groups,
-    stacks: &Sequences,
-    tokens: &Tokens,
-) -> String {
-    let kept = || lines.iter().filter(|&&(_, count)| count >= mincount);
-    let texts_of = |(group, stack): (u32, u32)| {
-        let stack = stacks.get(stack).iter();
-        let stack = stack.map(|&token| tokens.texts[token as usize].as_str());
-        std::iter::once(groups.texts[group as usize].as_str()).chain(stack)
-    };
-    let size = kept().fold(0, |size, &(line, count)| {
-        let text: usize = texts_of(line).map(str::len).sum();
-        size + text + " ".len() + digits(count) + "\n".len()
-    });
-    let mut out = String::with_capacity(size);
-    for &(line, count) in kept() {
-        for text in texts_of(line) {
-            out.push_str(text);
-        }
-        out.push(' ');
-        push_decimal(&mut out, count);
-        out.push('\n');
-    }
-    out
 }
 
 /// The frames `groupby` puts above every stack of `thread`.

@@ -31,6 +31,7 @@
 //! - Utilization is samples / [`Profile::ticks_per_cpu`] as a rounded
 //!   percentage of one CPU (`n/a` when the window has no ticks).
 
+mod budget;
 mod callers;
 mod diff;
 mod flamegraph;
@@ -148,7 +149,8 @@ pub fn render_diff(
     }
 }
 
-/// Writes a tree or flat report: the `# ` comments, `header`, then each
+/// Writes a tree or flat report: the `# ` comments (with what `cut` left
+/// out to stay within `maxlines`), `header`, then each
 /// section (titled and followed by a blank line when grouped, closed by the
 /// summary line when not), its body written by `write_body`, then the
 /// `legend` (what the columns mean) with the whole of what the `%` columns
@@ -156,12 +158,16 @@ pub fn render_diff(
 fn render_sections(
     profile: &Profile,
     sections: Vec<Section>,
+    cut: Option<budget::LinesCut>,
     header: &str,
     legend: &str,
     mut write_body: impl FnMut(&mut String, &Section) -> Result<(), ReportError>,
 ) -> Result<String, ReportError> {
     let mut out = String::new();
     write_comments(&mut out, profile)?;
+    if let Some(cut) = cut {
+        cut.write_comment(&mut out, counted_unit(profile))?;
+    }
     out.push_str(header);
     let mut grouped = false;
     for section in sections {

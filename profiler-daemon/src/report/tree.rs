@@ -3,8 +3,8 @@
 //! blank when 0), `╎` guides one column per level (a `+n` tag past
 //! [`MAX_INDENT`] columns), its inclusive count and `file:line; function`.
 //!
-//! Owns the tree's shape, its order and its `maxdepth`, `mincount` and
-//! `noisefloor` filters. It must not decide how frames are expanded or
+//! Owns the tree's shape, its order and its `maxdepth`, `mincount`,
+//! `noisefloor` and `maxlines` filters. It must not decide how frames are expanded or
 //! named (see `frames`) nor how sections are formed (see the parent module).
 //!
 //! The lines of each distinct stack are sorted once per report; a
@@ -18,6 +18,7 @@
 //! function and line; `maxdepth = n` prints n levels; and the noise floor
 //! also applies to roots, against the section's total.
 
+use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, Lines, StackSample, small_id};
 use super::sequences::Sequences;
 use super::{
@@ -67,13 +68,11 @@ fn render_with(
     // The stacks' lines in lexicographic order: the order of the nodes.
     let (stacks, ranks) = lines.of_stacks(&expansion)?.sorted(lines.keys().len());
     let mut printer = Printer::new(&expansion, &lines, stacks, ranks, options);
-    render_sections(
-        profile,
-        sections(&expansion)?,
-        HEADER,
-        LEGEND,
-        |out, section| printer.write_tree(out, section),
-    )
+    let sections = sections(&expansion)?;
+    let cut = printer.within_maxlines(&sections)?;
+    render_sections(profile, sections, cut, HEADER, LEGEND, |out, section| {
+        printer.write_tree(out, section)
+    })
 }
 
 /// A node of a [`Tree`].
@@ -168,7 +167,11 @@ struct Printer<'l> {
     samples: &'l [StackSample],
     /// Samples per stack, over all samples.
     stack_counts: &'l [u64],
-    options: &'l ReportOptions,
+    /// The report's options, `mincount` raised to stay within `maxlines`.
+    options: ReportOptions,
+    /// Room for the lines at the edge of `maxlines`, left for the sections
+    /// not written yet.
+    ties: Ties,
     /// ` file:line; function` and a line break, for each line.
     texts: Vec<String>,
     /// The distinct stacks as lines, in lexicographic order.
@@ -195,7 +198,8 @@ impl<'l> Printer<'l> {
         Printer {
             samples: &expansion.samples,
             stack_counts: &expansion.stack_counts,
-            options,
+            options: options.clone(),
+            ties: Ties::default(),
             texts: lines
                 .keys()
                 .iter()
@@ -211,34 +215,76 @@ impl<'l> Printer<'l> {
         }
     }
 
-    fn write_tree(&mut self, out: &mut String, section: &Section) -> Result<(), ReportError> {
+    /// Raises `mincount` so that the sections' trees print at most
+    /// `maxlines` lines in all, when they would print more; returns what
+    /// is then left out.
+    fn within_maxlines(&mut self, sections: &[Section]) -> Result<Option<LinesCut>, ReportError> {
+        let Some(mut budget) = LineBudget::new(self.options.maxlines) else {
+            return Ok(None);
+        };
+        for section in sections {
+            self.build_tree(section)?;
+            let mut every_line = Ties::default();
+            self.walk.visit(
+                &self.tree,
+                &self.options,
+                &mut every_line,
+                section.total,
+                |node, _| budget.offer(node.count),
+            );
+        }
+        let cut = budget.cut();
+        if let Some(cut) = &cut {
+            self.options.mincount = self.options.mincount.max(cut.mincount);
+            self.ties = cut.ties;
+        }
+        Ok(cut)
+    }
+
+    /// Builds the tree of a section's samples.
+    fn build_tree(&mut self, section: &Section) -> Result<(), ReportError> {
         self.collect_entries(section);
         let stacks = &self.stacks;
         self.tree.build(
             self.entries
                 .iter()
                 .map(|&(rank, count)| (stacks.get(rank), count)),
-        )?;
-        let (texts, indents) = (&self.texts, &self.indents);
+        )
+    }
+
+    fn write_tree(&mut self, out: &mut String, section: &Section) -> Result<(), ReportError> {
+        self.build_tree(section)?;
+        let (texts, indents, options) = (&self.texts, &self.indents, &self.options);
 
         // First the widths of the columns and the size of the text.
         let (mut max_overhead, mut max_count) = (0, 0);
         let (mut shown, mut size) = (0, 0);
-        self.walk
-            .visit(&self.tree, self.options, section.total, |node, depth| {
+        let mut ties = self.ties;
+        self.walk.visit(
+            &self.tree,
+            options,
+            &mut ties,
+            section.total,
+            |node, depth| {
                 max_overhead = max_overhead.max(node.overhead);
                 max_count = max_count.max(node.count);
                 shown += 1;
                 size += indents.len(depth as usize - 1) + texts[node.line as usize].len();
-            });
+            },
+        );
         let overhead_width = digits(max_overhead);
         let count_width = digits(max_count);
         let columns = overhead_width + count_width + " ".len() + PERCENT_WIDTH;
         out.reserve(size + shown * columns + SECTION_END_BYTES);
         let total = section.total;
 
-        self.walk
-            .visit(&self.tree, self.options, section.total, |node, depth| {
+        // The same walk again, the same ties admitted.
+        self.walk.visit(
+            &self.tree,
+            options,
+            &mut self.ties,
+            section.total,
+            |node, depth| {
                 if node.overhead == 0 {
                     push_spaces(out, overhead_width);
                 } else {
@@ -251,7 +297,8 @@ impl<'l> Printer<'l> {
                 out.push(' ');
                 push_percent(out, node.count, total);
                 out.push_str(&texts[node.line as usize]);
-            });
+            },
+        );
         Ok(())
     }
 
@@ -321,12 +368,14 @@ impl Walk {
         &mut self,
         tree: &Tree,
         options: &ReportOptions,
+        ties: &mut Ties,
         total: u64,
         visit: impl FnMut(&Node, u32),
     ) {
+        let mut filter = Filter { options, ties };
         match options.sortedby {
-            SortedBy::FileFuncLine => self.in_line_order(tree, options, total, visit),
-            SortedBy::Count | SortedBy::Overhead => self.sorted(tree, options, total, visit),
+            SortedBy::FileFuncLine => self.in_line_order(tree, &mut filter, total, visit),
+            SortedBy::Count | SortedBy::Overhead => self.sorted(tree, &mut filter, total, visit),
         }
     }
 
@@ -335,7 +384,7 @@ impl Walk {
     fn in_line_order(
         &mut self,
         tree: &Tree,
-        options: &ReportOptions,
+        filter: &mut Filter<'_>,
         total: u64,
         mut visit: impl FnMut(&Node, u32),
     ) {
@@ -349,7 +398,7 @@ impl Walk {
             let parent_count = ancestors.last().map_or(total, |&(_, count)| count);
             // No deeper than the tree has nodes, whose ids are 32-bit.
             let depth = ancestors.len() as u32 + 1;
-            if passes(options, node.count, parent_count, depth) {
+            if filter.passes(node.count, parent_count, depth) {
                 visit(node, depth);
                 ancestors.push((node.end, node.count));
                 id += 1;
@@ -363,17 +412,17 @@ impl Walk {
     fn sorted(
         &mut self,
         tree: &Tree,
-        options: &ReportOptions,
+        filter: &mut Filter<'_>,
         total: u64,
         mut visit: impl FnMut(&Node, u32),
     ) {
         self.pending.clear();
         let roots_end = tree.nodes.len() as u32;
-        self.push_children(tree, options, 0, roots_end, total, 1);
+        self.push_children(tree, filter, 0, roots_end, total, 1);
         while let Some((id, depth)) = self.pending.pop() {
             let node = &tree.nodes[id as usize];
             visit(node, depth);
-            self.push_children(tree, options, id + 1, node.end, node.count, depth + 1);
+            self.push_children(tree, filter, id + 1, node.end, node.count, depth + 1);
         }
     }
 
@@ -382,7 +431,7 @@ impl Walk {
     fn push_children(
         &mut self,
         tree: &Tree,
-        options: &ReportOptions,
+        filter: &mut Filter<'_>,
         first: u32,
         end: u32,
         parent_count: u64,
@@ -391,12 +440,9 @@ impl Walk {
         let nodes = &tree.nodes;
         let kept = &mut self.kept;
         kept.clear();
-        kept.extend(
-            tree.children(first, end)
-                .filter(|&id| passes(options, nodes[id as usize].count, parent_count, depth)),
-        );
+        kept.extend(tree.children(first, end));
         // Children come in line order, that is by file, function and line.
-        match options.sortedby {
+        match filter.options.sortedby {
             SortedBy::FileFuncLine => {}
             SortedBy::Count => kept.sort_unstable_by(|&a, &b| {
                 let (a, b) = (&nodes[a as usize], &nodes[b as usize]);
@@ -410,18 +456,33 @@ impl Walk {
                     .then(a.line.cmp(&b.line))
             }),
         }
+        // Filtered once in order, so that of the lines at the edge of
+        // `maxlines`, the first siblings are the ones shown.
+        kept.retain(|&id| filter.passes(nodes[id as usize].count, parent_count, depth));
         self.pending
             .extend(kept.iter().rev().map(|&id| (id, depth)));
     }
 }
 
-/// Whether a node with `count` samples, `depth` levels deep, under a parent
-/// with `parent_count` passes `maxdepth`, `mincount` and `noisefloor`.
-fn passes(options: &ReportOptions, count: u64, parent_count: u64, depth: u32) -> bool {
-    options.maxdepth.is_none_or(|maxdepth| depth <= maxdepth)
-        && count >= options.mincount
-        && !(options.noisefloor > 0.0
-            && count as f64 <= options.noisefloor * (parent_count as f64).sqrt())
+/// The filters of the tree: `maxdepth`, `mincount`, `noisefloor`, and the
+/// room left for the lines at the edge of `maxlines`.
+struct Filter<'a> {
+    options: &'a ReportOptions,
+    ties: &'a mut Ties,
+}
+
+impl Filter<'_> {
+    /// Whether a node with `count` samples, `depth` levels deep, under a
+    /// parent with `parent_count` is shown. Ask once per node, in print
+    /// order.
+    fn passes(&mut self, count: u64, parent_count: u64, depth: u32) -> bool {
+        let options = self.options;
+        options.maxdepth.is_none_or(|maxdepth| depth <= maxdepth)
+            && count >= options.mincount
+            && !(options.noisefloor > 0.0
+                && count as f64 <= options.noisefloor * (parent_count as f64).sqrt())
+            && self.ties.admit(count)
+    }
 }
 
 /// The guide column and indentation of a node `level` levels below the

@@ -471,3 +471,88 @@ async fn diff_shows_which_function_took_over() {
         .expect_err("a diff is not drawn as a tree");
     assert_eq!(tree.code(), tonic::Code::InvalidArgument, "{tree:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tree_within_maxlines_keeps_the_lines_of_most_samples_and_says_so() {
+    // Nearly every sample its own stack: hundreds of tree lines.
+    let (_daemon, workload, client) = crate::support::daemon_and_workload("many_stacks", &[]).await;
+    let start = unix_nanos();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let end = unix_nanos();
+    let tree = |maxlines: Option<u64>| {
+        let mut client = client.clone();
+        let selector = crate::support::selector(&[workload.pid()]);
+        async move {
+            let reply = client
+                .query(v1::QueryRequest {
+                    start_unix_nanos: start,
+                    end_unix_nanos: end,
+                    selector,
+                    options: Some(v1::ReportOptions {
+                        maxlines,
+                        ..options(v1::Format::Tree)
+                    }),
+                    mode: v1::Mode::Cpu as i32,
+                })
+                .await
+                .unwrap_or_else(|status| panic!("Query failed: {status:?}"))
+                .into_inner();
+            String::from_utf8(reply.report).expect("UTF-8")
+        }
+    };
+    // The tree's lines (after its two header lines) past their overhead
+    // column (as wide as the widest shown), with their counts.
+    let lines = |text: &str| -> Vec<(String, u64)> {
+        text.lines()
+            .skip_while(|line| !line.starts_with("====="))
+            .skip(1)
+            .take_while(|line| line.contains('╎'))
+            .map(|line| {
+                let (_, rest) = line.split_once('╎').expect("a guide");
+                // Guides and indentation, a `+n` tag past 60 levels, then
+                // the count.
+                let count = rest
+                    .split([' ', '╎'])
+                    .find(|token| !token.is_empty() && !token.starts_with('+'))
+                    .and_then(|count| count.parse().ok())
+                    .unwrap_or_else(|| panic!("a count in {line:?}"));
+                (rest.to_owned(), count)
+            })
+            .collect()
+    };
+    let every = tree(Some(0)).await;
+    let all = lines(&every);
+    assert!(all.len() > 100, "too few lines to cut: {every}");
+    assert!(!every.starts_with('#'), "nothing is cut with maxlines 0");
+    let bounded = tree(Some(20)).await;
+    let shown = lines(&bounded);
+    assert!(
+        bounded.starts_with(&format!("# 20 of {} lines shown, those of ", all.len())),
+        "{bounded}"
+    );
+    assert_eq!(shown.len(), 20, "{bounded}");
+    // The 20 lines of most samples (ties at the edge aside), in the order
+    // and layout of the whole tree.
+    let mut counts: Vec<u64> = all.iter().map(|(_, count)| *count).collect();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    let edge = counts[20];
+    assert!(shown.iter().all(|(_, count)| *count >= edge), "{bounded}");
+    let above: Vec<&String> = all
+        .iter()
+        .filter(|(_, count)| *count > edge)
+        .map(|(line, _)| line)
+        .collect();
+    let shown_above: Vec<&String> = shown
+        .iter()
+        .filter(|(_, count)| *count > edge)
+        .map(|(line, _)| line)
+        .collect();
+    assert_eq!(shown_above, above);
+    // By default: every line of so small a tree.
+    assert_eq!(lines(&tree(None).await).len(), all.len());
+}
+
+fn unix_nanos() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    i64::try_from(now.expect("after 1970").as_nanos()).expect("before 2262")
+}

@@ -507,9 +507,26 @@ fn very_deep_stacks_render() {
     let names: Vec<String> = (0..100_000).map(|i| format!("f{}", i % 3)).collect();
     let chain: Vec<&str> = names.iter().map(String::as_str).collect();
     let p = profile(&[(&chain, 2), (&chain[..50_000], 1)]);
-    let text = default_tree(&p);
+    let every_line = ReportOptions {
+        maxlines: 0,
+        ..ReportOptions::default()
+    };
+    let text = tree(&p, every_line);
     let lines = body(&text);
     assert_eq!(lines.len(), 100_000);
+    // Within the default maxlines: the first 10,000 levels, all of 3
+    // samples.
+    let bounded = default_tree(&p);
+    let mut bounded = bounded.lines();
+    assert_eq!(
+        bounded.next(),
+        Some(
+            "# 10000 of 100000 lines shown, those of more than 3 samples and the first 10000 of 3 \
+             (maxlines 10000; maxlines 0 shows every line)"
+        )
+    );
+    let bounded: Vec<&str> = bounded.collect();
+    assert_eq!(body(&bounded.join("\n"))[..], lines[..10_000]);
     // Level 49,999: 53 columns drawn and a 7-column tag.
     assert_eq!(
         lines[49_999],
@@ -529,16 +546,34 @@ struct ReferenceNode<'a> {
     children: std::collections::BTreeMap<super::super::frames::LineKey<'a>, ReferenceNode<'a>>,
 }
 
+/// The lines of `count` samples still to be shown at the edge of
+/// `maxlines`: (count, room).
+type ReferenceTies = (u64, u64);
+
 /// The body of an ungrouped tree report as a naive recursive tree of
 /// `LineKey`s gives it.
 fn reference_body(profile: &Profile, options: &ReportOptions) -> Vec<String> {
     use super::super::frames::LineKey;
 
+    type Shown<'n, 'a> = Vec<(&'n LineKey<'a>, &'n ReferenceNode<'a>, usize)>;
+
+    fn admit(ties: &mut ReferenceTies, count: u64) -> bool {
+        match ties {
+            (edge, room) if *edge == count && *edge > 0 => {
+                let admitted = *room > 0;
+                *room = room.saturating_sub(1);
+                admitted
+            }
+            _ => true,
+        }
+    }
+
     fn shown<'n, 'a>(
         node: &'n ReferenceNode<'a>,
         depth: usize,
         options: &ReportOptions,
-        out: &mut Vec<(&'n LineKey<'a>, &'n ReferenceNode<'a>, usize)>,
+        ties: &mut ReferenceTies,
+        out: &mut Shown<'n, 'a>,
     ) {
         if options
             .maxdepth
@@ -566,9 +601,17 @@ fn reference_body(profile: &Profile, options: &ReportOptions) -> Vec<String> {
                 )
             }),
         }
+        // In line order each node's place at the edge is decided as it is
+        // printed; sorted, siblings are decided together.
+        if options.sortedby != SortedBy::FileFuncLine {
+            children.retain(|(_, child)| admit(ties, child.count));
+        }
         for (key, child) in children {
+            if options.sortedby == SortedBy::FileFuncLine && !admit(ties, child.count) {
+                continue;
+            }
             out.push((key, child, depth));
-            shown(child, depth + 1, options, out);
+            shown(child, depth + 1, options, ties, out);
         }
     }
 
@@ -585,7 +628,27 @@ fn reference_body(profile: &Profile, options: &ReportOptions) -> Vec<String> {
         node.overhead += sample.count;
     }
     let mut nodes = Vec::new();
-    shown(&root, 1, options, &mut nodes);
+    let every_line = ReportOptions {
+        maxlines: 0,
+        ..options.clone()
+    };
+    shown(&root, 1, &every_line, &mut (0, 0), &mut nodes);
+    // Within maxlines: the lines of most samples, those at the edge in
+    // order.
+    let maxlines = options.maxlines as usize;
+    if maxlines > 0 && nodes.len() > maxlines {
+        let mut counts: Vec<u64> = nodes.iter().map(|(_, node, _)| node.count).collect();
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let edge = counts[maxlines];
+        let above = counts.iter().filter(|&&count| count > edge).count() as u64;
+        let bounded = ReportOptions {
+            mincount: options.mincount.max(edge),
+            ..every_line
+        };
+        nodes.clear();
+        let mut ties = (edge, maxlines as u64 - above);
+        shown(&root, 1, &bounded, &mut ties, &mut nodes);
+    }
     let overhead_width = digits(nodes.iter().map(|(_, n, _)| n.overhead).max().unwrap_or(0));
     let count_width = digits(nodes.iter().map(|(_, n, _)| n.count).max().unwrap_or(0));
     nodes
@@ -630,9 +693,17 @@ fn random_trees_match_a_naive_tree() {
         b.sample(0, stack, 1 + next(20) as u64);
     }
     let p = b.build();
+    let mut cuts = 0;
     for sortedby in [SortedBy::FileFuncLine, SortedBy::Count, SortedBy::Overhead] {
-        for (mincount, noisefloor, maxdepth) in [(0, 0.0, None), (15, 0.0, Some(4)), (0, 0.7, None)]
-        {
+        for (mincount, noisefloor, maxdepth, maxlines) in [
+            (0, 0.0, None, 10_000),
+            (15, 0.0, Some(4), 10_000),
+            (0, 0.7, None, 10_000),
+            (0, 0.0, None, 60),
+            (0, 0.0, None, 7),
+            (15, 0.0, Some(4), 30),
+            (0, 0.7, None, 5),
+        ] {
             for (combine, kernel) in [(true, true), (false, false)] {
                 let options = ReportOptions {
                     sortedby,
@@ -641,11 +712,28 @@ fn random_trees_match_a_naive_tree() {
                     maxdepth,
                     combine,
                     kernel,
+                    maxlines,
                     ..ReportOptions::default()
                 };
                 let text = tree(&p, options.clone());
+                // Past the comment on what maxlines left out.
+                let text = match text.strip_prefix("# ") {
+                    Some(commented) => {
+                        let (comment, rest) = commented.split_once('\n').expect("a comment line");
+                        assert!(
+                            comment.contains(&format!("maxlines {maxlines}")),
+                            "{comment}"
+                        );
+                        assert_eq!(body(rest).len(), maxlines as usize, "{options:?}");
+                        cuts += 1;
+                        rest.to_owned()
+                    }
+                    None => text,
+                };
                 assert_eq!(body(&text), reference_body(&p, &options), "{options:?}");
             }
         }
     }
+    // Each of the four smaller budgets cuts, in every order and layout.
+    assert_eq!(cuts, 3 * 4 * 2);
 }

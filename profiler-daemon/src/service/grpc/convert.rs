@@ -58,6 +58,7 @@ pub fn report_options(options: Option<v1::ReportOptions>) -> Result<ReportOption
         },
         kernel: options.kernel.unwrap_or(defaults.kernel),
         combine: options.combine.unwrap_or(defaults.combine),
+        maxlines: options.maxlines.unwrap_or(defaults.maxlines),
     })
 }
 
@@ -426,6 +427,7 @@ mod tests {
         let options = report_options(None).unwrap();
         assert_eq!(options, ReportOptions::default());
         assert!(options.kernel && options.combine);
+        assert_eq!(options.maxlines, crate::profile::DEFAULT_MAXLINES);
     }
 
     #[test]
@@ -439,10 +441,12 @@ mod tests {
             groupby: v1::GroupBy::Thread as i32,
             kernel: Some(false),
             combine: Some(false),
+            maxlines: Some(0),
         }))
         .unwrap();
         assert_eq!(options.format, Format::Pprof);
         assert_eq!(options.maxdepth, Some(5));
+        assert_eq!(options.maxlines, 0, "0: no limit");
         assert_eq!(options.groupby, GroupBy::Thread);
         assert!(!options.kernel && !options.combine);
     }

@@ -1,0 +1,200 @@
+//! The line budget of the text reports (`maxlines`): when a tree or flat
+//! report would print more lines than that, the lines of fewest samples
+//! are left out, as a higher `mincount` would leave them out, and the
+//! report says so in a comment.
+//!
+//! Owns the choice of that `mincount` and the comment; it must not count
+//! lines itself (the tree and flat reports offer the counts of the lines
+//! they would print).
+
+use std::{cmp::Reverse, collections::BinaryHeap, fmt::Write as _};
+
+use super::ReportError;
+
+/// What a report left out to stay within its budget: every line of
+/// fewer than `mincount` samples, and the lines of exactly `mincount`
+/// samples past the first `ties.room` in print order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LinesCut {
+    pub mincount: u64,
+    pub ties: Ties,
+    /// Lines printed, of those the other filters let through.
+    pub shown: u64,
+    pub lines: u64,
+    pub maxlines: u64,
+}
+
+impl LinesCut {
+    /// Writes the `# ` comment that says what was left out and how to see
+    /// it; `unit` is what the counts count.
+    pub fn write_comment(&self, out: &mut String, unit: &str) -> Result<(), ReportError> {
+        write!(out, "# {} of {} lines shown, ", self.shown, self.lines)?;
+        if self.ties.room > 0 {
+            write!(
+                out,
+                "those of more than {count} {unit} and the first {room} of {count}",
+                count = self.ties.count,
+                room = self.ties.room
+            )?;
+        } else {
+            write!(out, "those of at least {} {unit}", self.mincount)?;
+        }
+        writeln!(
+            out,
+            " (maxlines {}; maxlines 0 shows every line)",
+            self.maxlines
+        )?;
+        Ok(())
+    }
+}
+
+/// Room for the lines of one count at the edge of a budget: some of them
+/// fit, the rest do not. The default admits every line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Ties {
+    count: u64,
+    room: u64,
+}
+
+impl Ties {
+    /// Whether a line of `count` samples (not below the cut's `mincount`)
+    /// is shown: every line is, but those of the edge count once their room
+    /// is taken. Ask in print order, once per line.
+    pub fn admit(&mut self, count: u64) -> bool {
+        if count != self.count || self.count == 0 {
+            return true;
+        }
+        let admitted = self.room > 0;
+        self.room = self.room.saturating_sub(1);
+        admitted
+    }
+}
+
+/// The biggest counts of the lines a report would print, as they are
+/// offered: enough to tell which to leave out.
+pub(super) struct LineBudget {
+    maxlines: u64,
+    /// The `maxlines + 1` biggest counts so far, the smallest on top.
+    biggest: BinaryHeap<Reverse<u64>>,
+    lines: u64,
+}
+
+impl LineBudget {
+    /// A budget of `maxlines` lines; `None` for no limit.
+    pub fn new(maxlines: u64) -> Option<Self> {
+        (maxlines > 0).then(|| Self {
+            maxlines,
+            biggest: BinaryHeap::new(),
+            lines: 0,
+        })
+    }
+
+    /// Counts a line of `count` samples.
+    pub fn offer(&mut self, count: u64) {
+        self.lines += 1;
+        let keep = usize::try_from(self.maxlines)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1);
+        if self.biggest.len() < keep {
+            self.biggest.push(Reverse(count));
+        } else if self
+            .biggest
+            .peek()
+            .is_some_and(|&Reverse(least)| count > least)
+        {
+            self.biggest.pop();
+            self.biggest.push(Reverse(count));
+        }
+    }
+
+    /// What to leave out: nothing when every line fits; else the lines of
+    /// fewer samples than the first line that does not fit, and as many of
+    /// the lines of its count as do not fit.
+    pub fn cut(self) -> Option<LinesCut> {
+        if self.lines <= self.maxlines {
+            return None;
+        }
+        let Reverse(edge) = *self.biggest.peek()?;
+        let above = self
+            .biggest
+            .iter()
+            .filter(|&&Reverse(count)| count > edge)
+            .count() as u64;
+        let room = self.maxlines - above;
+        let (mincount, ties) = match room {
+            0 => (edge.saturating_add(1), Ties::default()),
+            room => (edge, Ties { count: edge, room }),
+        };
+        Some(LinesCut {
+            mincount,
+            ties,
+            // The lines above the edge, and the ties that fill the room.
+            shown: self.maxlines,
+            lines: self.lines,
+            maxlines: self.maxlines,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cut(maxlines: u64, counts: &[u64]) -> Option<LinesCut> {
+        let mut budget = LineBudget::new(maxlines)?;
+        for &count in counts {
+            budget.offer(count);
+        }
+        budget.cut()
+    }
+
+    #[test]
+    fn lines_within_the_budget_are_all_shown() {
+        assert_eq!(cut(3, &[5, 1, 9]), None);
+        assert_eq!(cut(0, &[5, 1, 9, 4, 4]), None, "0: no limit");
+    }
+
+    #[test]
+    fn the_lines_of_fewest_samples_are_left_out() {
+        let cut = cut(3, &[5, 1, 9, 4, 7, 2]).expect("a cut");
+        assert_eq!(
+            cut,
+            LinesCut {
+                mincount: 5,
+                ties: Ties::default(),
+                shown: 3,
+                lines: 6,
+                maxlines: 3
+            }
+        );
+        let mut comment = String::new();
+        cut.write_comment(&mut comment, "samples").unwrap();
+        assert_eq!(
+            comment,
+            "# 3 of 6 lines shown, those of at least 5 samples (maxlines 3; maxlines 0 shows \
+             every line)\n"
+        );
+    }
+
+    #[test]
+    fn ties_at_the_edge_fill_the_room_left_in_print_order() {
+        // Three lines of 4 samples compete for the last two places.
+        let mut cut = cut(3, &[9, 4, 4, 4, 1]).expect("a cut");
+        assert_eq!((cut.mincount, cut.shown), (4, 3));
+        let mut comment = String::new();
+        cut.write_comment(&mut comment, "bytes").unwrap();
+        assert_eq!(
+            comment,
+            "# 3 of 5 lines shown, those of more than 4 bytes and the first 2 of 4 (maxlines 3; \
+             maxlines 0 shows every line)\n"
+        );
+        let admitted: Vec<bool> = [9, 4, 4, 4]
+            .iter()
+            .map(|&count| cut.ties.admit(count))
+            .collect();
+        assert_eq!(admitted, [true, true, true, false]);
+        // One deep stack: every line has its 3 samples.
+        let cut = super::tests::cut(2, &[3; 10]).expect("a cut");
+        assert_eq!((cut.mincount, cut.ties.room, cut.shown), (3, 2, 2));
+    }
+}

@@ -1,0 +1,120 @@
+//! The folded lines a flame graph draws. A flame graph leaves out every
+//! frame narrower than a fraction of the whole (inferno: 0.01%), and so
+//! every frame below it: a window of many small stacks (hundreds of
+//! thousands of lines, most of them a few samples) draws a few thousand
+//! frames. The lines through a frame that narrow become one: the first of
+//! them, in its place, with all their samples. Every frame drawn then
+//! starts and ends where it did, the frames below the narrow one are still
+//! too narrow to draw, and the lines stay in order: the flame graph is the
+//! same, made from far fewer lines.
+//!
+//! A frame is what inferno merges: the same name at the same depth in
+//! consecutive lines. Owns that prefix tree of the lines; it must not
+//! decide the lines' order or text (the parent module's).
+
+use super::{Folded, ReportError, small_id};
+
+/// A frame of consecutive lines: a node of their prefix tree, in line order.
+struct Node {
+    /// Samples of the lines through it, and of those ending at it.
+    count: u64,
+    overhead: u64,
+    /// One past the last node of its subtree.
+    end: u32,
+    /// The first line through it.
+    line: u32,
+}
+
+/// Writes the lines of `folded`, those through a frame of fewer than
+/// `narrowest` samples merged into the first of them.
+pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, ReportError> {
+    let nodes = prefix_tree(folded)?;
+    let mut out = String::new();
+    let mut id = 0;
+    while let Some(node) = nodes.get(id) {
+        // A node's first line is the one ending at it, if any: its text
+        // is a prefix of the others'.
+        let (line, _) = folded.lines[node.line as usize];
+        if (node.count as f64) < narrowest {
+            // Too narrow to draw, with everything below it.
+            folded.write_line(&mut out, line, node.count);
+            id = node.end as usize;
+            continue;
+        }
+        if node.overhead > 0 {
+            folded.write_line(&mut out, line, node.overhead);
+        }
+        id += 1;
+    }
+    Ok(out)
+}
+
+/// Whether lines start with group frames (`groupby` process or thread).
+fn grouped(folded: &Folded<'_>) -> bool {
+    folded.groups.texts.iter().any(|text| !text.is_empty())
+}
+
+/// The prefix tree of the lines, nodes in line order: lines through a node
+/// are consecutive, a node's subtree is `nodes[id..end]`.
+fn prefix_tree(folded: &Folded<'_>) -> Result<Vec<Node>, ReportError> {
+    let grouped = grouped(folded);
+    let names = &folded.tokens.names;
+    // A level's key: a group's rank, or past them a frame's name.
+    let groups = folded.groups.texts.len() as u32;
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut path: Vec<u32> = Vec::new();
+    let (mut keys, mut previous): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
+    for (index, &((group, stack), count)) in folded.lines.iter().enumerate() {
+        keys.clear();
+        if grouped {
+            keys.push(group);
+        }
+        keys.extend(
+            folded
+                .stacks
+                .get(stack)
+                .iter()
+                .map(|&token| groups + names[token as usize]),
+        );
+        let common = previous
+            .iter()
+            .zip(&keys)
+            .take_while(|(a, b)| a == b)
+            .count();
+        close(&mut nodes, &mut path, common)?;
+        for _ in common..keys.len() {
+            path.push(small_id(nodes.len(), "flame graph frames")?);
+            nodes.push(Node {
+                count: 0,
+                overhead: 0,
+                end: 0,
+                line: small_id(index, "folded lines")?,
+            });
+        }
+        if let Some(&leaf) = path.last() {
+            let leaf = &mut nodes[leaf as usize];
+            leaf.count = leaf.count.saturating_add(count);
+            leaf.overhead = leaf.overhead.saturating_add(count);
+        }
+        std::mem::swap(&mut keys, &mut previous);
+    }
+    close(&mut nodes, &mut path, 0)?;
+    Ok(nodes)
+}
+
+/// Ends the nodes of `path` past its first `depth`: their subtrees end
+/// here, and their samples go to their parents.
+fn close(nodes: &mut [Node], path: &mut Vec<u32>, depth: usize) -> Result<(), ReportError> {
+    let end = small_id(nodes.len(), "flame graph frames")?;
+    while path.len() > depth {
+        let Some(id) = path.pop() else { break };
+        let node = &mut nodes[id as usize];
+        node.end = end;
+        let count = node.count;
+        if let Some(&parent) = path.last() {
+            let parent = &mut nodes[parent as usize];
+            parent.count = parent.count.saturating_add(count);
+        }
+    }
+    Ok(())
+}
