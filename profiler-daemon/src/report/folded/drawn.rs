@@ -2,17 +2,18 @@
 //! frame narrower than a fraction of the whole (inferno: 0.01%), and so
 //! every frame below it: a window of many small stacks (hundreds of
 //! thousands of lines, most of them a few samples) draws a few thousand
-//! frames. The lines through a frame that narrow become one: the first of
-//! them, in its place, with all their samples. Every frame drawn then
-//! starts and ends where it did, the frames below the narrow one are still
-//! too narrow to draw, and the lines stay in order: the flame graph is the
-//! same, made from far fewer lines.
+//! frames. The lines through a frame that narrow become one line, cut after
+//! that frame, in their place, with all their samples: every frame drawn
+//! starts and ends where it did, and the flame graph is the same, made from
+//! far fewer and shorter lines. (Cut lines no longer sort as text where a
+//! name continues past a shorter one, `f b` before `f;…`: they must be
+//! merged in the order given.)
 //!
 //! A frame is what inferno merges: the same name at the same depth in
 //! consecutive lines. Owns that prefix tree of the lines; it must not
 //! decide the lines' order or text (the parent module's).
 
-use super::{Folded, ReportError, small_id};
+use super::{Folded, ReportError, digits, push_decimal, small_id};
 
 /// A frame of consecutive lines: a node of their prefix tree, in line order.
 struct Node {
@@ -21,32 +22,51 @@ struct Node {
     overhead: u64,
     /// One past the last node of its subtree.
     end: u32,
-    /// The first line through it.
+    /// The first line through it, and its depth there (1: the first
+    /// level).
     line: u32,
+    depth: u32,
 }
 
 /// Writes the lines of `folded`, those through a frame of fewer than
-/// `narrowest` samples merged into the first of them.
+/// `narrowest` samples merged into one cut after that frame.
 pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, ReportError> {
     let nodes = prefix_tree(folded)?;
     let mut out = String::new();
     let mut id = 0;
     while let Some(node) = nodes.get(id) {
-        // A node's first line is the one ending at it, if any: its text
-        // is a prefix of the others'.
-        let (line, _) = folded.lines[node.line as usize];
         if (node.count as f64) < narrowest {
             // Too narrow to draw, with everything below it.
-            folded.write_line(&mut out, line, node.count);
+            write_line(&mut out, folded, node, node.count);
             id = node.end as usize;
             continue;
         }
+        // The line ending at a frame comes first among the lines through
+        // it.
         if node.overhead > 0 {
-            folded.write_line(&mut out, line, node.overhead);
+            write_line(&mut out, folded, node, node.overhead);
         }
         id += 1;
     }
     Ok(out)
+}
+
+/// The line of `node`'s frames, root first, with `count`.
+fn write_line(out: &mut String, folded: &Folded<'_>, node: &Node, count: u64) {
+    let (line, _) = folded.lines[node.line as usize];
+    // The group's text is one level of the tree (empty when ungrouped).
+    let skipped = usize::from(!grouped(folded));
+    for text in folded.texts_of(line).skip(skipped).take(node.depth as usize) {
+        out.push_str(text);
+    }
+    // The last frame without the `;` that follows it.
+    if out.ends_with(';') {
+        out.pop();
+    }
+    out.reserve(" \n".len() + digits(count));
+    out.push(' ');
+    push_decimal(out, count);
+    out.push('\n');
 }
 
 /// Whether lines start with group frames (`groupby` process or thread).
@@ -82,13 +102,15 @@ fn prefix_tree(folded: &Folded<'_>) -> Result<Vec<Node>, ReportError> {
             .take_while(|(a, b)| a == b)
             .count();
         close(&mut nodes, &mut path, common)?;
-        for _ in common..keys.len() {
+        // Depths are at most a line's frames, whose number fits 32 bits.
+        for depth in common as u32 + 1..=keys.len() as u32 {
             path.push(small_id(nodes.len(), "flame graph frames")?);
             nodes.push(Node {
                 count: 0,
                 overhead: 0,
                 end: 0,
                 line: small_id(index, "folded lines")?,
+                depth,
             });
         }
         if let Some(&leaf) = path.last() {
