@@ -111,8 +111,16 @@ async fn run_profilerd(
         ("pprof", v1::Format::Pprof, v1::GroupBy::None),
         ("flamegraph", v1::Format::Flamegraph, v1::GroupBy::None),
         ("speedscope", v1::Format::Speedscope, v1::GroupBy::None),
-        ("tree per process", v1::Format::Tree, v1::GroupBy::Unspecified),
-        ("flat per process", v1::Format::Flat, v1::GroupBy::Unspecified),
+        (
+            "tree per process",
+            v1::Format::Tree,
+            v1::GroupBy::Unspecified,
+        ),
+        (
+            "flat per process",
+            v1::Format::Flat,
+            v1::GroupBy::Unspecified,
+        ),
     ] {
         let mut times = Vec::new();
         let mut size = 0;

@@ -16,7 +16,7 @@
 //! row first (Julia lists it last), ties broken by count, then by file,
 //! function and line.
 
-use std::fmt::Write as _;
+use std::{collections::VecDeque, fmt::Write as _};
 
 use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, Lines, StackId};
@@ -68,6 +68,9 @@ struct Table<'l, 'a> {
     /// Room for the rows at the edge of `maxlines`, left for the sections
     /// not written yet.
     ties: Ties,
+    /// The rows counted to stay within `maxlines`, of the sections not
+    /// written yet, in the order they are written.
+    counted: VecDeque<Vec<Row>>,
     /// The cells of each line.
     cells: Vec<Cells<'a>>,
     /// Per line: samples whose stack holds it, in the section so far (0
@@ -93,6 +96,7 @@ impl<'l, 'a> Table<'l, 'a> {
             lines,
             options: options.clone(),
             ties: Ties::default(),
+            counted: VecDeque::new(),
             cells: lines
                 .keys()
                 .iter()
@@ -117,9 +121,11 @@ impl<'l, 'a> Table<'l, 'a> {
     fn within_maxlines(&mut self, sections: &[Section]) -> Option<LinesCut> {
         let mut budget = LineBudget::new(self.options.maxlines)?;
         for section in sections {
-            for row in self.counted_rows(section) {
+            let rows = self.counted_rows(section);
+            for row in &rows {
                 budget.offer(row.count);
             }
+            self.counted.push_back(rows);
         }
         let cut = budget.cut()?;
         self.options.mincount = self.options.mincount.max(cut.mincount);
@@ -129,7 +135,14 @@ impl<'l, 'a> Table<'l, 'a> {
 
     /// The rows of a section that pass `mincount`, in `sortedby` order.
     fn rows(&mut self, section: &Section) -> Vec<Row> {
-        let mut rows = self.counted_rows(section);
+        let mut rows = match self.counted.pop_front() {
+            Some(mut rows) => {
+                let mincount = self.options.mincount;
+                rows.retain(|row| row.count >= mincount);
+                rows
+            }
+            None => self.counted_rows(section),
+        };
         // Line ids are in `LineKey` order.
         match self.options.sortedby {
             SortedBy::FileFuncLine => rows.sort_unstable_by_key(|row| row.line),

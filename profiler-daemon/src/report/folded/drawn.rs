@@ -56,7 +56,11 @@ fn write_line(out: &mut String, folded: &Folded<'_>, node: &Node, count: u64) {
     let (line, _) = folded.lines[node.line as usize];
     // The group's text is one level of the tree (empty when ungrouped).
     let skipped = usize::from(!grouped(folded));
-    for text in folded.texts_of(line).skip(skipped).take(node.depth as usize) {
+    for text in folded
+        .texts_of(line)
+        .skip(skipped)
+        .take(node.depth as usize)
+    {
         out.push_str(text);
     }
     // The last frame without the `;` that follows it.
