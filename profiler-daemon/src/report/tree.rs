@@ -222,6 +222,15 @@ impl<'l> Printer<'l> {
         let Some(mut budget) = LineBudget::new(self.options.maxlines) else {
             return Ok(None);
         };
+        // No tree has more lines than its samples' stacks have lines: a
+        // small report needs no counting.
+        let most_lines = self.samples.iter().fold(0_u64, |lines, sample| {
+            let stack = self.ranks[sample.stack as usize];
+            lines + self.stacks.get(stack).len() as u64
+        });
+        if most_lines <= self.options.maxlines {
+            return Ok(None);
+        }
         for section in sections {
             self.build_tree(section)?;
             let mut every_line = Ties::default();
