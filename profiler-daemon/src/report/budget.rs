@@ -29,12 +29,13 @@ impl LinesCut {
     /// it; `unit` is what the counts count.
     pub fn write_comment(&self, out: &mut String, unit: &str) -> Result<(), ReportError> {
         write!(out, "# {} of {} lines shown, ", self.shown, self.lines)?;
-        if self.ties.room > 0 {
+        let (count, room) = (self.ties.count, self.ties.room);
+        if room > 0 && room == self.shown {
+            write!(out, "the first {room} of those of {count} {unit}")?;
+        } else if room > 0 {
             write!(
                 out,
-                "those of more than {count} {unit} and the first {room} of {count}",
-                count = self.ties.count,
-                room = self.ties.room
+                "those of more than {count} {unit} and the first {room} of {count}"
             )?;
         } else {
             write!(out, "those of at least {} {unit}", self.mincount)?;

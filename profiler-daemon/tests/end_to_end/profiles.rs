@@ -527,7 +527,7 @@ async fn a_tree_within_maxlines_keeps_the_lines_of_most_samples_and_says_so() {
     let bounded = tree(Some(20)).await;
     let shown = lines(&bounded);
     assert!(
-        bounded.starts_with(&format!("# 20 of {} lines shown, those of ", all.len())),
+        bounded.starts_with(&format!("# 20 of {} lines shown, ", all.len())),
         "{bounded}"
     );
     assert_eq!(shown.len(), 20, "{bounded}");

@@ -521,8 +521,8 @@ fn very_deep_stacks_render() {
     assert_eq!(
         bounded.next(),
         Some(
-            "# 10000 of 100000 lines shown, those of more than 3 samples and the first 10000 of 3 \
-             (maxlines 10000; maxlines 0 shows every line)"
+            "# 10000 of 100000 lines shown, the first 10000 of those of 3 samples (maxlines \
+             10000; maxlines 0 shows every line)"
         )
     );
     let bounded: Vec<&str> = bounded.collect();
