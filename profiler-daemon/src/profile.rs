@@ -33,6 +33,29 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// A profile of the window `start..end` with nothing in it yet.
+    pub fn empty(
+        start: SystemTime,
+        end: SystemTime,
+        frequency_hz: u32,
+        period_ns: u64,
+        mode: ProfileMode,
+    ) -> Self {
+        Self {
+            start,
+            end,
+            frequency_hz,
+            period_ns,
+            mode,
+            threads: Vec::new(),
+            locations: Vec::new(),
+            stacks: Stacks::default(),
+            samples: Vec::new(),
+            lost: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
     /// Length of the window in seconds.
     pub fn duration_secs(&self) -> f64 {
         self.end

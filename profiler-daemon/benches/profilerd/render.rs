@@ -15,7 +15,7 @@ use anyhow::Result;
 use profilerd::{
     profile::{
         Format, Frame, GroupBy, Location, LocationKind, Profile, ProfileMode, ReportOptions,
-        Sample, Stacks, ThreadInfo, ThreadState,
+        Sample, ThreadInfo, ThreadState,
     },
     report,
 };
@@ -100,19 +100,13 @@ pub fn run(plan: &Plan) -> Result<Table> {
 fn storm_profile(processes: u32, paths_each: usize, pool: u64) -> Profile {
     let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     let mut builder = StormBuilder::default();
-    let mut profile = Profile {
+    let mut profile = Profile::empty(
         start,
-        end: start + Duration::from_secs(600),
-        frequency_hz: 999,
-        period_ns: 1_001_001,
-        mode: ProfileMode::Cpu,
-        threads: Vec::new(),
-        locations: Vec::new(),
-        stacks: Stacks::default(),
-        samples: Vec::new(),
-        lost: Vec::new(),
-        warnings: Vec::new(),
-    };
+        start + Duration::from_secs(600),
+        999,
+        1_001_001,
+        ProfileMode::Cpu,
+    );
     let mut random = 0x2545_f491_4f6c_dd1d_u64;
     let mut next = move || {
         random ^= random << 13;

@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::{
     kernel::allocs::{KernelAllocations, Sampling},
-    profile::{Profile, ProfileAssembly, ProfileMode, Stacks, ThreadState},
+    profile::{Profile, ProfileAssembly, ProfileMode, ThreadState},
     symbols::symbolizer::SymbolizedSample,
 };
 
@@ -41,21 +41,13 @@ pub fn allocation_profile(
             held.untracked
         ));
     }
+    let period = match sampling {
+        Sampling::Bytes(mean) => mean,
+        Sampling::Rate(_) => 0,
+    };
     let mut assembly = ProfileAssembly::new(Profile {
-        start,
-        end,
-        frequency_hz: 0,
-        period_ns: match sampling {
-            Sampling::Bytes(mean) => mean,
-            Sampling::Rate(_) => 0,
-        },
-        mode: ProfileMode::Allocated,
-        threads: Vec::new(),
-        locations: Vec::new(),
-        stacks: Stacks::default(),
-        samples: Vec::new(),
-        lost: Vec::new(),
         warnings,
+        ..Profile::empty(start, end, 0, period, ProfileMode::Allocated)
     });
     // Estimates are fractions: summed before they are rounded.
     let mut sums: HashMap<(u32, u32, ThreadState), (f64, f64)> = HashMap::default();

@@ -18,8 +18,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::snapshot::{Disposition, ProcessSnapshot};
 use crate::{
     profile::{
-        GroupBy, Location, Owner, Profile, ProfileAssembly, ReportOptions, Stacks, ThreadInfo,
-        ThreadState,
+        GroupBy, Location, Owner, Profile, ProfileAssembly, ReportOptions, ThreadInfo, ThreadState,
     },
     report::{self, ReportError, ThreadSection},
     symbols::symbolizer::SymbolizedSample,
@@ -364,19 +363,13 @@ pub fn parse_owner_line(text: &str) -> Option<Owner> {
 /// first sample as text, innermost frame first.
 fn aggregate(run: &PeekRun<'_>) -> (Profile, HashMap<u32, Vec<String>>) {
     let period_ns = 1_000_000_000 / u64::from(run.frequency_hz.max(1));
-    let mut assembly = ProfileAssembly::new(Profile {
-        start: run.started,
-        end: run.started + run.duration,
-        frequency_hz: run.frequency_hz,
+    let mut assembly = ProfileAssembly::new(Profile::empty(
+        run.started,
+        run.started + run.duration,
+        run.frequency_hz,
         period_ns,
-        mode: crate::profile::ProfileMode::Wall,
-        threads: Vec::new(),
-        locations: Vec::new(),
-        stacks: Stacks::default(),
-        samples: Vec::new(),
-        lost: Vec::new(),
-        warnings: Vec::new(),
-    });
+        crate::profile::ProfileMode::Wall,
+    ));
     for thread in &run.snapshot.threads {
         assembly.thread(&ThreadInfo {
             pid: run.snapshot.pid,

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::profile::{Frame, Location, LocationKind, Profile, Sample, Stacks, ThreadInfo};
+use crate::profile::{Frame, Location, LocationKind, Profile, Sample, ThreadInfo};
 
 pub fn frame(function: &str, file: Option<&str>, line: u32, inlined: bool) -> Frame {
     Frame {
@@ -41,19 +41,13 @@ impl Builder {
     pub fn new() -> Self {
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let mut builder = Self {
-            profile: Profile {
+            profile: Profile::empty(
                 start,
-                end: start + Duration::from_secs(1),
-                frequency_hz: 100,
-                period_ns: 10_000_000,
-                mode: crate::profile::ProfileMode::Cpu,
-                threads: Vec::new(),
-                locations: Vec::new(),
-                stacks: Stacks::default(),
-                samples: Vec::new(),
-                lost: Vec::new(),
-                warnings: Vec::new(),
-            },
+                start + Duration::from_secs(1),
+                100,
+                10_000_000,
+                crate::profile::ProfileMode::Cpu,
+            ),
             named: HashMap::new(),
         };
         builder.thread(1230, 1234, "worker", "server");

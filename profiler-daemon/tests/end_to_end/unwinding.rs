@@ -93,6 +93,42 @@ async fn folded_profile_of(daemon: &Daemon, pid: u32, seconds: u64) -> Vec<(Vec<
     without_lost_stacks(folded(&reply.report))
 }
 
+/// The folded profile of the processes named `comm` over the next
+/// `duration_ms`, without the samples whose stacks were lost.
+async fn folded_profile_of_comm(
+    client: &mut crate::support::Client,
+    comm: &str,
+    duration_ms: u64,
+) -> Vec<(Vec<String>, u64)> {
+    let reply = client
+        .profile(v1::ProfileRequest {
+            duration_ms,
+            selector: Some(v1::Selector {
+                comms: vec![comm.to_owned()],
+                ..Default::default()
+            }),
+            options: Some(options(v1::Format::Folded)),
+            mode: v1::Mode::Cpu as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("Profile succeeds")
+        .into_inner();
+    without_lost_stacks(folded(&reply.report))
+}
+
+/// A copy of `binary` named `name` that only one test runs, made once per
+/// test run (whole before it is run: written aside, then renamed).
+fn private_copy(binary: &Path, name: &str) -> PathBuf {
+    let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    if !copy.exists() {
+        let partial = copy.with_extension("partial");
+        std::fs::copy(binary, &partial).expect("the binary is copied");
+        std::fs::rename(&partial, &copy).expect("the copy is renamed");
+    }
+    copy
+}
+
 fn without_lost_stacks(stacks: Vec<(Vec<String>, u64)>) -> Vec<(Vec<String>, u64)> {
     stacks
         .into_iter()
@@ -284,8 +320,7 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
 #[tokio::test(flavor = "multi_thread")]
 async fn processes_that_live_200_ms_keep_whole_chains() {
     let binary = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
-    let short = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shortchain");
-    std::fs::copy(&binary, &short).expect("the workload is copied");
+    let short = private_copy(&binary, "shortchain");
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
     let runs = tokio::task::spawn_blocking(move || {
@@ -295,22 +330,8 @@ async fn processes_that_live_200_ms_keep_whole_chains() {
             assert!(status.success());
         }
     });
-    let reply = client
-        .profile(v1::ProfileRequest {
-            duration_ms: 5_000,
-            selector: Some(v1::Selector {
-                comms: vec!["shortchain".to_owned()],
-                ..Default::default()
-            }),
-            options: Some(options(v1::Format::Folded)),
-            mode: v1::Mode::Cpu as i32,
-            ..Default::default()
-        })
-        .await
-        .expect("Profile succeeds")
-        .into_inner();
+    let stacks = folded_profile_of_comm(&mut client, "shortchain", 5_000).await;
     runs.await.expect("the runs finish");
-    let stacks = without_lost_stacks(folded(&reply.report));
     let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
     assert_share(&stacks, "hot_leaf", &chain, 95.0);
 }
@@ -322,17 +343,12 @@ async fn children_of_a_process_sampled_before_its_exec_keep_whole_chains() {
     // children, which live 15 ms, do the work: as under `perf record`,
     // whose child waits before it execs the workload. The children must
     // not take the parent's record of before its exec, nor go without.
-    let storm = Path::new(env!("CARGO_TARGET_TMPDIR")).join("execstorm");
-    if !storm.exists() {
-        let partial = storm.with_extension("partial");
-        let built = build_workload_with(
-            "fork_storm",
-            "fork_storm-o2",
-            &["-O2", "-g", "-fomit-frame-pointer"],
-        );
-        std::fs::copy(built, &partial).expect("the workload is copied");
-        std::fs::rename(&partial, &storm).expect("the copy is renamed");
-    }
+    let built = build_workload_with(
+        "fork_storm",
+        "fork_storm-o2",
+        &["-O2", "-g", "-fomit-frame-pointer"],
+    );
+    let storm = private_copy(&built, "execstorm");
     let exec_spin = build_workload_with("exec_spin", "exec_spin", &["-O1", "-g"]);
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
@@ -344,24 +360,9 @@ async fn children_of_a_process_sampled_before_its_exec_keep_whole_chains() {
             .status()
             .expect("exec_spin runs")
     });
-    let reply = client
-        .profile(v1::ProfileRequest {
-            duration_ms: 5_000,
-            selector: Some(v1::Selector {
-                comms: vec!["execstorm".to_owned()],
-                ..Default::default()
-            }),
-            options: Some(options(v1::Format::Folded)),
-            mode: v1::Mode::Cpu as i32,
-            ..Default::default()
-        })
-        .await
-        .expect("Profile succeeds")
-        .into_inner();
+    let stacks = folded_profile_of_comm(&mut client, "execstorm", 5_000).await;
     let exit = run.await.expect("the storm finishes");
     assert!(exit.success(), "the storm and its children exited cleanly");
-    // Stacks lost in the kernel (a full ring) have no frames to judge.
-    let stacks = without_lost_stacks(folded(&reply.report));
     let chain = [&C_ROOT[..], &["child_work"]].concat();
     assert_share(&stacks, "child_work", &chain, 95.0);
 }
@@ -542,12 +543,7 @@ fn reaching_main(stacks: &[(Vec<String>, u64)]) -> f64 {
 /// runs: the python clients of other tests, running meanwhile, map
 /// /usr/bin/python3 and would keep its unwind information in use.
 fn python_loop() -> Workload {
-    let private = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python3-let-go-of");
-    if !private.exists() {
-        let partial = private.with_extension("partial");
-        std::fs::copy("/usr/bin/python3", &partial).expect("Debian's python3 is copied");
-        std::fs::rename(&partial, &private).expect("the copy of python3 is renamed");
-    }
+    let private = private_copy(Path::new("/usr/bin/python3"), "python3-let-go-of");
     Command::new(&private)
         .args(["-c", "while True: sum(i * i for i in range(1000))"])
         .spawn()

@@ -32,30 +32,31 @@ struct Node {
 /// `narrowest` samples merged into one cut after that frame.
 pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, ReportError> {
     let nodes = prefix_tree(folded)?;
+    // The group's text is one level of the tree (empty when ungrouped).
+    let skipped = usize::from(!grouped(folded));
     let mut out = String::new();
     let mut id = 0;
     while let Some(node) = nodes.get(id) {
         if (node.count as f64) < narrowest {
             // Too narrow to draw, with everything below it.
-            write_line(&mut out, folded, node, node.count);
+            write_line(&mut out, folded, skipped, node, node.count);
             id = node.end as usize;
             continue;
         }
         // The line ending at a frame comes first among the lines through
         // it.
         if node.overhead > 0 {
-            write_line(&mut out, folded, node, node.overhead);
+            write_line(&mut out, folded, skipped, node, node.overhead);
         }
         id += 1;
     }
     Ok(out)
 }
 
-/// The line of `node`'s frames, root first, with `count`.
-fn write_line(out: &mut String, folded: &Folded<'_>, node: &Node, count: u64) {
+/// The line of `node`'s frames, root first, with `count`; `skipped` is 1
+/// when lines have no group level (its empty text is skipped).
+fn write_line(out: &mut String, folded: &Folded<'_>, skipped: usize, node: &Node, count: u64) {
     let (line, _) = folded.lines[node.line as usize];
-    // The group's text is one level of the tree (empty when ungrouped).
-    let skipped = usize::from(!grouped(folded));
     for text in folded
         .texts_of(line)
         .skip(skipped)
