@@ -5,10 +5,10 @@
 //! allocations, their inboxes.
 //!
 //! This module owns the pipeline's threads: the drain thread (periodic and
-//! on-demand drains), the symbolizer thread (blazesym must stay on one
-//! thread), the unwinder (stack copies, then the process watcher's pass) or,
-//! without stack copies, the process watcher alone. It must not answer
-//! queries.
+//! on-demand drains and, between them, the unwinding passes over the stack
+//! copies with the process watcher's), the symbolizer thread (blazesym
+//! must stay on one thread) and, without stack copies, the process watcher
+//! on a thread of its own. It must not answer queries.
 
 use std::{
     sync::{
@@ -17,21 +17,25 @@ use std::{
         mpsc,
     },
     thread::JoinHandle,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, SystemTime},
 };
 
 use crate::kernel::announcements::{ForkLineages, ProcessAnnouncements};
 use profiler_common::{Counter, SampleKind};
-use tracing::{debug, error, warn};
+use tracing::warn;
 
 mod blocked;
+mod draining;
 mod inbox;
 mod sinks;
 mod unwinding;
 mod waits;
 mod watching;
 
-use self::watching::ProcessWatcher;
+use self::{
+    draining::{DrainRequest, Outlets, Unwinding, Wake},
+    watching::ProcessWatcher,
+};
 pub use self::{
     inbox::{Inboxes, SampleInbox},
     sinks::{ExportSink, SinkError},
@@ -41,7 +45,7 @@ pub use self::{
 use crate::{
     kernel::sampler::{Sampler, SamplingError},
     kernel::{
-        drain::{self, CounterDeltas},
+        drain::CounterDeltas,
         offcpu::{OffCpuIntervals, OffCpuRecorder, Recorded, RecordedProcesses, RecordingGuard},
         sources::SampleSource,
         stack_copies::StackCopies,
@@ -85,14 +89,6 @@ impl PipelineStats {
     }
 }
 
-/// A request for an immediate drain, answered with the instant it cut at:
-/// right after the cut when `stored` is false, otherwise once everything
-/// sampled before that instant is in the store.
-struct DrainRequest {
-    stored: bool,
-    done: tokio::sync::oneshot::Sender<SystemTime>,
-}
-
 struct SymbolizeJob {
     batch: NormalizedBatch,
     waiting: Vec<tokio::sync::oneshot::Sender<SystemTime>>,
@@ -101,7 +97,7 @@ struct SymbolizeJob {
 /// Cheap to clone; used by the API to cut windows and read statistics.
 #[derive(Clone)]
 pub struct PipelineHandle {
-    requests: mpsc::Sender<DrainRequest>,
+    requests: mpsc::Sender<Wake>,
     stats: Arc<Mutex<PipelineStats>>,
     stack_copies: Option<Arc<Mutex<unwinding::StackCopyUnwinder>>>,
     processes: Arc<Mutex<ProcessTable>>,
@@ -145,7 +141,7 @@ impl PipelineHandle {
     async fn cut(&self, stored: bool) -> Result<SystemTime, PipelineError> {
         let (done, finished) = tokio::sync::oneshot::channel();
         self.requests
-            .send(DrainRequest { stored, done })
+            .send(Wake::Drain(DrainRequest { stored, done }))
             .map_err(|_| PipelineError::Stopped)?;
         finished.await.map_err(|_| PipelineError::Stopped)
     }
@@ -158,6 +154,8 @@ impl PipelineHandle {
 /// The running pipeline. Dropping it stops its threads.
 pub struct Pipeline {
     handle: PipelineHandle,
+    /// Wakes the drain thread to stop it.
+    wake: mpsc::Sender<Wake>,
     stopping: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -218,6 +216,7 @@ impl Pipeline {
             unwind_info_limit,
         )));
         let (requests, request_queue) = mpsc::channel();
+        let wake = requests.clone();
         // Room for half a minute of drains at the default interval, so that a
         // slow first symbolization of a large binary does not hold up
         // draining (and make the kernel maps overflow).
@@ -250,24 +249,6 @@ impl Pipeline {
                 feed.lineages,
             )))
         });
-        if let Some(copies) = &stack_copies {
-            threads.push(spawn("unwind", {
-                let (copies, processes, stopping) =
-                    (copies.clone(), processes.clone(), stopping.clone());
-                Box::new(move || {
-                    let mut next_in = unwinding::Pass::default().next_in(0);
-                    while !stopping.load(Ordering::Relaxed) {
-                        std::thread::sleep(next_in);
-                        let started = Instant::now();
-                        let pass = lock(&copies).unwind_all(&processes);
-                        let announced = watcher
-                            .as_mut()
-                            .map_or(0, |watcher| watcher.pass(&processes, started));
-                        next_in = pass.next_in(announced);
-                    }
-                })
-            })?);
-        }
         threads.push(spawn("symbolize", {
             let stats = stats.clone();
             Box::new(move || symbolize_into_store(job_queue, &store, &inboxes, sinks, &stats))
@@ -279,25 +260,28 @@ impl Pipeline {
             processes: processes.clone(),
         };
         threads.push(spawn("drain", {
-            let (stats, stopping) = (stats.clone(), stopping.clone());
             Box::new(move || {
-                drain_periodically(
-                    SampleFeeds {
-                        source,
-                        stack_copies: stack_copies.as_deref(),
-                    },
+                let unwinding = stack_copies
+                    .as_deref()
+                    .map(|copies| Unwinding { copies, watcher });
+                let outlets = Outlets {
+                    jobs: &jobs,
+                    processes: &processes,
+                    stats: &stats,
+                };
+                draining::drain_and_unwind(
+                    source,
+                    unwinding,
                     drain_interval,
                     &request_queue,
-                    &jobs,
-                    &processes,
-                    &stats,
-                    &stopping,
+                    &outlets,
                 );
             })
         })?);
 
         Ok(Self {
             handle,
+            wake,
             stopping,
             threads,
         })
@@ -311,6 +295,7 @@ impl Pipeline {
 impl Drop for Pipeline {
     fn drop(&mut self) {
         self.stopping.store(true, Ordering::Relaxed);
+        let _ = self.wake.send(Wake::Stop);
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -324,118 +309,6 @@ pub struct StackCopyFeed {
     pub copies: StackCopies,
     pub offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
     pub lineages: Option<Arc<ForkLineages>>,
-}
-
-/// The drain thread: drains every `interval`, and at once when asked.
-/// What the drain thread reads: the sample source, and the stack copies
-/// when the kernel copies stacks.
-struct SampleFeeds<'a> {
-    source: Box<dyn SampleSource>,
-    stack_copies: Option<&'a Mutex<unwinding::StackCopyUnwinder>>,
-}
-
-fn drain_periodically(
-    SampleFeeds {
-        mut source,
-        stack_copies,
-    }: SampleFeeds<'_>,
-    interval: Duration,
-    requests: &mpsc::Receiver<DrainRequest>,
-    jobs: &mpsc::SyncSender<SymbolizeJob>,
-    processes: &Mutex<ProcessTable>,
-    stats: &Mutex<PipelineStats>,
-    stopping: &AtomicBool,
-) {
-    // Wake up at least this often to notice a shutdown.
-    let poll = Duration::from_millis(200);
-    let mut next_drain = Instant::now() + interval;
-    while !stopping.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        let mut waiting = Vec::new();
-        if now < next_drain {
-            match requests.recv_timeout(next_drain.saturating_duration_since(now).min(poll)) {
-                Ok(request) => waiting.push(request),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    // No API left to ask for drains; keep draining on schedule.
-                    std::thread::sleep(next_drain.saturating_duration_since(Instant::now()));
-                }
-            }
-            if waiting.is_empty() && Instant::now() < next_drain {
-                continue;
-            }
-        }
-        waiting.extend(requests.try_iter());
-        if Instant::now() >= next_drain {
-            next_drain += interval;
-            if next_drain < Instant::now() {
-                next_drain = Instant::now() + interval;
-            }
-        }
-
-        let drain_started = Instant::now();
-        let mut raw = match source.drain() {
-            Ok(raw) => raw,
-            Err(err) => {
-                // Those waiting for this drain get an error (their channel
-                // closes); the next drain tries again.
-                error!(source = source.name(), "draining the samples failed: {err}");
-                continue;
-            }
-        };
-        // Every copy written before the flip is in the ring buffer by now.
-        let mut wait_stats = None;
-        if let Some(copies) = stack_copies {
-            let mut copies = lock(copies);
-            copies.unwind_all(processes);
-            raw.samples.extend(copies.take());
-            wait_stats = copies.wait_stats();
-        }
-        debug!(counters = ?raw.counters, waits = ?wait_stats, "drained");
-        let lost: u64 = drain::losses(&raw.counters).map(|(_, count)| count).sum();
-        if lost > 0 {
-            warn!(
-                lost,
-                counters = ?raw.counters,
-                "the kernel lost samples or stacks since the previous drain"
-            );
-        }
-        {
-            let mut stats = lock(stats);
-            for (total, delta) in stats.counters.iter_mut().zip(raw.counters) {
-                *total += delta;
-            }
-            stats.drains += 1;
-            stats.drain_time += drain_started.elapsed();
-            stats.waits = wait_stats;
-        }
-        let (store_waiting, cut_waiting): (Vec<_>, Vec<_>) =
-            waiting.into_iter().partition(|request| request.stored);
-        for request in cut_waiting {
-            let _ = request.done.send(raw.end);
-        }
-        let (batch, process_stats, unwind_stats) = {
-            let mut table = lock(processes);
-            (
-                table.normalize_batch(raw),
-                table.stats(),
-                table.unwind_stats(),
-            )
-        };
-        {
-            let mut stats = lock(stats);
-            stats.processes = process_stats;
-            stats.unwinding = unwind_stats;
-        }
-        let waiting = store_waiting
-            .into_iter()
-            .map(|request| request.done)
-            .collect();
-        if jobs.send(SymbolizeJob { batch, waiting }).is_err() {
-            error!("the symbolizer thread has stopped; no more samples are stored");
-            return;
-        }
-    }
 }
 
 /// The symbolizer thread: owns the (not `Send`) symbolizer; hands peek

@@ -134,3 +134,19 @@ fn the_samples_of_a_peek_go_to_its_inbox_not_the_store() {
     assert_eq!(crate::read_lock(&store).stats().buckets, 1);
     drop(pipeline);
 }
+
+#[test]
+fn a_dropped_pipeline_stops_without_waiting_for_its_next_drain() {
+    let (store, inbox) = (store(), Arc::new(SampleInbox::default()));
+    let (pipeline, _) = drain_once(QueuedSource::default(), &store, inbox, Vec::new());
+    let (dropped, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        drop(pipeline);
+        let _ = dropped.send(());
+    });
+    // Its next drain is a minute away; its threads are told to stop.
+    assert!(
+        done.recv_timeout(Duration::from_secs(20)).is_ok(),
+        "dropping the pipeline waited for its drain schedule"
+    );
+}

@@ -3,7 +3,7 @@
 //! it can be symbolized after it exits, and looks at it once more a moment
 //! later in case its loader was still mapping libraries.
 //!
-//! When the daemon copies stacks, the watcher's pass runs on the unwinder's
+//! When the daemon copies stacks, the watcher's pass runs on the drain
 //! thread right after each unwinding pass: most announced processes were
 //! just recorded there (by their first stack copy), and cost the watcher
 //! nothing more, nor a thread's wake-ups; nor is a second look needed, as

@@ -1,0 +1,208 @@
+//! The drain thread: it drains the kernel's maps every drain interval and
+//! at once when asked (a window's cut), and, when the kernel copies stacks,
+//! runs the unwinding passes (with the process watcher's) between drains on
+//! the same thread, so that the daemon wakes up once for both: a wake-up
+//! costs a virtual machine tens of microseconds, the largest share of a
+//! lightly loaded daemon's CPU.
+//!
+//! This module owns the drain and pass schedule and the requests waiting
+//! for a drain; it must not symbolize or store (the symbolizer thread does).
+
+use std::{
+    sync::{Mutex, mpsc},
+    time::{Duration, Instant, SystemTime},
+};
+
+use tracing::{debug, error, warn};
+
+use super::{
+    PipelineStats, SymbolizeJob, unwinding::Pass, unwinding::StackCopyUnwinder,
+    watching::ProcessWatcher,
+};
+use crate::{
+    kernel::{drain, sources::SampleSource},
+    lock,
+    symbols::processes::ProcessTable,
+};
+
+/// A request for an immediate drain, answered with the instant it cut at:
+/// right after the cut when `stored` is false, otherwise once everything
+/// sampled before that instant is in the store.
+pub(super) struct DrainRequest {
+    pub stored: bool,
+    pub done: tokio::sync::oneshot::Sender<SystemTime>,
+}
+
+/// What wakes the drain thread besides its schedule.
+pub(super) enum Wake {
+    Drain(DrainRequest),
+    /// The pipeline is dropped: the thread ends.
+    Stop,
+}
+
+/// With unwinding passes, a drain due this soon after a pass is done with
+/// it (the drain runs a pass of its own), one wake-up instead of two.
+const DRAIN_EARLY: Duration = Duration::from_millis(50);
+
+/// The stack copies and the process watcher whose passes run between
+/// drains.
+pub(super) struct Unwinding<'a> {
+    pub copies: &'a Mutex<StackCopyUnwinder>,
+    pub watcher: Option<ProcessWatcher>,
+}
+
+impl Unwinding<'_> {
+    /// Unwinds the copies written so far and records the processes
+    /// announced meanwhile; says when the next pass is due.
+    fn pass(&mut self, processes: &Mutex<ProcessTable>) -> Instant {
+        let started = Instant::now();
+        let found = lock(self.copies).unwind_all(processes);
+        let announced = self
+            .watcher
+            .as_mut()
+            .map_or(0, |watcher| watcher.pass(processes, started));
+        Instant::now() + found.next_in(announced)
+    }
+}
+
+/// Where the drain thread's samples go and what it reports to.
+pub(super) struct Outlets<'a> {
+    pub jobs: &'a mpsc::SyncSender<SymbolizeJob>,
+    pub processes: &'a Mutex<ProcessTable>,
+    pub stats: &'a Mutex<PipelineStats>,
+}
+
+/// The drain thread's loop: drains every `interval` and when woken with a
+/// request, runs the unwinding passes as they fall due, until told to stop.
+pub(super) fn drain_and_unwind(
+    mut source: Box<dyn SampleSource>,
+    mut unwinding: Option<Unwinding<'_>>,
+    interval: Duration,
+    wakes: &mpsc::Receiver<Wake>,
+    outlets: &Outlets<'_>,
+) {
+    let mut next_drain = Instant::now() + interval;
+    let mut next_pass = unwinding
+        .as_ref()
+        .map(|_| Instant::now() + Pass::default().next_in(0));
+    loop {
+        let wake_at = next_pass.map_or(next_drain, |pass| pass.min(next_drain));
+        let mut waiting = Vec::new();
+        match wakes.recv_timeout(wake_at.saturating_duration_since(Instant::now())) {
+            Ok(Wake::Drain(request)) => waiting.push(request),
+            Ok(Wake::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        for wake in wakes.try_iter() {
+            match wake {
+                Wake::Drain(request) => waiting.push(request),
+                Wake::Stop => return,
+            }
+        }
+        let now = Instant::now();
+        let early = if unwinding.is_some() {
+            DRAIN_EARLY
+        } else {
+            Duration::ZERO
+        };
+        if !waiting.is_empty() || now + early >= next_drain {
+            if now + early >= next_drain {
+                next_drain += interval;
+                if next_drain < now {
+                    next_drain = now + interval;
+                }
+            }
+            let copies = unwinding.as_ref().map(|unwinding| unwinding.copies);
+            if !drain_once(source.as_mut(), copies, waiting, outlets) {
+                return;
+            }
+            // The drain unwound every copy; the watcher's pass follows.
+            if let Some(unwinding) = &mut unwinding {
+                next_pass = Some(unwinding.pass(outlets.processes));
+            }
+        } else if let (Some(unwinding), Some(pass)) = (&mut unwinding, &mut next_pass)
+            && now >= *pass
+        {
+            *pass = unwinding.pass(outlets.processes);
+        }
+    }
+}
+
+/// One drain: the kernel's maps read out, the stack copies unwound, the
+/// batch normalized and handed to the symbolizer with the requests waiting
+/// for it. Returns false when the symbolizer has stopped.
+fn drain_once(
+    source: &mut dyn SampleSource,
+    stack_copies: Option<&Mutex<StackCopyUnwinder>>,
+    waiting: Vec<DrainRequest>,
+    outlets: &Outlets<'_>,
+) -> bool {
+    let Outlets {
+        jobs,
+        processes,
+        stats,
+    } = *outlets;
+    let drain_started = Instant::now();
+    let mut raw = match source.drain() {
+        Ok(raw) => raw,
+        Err(err) => {
+            // Those waiting for this drain get an error (their channel
+            // closes); the next drain tries again.
+            error!(source = source.name(), "draining the samples failed: {err}");
+            return true;
+        }
+    };
+    // Every copy written before the flip is in the ring buffer by now.
+    let mut wait_stats = None;
+    if let Some(copies) = stack_copies {
+        let mut copies = lock(copies);
+        copies.unwind_all(processes);
+        raw.samples.extend(copies.take());
+        wait_stats = copies.wait_stats();
+    }
+    debug!(counters = ?raw.counters, waits = ?wait_stats, "drained");
+    let lost: u64 = drain::losses(&raw.counters).map(|(_, count)| count).sum();
+    if lost > 0 {
+        warn!(
+            lost,
+            counters = ?raw.counters,
+            "the kernel lost samples or stacks since the previous drain"
+        );
+    }
+    {
+        let mut stats = lock(stats);
+        for (total, delta) in stats.counters.iter_mut().zip(raw.counters) {
+            *total += delta;
+        }
+        stats.drains += 1;
+        stats.drain_time += drain_started.elapsed();
+        stats.waits = wait_stats;
+    }
+    let (store_waiting, cut_waiting): (Vec<_>, Vec<_>) =
+        waiting.into_iter().partition(|request| request.stored);
+    for request in cut_waiting {
+        let _ = request.done.send(raw.end);
+    }
+    let (batch, process_stats, unwind_stats) = {
+        let mut table = lock(processes);
+        (
+            table.normalize_batch(raw),
+            table.stats(),
+            table.unwind_stats(),
+        )
+    };
+    {
+        let mut stats = lock(stats);
+        stats.processes = process_stats;
+        stats.unwinding = unwind_stats;
+    }
+    let waiting = store_waiting
+        .into_iter()
+        .map(|request| request.done)
+        .collect();
+    if jobs.send(SymbolizeJob { batch, waiting }).is_err() {
+        error!("the symbolizer thread has stopped; no more samples are stored");
+        return false;
+    }
+    true
+}
