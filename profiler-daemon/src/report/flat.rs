@@ -230,7 +230,8 @@ impl<'l, 'a> Table<'l, 'a> {
         rows
     }
 
-    fn write(&mut self, out: &mut String, section: &Section) -> Result<(), ReportError> {
+    /// Writes the section's table; returns how many rows it holds.
+    fn write(&mut self, out: &mut String, section: &Section) -> Result<usize, ReportError> {
         let rows = self.rows(section);
         let cells = |row: &Row| &self.cells[row.line as usize];
         // Julia's minimum widths, widened to the widest entry.
@@ -289,7 +290,7 @@ impl<'l, 'a> Table<'l, 'a> {
             out.push_str(&cells.function);
             out.push('\n');
         }
-        Ok(())
+        Ok(rows.len())
     }
 }
 
@@ -441,6 +442,16 @@ mod tests {
         assert!(rows[0].trim_start().starts_with("79 ") && rows[1].trim_start().starts_with("75 "));
         assert!(
             rows[2].ends_with(" c") && rows[2].trim_start().starts_with("4 "),
+            "{text}"
+        );
+        // Two rows, both of the first process: the other one is counted.
+        let text = flat(&p, options(2));
+        assert!(!text.contains("\"other\""), "{text}");
+        assert!(
+            text.contains(
+                "\n1 more section (6 samples in all) with no line shown (maxlines 2; \
+                 maxlines 0 shows every line)\n"
+            ),
             "{text}"
         );
         // Every row when they fit, and with no limit.

@@ -161,21 +161,30 @@ fn render_sections(
     cut: Option<budget::LinesCut>,
     header: &str,
     legend: &str,
-    mut write_body: impl FnMut(&mut String, &Section) -> Result<(), ReportError>,
+    mut write_body: impl FnMut(&mut String, &Section) -> Result<usize, ReportError>,
 ) -> Result<String, ReportError> {
     let mut out = String::new();
+    let unit = counted_unit(profile);
     write_comments(&mut out, profile)?;
-    if let Some(cut) = cut {
-        cut.write_comment(&mut out, counted_unit(profile))?;
+    if let Some(cut) = &cut {
+        cut.write_comment(&mut out, unit)?;
     }
     out.push_str(header);
     let mut grouped = false;
+    // Sections whose every line `maxlines` left out: counted, not titled.
+    let (mut empty, mut empty_total) = (0_u64, 0_u64);
     for section in sections {
         match &section.title {
             Some(title) => {
                 grouped = true;
+                let start = out.len();
                 writeln!(out, "{title}")?;
-                write_body(&mut out, &section)?;
+                if write_body(&mut out, &section)? == 0 && cut.is_some() {
+                    out.truncate(start);
+                    empty += 1;
+                    empty_total = empty_total.saturating_add(section.total);
+                    continue;
+                }
                 writeln!(out)?;
             }
             None => {
@@ -184,8 +193,16 @@ fn render_sections(
             }
         }
     }
+    if let Some(cut) = cut.filter(|_| empty > 0) {
+        let sections = if empty == 1 { "section" } else { "sections" };
+        writeln!(
+            out,
+            "{empty} more {sections} ({empty_total} {unit} in all) with no line shown \
+             (maxlines {}; maxlines 0 shows every line)\n",
+            cut.maxlines
+        )?;
+    }
     let whole = if grouped { "its section's" } else { "all" };
-    let unit = counted_unit(profile);
     if unit == "samples" {
         writeln!(out, "{legend}; %: a share of {whole} samples")?;
     } else {

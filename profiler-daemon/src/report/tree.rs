@@ -261,7 +261,8 @@ impl<'l> Printer<'l> {
         )
     }
 
-    fn write_tree(&mut self, out: &mut String, section: &Section) -> Result<(), ReportError> {
+    /// Writes the section's tree; returns how many lines it holds.
+    fn write_tree(&mut self, out: &mut String, section: &Section) -> Result<usize, ReportError> {
         self.build_tree(section)?;
         let (texts, indents, options) = (&self.texts, &self.indents, &self.options);
 
@@ -308,7 +309,7 @@ impl<'l> Printer<'l> {
                 out.push_str(&texts[node.line as usize]);
             },
         );
-        Ok(())
+        Ok(shown)
     }
 
     /// Fills `entries` with the section's samples as (stack rank, count),

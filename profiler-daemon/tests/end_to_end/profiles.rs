@@ -552,6 +552,147 @@ async fn a_tree_within_maxlines_keeps_the_lines_of_most_samples_and_says_so() {
     assert_eq!(lines(&tree(None).await).len(), all.len());
 }
 
+/// A two-minute window of a bounded storm (two processes walking many call
+/// paths, then gone) in every format, whole and per process: each report's
+/// parts (lines, rows, sections, samples, weights) add up to its total, and
+/// every total is the window's sample count.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_format_of_a_two_minute_window_adds_up_to_the_same_total() {
+    let daemon = crate::support::Daemon::start().await;
+    let client = daemon.client().await;
+    let mut storm = [
+        crate::support::Workload::start_as("many_stacks", "totals_a", &["3"]),
+        crate::support::Workload::start_as("many_stacks", "totals_b", &["3"]),
+    ];
+    let pids: Vec<u32> = storm.iter().map(crate::support::Workload::pid).collect();
+    for workload in &mut storm {
+        workload.wait();
+    }
+    let end = unix_nanos();
+    let start = end - 120_000_000_000;
+    let report = |format: v1::Format, groupby: v1::GroupBy| {
+        let mut client = client.clone();
+        let selector = crate::support::selector(&pids);
+        async move {
+            let reply = client
+                .query(v1::QueryRequest {
+                    start_unix_nanos: start,
+                    end_unix_nanos: end,
+                    selector,
+                    options: Some(v1::ReportOptions {
+                        groupby: groupby as i32,
+                        ..options(format)
+                    }),
+                    mode: v1::Mode::Cpu as i32,
+                })
+                .await
+                .unwrap_or_else(|status| panic!("Query failed: {status:?}"))
+                .into_inner();
+            (reply.summary.expect("a summary").samples, reply.report)
+        }
+    };
+    let (window, _) = report(v1::Format::Folded, v1::GroupBy::None).await;
+    assert!(window > 200, "too few samples of the storm: {window}");
+    for format in [
+        v1::Format::Tree,
+        v1::Format::Flat,
+        v1::Format::Folded,
+        v1::Format::Pprof,
+        v1::Format::Flamegraph,
+        v1::Format::Speedscope,
+    ] {
+        for groupby in [v1::GroupBy::None, v1::GroupBy::Process] {
+            let (samples, bytes) = report(format, groupby).await;
+            let what = format!("{format:?} by {groupby:?}");
+            assert_eq!(samples, window, "{what}: the summary's samples");
+            for (part, sum) in parts(format, &bytes) {
+                assert_eq!(sum, window, "{what}: {part}");
+            }
+        }
+    }
+}
+
+/// What each part of a report adds up to, by part: the text reports'
+/// Overhead column and section totals, folded lines, pprof sample values,
+/// the flame graph's root, speedscope's weights.
+fn parts(format: v1::Format, report: &[u8]) -> Vec<(&'static str, u64)> {
+    let text = || String::from_utf8(report.to_vec()).expect("UTF-8");
+    let section_totals = |text: &str| -> u64 {
+        text.match_indices("Total snapshots: ")
+            .map(|(at, found)| {
+                let digits: String = text[at + found.len()..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                digits.parse::<u64>().expect("a total")
+            })
+            .sum()
+    };
+    match format {
+        v1::Format::Tree => {
+            let text = text();
+            let overhead = text
+                .lines()
+                .filter_map(|line| line.split_once('╎'))
+                .map(|(overhead, _)| overhead.trim().parse::<u64>().unwrap_or(0))
+                .sum();
+            vec![("sections", section_totals(&text)), ("overhead", overhead)]
+        }
+        v1::Format::Flat => {
+            let text = text();
+            // Rows: Count, %, Overhead, %, file, line, function.
+            let overhead = text
+                .lines()
+                .filter_map(|line| {
+                    let columns: Vec<&str> = line.split_whitespace().collect();
+                    (columns.len() > 4 && columns[1].ends_with('%') && columns[3].ends_with('%'))
+                        .then(|| columns[2].parse::<u64>().ok())
+                        .flatten()
+                })
+                .sum();
+            vec![("sections", section_totals(&text)), ("overhead", overhead)]
+        }
+        v1::Format::Folded => vec![("lines", total(&folded(report)))],
+        v1::Format::Pprof => {
+            let profile = crate::support::decode_pprof(report);
+            let samples = profile
+                .sample
+                .iter()
+                .map(|sample| sample.value[0])
+                .sum::<i64>();
+            vec![("samples", samples as u64)]
+        }
+        v1::Format::Flamegraph => {
+            let svg = text();
+            let document = crate::support::parse_svg(&svg);
+            let root = document
+                .descendants()
+                .filter(|node| node.has_tag_name("title"))
+                .filter_map(|node| node.text())
+                .find_map(|title| title.strip_prefix("all ("))
+                .expect("the root frame");
+            let digits: String = root
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == ',')
+                .filter(char::is_ascii_digit)
+                .collect();
+            vec![("root", digits.parse().expect("the root's samples"))]
+        }
+        v1::Format::Speedscope => {
+            let json: serde_json::Value = serde_json::from_slice(report).expect("JSON");
+            let weights = json["profiles"]
+                .as_array()
+                .expect("profiles")
+                .iter()
+                .flat_map(|profile| profile["weights"].as_array().expect("weights"))
+                .map(|weight| weight.as_u64().expect("a whole weight"))
+                .sum();
+            vec![("weights", weights)]
+        }
+        other => panic!("no parts for {other:?}"),
+    }
+}
+
 fn unix_nanos() -> i64 {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     i64::try_from(now.expect("after 1970").as_nanos()).expect("before 2262")

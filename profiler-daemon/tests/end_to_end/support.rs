@@ -493,11 +493,7 @@ impl Workload {
     /// Starts the workload `name` under another command name, so that
     /// concurrent tests running the same workload cannot be mistaken for it.
     pub fn start_as(name: &str, comm: &str, args: &[&str]) -> Self {
-        let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join(comm);
-        if !copy.exists() {
-            fs::copy(build_workload(name), &copy).expect("the workload is copied");
-        }
-        Self::spawn(&copy, args)
+        Self::spawn(&private_copy(&build_workload(name), comm), args)
     }
 
     /// Starts `binary` with `args` as the unprivileged user `nobody`.
@@ -543,6 +539,21 @@ impl Drop for Workload {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A copy of `binary` named `name` that only one test runs, made once per
+/// test run (whole before it is run: written aside, then renamed).
+pub fn private_copy(binary: &Path, name: &str) -> PathBuf {
+    static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    if !copy.exists() {
+        // Tests copying at once each write their own and rename it.
+        let nth = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let partial = copy.with_extension(format!("partial-{nth}"));
+        fs::copy(binary, &partial).expect("the binary is copied");
+        fs::rename(&partial, &copy).expect("the copy is renamed");
+    }
+    copy
 }
 
 /// Compiles a workload once per test run: -O1 with frame pointers, named

@@ -14,7 +14,7 @@ use std::{
 use profilerd_client::v1;
 
 use crate::support::{
-    Daemon, Workload, build_workload_with, folded, has_chain, options, profile, total,
+    Daemon, Workload, build_workload_with, folded, has_chain, options, private_copy, profile, total,
 };
 
 /// The frames every whole stack of a C program starts with.
@@ -115,18 +115,6 @@ async fn folded_profile_of_comm(
         .expect("Profile succeeds")
         .into_inner();
     without_lost_stacks(folded(&reply.report))
-}
-
-/// A copy of `binary` named `name` that only one test runs, made once per
-/// test run (whole before it is run: written aside, then renamed).
-fn private_copy(binary: &Path, name: &str) -> PathBuf {
-    let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    if !copy.exists() {
-        let partial = copy.with_extension("partial");
-        std::fs::copy(binary, &partial).expect("the binary is copied");
-        std::fs::rename(&partial, &copy).expect("the copy is renamed");
-    }
-    copy
 }
 
 fn without_lost_stacks(stacks: Vec<(Vec<String>, u64)>) -> Vec<(Vec<String>, u64)> {

@@ -503,6 +503,41 @@ fn warnings_and_losses_come_first() {
 }
 
 #[test]
+fn sections_whose_lines_maxlines_left_out_are_counted_on_one_line() {
+    let mut b = Builder::new();
+    let (other, third) = (
+        b.thread(2000, 2000, "other", "other"),
+        b.thread(3000, 3000, "third", "third"),
+    );
+    let (main, a, d) = (b.named("main"), b.named("a"), b.named("d"));
+    b.sample(0, vec![main, a], 75);
+    b.sample(other, vec![d], 2);
+    b.sample(third, vec![d], 1);
+    let p = b.build();
+    let options = |maxlines| ReportOptions {
+        groupby: GroupBy::Process,
+        maxlines,
+        ..ReportOptions::default()
+    };
+    let text = tree(&p, options(2));
+    assert!(!text.contains("other") && !text.contains("third"), "{text}");
+    assert!(
+        text.contains(
+            "\n2 more sections (3 samples in all) with no line shown (maxlines 2; maxlines 0 \
+             shows every line)\n"
+        ),
+        "{text}"
+    );
+    // Uncut, every section is there, and no such line.
+    let every = tree(&p, options(0));
+    assert!(
+        every.contains("\"other\"") && every.contains("\"third\""),
+        "{every}"
+    );
+    assert!(!every.contains("more section"), "{every}");
+}
+
+#[test]
 fn very_deep_stacks_render() {
     let names: Vec<String> = (0..100_000).map(|i| format!("f{}", i % 3)).collect();
     let chain: Vec<&str> = names.iter().map(String::as_str).collect();
