@@ -2,27 +2,71 @@
 //! from wait4, and the statistics the tables show (median, min, max,
 //! percentiles).
 
-use std::{fs, process::Child, time::Duration};
+use std::{collections::HashMap, fs, process::Child, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
 /// CPU seconds (user + system) the live threads of a process have used so
-/// far, to the nanosecond (from each thread's schedstat).
+/// far, to the nanosecond (from each thread's schedstat); see [`CpuClock`]
+/// when threads come and go.
 pub fn cpu_seconds(pid: u32) -> Result<f64> {
-    let mut nanos: u64 = 0;
+    Ok(thread_nanos(pid)?.values().sum::<u64>() as f64 / 1e9)
+}
+
+/// The CPU time of a process from a moment on, thread by thread: a thread
+/// that ends meanwhile (a tokio blocking thread after idling 10 s) takes
+/// away only what it used since that moment, not all it ever used, as it
+/// would from two readings of [`cpu_seconds`].
+pub struct CpuClock {
+    pid: u32,
+    started: HashMap<u32, u64>,
+}
+
+impl CpuClock {
+    pub fn start(pid: u32) -> Result<Self> {
+        Ok(Self {
+            pid,
+            started: thread_nanos(pid)?,
+        })
+    }
+
+    /// CPU seconds used since the start by the threads alive now.
+    pub fn seconds(&self) -> Result<f64> {
+        let nanos: u64 = thread_nanos(self.pid)?
+            .into_iter()
+            .map(|(tid, nanos)| nanos.saturating_sub(self.started.get(&tid).copied().unwrap_or(0)))
+            .sum();
+        Ok(nanos as f64 / 1e9)
+    }
+}
+
+/// The run time of each live thread of a process, in nanoseconds.
+fn thread_nanos(pid: u32) -> Result<HashMap<u32, u64>> {
+    let mut threads = HashMap::new();
     for task in fs::read_dir(format!("/proc/{pid}/task"))
         .with_context(|| format!("listing the threads of {pid}"))?
     {
-        let schedstat = fs::read_to_string(task?.path().join("schedstat"))
-            .with_context(|| format!("reading a schedstat of {pid}"))?;
-        nanos += schedstat
+        let task = task?;
+        let Some(tid) = task.file_name().to_str().and_then(|tid| tid.parse().ok()) else {
+            continue;
+        };
+        let schedstat = match fs::read_to_string(task.path().join("schedstat")) {
+            Ok(schedstat) => schedstat,
+            // It ended since the listing.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => {
+                return Err(err).with_context(|| format!("reading a schedstat of {pid}"));
+            }
+        };
+        let nanos = schedstat
             .split_whitespace()
             .next()
             .and_then(|field| field.parse::<u64>().ok())
             .context("an unreadable schedstat")?;
+        threads.insert(tid, nanos);
     }
-    Ok(nanos as f64 / 1e9)
+    Ok(threads)
 }
 
 /// Peak resident memory of a running process (VmHWM), in bytes.

@@ -17,7 +17,7 @@ use profilerd_client::{self as client, v1};
 
 use crate::{
     Plan, ebpf,
-    measure::Spread,
+    measure::{self, Spread},
     report::{Table, verdict},
     tools::{Profiler, Tool},
 };
@@ -338,10 +338,11 @@ fn messaging_slowdown(daemon: &Profiler, alone: &[f64]) -> Result<Table> {
     // question 1 (it has seen the program, and the sessions of question 8
     // have ended).
     messaging_seconds()?;
-    let cpu_before = daemon.cpu_seconds()?;
+    // Per thread: report threads of the sessions before may end meanwhile.
+    let cpu = measure::CpuClock::start(daemon.pid())?;
     let started = Instant::now();
     let with = messaging_rounds(alone.len())?;
-    let daemon_cpu = (daemon.cpu_seconds()? - cpu_before) / started.elapsed().as_secs_f64();
+    let daemon_cpu = cpu.seconds()? / started.elapsed().as_secs_f64();
     let (alone_median, with_median) = (Spread::of(alone).median, Spread::of(&with).median);
     let mut table = Table::new(
         "8c. Off-CPU at the default setting: perf bench sched messaging",

@@ -88,7 +88,7 @@ async fn run_profilerd(
     )
     .await?;
     let mut daemon = client::connect(&profiler.socket).await?;
-    let cpu_before = profiler.cpu_seconds()?;
+    let cpu = measure::CpuClock::start(profiler.pid())?;
     let started = Instant::now();
     let storm = workloads.start_stack_storm(86_400.0, width)?;
     while started.elapsed() < plan.scale_window {
@@ -108,7 +108,7 @@ async fn run_profilerd(
     }
     let held = started.elapsed();
     let peak_rss_holding = measure::peak_rss_bytes(profiler.pid())?;
-    let cpu_per_minute = (profiler.cpu_seconds()? - cpu_before) / held.as_secs_f64() * 60.0;
+    let cpu_per_minute = cpu.seconds()? / held.as_secs_f64() * 60.0;
 
     // Report requests over everything held, the storm still running.
     let mut latencies = Vec::new();
@@ -214,14 +214,16 @@ async fn top_cost(
     } else {
         Duration::from_secs(30)
     };
-    let share = |cpu: f64, started: Instant| -> Result<f64> {
-        Ok((profiler.cpu_seconds()? - cpu) / started.elapsed().as_secs_f64())
+    // The stream's windows are read on threads that may end meanwhile.
+    let share = |clock: measure::CpuClock, started: Instant| -> Result<f64> {
+        Ok(clock.seconds()? / started.elapsed().as_secs_f64())
     };
-    let (cpu, started) = (profiler.cpu_seconds()?, Instant::now());
+    let clock = || measure::CpuClock::start(profiler.pid());
+    let (cpu, started) = (clock()?, Instant::now());
     tokio::time::sleep(span).await;
     let before = share(cpu, started)?;
 
-    let (cpu, started) = (profiler.cpu_seconds()?, Instant::now());
+    let (cpu, started) = (clock()?, Instant::now());
     let mut stream = daemon
         .top(v1::TopRequest {
             interval_ms: 1000,
@@ -242,7 +244,7 @@ async fn top_cost(
     drop(stream);
     let with = share(cpu, started)?;
 
-    let (cpu, started) = (profiler.cpu_seconds()?, Instant::now());
+    let (cpu, started) = (clock()?, Instant::now());
     tokio::time::sleep(span).await;
     let after = share(cpu, started)?;
     Ok(TopCost {

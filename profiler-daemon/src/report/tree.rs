@@ -263,6 +263,12 @@ impl<'l> Printer<'l> {
 
     /// Writes the section's tree; returns how many lines it holds.
     fn write_tree(&mut self, out: &mut String, section: &Section) -> Result<usize, ReportError> {
+        // No line has more samples than its section: under `mincount` (as
+        // most sections of a busy machine are once `maxlines` raised it),
+        // none is shown and the tree need not be built.
+        if section.total < self.options.mincount {
+            return Ok(0);
+        }
         self.build_tree(section)?;
         let (texts, indents, options) = (&self.texts, &self.indents, &self.options);
 
