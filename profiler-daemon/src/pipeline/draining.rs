@@ -16,8 +16,10 @@ use std::{
 use tracing::{debug, error, warn};
 
 use super::{
-    PipelineStats, SymbolizeJob, unwinding::Pass, unwinding::StackCopyUnwinder,
-    watching::ProcessWatcher,
+    PipelineStats, SymbolizeJob,
+    unwinding::Pass,
+    unwinding::StackCopyUnwinder,
+    watching::{Announced, ProcessWatcher},
 };
 use crate::{
     kernel::{drain, sources::SampleSource},
@@ -60,7 +62,9 @@ impl Unwinding<'_> {
         let announced = self
             .watcher
             .as_mut()
-            .map_or(0, |watcher| watcher.pass(processes, started));
+            .map_or(Announced::default(), |watcher| {
+                watcher.pass(processes, started)
+            });
         Instant::now() + found.next_in(announced)
     }
 }
@@ -84,7 +88,7 @@ pub(super) fn drain_and_unwind(
     let mut next_drain = Instant::now() + interval;
     let mut next_pass = unwinding
         .as_ref()
-        .map(|_| Instant::now() + Pass::default().next_in(0));
+        .map(|_| Instant::now() + Pass::default().next_in(Announced::default()));
     loop {
         let wake_at = next_pass.map_or(next_drain, |pass| pass.min(next_drain));
         let mut waiting = Vec::new();

@@ -17,8 +17,8 @@ use tracing::warn;
 
 use profiler_common::offcpu::WaitingThread;
 
-use super::blocked;
 use super::waits::{WaitIdentity, WaitStats, Waits, monotonic_now_ns};
+use super::{blocked, watching::Announced};
 use crate::{
     kernel::announcements::ForkLineages,
     kernel::{
@@ -50,20 +50,23 @@ pub struct Pass {
     pub intervals: usize,
 }
 
-/// Passes at their usual interval: a process forked without exec is
+/// Passes while new programs start: a process forked without exec is
 /// unwound with its parent's mappings whenever its copies are read, but one
 /// that exec'd must be recorded (its mappings read from procfs) before it
 /// exits, so a short-lived one is unwound whole only if it lives this long
 /// after its first sample. The ring buffer holds two to four of these.
-const USUAL_PASS_INTERVAL: Duration = Duration::from_millis(100);
+const NEW_PROGRAMS_PASS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Passes while the ring buffers fill fast (off-CPU recording, peeks,
 /// allocation profiling): the buffers are read twice as often.
 const PRESSED_PASS_INTERVAL: Duration = Duration::from_millis(50);
 
-/// Passes when the last found nothing at all (an idle machine): a wake-up
-/// costs this 2-CPU VM tens of microseconds, most of an idle daemon's CPU.
-const IDLE_PASS_INTERVAL: Duration = Duration::from_millis(150);
+/// Passes when the last found no new program starting (an idle machine,
+/// or one whose new processes are forked from those it knows, as a
+/// server's workers or `perf bench sched messaging`'s are): a wake-up costs
+/// this 2-CPU VM tens of microseconds, most of a lightly loaded daemon's
+/// CPU. A program that starts after such a pass waits up to this long.
+const QUIET_PASS_INTERVAL: Duration = Duration::from_millis(150);
 
 /// The share of the ring buffer filled between two passes from which they
 /// come at [`PRESSED_PASS_INTERVAL`].
@@ -71,14 +74,14 @@ const PRESSED_FILL: f64 = 0.4;
 
 impl Pass {
     /// How long to wait before the next pass, given what this one found
-    /// and how many new processes were announced meanwhile.
-    pub fn next_in(&self, announced: usize) -> Duration {
+    /// and what the process watcher found announced meanwhile.
+    pub fn next_in(&self, announced: Announced) -> Duration {
         if self.fill >= PRESSED_FILL || self.intervals > 0 {
             PRESSED_PASS_INTERVAL
-        } else if self.copies == 0 && announced == 0 {
-            IDLE_PASS_INTERVAL
+        } else if announced.own_programs > 0 {
+            NEW_PROGRAMS_PASS_INTERVAL
         } else {
-            USUAL_PASS_INTERVAL
+            QUIET_PASS_INTERVAL
         }
     }
 }
@@ -333,4 +336,39 @@ fn unwind(
         },
         header.weight,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_come_sooner_while_new_programs_start_or_the_buffers_fill() {
+        let busy = Pass {
+            copies: 500,
+            fill: 0.1,
+            intervals: 0,
+        };
+        let forks_only = Announced {
+            processes: 40,
+            own_programs: 0,
+        };
+        let a_new_program = Announced {
+            processes: 40,
+            own_programs: 1,
+        };
+        assert_eq!(busy.next_in(forks_only), QUIET_PASS_INTERVAL);
+        assert_eq!(
+            Pass::default().next_in(Announced::default()),
+            QUIET_PASS_INTERVAL
+        );
+        assert_eq!(busy.next_in(a_new_program), NEW_PROGRAMS_PASS_INTERVAL);
+        let filling = Pass { fill: 0.5, ..busy };
+        assert_eq!(filling.next_in(forks_only), PRESSED_PASS_INTERVAL);
+        let waits = Pass {
+            intervals: 3,
+            ..busy
+        };
+        assert_eq!(waits.next_in(a_new_program), PRESSED_PASS_INTERVAL);
+    }
 }

@@ -33,6 +33,15 @@ use crate::{kernel::announcements::ProcessAnnouncements, lock, symbols::processe
 /// symbolized whole.
 const SECOND_LOOK: Duration = Duration::from_millis(250);
 
+/// What a pass of the watcher found announced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Announced {
+    pub processes: usize,
+    /// Those not forked from a process known (without exec since): their
+    /// mappings are their own, read from procfs while they live.
+    pub own_programs: usize,
+}
+
 /// Records the processes the kernel announces.
 pub struct ProcessWatcher {
     announcements: ProcessAnnouncements,
@@ -68,15 +77,19 @@ impl ProcessWatcher {
     /// later (by the unwinding pass that just ran, from the same sample's
     /// stack copy) is not recorded again: one that took its parent's
     /// mappings needs nothing more, one read from procfs only its second
-    /// look. Returns how many processes were announced.
-    pub fn pass(&mut self, processes: &Mutex<ProcessTable>, recorded_since: Instant) -> usize {
+    /// look. Says how many processes were announced, and how many of those
+    /// run a program of their own.
+    pub fn pass(&mut self, processes: &Mutex<ProcessTable>, recorded_since: Instant) -> Announced {
         self.announcements.take(&mut self.announced);
-        let announced = self.announced.len();
+        let mut announced = Announced {
+            processes: self.announced.len(),
+            own_programs: 0,
+        };
         for pid in self.announced.drain(..) {
             let mut table = lock(processes);
             match table.recorded_since_adopted(pid, recorded_since) {
                 Some(true) => continue,
-                Some(false) => {}
+                Some(false) => announced.own_programs += 1,
                 None => {
                     // A child forked without exec has its parent's
                     // mappings, and no loader at work: nothing to look at
@@ -84,6 +97,7 @@ impl ProcessWatcher {
                     if table.adopt_forked(pid, self.announcements.lineage_of(pid)) {
                         continue;
                     }
+                    announced.own_programs += 1;
                     let recorded = table.record(pid);
                     drop(table);
                     if let Err(err) = recorded {
@@ -130,7 +144,7 @@ impl ProcessWatcher {
                 error!("cannot wait for process announcements: {err}");
                 return;
             }
-            if self.pass(processes, Instant::now()) > 0 {
+            if self.pass(processes, Instant::now()).processes > 0 {
                 std::thread::sleep(GATHER);
             }
         }
