@@ -89,6 +89,11 @@ pub(super) fn drain_and_unwind(
     let mut next_pass = unwinding
         .as_ref()
         .map(|_| Instant::now() + Pass::default().next_in(Announced::default()));
+    let early = if unwinding.is_some() {
+        DRAIN_EARLY
+    } else {
+        Duration::ZERO
+    };
     loop {
         let wake_at = next_pass.map_or(next_drain, |pass| pass.min(next_drain));
         let mut waiting = Vec::new();
@@ -104,13 +109,9 @@ pub(super) fn drain_and_unwind(
             }
         }
         let now = Instant::now();
-        let early = if unwinding.is_some() {
-            DRAIN_EARLY
-        } else {
-            Duration::ZERO
-        };
-        if !waiting.is_empty() || now + early >= next_drain {
-            if now + early >= next_drain {
+        let drain_due = now + early >= next_drain;
+        if drain_due || !waiting.is_empty() {
+            if drain_due {
                 next_drain += interval;
                 if next_drain < now {
                     next_drain = now + interval;

@@ -42,8 +42,6 @@ const UNWIND_INFO_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// What one unwinding pass found, which sets when the next comes.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Pass {
-    /// Stack copies read.
-    pub copies: usize,
     /// The share of the stack-copy ring buffer they filled.
     pub fill: f64,
     /// Off-CPU intervals read.
@@ -230,7 +228,6 @@ impl StackCopyUnwinder {
             table.enforce_unwind_info_limit();
         }
         let pass = Pass {
-            copies: count,
             fill: self.copies.last_fill(),
             intervals: intervals_read,
         };
@@ -345,7 +342,6 @@ mod tests {
     #[test]
     fn passes_come_sooner_while_new_programs_start_or_the_buffers_fill() {
         let busy = Pass {
-            copies: 500,
             fill: 0.1,
             intervals: 0,
         };

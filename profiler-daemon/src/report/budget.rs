@@ -40,12 +40,13 @@ impl LinesCut {
         } else {
             write!(out, "those of at least {} {unit}", self.mincount)?;
         }
-        writeln!(
-            out,
-            " (maxlines {}; maxlines 0 shows every line)",
-            self.maxlines
-        )?;
+        writeln!(out, " {}", self.how_to_see_all())?;
         Ok(())
+    }
+
+    /// `(maxlines N; maxlines 0 shows every line)`.
+    pub fn how_to_see_all(&self) -> String {
+        format!("(maxlines {}; maxlines 0 shows every line)", self.maxlines)
     }
 }
 

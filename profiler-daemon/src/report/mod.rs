@@ -197,9 +197,8 @@ fn render_sections(
         let sections = if empty == 1 { "section" } else { "sections" };
         writeln!(
             out,
-            "{empty} more {sections} ({empty_total} {unit} in all) with no line shown \
-             (maxlines {}; maxlines 0 shows every line)\n",
-            cut.maxlines
+            "{empty} more {sections} ({empty_total} {unit} in all) with no line shown {}\n",
+            cut.how_to_see_all()
         )?;
     }
     let whole = if grouped { "its section's" } else { "all" };

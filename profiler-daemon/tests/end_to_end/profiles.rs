@@ -481,22 +481,13 @@ async fn a_tree_within_maxlines_keeps_the_lines_of_most_samples_and_says_so() {
     let end = unix_nanos();
     let tree = |maxlines: Option<u64>| {
         let mut client = client.clone();
-        let selector = crate::support::selector(&[workload.pid()]);
+        let pids = [workload.pid()];
         async move {
-            let reply = client
-                .query(v1::QueryRequest {
-                    start_unix_nanos: start,
-                    end_unix_nanos: end,
-                    selector,
-                    options: Some(v1::ReportOptions {
-                        maxlines,
-                        ..options(v1::Format::Tree)
-                    }),
-                    mode: v1::Mode::Cpu as i32,
-                })
-                .await
-                .unwrap_or_else(|status| panic!("Query failed: {status:?}"))
-                .into_inner();
+            let options = v1::ReportOptions {
+                maxlines,
+                ..options(v1::Format::Tree)
+            };
+            let reply = query_window(&mut client, &pids, (start, end), options).await;
             String::from_utf8(reply.report).expect("UTF-8")
         }
     };
@@ -572,22 +563,13 @@ async fn every_format_of_a_two_minute_window_adds_up_to_the_same_total() {
     let start = end - 120_000_000_000;
     let report = |format: v1::Format, groupby: v1::GroupBy| {
         let mut client = client.clone();
-        let selector = crate::support::selector(&pids);
+        let pids = pids.clone();
         async move {
-            let reply = client
-                .query(v1::QueryRequest {
-                    start_unix_nanos: start,
-                    end_unix_nanos: end,
-                    selector,
-                    options: Some(v1::ReportOptions {
-                        groupby: groupby as i32,
-                        ..options(format)
-                    }),
-                    mode: v1::Mode::Cpu as i32,
-                })
-                .await
-                .unwrap_or_else(|status| panic!("Query failed: {status:?}"))
-                .into_inner();
+            let options = v1::ReportOptions {
+                groupby: groupby as i32,
+                ..options(format)
+            };
+            let reply = query_window(&mut client, &pids, (start, end), options).await;
             (reply.summary.expect("a summary").samples, reply.report)
         }
     };
@@ -691,6 +673,27 @@ fn parts(format: v1::Format, report: &[u8]) -> Vec<(&'static str, u64)> {
         }
         other => panic!("no parts for {other:?}"),
     }
+}
+
+/// The CPU profile of `pids` over the window `(start, end)` (Unix
+/// nanoseconds), as `options` render it.
+async fn query_window(
+    client: &mut crate::support::Client,
+    pids: &[u32],
+    (start, end): (i64, i64),
+    options: v1::ReportOptions,
+) -> v1::ProfileReply {
+    client
+        .query(v1::QueryRequest {
+            start_unix_nanos: start,
+            end_unix_nanos: end,
+            selector: crate::support::selector(pids),
+            options: Some(options),
+            mode: v1::Mode::Cpu as i32,
+        })
+        .await
+        .unwrap_or_else(|status| panic!("Query failed: {status:?}"))
+        .into_inner()
 }
 
 fn unix_nanos() -> i64 {
