@@ -484,6 +484,8 @@ pub mod names {
     pub const TARGET_PIDS: &str = "TARGET_PIDS";
     pub const TARGET_CGROUPS: &str = "TARGET_CGROUPS";
     pub const CONTROL: &str = "CONTROL";
+    /// Per-CPU count of sampling runs writing into a generation.
+    pub const RECORDING: &str = "RECORDING";
     pub const COUNTERS: &str = "COUNTERS";
     pub const SCRATCH: &str = "SCRATCH";
     pub const KNOWN_PIDS: &str = "KNOWN_PIDS";

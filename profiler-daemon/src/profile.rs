@@ -242,6 +242,16 @@ pub enum ThreadState {
 }
 
 impl ThreadState {
+    /// Every state, in the order of their numbers.
+    pub const ALL: [ThreadState; 6] = [
+        ThreadState::Cpu,
+        ThreadState::Sleeping,
+        ThreadState::Blocked,
+        ThreadState::RunQueue,
+        ThreadState::Allocated,
+        ThreadState::Held,
+    ];
+
     /// The states of time.
     pub const TIMES: [ThreadState; 4] = [
         ThreadState::Cpu,

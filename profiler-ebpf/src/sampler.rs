@@ -44,6 +44,12 @@ pub(crate) const EEXIST: i32 = 17;
 #[map]
 static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
 
+/// Per CPU: runs of the sampling programs between reading [`CONTROL`]'s
+/// generation and their last write into that generation's maps. The
+/// daemon reads a generation once every CPU's count is 0 after its flip.
+#[map]
+static RECORDING: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 /// Byte offsets of the kernel fields that say who may see a sample
 /// (`task_struct.real_cred`, `cred.uid`, `task_struct.mm`,
 /// `mm_struct.flags`), found by the daemon in the kernel's BTF; 0 when it
@@ -176,6 +182,11 @@ pub fn sample_peek(ctx: PerfEventContext) -> u32 {
 
 #[inline(always)]
 fn record_in_generation(ctx: &PerfEventContext, kind: SampleKind) {
+    // Counted before the generation is read, with a locked add (a full
+    // barrier on x86): a daemon that flipped the generation and then sees
+    // 0 knows every later run reads the new one. (Looked up at each end,
+    // not kept across `record`: the verifier would walk it twice.)
+    add_to_recording(1);
     let generation = CONTROL.get(0).map_or(0, |control| control.generation);
     // Each generation gets its own call so that every map helper call site
     // sees one constant map, as the verifier prefers.
@@ -183,6 +194,23 @@ fn record_in_generation(ctx: &PerfEventContext, kind: SampleKind) {
         record(ctx, &COUNTS_0, &STACKS_0, kind);
     } else {
         record(ctx, &COUNTS_1, &STACKS_1, kind);
+    }
+    add_to_recording(u64::MAX);
+}
+
+/// Adds `delta` (wrapping: `u64::MAX` takes one away) to this CPU's
+/// [`RECORDING`] count with an atomic add.
+#[inline(always)]
+fn add_to_recording(delta: u64) {
+    if let Some(count) = RECORDING.get_ptr_mut(0) {
+        // SAFETY: a live per-CPU map value, aligned; the add is atomic
+        // (the BPF target's plain atomic add, its result unused) so that
+        // it orders this run's reads and writes around it.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::SeqCst }>(
+                count, delta,
+            );
+        }
     }
 }
 

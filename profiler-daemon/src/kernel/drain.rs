@@ -2,16 +2,16 @@
 //! twice what the sampling program keeps writing.
 //!
 //! The program writes into one of two generations of maps, chosen by the
-//! control map. A drain flips the generation, waits a grace period for
-//! program runs that began before the flip to finish, then reads and empties
-//! the generation that is now idle. This module owns those maps and the
+//! control map. A drain flips the generation, waits for program runs that
+//! began before the flip to finish (each CPU counts its runs under way),
+//! then reads and empties the generation that is now idle. This module owns those maps and the
 //! running totals of the kernel's counters; it must not interpret addresses
 //! (that is the process table's and the symbolizer's work).
 
 use std::{
     collections::HashMap as StdHashMap,
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::{Duration, Instant, SystemTime},
 };
 
 use aya::maps::{HashMap, MapData, MapError};
@@ -25,11 +25,15 @@ use crate::{
     profile::{LossCause, UnwindStop},
 };
 
-/// How long a drain waits after flipping generations. A run of the
-/// sampling program takes microseconds and cannot be preempted, so a run that
-/// read the old generation has finished long before this; only a vCPU stalled
-/// by its hypervisor for longer could still write into the drained maps.
+/// The longest a drain waits after flipping generations for runs under
+/// way to finish. A run of the sampling program takes microseconds and
+/// cannot be preempted, so one that read the old generation has finished
+/// long before this; only a vCPU stalled by its hypervisor for longer could
+/// still write into the drained maps.
 pub const GRACE_PERIOD: Duration = Duration::from_millis(10);
+
+/// How often a drain looks again at the runs under way.
+const RECORDING_POLL: Duration = Duration::from_micros(50);
 
 /// Samples of one thread with one pair of stacks, as the kernel counted them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,7 +152,7 @@ impl Drainer {
         )?;
         let flipped_at = SystemTime::now();
         self.generation = next;
-        std::thread::sleep(GRACE_PERIOD);
+        self.wait_for_runs_under_way();
 
         let stacks = take_all(&mut self.maps.stacks[drained], &mut self.batches);
         let counts = take_all(&mut self.maps.counts[drained], &mut self.batches);
@@ -162,6 +166,41 @@ impl Drainer {
         };
         self.last_flip = flipped_at;
         Ok(batch)
+    }
+
+    /// Waits until no sampling run that may have read the old generation
+    /// is still writing, at most [`GRACE_PERIOD`].
+    ///
+    /// Each run adds 1 to its CPU's count with a locked add before it reads
+    /// the generation, and takes it away after its last write. On x86 a
+    /// locked add is a full barrier, so once this thread's flip is ordered
+    /// before its reads (the fence), a CPU whose count reads 0 has no run
+    /// left that read the old generation. Elsewhere the BPF target's atomic
+    /// add orders nothing, and the whole grace period is waited.
+    fn wait_for_runs_under_way(&self) {
+        if !cfg!(target_arch = "x86_64") {
+            std::thread::sleep(GRACE_PERIOD);
+            return;
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        let deadline = Instant::now() + GRACE_PERIOD;
+        loop {
+            match self.maps.recording.get(&0, 0) {
+                Ok(per_cpu) if per_cpu.iter().all(|&runs| runs == 0) => return,
+                Ok(_) => {}
+                Err(err) => {
+                    warn!(
+                        "cannot read the sampling runs under way, waiting the grace period: {err}"
+                    );
+                    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                    return;
+                }
+            }
+            if Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(RECORDING_POLL);
+        }
     }
 
     /// The counters' growth since the previous drain, summed over CPUs.

@@ -246,6 +246,8 @@ pub trait PeekClocks: Send + Sync {
 /// The maps the drainer reads.
 pub struct DrainMaps {
     pub control: Array<MapData, Control>,
+    /// Per CPU: sampling runs under way that may write into a generation.
+    pub recording: PerCpuArray<MapData, u64>,
     pub counters: PerCpuArray<MapData, u64>,
     pub counts: [HashMap<MapData, SampleKey, SampleValue>; 2],
     pub stacks: [HashMap<MapData, u64, StackTrace>; 2],

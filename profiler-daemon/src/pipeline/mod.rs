@@ -139,11 +139,18 @@ impl PipelineHandle {
     }
 
     async fn cut(&self, stored: bool) -> Result<SystemTime, PipelineError> {
+        let asked = std::time::Instant::now();
         let (done, finished) = tokio::sync::oneshot::channel();
         self.requests
             .send(Wake::Drain(DrainRequest { stored, done }))
             .map_err(|_| PipelineError::Stopped)?;
-        finished.await.map_err(|_| PipelineError::Stopped)
+        let cut = finished.await.map_err(|_| PipelineError::Stopped)?;
+        tracing::debug!(
+            stored,
+            ms = asked.elapsed().as_secs_f64() * 1e3,
+            "drained on request"
+        );
+        Ok(cut)
     }
 
     pub fn stats(&self) -> PipelineStats {

@@ -113,3 +113,12 @@ fn stacks_keep_their_locations_and_order() {
     let all: Vec<&[u32]> = stacks.iter().collect();
     assert_eq!(all, [&[3, 1, 4][..], &[], &[1]]);
 }
+
+#[test]
+fn every_thread_state_is_listed_at_its_number() {
+    for (number, state) in ThreadState::ALL.into_iter().enumerate() {
+        assert_eq!(state as usize, number, "{state:?}");
+    }
+    // A state added to the enum but not to the list fails here.
+    assert_eq!(ThreadState::ALL.len(), ThreadState::Held as usize + 1);
+}

@@ -70,25 +70,20 @@ pub struct MemoryTotals {
 impl Summary {
     pub fn of(profile: &Profile) -> Self {
         let processes: HashSet<u32> = profile.threads.iter().map(|thread| thread.pid).collect();
+        // One pass over the samples: (count, weight) per state.
+        let mut sums = [(0_u64, 0_u64); ThreadState::ALL.len()];
+        for sample in &profile.samples {
+            let (count, weight) = &mut sums[sample.state as usize];
+            *count = count.saturating_add(sample.count);
+            *weight = weight.saturating_add(sample.weight);
+        }
+        let sums_where = |state: ThreadState| sums[state as usize];
         let nanos_where = |wanted: fn(ThreadState) -> bool| -> u64 {
-            profile
-                .samples
+            ThreadState::ALL
                 .iter()
-                .filter(|sample| wanted(sample.state))
-                .map(|sample| sample.weight)
+                .filter(|&&state| wanted(state))
+                .map(|&state| sums_where(state).1)
                 .sum()
-        };
-        let sums_where = |state: ThreadState| {
-            profile
-                .samples
-                .iter()
-                .filter(|sample| sample.state == state)
-                .fold((0_u64, 0_u64), |(count, weight), sample| {
-                    (
-                        count.saturating_add(sample.count),
-                        weight.saturating_add(sample.weight),
-                    )
-                })
         };
         let memory = profile.mode.is_memory().then(|| {
             let (allocated_bytes, allocated_objects) = sums_where(ThreadState::Allocated);
@@ -140,11 +135,21 @@ pub async fn read_profile<T: Send + 'static>(
     make: impl FnOnce(&Profile) -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, ServiceError> {
     tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
         let mut profile = crate::read_lock(&store).profile(&query);
         if !kernel_addresses {
             profile.hide_kernel_addresses();
         }
-        make(&profile)
+        let read = started.elapsed();
+        let made = make(&profile);
+        tracing::debug!(
+            samples = profile.samples.len(),
+            stacks = profile.stacks.len(),
+            read_ms = read.as_secs_f64() * 1e3,
+            made_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
+            "read a window's profile and made its answer"
+        );
+        made
     })
     .await
     .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?

@@ -92,13 +92,6 @@ fn unknown_samples(stacks: &[(Vec<String>, u64)]) -> u64 {
         .sum()
 }
 
-fn unix_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_nanos() as i64
-}
-
 fn send_signal(pid: u32, signal: Signal) {
     let pid = Pid::from_raw(pid as i32).expect("a real pid");
     kill_process(pid, signal).expect("the signal is sent");
@@ -530,7 +523,7 @@ async fn a_storm_of_short_lived_processes_is_reported() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let binary = copy_workload("fork_storm", dir.path(), "fault-storm");
     let before = status_within(&mut client, Duration::from_secs(5), &daemon).await;
-    let start = unix_nanos();
+    let start = crate::support::unix_nanos();
     let mut storm = Workload::spawn(&binary, &[&CHILDREN.to_string(), "4", "1"]);
     let storm_pid = storm.pid();
     let mut slowest = Duration::ZERO;
@@ -734,7 +727,7 @@ async fn full_maps_are_counted_and_the_daemon_recovers() {
     // A query up to now drains the last heavy samples.
     client
         .query(v1::QueryRequest {
-            start_unix_nanos: unix_nanos() - 1_000_000_000,
+            start_unix_nanos: crate::support::unix_nanos() - 1_000_000_000,
             end_unix_nanos: 0,
             selector: crate::support::selector(&[light.pid()]),
             options: Some(options(v1::Format::Flat)),

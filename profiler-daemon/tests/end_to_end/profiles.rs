@@ -476,9 +476,9 @@ async fn diff_shows_which_function_took_over() {
 async fn a_tree_within_maxlines_keeps_the_lines_of_most_samples_and_says_so() {
     // Nearly every sample its own stack: hundreds of tree lines.
     let (_daemon, workload, client) = crate::support::daemon_and_workload("many_stacks", &[]).await;
-    let start = unix_nanos();
+    let start = crate::support::unix_nanos();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let end = unix_nanos();
+    let end = crate::support::unix_nanos();
     let tree = |maxlines: Option<u64>| {
         let mut client = client.clone();
         let pids = [workload.pid()];
@@ -559,7 +559,7 @@ async fn every_format_of_a_two_minute_window_adds_up_to_the_same_total() {
     for workload in &mut storm {
         workload.wait();
     }
-    let end = unix_nanos();
+    let end = crate::support::unix_nanos();
     let start = end - 120_000_000_000;
     let report = |format: v1::Format, groupby: v1::GroupBy| {
         let mut client = client.clone();
@@ -694,9 +694,4 @@ async fn query_window(
         .await
         .unwrap_or_else(|status| panic!("Query failed: {status:?}"))
         .into_inner()
-}
-
-fn unix_nanos() -> i64 {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    i64::try_from(now.expect("after 1970").as_nanos()).expect("before 2262")
 }

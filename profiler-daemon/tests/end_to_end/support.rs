@@ -597,6 +597,12 @@ pub fn build_workload_with(name: &str, output: &str, flags: &[&str]) -> PathBuf 
     binary
 }
 
+/// Now, in nanoseconds since the Unix epoch, as the API takes times.
+pub fn unix_nanos() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    i64::try_from(now.expect("after 1970").as_nanos()).expect("before 2262")
+}
+
 pub fn selector(pids: &[u32]) -> Option<v1::Selector> {
     Some(v1::Selector {
         pids: pids.to_vec(),

@@ -96,6 +96,7 @@ impl Sampler {
     fn take_drain_maps(&mut self) -> Result<DrainMaps, SamplingError> {
         Ok(DrainMaps {
             control: take_map(&mut self.ebpf, names::CONTROL)?,
+            recording: take_map(&mut self.ebpf, names::RECORDING)?,
             counters: take_map(&mut self.ebpf, names::COUNTERS)?,
             counts: [
                 take_map(&mut self.ebpf, names::COUNTS[0])?,
