@@ -85,6 +85,8 @@ const FREQUENCY_HZ: u32 = 1000;
 const PERIOD_NS: u64 = 1_000_000;
 
 fn main() {
+    // The allocator as the daemon tunes it.
+    profilerd::daemon::allocator::tune();
     let args = Args::parse();
     let started = Instant::now();
     let (store, start) = fill_store(&args);
@@ -390,7 +392,7 @@ impl Program {
                     kind,
                     module: path,
                     address: next_offset,
-                    frames,
+                    frames: frames.into(),
                 },
             }));
             program.locations.len() as u32 - 1

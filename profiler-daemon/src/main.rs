@@ -50,7 +50,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    profilerd::daemon::limit_allocator_arenas();
+    profilerd::daemon::allocator::tune();
     let args = Args::parse();
     let config = Config::load(args.config.as_deref(), &args.overrides);
     let log_level = config
@@ -97,7 +97,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     tokio::spawn(systemd::keep_watchdog_alive());
     // First, so that a second daemon fails before touching the kernel.
     let (listener, _socket_file) = serving::bind_socket(&config.socket)?;
-    tokio::spawn(release_freed_memory());
+    tokio::spawn(profilerd::daemon::allocator::trim_when_idle());
     let mut sampler = Sampler::start(&SamplerSettings {
         frequency_hz: config.frequency_hz,
         drain_interval: config.drain_interval,
@@ -259,18 +259,6 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     served.context("the gRPC server failed")?;
     info!("profilerd stopped");
     Ok(())
-}
-
-/// Returns memory freed after large reports to the system now and then, so
-/// that one big request does not leave the daemon's resident size high.
-async fn release_freed_memory() {
-    let mut every = tokio::time::interval(std::time::Duration::from_secs(30));
-    loop {
-        every.tick().await;
-        // SAFETY: malloc_trim only returns free heap pages to the kernel; it
-        // is safe to call at any time from any thread.
-        unsafe { libc::malloc_trim(0) };
-    }
 }
 
 async fn shutdown_signal() {

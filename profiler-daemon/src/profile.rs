@@ -375,8 +375,9 @@ pub struct Location {
     pub address: u64,
     /// The functions at this address, outermost first: more than one when
     /// functions were inlined into each other. Never empty: an address
-    /// without symbols gets one frame named `module+0xoffset`.
-    pub frames: Vec<Frame>,
+    /// without symbols gets one frame named `module+0xoffset`. Shared:
+    /// every report of a window copies the locations its stacks use.
+    pub frames: Arc<[Frame]>,
 }
 
 /// A function at a source line.

@@ -186,6 +186,9 @@ fn parse_args() -> Result<Args> {
 }
 
 fn main() -> Result<()> {
+    // In-process measurements (rendering, symbolization) run with the
+    // allocator as the daemon tunes it.
+    profilerd::daemon::allocator::tune();
     let args = parse_args()?;
     if !rustix::process::geteuid().is_root() {
         bail!("the benchmark loads eBPF programs and must run as root: use `cargo xtask bench`");

@@ -235,7 +235,8 @@ impl StormBuilder {
                 file: (!file.is_empty()).then(|| Arc::from(file)),
                 line: (key % 97) as u32 + 1,
                 inlined: false,
-            }],
+            }]
+            .into(),
         };
         profile.locations.push(location);
         let id = profile.locations.len() as u32 - 1;

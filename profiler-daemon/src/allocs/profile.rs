@@ -104,7 +104,8 @@ mod tests {
                     file: None,
                     line: 0,
                     inlined: false,
-                }],
+                }]
+                .into(),
             },
         })
     }

@@ -68,7 +68,7 @@ fn kernel_addresses_are_hidden_and_their_locations_merged() {
         kind,
         module: "m".into(),
         address,
-        frames: vec![frame(function)],
+        frames: vec![frame(function)].into(),
     };
     let mut stacks = Stacks::default();
     stacks.push([0, 1]);

@@ -109,6 +109,17 @@ impl LineBudget {
         }
     }
 
+    /// A count no line left out of the final cut can reach: lines of
+    /// fewer samples are never shown, whatever is offered next (0 until
+    /// more lines than the budget were offered).
+    pub fn floor(&self) -> u64 {
+        let full = self.lines > self.maxlines;
+        match self.biggest.peek() {
+            Some(&Reverse(least)) if full => least,
+            _ => 0,
+        }
+    }
+
     /// What to leave out: nothing when every line fits; else the lines of
     /// fewer samples than the first line that does not fit, and as many of
     /// the lines of its count as do not fit.
@@ -198,5 +209,20 @@ mod tests {
         // One deep stack: every line has its 3 samples.
         let cut = super::tests::cut(2, &[3; 10]).expect("a cut");
         assert_eq!((cut.mincount, cut.ties.room, cut.shown), (3, 2, 2));
+    }
+
+    #[test]
+    fn the_floor_never_passes_the_final_cut() {
+        let counts = [5, 1, 9, 3, 3, 7, 2, 8, 3, 6];
+        let mut budget = LineBudget::new(4).expect("a budget");
+        let mut floors = Vec::new();
+        for count in counts {
+            budget.offer(count);
+            floors.push(budget.floor());
+        }
+        // 0 until more than 4 lines were offered, then the 5th biggest so far.
+        assert_eq!(floors, [0, 0, 0, 0, 1, 3, 3, 3, 3, 5]);
+        let cut = budget.cut().expect("a cut");
+        assert!(floors.iter().all(|&floor| floor <= cut.mincount), "{cut:?}");
     }
 }

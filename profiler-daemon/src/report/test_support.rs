@@ -26,7 +26,7 @@ pub fn location(kind: LocationKind, module: &str, address: u64, frames: Vec<Fram
         kind,
         module: module.into(),
         address,
-        frames,
+        frames: frames.into(),
     }
 }
 

@@ -18,6 +18,8 @@
 //! function and line; `maxdepth = n` prints n levels; and the noise floor
 //! also applies to roots, against the section's total.
 
+use std::collections::VecDeque;
+
 use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, Lines, StackSample, small_id};
 use super::sequences::Sequences;
@@ -30,6 +32,11 @@ use crate::profile::{Profile, ReportOptions, SortedBy};
 /// Indentation columns (one per level) shown before deeper levels are
 /// summarized by a `+n` tag.
 const MAX_INDENT: usize = 60;
+
+/// Bytes of the trees built to count lines for `maxlines` that are kept
+/// for writing (those past it are built again): a large report by process
+/// would otherwise build every tree twice.
+const KEPT_TREE_BYTES: usize = 32 << 20;
 
 const HEADER: &str = "Overhead ╎ [+additional indent] Count % File:Line; Function\n\
                       ===========================================================\n";
@@ -150,6 +157,44 @@ impl Tree {
         Ok(())
     }
 
+    /// The tree without the nodes of fewer than `floor` samples (their
+    /// subtrees have fewer still), laid out the same way.
+    fn pruned(&self, floor: u64) -> Tree {
+        let mut nodes: Vec<Node> = Vec::new();
+        // The kept nodes whose subtree is not complete yet: (new id, end of
+        // the subtree in `self.nodes`).
+        let mut open: Vec<(usize, u32)> = Vec::new();
+        let mut id = 0;
+        while let Some(node) = self.nodes.get(id as usize) {
+            while let Some(&(kept, end)) = open.last()
+                && end <= id
+            {
+                // Fewer than the tree's nodes, which are numbered in 32 bits.
+                nodes[kept].end = nodes.len() as u32;
+                open.pop();
+            }
+            if node.count < floor {
+                id = node.end;
+                continue;
+            }
+            open.push((nodes.len(), node.end));
+            nodes.push(Node {
+                line: node.line,
+                end: 0,
+                count: node.count,
+                overhead: node.overhead,
+            });
+            id += 1;
+        }
+        for (kept, _) in open {
+            nodes[kept].end = nodes.len() as u32;
+        }
+        Tree {
+            nodes,
+            path: Vec::new(),
+        }
+    }
+
     /// The roots of the subtrees that `nodes[first..end]` is made of, in
     /// line order: the children of node `first - 1`, or all roots when
     /// `first` is 0 and `end` the number of nodes.
@@ -184,6 +229,9 @@ struct Printer<'l> {
     /// A section's samples per stack rank, for big sections.
     rank_counts: Vec<u64>,
     tree: Tree,
+    /// The trees built while counting lines, a section's after another
+    /// (`None`: not kept), for the writing to take in the same order.
+    counted: VecDeque<Option<Tree>>,
     walk: Walk,
 }
 
@@ -211,6 +259,7 @@ impl<'l> Printer<'l> {
             entries: Vec::new(),
             rank_counts: Vec::new(),
             tree: Tree::default(),
+            counted: VecDeque::new(),
             walk: Walk::default(),
         }
     }
@@ -231,6 +280,7 @@ impl<'l> Printer<'l> {
         if most_lines <= self.options.maxlines {
             return Ok(None);
         }
+        let mut kept_bytes = 0;
         for section in sections {
             self.build_tree(section)?;
             let mut every_line = Ties::default();
@@ -241,6 +291,15 @@ impl<'l> Printer<'l> {
                 section.total,
                 |node, _| budget.offer(node.count),
             );
+            // Lines under the budget's floor are never shown: their nodes
+            // need not be kept.
+            let kept = match budget.floor() {
+                0 => std::mem::take(&mut self.tree),
+                floor => self.tree.pruned(floor),
+            };
+            kept_bytes += kept.nodes.len() * std::mem::size_of::<Node>();
+            self.counted
+                .push_back((kept_bytes <= KEPT_TREE_BYTES).then_some(kept));
         }
         let cut = budget.cut();
         if let Some(cut) = &cut {
@@ -263,13 +322,17 @@ impl<'l> Printer<'l> {
 
     /// Writes the section's tree; returns how many lines it holds.
     fn write_tree(&mut self, out: &mut String, section: &Section) -> Result<usize, ReportError> {
+        let counted = self.counted.pop_front().flatten();
         // No line has more samples than its section: under `mincount` (as
         // most sections of a busy machine are once `maxlines` raised it),
         // none is shown and the tree need not be built.
         if section.total < self.options.mincount {
             return Ok(0);
         }
-        self.build_tree(section)?;
+        match counted {
+            Some(tree) => self.tree = tree,
+            None => self.build_tree(section)?,
+        }
         let (texts, indents, options) = (&self.texts, &self.indents, &self.options);
 
         // First the widths of the columns and the size of the text.

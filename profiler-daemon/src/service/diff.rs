@@ -113,6 +113,7 @@ impl Service {
                     drawing
                 }
             };
+            crate::daemon::allocator::after_report();
             let changes = report::diff(&base, &target);
             Ok(DiffResult {
                 text: report::diff_text(&base, &target, &changes, limit),

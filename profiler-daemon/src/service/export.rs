@@ -53,6 +53,7 @@ impl Service {
         let profile = tokio::task::spawn_blocking(move || {
             let mut profile = crate::read_lock(&store).profile(&query);
             profile.hide_kernel_addresses();
+            crate::daemon::allocator::after_report();
             profile
         })
         .await

@@ -149,6 +149,8 @@ pub async fn read_profile<T: Send + 'static>(
             made_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
             "read a window's profile and made its answer"
         );
+        drop(profile);
+        crate::daemon::allocator::after_report();
         made
     })
     .await

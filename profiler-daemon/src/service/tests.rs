@@ -160,7 +160,8 @@ fn location(kind: LocationKind, address: u64, function: &str) -> Arc<SymbolizedL
                 file: None,
                 line: 0,
                 inlined: false,
-            }],
+            }]
+            .into(),
         },
     })
 }

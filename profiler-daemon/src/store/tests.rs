@@ -20,7 +20,8 @@ fn location(name: &str) -> Arc<SymbolizedLocation> {
                 file: None,
                 line: 0,
                 inlined: false,
-            }],
+            }]
+            .into(),
         },
     })
 }

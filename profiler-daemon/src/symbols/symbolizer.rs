@@ -374,7 +374,7 @@ impl Symbolizer {
                 kind: LocationKind::User,
                 module: binary.path.clone(),
                 address: offset,
-                frames,
+                frames: frames.into(),
             };
             self.locations
                 .insert(key.clone(), Arc::new(SymbolizedLocation { key, location }));
@@ -403,7 +403,7 @@ impl Symbolizer {
                 kind: LocationKind::Kernel,
                 module: module.clone(),
                 address,
-                frames,
+                frames: frames.into(),
             };
             self.locations
                 .insert(key.clone(), Arc::new(SymbolizedLocation { key, location }));
@@ -522,7 +522,7 @@ impl Symbolizer {
                 kind,
                 module,
                 address,
-                frames: vec![frame],
+                frames: vec![frame].into(),
             },
         })
     }
@@ -539,7 +539,7 @@ impl Symbolizer {
                 kind: LocationKind::Marker,
                 module: name.clone(),
                 address: 0,
-                frames: vec![frame],
+                frames: vec![frame].into(),
             },
         });
         self.markers.insert(name, marker.clone());

@@ -772,3 +772,61 @@ fn random_trees_match_a_naive_tree() {
     // Each of the four smaller budgets cuts, in every order and layout.
     assert_eq!(cuts, 3 * 4 * 2);
 }
+
+/// The nodes of `tree` in depth-first order as (depth, line, count,
+/// overhead), read through `children`, as the printing walks them.
+fn layout(tree: &Tree) -> Vec<(usize, LineId, u64, u64)> {
+    fn walk(
+        tree: &Tree,
+        first: u32,
+        end: u32,
+        depth: usize,
+        out: &mut Vec<(usize, LineId, u64, u64)>,
+    ) {
+        for child in tree.children(first, end) {
+            let node = &tree.nodes[child as usize];
+            out.push((depth, node.line, node.count, node.overhead));
+            walk(tree, child + 1, node.end, depth + 1, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(tree, 0, tree.nodes.len() as u32, 0, &mut out);
+    out
+}
+
+#[test]
+fn a_pruned_tree_keeps_exactly_the_nodes_of_the_floor_and_above() {
+    // Lexicographic order, as trees are built.
+    let stacks: [(&[LineId], u64); 7] = [
+        (&[0, 1, 2], 5),
+        (&[0, 1, 3], 1),
+        (&[0, 4], 2),
+        (&[0, 4, 5, 6], 4),
+        (&[7], 1),
+        (&[7, 8], 3),
+        (&[9, 1], 1),
+    ];
+    let mut tree = Tree::default();
+    tree.build(stacks.iter().map(|&(lines, count)| (lines, count)))
+        .expect("builds");
+    let whole = layout(&tree);
+    for floor in [0, 1, 2, 3, 4, 5, 6, 20] {
+        let pruned = tree.pruned(floor);
+        let mut expected = Vec::new();
+        // A node under the floor goes with its subtree.
+        let mut skipping_below: Option<usize> = None;
+        for &(depth, line, count, overhead) in &whole {
+            if skipping_below.is_some_and(|skipped| depth > skipped) {
+                continue;
+            }
+            skipping_below = None;
+            if count < floor {
+                skipping_below = Some(depth);
+                continue;
+            }
+            expected.push((depth, line, count, overhead));
+        }
+        assert_eq!(layout(&pruned), expected, "floor {floor}");
+        assert_eq!(pruned.nodes.len(), expected.len(), "floor {floor}");
+    }
+}

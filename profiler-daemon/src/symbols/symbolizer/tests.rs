@@ -39,7 +39,7 @@ fn names(batch: &SymbolizedBatch) -> Vec<String> {
     batch.samples[0]
         .stack
         .iter()
-        .flat_map(|location| &location.location.frames)
+        .flat_map(|location| location.location.frames.iter())
         .map(|frame| frame.function.to_string())
         .collect()
 }
