@@ -4,9 +4,10 @@
 //! The program writes into one of two generations of maps, chosen by the
 //! control map. A drain flips the generation, waits for program runs that
 //! began before the flip to finish (each CPU counts its runs under way),
-//! then reads and empties the generation that is now idle. This module owns those maps and the
-//! running totals of the kernel's counters; it must not interpret addresses
-//! (that is the process table's and the symbolizer's work).
+//! then reads and empties the generation that is now idle. This module
+//! owns those maps and the running totals of the kernel's counters; it must
+//! not interpret addresses (that is the process table's and the
+//! symbolizer's work).
 
 use std::{
     collections::HashMap as StdHashMap,
