@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// How long after the last report freed memory is given back.
-pub const IDLE_BEFORE_TRIM: Duration = Duration::from_secs(5);
+const IDLE_BEFORE_TRIM: Duration = Duration::from_secs(5);
 
 /// Told after each report.
 static REPORTED: Notify = Notify::const_new();

@@ -7,7 +7,7 @@ use super::{
     PastWindow, Service, ServiceError,
     access::Window,
     limits,
-    reports::{Sight, Summary},
+    reports::{self, Sight, Summary},
     selection::{self, SelectorSpec},
 };
 use crate::{
@@ -95,13 +95,8 @@ impl Service {
         let (normalize, max_response_bytes) = (spec.normalize, self.limits.max_response_bytes);
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
-            let [base, target] = queries.map(|query| {
-                let mut profile = crate::read_lock(&store).profile(&query);
-                if !sight.kernel_addresses {
-                    profile.hide_kernel_addresses();
-                }
-                profile
-            });
+            let [base, target] = queries
+                .map(|query| reports::window_profile(&store, &query, sight.kernel_addresses));
             let drawing = match drawing {
                 None => Vec::new(),
                 Some((format, options)) => {
@@ -113,7 +108,6 @@ impl Service {
                     drawing
                 }
             };
-            crate::daemon::allocator::after_report();
             let changes = report::diff(&base, &target);
             Ok(DiffResult {
                 text: report::diff_text(&base, &target, &changes, limit),

@@ -51,10 +51,7 @@ impl Service {
         );
         let store = self.store.clone();
         let profile = tokio::task::spawn_blocking(move || {
-            let mut profile = crate::read_lock(&store).profile(&query);
-            profile.hide_kernel_addresses();
-            crate::daemon::allocator::after_report();
-            profile
+            super::reports::window_profile(&store, &query, false)
         })
         .await
         .map_err(|err| ServiceError::Internal(format!("the export task failed: {err}")));

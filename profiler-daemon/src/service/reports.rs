@@ -136,10 +136,7 @@ pub async fn read_profile<T: Send + 'static>(
 ) -> Result<T, ServiceError> {
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let mut profile = crate::read_lock(&store).profile(&query);
-        if !kernel_addresses {
-            profile.hide_kernel_addresses();
-        }
+        let profile = window_profile(&store, &query, kernel_addresses);
         let read = started.elapsed();
         let made = make(&profile);
         tracing::debug!(
@@ -149,12 +146,21 @@ pub async fn read_profile<T: Send + 'static>(
             made_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
             "read a window's profile and made its answer"
         );
-        drop(profile);
-        crate::daemon::allocator::after_report();
         made
     })
     .await
     .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?
+}
+
+/// `query`'s profile as the store holds it, the kernel addresses taken out
+/// unless `kernel_addresses`. It blocks: call it off the async threads.
+pub fn window_profile(store: &RwLock<Store>, query: &Query, kernel_addresses: bool) -> Profile {
+    let mut profile = crate::read_lock(store).profile(query);
+    if !kernel_addresses {
+        profile.hide_kernel_addresses();
+    }
+    crate::daemon::allocator::after_report();
+    profile
 }
 
 /// Renders `profile` as `options` ask, refusing a report over
