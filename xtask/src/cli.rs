@@ -100,9 +100,11 @@ pub struct BenchArgs {
     /// rewrite BENCHMARKS.md.
     #[arg(long)]
     pub quick: bool,
-    /// Ask one question only (overhead, designs, unwind_info, scale, render,
-    /// symbolization, peek, offcpu or allocs); it replaces only its own
-    /// tables in BENCHMARKS.md.
+    /// Ask one question only (overhead, designs, unwind_info, scale,
+    /// scale-hour, render, symbolization, peek, offcpu or allocs); it
+    /// replaces only its own tables in BENCHMARKS.md. A full run skips
+    /// scale-hour (report latency over an hour's window), which takes over
+    /// an hour.
     #[arg(long, value_name = "QUESTION")]
     pub only: Option<String>,
 }

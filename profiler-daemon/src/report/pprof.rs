@@ -21,10 +21,16 @@
 //! Samples are encoded by hand (see `protobuf`), each distinct stack's
 //! location ids and each thread's labels once, and compressed as they are
 //! encoded, so that neither their messages nor the whole uncompressed
-//! profile are ever held; compression (at gzip's fastest level, which the
-//! bytes depend on) takes most of the time.
+//! profile are ever held. Compression (at gzip's fastest level, which the
+//! bytes depend on) takes most of the time, so it runs on a second thread
+//! while the samples are encoded (`gzip_alongside`).
 
-use std::{io::Write, ops::Range, time::SystemTime};
+use std::{
+    io::{self, Write},
+    ops::Range,
+    sync::mpsc::{Receiver, SyncSender, sync_channel},
+    time::SystemTime,
+};
 
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
@@ -57,11 +63,68 @@ const LABEL_NUM: u32 = 3;
 /// default level.
 const GZIP_LEVEL: u32 = 1;
 
+/// Encoded chunks on their way to the compressing thread: enough for the
+/// encoder never to wait on a compressor that keeps up, few enough to hold
+/// little.
+const CHUNKS_IN_FLIGHT: usize = 8;
+
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
     let expansion = Expansion::new(profile, options.kernel)?;
+    gzip_alongside(|out| Builder::new(&expansion, profile.threads.len()).write(profile, out))
+}
+
+/// The gzip of what `encode` writes, compressed on a second thread as it is
+/// written, or on this one when no thread can be started. Each write is
+/// compressed as one piece either way, so the bytes do not depend on which.
+fn gzip_alongside(
+    encode: impl FnOnce(&mut dyn Write) -> Result<(), ReportError>,
+) -> Result<Vec<u8>, ReportError> {
+    std::thread::scope(|scope| {
+        let (sender, chunks) = sync_channel::<Vec<u8>>(CHUNKS_IN_FLIGHT);
+        let compressor = std::thread::Builder::new()
+            .name("pprof-gzip".to_owned())
+            .spawn_scoped(scope, move || compress(chunks));
+        let Ok(compressor) = compressor else {
+            let mut gzip = GzEncoder::new(Vec::new(), Compression::new(GZIP_LEVEL));
+            encode(&mut gzip)?;
+            return Ok(gzip.finish()?);
+        };
+        let encoded = encode(&mut ChunkSender(sender));
+        // The sender is gone: the compressor finishes with the last chunk.
+        // A compressor's failure is the cause of the encoder's.
+        let compressed = compressor
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the compressing thread panicked")))?;
+        encoded?;
+        Ok(compressed)
+    })
+}
+
+fn compress(chunks: Receiver<Vec<u8>>) -> io::Result<Vec<u8>> {
     let mut gzip = GzEncoder::new(Vec::new(), Compression::new(GZIP_LEVEL));
-    Builder::new(&expansion, profile.threads.len()).write(profile, &mut gzip)?;
-    Ok(gzip.finish()?)
+    for chunk in chunks {
+        gzip.write_all(&chunk)?;
+    }
+    gzip.finish()
+}
+
+/// Hands each write, whole, to the compressing thread.
+struct ChunkSender(SyncSender<Vec<u8>>);
+
+impl Write for ChunkSender {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.send(bytes.to_vec()).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the compressing thread stopped early",
+            )
+        })?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The tables of a pprof profile, deduplicated as they fill.
@@ -113,7 +176,7 @@ impl<'e, 'a> Builder<'e, 'a> {
     /// at a time rather than held all at once; as protobuf fields are
     /// written in field number order (sample types, samples, then the
     /// tables and the rest), the bytes are those of the whole message.
-    fn write(mut self, profile: &Profile, out: &mut impl Write) -> Result<(), ReportError> {
+    fn write(mut self, profile: &Profile, out: &mut dyn Write) -> Result<(), ReportError> {
         self.string(""); // string_table[0] must be "".
         self.memory = profile.mode.is_memory();
         let (sample_type, period_type) = if self.memory {
