@@ -104,6 +104,11 @@ impl Bucket {
         samples_in(&self.cpu)
     }
 
+    /// Its (thread, stack) entries.
+    fn entries(&self) -> usize {
+        self.cpu.len() + self.waits.len()
+    }
+
     fn span(&self) -> Duration {
         self.end.duration_since(self.start).unwrap_or_default()
     }

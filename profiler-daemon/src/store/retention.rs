@@ -36,6 +36,10 @@ struct Renumbered {
 /// at most this often, unless memory is short.
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(60);
 
+/// Dropping buckets at the memory ceiling frees this fraction (1/n) of it
+/// beyond what is over, so that the next drains do not come back at once.
+const CEILING_MARGIN: u64 = 10;
+
 /// At the memory ceiling, the oldest buckets are merged into buckets of up
 /// to this many times the resolution before any are dropped.
 pub(super) const MAX_COARSENING: u32 = 6;
@@ -115,32 +119,59 @@ impl Store {
 
     /// Keeps the store under the ceiling: first by compacting the tables,
     /// then by coarsening the oldest buckets, then by dropping them (counted,
-    /// never silently).
+    /// never silently) down to a margin under the ceiling ([`CEILING_MARGIN`]).
+    ///
+    /// A dropped bucket's stacks leave the tables only at the next
+    /// compaction, and the tables are most of a store of many distinct
+    /// stacks: so the oldest buckets are dropped until their share of the
+    /// store would free enough, then the tables compacted, and again while
+    /// that was not enough. Counting on the buckets' own bytes alone would
+    /// drop most of the history to free what a few buckets hold.
     pub(super) fn enforce_ceiling(&mut self) {
-        if self.memory_bytes() <= self.settings.memory_limit {
+        let limit = self.settings.memory_limit;
+        if self.memory_bytes() <= limit {
             return;
         }
         self.compact(SystemTime::now());
         self.coarsen_for_memory();
-        while self.memory_bytes() > self.settings.memory_limit && self.buckets.len() > 1 {
-            let bucket = self.pop_oldest();
-            self.buckets_evicted_for_memory += 1;
-            self.evictions.push_back(Eviction {
-                start: bucket.start,
-                end: bucket.end,
-                samples: bucket.samples(),
-            });
-            if self.buckets_evicted_for_memory.is_power_of_two() {
-                info!(
-                    evicted = self.buckets_evicted_for_memory,
-                    limit = self.settings.memory_limit,
-                    "the profile store is at its memory ceiling; dropping the oldest samples \
-                     before their retention ends (raise memory_limit to keep them)"
-                );
+        if self.memory_bytes() <= limit {
+            return;
+        }
+        let target = limit - limit / CEILING_MARGIN;
+        while self.memory_bytes() > target && self.buckets.len() > 1 {
+            let over = self.memory_bytes() - target;
+            // A bucket's share of the tables, by its entries: at most what
+            // compacting frees of them once it is gone (buckets share stacks).
+            let tables = self.table_bytes() as u128;
+            let entries: usize = self.buckets.iter().map(Bucket::entries).sum();
+            let mut freed = 0_u64;
+            while freed < over && self.buckets.len() > 1 {
+                let oldest = &self.buckets[0];
+                let share = tables * oldest.entries() as u128 / entries.max(1) as u128;
+                freed += oldest.bytes() as u64 + share as u64;
+                self.evict_oldest();
             }
-            if self.buckets.len().is_multiple_of(16) {
-                self.compact(SystemTime::now());
-            }
+            self.compact(SystemTime::now());
+        }
+    }
+
+    /// Drops the oldest bucket for memory, counted and remembered for the
+    /// reports of its window.
+    fn evict_oldest(&mut self) {
+        let bucket = self.pop_oldest();
+        self.buckets_evicted_for_memory += 1;
+        self.evictions.push_back(Eviction {
+            start: bucket.start,
+            end: bucket.end,
+            samples: bucket.samples(),
+        });
+        if self.buckets_evicted_for_memory.is_power_of_two() {
+            info!(
+                evicted = self.buckets_evicted_for_memory,
+                limit = self.settings.memory_limit,
+                "the profile store is at its memory ceiling; dropping the oldest samples \
+                 before their retention ends (raise memory_limit to keep them)"
+            );
         }
     }
 

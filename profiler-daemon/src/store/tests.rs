@@ -9,8 +9,15 @@ use crate::{
 };
 
 fn location(name: &str) -> Arc<SymbolizedLocation> {
+    // One address per name.
+    let address = {
+        use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+        let mut hasher = DefaultHasher::new();
+        name.hash(&mut hasher);
+        hasher.finish()
+    };
     Arc::new(SymbolizedLocation {
-        key: LocationKey::Kernel(name.bytes().map(u64::from).sum()),
+        key: LocationKey::Kernel(address),
         location: Location {
             kind: LocationKind::Kernel,
             module: Arc::from("[kernel]"),
@@ -291,6 +298,48 @@ fn memory_ceiling_holds_and_counts_what_it_drops() {
     );
     // Compaction kept the tables in step with the buckets.
     assert!(stats.distinct_stacks <= stats.buckets + 16);
+}
+
+#[test]
+fn the_ceiling_drops_no_more_history_than_it_must() {
+    // Every second with stacks of its own: the tables are most of the
+    // store, and a dropped bucket frees its share only once they are
+    // compacted.
+    let insert = |store: &mut Store, second: u64| {
+        let names: Vec<Vec<String>> = (0..10)
+            .map(|stack| (0..10).map(|i| format!("g{second}_{stack}_{i}")).collect())
+            .collect();
+        let stacks: Vec<Vec<&str>> = names
+            .iter()
+            .map(|stack| stack.iter().map(String::as_str).collect())
+            .collect();
+        let samples: Vec<(u32, &[&str], u64)> =
+            stacks.iter().map(|stack| (1, &stack[..], 1)).collect();
+        store.insert(batch(second, &samples));
+    };
+    let mut store = store(3600, 1 << 30);
+    for second in 0..30 {
+        insert(&mut store, second);
+    }
+    // Room for the 30 seconds so far.
+    let limit = store.memory_bytes();
+    store.settings.memory_limit = limit;
+    for second in 30..150 {
+        insert(&mut store, second);
+        let held = store.memory_bytes();
+        assert!(held <= limit, "{held} over {limit} at {second}");
+        // A margin under the ceiling, not most of the history.
+        assert!(
+            held >= limit / 4 * 3,
+            "{held} of {limit} at {second}: {:?}",
+            store.stats()
+        );
+    }
+    let stats = store.stats();
+    assert!(stats.buckets_evicted_for_memory > 0, "{stats:?}");
+    let profile = store.profile(&query(0, 150, Selector::default()));
+    let seconds_held = profile.total_samples() / 10;
+    assert!(seconds_held >= 20, "{seconds_held} s of 30 held: {stats:?}");
 }
 
 #[test]
