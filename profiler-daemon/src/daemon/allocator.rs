@@ -1,6 +1,7 @@
 //! The C allocator's tuning for a daemon whose large allocations come and
 //! go with each report: few arenas, and freed memory given back to the
-//! system once reports stop.
+//! system once reports stop, and at least every half minute (the store's
+//! compactions and the symbolizer free memory too).
 //!
 //! Owns the process-wide allocator settings (glibc's `mallopt` and
 //! `malloc_trim`); it must not decide what is allocated.
@@ -11,6 +12,12 @@ use tokio::sync::Notify;
 
 /// How long after the last report freed memory is given back.
 const IDLE_BEFORE_TRIM: Duration = Duration::from_secs(5);
+
+/// At most this long between two trims, reports or not: the store's
+/// compactions free their old tables too. Without it, a daemon holding the
+/// scale run's storm (no reports) kept twice the heap after 5 minutes
+/// (50 MiB against 13-28) and 10% more RSS.
+const TRIM_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Told after each report.
 static REPORTED: Notify = Notify::const_new();
@@ -43,15 +50,22 @@ pub fn after_report() {
 }
 
 /// Gives free memory back to the system [`IDLE_BEFORE_TRIM`] after the
-/// last report, for the daemon's life.
+/// last report, and at least every [`TRIM_INTERVAL`], for the daemon's
+/// life.
 pub async fn trim_when_idle() {
     loop {
-        REPORTED.notified().await;
-        // Reports that follow each other keep the memory.
-        while tokio::time::timeout(IDLE_BEFORE_TRIM, REPORTED.notified())
+        let since_trim = tokio::time::Instant::now();
+        if tokio::time::timeout(TRIM_INTERVAL, REPORTED.notified())
             .await
             .is_ok()
-        {}
+        {
+            // Reports that follow each other keep the memory, for a while.
+            while since_trim.elapsed() < TRIM_INTERVAL
+                && tokio::time::timeout(IDLE_BEFORE_TRIM, REPORTED.notified())
+                    .await
+                    .is_ok()
+            {}
+        }
         let trimmed = tokio::task::spawn_blocking(trim).await;
         if let Err(err) = trimmed {
             tracing::warn!("giving free memory back failed: {err}");
