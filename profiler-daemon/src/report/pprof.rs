@@ -85,7 +85,7 @@ fn gzip_alongside(
             .name("pprof-gzip".to_owned())
             .spawn_scoped(scope, move || compress(chunks));
         let Ok(compressor) = compressor else {
-            let mut gzip = GzEncoder::new(Vec::new(), Compression::new(GZIP_LEVEL));
+            let mut gzip = gzip_encoder();
             encode(&mut gzip)?;
             return Ok(gzip.finish()?);
         };
@@ -100,8 +100,12 @@ fn gzip_alongside(
     })
 }
 
+fn gzip_encoder() -> GzEncoder<Vec<u8>> {
+    GzEncoder::new(Vec::new(), Compression::new(GZIP_LEVEL))
+}
+
 fn compress(chunks: Receiver<Vec<u8>>) -> io::Result<Vec<u8>> {
-    let mut gzip = GzEncoder::new(Vec::new(), Compression::new(GZIP_LEVEL));
+    let mut gzip = gzip_encoder();
     for chunk in chunks {
         gzip.write_all(&chunk)?;
     }
