@@ -124,24 +124,37 @@ fn main() {
     }
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|only| only == name);
     println!(
-        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
         "request", "profile", "render", "total p50", "total min", "total max", "CPU per req"
     );
+    // "+index": as the daemon makes them from a stack index kept between
+    // requests (built here before the first, as a daemon's is after its
+    // first request; later requests only add the stacks new since).
     let formats = [
-        ("profile", None),
-        ("tree", Some(Format::Tree)),
-        ("flat", Some(Format::Flat)),
-        ("folded", Some(Format::Folded)),
-        ("pprof", Some(Format::Pprof)),
+        ("profile", None, false),
+        ("tree", Some(Format::Tree), false),
+        ("tree+index", Some(Format::Tree), true),
+        ("flat", Some(Format::Flat), false),
+        ("folded", Some(Format::Folded), false),
+        ("folded+index", Some(Format::Folded), true),
+        ("pprof", Some(Format::Pprof), false),
+        ("flamegraph", Some(Format::Flamegraph), false),
+        ("flamegraph+index", Some(Format::Flamegraph), true),
+        ("speedscope", Some(Format::Speedscope), false),
+        ("speedscope+index", Some(Format::Speedscope), true),
     ];
-    for (name, format) in formats {
-        if !wanted(name) {
+    for (name, format, indexed) in formats {
+        if !wanted(name) && !wanted(name.trim_end_matches("+index")) {
             continue;
         }
         let options = format.map(|format| ReportOptions {
             format,
             ..ReportOptions::default()
         });
+        let index = options
+            .as_ref()
+            .filter(|_| indexed)
+            .map(|options| index_of(&store, options));
         let (mut profiles, mut totals) = (Vec::new(), Vec::new());
         let mut size = 0;
         let cpu_before = thread_cpu_time();
@@ -149,10 +162,17 @@ fn main() {
             // As the API does: the profile and the report are dropped
             // before the reply is sent.
             let started = Instant::now();
-            let profile = store.profile(&query);
+            let profile = match &index {
+                Some(_) => store.profile_of_store_stacks(&query),
+                None => store.profile(&query),
+            };
             profiles.push(started.elapsed());
             if let Some(options) = &options {
-                let bytes = report::render(&profile, options).expect("renders");
+                let bytes = match &index {
+                    Some(index) => report::render_indexed(&profile, options, index),
+                    None => report::render(&profile, options),
+                }
+                .expect("renders");
                 size = bytes.len();
                 if let Some(dir) = &args.write {
                     std::fs::write(dir.join(format!("report.{name}")), &bytes).expect("writes");
@@ -164,7 +184,7 @@ fn main() {
         let cpu = (thread_cpu_time() - cpu_before) / args.reps as u32;
         let renders: Vec<Duration> = totals.iter().zip(&profiles).map(|(t, p)| *t - *p).collect();
         println!(
-            "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}   {} KiB",
+            "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}   {} KiB",
             name,
             ms(median(&profiles)),
             ms(median(&renders)),
@@ -196,7 +216,23 @@ fn thread_cpu_time() -> Duration {
     Duration::from_millis(fields.iter().sum::<u64>() * 10)
 }
 
-/// Digests of every format under several option sets, and of a selection.
+/// The stack index of `options`' reports over the whole store.
+fn index_of(store: &Store, options: &ReportOptions) -> report::StackIndex {
+    let key = report::StackIndexKey::of(options, false).expect("an indexed format");
+    let mut index = report::StackIndex::new(key);
+    index
+        .extend(
+            store.generation(),
+            store.stack_count(),
+            |id| store.stack_locations(id),
+            |id| store.location(id),
+        )
+        .expect("indexes");
+    index
+}
+
+/// Digests of every format under several option sets, and of a selection;
+/// each report made from a stack index is checked to be the same bytes.
 fn print_digests(store: &Store, query: &Query) {
     let variants: Vec<(&str, ReportOptions)> = vec![
         ("default", ReportOptions::default()),
@@ -237,18 +273,38 @@ fn print_digests(store: &Store, query: &Query) {
         end: query.start + Duration::from_secs(250),
         ..query.clone()
     };
+    let mut indexes: Vec<report::StackIndex> = Vec::new();
     for (window, query) in [("whole", query), ("selected", &selected)] {
         let profile = store.profile(query);
+        let by_ids = store.profile_of_store_stacks(query);
         for (name, options) in &variants {
-            for format in [Format::Tree, Format::Flat, Format::Folded, Format::Pprof] {
-                let bytes = report::render(
-                    &profile,
-                    &ReportOptions {
-                        format,
-                        ..options.clone()
-                    },
-                )
-                .expect("renders");
+            for format in [
+                Format::Tree,
+                Format::Flat,
+                Format::Folded,
+                Format::Pprof,
+                Format::Flamegraph,
+                Format::Speedscope,
+            ] {
+                let options = ReportOptions {
+                    format,
+                    ..options.clone()
+                };
+                let bytes = report::render(&profile, &options).expect("renders");
+                if let Some(key) = report::StackIndexKey::of(&options, false) {
+                    let index = match indexes.iter().position(|index| index.key() == key) {
+                        Some(at) => &indexes[at],
+                        None => {
+                            indexes.push(index_of(store, &options));
+                            &indexes[indexes.len() - 1]
+                        }
+                    };
+                    let indexed = report::render_indexed(&by_ids, &options, index);
+                    assert!(
+                        indexed.expect("renders") == bytes,
+                        "{window} {name} {format:?}: the report from the index differs"
+                    );
+                }
                 println!(
                     "{window:<8} {name:<48} {:<7} {:016x} {:>9} bytes",
                     format!("{format:?}"),

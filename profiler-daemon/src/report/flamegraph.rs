@@ -9,16 +9,21 @@
 
 use serde::Serialize;
 
+use super::stack_index::StackIndex;
 use super::{ReportError, folded};
 use crate::profile::{Profile, ReportOptions};
 
 /// The flame graph of the profile, as an SVG document.
-pub(super) fn svg(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
+pub(super) fn svg(
+    profile: &Profile,
+    options: &ReportOptions,
+    index: Option<&StackIndex>,
+) -> Result<Vec<u8>, ReportError> {
     let mut flamegraph = inferno::flamegraph::Options::default();
     // Frames narrower than min_width (a share of the samples in percent)
     // are not drawn, nor need lines of their own. The lines are merged in
     // the order given: a flame chart's, which inferno takes reversed.
-    let folded = folded::render_drawn(profile, options, flamegraph.min_width)?;
+    let folded = folded::render_drawn(profile, options, index, flamegraph.min_width)?;
     flamegraph.flame_chart = true;
     // Colours by name: a function has the same colour in every graph.
     flamegraph.hash = true;
@@ -56,8 +61,8 @@ pub(super) fn diff_svg(
     normalize: bool,
 ) -> Result<Vec<u8>, ReportError> {
     let (base_folded, target_folded) = (
-        folded::render(base, options)?,
-        folded::render(target, options)?,
+        folded::render(base, options, None)?,
+        folded::render(target, options, None)?,
     );
     let mut both = Vec::new();
     inferno::differential::from_readers(
@@ -105,8 +110,9 @@ fn empty_svg(title: &str) -> Vec<u8> {
 pub(super) fn speedscope(
     profile: &Profile,
     options: &ReportOptions,
+    index: Option<&StackIndex>,
 ) -> Result<Vec<u8>, ReportError> {
-    let folded = folded::render_frames(profile, options)?;
+    let folded = folded::render_frames(profile, options, index)?;
     let total = folded
         .counts
         .iter()
@@ -185,11 +191,12 @@ mod tests {
     fn the_flame_graph_is_svg_with_the_functions() {
         let profile = make_profile(&[(&["main", "hot"], 30), (&["main", "cold"], 10)]);
         let drawn =
-            String::from_utf8(svg(&profile, &options(Format::Flamegraph)).unwrap()).unwrap();
+            String::from_utf8(svg(&profile, &options(Format::Flamegraph), None).unwrap()).unwrap();
         assert!(drawn.contains("<svg"), "{drawn}");
         assert!(drawn.contains("hot") && drawn.contains("cold"));
         let empty = make_profile(&[]);
-        let drawn = String::from_utf8(svg(&empty, &options(Format::Flamegraph)).unwrap()).unwrap();
+        let drawn =
+            String::from_utf8(svg(&empty, &options(Format::Flamegraph), None).unwrap()).unwrap();
         assert!(drawn.contains("no samples"));
     }
 
@@ -204,7 +211,7 @@ mod tests {
         );
         flamegraph.count_name = "samples".to_owned();
         flamegraph.hash = true;
-        let folded = folded::render(profile, options).unwrap();
+        let folded = folded::render(profile, options, None).unwrap();
         let mut drawn = Vec::new();
         inferno::flamegraph::from_lines(&mut flamegraph, folded.lines(), &mut drawn).unwrap();
         String::from_utf8(drawn).unwrap()
@@ -262,10 +269,10 @@ mod tests {
                     mincount,
                     ..ReportOptions::default()
                 };
-                let drawn = String::from_utf8(svg(&p, &options).unwrap()).unwrap();
+                let drawn = String::from_utf8(svg(&p, &options, None).unwrap()).unwrap();
                 assert_eq!(drawn, drawn_from_every_line(&p, &options), "{options:?}");
-                let every = folded::render(&p, &options).unwrap().lines().count();
-                let kept = folded::render_drawn(&p, &options, 0.01)
+                let every = folded::render(&p, &options, None).unwrap().lines().count();
+                let kept = folded::render_drawn(&p, &options, None, 0.01)
                     .unwrap()
                     .lines()
                     .count();
@@ -285,7 +292,7 @@ mod tests {
     /// `speedscope` must write without that text.
     fn speedscope_from_folded_text(profile: &Profile, options: &ReportOptions) -> Vec<u8> {
         use serde_json::json;
-        let folded = folded::render(profile, options).unwrap();
+        let folded = folded::render(profile, options, None).unwrap();
         let mut frames: Vec<&str> = Vec::new();
         let mut frame_ids = std::collections::HashMap::new();
         let (mut samples, mut weights) = (Vec::new(), Vec::new());
@@ -357,7 +364,7 @@ mod tests {
                     ..ReportOptions::default()
                 };
                 assert_eq!(
-                    String::from_utf8(speedscope(&p, &options).unwrap()).unwrap(),
+                    String::from_utf8(speedscope(&p, &options, None).unwrap()).unwrap(),
                     String::from_utf8(speedscope_from_folded_text(&p, &options)).unwrap(),
                     "{options:?}"
                 );
@@ -368,9 +375,10 @@ mod tests {
     #[test]
     fn speedscope_weights_each_stack_by_its_count() {
         let profile = make_profile(&[(&["main", "hot"], 30), (&["main", "cold"], 10)]);
-        let json: serde_json::Value =
-            serde_json::from_slice(&speedscope(&profile, &options(Format::Speedscope)).unwrap())
-                .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(
+            &speedscope(&profile, &options(Format::Speedscope), None).unwrap(),
+        )
+        .unwrap();
         let frames: Vec<&str> = json["shared"]["frames"]
             .as_array()
             .unwrap()

@@ -25,11 +25,16 @@ use rustc_hash::FxHashMap;
 
 use super::frames::{Expansion, FrameView, StackId, UNKNOWN_MARKER, small_id};
 use super::sequences::Sequences;
+use super::stack_index::{Ranked, StackIndex, TokenTexts};
 use super::{ReportError, digits, push_decimal};
 use crate::profile::{GroupBy, LocationKind, Profile, ReportOptions, ThreadInfo};
 
-pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
-    render_lines(profile, options, None)
+pub(super) fn render(
+    profile: &Profile,
+    options: &ReportOptions,
+    index: Option<&StackIndex>,
+) -> Result<String, ReportError> {
+    render_lines(profile, options, index, None)
 }
 
 /// The folded lines a flame graph draws, when frames with less than
@@ -40,9 +45,10 @@ pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Strin
 pub(super) fn render_drawn(
     profile: &Profile,
     options: &ReportOptions,
+    index: Option<&StackIndex>,
     min_width: f64,
 ) -> Result<String, ReportError> {
-    render_lines(profile, options, Some(min_width))
+    render_lines(profile, options, index, Some(min_width))
 }
 
 /// The folded lines as frames, what speedscope reads: each distinct frame
@@ -58,16 +64,18 @@ pub(super) struct FrameStacks {
 pub(super) fn render_frames(
     profile: &Profile,
     options: &ReportOptions,
+    index: Option<&StackIndex>,
 ) -> Result<FrameStacks, ReportError> {
-    with_lines(profile, options, |folded| Ok(folded.frames()))
+    with_lines(profile, options, index, |folded| Ok(folded.frames()))
 }
 
 fn render_lines(
     profile: &Profile,
     options: &ReportOptions,
+    index: Option<&StackIndex>,
     narrowest: Option<f64>,
 ) -> Result<String, ReportError> {
-    with_lines(profile, options, |folded| match narrowest {
+    with_lines(profile, options, index, |folded| match narrowest {
         None => Ok(folded.write()),
         Some(min_width) => {
             let total = folded
@@ -81,12 +89,21 @@ fn render_lines(
     })
 }
 
-/// Calls `write` with the report's lines.
+/// Calls `write` with the report's lines: their stacks' tokens and order
+/// from the index when there is one, whose stacks the profile's samples
+/// then refer to (see [`super::render_indexed`]).
 fn with_lines<T>(
     profile: &Profile,
     options: &ReportOptions,
+    index: Option<&StackIndex>,
     write: impl FnOnce(&Folded<'_>) -> Result<T, ReportError>,
 ) -> Result<T, ReportError> {
+    if let Some(index) = index {
+        let expansion = Expansion::without_sites(profile, index.len())?;
+        let report = (profile, &expansion, options);
+        let stacks = Ranked::Index(index);
+        return write_lines(report, &stacks, index.ranks(), index.tokens(), write);
+    }
     let expansion = Expansion::new(profile, options.kernel)?;
     let tokens = Tokens::new(&expansion)?;
     // Keeping no frame at all would leave lines without a stack.
@@ -96,15 +113,13 @@ fn with_lines<T>(
     // Stacks with equal tokens, that is equal text, merge into one rank.
     let (stacks, stack_ranks) =
         stack_tokens(&expansion, &tokens, depth)?.sorted(tokens.texts.len());
-    let groups = Groups::new(profile, &expansion, options.groupby);
-    let mut lines = count_lines(&expansion, &groups, &stack_ranks, stacks.len());
-    lines.retain(|&(_, count)| count >= options.mincount);
-    write(&Folded {
-        lines: &lines,
-        groups: &groups,
-        stacks: &stacks,
-        tokens: &tokens,
-    })
+    let stacks = Ranked::Sorted(stacks);
+    let texts = TokenTexts {
+        texts: &tokens.texts,
+        names: &tokens.names,
+    };
+    let report = (profile, &expansion, options);
+    write_lines(report, &stacks, &stack_ranks, texts, write)
 }
 
 /// The lines of a report, in output order, and what their text is made of.
@@ -112,8 +127,27 @@ struct Folded<'a> {
     /// (group rank, stack rank) and samples, with at least `mincount`.
     lines: &'a [((u32, u32), u64)],
     groups: &'a Groups,
-    stacks: &'a Sequences,
-    tokens: &'a Tokens,
+    stacks: &'a Ranked<'a>,
+    tokens: TokenTexts<'a>,
+}
+
+/// Counts the report's lines and calls `write` with them.
+fn write_lines<T>(
+    (profile, expansion, options): (&Profile, &Expansion<'_>, &ReportOptions),
+    stacks: &Ranked<'_>,
+    stack_ranks: &[u32],
+    tokens: TokenTexts<'_>,
+    write: impl FnOnce(&Folded<'_>) -> Result<T, ReportError>,
+) -> Result<T, ReportError> {
+    let groups = Groups::new(profile, expansion, options.groupby);
+    let mut lines = count_lines(expansion, &groups, stack_ranks, stacks.len());
+    lines.retain(|&(_, count)| count >= options.mincount);
+    write(&Folded {
+        lines: &lines,
+        groups: &groups,
+        stacks,
+        tokens,
+    })
 }
 
 impl Folded<'_> {
@@ -143,7 +177,7 @@ impl Folded<'_> {
         // By text: a group frame may have a function's name.
         let mut numbers: FxHashMap<&'s str, u32> = FxHashMap::default();
         // Per name of the tokens: its number once seen.
-        let mut name_numbers: Vec<Option<u32>> = vec![None; self.tokens.texts.len() / 2 + 1];
+        let mut name_numbers: Vec<Option<u32>> = vec![None; self.tokens.texts.len()];
         let mut number = |text: &'s str, names: &mut Vec<String>| -> u32 {
             let text = text.strip_suffix(';').unwrap_or(text);
             if let Some(&number) = numbers.get(text) {
@@ -373,7 +407,7 @@ fn group_frames(thread: &ThreadInfo, groupby: GroupBy) -> Vec<String> {
     }
 }
 
-fn frame_name(frame: FrameView<'_>) -> String {
+pub(super) fn frame_name(frame: FrameView<'_>) -> String {
     let suffix = match frame.kind {
         LocationKind::Kernel => "_[k]",
         _ if frame.inlined => "_[i]",
@@ -409,6 +443,7 @@ mod tests {
                 format: Format::Folded,
                 ..options
             },
+            None,
         )
         .expect("renders")
     }

@@ -152,6 +152,44 @@ impl<'a> Expansion<'a> {
         Ok(expansion)
     }
 
+    /// The samples of a profile with a non-zero count, their stacks not
+    /// expanded: a sample's stack stays its id below `stacks`, for a report
+    /// whose stacks come from elsewhere (a [`super::stack_index::StackIndex`]).
+    pub fn without_sites(profile: &'a Profile, stacks: usize) -> Result<Self, ReportError> {
+        let mut expansion = Expansion {
+            samples: Vec::with_capacity(profile.samples.len()),
+            stack_counts: vec![0; stacks],
+            threads: &profile.threads,
+            sites: Vec::new(),
+            frames: Vec::new(),
+            stacks: Sequences::with_capacity(0, 0),
+        };
+        let samples = profile.samples.iter().enumerate();
+        for (number, sample) in samples.filter(|(_, sample)| sample.count > 0) {
+            let refers = |what: &str, index: u32, len: usize| {
+                ReportError::InvalidProfile(format!(
+                    "sample {number} refers to {what} {index} of {len}"
+                ))
+            };
+            if sample.thread as usize >= profile.threads.len() {
+                return Err(refers("thread", sample.thread, profile.threads.len()));
+            }
+            let total = expansion
+                .stack_counts
+                .get_mut(sample.stack as usize)
+                .ok_or_else(|| refers("stack", sample.stack, stacks))?;
+            *total = total.saturating_add(sample.count);
+            expansion.samples.push(StackSample {
+                thread_index: sample.thread,
+                count: sample.count,
+                weight: sample.weight,
+                state: sample.state,
+                stack: sample.stack,
+            });
+        }
+        Ok(expansion)
+    }
+
     /// The sample's thread.
     pub fn thread(&self, sample: &StackSample) -> &'a ThreadInfo {
         // Checked when the sample was resolved.

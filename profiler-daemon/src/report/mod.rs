@@ -43,6 +43,7 @@ mod pprof;
 mod pprof_diff;
 mod protobuf;
 mod sequences;
+mod stack_index;
 #[cfg(test)]
 mod test_support;
 mod top;
@@ -56,6 +57,7 @@ use crate::profile::{
 pub use callers::{CallerCount, callers, callers_text};
 pub use diff::{FunctionChange, diff, diff_text};
 use frames::{Expansion, StackSample};
+pub use stack_index::{IndexedWords, StackIndex, StackIndexKey};
 pub use top::{TopFunction, top};
 
 /// Why a report could not be made.
@@ -117,10 +119,39 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
     match options.format {
         Format::Tree => tree::render(profile, options).map(String::into_bytes),
         Format::Flat => flat::render(profile, options).map(String::into_bytes),
-        Format::Folded => folded::render(profile, options).map(String::into_bytes),
+        Format::Folded => folded::render(profile, options, None).map(String::into_bytes),
         Format::Pprof => pprof::render(profile, options),
-        Format::Flamegraph => flamegraph::svg(profile, options),
-        Format::Speedscope => flamegraph::speedscope(profile, options),
+        Format::Flamegraph => flamegraph::svg(profile, options, None),
+        Format::Speedscope => flamegraph::speedscope(profile, options, None),
+    }
+}
+
+/// Renders a profile read by the store's stack ids
+/// ([`crate::store::Store::profile_of_store_stacks`]) as [`render`] renders
+/// the same window read with its stacks: its stacks' words and their order
+/// come from `index`, which must be of the store's generation then, hold
+/// its stacks, and hide kernel addresses as the profile should be. The
+/// formats the index does not serve, and profiles with stacks of their own,
+/// are rendered by [`render`].
+pub fn render_indexed(
+    profile: &Profile,
+    options: &ReportOptions,
+    index: &StackIndex,
+) -> Result<Vec<u8>, ReportError> {
+    let key = index.key();
+    let served = !profile.mode.is_memory()
+        && profile.stacks.is_empty()
+        && profile.locations.is_empty()
+        && StackIndexKey::of(options, key.hide_kernel_addresses) == Some(key);
+    if !served {
+        return render(profile, options);
+    }
+    match options.format {
+        Format::Tree => tree::render_indexed(profile, options, index).map(String::into_bytes),
+        Format::Folded => folded::render(profile, options, Some(index)).map(String::into_bytes),
+        Format::Flamegraph => flamegraph::svg(profile, options, Some(index)),
+        Format::Speedscope => flamegraph::speedscope(profile, options, Some(index)),
+        Format::Flat | Format::Pprof => render(profile, options),
     }
 }
 

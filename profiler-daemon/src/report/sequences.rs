@@ -71,6 +71,27 @@ impl Sequences {
         &self.values[self.starts[sequence]..self.starts[sequence + 1]]
     }
 
+    /// Replaces every value of every sequence by `map(value)`.
+    pub fn map_values(&mut self, map: impl Fn(u32) -> u32) {
+        for value in &mut self.values {
+            *value = map(*value);
+        }
+    }
+
+    /// Adds the (finished) sequences of `other` after these, numbered on.
+    pub fn append(&mut self, other: &Sequences) {
+        let offset = self.values.len();
+        self.values.extend_from_slice(&other.values);
+        self.starts
+            .extend(other.starts[1..].iter().map(|&start| offset + start));
+    }
+
+    /// Bytes held, at capacity.
+    pub fn bytes(&self) -> usize {
+        self.values.capacity() * std::mem::size_of::<u32>()
+            + self.starts.capacity() * std::mem::size_of::<usize>()
+    }
+
     /// All sequences, in number order.
     pub fn iter(&self) -> impl Iterator<Item = &[u32]> {
         self.starts
@@ -111,7 +132,11 @@ impl Sequences {
 /// the end), first chunk first. Only items whose keys tie on a full chunk
 /// need more: many are sorted again by their next chunk, a few compare the
 /// rest of their slices.
-fn sort_by_sequence<'s>(items: &mut [u32], alphabet: usize, sequence: impl Fn(u32) -> &'s [u32]) {
+pub(super) fn sort_by_sequence<'s>(
+    items: &mut [u32],
+    alphabet: usize,
+    sequence: impl Fn(u32) -> &'s [u32],
+) {
     /// Ties up to this many compare the rest of their slices.
     const FEW: usize = 32;
     let bits = (usize::BITS - alphabet.leading_zeros()).max(1);

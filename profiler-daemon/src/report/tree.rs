@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 
 use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, Lines, StackSample, small_id};
-use super::sequences::Sequences;
+use super::stack_index::{Ranked, StackIndex};
 use super::{
     PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, ThreadSection, digits, push_decimal,
     push_percent, push_spaces, render_sections, sections, thread_sections,
@@ -74,8 +74,44 @@ fn render_with(
     let lines = Lines::new(&expansion, options.combine)?;
     // The stacks' lines in lexicographic order: the order of the nodes.
     let (stacks, ranks) = lines.of_stacks(&expansion)?.sorted(lines.keys().len());
-    let mut printer = Printer::new(&expansion, &lines, stacks, ranks, options);
-    let sections = sections(&expansion)?;
+    let texts: Vec<String> = lines
+        .keys()
+        .iter()
+        .map(|key| format!(" {}\n", key.text()))
+        .collect();
+    let printer = Printer::new(&expansion, &texts, Ranked::Sorted(stacks), &ranks, options);
+    write(profile, &expansion, printer, sections)
+}
+
+/// The tree of `profile`, whose samples refer to `index`'s stacks, with
+/// their lines and order from the index (which must hold them with the
+/// options' `kernel` and `combine`): the same bytes as [`render`] of the
+/// profile with its stacks.
+pub(super) fn render_indexed(
+    profile: &Profile,
+    options: &ReportOptions,
+    index: &StackIndex,
+) -> Result<String, ReportError> {
+    let expansion = Expansion::without_sites(profile, index.len())?;
+    let printer = Printer::new(
+        &expansion,
+        index.texts(),
+        Ranked::Index(index),
+        index.ranks(),
+        options,
+    );
+    write(profile, &expansion, printer, |expansion| {
+        sections(profile, expansion, options.groupby)
+    })
+}
+
+fn write(
+    profile: &Profile,
+    expansion: &Expansion<'_>,
+    mut printer: Printer<'_>,
+    sections: impl FnOnce(&Expansion<'_>) -> Result<Vec<Section>, ReportError>,
+) -> Result<String, ReportError> {
+    let sections = sections(expansion)?;
     let cut = printer.within_maxlines(&sections)?;
     render_sections(profile, sections, cut, HEADER, LEGEND, |out, section| {
         printer.write_tree(out, section)
@@ -218,11 +254,11 @@ struct Printer<'l> {
     /// not written yet.
     ties: Ties,
     /// ` file:line; function` and a line break, for each line.
-    texts: Vec<String>,
+    texts: &'l [String],
     /// The distinct stacks as lines, in lexicographic order.
-    stacks: Sequences,
+    stacks: Ranked<'l>,
     /// The rank in `stacks` of each stack of the expansion.
-    ranks: Vec<u32>,
+    ranks: &'l [u32],
     indents: Indents,
     /// A section's samples as (rank of the stack, count).
     entries: Vec<(u32, u64)>,
@@ -238,9 +274,9 @@ struct Printer<'l> {
 impl<'l> Printer<'l> {
     fn new(
         expansion: &'l Expansion<'_>,
-        lines: &Lines<'_>,
-        stacks: Sequences,
-        ranks: Vec<u32>,
+        texts: &'l [String],
+        stacks: Ranked<'l>,
+        ranks: &'l [u32],
         options: &'l ReportOptions,
     ) -> Self {
         Printer {
@@ -248,11 +284,7 @@ impl<'l> Printer<'l> {
             stack_counts: &expansion.stack_counts,
             options: options.clone(),
             ties: Ties::default(),
-            texts: lines
-                .keys()
-                .iter()
-                .map(|key| format!(" {}\n", key.text()))
-                .collect(),
+            texts,
             stacks,
             ranks,
             indents: Indents::new(),

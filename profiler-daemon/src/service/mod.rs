@@ -105,6 +105,8 @@ type CutTokens = Mutex<HashMap<(CallerKey, String), Arc<Notify>>>;
 pub struct Service {
     pipeline: PipelineHandle,
     store: Arc<RwLock<Store>>,
+    /// The tree reports' indexes of the store's stacks.
+    stack_indexes: Arc<reports::StackIndexes>,
     /// Keeps the store's buckets as drained while a window is open.
     holds: WindowHolds,
     stop_switch: StopSwitch,
@@ -153,6 +155,7 @@ impl Service {
         Self {
             pipeline,
             store,
+            stack_indexes: Arc::default(),
             holds,
             stop_switch,
             stopping,

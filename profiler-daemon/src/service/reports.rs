@@ -4,14 +4,14 @@
 
 use std::{
     collections::HashSet,
-    sync::{Arc, RwLock},
-    time::SystemTime,
+    sync::{Arc, Mutex, RwLock},
+    time::{Duration, Instant, SystemTime},
 };
 
 use super::{error::ServiceError, limits};
 use crate::{
     profile::{Format, LossCause, Profile, ReportOptions, ThreadState},
-    report,
+    report::{self, StackIndex, StackIndexKey},
     service::access::Caller,
     store::{Query, SampleAccess, Store},
 };
@@ -152,6 +152,126 @@ pub async fn read_profile<T: Send + 'static>(
     .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?
 }
 
+/// An index unused this long is dropped: its memory is given back.
+const STACK_INDEX_IDLE: Duration = Duration::from_secs(600);
+
+/// The reports' indexes of the store's stacks (see [`report::StackIndex`]),
+/// one per kind of words, `kernel` and `combine` options and sight of
+/// kernel addresses that reports ask for, kept from report to report while
+/// they are asked for.
+#[derive(Default)]
+pub struct StackIndexes {
+    /// Each with when it was last asked for.
+    indexes: Mutex<Vec<(Arc<RwLock<StackIndex>>, Instant)>>,
+}
+
+impl StackIndexes {
+    /// The index of `key`, made empty on first use; drops the others left
+    /// unused for [`STACK_INDEX_IDLE`].
+    fn get(&self, key: StackIndexKey) -> Arc<RwLock<StackIndex>> {
+        let now = Instant::now();
+        let mut indexes = crate::lock(&self.indexes);
+        indexes.retain(|(_, used)| now.duration_since(*used) < STACK_INDEX_IDLE);
+        let found = indexes
+            .iter_mut()
+            .find(|(index, _)| crate::read_lock(index).key() == key);
+        match found {
+            Some((index, used)) => {
+                *used = now;
+                index.clone()
+            }
+            None => {
+                let index = Arc::new(RwLock::new(StackIndex::new(key)));
+                indexes.push((index.clone(), now));
+                index
+            }
+        }
+    }
+}
+
+/// Reads `query`'s window from the store and renders it as `options` ask,
+/// off the async threads, refusing a report over `max_response_bytes`. The
+/// stacks of a tree, folded, flame graph or speedscope report come from the
+/// index of its options, brought up to the store's stacks first.
+pub async fn read_report(
+    store: Arc<RwLock<Store>>,
+    indexes: Arc<StackIndexes>,
+    query: Query,
+    kernel_addresses: bool,
+    options: ReportOptions,
+    max_response_bytes: u64,
+) -> Result<Report, ServiceError> {
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let index = StackIndexKey::of(&options, !kernel_addresses)
+            .filter(|_| !query.mode.is_memory())
+            .map(|key| indexes.get(key));
+        let (mut profile, generation) = {
+            let store = crate::read_lock(&store);
+            let profile = match &index {
+                Some(index) => {
+                    extend_index(&store, &mut crate::write_lock(index));
+                    store.profile_of_store_stacks(&query)
+                }
+                None => store.profile(&query),
+            };
+            (profile, store.generation())
+        };
+        if !kernel_addresses {
+            profile.hide_kernel_addresses();
+        }
+        crate::daemon::allocator::after_report();
+        let read = started.elapsed();
+        let bytes = match &index {
+            Some(index) => match crate::read_lock(index) {
+                index if index.generation() == generation => {
+                    report::render_indexed(&profile, &options, &index)
+                }
+                // A compaction since the read renumbered the store's stacks
+                // and started the index anew: the window is read again.
+                _ => report::render(&window_profile(&store, &query, kernel_addresses), &options),
+            },
+            None => report::render(&profile, &options),
+        };
+        tracing::debug!(
+            samples = profile.samples.len(),
+            stacks = profile.stacks.len(),
+            read_ms = read.as_secs_f64() * 1e3,
+            made_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
+            "read a window's profile and made its answer"
+        );
+        answer(bytes, &profile, &options, max_response_bytes)
+    })
+    .await
+    .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?
+}
+
+/// Brings `index` up to the store's stacks.
+fn extend_index(store: &Store, index: &mut StackIndex) {
+    let started = Instant::now();
+    let before = index.len();
+    let extended = index.extend(
+        store.generation(),
+        store.stack_count(),
+        |id| store.stack_locations(id),
+        |id| store.location(id),
+    );
+    match extended {
+        Ok(()) => tracing::debug!(
+            stacks = index.len(),
+            before,
+            bytes = index.bytes(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "extended a line index"
+        ),
+        Err(err) => {
+            // Reports still render, from their own profile.
+            tracing::warn!("cannot index the store's stacks for reports: {err}");
+            *index = StackIndex::new(index.key());
+        }
+    }
+}
+
 /// `query`'s profile as the store holds it, the kernel addresses taken out
 /// unless `kernel_addresses`. It blocks: call it off the async threads.
 pub fn window_profile(store: &RwLock<Store>, query: &Query, kernel_addresses: bool) -> Profile {
@@ -170,7 +290,22 @@ pub fn render(
     options: &ReportOptions,
     max_response_bytes: u64,
 ) -> Result<Report, ServiceError> {
-    let bytes = report::render(profile, options)
+    answer(
+        report::render(profile, options),
+        profile,
+        options,
+        max_response_bytes,
+    )
+}
+
+/// The answer of a rendered report, refused over `max_response_bytes`.
+fn answer(
+    rendered: Result<Vec<u8>, report::ReportError>,
+    profile: &Profile,
+    options: &ReportOptions,
+    max_response_bytes: u64,
+) -> Result<Report, ServiceError> {
+    let bytes = rendered
         .map_err(|err| ServiceError::Internal(format!("cannot render the report: {err}")))?;
     limits::check_reply_size(bytes.len(), max_response_bytes)?;
     Ok(Report {

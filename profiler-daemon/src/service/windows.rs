@@ -389,13 +389,14 @@ impl Service {
         options: ReportOptions,
         sight: Sight,
     ) -> Result<Report, ServiceError> {
-        let max_response_bytes = self.limits.max_response_bytes;
         let query = self.query_of(start, end, selector, mode, sight);
-        reports::read_profile(
+        reports::read_report(
             self.store.clone(),
+            self.stack_indexes.clone(),
             query,
             sight.kernel_addresses,
-            move |profile| reports::render(profile, &options, max_response_bytes),
+            options,
+            self.limits.max_response_bytes,
         )
         .await
     }

@@ -211,6 +211,9 @@ pub struct Store {
     /// them say what they lost.
     evictions: VecDeque<Eviction>,
     last_compaction: SystemTime,
+    /// How many times the tables were compacted: stack and location ids
+    /// are of one generation (ids only grow between compactions).
+    generation: u64,
     /// When the first bucket began: what came before was never sampled.
     first_sample: Option<SystemTime>,
 }
@@ -237,6 +240,7 @@ impl Store {
             buckets_coarsened_for_memory: 0,
             evictions: VecDeque::new(),
             last_compaction: SystemTime::now(),
+            generation: 0,
             first_sample: None,
         }
     }
@@ -328,6 +332,28 @@ impl Store {
 
     fn table_bytes(&self) -> u64 {
         (self.threads.bytes() + self.locations.bytes() + self.stacks.bytes()) as u64
+    }
+
+    /// The generation of the store's stack and location ids: the same ids
+    /// mean the same stacks as long as it does not change, and stacks added
+    /// meanwhile get the next ids.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Distinct stacks held: their ids are `0..stack_count()`.
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// A stack's location ids, root first.
+    pub fn stack_locations(&self, stack: u32) -> &[u32] {
+        self.stacks.get(stack)
+    }
+
+    /// A location of [`Store::stack_locations`].
+    pub fn location(&self, location: u32) -> &crate::profile::Location {
+        &self.locations.get(location).location
     }
 
     /// The oldest time samples are still held for.

@@ -98,6 +98,18 @@ impl Store {
     /// The samples of the buckets inside `query`'s window that match its
     /// selector, as a self-contained profile.
     pub fn profile(&self, query: &Query) -> Profile {
+        self.read(query, true)
+    }
+
+    /// [`Store::profile`] without its stacks and locations: its samples
+    /// refer to the store's stack ids (of this [`Store::generation`]), for
+    /// reports made from an index of the store's stacks.
+    pub fn profile_of_store_stacks(&self, query: &Query) -> Profile {
+        self.read(query, false)
+    }
+
+    /// A window's profile, its stacks copied or left as store ids.
+    fn read(&self, query: &Query, copy_stacks: bool) -> Profile {
         let thread_matches: Vec<bool> = self
             .threads
             .values()
@@ -174,11 +186,21 @@ impl Store {
         if query.mode.records_off_cpu() {
             aggregate::wait_totals(&buckets, selected, period_ns, &mut add);
         }
+        if copy_stacks {
+            self.copy_stacks(&used, &mut profile);
+        }
+        self.add_coverage_warnings(query, &mut profile);
+        profile
+    }
+
+    /// Copies the stacks `used` marks (and their locations) into `profile`,
+    /// whose samples refer to store ids until then.
+    fn copy_stacks(&self, used: &[bool], profile: &mut Profile) {
         let mut stacks = Renumbering::new(self.stacks.len());
         let mut locations = Renumbering::new(self.locations.values().len());
         // Store ids are 32-bit.
         let used: Vec<u32> = (0..)
-            .zip(&used)
+            .zip(used)
             .filter_map(|(stack, &used)| used.then_some(stack))
             .collect();
         let frames = used.iter().map(|&stack| self.stacks.get(stack).len()).sum();
@@ -199,8 +221,6 @@ impl Store {
         for sample in &mut profile.samples {
             sample.stack = stacks.get(sample.stack);
         }
-        self.add_coverage_warnings(query, &mut profile);
-        profile
     }
 
     /// The buckets whose middle falls inside the window: a window cut at

@@ -218,6 +218,7 @@ impl Store {
     /// Rebuilds the intern tables with only what buckets still refer to.
     pub(super) fn compact(&mut self, now: SystemTime) {
         self.last_compaction = now;
+        self.generation += 1;
         let old_threads = std::mem::take(&mut self.threads);
         let old_locations = std::mem::take(&mut self.locations);
         let old_stacks = std::mem::take(&mut self.stacks);

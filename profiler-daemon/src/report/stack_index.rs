@@ -1,0 +1,705 @@
+//! The stacks a store holds as a report's words (the tree's lines, or the
+//! folded report's tokens), and those stacks in one lexicographic order,
+//! kept from report to report: what lets tree, folded, flame graph and
+//! speedscope reports skip expanding, numbering and sorting the stacks of
+//! their window, work that grows with the window's stacks and their frames.
+//!
+//! An index is fed the store's stacks by their ids, which keep meaning the
+//! same stacks for one generation of the store's tables, and extended with
+//! the stacks added since it was last fed: their words are found (each
+//! location's once), sorted among themselves and merged into the order. A
+//! new generation starts the index anew. Words are numbered in the order
+//! the report numbers them ([`LineKey`] order for the tree, string order for
+//! folded tokens), so that a report made from the index is the report made
+//! from the profile, byte for byte; a word unseen before renumbers the words
+//! after it.
+//!
+//! It must not read the store or know about windows, samples or threads:
+//! the service feeds it, and the formats read it.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap as HashMap;
+
+use super::ReportError;
+use super::folded::frame_name;
+use super::frames::{FrameView, KERNEL_MARKER, LineKey, Site, UNKNOWN_MARKER, small_id};
+use super::sequences::{Sequences, sort_by_sequence};
+use crate::profile::{Format, Location, LocationKind, ReportOptions};
+
+/// The formats an index serves, by what a frame is to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IndexedWords {
+    /// Tree lines ([`LineKey`]s).
+    TreeLines,
+    /// Folded tokens (a frame's name, with or without its `;`): folded,
+    /// flame graph and speedscope reports.
+    FoldedTokens,
+}
+
+/// The reports an index's words are those of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StackIndexKey {
+    pub words: IndexedWords,
+    /// Kernel frames shown, rather than one `[kernel]` per run of them.
+    pub kernel: bool,
+    /// Tree lines of one source line merged, rather than told apart by
+    /// address (false for folded tokens, which have no address).
+    pub combine: bool,
+    /// Kernel addresses shown as 0, as to an asker who may not read them.
+    pub hide_kernel_addresses: bool,
+}
+
+impl StackIndexKey {
+    /// The index a report with `options` can be made from, if any.
+    pub fn of(options: &ReportOptions, hide_kernel_addresses: bool) -> Option<Self> {
+        let (words, combine) = match options.format {
+            Format::Tree => (IndexedWords::TreeLines, options.combine),
+            // The index holds whole stacks.
+            Format::Folded | Format::Flamegraph | Format::Speedscope
+                if options.maxdepth.is_none() =>
+            {
+                (IndexedWords::FoldedTokens, false)
+            }
+            _ => return None,
+        };
+        Some(Self {
+            words,
+            kernel: options.kernel,
+            combine,
+            hide_kernel_addresses,
+        })
+    }
+}
+
+/// The words of a store's stacks and their order (see the module doc).
+pub struct StackIndex {
+    key: StackIndexKey,
+    /// The store's generation the stack and location ids are of.
+    generation: u64,
+    words: WordTable,
+    /// The words of each stack, by stack id, numbered by rank.
+    stacks: Sequences,
+    /// Stack ids in lexicographic order of their words.
+    order: Vec<u32>,
+    /// Whether the stack at each place of `order` has the words of the one
+    /// before it.
+    tied: Vec<bool>,
+    /// The rank of each stack, by stack id: the first place in `order` of a
+    /// stack with its words. Ranks are in the order of the words, and equal
+    /// for equal words (so that reports merge them), not consecutive.
+    ranks: Vec<u32>,
+}
+
+/// The distinct words: numbered as they come (their id), and in the
+/// report's order (their rank, what the stacks hold).
+#[derive(Default)]
+struct WordTable {
+    words: Vec<Word>,
+    ids: HashMap<Word, u32>,
+    /// Folded tokens: the id of the token of the same name as the last
+    /// frame, by id (the tokens of locations are those followed by a `;`).
+    last: Vec<u32>,
+    /// Folded tokens: the name a token is of (the id of its token followed
+    /// by a `;`), by id.
+    names: Vec<u32>,
+    /// Word ids in rank order.
+    by_rank: Vec<u32>,
+    /// The text of each word, by rank: ` file:line; function` and a line
+    /// break for tree lines, the token itself for folded tokens.
+    texts: Vec<String>,
+    /// The names of folded tokens, by rank.
+    rank_names: Vec<u32>,
+    /// The word ids of each location's frames, once asked: a range of
+    /// `location_words`, `None` before.
+    locations: Vec<Option<(u32, u32)>>,
+    location_words: Vec<u32>,
+    kernel_marker: Option<u32>,
+    unknown_marker: Option<u32>,
+}
+
+/// A tree line or a folded token, owning its text; ordered as the report
+/// orders them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Word {
+    Line(OwnedLineKey),
+    Token(String),
+}
+
+/// A [`LineKey`] that owns its names, in the same order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct OwnedLineKey {
+    file: Arc<str>,
+    function: Arc<str>,
+    line: u32,
+    address: Option<(Arc<str>, u64)>,
+    marker: bool,
+}
+
+impl OwnedLineKey {
+    fn of(key: LineKey<'_>) -> Self {
+        Self {
+            file: key.file.into(),
+            function: key.function.into(),
+            line: key.line,
+            address: key
+                .address
+                .map(|(module, address)| (module.into(), address)),
+            marker: key.marker,
+        }
+    }
+
+    fn key(&self) -> LineKey<'_> {
+        LineKey {
+            file: &self.file,
+            function: &self.function,
+            line: self.line,
+            address: self
+                .address
+                .as_ref()
+                .map(|(module, address)| (&**module, *address)),
+            marker: self.marker,
+        }
+    }
+}
+
+/// The texts of folded tokens by rank, and the name each is of.
+#[derive(Clone, Copy)]
+pub(super) struct TokenTexts<'a> {
+    pub texts: &'a [String],
+    /// Tokens of one name (with and without the `;`) have the same, below
+    /// the number of texts.
+    pub names: &'a [u32],
+}
+
+/// The stacks of a report in lexicographic order of their words, by rank
+/// (stacks of equal words have one rank): sorted for the report (ranks
+/// `0..len()`, one per distinct stack), or kept in an index (some ranks
+/// below `len()` unused).
+pub(super) enum Ranked<'s> {
+    Sorted(Sequences),
+    Index(&'s StackIndex),
+}
+
+impl Ranked<'_> {
+    pub fn get(&self, rank: u32) -> &[u32] {
+        match self {
+            Ranked::Sorted(stacks) => stacks.get(rank),
+            Ranked::Index(index) => index.stacks.get(index.order[rank as usize]),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Ranked::Sorted(stacks) => stacks.len(),
+            Ranked::Index(index) => index.order.len(),
+        }
+    }
+}
+
+impl StackIndex {
+    pub fn new(key: StackIndexKey) -> Self {
+        Self {
+            key,
+            generation: 0,
+            words: WordTable::default(),
+            stacks: Sequences::with_capacity(0, 0),
+            order: Vec::new(),
+            tied: Vec::new(),
+            ranks: Vec::new(),
+        }
+    }
+
+    pub fn key(&self) -> StackIndexKey {
+        self.key
+    }
+
+    /// The store generation its stack ids are of.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Stacks indexed: ids `0..len()`.
+    pub fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes held, roughly: what the index adds to the daemon's memory.
+    pub fn bytes(&self) -> usize {
+        let words = &self.words;
+        let ids = self.order.capacity()
+            + self.ranks.capacity()
+            + self.tied.capacity() / size_of::<u32>()
+            + words.location_words.capacity()
+            + words.last.capacity()
+            + words.names.capacity()
+            + words.by_rank.capacity()
+            + words.rank_names.capacity();
+        self.stacks.bytes()
+            + ids * size_of::<u32>()
+            + words.words.capacity() * (2 * size_of::<Word>() + 64)
+            + words.texts.iter().map(String::capacity).sum::<usize>()
+            + words.locations.capacity() * size_of::<Option<(u32, u32)>>()
+    }
+
+    /// Indexes the stacks `len()..stacks` of a store at `generation`, or
+    /// all `0..stacks` anew when the index is of another generation.
+    /// `stack(id)` gives a stack's location ids, root first, and
+    /// `location(id)` a location.
+    pub fn extend<'s>(
+        &mut self,
+        generation: u64,
+        stacks: usize,
+        stack: impl Fn(u32) -> &'s [u32],
+        location: impl Fn(u32) -> &'s Location,
+    ) -> Result<(), ReportError> {
+        if generation != self.generation {
+            *self = Self::new(self.key);
+            self.generation = generation;
+        }
+        let first = self.len();
+        if stacks <= first {
+            return Ok(());
+        }
+        let key = self.key;
+        let words_before = self.words.words.len();
+        // The new stacks' words by id, then by rank once all are known.
+        let mut added = Sequences::with_capacity(stacks - first, 0);
+        for id in first..stacks {
+            let mut in_kernel_run = false;
+            for &location_id in stack(small_id(id, "stacks")?) {
+                let location = location(location_id);
+                if !key.kernel && location.kind == LocationKind::Kernel {
+                    if !in_kernel_run {
+                        added.push(self.words.marker(KERNEL_MARKER, key)?);
+                        in_kernel_run = true;
+                    }
+                    continue;
+                }
+                in_kernel_run = false;
+                added.extend_from_slice(self.words.of_location(location_id, location, key)?);
+            }
+            if added.current().is_empty() {
+                added.push(self.words.marker(UNKNOWN_MARKER, key)?);
+            }
+            if key.words == IndexedWords::FoldedTokens
+                && let Some(&followed) = added.current().last()
+            {
+                added.set_last(self.words.last[followed as usize]);
+            }
+            added.finish()?;
+        }
+        if self.words.words.len() > words_before {
+            // Stacks held so far keep their order: ranks keep theirs.
+            let renumbered = self.words.rank(key.words);
+            if first > 0 {
+                self.stacks.map_values(|rank| renumbered[rank as usize]);
+            }
+        }
+        let rank_of = self.words.rank_of_ids();
+        added.map_values(|id| rank_of[id as usize]);
+        self.stacks.append(&added);
+        self.merge_into_order(first..stacks);
+        Ok(())
+    }
+
+    /// Sorts the stacks `new` among themselves, merges them into the order
+    /// and ranks every stack. Only the new stacks' words are compared (with
+    /// those they are put between); the rest is a pass over the order.
+    fn merge_into_order(&mut self, new: std::ops::Range<usize>) {
+        let stacks = &self.stacks;
+        // Ids fit: `extend` numbered them.
+        let mut added: Vec<u32> = new.map(|id| id as u32).collect();
+        sort_by_sequence(&mut added, self.words.words.len(), |id| stacks.get(id));
+        let held = std::mem::take(&mut self.order);
+        let held_tied = std::mem::take(&mut self.tied);
+        let mut order = Vec::with_capacity(held.len() + added.len());
+        let mut tied = Vec::with_capacity(held.len() + added.len());
+        let mut next = 0;
+        for &id in &added {
+            // After the stacks of equal words: the held stack after a new
+            // one has other words, and a held stack's tie to the one before
+            // it holds (no new stack comes between equal ones).
+            let words = stacks.get(id);
+            let before = next + held[next..].partition_point(|&old| stacks.get(old) <= words);
+            order.extend_from_slice(&held[next..before]);
+            tied.extend_from_slice(&held_tied[next..before]);
+            next = before;
+            tied.push(order.last().is_some_and(|&last| stacks.get(last) == words));
+            order.push(id);
+        }
+        order.extend_from_slice(&held[next..]);
+        tied.extend_from_slice(&held_tied[next..]);
+        self.ranks.resize(order.len(), 0);
+        let mut first = 0;
+        for (place, (&id, &tied)) in (0..).zip(order.iter().zip(&tied)) {
+            if !tied {
+                first = place;
+            }
+            self.ranks[id as usize] = first;
+        }
+        (self.order, self.tied) = (order, tied);
+    }
+
+    /// The rank of each stack, by stack id.
+    pub(super) fn ranks(&self) -> &[u32] {
+        &self.ranks
+    }
+
+    /// The tree's text of each line, by rank.
+    pub(super) fn texts(&self) -> &[String] {
+        &self.words.texts
+    }
+
+    /// The folded tokens' texts and names, by rank.
+    pub(super) fn tokens(&self) -> TokenTexts<'_> {
+        TokenTexts {
+            texts: &self.words.texts,
+            names: &self.words.rank_names,
+        }
+    }
+}
+
+impl WordTable {
+    /// The ids of a location's words, found once.
+    fn of_location(
+        &mut self,
+        id: u32,
+        location: &Location,
+        key: StackIndexKey,
+    ) -> Result<&[u32], ReportError> {
+        if self.locations.len() <= id as usize {
+            self.locations.resize(id as usize + 1, None);
+        }
+        let (start, end) = match self.locations[id as usize] {
+            Some(range) => range,
+            None => {
+                let start = small_id(self.location_words.len(), "words")?;
+                let hide = key.hide_kernel_addresses && location.kind == LocationKind::Kernel;
+                for mut frame in Site::Location(location).frames() {
+                    if hide {
+                        frame.address = 0;
+                    }
+                    let word = self.of_frame(frame, key)?;
+                    self.location_words.push(word);
+                }
+                let range = (start, small_id(self.location_words.len(), "words")?);
+                self.locations[id as usize] = Some(range);
+                range
+            }
+        };
+        Ok(&self.location_words[start as usize..end as usize])
+    }
+
+    fn marker(&mut self, name: &'static str, key: StackIndexKey) -> Result<u32, ReportError> {
+        let known = match name {
+            KERNEL_MARKER => self.kernel_marker,
+            _ => self.unknown_marker,
+        };
+        if let Some(id) = known {
+            return Ok(id);
+        }
+        // A marker has one frame.
+        let mut id = None;
+        for frame in Site::Marker(name).frames() {
+            id = Some(self.of_frame(frame, key)?);
+        }
+        let id = id.ok_or_else(|| ReportError::InvalidProfile(format!("no frame for {name}")))?;
+        match name {
+            KERNEL_MARKER => self.kernel_marker = Some(id),
+            _ => self.unknown_marker = Some(id),
+        }
+        Ok(id)
+    }
+
+    /// The word of a frame; for folded tokens, the token followed by a
+    /// `;` (see [`WordTable::last`]).
+    fn of_frame(&mut self, frame: FrameView<'_>, key: StackIndexKey) -> Result<u32, ReportError> {
+        match key.words {
+            IndexedWords::TreeLines => {
+                let line = LineKey::new(frame, key.combine);
+                self.intern(Word::Line(OwnedLineKey::of(line)))
+            }
+            IndexedWords::FoldedTokens => {
+                let name = frame_name(frame);
+                let followed = self.intern(Word::Token(format!("{name};")))?;
+                let last = self.intern(Word::Token(name))?;
+                for token in [followed, last] {
+                    self.last[token as usize] = last;
+                    self.names[token as usize] = followed;
+                }
+                Ok(followed)
+            }
+        }
+    }
+
+    fn intern(&mut self, word: Word) -> Result<u32, ReportError> {
+        if let Some(&id) = self.ids.get(&word) {
+            return Ok(id);
+        }
+        let id = small_id(self.words.len(), "words")?;
+        self.words.push(word.clone());
+        self.ids.insert(word, id);
+        self.last.push(id);
+        self.names.push(id);
+        Ok(id)
+    }
+
+    /// Ranks the words anew; returns each old rank's new one.
+    fn rank(&mut self, words: IndexedWords) -> Vec<u32> {
+        let all = &self.words;
+        // Ids fit: `intern` numbered them.
+        let mut by_rank: Vec<u32> = (0..all.len() as u32).collect();
+        by_rank.sort_unstable_by(|&a, &b| all[a as usize].cmp(&all[b as usize]));
+        let old = std::mem::replace(&mut self.by_rank, by_rank);
+        let rank_of = self.rank_of_ids();
+        self.texts = self
+            .by_rank
+            .iter()
+            .map(|&id| match &self.words[id as usize] {
+                Word::Line(line) => format!(" {}\n", line.key().text()),
+                Word::Token(token) => token.clone(),
+            })
+            .collect();
+        self.rank_names = match words {
+            IndexedWords::TreeLines => Vec::new(),
+            IndexedWords::FoldedTokens => self
+                .by_rank
+                .iter()
+                .map(|&id| self.names[id as usize])
+                .collect(),
+        };
+        old.iter().map(|&id| rank_of[id as usize]).collect()
+    }
+
+    /// The rank of each word id.
+    fn rank_of_ids(&self) -> Vec<u32> {
+        let mut rank_of = vec![0; self.by_rank.len()];
+        for (rank, &id) in (0..).zip(&self.by_rank) {
+            rank_of[id as usize] = rank;
+        }
+        rank_of
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{Builder, Random, frame, location};
+    use super::*;
+    use crate::profile::{Format, GroupBy, Profile, ReportOptions, SortedBy, Stacks};
+
+    /// A profile of many stacks over several threads and processes, whose
+    /// later stacks use locations the earlier ones do not (some of them
+    /// sorting first); with kernel runs, inlined frames, a location without
+    /// frames, one source line at two addresses and empty stacks.
+    fn shaken_profile() -> Profile {
+        let mut random = Random::new(0x5eed);
+        let mut b = Builder::new();
+        let threads = [
+            0,
+            b.thread(1230, 1236, "io", "server"),
+            b.thread(77, 77, "cron", "cron"),
+            b.thread(78, 79, "w", "cron"),
+        ];
+        let mut sites = Vec::new();
+        for name in ["main", "k:sys_read", "work", "k:vfs_read", "zlast"] {
+            sites.push(b.named(name));
+        }
+        for stack in 0..400 {
+            if stack % 80 == 79 {
+                // Another site, sorting before or after the others.
+                let late = match sites.len() % 3 {
+                    0 => b.deflate_inlining_fill_window(Some("a.c"), sites.len() as u32),
+                    1 => b.location(location(
+                        LocationKind::User,
+                        "/usr/bin/app",
+                        0x1000 + sites.len() as u64,
+                        vec![frame("work", Some("app.c"), 10, false)],
+                    )),
+                    _ => b.location(location(LocationKind::User, "/opt/aaa", 0x10, vec![])),
+                };
+                sites.push(late);
+                sites.push(b.named(&format!("k:late{stack}")));
+            }
+            let length = random.below(9);
+            let locations = (0..length)
+                .map(|_| sites[random.below(sites.len())])
+                .collect();
+            let thread = threads[random.below(threads.len())];
+            b.sample(thread, locations, 1 + random.below(20) as u64);
+        }
+        b.build()
+    }
+
+    /// A store's stacks: an unused stack (the next one reversed) before
+    /// each of the profile's, so that a profile stack's id in the store is
+    /// not its index; and the profile as the store reads it for an index:
+    /// samples of store stack ids, no stacks or locations.
+    fn store_of(profile: &Profile) -> (Stacks, Profile) {
+        let mut stacks = Stacks::default();
+        let mut ids = Vec::new();
+        for stack in profile.stacks.iter() {
+            stacks.push(stack.iter().rev().copied());
+            ids.push(stacks.push(stack.iter().copied()));
+        }
+        let mut by_ids = profile.clone();
+        by_ids.stacks = Stacks::default();
+        by_ids.locations.clear();
+        for sample in &mut by_ids.samples {
+            sample.stack = ids[sample.stack as usize];
+        }
+        (stacks, by_ids)
+    }
+
+    /// An index of the store's stacks, fed a few at a time.
+    fn index_of(profile: &Profile, stacks: &Stacks, key: StackIndexKey) -> StackIndex {
+        let mut index = StackIndex::new(key);
+        let all = stacks.len();
+        for fed in [all / 5, all / 2, all / 2, all - 3, all] {
+            index
+                .extend(
+                    0,
+                    fed,
+                    |id| stacks.get(id).unwrap_or_default(),
+                    |id| &profile.locations[id as usize],
+                )
+                .expect("indexes");
+        }
+        index
+    }
+
+    /// Whether every report of `options` made from the index is the
+    /// report of the profile; how many were compared.
+    fn compare_every_report(
+        base: &ReportOptions,
+        formats: &[Format],
+        hide_kernel_addresses: bool,
+    ) -> usize {
+        let profile = shaken_profile();
+        let (stacks, by_ids) = store_of(&profile);
+        let mut shown = profile.clone();
+        if hide_kernel_addresses {
+            shown.hide_kernel_addresses();
+        }
+        let mut compared = 0;
+        for (kernel, combine) in [(true, true), (false, true), (true, false), (false, false)] {
+            for &format in formats {
+                let options = ReportOptions {
+                    format,
+                    kernel,
+                    combine,
+                    ..base.clone()
+                };
+                let Some(key) = StackIndexKey::of(&options, hide_kernel_addresses) else {
+                    continue;
+                };
+                let index = index_of(&profile, &stacks, key);
+                assert_eq!(index.len(), stacks.len());
+                for groupby in [
+                    GroupBy::None,
+                    GroupBy::Thread,
+                    GroupBy::Process,
+                    GroupBy::Auto,
+                ] {
+                    let options = ReportOptions {
+                        groupby,
+                        ..options.clone()
+                    };
+                    let expected = super::super::render(&shown, &options).expect("renders");
+                    let indexed =
+                        super::super::render_indexed(&by_ids, &options, &index).expect("renders");
+                    assert!(
+                        expected == indexed,
+                        "{options:?} {key:?}\n{}\n---\n{}",
+                        String::from_utf8_lossy(&expected),
+                        String::from_utf8_lossy(&indexed)
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        compared
+    }
+
+    #[test]
+    fn trees_from_an_index_fed_bit_by_bit_are_the_trees_of_the_profile() {
+        let mut compared = 0;
+        for hide_kernel_addresses in [false, true] {
+            for sortedby in [SortedBy::FileFuncLine, SortedBy::Count, SortedBy::Overhead] {
+                for (mincount, maxdepth, maxlines) in
+                    [(0, None, 10_000), (3, Some(3), 10_000), (0, None, 25)]
+                {
+                    let options = ReportOptions {
+                        sortedby,
+                        mincount,
+                        maxdepth,
+                        maxlines,
+                        ..ReportOptions::default()
+                    };
+                    compared +=
+                        compare_every_report(&options, &[Format::Tree], hide_kernel_addresses);
+                }
+            }
+        }
+        assert_eq!(compared, 2 * 3 * 3 * 4 * 4);
+    }
+
+    #[test]
+    fn folded_reports_from_an_index_fed_bit_by_bit_are_those_of_the_profile() {
+        let formats = [Format::Folded, Format::Flamegraph, Format::Speedscope];
+        let mut compared = 0;
+        for hide_kernel_addresses in [false, true] {
+            for mincount in [0, 5] {
+                let options = ReportOptions {
+                    mincount,
+                    ..ReportOptions::default()
+                };
+                compared += compare_every_report(&options, &formats, hide_kernel_addresses);
+            }
+        }
+        assert_eq!(compared, 2 * 2 * 4 * 3 * 4);
+        // A depth cut is not what the index holds: the profile's own.
+        let cut = ReportOptions {
+            maxdepth: Some(2),
+            ..ReportOptions::default()
+        };
+        assert_eq!(compare_every_report(&cut, &formats, false), 0);
+    }
+
+    #[test]
+    fn a_new_generation_indexes_anew_and_stacks_past_the_index_are_refused() {
+        let profile = shaken_profile();
+        let (stacks, by_ids) = store_of(&profile);
+        let options = ReportOptions::default();
+        let key = StackIndexKey::of(&options, false).expect("a tree is indexed");
+        let expected = super::super::render(&profile, &options).expect("renders");
+        // Another generation's stacks first: the profile's reversed.
+        let mut reversed = Stacks::default();
+        for stack in (0..stacks.len()).rev() {
+            reversed.push(stacks.get(stack as u32).unwrap_or_default().iter().copied());
+        }
+        let mut index = index_of(&profile, &reversed, key);
+        let fresh = |id: u32| stacks.get(id).unwrap_or_default();
+        let location = |id: u32| &profile.locations[id as usize];
+        index.extend(1, 10, fresh, location).expect("indexes");
+        assert_eq!((index.generation(), index.len()), (1, 10));
+        // Most samples' stacks are past what it holds.
+        let short = super::super::render_indexed(&by_ids, &options, &index);
+        assert_eq!(
+            short.map_err(|err| err.to_string()).err().as_deref(),
+            Some("inconsistent profile: sample 5 refers to stack 11 of 10")
+        );
+        index
+            .extend(1, stacks.len(), fresh, location)
+            .expect("indexes");
+        let indexed = super::super::render_indexed(&by_ids, &options, &index);
+        assert!(indexed.expect("renders") == expected);
+        // A profile with stacks of its own is not one of the index's.
+        let own = super::super::render_indexed(&profile, &options, &index);
+        assert!(own.expect("renders") == expected);
+    }
+}
