@@ -80,6 +80,15 @@ impl Sequences {
 
     /// Adds the (finished) sequences of `other` after these, numbered on.
     pub fn append(&mut self, other: &Sequences) {
+        // Grown by an eighth at least rather than doubled: a large index
+        // extended a little at a time keeps little room unused.
+        let (values, starts) = (other.values.len(), other.starts.len() - 1);
+        if self.values.capacity() - self.values.len() < values {
+            self.values.reserve_exact(values.max(self.values.len() / 8));
+        }
+        if self.starts.capacity() - self.starts.len() < starts {
+            self.starts.reserve_exact(starts.max(self.starts.len() / 8));
+        }
         let offset = self.values.len();
         self.values.extend_from_slice(&other.values);
         self.starts

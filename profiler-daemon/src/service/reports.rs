@@ -246,9 +246,27 @@ pub async fn read_report(
     .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?
 }
 
-/// Brings `index` up to the store's stacks.
+/// Brings `index` up to the store's stacks: follows the store's last
+/// compaction when the index is of the generation before, then indexes the
+/// stacks added since.
 fn extend_index(store: &Store, index: &mut StackIndex) {
     let started = Instant::now();
+    let generation = store.generation();
+    if index.generation() != generation
+        && let Some(renumbering) = store.renumbering()
+    {
+        let renumbered = index.renumber(
+            (renumbering.from, generation),
+            &renumbering.stacks,
+            &renumbering.locations,
+            crate::store::GONE,
+        );
+        tracing::debug!(
+            renumbered,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "followed the store's compaction in a stack index"
+        );
+    }
     let before = index.len();
     let extended = index.extend(
         store.generation(),

@@ -27,6 +27,7 @@ use self::tables::{HeapBytes, Interner, StackTable};
 pub use self::{
     holds::{WindowHold, WindowHolds},
     query::{CommPattern, Query, SampleAccess, Selector},
+    retention::{GONE, Renumbering},
 };
 use crate::{
     kernel::drain::CounterDeltas,
@@ -214,6 +215,9 @@ pub struct Store {
     /// How many times the tables were compacted: stack and location ids
     /// are of one generation (ids only grow between compactions).
     generation: u64,
+    /// How the last compaction changed the ids (not counted in the store's
+    /// memory: 4 bytes per stack and location it found).
+    renumbering: Option<Renumbering>,
     /// When the first bucket began: what came before was never sampled.
     first_sample: Option<SystemTime>,
 }
@@ -241,6 +245,7 @@ impl Store {
             evictions: VecDeque::new(),
             last_compaction: SystemTime::now(),
             generation: 0,
+            renumbering: None,
             first_sample: None,
         }
     }
@@ -339,6 +344,12 @@ impl Store {
     /// meanwhile get the next ids.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// How the last compaction changed stack and location ids, to
+    /// [`Store::generation`] from the one before.
+    pub fn renumbering(&self) -> Option<&Renumbering> {
+        self.renumbering.as_ref()
     }
 
     /// Distinct stacks held: their ids are `0..stack_count()`.

@@ -9,27 +9,19 @@ use tracing::{debug, info};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::{
-    Bucket, Eviction, Store, StoreSettings, sort_cpu_samples, sort_waits,
-    tables::{Interner, StackTable},
-};
-use crate::{
-    profile::ThreadInfo,
-    symbols::symbolizer::{LocationKey, SymbolizedLocation},
-};
+use super::{Bucket, Eviction, Store, StoreSettings, sort_cpu_samples, sort_waits};
 
-/// The intern tables a compaction replaces.
-struct OldTables<'a> {
-    threads: &'a Interner<ThreadInfo, ThreadInfo>,
-    locations: &'a Interner<LocationKey, std::sync::Arc<SymbolizedLocation>>,
-    stacks: &'a StackTable,
-}
+/// The new id of what a compaction dropped, in a [`Renumbering`].
+pub const GONE: u32 = u32::MAX;
 
-/// Old ids to new, as a compaction goes.
-#[derive(Default)]
-struct Renumbered {
-    threads: HashMap<u32, u32>,
-    stacks: HashMap<u32, u32>,
+/// How a compaction changed the store's ids: from generation `from` to
+/// the next, each old stack id's new one (or [`GONE`]), in the same order,
+/// and each old location id's.
+#[derive(Debug)]
+pub struct Renumbering {
+    pub from: u64,
+    pub stacks: Vec<u32>,
+    pub locations: Vec<u32>,
 }
 
 /// Rebuild the intern tables (dropping what no bucket refers to any more)
@@ -216,67 +208,78 @@ impl Store {
     }
 
     /// Rebuilds the intern tables with only what buckets still refer to.
+    /// The stacks kept keep their order (new ids are given in the order of
+    /// the old ones), and how ids changed is kept until the next compaction
+    /// ([`Store::renumbering`]): what an index of the stacks needs to follow
+    /// them rather than start anew.
     pub(super) fn compact(&mut self, now: SystemTime) {
         self.last_compaction = now;
-        self.generation += 1;
         let old_threads = std::mem::take(&mut self.threads);
         let old_locations = std::mem::take(&mut self.locations);
         let old_stacks = std::mem::take(&mut self.stacks);
         let before = old_stacks.len();
-        let old = OldTables {
-            threads: &old_threads,
-            locations: &old_locations,
-            stacks: &old_stacks,
+        let mut used = vec![false; before];
+        for bucket in &self.buckets {
+            let stacks = bucket.cpu.iter().map(|samples| samples.stack);
+            for stack in stacks.chain(bucket.waits.iter().map(|wait| wait.stack)) {
+                used[stack as usize] = true;
+            }
+        }
+        let mut stacks = vec![GONE; before];
+        let mut locations = vec![GONE; old_locations.values().len()];
+        for (old, new) in (0..).zip(&mut stacks) {
+            if !used[old as usize] {
+                continue;
+            }
+            let ids: Vec<u32> = old_stacks
+                .get(old)
+                .iter()
+                .map(|&id| {
+                    let slot = &mut locations[id as usize];
+                    if *slot == GONE {
+                        let location = old_locations.get(id);
+                        *slot = self
+                            .locations
+                            .intern(location.key.clone(), || location.clone());
+                    }
+                    *slot
+                })
+                .collect();
+            // Old stacks are distinct: each gets the next id.
+            *new = self.stacks.intern(&ids);
+        }
+        let mut threads: HashMap<u32, u32> = HashMap::default();
+        let mut thread = |store: &mut Store, old: u32| {
+            *threads
+                .entry(old)
+                .or_insert_with(|| store.intern_thread(old_threads.get(old).clone()))
         };
-        let mut renumbered = Renumbered::default();
         let mut buckets = std::mem::take(&mut self.buckets);
         for bucket in &mut buckets {
             for samples in bucket.cpu.iter_mut() {
-                (samples.thread, samples.stack) =
-                    self.reintern(&old, &mut renumbered, samples.thread, samples.stack);
+                samples.thread = thread(self, samples.thread);
+                samples.stack = stacks[samples.stack as usize];
             }
             for wait in bucket.waits.iter_mut() {
-                (wait.thread, wait.stack) =
-                    self.reintern(&old, &mut renumbered, wait.thread, wait.stack);
+                wait.thread = thread(self, wait.thread);
+                wait.stack = stacks[wait.stack as usize];
             }
             // Renumbered: sorted again.
             sort_cpu_samples(&mut bucket.cpu);
             sort_waits(&mut bucket.waits);
         }
         self.buckets = buckets;
+        self.renumbering = Some(Renumbering {
+            from: self.generation,
+            stacks,
+            locations,
+        });
+        self.generation += 1;
         debug!(
             stacks_before = before,
             stacks_after = self.stacks.len(),
             "compacted the profile store"
         );
-    }
-
-    /// A (thread, stack) of the old tables, interned in the new ones.
-    fn reintern(
-        &mut self,
-        old: &OldTables<'_>,
-        renumbered: &mut Renumbered,
-        thread: u32,
-        stack: u32,
-    ) -> (u32, u32) {
-        let thread = *renumbered
-            .threads
-            .entry(thread)
-            .or_insert_with(|| self.intern_thread(old.threads.get(thread).clone()));
-        let stack = *renumbered.stacks.entry(stack).or_insert_with(|| {
-            let ids: Vec<u32> = old
-                .stacks
-                .get(stack)
-                .iter()
-                .map(|&id| {
-                    let location = old.locations.get(id);
-                    self.locations
-                        .intern(location.key.clone(), || location.clone())
-                })
-                .collect();
-            self.stacks.intern(&ids)
-        });
-        (thread, stack)
     }
 
     /// Changes retention, resolution and ceiling (configuration reload):

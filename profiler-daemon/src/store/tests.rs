@@ -415,3 +415,165 @@ fn the_ceiling_coarsens_before_it_drops() {
     assert_eq!(all.total_samples(), 200 * 100);
     assert!(all.lost.is_empty(), "{:?}", all.lost);
 }
+
+/// A stack index follows the store through a compaction (its stacks kept
+/// in order, renumbered), and makes the same reports as the store's own
+/// profile before and after; one that missed a compaction starts anew.
+#[test]
+fn a_stack_index_follows_a_compaction() {
+    use crate::profile::{Format, GroupBy, ReportOptions};
+    use crate::report::{self, StackIndex, StackIndexKey};
+
+    let mut store = store(600, 1 << 30);
+    let names = ["main", "a", "b", "c", "d", "e"];
+    let stack_of = |second: u64, variant: u64| -> Vec<&str> {
+        let mut stack = vec!["main"];
+        let mut value = second * 7 + variant * 3;
+        for _ in 0..(1 + (second + variant) % 4) {
+            stack.push(names[1 + (value % 5) as usize]);
+            value /= 5;
+        }
+        stack
+    };
+    let insert = |store: &mut Store, second: u64| {
+        let stacks: Vec<Vec<&str>> = (0..3).map(|variant| stack_of(second, variant)).collect();
+        let samples: Vec<(u32, &[&str], u64)> = (0u32..)
+            .zip(&stacks)
+            .map(|(pid, stack)| (1 + pid % 2, stack.as_slice(), 1 + second % 3))
+            .collect();
+        store.insert(batch(second, &samples));
+    };
+    for second in 0..20 {
+        insert(&mut store, second);
+    }
+    let extend = |store: &Store, index: &mut StackIndex| {
+        if let Some(renumbering) = store.renumbering() {
+            index.renumber(
+                (renumbering.from, store.generation()),
+                &renumbering.stacks,
+                &renumbering.locations,
+                GONE,
+            );
+        }
+        index
+            .extend(
+                store.generation(),
+                store.stack_count(),
+                |id| store.stack_locations(id),
+                |id| store.location(id),
+            )
+            .expect("indexes");
+    };
+    let formats = [Format::Tree, Format::Folded];
+    // The test's locations are kernel ones: shown, not one marker.
+    let keys = formats.map(|format| {
+        let options = ReportOptions {
+            format,
+            kernel: true,
+            ..ReportOptions::default()
+        };
+        StackIndexKey::of(&options, false).expect("indexed")
+    });
+    let mut indexes = keys.map(StackIndex::new);
+    let check = |store: &Store, indexes: &[StackIndex]| {
+        let window = query(0, 40, Selector::default());
+        let (profile, by_ids) = (
+            store.profile(&window),
+            store.profile_of_store_stacks(&window),
+        );
+        for (format, index) in formats.iter().zip(indexes) {
+            for groupby in [GroupBy::None, GroupBy::Process] {
+                let options = ReportOptions {
+                    format: *format,
+                    groupby,
+                    kernel: true,
+                    ..ReportOptions::default()
+                };
+                let expected = report::render(&profile, &options).expect("renders");
+                let indexed = report::render_indexed(&by_ids, &options, index).expect("renders");
+                assert!(expected == indexed, "{format:?} by {groupby:?}");
+            }
+        }
+    };
+    for index in &mut indexes {
+        extend(&store, index);
+    }
+    check(&store, &indexes);
+
+    // The first buckets go, and with them some stacks.
+    let before = store.stack_count();
+    let old: Vec<Vec<u32>> = (0..before as u32)
+        .map(|id| store.stack_locations(id).to_vec())
+        .collect();
+    let old_locations: Vec<Location> = (0..)
+        .map_while(|id| {
+            let used = old.iter().any(|stack| stack.contains(&id));
+            used.then(|| store.location(id).clone())
+        })
+        .collect();
+    for _ in 0..3 {
+        store.pop_oldest();
+    }
+    store.compact(at(20));
+    let renumbering = store.renumbering().expect("a compaction");
+    let kept: Vec<u32> = renumbering
+        .stacks
+        .iter()
+        .copied()
+        .filter(|&new| new != GONE)
+        .collect();
+    assert!(kept.len() < before, "some stacks are gone");
+    assert_eq!(kept, (0..kept.len() as u32).collect::<Vec<_>>(), "in order");
+    for (old_id, &new) in renumbering.stacks.iter().enumerate() {
+        if new == GONE {
+            continue;
+        }
+        let locations = |stack: &[u32], table: &dyn Fn(u32) -> Location| -> Vec<Location> {
+            stack.iter().map(|&id| table(id)).collect()
+        };
+        assert_eq!(
+            locations(&old[old_id], &|id| old_locations[id as usize].clone()),
+            locations(store.stack_locations(new), &|id| store.location(id).clone()),
+        );
+    }
+
+    // One index follows the compaction; one that missed it starts anew.
+    let mut missed = StackIndex::new(keys[0]);
+    missed
+        .extend(
+            7,
+            3,
+            |id| &old[id as usize],
+            |id| &old_locations[id as usize],
+        )
+        .expect("indexes");
+    for second in 20..30 {
+        insert(&mut store, second);
+    }
+    let renumbering = store.renumbering().expect("a compaction");
+    let followed = indexes[0].renumber(
+        (renumbering.from, store.generation()),
+        &renumbering.stacks,
+        &renumbering.locations,
+        GONE,
+    );
+    assert!(followed, "the index follows the compaction");
+    assert!(!missed.renumber(
+        (renumbering.from, store.generation()),
+        &renumbering.stacks,
+        &renumbering.locations,
+        GONE,
+    ));
+    for index in &mut indexes {
+        extend(&store, index);
+    }
+    extend(&store, &mut missed);
+    check(&store, &indexes);
+    check(
+        &store,
+        &[missed, StackIndex::new(keys[1])].map(|mut index| {
+            extend(&store, &mut index);
+            index
+        }),
+    );
+}
