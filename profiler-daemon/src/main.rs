@@ -225,6 +225,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
             .map(|address| HttpListener { address, tls }),
     };
     let service = Arc::new(service);
+    tokio::spawn(service.clone().keep_stack_indexes_current());
     let mut exporter = profilerd::export::Exporter::new(service.clone(), &config.state_dir);
     exporter
         .apply(&config.push_settings())

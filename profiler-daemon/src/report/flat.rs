@@ -19,7 +19,8 @@
 use std::{collections::VecDeque, fmt::Write as _};
 
 use super::budget::{LineBudget, LinesCut, Ties};
-use super::frames::{Expansion, LineId, Lines, StackId};
+use super::frames::{Expansion, LineId, LineKey, Lines, StackId};
+use super::stack_index::StackIndex;
 use super::{
     PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_percent,
     push_spaces, render_sections, sections,
@@ -33,12 +34,87 @@ use crate::profile::{Profile, ReportOptions, SortedBy};
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
     let expansion = Expansion::new(profile, options.kernel)?;
     let lines = Lines::new(&expansion, options.combine)?;
-    let mut table = Table::new(&expansion, &lines, options);
-    let sections = sections(profile, &expansion, options.groupby)?;
+    let keys = lines.keys();
+    write(
+        profile,
+        &expansion,
+        StackLines::Profile(&lines),
+        keys,
+        options,
+    )
+}
+
+/// The flat report of `profile`, whose samples refer to `index`'s stacks,
+/// with their lines from the index (which must hold the tree's lines with
+/// the options' `kernel` and `combine`): the same bytes as [`render`] of
+/// the profile with its stacks.
+pub(super) fn render_indexed(
+    profile: &Profile,
+    options: &ReportOptions,
+    index: &StackIndex,
+) -> Result<String, ReportError> {
+    let expansion = Expansion::without_sites(profile, index.len())?;
+    let keys = index.line_keys();
+    write(
+        profile,
+        &expansion,
+        StackLines::Index(index),
+        &keys,
+        options,
+    )
+}
+
+fn write(
+    profile: &Profile,
+    expansion: &Expansion<'_>,
+    stacks: StackLines<'_, '_>,
+    keys: &[LineKey<'_>],
+    options: &ReportOptions,
+) -> Result<String, ReportError> {
+    let mut table = Table::new(expansion, stacks, keys, options);
+    let sections = sections(profile, expansion, options.groupby)?;
     let cut = table.within_maxlines(&sections);
     render_sections(profile, sections, cut, "", LEGEND, |out, section| {
         table.write(out, section)
     })
+}
+
+/// Where the lines of a stack come from: the report's own expansion of the
+/// profile's stacks, or an index of a store's.
+#[derive(Clone, Copy)]
+enum StackLines<'l, 'a> {
+    Profile(&'l Lines<'a>),
+    Index(&'l StackIndex),
+}
+
+impl StackLines<'_, '_> {
+    /// Calls `line` with each line of `stack`, root first; returns the
+    /// leaf's (stacks are never empty).
+    fn each(
+        self,
+        expansion: &Expansion<'_>,
+        stack: StackId,
+        mut line: impl FnMut(LineId),
+    ) -> Option<LineId> {
+        let mut leaf = None;
+        match self {
+            StackLines::Profile(lines) => {
+                for &site in expansion.sites_of(stack) {
+                    for &id in lines.of_site(expansion, site) {
+                        line(id);
+                        leaf = Some(id);
+                    }
+                }
+            }
+            StackLines::Index(index) => {
+                for &id in index.words_of(stack) {
+                    line(id);
+                    leaf = Some(id);
+                }
+            }
+        }
+        leaf
+    }
 }
 
 struct Row {
@@ -62,7 +138,7 @@ struct Cells<'a> {
 /// once and buffers kept from section to section.
 struct Table<'l, 'a> {
     expansion: &'l Expansion<'a>,
-    lines: &'l Lines<'a>,
+    stacks: StackLines<'l, 'a>,
     /// The report's options, `mincount` raised to stay within `maxlines`.
     options: ReportOptions,
     /// Room for the rows at the edge of `maxlines`, left for the sections
@@ -72,7 +148,7 @@ struct Table<'l, 'a> {
     /// written yet, in the order they are written.
     counted: VecDeque<Vec<Row>>,
     /// The cells of each line.
-    cells: Vec<Cells<'a>>,
+    cells: Vec<Cells<'l>>,
     /// Per line: samples whose stack holds it, in the section so far (0
     /// between sections).
     counts: Vec<u64>,
@@ -89,16 +165,20 @@ struct Table<'l, 'a> {
 }
 
 impl<'l, 'a> Table<'l, 'a> {
-    fn new(expansion: &'l Expansion<'a>, lines: &'l Lines<'a>, options: &'l ReportOptions) -> Self {
-        let line_count = lines.keys().len();
+    fn new(
+        expansion: &'l Expansion<'a>,
+        stacks: StackLines<'l, 'a>,
+        keys: &[LineKey<'l>],
+        options: &ReportOptions,
+    ) -> Self {
+        let line_count = keys.len();
         Table {
             expansion,
-            lines,
+            stacks,
             options: options.clone(),
             ties: Ties::default(),
             counted: VecDeque::new(),
-            cells: lines
-                .keys()
+            cells: keys
                 .iter()
                 .map(|key| Cells {
                     file: key.file,
@@ -109,7 +189,7 @@ impl<'l, 'a> Table<'l, 'a> {
                 .collect(),
             counts: vec![0; line_count],
             overheads: vec![0; line_count],
-            stack_counts: vec![0; expansion.stack_count()],
+            stack_counts: vec![0; expansion.stack_counts.len()],
             last_stack: vec![0; line_count],
             stamp: 0,
         }
@@ -191,24 +271,18 @@ impl<'l, 'a> Table<'l, 'a> {
         for stack in stacks {
             let count = std::mem::take(&mut self.stack_counts[stack as usize]);
             self.stamp += 1;
-            let sites = expansion.sites_of(stack);
-            for &site in sites {
-                for &line in self.lines.of_site(expansion, site) {
-                    let slot = line as usize;
-                    if self.last_stack[slot] != self.stamp {
-                        self.last_stack[slot] = self.stamp;
-                        if self.counts[slot] == 0 {
-                            seen.push(line);
-                        }
-                        self.counts[slot] = self.counts[slot].saturating_add(count);
+            let (stamp, last_stack, counts) = (self.stamp, &mut self.last_stack, &mut self.counts);
+            let leaf = self.stacks.each(expansion, stack, |line| {
+                let slot = line as usize;
+                if last_stack[slot] != stamp {
+                    last_stack[slot] = stamp;
+                    if counts[slot] == 0 {
+                        seen.push(line);
                     }
+                    counts[slot] = counts[slot].saturating_add(count);
                 }
-            }
-            // Stacks and sites are never empty.
-            let leaf = sites
-                .last()
-                .and_then(|&site| self.lines.of_site(expansion, site).last());
-            if let Some(&leaf) = leaf {
+            });
+            if let Some(leaf) = leaf {
                 let leaf = leaf as usize;
                 self.overheads[leaf] = self.overheads[leaf].saturating_add(count);
             }

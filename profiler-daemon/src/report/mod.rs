@@ -151,7 +151,8 @@ pub fn render_indexed(
         Format::Folded => folded::render(profile, options, Some(index)).map(String::into_bytes),
         Format::Flamegraph => flamegraph::svg(profile, options, Some(index)),
         Format::Speedscope => flamegraph::speedscope(profile, options, Some(index)),
-        Format::Flat | Format::Pprof => render(profile, options),
+        Format::Flat => flat::render_indexed(profile, options, index).map(String::into_bytes),
+        Format::Pprof => render(profile, options),
     }
 }
 

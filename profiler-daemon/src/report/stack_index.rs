@@ -1,8 +1,9 @@
 //! The stacks a store holds as a report's words (the tree's lines, or the
 //! folded report's tokens), and those stacks in one lexicographic order,
-//! kept from report to report: what lets tree, folded, flame graph and
-//! speedscope reports skip expanding, numbering and sorting the stacks of
-//! their window, work that grows with the window's stacks and their frames.
+//! kept from report to report: what lets tree, flat, folded, flame graph
+//! and speedscope reports skip expanding, numbering and sorting the stacks
+//! of their window, work that grows with the window's stacks and their
+//! frames.
 //!
 //! An index is fed the store's stacks by their ids, which keep meaning the
 //! same stacks for one generation of the store's tables, and extended with
@@ -30,7 +31,7 @@ use crate::profile::{Format, Location, LocationKind, ReportOptions};
 /// The formats an index serves, by what a frame is to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IndexedWords {
-    /// Tree lines ([`LineKey`]s).
+    /// Tree lines ([`LineKey`]s): tree and flat reports.
     TreeLines,
     /// Folded tokens (a frame's name, with or without its `;`): folded,
     /// flame graph and speedscope reports.
@@ -54,7 +55,7 @@ impl StackIndexKey {
     /// The index a report with `options` can be made from, if any.
     pub fn of(options: &ReportOptions, hide_kernel_addresses: bool) -> Option<Self> {
         let (words, combine) = match options.format {
-            Format::Tree => (IndexedWords::TreeLines, options.combine),
+            Format::Tree | Format::Flat => (IndexedWords::TreeLines, options.combine),
             // The index holds whole stacks.
             Format::Folded | Format::Flamegraph | Format::Speedscope
                 if options.maxdepth.is_none() =>
@@ -432,6 +433,21 @@ impl StackIndex {
     /// The rank of each stack, by stack id.
     pub(super) fn ranks(&self) -> &[u32] {
         &self.ranks
+    }
+
+    /// A stack's words (by rank), root first.
+    pub(super) fn words_of(&self, stack: u32) -> &[u32] {
+        self.stacks.get(stack)
+    }
+
+    /// The key of each tree line, by rank (none for folded tokens).
+    pub(super) fn line_keys(&self) -> Vec<LineKey<'_>> {
+        let words = &self.words;
+        let key = |&id: &u32| match &words.words[id as usize] {
+            Word::Line(line) => Some(line.key()),
+            Word::Token(_) => None,
+        };
+        words.by_rank.iter().filter_map(key).collect()
     }
 
     /// The tree's text of each line, by rank.

@@ -155,6 +155,10 @@ pub async fn read_profile<T: Send + 'static>(
 /// An index unused this long is dropped: its memory is given back.
 const STACK_INDEX_IDLE: Duration = Duration::from_secs(600);
 
+/// How often the indexes in use are brought up to the store's stacks
+/// between reports.
+pub const STACK_INDEX_REFRESH: Duration = Duration::from_secs(1);
+
 /// The reports' indexes of the store's stacks (see [`report::StackIndex`]),
 /// one per kind of words, `kernel` and `combine` options and sight of
 /// kernel addresses that reports ask for, kept from report to report while
@@ -166,6 +170,28 @@ pub struct StackIndexes {
 }
 
 impl StackIndexes {
+    /// Drops the indexes left unused for [`STACK_INDEX_IDLE`], and brings
+    /// the others up to the store's stacks, so that the reports asking for
+    /// them find little to add. It blocks: call it off the async threads.
+    pub fn keep_current(&self, store: &RwLock<Store>) {
+        let live: Vec<Arc<RwLock<StackIndex>>> = {
+            let mut indexes = crate::lock(&self.indexes);
+            let now = Instant::now();
+            indexes.retain(|(_, used)| now.duration_since(*used) < STACK_INDEX_IDLE);
+            indexes.iter().map(|(index, _)| index.clone()).collect()
+        };
+        for index in live {
+            // An index a report is using is left to it: the report brings
+            // it up to date itself. Never waiting for one here, while the
+            // store is locked, is what keeps this from deadlocking with a
+            // report, which locks the index first.
+            let store = crate::read_lock(store);
+            if let Ok(mut index) = index.try_write() {
+                extend_index(&store, &mut index);
+            }
+        }
+    }
+
     /// The index of `key`, made empty on first use; drops the others left
     /// unused for [`STACK_INDEX_IDLE`].
     fn get(&self, key: StackIndexKey) -> Arc<RwLock<StackIndex>> {
@@ -191,8 +217,8 @@ impl StackIndexes {
 
 /// Reads `query`'s window from the store and renders it as `options` ask,
 /// off the async threads, refusing a report over `max_response_bytes`. The
-/// stacks of a tree, folded, flame graph or speedscope report come from the
-/// index of its options, brought up to the store's stacks first.
+/// stacks of a tree, flat, folded, flame graph or speedscope report come
+/// from the index of its options, brought up to the store's stacks first.
 pub async fn read_report(
     store: Arc<RwLock<Store>>,
     indexes: Arc<StackIndexes>,
@@ -206,16 +232,19 @@ pub async fn read_report(
         let index = StackIndexKey::of(&options, !kernel_addresses)
             .filter(|_| !query.mode.is_memory())
             .map(|key| indexes.get(key));
-        let (mut profile, generation) = {
-            let store = crate::read_lock(&store);
-            let profile = match &index {
-                Some(index) => {
-                    extend_index(&store, &mut crate::write_lock(index));
-                    store.profile_of_store_stacks(&query)
-                }
-                None => store.profile(&query),
-            };
-            (profile, store.generation())
+        // The index before the store: the refresher, which takes them the
+        // other way round, never waits for an index (see `keep_current`).
+        let (mut profile, generation) = match &index {
+            Some(index) => {
+                let mut index = crate::write_lock(index);
+                let store = crate::read_lock(&store);
+                extend_index(&store, &mut index);
+                (store.profile_of_store_stacks(&query), store.generation())
+            }
+            None => {
+                let store = crate::read_lock(&store);
+                (store.profile(&query), store.generation())
+            }
         };
         if !kernel_addresses {
             profile.hide_kernel_addresses();

@@ -379,6 +379,26 @@ impl Service {
         }
     }
 
+    /// Keeps the reports' stack indexes current until the daemon stops:
+    /// every [`reports::STACK_INDEX_REFRESH`] the indexes in use take in the
+    /// stacks the drains added (and follow the store's compactions), so
+    /// that a report's own share is what came since; the unused ones go.
+    pub async fn keep_stack_indexes_current(self: Arc<Self>) {
+        let mut every = tokio::time::interval(reports::STACK_INDEX_REFRESH);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                () = self.stopping.wait() => return,
+            }
+            let (indexes, store) = (self.stack_indexes.clone(), self.store.clone());
+            let kept = tokio::task::spawn_blocking(move || indexes.keep_current(&store)).await;
+            if let Err(err) = kept {
+                tracing::warn!("keeping the stack indexes current failed: {err}");
+            }
+        }
+    }
+
     /// Reads a window from the store and renders it, off the async threads.
     async fn report(
         &self,

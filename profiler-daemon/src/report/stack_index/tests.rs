@@ -150,11 +150,15 @@ fn trees_from_an_index_fed_bit_by_bit_are_the_trees_of_the_profile() {
                     maxlines,
                     ..ReportOptions::default()
                 };
-                compared += compare_every_report(&options, &[Format::Tree], hide_kernel_addresses);
+                compared += compare_every_report(
+                    &options,
+                    &[Format::Tree, Format::Flat],
+                    hide_kernel_addresses,
+                );
             }
         }
     }
-    assert_eq!(compared, 2 * 3 * 3 * 4 * 4);
+    assert_eq!(compared, 2 * 3 * 3 * 4 * 4 * 2);
 }
 
 #[test]
@@ -215,7 +219,7 @@ fn an_index_follows_a_compaction_that_keeps_the_order_of_stacks() {
         sample.stack = used.binary_search(&sample.stack).unwrap_or_default() as u32;
     }
     let mut compared = 0;
-    for format in [Format::Tree, Format::Folded] {
+    for format in [Format::Tree, Format::Flat, Format::Folded] {
         for (kernel, combine) in [(true, true), (false, true), (false, false)] {
             let options = ReportOptions {
                 format,
@@ -237,7 +241,7 @@ fn an_index_follows_a_compaction_that_keeps_the_order_of_stacks() {
             assert_eq!(index.generation(), 1);
         }
     }
-    assert_eq!(compared, 6);
+    assert_eq!(compared, 9);
 }
 
 #[test]
