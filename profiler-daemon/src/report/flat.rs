@@ -88,8 +88,9 @@ enum StackLines<'l, 'a> {
 }
 
 impl StackLines<'_, '_> {
-    /// Calls `line` with each line of `stack`, root first; returns the
-    /// leaf's (stacks are never empty).
+    /// Calls `line` with each line of `stack` (of the expansion, or a rank
+    /// of the index), root first; returns the leaf's (stacks are never
+    /// empty).
     fn each(
         self,
         expansion: &Expansion<'_>,
@@ -107,7 +108,7 @@ impl StackLines<'_, '_> {
                 }
             }
             StackLines::Index(index) => {
-                for &id in index.words_of(stack) {
+                for &id in index.words_at(stack) {
                     line(id);
                     leaf = Some(id);
                 }
@@ -266,10 +267,33 @@ impl<'l, 'a> Table<'l, 'a> {
                 *count = count.saturating_add(sample.count);
             }
         }
+        let mut walk: Vec<(StackId, u64)> = stacks
+            .into_iter()
+            .map(|stack| {
+                (
+                    stack,
+                    std::mem::take(&mut self.stack_counts[stack as usize]),
+                )
+            })
+            .collect();
+        if let StackLines::Index(index) = self.stacks {
+            // The index's stacks are read in its order, where their words
+            // lie: by rank, stacks of equal words as one.
+            for (stack, _) in &mut walk {
+                *stack = index.ranks()[*stack as usize];
+            }
+            walk.sort_unstable_by_key(|&(rank, _)| rank);
+            walk.dedup_by(|(rank, count), (kept_rank, kept_count)| {
+                let same = rank == kept_rank;
+                if same {
+                    *kept_count = kept_count.saturating_add(*count);
+                }
+                same
+            });
+        }
         // The lines in the section's stacks, in order of first sight.
         let mut seen: Vec<LineId> = Vec::new();
-        for stack in stacks {
-            let count = std::mem::take(&mut self.stack_counts[stack as usize]);
+        for (stack, count) in walk {
             self.stamp += 1;
             let (stamp, last_stack, counts) = (self.stamp, &mut self.last_stack, &mut self.counts);
             let leaf = self.stacks.each(expansion, stack, |line| {

@@ -78,21 +78,19 @@ impl Sequences {
         }
     }
 
-    /// Adds the (finished) sequences of `other` after these, numbered on.
-    pub fn append(&mut self, other: &Sequences) {
-        // Grown by an eighth at least rather than doubled: a large index
-        // extended a little at a time keeps little room unused.
-        let (values, starts) = (other.values.len(), other.starts.len() - 1);
-        if self.values.capacity() - self.values.len() < values {
-            self.values.reserve_exact(values.max(self.values.len() / 8));
+    /// Adds the sequences `range` of `other` after these, numbered on.
+    pub fn append_range(&mut self, other: &Sequences, range: std::ops::Range<usize>) {
+        if range.is_empty() {
+            return;
         }
-        if self.starts.capacity() - self.starts.len() < starts {
-            self.starts.reserve_exact(starts.max(self.starts.len() / 8));
-        }
+        let (first, end) = (other.starts[range.start], other.starts[range.end]);
         let offset = self.values.len();
-        self.values.extend_from_slice(&other.values);
-        self.starts
-            .extend(other.starts[1..].iter().map(|&start| offset + start));
+        self.values.extend_from_slice(&other.values[first..end]);
+        self.starts.extend(
+            other.starts[range.start + 1..=range.end]
+                .iter()
+                .map(|&start| offset + start - first),
+        );
     }
 
     /// Bytes held, at capacity.

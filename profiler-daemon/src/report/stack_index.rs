@@ -79,8 +79,10 @@ pub struct StackIndex {
     /// The store's generation the stack and location ids are of.
     generation: u64,
     words: WordTable,
-    /// The words of each stack, by stack id, numbered by rank.
-    stacks: Sequences,
+    /// The words of each stack (numbered by rank) in the stacks' order: the
+    /// words of the stack at place `p` of `order` are `laid.get(p)`, so
+    /// that walking stacks in order reads memory in order.
+    laid: Sequences,
     /// Stack ids in lexicographic order of their words.
     order: Vec<u32>,
     /// Whether the stack at each place of `order` has the words of the one
@@ -90,6 +92,22 @@ pub struct StackIndex {
     /// stack with its words. Ranks are in the order of the words, and equal
     /// for equal words (so that reports merge them), not consecutive.
     ranks: Vec<u32>,
+}
+
+/// The first of the sequences `places` of `laid` (sorted) that sorts after
+/// `words`, or the end of `places`.
+fn first_after(laid: &Sequences, places: std::ops::Range<usize>, words: &[u32]) -> usize {
+    let (mut low, mut high) = (places.start, places.end);
+    while low < high {
+        let middle = low + (high - low) / 2;
+        // Places are below the number of stacks, which fits 32 bits.
+        if laid.get(middle as u32) <= words {
+            low = middle + 1;
+        } else {
+            high = middle;
+        }
+    }
+    low
 }
 
 /// The distinct words: numbered as they come (their id), and in the
@@ -186,7 +204,7 @@ impl Ranked<'_> {
     pub fn get(&self, rank: u32) -> &[u32] {
         match self {
             Ranked::Sorted(stacks) => stacks.get(rank),
-            Ranked::Index(index) => index.stacks.get(index.order[rank as usize]),
+            Ranked::Index(index) => index.words_at(rank),
         }
     }
 
@@ -204,7 +222,7 @@ impl StackIndex {
             key,
             generation: 0,
             words: WordTable::default(),
-            stacks: Sequences::with_capacity(0, 0),
+            laid: Sequences::with_capacity(0, 0),
             order: Vec::new(),
             tied: Vec::new(),
             ranks: Vec::new(),
@@ -222,7 +240,7 @@ impl StackIndex {
 
     /// Stacks indexed: ids `0..len()`.
     pub fn len(&self) -> usize {
-        self.stacks.len()
+        self.order.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -240,7 +258,7 @@ impl StackIndex {
             + words.names.capacity()
             + words.by_rank.capacity()
             + words.rank_names.capacity();
-        self.stacks.bytes()
+        self.laid.bytes()
             + ids * size_of::<u32>()
             + words.words.capacity() * (2 * size_of::<Word>() + 64)
             + words.texts.iter().map(String::capacity).sum::<usize>()
@@ -298,45 +316,54 @@ impl StackIndex {
             // Stacks held so far keep their order: ranks keep theirs.
             let renumbered = self.words.rank(key.words);
             if first > 0 {
-                self.stacks.map_values(|rank| renumbered[rank as usize]);
+                self.laid.map_values(|rank| renumbered[rank as usize]);
             }
         }
         let rank_of = self.words.rank_of_ids();
         added.map_values(|id| rank_of[id as usize]);
-        self.stacks.append(&added);
-        self.merge_into_order(first..stacks);
-        Ok(())
+        self.merge_into_order(&added, first)
     }
 
-    /// Sorts the stacks `new` among themselves, merges them into the order
-    /// and ranks every stack. Only the new stacks' words are compared (with
-    /// those they are put between); the rest is a pass over the order.
-    fn merge_into_order(&mut self, new: std::ops::Range<usize>) {
-        let stacks = &self.stacks;
-        // Ids fit: `extend` numbered them.
-        let mut added: Vec<u32> = new.map(|id| id as u32).collect();
-        sort_by_sequence(&mut added, self.words.words.len(), |id| stacks.get(id));
+    /// Sorts the stacks `added` (the words of stacks `first..`, by id)
+    /// among themselves, merges them into the order and ranks every stack.
+    /// Only the new stacks' words are compared (with those they are put
+    /// between); the rest is a copy in order.
+    fn merge_into_order(&mut self, added: &Sequences, first: usize) -> Result<(), ReportError> {
+        // Fewer than the stacks, whose ids are 32-bit.
+        let mut new: Vec<u32> = (0..added.len() as u32).collect();
+        sort_by_sequence(&mut new, self.words.words.len(), |id| added.get(id));
         let held = std::mem::take(&mut self.order);
         let held_tied = std::mem::take(&mut self.tied);
-        let mut order = Vec::with_capacity(held.len() + added.len());
-        let mut tied = Vec::with_capacity(held.len() + added.len());
+        let held_laid = std::mem::replace(&mut self.laid, Sequences::with_capacity(0, 0));
+        let stacks = held.len() + new.len();
+        let mut order = Vec::with_capacity(stacks);
+        let mut tied = Vec::with_capacity(stacks);
+        let values = held_laid.value_count() + added.value_count();
+        // Room for some growth: the next stacks come a few at a time.
+        let mut laid = Sequences::with_capacity(stacks + stacks / 8, values + values / 8);
         let mut next = 0;
-        for &id in &added {
+        for &id in &new {
             // After the stacks of equal words: the held stack after a new
             // one has other words, and a held stack's tie to the one before
             // it holds (no new stack comes between equal ones).
-            let words = stacks.get(id);
-            let before = next + held[next..].partition_point(|&old| stacks.get(old) <= words);
+            let words = added.get(id);
+            let before = first_after(&held_laid, next..held.len(), words);
             order.extend_from_slice(&held[next..before]);
             tied.extend_from_slice(&held_tied[next..before]);
+            laid.append_range(&held_laid, next..before);
             next = before;
-            tied.push(order.last().is_some_and(|&last| stacks.get(last) == words));
-            order.push(id);
+            let place = laid.len();
+            tied.push(place > 0 && laid.get(small_id(place - 1, "stacks")?) == words);
+            order.push(small_id(first + id as usize, "stacks")?);
+            laid.extend_from_slice(words);
+            laid.finish()?;
         }
         order.extend_from_slice(&held[next..]);
         tied.extend_from_slice(&held_tied[next..]);
-        (self.order, self.tied) = (order, tied);
+        laid.append_range(&held_laid, next..held.len());
+        (self.order, self.tied, self.laid) = (order, tied, laid);
         self.rank_stacks();
+        Ok(())
     }
 
     /// Ranks every stack by its place in the order.
@@ -369,48 +396,52 @@ impl StackIndex {
         if self.generation != from || stacks.len() < self.len() {
             return false;
         }
-        let mut kept = Sequences::with_capacity(self.len(), 0);
-        let mut words_used = vec![false; self.words.words.len()];
-        for (old, &new) in (0..).zip(&stacks[..self.len()]) {
+        // The new ids must be the kept stacks' old ones, in order.
+        let mut kept = 0;
+        for &new in &stacks[..self.len()] {
             if new == gone {
                 continue;
             }
-            if new as usize != kept.len() {
+            if new as usize != kept {
                 return false;
             }
-            let words = self.stacks.get(old);
-            for &rank in words {
-                words_used[rank as usize] = true;
-            }
-            kept.extend_from_slice(words);
-            if kept.finish().is_err() {
-                return false;
-            }
+            kept += 1;
         }
-        let words_kept = words_used.iter().filter(|&&used| used).count();
-        if 2 * kept.len() < self.len() || 2 * words_kept < words_used.len() {
-            return false;
-        }
-        let mut order = Vec::with_capacity(kept.len());
-        let mut tied = Vec::with_capacity(kept.len());
+        let mut words_used = vec![false; self.words.words.len()];
+        let mut order = Vec::with_capacity(kept);
+        let mut tied = Vec::with_capacity(kept);
+        let mut laid = Sequences::with_capacity(kept, self.laid.value_count());
         let mut after_gone = false;
-        for (&old, &was_tied) in self.order.iter().zip(&self.tied) {
+        for (place, (&old, &was_tied)) in (0..).zip(self.order.iter().zip(&self.tied)) {
             let new = stacks[old as usize];
             if new == gone {
                 after_gone = true;
                 continue;
             }
+            let words = self.laid.get(place);
+            for &rank in words {
+                words_used[rank as usize] = true;
+            }
             // A stack's tie to the one before it holds unless that one is
             // gone: then it is to the stack now before it, if equal.
             let now_tied = match after_gone {
                 false => was_tied,
-                true => order
-                    .last()
-                    .is_some_and(|&before| kept.get(before) == kept.get(new)),
+                true => laid
+                    .len()
+                    .checked_sub(1)
+                    .is_some_and(|before| laid.get(before as u32) == words),
             };
             order.push(new);
             tied.push(now_tied);
+            laid.extend_from_slice(words);
+            if laid.finish().is_err() {
+                return false;
+            }
             after_gone = false;
+        }
+        let words_kept = words_used.iter().filter(|&&used| used).count();
+        if 2 * kept < self.len() || 2 * words_kept < words_used.len() {
+            return false;
         }
         let mut cached = Vec::new();
         for (old, range) in self.words.locations.iter().enumerate() {
@@ -424,7 +455,7 @@ impl StackIndex {
             }
         }
         self.words.locations = cached;
-        (self.stacks, self.order, self.tied) = (kept, order, tied);
+        (self.laid, self.order, self.tied) = (laid, order, tied);
         self.rank_stacks();
         self.generation = to;
         true
@@ -435,9 +466,9 @@ impl StackIndex {
         &self.ranks
     }
 
-    /// A stack's words (by rank), root first.
-    pub(super) fn words_of(&self, stack: u32) -> &[u32] {
-        self.stacks.get(stack)
+    /// The words (by rank) of the stacks of `rank`, root first.
+    pub(super) fn words_at(&self, rank: u32) -> &[u32] {
+        self.laid.get(rank)
     }
 
     /// The key of each tree line, by rank (none for folded tokens).
