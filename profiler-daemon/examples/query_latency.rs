@@ -135,7 +135,6 @@ fn main() {
         ("tree", Some(Format::Tree), false),
         ("tree+index", Some(Format::Tree), true),
         ("flat", Some(Format::Flat), false),
-        ("flat+index", Some(Format::Flat), true),
         ("folded", Some(Format::Folded), false),
         ("folded+index", Some(Format::Folded), true),
         ("pprof", Some(Format::Pprof), false),

@@ -1,9 +1,9 @@
 //! The stacks a store holds as a report's words (the tree's lines, or the
 //! folded report's tokens), and those stacks in one lexicographic order,
-//! kept from report to report: what lets tree, flat, folded, flame graph
-//! and speedscope reports skip expanding, numbering and sorting the stacks
-//! of their window, work that grows with the window's stacks and their
-//! frames.
+//! kept from report to report: what lets tree, folded, flame graph,
+//! speedscope and (whole-machine) flat reports skip expanding, numbering
+//! and sorting the stacks of their window, work that grows with the
+//! window's stacks and their frames.
 //!
 //! An index is fed the store's stacks by their ids, which keep meaning the
 //! same stacks for one generation of the store's tables, and extended with
@@ -26,12 +26,12 @@ use super::ReportError;
 use super::folded::frame_name;
 use super::frames::{FrameView, KERNEL_MARKER, LineKey, Site, UNKNOWN_MARKER, small_id};
 use super::sequences::{Sequences, sort_by_sequence};
-use crate::profile::{Format, Location, LocationKind, ReportOptions};
+use crate::profile::{Format, GroupBy, Location, LocationKind, ReportOptions};
 
 /// The formats an index serves, by what a frame is to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IndexedWords {
-    /// Tree lines ([`LineKey`]s): tree and flat reports.
+    /// Tree lines ([`LineKey`]s): tree reports, flat ones without sections.
     TreeLines,
     /// Folded tokens (a frame's name, with or without its `;`): folded,
     /// flame graph and speedscope reports.
@@ -55,7 +55,13 @@ impl StackIndexKey {
     /// The index a report with `options` can be made from, if any.
     pub fn of(options: &ReportOptions, hide_kernel_addresses: bool) -> Option<Self> {
         let (words, combine) = match options.format {
-            Format::Tree | Format::Flat => (IndexedWords::TreeLines, options.combine),
+            Format::Tree => (IndexedWords::TreeLines, options.combine),
+            // A flat table per section walks each section's stacks, which
+            // the profile's own expansion lays out together and the index
+            // does not: measured slower from the index.
+            Format::Flat if options.groupby == GroupBy::None => {
+                (IndexedWords::TreeLines, options.combine)
+            }
             // The index holds whole stacks.
             Format::Folded | Format::Flamegraph | Format::Speedscope
                 if options.maxdepth.is_none() =>

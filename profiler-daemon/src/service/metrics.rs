@@ -27,6 +27,8 @@ pub struct Snapshot {
     pub frequency_hz: u32,
     pub pipeline: PipelineStats,
     pub store: StoreStats,
+    /// Bytes of the reports' stack indexes.
+    pub report_index_bytes: u64,
     pub peeks: PeekStats,
     pub peeks_running: usize,
     pub sessions_open: usize,
@@ -257,6 +259,13 @@ impl Collector for Snapshot {
             "Distinct stacks the store holds",
             store.distinct_stacks,
         )?;
+        gauge(
+            out,
+            "report_index_bytes",
+            "Memory of the stack indexes reports start from (beside the store, not under its \
+             ceiling)",
+            self.report_index_bytes,
+        )?;
         let history = store
             .oldest
             .and_then(|oldest| oldest.elapsed().ok())
@@ -483,6 +492,7 @@ mod tests {
                 buckets_evicted_for_memory: 0,
                 buckets_coarsened_for_memory: 0,
             },
+            report_index_bytes: 4096,
             peeks: PeekStats::default(),
             peeks_running: 0,
             sessions_open: 2,
@@ -497,6 +507,7 @@ mod tests {
             "profilerd_rpcs_total{method=\"Profile\",code=\"OK\"} 3",
             "profilerd_rpcs_total{method=\"Query\",code=\"NOT_FOUND\"} 1",
             "profilerd_store_bytes 1000",
+            "profilerd_report_index_bytes 4096",
             "profilerd_sessions_open 2",
             "# TYPE profilerd_samples counter",
         ] {

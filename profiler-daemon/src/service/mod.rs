@@ -234,6 +234,7 @@ impl Service {
             frequency_hz: self.frequency_hz(),
             pipeline: self.pipeline.stats(),
             store: self.store_stats(),
+            report_index_bytes: self.stack_indexes.bytes(),
             peeks: self.peeker.stats(),
             peeks_running: self.peeker.running(),
             sessions_open: self.sessions().len(),

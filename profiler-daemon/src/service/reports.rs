@@ -165,50 +165,72 @@ pub const STACK_INDEX_REFRESH: Duration = Duration::from_secs(1);
 /// they are asked for.
 #[derive(Default)]
 pub struct StackIndexes {
-    /// Each with when it was last asked for.
-    indexes: Mutex<Vec<(Arc<RwLock<StackIndex>>, Instant)>>,
+    indexes: Mutex<Vec<KeptIndex>>,
+}
+
+/// An index, what it is of, and when it was last asked for.
+struct KeptIndex {
+    key: StackIndexKey,
+    index: Arc<RwLock<StackIndex>>,
+    used: Instant,
 }
 
 impl StackIndexes {
-    /// Drops the indexes left unused for [`STACK_INDEX_IDLE`], and brings
-    /// the others up to the store's stacks, so that the reports asking for
-    /// them find little to add. It blocks: call it off the async threads.
+    /// Drops the indexes left unused for [`STACK_INDEX_IDLE`], and has the
+    /// others follow the store's compactions and take in the stacks added
+    /// once they are many, so that the reports asking for them find little
+    /// to do. (An extension copies the whole index in order whatever it
+    /// adds: a few stacks are left to the next report.) It blocks: call it
+    /// off the async threads.
     pub fn keep_current(&self, store: &RwLock<Store>) {
-        let live: Vec<Arc<RwLock<StackIndex>>> = {
-            let mut indexes = crate::lock(&self.indexes);
-            let now = Instant::now();
-            indexes.retain(|(_, used)| now.duration_since(*used) < STACK_INDEX_IDLE);
-            indexes.iter().map(|(index, _)| index.clone()).collect()
-        };
-        for index in live {
+        for index in self.live() {
             // An index a report is using is left to it: the report brings
             // it up to date itself. Never waiting for one here, while the
             // store is locked, is what keeps this from deadlocking with a
             // report, which locks the index first.
             let store = crate::read_lock(store);
             if let Ok(mut index) = index.try_write() {
-                extend_index(&store, &mut index);
+                let behind = store.stack_count().saturating_sub(index.len());
+                if index.generation() != store.generation() || behind > index.len() / 16 {
+                    extend_index(&store, &mut index);
+                }
             }
         }
     }
 
-    /// The index of `key`, made empty on first use; drops the others left
-    /// unused for [`STACK_INDEX_IDLE`].
+    /// Bytes the indexes hold, roughly.
+    pub fn bytes(&self) -> u64 {
+        let bytes = self
+            .live()
+            .into_iter()
+            .map(|index| crate::read_lock(&index).bytes());
+        bytes.sum::<usize>() as u64
+    }
+
+    /// The indexes asked for within [`STACK_INDEX_IDLE`]; the others go.
+    fn live(&self) -> Vec<Arc<RwLock<StackIndex>>> {
+        let mut indexes = crate::lock(&self.indexes);
+        let now = Instant::now();
+        indexes.retain(|kept| now.duration_since(kept.used) < STACK_INDEX_IDLE);
+        indexes.iter().map(|kept| kept.index.clone()).collect()
+    }
+
+    /// The index of `key`, made empty on first use.
     fn get(&self, key: StackIndexKey) -> Arc<RwLock<StackIndex>> {
         let now = Instant::now();
         let mut indexes = crate::lock(&self.indexes);
-        indexes.retain(|(_, used)| now.duration_since(*used) < STACK_INDEX_IDLE);
-        let found = indexes
-            .iter_mut()
-            .find(|(index, _)| crate::read_lock(index).key() == key);
-        match found {
-            Some((index, used)) => {
-                *used = now;
-                index.clone()
+        match indexes.iter_mut().find(|kept| kept.key == key) {
+            Some(kept) => {
+                kept.used = now;
+                kept.index.clone()
             }
             None => {
                 let index = Arc::new(RwLock::new(StackIndex::new(key)));
-                indexes.push((index.clone(), now));
+                indexes.push(KeptIndex {
+                    key,
+                    index: index.clone(),
+                    used: now,
+                });
                 index
             }
         }
@@ -217,8 +239,8 @@ impl StackIndexes {
 
 /// Reads `query`'s window from the store and renders it as `options` ask,
 /// off the async threads, refusing a report over `max_response_bytes`. The
-/// stacks of a tree, flat, folded, flame graph or speedscope report come
-/// from the index of its options, brought up to the store's stacks first.
+/// stacks of the reports an index serves ([`StackIndexKey::of`]) come from
+/// the index of their options, brought up to the store's stacks first.
 pub async fn read_report(
     store: Arc<RwLock<Store>>,
     indexes: Arc<StackIndexes>,
@@ -239,6 +261,8 @@ pub async fn read_report(
                 let mut index = crate::write_lock(index);
                 let store = crate::read_lock(&store);
                 extend_index(&store, &mut index);
+                // Reports of the same index wait only for its extension.
+                drop(index);
                 (store.profile_of_store_stacks(&query), store.generation())
             }
             None => {
