@@ -220,14 +220,8 @@ fn thread_cpu_time() -> Duration {
 fn index_of(store: &Store, options: &ReportOptions) -> report::StackIndex {
     let key = report::StackIndexKey::of(options, false).expect("an indexed format");
     let mut index = report::StackIndex::new(key);
-    index
-        .extend(
-            store.generation(),
-            store.stack_count(),
-            |id| store.stack_locations(id),
-            |id| store.location(id),
-        )
-        .expect("indexes");
+    profilerd::service::reports::extend_index(store, &mut index);
+    assert_eq!(index.len(), store.stack_count(), "every stack indexed");
     index
 }
 

@@ -135,17 +135,11 @@ pub async fn read_profile<T: Send + 'static>(
     make: impl FnOnce(&Profile) -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, ServiceError> {
     tokio::task::spawn_blocking(move || {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let profile = window_profile(&store, &query, kernel_addresses);
         let read = started.elapsed();
         let made = make(&profile);
-        tracing::debug!(
-            samples = profile.samples.len(),
-            stacks = profile.stacks.len(),
-            read_ms = read.as_secs_f64() * 1e3,
-            made_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
-            "read a window's profile and made its answer"
-        );
+        log_answer(&profile, started, read);
         made
     })
     .await
@@ -286,23 +280,28 @@ pub async fn read_report(
             },
             None => report::render(&profile, &options),
         };
-        tracing::debug!(
-            samples = profile.samples.len(),
-            stacks = profile.stacks.len(),
-            read_ms = read.as_secs_f64() * 1e3,
-            made_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
-            "read a window's profile and made its answer"
-        );
+        log_answer(&profile, started, read);
         answer(bytes, &profile, &options, max_response_bytes)
     })
     .await
     .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?
 }
 
+/// Logs how long a window's answer took to read and to make.
+fn log_answer(profile: &Profile, started: Instant, read: Duration) {
+    tracing::debug!(
+        samples = profile.samples.len(),
+        stacks = profile.stacks.len(),
+        read_ms = read.as_secs_f64() * 1e3,
+        made_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
+        "read a window's profile and made its answer"
+    );
+}
+
 /// Brings `index` up to the store's stacks: follows the store's last
 /// compaction when the index is of the generation before, then indexes the
 /// stacks added since.
-fn extend_index(store: &Store, index: &mut StackIndex) {
+pub fn extend_index(store: &Store, index: &mut StackIndex) {
     let started = Instant::now();
     let generation = store.generation();
     if index.generation() != generation

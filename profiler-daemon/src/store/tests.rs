@@ -446,24 +446,7 @@ fn a_stack_index_follows_a_compaction() {
     for second in 0..20 {
         insert(&mut store, second);
     }
-    let extend = |store: &Store, index: &mut StackIndex| {
-        if let Some(renumbering) = store.renumbering() {
-            index.renumber(
-                (renumbering.from, store.generation()),
-                &renumbering.stacks,
-                &renumbering.locations,
-                GONE,
-            );
-        }
-        index
-            .extend(
-                store.generation(),
-                store.stack_count(),
-                |id| store.stack_locations(id),
-                |id| store.location(id),
-            )
-            .expect("indexes");
-    };
+    let extend = crate::service::reports::extend_index;
     let formats = [Format::Tree, Format::Folded];
     // The test's locations are kernel ones: shown, not one marker.
     let keys = formats.map(|format| {
