@@ -166,18 +166,14 @@ impl<'a> Expansion<'a> {
         };
         let samples = profile.samples.iter().enumerate();
         for (number, sample) in samples.filter(|(_, sample)| sample.count > 0) {
-            let refers = |what: &str, index: u32, len: usize| {
-                ReportError::InvalidProfile(format!(
-                    "sample {number} refers to {what} {index} of {len}"
-                ))
-            };
             if sample.thread as usize >= profile.threads.len() {
-                return Err(refers("thread", sample.thread, profile.threads.len()));
+                let threads = profile.threads.len();
+                return Err(refers_past(number, "thread", sample.thread, threads));
             }
             let total = expansion
                 .stack_counts
                 .get_mut(sample.stack as usize)
-                .ok_or_else(|| refers("stack", sample.stack, stacks))?;
+                .ok_or_else(|| refers_past(number, "stack", sample.stack, stacks))?;
             *total = total.saturating_add(sample.count);
             expansion.samples.push(StackSample {
                 thread_index: sample.thread,
@@ -236,21 +232,18 @@ impl<'a> Expansion<'a> {
 /// thread, stack or location the profile does not hold; `dangling` holds
 /// each stack's first dangling location, or is empty.
 fn first_dangling_index(profile: &Profile, dangling: &[Option<u32>]) -> ReportError {
-    let error = |number: usize, what: &str, index: u32, len: usize| {
-        ReportError::InvalidProfile(format!("sample {number} refers to {what} {index} of {len}"))
-    };
     for (number, sample) in profile.samples.iter().enumerate() {
         if sample.count == 0 {
             continue;
         }
         if sample.thread as usize >= profile.threads.len() {
-            return error(number, "thread", sample.thread, profile.threads.len());
+            return refers_past(number, "thread", sample.thread, profile.threads.len());
         }
         if sample.stack as usize >= profile.stacks.len() {
-            return error(number, "stack", sample.stack, profile.stacks.len());
+            return refers_past(number, "stack", sample.stack, profile.stacks.len());
         }
         if let Some(&Some(location)) = dangling.get(sample.stack as usize) {
-            return error(number, "location", location, profile.locations.len());
+            return refers_past(number, "location", location, profile.locations.len());
         }
     }
     ReportError::InvalidProfile("a sample refers to what the profile does not hold".to_owned())
@@ -314,6 +307,11 @@ fn add_site<'a>(expansion: &mut Expansion<'a>, site: Site<'a>) -> Result<SiteId,
         end_frame,
     });
     Ok(id)
+}
+
+/// The error of sample `number` referring to `what` `index` of only `len`.
+fn refers_past(number: usize, what: &str, index: u32, len: usize) -> ReportError {
+    ReportError::InvalidProfile(format!("sample {number} refers to {what} {index} of {len}"))
 }
 
 /// `index` as a 32-bit id. Profiles never come near 2³² distinct sites,

@@ -250,27 +250,24 @@ pub async fn read_report(
             .map(|key| indexes.get(key));
         // The index before the store: the refresher, which takes them the
         // other way round, never waits for an index (see `keep_current`).
-        let (mut profile, generation) = match &index {
+        let (profile, indexed) = match &index {
             Some(index) => {
-                let mut index = crate::write_lock(index);
+                let mut locked = crate::write_lock(index);
                 let store = crate::read_lock(&store);
-                extend_index(&store, &mut index);
+                extend_index(&store, &mut locked);
                 // Reports of the same index wait only for its extension.
-                drop(index);
-                (store.profile_of_store_stacks(&query), store.generation())
+                drop(locked);
+                // No stacks or locations to hide kernel addresses in: the
+                // index's words hide them.
+                let profile = store.profile_of_store_stacks(&query);
+                crate::daemon::allocator::after_report();
+                (profile, Some((index, store.generation())))
             }
-            None => {
-                let store = crate::read_lock(&store);
-                (store.profile(&query), store.generation())
-            }
+            None => (window_profile(&store, &query, kernel_addresses), None),
         };
-        if !kernel_addresses {
-            profile.hide_kernel_addresses();
-        }
-        crate::daemon::allocator::after_report();
         let read = started.elapsed();
-        let bytes = match &index {
-            Some(index) => match crate::read_lock(index) {
+        let bytes = match indexed {
+            Some((index, generation)) => match crate::read_lock(index) {
                 index if index.generation() == generation => {
                     report::render_indexed(&profile, &options, &index)
                 }
