@@ -40,7 +40,7 @@ use profilerd::{
         Format, Frame, GroupBy, Location, LocationKind, ReportOptions, SortedBy, ThreadInfo,
     },
     report,
-    store::{Query, SampleAccess, Selector, Store, StoreSettings},
+    store::{Query, SampleAccess, Selector, Store, StoreSettings, SumBy},
     symbols::processes::BinaryKey,
     symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
 };
@@ -130,27 +130,44 @@ fn main() {
     // "+index": as the daemon makes them from a stack index kept between
     // requests (built here before the first, as a daemon's is after its
     // first request; later requests only add the stacks new since).
+    // "/none": of the whole machine (`groupby none`), read as the daemon
+    // reads the reports that show no threads: summed per stack.
     let formats = [
         ("profile", None, false),
         ("tree", Some(Format::Tree), false),
         ("tree+index", Some(Format::Tree), true),
+        ("tree/none+index", Some(Format::Tree), true),
         ("flat", Some(Format::Flat), false),
+        ("flat/none+index", Some(Format::Flat), true),
         ("folded", Some(Format::Folded), false),
         ("folded+index", Some(Format::Folded), true),
         ("pprof", Some(Format::Pprof), false),
+        ("pprof/none", Some(Format::Pprof), false),
         ("flamegraph", Some(Format::Flamegraph), false),
         ("flamegraph+index", Some(Format::Flamegraph), true),
         ("speedscope", Some(Format::Speedscope), false),
         ("speedscope+index", Some(Format::Speedscope), true),
     ];
     for (name, format, indexed) in formats {
-        if !wanted(name) && !wanted(name.trim_end_matches("+index")) {
+        let format_name = name.split(['+', '/']).next().unwrap_or(name);
+        if !wanted(name) && !wanted(format_name) {
             continue;
         }
         let options = format.map(|format| ReportOptions {
             format,
+            groupby: match name.contains("/none") {
+                true => GroupBy::None,
+                false => GroupBy::Auto,
+            },
             ..ReportOptions::default()
         });
+        let sum_by = match options
+            .as_ref()
+            .is_some_and(|options| !report::shows_threads(options))
+        {
+            true => SumBy::Stack,
+            false => SumBy::ThreadAndStack,
+        };
         let index = options
             .as_ref()
             .filter(|_| indexed)
@@ -163,8 +180,8 @@ fn main() {
             // before the reply is sent.
             let started = Instant::now();
             let profile = match &index {
-                Some(_) => store.profile_of_store_stacks(&query),
-                None => store.profile(&query),
+                Some(_) => store.profile_of_store_stacks(&query, sum_by),
+                None => store.profile_summed(&query, sum_by),
             };
             profiles.push(started.elapsed());
             if let Some(options) = &options {
@@ -226,7 +243,8 @@ fn index_of(store: &Store, options: &ReportOptions) -> report::StackIndex {
 }
 
 /// Digests of every format under several option sets, and of a selection;
-/// each report made from a stack index is checked to be the same bytes.
+/// each report made from a stack index, or of per-stack sums where it shows
+/// no threads, is checked to be the same bytes.
 fn print_digests(store: &Store, query: &Query) {
     let variants: Vec<(&str, ReportOptions)> = vec![
         ("default", ReportOptions::default()),
@@ -257,6 +275,13 @@ fn print_digests(store: &Store, query: &Query) {
                 ..ReportOptions::default()
             },
         ),
+        (
+            "none",
+            ReportOptions {
+                groupby: GroupBy::None,
+                ..ReportOptions::default()
+            },
+        ),
     ];
     let selected = Query {
         selector: Selector {
@@ -270,7 +295,9 @@ fn print_digests(store: &Store, query: &Query) {
     let mut indexes: Vec<report::StackIndex> = Vec::new();
     for (window, query) in [("whole", query), ("selected", &selected)] {
         let profile = store.profile(query);
-        let by_ids = store.profile_of_store_stacks(query);
+        let by_ids = store.profile_of_store_stacks(query, SumBy::ThreadAndStack);
+        let summed = store.profile_summed(query, SumBy::Stack);
+        let summed_by_ids = store.profile_of_store_stacks(query, SumBy::Stack);
         for (name, options) in &variants {
             for format in [
                 Format::Tree,
@@ -285,6 +312,13 @@ fn print_digests(store: &Store, query: &Query) {
                     ..options.clone()
                 };
                 let bytes = report::render(&profile, &options).expect("renders");
+                let shows_threads = report::shows_threads(&options);
+                if !shows_threads {
+                    assert!(
+                        report::render(&summed, &options).expect("renders") == bytes,
+                        "{window} {name} {format:?}: the report of per-stack sums differs"
+                    );
+                }
                 if let Some(key) = report::StackIndexKey::of(&options, false) {
                     let index = match indexes.iter().position(|index| index.key() == key) {
                         Some(at) => &indexes[at],
@@ -298,6 +332,14 @@ fn print_digests(store: &Store, query: &Query) {
                         indexed.expect("renders") == bytes,
                         "{window} {name} {format:?}: the report from the index differs"
                     );
+                    if !shows_threads {
+                        let indexed = report::render_indexed(&summed_by_ids, &options, index);
+                        assert!(
+                            indexed.expect("renders") == bytes,
+                            "{window} {name} {format:?}: the report of per-stack sums from the \
+                             index differs"
+                        );
+                    }
                 }
                 println!(
                     "{window:<8} {name:<48} {:<7} {:016x} {:>9} bytes",

@@ -328,7 +328,9 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value_t = SortedByArg::Filefuncline)]
     pub sortedby: SortedByArg,
     /// One section per thread or per process [default: per process when the
-    /// report holds more than one, else none]
+    /// report holds more than one, else none]; pprof: one sample per stack
+    /// of a thread (default), of a process, or of the whole machine (none:
+    /// the smallest)
     #[arg(long, value_enum)]
     pub groupby: Option<GroupByArg>,
     /// Show kernel frames (default)

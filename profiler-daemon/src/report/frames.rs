@@ -52,6 +52,7 @@ pub(super) struct Expansion<'a> {
 }
 
 /// One profile sample with its stack resolved.
+#[derive(Clone, Copy)]
 pub(super) struct StackSample {
     /// The thread's index in [`Profile::threads`] (see
     /// [`Expansion::thread`]).
@@ -187,6 +188,11 @@ impl<'a> Expansion<'a> {
     }
 
     /// The sample's thread.
+    /// The profile's threads, which samples refer to by index.
+    pub fn threads(&self) -> &'a [ThreadInfo] {
+        self.threads
+    }
+
     pub fn thread(&self, sample: &StackSample) -> &'a ThreadInfo {
         // Checked when the sample was resolved.
         &self.threads[sample.thread_index as usize]

@@ -291,6 +291,19 @@ enum SectionKey<'a> {
     },
 }
 
+/// Whether a report made as `options` ask shows threads or processes (a
+/// section, a frame or a label of its own): a report that does not is the
+/// same made of each stack's samples summed over all threads.
+pub fn shows_threads(options: &ReportOptions) -> bool {
+    match options.format {
+        // `Auto` is per process when there is more than one.
+        Format::Tree | Format::Flat | Format::Pprof => options.groupby != GroupBy::None,
+        Format::Folded | Format::Flamegraph | Format::Speedscope => {
+            !matches!(options.groupby, GroupBy::None | GroupBy::Auto)
+        }
+    }
+}
+
 /// Splits the samples as `groupby` asks: one untitled section for
 /// `GroupBy::None` (even without samples), otherwise one titled section per
 /// thread or process, by total descending, then pid, tid and names;

@@ -2,10 +2,18 @@
 //! other tools that read it.
 //!
 //! It is raw data for tools that slice it themselves, so only `kernel`
-//! applies (each kernel run becomes one `[kernel]` location, an empty stack
-//! one `[unknown]` location); `maxdepth`, `mincount`, `noisefloor`,
-//! `sortedby`, `groupby` and `combine` are ignored. One pprof sample per
-//! profile sample, labelled `pid`, `tid`, `thread_name` and `comm`, with the
+//! (each kernel run becomes one `[kernel]` location, an empty stack one
+//! `[unknown]` location) and `groupby` apply; `maxdepth`, `mincount`,
+//! `noisefloor`, `sortedby` and `combine` are ignored. `groupby` says what
+//! one pprof sample stands for:
+//! - thread (and auto, the default): one profile sample, that is one stack
+//!   of one thread, labelled `pid`, `tid`, `thread_name` and `comm`;
+//! - process: the samples of one stack in one process (a pid and its
+//!   command), labelled `pid` and `comm`;
+//! - none: the samples of one stack in the whole profile, unlabelled: the
+//!   smallest profile, for a look at the whole machine.
+//!
+//! Each pprof sample has the
 //! values `samples/count` and `cpu/nanoseconds` (and, when the profile holds
 //! off-CPU time, `off_cpu/nanoseconds` and `wall/nanoseconds`, the mode's
 //! the default, and a `thread_state` label: `cpu`, `S`, `D`, `runqueue`);
@@ -16,7 +24,8 @@
 //! one mapping per module, whose `has_*` flags say whether any of its
 //! frames has that information (pprof's own convention).
 //!
-//! It must not render text nor drop or merge samples.
+//! It must not render text, drop samples, nor merge them but as `groupby`
+//! asks.
 //!
 //! Samples are encoded by hand (see `protobuf`), each distinct stack's
 //! location ids and each thread's labels once, and compressed as they are
@@ -26,6 +35,7 @@
 //! while the samples are encoded (`gzip_alongside`).
 
 use std::{
+    borrow::Cow,
     io::{self, Write},
     ops::Range,
     sync::mpsc::{Receiver, SyncSender, sync_channel},
@@ -42,7 +52,7 @@ use super::protobuf::{
     length_delimited_len, push_int_field, push_length_delimited, push_packed, push_varint,
     varint_len,
 };
-use crate::profile::{Profile, ProfileMode, ReportOptions, ThreadState};
+use crate::profile::{GroupBy, Profile, ProfileMode, ReportOptions, ThreadState};
 use crate::proto::pprof as pb;
 
 /// Samples encoded, then compressed, at a time. (The compressed bytes
@@ -70,7 +80,68 @@ const CHUNKS_IN_FLIGHT: usize = 8;
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
     let expansion = Expansion::new(profile, options.kernel)?;
-    gzip_alongside(|out| Builder::new(&expansion, profile.threads.len()).write(profile, out))
+    let grouping = Grouping::of(options.groupby);
+    gzip_alongside(|out| {
+        Builder::new(&expansion, profile.threads.len(), grouping).write(profile, out)
+    })
+}
+
+/// What one pprof sample stands for (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grouping {
+    Thread,
+    Process,
+    Machine,
+}
+
+impl Grouping {
+    fn of(groupby: GroupBy) -> Self {
+        match groupby {
+            GroupBy::Auto | GroupBy::Thread => Self::Thread,
+            GroupBy::Process => Self::Process,
+            GroupBy::None => Self::Machine,
+        }
+    }
+
+    /// The expansion's samples merged as `self` asks, by group (in the
+    /// order of the profile's threads), then stack, then state: the same
+    /// whatever the order of the profile's samples. Each stands for its
+    /// group by the thread of its first sample.
+    fn merge<'s>(self, expansion: &'s Expansion<'_>) -> Cow<'s, [StackSample]> {
+        let group_of_thread: Vec<u32> = match self {
+            Self::Thread => return Cow::Borrowed(&expansion.samples),
+            Self::Machine => vec![0; expansion.threads().len()],
+            Self::Process => {
+                let mut groups = FxHashMap::default();
+                expansion
+                    .threads()
+                    .iter()
+                    .map(|thread| {
+                        let next = groups.len() as u32;
+                        *groups
+                            .entry((thread.pid, &*thread.process_name))
+                            .or_insert(next)
+                    })
+                    .collect()
+            }
+        };
+        let mut sums: FxHashMap<(u32, StackId, ThreadState), StackSample> = FxHashMap::default();
+        for sample in &expansion.samples {
+            let group = group_of_thread[sample.thread_index as usize];
+            let sum = sums
+                .entry((group, sample.stack, sample.state))
+                .or_insert(StackSample {
+                    count: 0,
+                    weight: 0,
+                    ..*sample
+                });
+            sum.count = sum.count.saturating_add(sample.count);
+            sum.weight = sum.weight.saturating_add(sample.weight);
+        }
+        let mut merged: Vec<_> = sums.into_iter().collect();
+        merged.sort_unstable_by_key(|&(key, _)| key);
+        Cow::Owned(merged.into_iter().map(|(_, sample)| sample).collect())
+    }
 }
 
 /// The gzip of what `encode` writes, compressed on a second thread as it is
@@ -131,6 +202,16 @@ impl Write for ChunkSender {
     }
 }
 
+/// The strings of the label keys of the samples, as their grouping has them.
+#[derive(Clone, Copy)]
+enum LabelKeys {
+    /// `pid`, `tid`, `thread_name`, `comm`.
+    Thread([i64; 4]),
+    /// `pid`, `comm`.
+    Process([i64; 2]),
+    None,
+}
+
 /// The tables of a pprof profile, deduplicated as they fill.
 struct Builder<'e, 'a> {
     expansion: &'e Expansion<'a>,
@@ -143,8 +224,9 @@ struct Builder<'e, 'a> {
     locations: Vec<pb::Location>,
     /// The id of each site's location once added; 0 before.
     site_locations: Vec<u64>,
+    grouping: Grouping,
     /// The label fields of each thread of the profile once used, encoded,
-    /// in `encoded`.
+    /// in `encoded` (a process's, with `Grouping::Process`).
     thread_labels: Vec<Option<Range<usize>>>,
     /// The string of the `thread_state` label's key, when samples carry it.
     state_key: Option<i64>,
@@ -157,7 +239,7 @@ struct Builder<'e, 'a> {
 }
 
 impl<'e, 'a> Builder<'e, 'a> {
-    fn new(expansion: &'e Expansion<'a>, threads: usize) -> Self {
+    fn new(expansion: &'e Expansion<'a>, threads: usize, grouping: Grouping) -> Self {
         Builder {
             expansion,
             strings: Vec::new(),
@@ -168,6 +250,7 @@ impl<'e, 'a> Builder<'e, 'a> {
             function_ids: FxHashMap::default(),
             locations: Vec::new(),
             site_locations: vec![0; expansion.sites.len()],
+            grouping,
             thread_labels: vec![None; threads],
             state_key: None,
             memory: false,
@@ -213,7 +296,13 @@ impl<'e, 'a> Builder<'e, 'a> {
             ProfileMode::Allocated => "alloc_space",
             ProfileMode::Held => "inuse_space",
         });
-        let keys = ["pid", "tid", "thread_name", "comm"].map(|key| self.string(key));
+        let keys = match self.grouping {
+            Grouping::Thread => {
+                LabelKeys::Thread(["pid", "tid", "thread_name", "comm"].map(|key| self.string(key)))
+            }
+            Grouping::Process => LabelKeys::Process(["pid", "comm"].map(|key| self.string(key))),
+            Grouping::Machine => LabelKeys::None,
+        };
         out.write_all(
             &pb::Profile {
                 sample_type,
@@ -222,8 +311,9 @@ impl<'e, 'a> Builder<'e, 'a> {
             .encode_to_vec(),
         )?;
 
+        let samples = self.grouping.merge(self.expansion);
         let mut batch = Vec::new();
-        for samples in self.expansion.samples.chunks(SAMPLE_BATCH) {
+        for samples in samples.chunks(SAMPLE_BATCH) {
             batch.clear();
             for sample in samples {
                 self.write_sample(&mut batch, sample, keys);
@@ -251,8 +341,8 @@ impl<'e, 'a> Builder<'e, 'a> {
     }
 
     /// Appends the `sample` field of the pprof sample of `sample`; `keys`
-    /// are the label keys' strings.
-    fn write_sample(&mut self, out: &mut Vec<u8>, sample: &StackSample, keys: [i64; 4]) {
+    /// are its labels' keys.
+    fn write_sample(&mut self, out: &mut Vec<u8>, sample: &StackSample, keys: LabelKeys) {
         // Labels first: their strings come before the locations'.
         let labels = self.thread_labels(sample, keys);
         let state_label = self.state_label(sample.state);
@@ -331,27 +421,34 @@ impl<'e, 'a> Builder<'e, 'a> {
     }
 
     /// The encoded label fields of the sample's thread: `pid`, `tid`,
-    /// `thread_name` and `comm`, whose keys are `keys`.
-    fn thread_labels(&mut self, sample: &StackSample, keys: [i64; 4]) -> Range<usize> {
+    /// `thread_name` and `comm`, whose keys are `keys`; only `pid` and
+    /// `comm` when samples stand for processes, none for the whole machine.
+    fn thread_labels(&mut self, sample: &StackSample, keys: LabelKeys) -> Range<usize> {
         let index = sample.thread_index as usize;
         if let Some(labels) = &self.thread_labels[index] {
             return labels.clone();
         }
         let thread = self.expansion.thread(sample);
-        let thread_name = self.string(&thread.thread_name);
-        let comm = self.string(&thread.process_name);
+        let labels = match keys {
+            LabelKeys::Thread([pid, tid, thread_name, comm]) => vec![
+                (pid, 0, thread.pid),
+                (tid, 0, thread.tid),
+                (thread_name, self.string(&thread.thread_name), 0),
+                (comm, self.string(&thread.process_name), 0),
+            ],
+            LabelKeys::Process([pid, comm]) => vec![
+                (pid, 0, thread.pid),
+                (comm, self.string(&thread.process_name), 0),
+            ],
+            LabelKeys::None => Vec::new(),
+        };
         let start = self.encoded.len();
         let mut label = Vec::new();
-        for (key, str, num) in [
-            (keys[0], 0, i64::from(thread.pid)),
-            (keys[1], 0, i64::from(thread.tid)),
-            (keys[2], thread_name, 0),
-            (keys[3], comm, 0),
-        ] {
+        for (key, str, num) in labels {
             label.clear();
             push_int_field(&mut label, LABEL_KEY, key as u64);
             push_int_field(&mut label, LABEL_STR, str as u64);
-            push_int_field(&mut label, LABEL_NUM, num as u64);
+            push_int_field(&mut label, LABEL_NUM, u64::from(num));
             push_length_delimited(&mut self.encoded, SAMPLE_LABEL, label.len());
             self.encoded.extend_from_slice(&label);
         }

@@ -13,6 +13,7 @@ use super::{
 use crate::{
     profile::{Format, ReportOptions},
     report,
+    store::SumBy,
 };
 
 /// Rows of the text table unless the request says otherwise.
@@ -95,8 +96,14 @@ impl Service {
         let (normalize, max_response_bytes) = (spec.normalize, self.limits.max_response_bytes);
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
-            let [base, target] = queries
-                .map(|query| reports::window_profile(&store, &query, sight.kernel_addresses));
+            let [base, target] = queries.map(|query| {
+                reports::window_profile(
+                    &store,
+                    &query,
+                    sight.kernel_addresses,
+                    SumBy::ThreadAndStack,
+                )
+            });
             let drawing = match drawing {
                 None => Vec::new(),
                 Some((format, options)) => {

@@ -10,7 +10,7 @@ use super::{Service, ServiceError};
 use crate::{
     export::PushBoard,
     profile::{Profile, ProfileMode},
-    store::{Query, SampleAccess, Selector, WindowHold},
+    store::{Query, SampleAccess, Selector, SumBy, WindowHold},
 };
 
 /// Where the next export window starts, with the store's buckets held from
@@ -51,7 +51,7 @@ impl Service {
         );
         let store = self.store.clone();
         let profile = tokio::task::spawn_blocking(move || {
-            super::reports::window_profile(&store, &query, false)
+            super::reports::window_profile(&store, &query, false, SumBy::ThreadAndStack)
         })
         .await
         .map_err(|err| ServiceError::Internal(format!("the export task failed: {err}")));

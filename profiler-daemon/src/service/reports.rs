@@ -13,7 +13,7 @@ use crate::{
     profile::{Format, LossCause, Profile, ReportOptions, ThreadState},
     report::{self, StackIndex, StackIndexKey},
     service::access::Caller,
-    store::{Query, SampleAccess, Store},
+    store::{Query, SampleAccess, Store, SumBy},
 };
 
 /// What a report may show its asker: whose samples, and whether kernel
@@ -136,7 +136,7 @@ pub async fn read_profile<T: Send + 'static>(
 ) -> Result<T, ServiceError> {
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        let profile = window_profile(&store, &query, kernel_addresses);
+        let profile = window_profile(&store, &query, kernel_addresses, SumBy::ThreadAndStack);
         let read = started.elapsed();
         let made = make(&profile);
         log_answer(&profile, started, read);
@@ -245,6 +245,11 @@ pub async fn read_report(
 ) -> Result<Report, ServiceError> {
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
+        // A report that shows no threads is made of per-stack sums.
+        let sum_by = match report::shows_threads(&options) {
+            true => SumBy::ThreadAndStack,
+            false => SumBy::Stack,
+        };
         let index = StackIndexKey::of(&options, !kernel_addresses)
             .filter(|_| !query.mode.is_memory())
             .map(|key| indexes.get(key));
@@ -259,11 +264,14 @@ pub async fn read_report(
                 drop(locked);
                 // No stacks or locations to hide kernel addresses in: the
                 // index's words hide them.
-                let profile = store.profile_of_store_stacks(&query);
+                let profile = store.profile_of_store_stacks(&query, sum_by);
                 crate::daemon::allocator::after_report();
                 (profile, Some((index, store.generation())))
             }
-            None => (window_profile(&store, &query, kernel_addresses), None),
+            None => (
+                window_profile(&store, &query, kernel_addresses, sum_by),
+                None,
+            ),
         };
         let read = started.elapsed();
         let bytes = match indexed {
@@ -273,7 +281,10 @@ pub async fn read_report(
                 }
                 // A compaction since the read renumbered the store's stacks
                 // and started the index anew: the window is read again.
-                _ => report::render(&window_profile(&store, &query, kernel_addresses), &options),
+                _ => {
+                    let profile = window_profile(&store, &query, kernel_addresses, sum_by);
+                    report::render(&profile, &options)
+                }
             },
             None => report::render(&profile, &options),
         };
@@ -339,10 +350,16 @@ pub fn extend_index(store: &Store, index: &mut StackIndex) {
     }
 }
 
-/// `query`'s profile as the store holds it, the kernel addresses taken out
-/// unless `kernel_addresses`. It blocks: call it off the async threads.
-pub fn window_profile(store: &RwLock<Store>, query: &Query, kernel_addresses: bool) -> Profile {
-    let mut profile = crate::read_lock(store).profile(query);
+/// `query`'s profile as the store holds it, summed by `sum_by`, the kernel
+/// addresses taken out unless `kernel_addresses`. It blocks: call it off
+/// the async threads.
+pub fn window_profile(
+    store: &RwLock<Store>,
+    query: &Query,
+    kernel_addresses: bool,
+    sum_by: SumBy,
+) -> Profile {
+    let mut profile = crate::read_lock(store).profile_summed(query, sum_by);
     if !kernel_addresses {
         profile.hide_kernel_addresses();
     }

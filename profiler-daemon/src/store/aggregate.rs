@@ -137,6 +137,55 @@ pub(super) fn cpu_totals(
     }
 }
 
+/// The CPU samples of `buckets` of the threads `selected` accepts, summed
+/// per stack over all threads: each sum goes to `add`, in stack order,
+/// naming the least thread with samples of it. `threads_seen` (one per
+/// thread) is set for every thread with samples; `stacks` bounds the
+/// stack ids. One pass over each bucket, without merging or sorting.
+pub(super) fn cpu_totals_per_stack(
+    buckets: &[&Bucket],
+    selected: impl Fn(u32) -> bool,
+    stacks: usize,
+    threads_seen: &mut [bool],
+    mut add: impl FnMut(Total),
+) {
+    // (count, weight, least thread) per stack; a zero count is no samples.
+    let mut sums: Vec<(u64, u64, u32)> = vec![(0, 0, u32::MAX); stacks];
+    for bucket in buckets {
+        // A bucket's entries come thread by thread: ask once per thread.
+        let mut current: Option<(u32, bool)> = None;
+        for samples in bucket.cpu.iter() {
+            let wanted = match current {
+                Some((thread, wanted)) if thread == samples.thread => wanted,
+                _ => {
+                    let wanted = selected(samples.thread);
+                    current = Some((samples.thread, wanted));
+                    wanted
+                }
+            };
+            if !wanted {
+                continue;
+            }
+            threads_seen[samples.thread as usize] = true;
+            let sum = &mut sums[samples.stack as usize];
+            sum.0 += u64::from(samples.count);
+            sum.1 += u64::from(samples.count) * bucket.period_ns;
+            sum.2 = sum.2.min(samples.thread);
+        }
+    }
+    for (stack, (count, weight, thread)) in (0..).zip(sums) {
+        if count > 0 {
+            add(Total {
+                thread,
+                stack,
+                count,
+                weight,
+                state: ThreadState::Cpu,
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
@@ -199,6 +248,45 @@ mod tests {
             [(1, 5, 1, 20), (3, 9, 1, 10)]
         );
         assert!(totals(&[], |_| true).is_empty());
+    }
+
+    #[test]
+    fn per_stack_sums_are_the_per_thread_sums_added_up() {
+        let buckets = [
+            bucket(10, &[(2, 7, 1), (0, 3, 2), (2, 1, 4)]),
+            bucket(20, &[(2, 7, 1), (1, 5, 1), (2, 0, 3), (1, 3, 1)]),
+            bucket(10, &[(0, 3, 5), (3, 9, 1)]),
+        ];
+        let buckets: Vec<&Bucket> = buckets.iter().collect();
+        let per_stack = |selected: &dyn Fn(u32) -> bool| {
+            let mut seen = vec![false; 4];
+            let mut totals = Vec::new();
+            cpu_totals_per_stack(&buckets, selected, 10, &mut seen, |total| {
+                totals.push((total.stack, total.thread, total.count, total.weight));
+            });
+            (totals, seen)
+        };
+        assert_eq!(
+            per_stack(&|_| true),
+            (
+                vec![
+                    (0, 2, 3, 60),
+                    (1, 2, 4, 40),
+                    (3, 0, 8, 90),
+                    (5, 1, 1, 20),
+                    (7, 2, 2, 30),
+                    (9, 3, 1, 10),
+                ],
+                vec![true; 4]
+            )
+        );
+        assert_eq!(
+            per_stack(&|thread| thread == 1),
+            (
+                vec![(3, 1, 1, 20), (5, 1, 1, 20)],
+                vec![false, true, false, false]
+            )
+        );
     }
 
     #[test]

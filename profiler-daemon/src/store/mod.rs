@@ -26,7 +26,7 @@ use rustc_hash::FxHashMap as HashMap;
 use self::tables::{HeapBytes, Interner, StackTable};
 pub use self::{
     holds::{WindowHold, WindowHolds},
-    query::{CommPattern, Query, SampleAccess, Selector},
+    query::{CommPattern, Query, SampleAccess, Selector, SumBy},
     retention::{GONE, Renumbering},
 };
 use crate::{

@@ -94,22 +94,42 @@ pub struct Query {
     pub frequency_hz: u32,
 }
 
+/// What a window's samples are summed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SumBy {
+    /// One sample per thread and stack: what every report can be made of.
+    ThreadAndStack,
+    /// In CPU mode, one sample per stack, all threads together, naming the
+    /// least thread with samples of it; the profile's threads are still
+    /// every thread with samples. For reports that do not show threads:
+    /// the same totals, processes and threads, read at a fraction of the
+    /// cost (no merging of every thread's entries across buckets). Other
+    /// modes are read per thread.
+    Stack,
+}
+
 impl Store {
     /// The samples of the buckets inside `query`'s window that match its
     /// selector, as a self-contained profile.
     pub fn profile(&self, query: &Query) -> Profile {
-        self.read(query, true)
+        self.read(query, true, SumBy::ThreadAndStack)
     }
 
-    /// [`Store::profile`] without its stacks and locations: its samples
-    /// refer to the store's stack ids (of this [`Store::generation`]), for
-    /// reports made from an index of the store's stacks.
-    pub fn profile_of_store_stacks(&self, query: &Query) -> Profile {
-        self.read(query, false)
+    /// [`Store::profile`], its samples summed by `sum_by`.
+    pub fn profile_summed(&self, query: &Query, sum_by: SumBy) -> Profile {
+        self.read(query, true, sum_by)
+    }
+
+    /// [`Store::profile_summed`] without its stacks and locations: its
+    /// samples refer to the store's stack ids (of this
+    /// [`Store::generation`]), for reports made from an index of the store's
+    /// stacks.
+    pub fn profile_of_store_stacks(&self, query: &Query, sum_by: SumBy) -> Profile {
+        self.read(query, false, sum_by)
     }
 
     /// A window's profile, its stacks copied or left as store ids.
-    fn read(&self, query: &Query, copy_stacks: bool) -> Profile {
+    fn read(&self, query: &Query, copy_stacks: bool, sum_by: SumBy) -> Profile {
         let thread_matches: Vec<bool> = self
             .threads
             .values()
@@ -128,22 +148,35 @@ impl Store {
             }
         }
 
+        let selected = |thread: u32| thread_matches[thread as usize];
+        let per_stack = (sum_by == SumBy::Stack && query.mode == ProfileMode::Cpu).then(|| {
+            let mut seen = vec![false; thread_matches.len()];
+            let mut totals = Vec::new();
+            let stacks = self.stacks.len();
+            aggregate::cpu_totals_per_stack(&buckets, selected, stacks, &mut seen, |total| {
+                totals.push(total);
+            });
+            (totals, seen)
+        });
         // At most one sample per entry: reserved, never grown and copied.
-        let capacity = buckets
-            .iter()
-            .map(|bucket| {
-                let cpu = if query.mode.includes(ThreadState::Cpu) {
-                    bucket.cpu.len()
-                } else {
-                    0
-                };
-                cpu + if query.mode.records_off_cpu() {
-                    bucket.waits.len()
-                } else {
-                    0
-                }
-            })
-            .sum();
+        let capacity = per_stack.as_ref().map(|(totals, _)| totals.len());
+        let capacity = capacity.unwrap_or_else(|| {
+            buckets
+                .iter()
+                .map(|bucket| {
+                    let cpu = if query.mode.includes(ThreadState::Cpu) {
+                        bucket.cpu.len()
+                    } else {
+                        0
+                    };
+                    cpu + if query.mode.records_off_cpu() {
+                        bucket.waits.len()
+                    } else {
+                        0
+                    }
+                })
+                .sum()
+        });
         let period_ns = 1_000_000_000 / u64::from(query.frequency_hz.max(1));
         // The report states the window its buckets really cover.
         let (start, end) = covered.unwrap_or((query.start, query.end));
@@ -164,6 +197,16 @@ impl Store {
         // copied, then in the store's order: reading its stacks front to
         // back costs a fraction of reading them in the samples' order.
         let mut threads = Renumbering::new(self.threads.values().len());
+        if let Some((_, seen)) = &per_stack {
+            // Every thread with samples, in the order a read per thread
+            // lists them, though samples name only some.
+            for (thread, _) in (0..).zip(seen).filter(|&(_, &seen)| seen) {
+                threads.get_or_add(thread, || {
+                    profile.threads.push(self.threads.get(thread).clone());
+                    profile.threads.len() - 1
+                });
+            }
+        }
         let mut used = vec![false; self.stacks.len()];
         let mut add = |total: aggregate::Total| {
             let thread = threads.get_or_add(total.thread, || {
@@ -179,9 +222,12 @@ impl Store {
                 state: total.state,
             });
         };
-        let selected = |thread: u32| thread_matches[thread as usize];
-        if query.mode.includes(ThreadState::Cpu) {
-            aggregate::cpu_totals(&buckets, selected, &mut add);
+        match per_stack {
+            Some((totals, _)) => totals.into_iter().for_each(&mut add),
+            None if query.mode.includes(ThreadState::Cpu) => {
+                aggregate::cpu_totals(&buckets, selected, &mut add);
+            }
+            None => {}
         }
         if query.mode.records_off_cpu() {
             aggregate::wait_totals(&buckets, selected, period_ns, &mut add);

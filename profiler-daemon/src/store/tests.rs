@@ -462,8 +462,9 @@ fn a_stack_index_follows_a_compaction() {
         let window = query(0, 40, Selector::default());
         let (profile, by_ids) = (
             store.profile(&window),
-            store.profile_of_store_stacks(&window),
+            store.profile_of_store_stacks(&window, SumBy::ThreadAndStack),
         );
+        let summed_by_ids = store.profile_of_store_stacks(&window, SumBy::Stack);
         for (format, index) in formats.iter().zip(indexes) {
             for groupby in [GroupBy::None, GroupBy::Process] {
                 let options = ReportOptions {
@@ -475,6 +476,11 @@ fn a_stack_index_follows_a_compaction() {
                 let expected = report::render(&profile, &options).expect("renders");
                 let indexed = report::render_indexed(&by_ids, &options, index).expect("renders");
                 assert!(expected == indexed, "{format:?} by {groupby:?}");
+                if !report::shows_threads(&options) {
+                    let indexed = report::render_indexed(&summed_by_ids, &options, index);
+                    let indexed = indexed.expect("renders");
+                    assert!(expected == indexed, "{format:?} by {groupby:?}, summed per stack");
+                }
             }
         }
     };
@@ -558,5 +564,79 @@ fn a_stack_index_follows_a_compaction() {
             extend(&store, &mut index);
             index
         }),
+    );
+}
+
+/// A window read as per-stack sums has the samples, processes and threads
+/// of the window read per thread, in fewer samples, and makes the same
+/// report in every format that shows no threads, whatever the selection.
+#[test]
+fn per_stack_sums_make_the_reports_that_show_no_threads() {
+    use crate::profile::{Format, GroupBy, ReportOptions};
+    use crate::report;
+    use crate::service::reports::Summary;
+
+    let mut store = store(600, 1 << 30);
+    let paths: [&[&str]; 4] = [
+        &["main", "a", "b"],
+        &["main", "a", "c"],
+        &["main", "d"],
+        &["main", "a", "b", "e"],
+    ];
+    for second in 0..30_u64 {
+        let samples: Vec<(u32, &[&str], u64)> = (0..6_u64)
+            .map(|n| {
+                let pid = 1 + ((second + n) % 5) as u32;
+                (pid, paths[((second * 3 + n) % 4) as usize], 1 + n % 3)
+            })
+            .collect();
+        store.insert(batch(second, &samples));
+    }
+    let selections = [
+        Selector::default(),
+        Selector {
+            pids: vec![2, 4, 5],
+            ..Selector::default()
+        },
+    ];
+    for selector in selections {
+        let window = query(0, 40, selector);
+        let per_thread = store.profile(&window);
+        let per_stack = store.profile_summed(&window, SumBy::Stack);
+        assert!(per_stack.samples.len() < per_thread.samples.len());
+        assert_eq!(per_stack.samples.len(), per_stack.stacks.len());
+        assert_eq!(Summary::of(&per_stack), Summary::of(&per_thread));
+        for format in [
+            Format::Tree,
+            Format::Flat,
+            Format::Folded,
+            Format::Pprof,
+            Format::Flamegraph,
+            Format::Speedscope,
+        ] {
+            for groupby in [GroupBy::Auto, GroupBy::None, GroupBy::Thread] {
+                let options = ReportOptions {
+                    format,
+                    groupby,
+                    kernel: true,
+                    ..ReportOptions::default()
+                };
+                if report::shows_threads(&options) {
+                    continue;
+                }
+                let expected = report::render(&per_thread, &options).expect("renders");
+                let summed = report::render(&per_stack, &options).expect("renders");
+                assert!(expected == summed, "{format:?} by {groupby:?}");
+            }
+        }
+    }
+    // Off-CPU and wall-clock windows are read per thread.
+    let wall = Query {
+        mode: ProfileMode::Wall,
+        ..query(0, 40, Selector::default())
+    };
+    assert_eq!(
+        store.profile_summed(&wall, SumBy::Stack).samples.len(),
+        store.profile(&wall).samples.len()
     );
 }

@@ -4,12 +4,17 @@ use flate2::read::GzDecoder;
 
 use super::super::test_support::{Builder, frame, location, profile};
 use super::*;
-use crate::profile::{Format, LocationKind};
+use crate::profile::{Format, GroupBy, LocationKind};
 
 fn decode(profile: &Profile, kernel: bool) -> pb::Profile {
+    decode_grouped(profile, kernel, GroupBy::Auto)
+}
+
+fn decode_grouped(profile: &Profile, kernel: bool, groupby: GroupBy) -> pb::Profile {
     let options = ReportOptions {
         format: Format::Pprof,
         kernel,
+        groupby,
         ..ReportOptions::default()
     };
     let bytes = crate::report::render(profile, &options).expect("renders");
@@ -170,6 +175,74 @@ fn samples_carry_values_labels_and_leaf_first_locations() {
             ("comm", "server".to_owned()),
         ]
     );
+}
+
+/// Each sample's labels as (key, value) strings.
+fn labels(p: &pb::Profile, sample: &pb::Sample) -> Vec<(String, String)> {
+    sample
+        .label
+        .iter()
+        .map(|l| {
+            let value = if l.str != 0 {
+                s(p, l.str).to_owned()
+            } else {
+                l.num.to_string()
+            };
+            (s(p, l.key).to_owned(), value)
+        })
+        .collect()
+}
+
+#[test]
+fn groupby_process_or_none_merges_the_samples_of_a_stack() {
+    let mut b = Builder::new();
+    let io = b.thread(1230, 1235, "io", "server");
+    let other = b.thread(77, 77, "cron", "cron");
+    b.stacks(0, &[(&["main", "a"], 75), (&["main", "b"], 25)]);
+    b.stacks(other, &[(&["main", "b"], 4)]);
+    b.stacks(io, &[(&["main", "a"], 2)]);
+    let profile = b.build();
+    let names = |v: &[&str]| v.iter().map(|&n| n.to_owned()).collect::<Vec<_>>();
+
+    // By thread (the default): one sample per thread and stack.
+    assert_eq!(decode(&profile, true).sample.len(), 4);
+    assert_eq!(
+        decode(&profile, true).sample,
+        decode_grouped(&profile, true, GroupBy::Thread).sample
+    );
+
+    // By process: the server's two threads' `a` are one sample, labelled
+    // with the process only; by process, then stack.
+    let p = decode_grouped(&profile, true, GroupBy::Process);
+    assert_eq!(
+        stacks(&p),
+        [
+            (names(&["a", "main"]), vec![77, 770_000_000]),
+            (names(&["b", "main"]), vec![25, 250_000_000]),
+            (names(&["b", "main"]), vec![4, 40_000_000]),
+        ]
+    );
+    let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+    assert_eq!(
+        labels(&p, &p.sample[0]),
+        [pair("pid", "1230"), pair("comm", "server")]
+    );
+    assert_eq!(
+        labels(&p, &p.sample[2]),
+        [pair("pid", "77"), pair("comm", "cron")]
+    );
+    assert!(!p.string_table.iter().any(|s| s == "tid" || s == "io"));
+
+    // By none: one sample per stack, unlabelled.
+    let p = decode_grouped(&profile, true, GroupBy::None);
+    assert_eq!(
+        stacks(&p),
+        [
+            (names(&["a", "main"]), vec![77, 770_000_000]),
+            (names(&["b", "main"]), vec![29, 290_000_000]),
+        ]
+    );
+    assert!(p.sample.iter().all(|sample| sample.label.is_empty()));
 }
 
 #[test]
