@@ -196,6 +196,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
             started,
             peek_signal_off,
         },
+        warm_report_indexes: config.warm_report_indexes,
     });
 
     info!(

@@ -96,6 +96,9 @@ pub struct ServiceParts {
     /// Allocation profiles (`None`: not offered).
     pub allocations: Option<crate::allocs::AllocationProfiler>,
     pub info: DaemonInfo,
+    /// Keep the indexes of the reports most asked for from the start (see
+    /// [`reports::StackIndexes::warmed`]).
+    pub warm_report_indexes: bool,
 }
 
 /// Running profiles that can be cut short, by caller and token.
@@ -149,13 +152,17 @@ impl Service {
             offcpu,
             allocations,
             info,
+            warm_report_indexes,
         } = parts;
         let holds = crate::read_lock(&store).holds();
         let (stop_switch, stopping) = stopping::flag();
         Self {
             pipeline,
             store,
-            stack_indexes: Arc::default(),
+            stack_indexes: Arc::new(match warm_report_indexes {
+                true => reports::StackIndexes::warmed(),
+                false => reports::StackIndexes::default(),
+            }),
             holds,
             stop_switch,
             stopping,

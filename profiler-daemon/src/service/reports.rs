@@ -10,7 +10,7 @@ use std::{
 
 use super::{error::ServiceError, limits};
 use crate::{
-    profile::{Format, LossCause, Profile, ReportOptions, ThreadState},
+    profile::{Format, GroupBy, LossCause, Profile, ReportOptions, ThreadState},
     report::{self, StackIndex, StackIndexKey},
     service::access::Caller,
     store::{Query, SampleAccess, Store, SumBy},
@@ -147,7 +147,7 @@ pub async fn read_profile<T: Send + 'static>(
 }
 
 /// An index unused this long is dropped: its memory is given back.
-const STACK_INDEX_IDLE: Duration = Duration::from_secs(600);
+pub(super) const STACK_INDEX_IDLE: Duration = Duration::from_secs(600);
 
 /// How often the indexes in use are brought up to the store's stacks
 /// between reports.
@@ -156,7 +156,7 @@ pub const STACK_INDEX_REFRESH: Duration = Duration::from_secs(1);
 /// The reports' indexes of the store's stacks (see [`report::StackIndex`]),
 /// one per kind of words, `kernel` and `combine` options and sight of
 /// kernel addresses that reports ask for, kept from report to report while
-/// they are asked for.
+/// they are asked for (the warm ones always).
 #[derive(Default)]
 pub struct StackIndexes {
     indexes: Mutex<Vec<KeptIndex>>,
@@ -167,9 +167,38 @@ struct KeptIndex {
     key: StackIndexKey,
     index: Arc<RwLock<StackIndex>>,
     used: Instant,
+    /// Kept whether asked for or not.
+    warm: bool,
 }
 
 impl StackIndexes {
+    /// Indexes that hold the indexes of the reports most asked for from the
+    /// start, whether asked for or not: the tree, and folded stacks, flame
+    /// graphs and speedscope, of the whole machine with the default
+    /// options, as an asker who may read kernel addresses sees them.
+    /// [`StackIndexes::keep_current`] builds them as the store fills, so
+    /// that no report waits for a first build.
+    pub fn warmed() -> Self {
+        let now = Instant::now();
+        let keys = [Format::Tree, Format::Folded].map(|format| {
+            let options = ReportOptions {
+                format,
+                groupby: GroupBy::None,
+                ..ReportOptions::default()
+            };
+            StackIndexKey::of(&options, false)
+        });
+        let kept = keys.into_iter().flatten().map(|key| KeptIndex {
+            key,
+            index: Arc::new(RwLock::new(StackIndex::new(key))),
+            used: now,
+            warm: true,
+        });
+        Self {
+            indexes: Mutex::new(kept.collect()),
+        }
+    }
+
     /// Drops the indexes left unused for [`STACK_INDEX_IDLE`], and has the
     /// others follow the store's compactions and take in the stacks added
     /// once they are many, so that the reports asking for them find little
@@ -201,11 +230,16 @@ impl StackIndexes {
         bytes.sum::<usize>() as u64
     }
 
-    /// The indexes asked for within [`STACK_INDEX_IDLE`]; the others go.
+    /// The indexes asked for within [`STACK_INDEX_IDLE`], and the warm
+    /// ones; the others go.
     fn live(&self) -> Vec<Arc<RwLock<StackIndex>>> {
+        self.live_at(Instant::now())
+    }
+
+    /// [`StackIndexes::live`] as of `now`.
+    pub(super) fn live_at(&self, now: Instant) -> Vec<Arc<RwLock<StackIndex>>> {
         let mut indexes = crate::lock(&self.indexes);
-        let now = Instant::now();
-        indexes.retain(|kept| now.duration_since(kept.used) < STACK_INDEX_IDLE);
+        indexes.retain(|kept| kept.warm || now.duration_since(kept.used) < STACK_INDEX_IDLE);
         indexes.iter().map(|kept| kept.index.clone()).collect()
     }
 
@@ -224,6 +258,7 @@ impl StackIndexes {
                     key,
                     index: index.clone(),
                     used: now,
+                    warm: false,
                 });
                 index
             }

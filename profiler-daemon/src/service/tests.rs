@@ -28,7 +28,7 @@ use crate::{
     },
     peek::{PeekSettings, Peeker, Protection},
     pipeline::{Inboxes, Pipeline, testing::QueuedSource},
-    profile::{Format, Frame, Location, LocationKind, ReportOptions, ThreadInfo},
+    profile::{Format, Frame, GroupBy, Location, LocationKind, ReportOptions, ThreadInfo},
     store::{Store, StoreSettings},
     symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
 };
@@ -117,6 +117,7 @@ fn fixture() -> Fixture {
             started: Instant::now(),
             peek_signal_off: None,
         },
+        warm_report_indexes: true,
     });
     Fixture {
         service,
@@ -549,4 +550,46 @@ async fn diffs_callers_and_top_read_the_same_store() {
         .expect("a second stream");
     let third = fixture.service.top(ROOT, every_process());
     assert!(matches!(third, Err(ServiceError::ResourceExhausted(_))));
+}
+
+/// The warm indexes are built as the store fills, before any report asks,
+/// stay when no report asks, and serve the reports of the whole machine.
+#[tokio::test]
+async fn warm_indexes_are_built_before_reports_ask() {
+    let fixture = fixture();
+    let indexes = fixture.service.stack_indexes.clone();
+    let empty = indexes.bytes();
+    let (app, other) = (thread(100, 0, false), thread(200, 0, false));
+    store_samples(
+        &fixture,
+        Duration::from_secs(5),
+        &[
+            (app, location(LocationKind::User, 0x20, "work"), 8),
+            (other, location(LocationKind::User, 0x30, "rest"), 3),
+        ],
+    );
+    indexes.keep_current(&fixture.store);
+    let warm = indexes.bytes();
+    assert!(warm > empty, "the warm indexes took in the stored stacks");
+    // Kept however long no report asks.
+    indexes.live_at(Instant::now() + super::reports::STACK_INDEX_IDLE * 2);
+    assert_eq!(indexes.bytes(), warm);
+
+    let none = |format| ReportOptions {
+        format,
+        groupby: GroupBy::None,
+        ..ReportOptions::default()
+    };
+    let tree = query_text(&fixture, ROOT, SelectorSpec::default(), none(Format::Tree)).await;
+    assert!(tree.contains("work") && tree.contains("rest"), "{tree}");
+    let folded = query_text(
+        &fixture,
+        ROOT,
+        SelectorSpec::default(),
+        none(Format::Folded),
+    )
+    .await;
+    assert_eq!(folded, "main;rest 3\nmain;work 8\n");
+    // Served by the warm indexes: no other index was made.
+    assert_eq!(indexes.bytes(), warm);
 }

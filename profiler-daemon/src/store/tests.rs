@@ -479,7 +479,10 @@ fn a_stack_index_follows_a_compaction() {
                 if !report::shows_threads(&options) {
                     let indexed = report::render_indexed(&summed_by_ids, &options, index);
                     let indexed = indexed.expect("renders");
-                    assert!(expected == indexed, "{format:?} by {groupby:?}, summed per stack");
+                    assert!(
+                        expected == indexed,
+                        "{format:?} by {groupby:?}, summed per stack"
+                    );
                 }
             }
         }

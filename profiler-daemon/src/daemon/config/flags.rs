@@ -72,6 +72,9 @@ pub struct Overrides {
     /// Largest report a request may return, e.g. 64MiB [default: 64MiB]
     #[arg(long, value_name = "SIZE")]
     pub max_response_bytes: Option<ByteSize>,
+    /// Build the indexes of the reports most asked for as samples arrive, not on the first request [default: true]
+    #[arg(long, value_name = "BOOL")]
+    pub warm_report_indexes: Option<bool>,
     /// Kernel stacks map capacity per generation, 0 = automatic [default: 0]
     #[arg(long, value_name = "N")]
     pub max_stacks: Option<u32>,
@@ -158,6 +161,7 @@ impl Config {
             max_sessions_per_caller,
             max_streams_per_caller,
             max_response_bytes,
+            warm_report_indexes,
             max_stacks,
             max_sample_keys,
             stack_copy,
@@ -218,6 +222,7 @@ impl Config {
         set(&mut self.max_sessions_per_caller, max_sessions_per_caller);
         set(&mut self.max_streams_per_caller, max_streams_per_caller);
         set(&mut self.max_response_bytes, max_response_bytes);
+        set(&mut self.warm_report_indexes, warm_report_indexes);
         set(&mut self.max_stacks, max_stacks);
         set(&mut self.max_sample_keys, max_sample_keys);
         set(&mut self.stack_copy, stack_copy);

@@ -108,6 +108,12 @@ pub struct Config {
     pub max_streams_per_caller: u32,
     /// Largest report a request may return.
     pub max_response_bytes: ByteSize,
+    /// Keep the stack indexes of the reports most asked for (the tree, and
+    /// folded stacks and flame graphs, of the whole machine as root sees
+    /// them) from the start, as the store fills, so that no report waits
+    /// for a first build; they hold ~150 bytes per distinct stack each.
+    /// Off: an index is made by the first report that needs it.
+    pub warm_report_indexes: bool,
     /// Per-generation capacity of the kernel's stacks map; 0 sizes it from
     /// the frequency, the CPU count and the drain interval.
     pub max_stacks: u32,
@@ -206,6 +212,7 @@ impl Default for Config {
             max_sessions_per_caller: 4,
             max_streams_per_caller: 8,
             max_response_bytes: ByteSize::mib(64),
+            warm_report_indexes: true,
             max_stacks: 0,
             max_sample_keys: 0,
             stack_copy: ByteSize::kib(16),
