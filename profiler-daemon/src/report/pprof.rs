@@ -125,6 +125,24 @@ impl Grouping {
                     .collect()
             }
         };
+        let on_cpu = expansion
+            .samples
+            .iter()
+            .all(|sample| sample.state == ThreadState::Cpu);
+        if self == Self::Machine && on_cpu {
+            // One sum per stack, in stack order: no hashing or sorting.
+            let mut sums: Vec<Option<StackSample>> = vec![None; expansion.stack_count()];
+            for sample in &expansion.samples {
+                let sum = sums[sample.stack as usize].get_or_insert(StackSample {
+                    count: 0,
+                    weight: 0,
+                    ..*sample
+                });
+                sum.count = sum.count.saturating_add(sample.count);
+                sum.weight = sum.weight.saturating_add(sample.weight);
+            }
+            return Cow::Owned(sums.into_iter().flatten().collect());
+        }
         let mut sums: FxHashMap<(u32, StackId, ThreadState), StackSample> = FxHashMap::default();
         for sample in &expansion.samples {
             let group = group_of_thread[sample.thread_index as usize];
