@@ -93,11 +93,19 @@ impl LineBudget {
 
     /// Counts a line of `count` samples.
     pub fn offer(&mut self, count: u64) {
-        self.lines += 1;
-        let keep = usize::try_from(self.maxlines)
-            .unwrap_or(usize::MAX)
-            .saturating_add(1);
-        if self.biggest.len() < keep {
+        self.count_lines(1);
+        self.consider(count);
+    }
+
+    /// Counts `lines` lines, whose counts are [`LineBudget::consider`]ed
+    /// apart (or need not be: those under the floor).
+    pub fn count_lines(&mut self, lines: u64) {
+        self.lines = self.lines.saturating_add(lines);
+    }
+
+    /// Takes the count of a line already counted into account.
+    pub fn consider(&mut self, count: u64) {
+        if self.biggest.len() < self.kept() {
             self.biggest.push(Reverse(count));
         } else if self
             .biggest
@@ -111,13 +119,20 @@ impl LineBudget {
 
     /// A count no line left out of the final cut can reach: lines of
     /// fewer samples are never shown, whatever is offered next (0 until
-    /// more lines than the budget were offered).
+    /// the counts of more lines than the budget were considered).
     pub fn floor(&self) -> u64 {
-        let full = self.lines > self.maxlines;
+        let full = self.biggest.len() == self.kept();
         match self.biggest.peek() {
             Some(&Reverse(least)) if full => least,
             _ => 0,
         }
+    }
+
+    /// The biggest counts kept: one more than fit.
+    fn kept(&self) -> usize {
+        usize::try_from(self.maxlines)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1)
     }
 
     /// What to leave out: nothing when every line fits; else the lines of

@@ -18,25 +18,24 @@
 //! function and line; `maxdepth = n` prints n levels; and the noise floor
 //! also applies to roots, against the section's total.
 
-use std::collections::VecDeque;
-
 use super::budget::{LineBudget, LinesCut, Ties};
-use super::frames::{Expansion, LineId, Lines, StackSample, small_id};
+use super::frames::{Expansion, LineId, Lines, StackSample};
 use super::stack_index::{Ranked, StackIndex};
 use super::{
     PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, ThreadSection, digits, push_decimal,
     push_percent, push_spaces, render_sections, sections, thread_sections,
 };
-use crate::profile::{Profile, ReportOptions, SortedBy};
+use crate::profile::{Profile, ReportOptions};
+use nodes::{Node, Tree};
+use prefixes::{Prefixes, SectionStacks};
+use walk::{Filter, Walk};
 
 /// Indentation columns (one per level) shown before deeper levels are
 /// summarized by a `+n` tag.
 const MAX_INDENT: usize = 60;
 
-/// Bytes of the trees built to count lines for `maxlines` that are kept
-/// for writing (those past it are built again): a large report by process
-/// would otherwise build every tree twice.
-const KEPT_TREE_BYTES: usize = 32 << 20;
+/// The line of the nodes of a tree built only to count lines.
+const NO_LINE: LineId = LineId::MAX;
 
 const HEADER: &str = "Overhead ╎ [+additional indent] Count % File:Line; Function\n\
                       ===========================================================\n";
@@ -118,130 +117,6 @@ fn write(
     })
 }
 
-/// A node of a [`Tree`].
-struct Node {
-    line: LineId,
-    /// One past the last node of this node's subtree.
-    end: u32,
-    /// Samples whose stack passes through this node.
-    count: u64,
-    /// Samples whose stack ends at this node.
-    overhead: u64,
-}
-
-/// The prefix tree of a section's stacks, its nodes in depth-first order
-/// with siblings in line (that is `LineKey`) order: a node's subtree is
-/// `nodes[id..end]`, its first child `id + 1`, its next sibling `end`.
-#[derive(Default)]
-struct Tree {
-    nodes: Vec<Node>,
-    /// The path to the node of the stack being added, root first.
-    path: Vec<u32>,
-}
-
-impl Tree {
-    /// Builds the tree of `stacks` (line sequences with their counts),
-    /// which must come in lexicographic order: each stack then shares its
-    /// first nodes with the stack before it and adds the rest anew.
-    fn build<'l>(
-        &mut self,
-        stacks: impl Iterator<Item = (&'l [LineId], u64)>,
-    ) -> Result<(), ReportError> {
-        self.nodes.clear();
-        self.path.clear();
-        let mut previous: &[LineId] = &[];
-        for (lines, count) in stacks {
-            let common = previous
-                .iter()
-                .zip(lines)
-                .take_while(|(a, b)| a == b)
-                .count();
-            self.close(common)?;
-            for &line in &lines[common..] {
-                self.path.push(small_id(self.nodes.len(), "tree nodes")?);
-                self.nodes.push(Node {
-                    line,
-                    end: 0,
-                    count: 0,
-                    overhead: 0,
-                });
-            }
-            if let Some(&leaf) = self.path.last() {
-                let leaf = &mut self.nodes[leaf as usize];
-                leaf.count = leaf.count.saturating_add(count);
-                leaf.overhead = leaf.overhead.saturating_add(count);
-            }
-            previous = lines;
-        }
-        self.close(0)
-    }
-
-    /// Completes the nodes of `path` past its first `depth`: their subtree
-    /// ends here, and their count goes to their parent's.
-    fn close(&mut self, depth: usize) -> Result<(), ReportError> {
-        let end = small_id(self.nodes.len(), "tree nodes")?;
-        while self.path.len() > depth {
-            let Some(id) = self.path.pop() else { break };
-            let node = &mut self.nodes[id as usize];
-            node.end = end;
-            let count = node.count;
-            if let Some(&parent) = self.path.last() {
-                let parent = &mut self.nodes[parent as usize];
-                parent.count = parent.count.saturating_add(count);
-            }
-        }
-        Ok(())
-    }
-
-    /// The tree without the nodes of fewer than `floor` samples (their
-    /// subtrees have fewer still), laid out the same way.
-    fn pruned(&self, floor: u64) -> Tree {
-        let mut nodes: Vec<Node> = Vec::new();
-        // The kept nodes whose subtree is not complete yet: (new id, end of
-        // the subtree in `self.nodes`).
-        let mut open: Vec<(usize, u32)> = Vec::new();
-        let mut id = 0;
-        while let Some(node) = self.nodes.get(id as usize) {
-            while let Some(&(kept, end)) = open.last()
-                && end <= id
-            {
-                // Fewer than the tree's nodes, which are numbered in 32 bits.
-                nodes[kept].end = nodes.len() as u32;
-                open.pop();
-            }
-            if node.count < floor {
-                id = node.end;
-                continue;
-            }
-            open.push((nodes.len(), node.end));
-            nodes.push(Node {
-                line: node.line,
-                end: 0,
-                count: node.count,
-                overhead: node.overhead,
-            });
-            id += 1;
-        }
-        for (kept, _) in open {
-            nodes[kept].end = nodes.len() as u32;
-        }
-        Tree {
-            nodes,
-            path: Vec::new(),
-        }
-    }
-
-    /// The roots of the subtrees that `nodes[first..end]` is made of, in
-    /// line order: the children of node `first - 1`, or all roots when
-    /// `first` is 0 and `end` the number of nodes.
-    fn children(&self, first: u32, end: u32) -> impl Iterator<Item = u32> + '_ {
-        std::iter::successors((first < end).then_some(first), move |&child| {
-            let next = self.nodes[child as usize].end;
-            (next < end).then_some(next)
-        })
-    }
-}
-
 /// Writes the trees of a report's sections, with what they share computed
 /// once and buffers kept from section to section.
 struct Printer<'l> {
@@ -265,10 +140,11 @@ struct Printer<'l> {
     /// A section's samples per stack rank, for big sections.
     rank_counts: Vec<u64>,
     tree: Tree,
-    /// The trees built while counting lines, a section's after another
-    /// (`None`: not kept), for the writing to take in the same order.
-    counted: VecDeque<Option<Tree>>,
     walk: Walk,
+    /// The tree of the one section, built while counting lines.
+    counted: Option<Tree>,
+    /// What the stacks share, once the lines of sections had to be counted.
+    prefixes: Option<Prefixes>,
 }
 
 impl<'l> Printer<'l> {
@@ -291,8 +167,9 @@ impl<'l> Printer<'l> {
             entries: Vec::new(),
             rank_counts: Vec::new(),
             tree: Tree::default(),
-            counted: VecDeque::new(),
             walk: Walk::default(),
+            counted: None,
+            prefixes: None,
         }
     }
 
@@ -312,8 +189,8 @@ impl<'l> Printer<'l> {
         if most_lines <= self.options.maxlines {
             return Ok(None);
         }
-        let mut kept_bytes = 0;
-        for section in sections {
+        if let [section] = sections {
+            // One tree, with its lines, built once: it is kept for writing.
             self.build_tree(section)?;
             let mut every_line = Ties::default();
             self.walk.visit(
@@ -323,22 +200,57 @@ impl<'l> Printer<'l> {
                 section.total,
                 |node, _| budget.offer(node.count),
             );
-            // Lines under the budget's floor are never shown: their nodes
-            // need not be kept.
-            let kept = match budget.floor() {
-                0 => std::mem::take(&mut self.tree),
-                floor => self.tree.pruned(floor),
-            };
-            kept_bytes += kept.nodes.len() * std::mem::size_of::<Node>();
-            self.counted
-                .push_back((kept_bytes <= KEPT_TREE_BYTES).then_some(kept));
+            self.counted = Some(std::mem::take(&mut self.tree));
+            return Ok(self.cut(budget));
         }
+        // Counted from the lines the stacks share, without reading them:
+        // a section's stacks are scattered across the order. With no
+        // filter but maxdepth, every node is a line, and only the nodes that
+        // may be among the `maxlines` of most samples are made.
+        let prefixes = Prefixes::new(&self.stacks);
+        let every_node = self.options.mincount == 0 && self.options.noisefloor <= 0.0;
+        for section in sections {
+            self.collect_entries(section);
+            let stacks = SectionStacks::new(&self.entries, &prefixes);
+            let floor = match every_node {
+                true => {
+                    budget.count_lines(stacks.lines(self.options.maxdepth));
+                    budget.floor()
+                }
+                false => 0,
+            };
+            if section.total < floor {
+                continue;
+            }
+            self.tree.build_from(&stacks, floor, |_, _| NO_LINE)?;
+            let mut filter = Filter {
+                options: &self.options,
+                ties: &mut Ties::default(),
+            };
+            // Every line that passes the filters, in whatever order.
+            self.walk
+                .in_line_order(
+                    &self.tree,
+                    &mut filter,
+                    section.total,
+                    |node, _| match every_node {
+                        true => budget.consider(node.count),
+                        false => budget.offer(node.count),
+                    },
+                );
+        }
+        self.prefixes = Some(prefixes);
+        Ok(self.cut(budget))
+    }
+
+    /// What `budget` leaves out, `mincount` raised to it.
+    fn cut(&mut self, budget: LineBudget) -> Option<LinesCut> {
         let cut = budget.cut();
         if let Some(cut) = &cut {
             self.options.mincount = self.options.mincount.max(cut.mincount);
             self.ties = cut.ties;
         }
-        Ok(cut)
+        cut
     }
 
     /// Builds the tree of a section's samples.
@@ -354,16 +266,26 @@ impl<'l> Printer<'l> {
 
     /// Writes the section's tree; returns how many lines it holds.
     fn write_tree(&mut self, out: &mut String, section: &Section) -> Result<usize, ReportError> {
-        let counted = self.counted.pop_front().flatten();
         // No line has more samples than its section: under `mincount` (as
         // most sections of a busy machine are once `maxlines` raised it),
         // none is shown and the tree need not be built.
         if section.total < self.options.mincount {
             return Ok(0);
         }
-        match counted {
-            Some(tree) => self.tree = tree,
-            None => self.build_tree(section)?,
+        if let Some(counted) = self.counted.take() {
+            self.tree = counted;
+        } else if let Some(prefixes) = self.prefixes.take() {
+            // Only the lines `mincount` lets through.
+            self.collect_entries(section);
+            let section_stacks = SectionStacks::new(&self.entries, &prefixes);
+            let stacks = &self.stacks;
+            let line_of = |place, depth: u32| stacks.get(place)[depth as usize - 1];
+            let floor = self.options.mincount;
+            let built = self.tree.build_from(&section_stacks, floor, line_of);
+            self.prefixes = Some(prefixes);
+            built?;
+        } else {
+            self.build_tree(section)?;
         }
         let (texts, indents, options) = (&self.texts, &self.indents, &self.options);
 
@@ -460,142 +382,6 @@ impl<'l> Printer<'l> {
     }
 }
 
-/// Finds the nodes to print, with buffers kept from walk to walk.
-/// Iterative, so that deep (e.g. recursive) stacks cannot overflow.
-#[derive(Default)]
-struct Walk {
-    /// Nodes to visit, the next on top, with their depth.
-    pending: Vec<(u32, u32)>,
-    /// Children that passed the filters.
-    kept: Vec<u32>,
-    /// The shown ancestors of a node: (end of subtree, count).
-    ancestors: Vec<(u32, u64)>,
-}
-
-impl Walk {
-    /// Calls `visit` with each node to print, in print order, and its depth
-    /// (1 = root). `total` is the section's.
-    fn visit(
-        &mut self,
-        tree: &Tree,
-        options: &ReportOptions,
-        ties: &mut Ties,
-        total: u64,
-        visit: impl FnMut(&Node, u32),
-    ) {
-        let mut filter = Filter { options, ties };
-        match options.sortedby {
-            SortedBy::FileFuncLine => self.in_line_order(tree, &mut filter, total, visit),
-            SortedBy::Count | SortedBy::Overhead => self.sorted(tree, &mut filter, total, visit),
-        }
-    }
-
-    /// Siblings print in line order, the order of the nodes: one pass,
-    /// skipping the subtrees of hidden nodes.
-    fn in_line_order(
-        &mut self,
-        tree: &Tree,
-        filter: &mut Filter<'_>,
-        total: u64,
-        mut visit: impl FnMut(&Node, u32),
-    ) {
-        let ancestors = &mut self.ancestors;
-        ancestors.clear();
-        let mut id = 0;
-        while let Some(node) = tree.nodes.get(id as usize) {
-            while ancestors.last().is_some_and(|&(end, _)| id >= end) {
-                ancestors.pop();
-            }
-            let parent_count = ancestors.last().map_or(total, |&(_, count)| count);
-            // No deeper than the tree has nodes, whose ids are 32-bit.
-            let depth = ancestors.len() as u32 + 1;
-            if filter.passes(node.count, parent_count, depth) {
-                visit(node, depth);
-                ancestors.push((node.end, node.count));
-                id += 1;
-            } else {
-                id = node.end;
-            }
-        }
-    }
-
-    /// Siblings print as `sortedby` asks.
-    fn sorted(
-        &mut self,
-        tree: &Tree,
-        filter: &mut Filter<'_>,
-        total: u64,
-        mut visit: impl FnMut(&Node, u32),
-    ) {
-        self.pending.clear();
-        let roots_end = tree.nodes.len() as u32;
-        self.push_children(tree, filter, 0, roots_end, total, 1);
-        while let Some((id, depth)) = self.pending.pop() {
-            let node = &tree.nodes[id as usize];
-            visit(node, depth);
-            self.push_children(tree, filter, id + 1, node.end, node.count, depth + 1);
-        }
-    }
-
-    /// Pushes the children (the subtrees of `nodes[first..end]`) that pass
-    /// the filters so that the first in order is popped first.
-    fn push_children(
-        &mut self,
-        tree: &Tree,
-        filter: &mut Filter<'_>,
-        first: u32,
-        end: u32,
-        parent_count: u64,
-        depth: u32,
-    ) {
-        let nodes = &tree.nodes;
-        let kept = &mut self.kept;
-        kept.clear();
-        kept.extend(tree.children(first, end));
-        // Children come in line order, that is by file, function and line.
-        match filter.options.sortedby {
-            SortedBy::FileFuncLine => {}
-            SortedBy::Count => kept.sort_unstable_by(|&a, &b| {
-                let (a, b) = (&nodes[a as usize], &nodes[b as usize]);
-                b.count.cmp(&a.count).then(a.line.cmp(&b.line))
-            }),
-            SortedBy::Overhead => kept.sort_unstable_by(|&a, &b| {
-                let (a, b) = (&nodes[a as usize], &nodes[b as usize]);
-                b.overhead
-                    .cmp(&a.overhead)
-                    .then(b.count.cmp(&a.count))
-                    .then(a.line.cmp(&b.line))
-            }),
-        }
-        // Filtered once in order, so that of the lines at the edge of
-        // `maxlines`, the first siblings are the ones shown.
-        kept.retain(|&id| filter.passes(nodes[id as usize].count, parent_count, depth));
-        self.pending
-            .extend(kept.iter().rev().map(|&id| (id, depth)));
-    }
-}
-
-/// The filters of the tree: `maxdepth`, `mincount`, `noisefloor`, and the
-/// room left for the lines at the edge of `maxlines`.
-struct Filter<'a> {
-    options: &'a ReportOptions,
-    ties: &'a mut Ties,
-}
-
-impl Filter<'_> {
-    /// Whether a node with `count` samples, `depth` levels deep, under a
-    /// parent with `parent_count` is shown. Ask once per node, in print
-    /// order.
-    fn passes(&mut self, count: u64, parent_count: u64, depth: u32) -> bool {
-        let options = self.options;
-        options.maxdepth.is_none_or(|maxdepth| depth <= maxdepth)
-            && count >= options.mincount
-            && !(options.noisefloor > 0.0
-                && count as f64 <= options.noisefloor * (parent_count as f64).sqrt())
-            && self.ties.admit(count)
-    }
-}
-
 /// The guide column and indentation of a node `level` levels below the
 /// roots, one column per level. Past [`MAX_INDENT`] columns the deepest
 /// shown column is followed by `+n `, `n` being the levels not drawn, so the
@@ -670,6 +456,10 @@ fn guides(columns: usize) -> String {
         })
         .collect()
 }
+
+mod nodes;
+mod prefixes;
+mod walk;
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
+use super::super::sequences::Sequences;
 use super::super::test_support::{Builder, Random, frame, location, profile, without_percents};
 use super::*;
-use crate::profile::{Format, GroupBy, LocationKind, LossCause};
+use crate::profile::{Format, GroupBy, LocationKind, LossCause, SortedBy};
 
 /// The tree without its `%` column and legend (see
 /// `percents_and_the_legend`).
@@ -795,13 +796,14 @@ fn layout(tree: &Tree) -> Vec<(usize, LineId, u64, u64)> {
 }
 
 #[test]
-fn a_pruned_tree_keeps_exactly_the_nodes_of_the_floor_and_above() {
+fn a_tree_from_shared_prefixes_is_the_tree_of_the_lines_cut_at_its_floor() {
     // Lexicographic order, as trees are built.
-    let stacks: [(&[LineId], u64); 7] = [
+    let stacks: [(&[LineId], u64); 8] = [
         (&[0, 1, 2], 5),
         (&[0, 1, 3], 1),
         (&[0, 4], 2),
         (&[0, 4, 5, 6], 4),
+        (&[0, 4, 5, 6, 2, 2], 2),
         (&[7], 1),
         (&[7, 8], 3),
         (&[9, 1], 1),
@@ -810,23 +812,47 @@ fn a_pruned_tree_keeps_exactly_the_nodes_of_the_floor_and_above() {
     tree.build(stacks.iter().map(|&(lines, count)| (lines, count)))
         .expect("builds");
     let whole = layout(&tree);
-    for floor in [0, 1, 2, 3, 4, 5, 6, 20] {
-        let pruned = tree.pruned(floor);
-        let mut expected = Vec::new();
-        // A node under the floor goes with its subtree.
-        let mut skipping_below: Option<usize> = None;
-        for &(depth, line, count, overhead) in &whole {
-            if skipping_below.is_some_and(|skipped| depth > skipped) {
-                continue;
+    let mut sequences = Sequences::with_capacity(stacks.len(), 0);
+    for (lines, _) in &stacks {
+        lines.iter().for_each(|&line| sequences.push(line));
+        sequences.finish().expect("a stack");
+    }
+    let ranked = Ranked::Sorted(sequences);
+    let prefixes = Prefixes::new(&ranked);
+    // Each place once, or a place's count in two entries.
+    let once: Vec<(u32, u64)> = (0..).zip(stacks.iter().map(|&(_, count)| count)).collect();
+    let mut split = Vec::new();
+    for &(place, count) in &once {
+        split.push((place, count / 2));
+        split.push((place, count - count / 2));
+    }
+    for entries in [once, split] {
+        let section = SectionStacks::new(&entries, &prefixes);
+        assert_eq!(section.lines(None), whole.len() as u64);
+        let within_2 = whole.iter().filter(|&&(depth, ..)| depth < 2).count();
+        assert_eq!(section.lines(Some(2)), within_2 as u64);
+        for floor in [0, 1, 2, 3, 4, 5, 6, 20] {
+            let mut from_prefixes = Tree::default();
+            let line_of = |place, depth: u32| ranked.get(place)[depth as usize - 1];
+            from_prefixes
+                .build_from(&section, floor, line_of)
+                .expect("builds");
+            let mut expected = Vec::new();
+            // A node under the floor goes with its subtree.
+            let mut skipping_below: Option<usize> = None;
+            for &(depth, line, count, overhead) in &whole {
+                if skipping_below.is_some_and(|skipped| depth > skipped) {
+                    continue;
+                }
+                skipping_below = None;
+                if count < floor {
+                    skipping_below = Some(depth);
+                    continue;
+                }
+                expected.push((depth, line, count, overhead));
             }
-            skipping_below = None;
-            if count < floor {
-                skipping_below = Some(depth);
-                continue;
-            }
-            expected.push((depth, line, count, overhead));
+            assert_eq!(layout(&from_prefixes), expected, "floor {floor}");
+            assert_eq!(from_prefixes.nodes.len(), expected.len(), "floor {floor}");
         }
-        assert_eq!(layout(&pruned), expected, "floor {floor}");
-        assert_eq!(pruned.nodes.len(), expected.len(), "floor {floor}");
     }
 }
