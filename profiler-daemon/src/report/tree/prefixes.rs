@@ -14,24 +14,25 @@
 use super::Ranked;
 
 /// Stacks per block of [`Prefixes::block_least`].
-const BLOCK: usize = 64;
+const BLOCK: usize = 16;
 
 pub(super) struct Prefixes {
-    /// Lines each stack (by place in the order) shares with the one before
-    /// it; 0 for the first.
-    shared: Vec<u32>,
-    /// Lines of each stack.
-    lens: Vec<u32>,
-    /// The least of `shared` over each block of [`BLOCK`] places.
-    block_least: Vec<u32>,
+    /// For each stack (by place in the order), the lines it shares with
+    /// the one before it (0 for the first) and its lines: side by side, as
+    /// they are read together.
+    places: Vec<(u32, u32)>,
+    /// The least of `shared` over runs of blocks of [`BLOCK`] places: level
+    /// `k` holds, for each block, the least over the `2^k` blocks from it
+    /// (a sparse table: any run of blocks is two overlapping runs of one
+    /// level).
+    block_least: Vec<Vec<u32>>,
 }
 
 impl Prefixes {
     /// The prefixes of `stacks`, which must be in lexicographic order.
     pub fn new(stacks: &Ranked<'_>) -> Self {
         let places = stacks.len();
-        let mut shared = Vec::with_capacity(places);
-        let mut lens = Vec::with_capacity(places);
+        let mut shared_and_lens = Vec::with_capacity(places);
         let mut previous: &[u32] = &[];
         for place in 0..places {
             // Places are numbered in 32 bits, as ranks are.
@@ -42,24 +43,33 @@ impl Prefixes {
                 .take_while(|(a, b)| a == b)
                 .count();
             // Lines of one stack, fewer than its frames' 32-bit ids.
-            shared.push(common as u32);
-            lens.push(lines.len() as u32);
+            shared_and_lens.push((common as u32, lines.len() as u32));
             previous = lines;
         }
-        let block_least = shared
+        let blocks: Vec<u32> = shared_and_lens
             .chunks(BLOCK)
-            .map(|block| block.iter().copied().min().unwrap_or(0))
+            .map(|block| block.iter().map(|&(shared, _)| shared).min().unwrap_or(0))
             .collect();
+        let mut block_least = vec![blocks];
+        let mut run = 1;
+        while let Some(level) = block_least.last()
+            && level.len() > run
+        {
+            let next = (0..level.len() - run)
+                .map(|block| level[block].min(level[block + run]))
+                .collect();
+            block_least.push(next);
+            run *= 2;
+        }
         Self {
-            shared,
-            lens,
+            places: shared_and_lens,
             block_least,
         }
     }
 
     /// Lines of the stack at `place`.
     pub fn len(&self, place: u32) -> u32 {
-        self.lens[place as usize]
+        self.places[place as usize].1
     }
 
     /// Lines the stacks at places `before <= after` share: the least share
@@ -69,16 +79,28 @@ impl Prefixes {
             return self.len(after);
         }
         let (first, last) = (before as usize + 1, after as usize);
-        let least_of = |places: &[u32]| places.iter().copied().min().unwrap_or(u32::MAX);
+        let least_of = |places: &[(u32, u32)]| {
+            let shared = places.iter().map(|&(shared, _)| shared);
+            shared.min().unwrap_or(u32::MAX)
+        };
         if last / BLOCK <= first / BLOCK + 1 {
-            return least_of(&self.shared[first..=last]);
+            return least_of(&self.places[first..=last]);
         }
         // The rest of the first block, whole blocks, the start of the last.
         let first_block_end = (first / BLOCK + 1) * BLOCK;
         let last_block_start = last / BLOCK * BLOCK;
-        least_of(&self.shared[first..first_block_end])
-            .min(least_of(&self.block_least[first / BLOCK + 1..last / BLOCK]))
-            .min(least_of(&self.shared[last_block_start..=last]))
+        least_of(&self.places[first..first_block_end])
+            .min(self.least_of_blocks(first / BLOCK + 1, last / BLOCK))
+            .min(least_of(&self.places[last_block_start..=last]))
+    }
+
+    /// The least share of the blocks `first..end` (at least one).
+    fn least_of_blocks(&self, first: usize, end: usize) -> u32 {
+        let blocks = end - first;
+        // The longest run of one level that fits, from either end.
+        let level = (usize::BITS - 1 - blocks.leading_zeros()) as usize;
+        let least = &self.block_least[level];
+        least[first].min(least[end - (1 << level)])
     }
 }
 
@@ -293,7 +315,11 @@ mod tests {
         for place in 0..700 {
             let len = all[place as usize].len() as u32;
             assert_eq!(prefixes.len(place), len);
-            assert_eq!(prefixes.shared(place, place), len, "a stack shares all of itself");
+            assert_eq!(
+                prefixes.shared(place, place),
+                len,
+                "a stack shares all of itself"
+            );
         }
     }
 }
