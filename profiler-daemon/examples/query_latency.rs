@@ -299,14 +299,7 @@ fn print_digests(store: &Store, query: &Query) {
         let summed = store.profile_summed(query, SumBy::Stack);
         let summed_by_ids = store.profile_of_store_stacks(query, SumBy::Stack);
         for (name, options) in &variants {
-            for format in [
-                Format::Tree,
-                Format::Flat,
-                Format::Folded,
-                Format::Pprof,
-                Format::Flamegraph,
-                Format::Speedscope,
-            ] {
+            for format in Format::ALL {
                 let options = ReportOptions {
                     format,
                     ..options.clone()

@@ -564,6 +564,15 @@ pub enum Format {
 }
 
 impl Format {
+    pub const ALL: [Format; 6] = [
+        Format::Tree,
+        Format::Flat,
+        Format::Folded,
+        Format::Pprof,
+        Format::Flamegraph,
+        Format::Speedscope,
+    ];
+
     /// The format's name, as the CLI and the API spell it.
     pub fn name(self) -> &'static str {
         match self {

@@ -609,14 +609,7 @@ fn per_stack_sums_make_the_reports_that_show_no_threads() {
         assert!(per_stack.samples.len() < per_thread.samples.len());
         assert_eq!(per_stack.samples.len(), per_stack.stacks.len());
         assert_eq!(Summary::of(&per_stack), Summary::of(&per_thread));
-        for format in [
-            Format::Tree,
-            Format::Flat,
-            Format::Folded,
-            Format::Pprof,
-            Format::Flamegraph,
-            Format::Speedscope,
-        ] {
+        for format in Format::ALL {
             for groupby in [GroupBy::Auto, GroupBy::None, GroupBy::Thread] {
                 let options = ReportOptions {
                     format,

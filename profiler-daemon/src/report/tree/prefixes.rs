@@ -274,18 +274,14 @@ enum Task {
 #[cfg(test)]
 mod tests {
     use super::super::super::sequences::Sequences;
+    use super::super::super::test_support::Random;
     use super::*;
 
     #[test]
     fn shared_lines_are_those_of_the_two_stacks() {
         // Sorted stacks of 1-6 lines over 3 words, many sharing prefixes.
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut random = |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n) as u32
-        };
+        let mut numbers = Random::new(0x2545_f491_4f6c_dd1d);
+        let mut random = |below: u32| numbers.below(below as usize) as u32;
         let mut all: Vec<Vec<u32>> = (0..700)
             .map(|_| (0..1 + random(6)).map(|_| random(3)).collect())
             .collect();
