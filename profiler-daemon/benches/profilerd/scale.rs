@@ -153,6 +153,9 @@ async fn run_profilerd(
         ("flat", v1::Format::Flat, v1::GroupBy::None),
         ("folded", v1::Format::Folded, v1::GroupBy::None),
         ("pprof", v1::Format::Pprof, v1::GroupBy::None),
+        // pprof's default: a sample per thread and stack, as the pprof rows
+        // of runs before groupby applied to pprof.
+        ("pprof per thread", v1::Format::Pprof, v1::GroupBy::Thread),
         ("flamegraph", v1::Format::Flamegraph, v1::GroupBy::None),
         ("speedscope", v1::Format::Speedscope, v1::GroupBy::None),
         (
@@ -539,7 +542,9 @@ fn latency_table(title: &str, plan: &Plan, ours: &Ours, others: &[Other]) -> Tab
     table.note(format!(
         "{} requests per format over the whole window profilerd held ({:.0} s, {} distinct \
          stacks, every process), the storm still running; each request also drains the kernel \
-         maps first. Every format draws one tree of the whole machine (`groupby none`) but \
+         maps first. Every format draws one tree of the whole machine (`groupby none`; pprof: \
+         one sample per stack, unlabelled) but pprof per thread (its default: a sample per \
+         thread and stack, labelled; the pprof row of runs before 2026-11-26 11:00 UTC) and \
          the last two rows, tree and flat by default (a section per process), both within the \
          default `maxlines` of 10000 lines. Target: p99 under 100 ms for every format: {}.",
         plan.query_requests,
