@@ -87,9 +87,11 @@ pub fn run(plan: &Plan) -> Result<Table> {
         "A profile built in memory like the scale run's window: {processes} processes of one \
          thread, each with {paths_each} distinct stacks (paths of depth {DEPTH} below `main`, \
          {FANOUT} functions a level, drawn from a skewed pool of 10000), a third with kernel \
-         frames: {} (thread, stack) pairs. Formats without sections (folded, pprof, flame \
-         graphs) render the same either way. Target (issue 15): every report of a 600 s scale \
-         window within 100 ms, gRPC included (table 5).",
+         frames: {} (thread, stack) pairs. Per process, folded stacks, flame graphs and \
+         speedscope start each stack with its process; pprof makes a sample per process and \
+         stack (`groupby process`), against one per stack for the whole machine (`groupby \
+         none`). Target (issue 15): every report of a 600 s scale window within 100 ms, gRPC \
+         included (table 5).",
         profile.samples.len()
     ));
     Ok(table)
