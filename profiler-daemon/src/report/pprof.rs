@@ -82,7 +82,7 @@ pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u
     let expansion = Expansion::new(profile, options.kernel)?;
     let grouping = Grouping::of(options.groupby);
     gzip_alongside(|out| {
-        Builder::new(&expansion, profile.threads.len(), grouping).write(profile, out)
+        Builder::new(&expansion, profile.threads.len()).write(profile, grouping, out)
     })
 }
 
@@ -108,8 +108,33 @@ impl Grouping {
     /// whatever the order of the profile's samples. Each stands for its
     /// group by the thread of its first sample.
     fn merge<'s>(self, expansion: &'s Expansion<'_>) -> Cow<'s, [StackSample]> {
+        // A sum of samples that stands for its group by `first`'s thread.
+        let empty = |first: &StackSample| StackSample {
+            count: 0,
+            weight: 0,
+            ..*first
+        };
+        let add_up = |sum: &mut StackSample, sample: &StackSample| {
+            sum.count = sum.count.saturating_add(sample.count);
+            sum.weight = sum.weight.saturating_add(sample.weight);
+        };
+        let on_cpu = || {
+            let mut states = expansion.samples.iter().map(|sample| sample.state);
+            states.all(|state| state == ThreadState::Cpu)
+        };
         let group_of_thread: Vec<u32> = match self {
             Self::Thread => return Cow::Borrowed(&expansion.samples),
+            Self::Machine if on_cpu() => {
+                // One sum per stack, in stack order: no hashing or sorting.
+                let mut sums: Vec<Option<StackSample>> = vec![None; expansion.stack_count()];
+                for sample in &expansion.samples {
+                    add_up(
+                        sums[sample.stack as usize].get_or_insert(empty(sample)),
+                        sample,
+                    );
+                }
+                return Cow::Owned(sums.into_iter().flatten().collect());
+            }
             Self::Machine => vec![0; expansion.threads().len()],
             Self::Process => {
                 let mut groups = FxHashMap::default();
@@ -125,36 +150,14 @@ impl Grouping {
                     .collect()
             }
         };
-        let on_cpu = expansion
-            .samples
-            .iter()
-            .all(|sample| sample.state == ThreadState::Cpu);
-        if self == Self::Machine && on_cpu {
-            // One sum per stack, in stack order: no hashing or sorting.
-            let mut sums: Vec<Option<StackSample>> = vec![None; expansion.stack_count()];
-            for sample in &expansion.samples {
-                let sum = sums[sample.stack as usize].get_or_insert(StackSample {
-                    count: 0,
-                    weight: 0,
-                    ..*sample
-                });
-                sum.count = sum.count.saturating_add(sample.count);
-                sum.weight = sum.weight.saturating_add(sample.weight);
-            }
-            return Cow::Owned(sums.into_iter().flatten().collect());
-        }
         let mut sums: FxHashMap<(u32, StackId, ThreadState), StackSample> = FxHashMap::default();
         for sample in &expansion.samples {
-            let group = group_of_thread[sample.thread_index as usize];
-            let sum = sums
-                .entry((group, sample.stack, sample.state))
-                .or_insert(StackSample {
-                    count: 0,
-                    weight: 0,
-                    ..*sample
-                });
-            sum.count = sum.count.saturating_add(sample.count);
-            sum.weight = sum.weight.saturating_add(sample.weight);
+            let key = (
+                group_of_thread[sample.thread_index as usize],
+                sample.stack,
+                sample.state,
+            );
+            add_up(sums.entry(key).or_insert(empty(sample)), sample);
         }
         let mut merged: Vec<_> = sums.into_iter().collect();
         merged.sort_unstable_by_key(|&(key, _)| key);
@@ -242,7 +245,6 @@ struct Builder<'e, 'a> {
     locations: Vec<pb::Location>,
     /// The id of each site's location once added; 0 before.
     site_locations: Vec<u64>,
-    grouping: Grouping,
     /// The label fields of each thread of the profile once used, encoded,
     /// in `encoded` (a process's, with `Grouping::Process`).
     thread_labels: Vec<Option<Range<usize>>>,
@@ -257,7 +259,7 @@ struct Builder<'e, 'a> {
 }
 
 impl<'e, 'a> Builder<'e, 'a> {
-    fn new(expansion: &'e Expansion<'a>, threads: usize, grouping: Grouping) -> Self {
+    fn new(expansion: &'e Expansion<'a>, threads: usize) -> Self {
         Builder {
             expansion,
             strings: Vec::new(),
@@ -268,7 +270,6 @@ impl<'e, 'a> Builder<'e, 'a> {
             function_ids: FxHashMap::default(),
             locations: Vec::new(),
             site_locations: vec![0; expansion.sites.len()],
-            grouping,
             thread_labels: vec![None; threads],
             state_key: None,
             memory: false,
@@ -277,11 +278,17 @@ impl<'e, 'a> Builder<'e, 'a> {
         }
     }
 
-    /// Writes the encoded profile to `out`. The samples are written a batch
+    /// Writes the encoded profile to `out`, its samples grouped as
+    /// `grouping` says. The samples are written a batch
     /// at a time rather than held all at once; as protobuf fields are
     /// written in field number order (sample types, samples, then the
     /// tables and the rest), the bytes are those of the whole message.
-    fn write(mut self, profile: &Profile, out: &mut dyn Write) -> Result<(), ReportError> {
+    fn write(
+        mut self,
+        profile: &Profile,
+        grouping: Grouping,
+        out: &mut dyn Write,
+    ) -> Result<(), ReportError> {
         self.string(""); // string_table[0] must be "".
         self.memory = profile.mode.is_memory();
         let (sample_type, period_type) = if self.memory {
@@ -314,7 +321,7 @@ impl<'e, 'a> Builder<'e, 'a> {
             ProfileMode::Allocated => "alloc_space",
             ProfileMode::Held => "inuse_space",
         });
-        let keys = match self.grouping {
+        let keys = match grouping {
             Grouping::Thread => {
                 LabelKeys::Thread(["pid", "tid", "thread_name", "comm"].map(|key| self.string(key)))
             }
@@ -329,7 +336,7 @@ impl<'e, 'a> Builder<'e, 'a> {
             .encode_to_vec(),
         )?;
 
-        let samples = self.grouping.merge(self.expansion);
+        let samples = grouping.merge(self.expansion);
         let mut batch = Vec::new();
         for samples in samples.chunks(SAMPLE_BATCH) {
             batch.clear();
