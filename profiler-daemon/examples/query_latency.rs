@@ -57,6 +57,10 @@ struct Args {
     /// Print a digest of each report under several option sets instead.
     #[arg(long)]
     digests: bool,
+    /// Time extending a stack index by its last stacks instead (the
+    /// report's and the refresher's cost when the store has grown).
+    #[arg(long)]
+    extensions: bool,
     /// Also write each format's report (default options) into this
     /// directory.
     #[arg(long)]
@@ -120,6 +124,10 @@ fn main() {
 
     if args.digests {
         print_digests(&store, &query);
+        return;
+    }
+    if args.extensions {
+        print_extensions(&store, args.reps);
         return;
     }
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|only| only == name);
@@ -240,6 +248,48 @@ fn index_of(store: &Store, options: &ReportOptions) -> report::StackIndex {
     profilerd::service::reports::extend_index(store, &mut index);
     assert_eq!(index.len(), store.stack_count(), "every stack indexed");
     index
+}
+
+/// The time to extend the tree's and the folded family's index of all but
+/// the store's last stacks by those, for several numbers of them (medians
+/// of `reps`).
+fn print_extensions(store: &Store, reps: usize) {
+    let stacks = store.stack_count();
+    println!("{stacks} stacks; extending an index of the others by the last:");
+    println!("{:<10} {:>12} {:>12}", "last", "tree ms", "folded ms");
+    for last in [0, 10, 100, 1000, 3000, 10000] {
+        let mut row = format!("{last:<10}");
+        for format in [Format::Tree, Format::Folded] {
+            let options = ReportOptions {
+                format,
+                groupby: GroupBy::None,
+                ..ReportOptions::default()
+            };
+            let key = report::StackIndexKey::of(&options, false).expect("an indexed format");
+            let mut times: Vec<f64> = (0..reps.max(1))
+                .map(|_| {
+                    let mut index = report::StackIndex::new(key);
+                    let extend = |index: &mut report::StackIndex, to: usize| {
+                        index
+                            .extend(
+                                store.generation(),
+                                to,
+                                |id| store.stack_locations(id),
+                                |id| store.location(id),
+                            )
+                            .expect("indexed");
+                    };
+                    extend(&mut index, stacks - last);
+                    let started = Instant::now();
+                    extend(&mut index, stacks);
+                    started.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            row += &format!(" {:>12.2}", times[times.len() / 2]);
+        }
+        println!("{row}");
+    }
 }
 
 /// Digests of every format under several option sets, and of a selection;

@@ -102,6 +102,9 @@ struct TopCost {
     updates: u64,
 }
 
+/// The pause before each request of the rows asked as a dashboard asks.
+const DASHBOARD_PAUSE: Duration = Duration::from_secs(3);
+
 async fn run_profilerd(
     plan: &Plan,
     workloads: &Workloads,
@@ -147,31 +150,69 @@ async fn run_profilerd(
     // Report requests over everything held, the storm still running.
     let mut latencies = Vec::new();
     // One tree of the whole machine, as in earlier runs, then the default
-    // of tree and flat (a section per process).
-    for (name, format, groupby) in [
-        ("tree", v1::Format::Tree, v1::GroupBy::None),
-        ("flat", v1::Format::Flat, v1::GroupBy::None),
-        ("folded", v1::Format::Folded, v1::GroupBy::None),
-        ("pprof", v1::Format::Pprof, v1::GroupBy::None),
+    // of tree and flat (a section per process), back to back; then two
+    // formats asked as a dashboard asks, every few seconds.
+    let back_to_back = (plan.query_requests, Duration::ZERO);
+    let dashboard = ((plan.query_requests / 2).max(3), DASHBOARD_PAUSE);
+    for (name, format, groupby, (requests, pause)) in [
+        ("tree", v1::Format::Tree, v1::GroupBy::None, back_to_back),
+        ("flat", v1::Format::Flat, v1::GroupBy::None, back_to_back),
+        (
+            "folded",
+            v1::Format::Folded,
+            v1::GroupBy::None,
+            back_to_back,
+        ),
+        ("pprof", v1::Format::Pprof, v1::GroupBy::None, back_to_back),
         // pprof's default: a sample per thread and stack, as the pprof rows
         // of runs before groupby applied to pprof.
-        ("pprof per thread", v1::Format::Pprof, v1::GroupBy::Thread),
-        ("flamegraph", v1::Format::Flamegraph, v1::GroupBy::None),
-        ("speedscope", v1::Format::Speedscope, v1::GroupBy::None),
+        (
+            "pprof per thread",
+            v1::Format::Pprof,
+            v1::GroupBy::Thread,
+            back_to_back,
+        ),
+        (
+            "flamegraph",
+            v1::Format::Flamegraph,
+            v1::GroupBy::None,
+            back_to_back,
+        ),
+        (
+            "speedscope",
+            v1::Format::Speedscope,
+            v1::GroupBy::None,
+            back_to_back,
+        ),
         (
             "tree per process",
             v1::Format::Tree,
             v1::GroupBy::Unspecified,
+            back_to_back,
         ),
         (
             "flat per process",
             v1::Format::Flat,
             v1::GroupBy::Unspecified,
+            back_to_back,
+        ),
+        (
+            "tree, every 3 s",
+            v1::Format::Tree,
+            v1::GroupBy::None,
+            dashboard,
+        ),
+        (
+            "flamegraph, every 3 s",
+            v1::Format::Flamegraph,
+            v1::GroupBy::None,
+            dashboard,
         ),
     ] {
         let mut times = Vec::new();
         let mut size = 0;
-        for _ in 0..plan.query_requests {
+        for _ in 0..requests {
+            tokio::time::sleep(pause).await;
             let status = daemon
                 .get_status(v1::GetStatusRequest::default())
                 .await?
@@ -546,10 +587,14 @@ fn latency_table(title: &str, plan: &Plan, ours: &Ours, others: &[Other]) -> Tab
          one sample per stack, unlabelled) but pprof per thread (its default: a sample per \
          thread and stack, labelled; the pprof row of runs before 2026-11-26 11:00 UTC) and \
          the last two rows, tree and flat by default (a section per process), both within the \
-         default `maxlines` of 10000 lines. Target: p99 under 100 ms for every format: {}.",
+         default `maxlines` of 10000 lines. Requests follow each other at once, but those \
+         of the rows \"every 3 s\", half as many, asked as a dashboard asks: each after a \
+         pause of {} s, so each drains what came meanwhile and meets an index a refresh \
+         behind. Target: p99 under 100 ms for every format: {}.",
         plan.query_requests,
         ours.held.as_secs_f64(),
         ours.distinct_stacks,
+        DASHBOARD_PAUSE.as_secs(),
         verdict(worst_p99 < 100.0)
     ));
     if plan.query_requests < 100 {

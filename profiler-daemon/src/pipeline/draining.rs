@@ -46,6 +46,58 @@ pub(super) enum Wake {
 /// it (the drain runs a pass of its own), one wake-up instead of two.
 const DRAIN_EARLY: Duration = Duration::from_millis(50);
 
+/// While windows are asked for, drains come at least this often, so that a
+/// request that drains first (a report of a window up to now) finds at most
+/// this much backlog to unwind and symbolize: under the scale run's storm,
+/// a second's backlog made a report wait 15-60 ms for its drain.
+const WATCHED_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How long after the last request for a drain the drains keep coming every
+/// [`WATCHED_INTERVAL`]: a dashboard asking every few seconds, or `top`,
+/// keeps them so; an unwatched daemon drains every drain interval (four
+/// times as many drains cost an idle daemon ~0.1% of a core more).
+const WATCHED_FOR: Duration = Duration::from_secs(60);
+
+/// When drains fall due: every drain interval, and every
+/// [`WATCHED_INTERVAL`] (when shorter) for [`WATCHED_FOR`] after a request.
+struct DrainSchedule {
+    interval: Duration,
+    next: Instant,
+    watched_until: Option<Instant>,
+}
+
+impl DrainSchedule {
+    fn new(interval: Duration, now: Instant) -> Self {
+        Self {
+            interval,
+            next: now + interval,
+            watched_until: None,
+        }
+    }
+
+    /// The time between drains as of `now`.
+    fn every(&self, now: Instant) -> Duration {
+        match self.watched_until {
+            Some(until) if now < until => self.interval.min(WATCHED_INTERVAL),
+            _ => self.interval,
+        }
+    }
+
+    /// A drain was asked for (and is done) at `now`.
+    fn asked(&mut self, now: Instant) {
+        self.watched_until = Some(now + WATCHED_FOR);
+        self.next = self.next.min(now + self.every(now));
+    }
+
+    /// The drain due at `next` ran at `now`.
+    fn drained(&mut self, now: Instant) {
+        self.next += self.every(now);
+        if self.next < now {
+            self.next = now + self.every(now);
+        }
+    }
+}
+
 /// The stack copies and the process watcher whose passes run between
 /// drains.
 pub(super) struct Unwinding<'a> {
@@ -76,7 +128,8 @@ pub(super) struct Outlets<'a> {
     pub stats: &'a Mutex<PipelineStats>,
 }
 
-/// The drain thread's loop: drains every `interval` and when woken with a
+/// The drain thread's loop: drains every `interval` (more often while
+/// windows are asked for, see [`DrainSchedule`]) and when woken with a
 /// request, runs the unwinding passes as they fall due, until told to stop.
 pub(super) fn drain_and_unwind(
     mut source: Box<dyn SampleSource>,
@@ -85,7 +138,7 @@ pub(super) fn drain_and_unwind(
     wakes: &mpsc::Receiver<Wake>,
     outlets: &Outlets<'_>,
 ) {
-    let mut next_drain = Instant::now() + interval;
+    let mut drains = DrainSchedule::new(interval, Instant::now());
     let mut next_pass = unwinding
         .as_ref()
         .map(|_| Instant::now() + Pass::default().next_in(Announced::default()));
@@ -95,7 +148,7 @@ pub(super) fn drain_and_unwind(
         Duration::ZERO
     };
     loop {
-        let wake_at = next_pass.map_or(next_drain, |pass| pass.min(next_drain));
+        let wake_at = next_pass.map_or(drains.next, |pass| pass.min(drains.next));
         let mut waiting = Vec::new();
         match wakes.recv_timeout(wake_at.saturating_duration_since(Instant::now())) {
             Ok(Wake::Drain(request)) => waiting.push(request),
@@ -109,13 +162,13 @@ pub(super) fn drain_and_unwind(
             }
         }
         let now = Instant::now();
-        let drain_due = now + early >= next_drain;
+        let drain_due = now + early >= drains.next;
         if drain_due || !waiting.is_empty() {
             if drain_due {
-                next_drain += interval;
-                if next_drain < now {
-                    next_drain = now + interval;
-                }
+                drains.drained(now);
+            }
+            if !waiting.is_empty() {
+                drains.asked(now);
             }
             let copies = unwinding.as_ref().map(|unwinding| unwinding.copies);
             if !drain_once(source.as_mut(), copies, waiting, outlets) {
@@ -210,4 +263,34 @@ fn drain_once(
         return false;
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drains_come_faster_while_windows_are_asked_for() {
+        let start = Instant::now();
+        let second = Duration::from_secs(1);
+        let mut drains = DrainSchedule::new(second, start);
+        assert_eq!(drains.next, start + second);
+        drains.drained(start + second);
+        assert_eq!(drains.next, start + 2 * second);
+        // A request brings the next drain within the watched interval, and
+        // the drains after it come that often.
+        let asked = start + second + Duration::from_millis(100);
+        drains.asked(asked);
+        assert_eq!(drains.next, asked + WATCHED_INTERVAL);
+        drains.drained(drains.next);
+        assert_eq!(drains.next, asked + 2 * WATCHED_INTERVAL);
+        // Unasked for WATCHED_FOR, they go back to the drain interval.
+        let late = asked + WATCHED_FOR + second;
+        drains.drained(late);
+        assert_eq!(drains.next, late + second);
+        // A drain interval shorter than the watched one is kept.
+        let mut fast = DrainSchedule::new(Duration::from_millis(100), start);
+        fast.asked(start);
+        assert_eq!(fast.next, start + Duration::from_millis(100));
+    }
 }

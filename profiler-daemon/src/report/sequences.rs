@@ -78,19 +78,38 @@ impl Sequences {
         }
     }
 
-    /// Adds the sequences `range` of `other` after these, numbered on.
-    pub fn append_range(&mut self, other: &Sequences, range: std::ops::Range<usize>) {
-        if range.is_empty() {
-            return;
+    /// Puts sequences among these in place: `inserts[i] = (place, values)`
+    /// puts `values` before the sequence now numbered `place` (or after
+    /// the last, for `len()`), and those after it are numbered on. Places
+    /// must be ascending; inserts at one place keep their order. Each held
+    /// value moves once, in blocks, with no new allocation beyond growth:
+    /// what lets a few sequences join many at the cost of a copy.
+    pub fn insert(&mut self, inserts: &[(usize, &[u32])]) {
+        let held = self.len();
+        debug_assert!(inserts.is_sorted_by_key(|&(place, _)| place));
+        debug_assert!(inserts.iter().all(|&(place, _)| place <= held));
+        let added: usize = inserts.iter().map(|(_, values)| values.len()).sum();
+        let held_values = self.starts[held];
+        self.values.resize(held_values + added, 0);
+        self.starts.resize(held + inserts.len() + 1, 0);
+        // Backwards, so that nothing is overwritten before it is moved: the
+        // held sequences from insert `i`'s place up to the next insert's
+        // move up by `i + 1` sequences and by the values of inserts `..=i`.
+        let mut shift_values = added;
+        let mut block_end = held;
+        for (i, &(place, values)) in inserts.iter().enumerate().rev() {
+            let (from, to) = (self.starts[place], self.starts[block_end]);
+            self.values.copy_within(from..to, from + shift_values);
+            for sequence in (place + 1..=block_end).rev() {
+                self.starts[sequence + i + 1] = self.starts[sequence] + shift_values;
+            }
+            shift_values -= values.len();
+            let start = from + shift_values;
+            self.values[start..start + values.len()].copy_from_slice(values);
+            self.starts[place + i + 1] = start + values.len();
+            self.starts[place + i] = start;
+            block_end = place;
         }
-        let (first, end) = (other.starts[range.start], other.starts[range.end]);
-        let offset = self.values.len();
-        self.values.extend_from_slice(&other.values[first..end]);
-        self.starts.extend(
-            other.starts[range.start + 1..=range.end]
-                .iter()
-                .map(|&start| offset + start - first),
-        );
     }
 
     /// Bytes held, at capacity.
@@ -201,6 +220,44 @@ mod tests {
             sequences.finish().expect("few");
         }
         sequences
+    }
+
+    #[test]
+    fn inserts_in_place_are_those_of_a_vector_of_sequences() {
+        let mut random = Random::new(11);
+        for round in 0..200 {
+            let held: Vec<Vec<u32>> = (0..random.below(12))
+                .map(|_| {
+                    (0..random.below(4))
+                        .map(|_| random.below(100) as u32)
+                        .collect()
+                })
+                .collect();
+            let mut inserts: Vec<(usize, Vec<u32>)> = (0..random.below(6) + round % 2)
+                .map(|_| {
+                    let place = random.below(held.len() + 1);
+                    let values = (0..random.below(4)).map(|_| 100 + random.below(9) as u32);
+                    (place, values.collect())
+                })
+                .collect();
+            inserts.sort_by_key(|&(place, _)| place);
+            let mut expected = held.clone();
+            for (i, (place, values)) in inserts.iter().enumerate() {
+                expected.insert(place + i, values.clone());
+            }
+            let mut sequences = sequences(&held);
+            let borrowed: Vec<(usize, &[u32])> = inserts
+                .iter()
+                .map(|(place, values)| (*place, &values[..]))
+                .collect();
+            sequences.insert(&borrowed);
+            let got: Vec<Vec<u32>> = sequences.iter().map(<[u32]>::to_vec).collect();
+            assert_eq!(got, expected, "held {held:?}, inserts {inserts:?}");
+            assert_eq!(
+                sequences.value_count(),
+                expected.iter().map(Vec::len).sum::<usize>()
+            );
+        }
     }
 
     #[test]

@@ -116,6 +116,24 @@ fn first_after(laid: &Sequences, places: std::ops::Range<usize>, words: &[u32]) 
     low
 }
 
+/// Puts `inserts` (ascending places, each before the item now at that
+/// place) among `items` in place, as [`Sequences::insert`] does.
+fn insert_in_place<T: Copy + Default>(
+    items: &mut Vec<T>,
+    inserts: impl DoubleEndedIterator<Item = (usize, T)> + ExactSizeIterator,
+) {
+    let held = items.len();
+    let mut shift = inserts.len();
+    items.resize(held + shift, T::default());
+    let mut block_end = held;
+    for (place, item) in inserts.rev() {
+        items.copy_within(place..block_end, place + shift);
+        shift -= 1;
+        items[place + shift] = item;
+        block_end = place;
+    }
+}
+
 /// The distinct words: numbered as they come (their id), and in the
 /// report's order (their rank, what the stacks hold).
 #[derive(Default)]
@@ -253,6 +271,11 @@ impl StackIndex {
         self.len() == 0
     }
 
+    /// Distinct words of the stacks indexed.
+    pub fn word_count(&self) -> usize {
+        self.words.words.len()
+    }
+
     /// Bytes held, roughly: what the index adds to the daemon's memory.
     pub fn bytes(&self) -> usize {
         let words = &self.words;
@@ -331,43 +354,39 @@ impl StackIndex {
     }
 
     /// Sorts the stacks `added` (the words of stacks `first..`, by id)
-    /// among themselves, merges them into the order and ranks every stack.
+    /// among themselves, puts them in the order and ranks every stack.
     /// Only the new stacks' words are compared (with those they are put
-    /// between); the rest is a copy in order.
+    /// between); the held ones move up in place, in blocks.
     fn merge_into_order(&mut self, added: &Sequences, first: usize) -> Result<(), ReportError> {
         // Fewer than the stacks, whose ids are 32-bit.
         let mut new: Vec<u32> = (0..added.len() as u32).collect();
         sort_by_sequence(&mut new, self.words.words.len(), |id| added.get(id));
-        let held = std::mem::take(&mut self.order);
-        let held_tied = std::mem::take(&mut self.tied);
-        let held_laid = std::mem::replace(&mut self.laid, Sequences::with_capacity(0, 0));
-        let stacks = held.len() + new.len();
-        let mut order = Vec::with_capacity(stacks);
-        let mut tied = Vec::with_capacity(stacks);
-        let values = held_laid.value_count() + added.value_count();
-        // Room for some growth: the next stacks come a few at a time.
-        let mut laid = Sequences::with_capacity(stacks + stacks / 8, values + values / 8);
+        let held = self.order.len();
+        let mut places = Vec::with_capacity(new.len());
         let mut next = 0;
+        let mut before: Option<&[u32]> = None;
         for &id in &new {
             // After the stacks of equal words: the held stack after a new
             // one has other words, and a held stack's tie to the one before
             // it holds (no new stack comes between equal ones).
             let words = added.get(id);
-            let before = first_after(&held_laid, next..held.len(), words);
-            order.extend_from_slice(&held[next..before]);
-            tied.extend_from_slice(&held_tied[next..before]);
-            laid.append_range(&held_laid, next..before);
-            next = before;
-            let place = laid.len();
-            tied.push(place > 0 && laid.get(small_id(place - 1, "stacks")?) == words);
-            order.push(small_id(first + id as usize, "stacks")?);
-            laid.extend_from_slice(words);
-            laid.finish()?;
+            let place = first_after(&self.laid, next..held, words);
+            if place > next || before.is_none() {
+                before = place.checked_sub(1).map(|last| self.laid.get(last as u32));
+            }
+            next = place;
+            let id = small_id(first + id as usize, "stacks")?;
+            places.push((place, words, id, before == Some(words)));
+            before = Some(words);
         }
-        order.extend_from_slice(&held[next..]);
-        tied.extend_from_slice(&held_tied[next..]);
-        laid.append_range(&held_laid, next..held.len());
-        (self.order, self.tied, self.laid) = (order, tied, laid);
+        let inserts: Vec<(usize, &[u32])> =
+            places.iter().map(|&(p, words, ..)| (p, words)).collect();
+        self.laid.insert(&inserts);
+        insert_in_place(&mut self.order, places.iter().map(|&(p, _, id, _)| (p, id)));
+        insert_in_place(
+            &mut self.tied,
+            places.iter().map(|&(p, .., tied)| (p, tied)),
+        );
         self.rank_stacks();
         Ok(())
     }

@@ -381,8 +381,10 @@ impl Service {
 
     /// Keeps the reports' stack indexes current until the daemon stops:
     /// every [`reports::STACK_INDEX_REFRESH`] the indexes in use take in the
-    /// stacks the drains added (and follow the store's compactions), so
-    /// that a report's own share is what came since; the unused ones go.
+    /// stacks the drains added once they are a
+    /// [`reports::STACK_INDEX_LAG`]th of those held (and follow the store's
+    /// compactions), so that a report's own share is small; the unused ones
+    /// go.
     pub async fn keep_stack_indexes_current(self: Arc<Self>) {
         let mut every = tokio::time::interval(reports::STACK_INDEX_REFRESH);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

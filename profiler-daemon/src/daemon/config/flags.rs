@@ -45,7 +45,8 @@ pub struct Overrides {
     /// Samples per second on each CPU, 1-1000 [default: 49]
     #[arg(long, value_name = "HZ")]
     pub frequency_hz: Option<u32>,
-    /// How often the kernel maps are drained, e.g. 1s, 500ms [default: 1s]
+    /// How often the kernel maps are drained, e.g. 1s, 500ms (at least
+    /// every 250 ms for a minute after a request drains) [default: 1s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub drain_interval: Option<Duration>,
     /// How long samples are kept, e.g. 10m [default: 1h]

@@ -80,7 +80,8 @@ pub struct Config {
     pub http_plaintext_loopback: bool,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
-    /// How often the kernel maps are drained into the store.
+    /// How often the kernel maps are drained into the store (at least every
+    /// 250 ms for a minute after a request drains on demand).
     #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub drain_interval: Duration,
     /// How long aggregated samples are kept in memory.
