@@ -149,8 +149,16 @@ pub(super) fn cpu_totals_per_stack(
     threads_seen: &mut [bool],
     mut add: impl FnMut(Total),
 ) {
-    // (count, weight, least thread) per stack; a zero count is no samples.
-    let mut sums: Vec<(u64, u64, u32)> = vec![(0, 0, u32::MAX); stacks];
+    // (count, least thread) per stack; a zero count is no samples. Kept
+    // small: the sums are read at random, one per entry. Weights are the
+    // counts times the period, unless buckets differ in period (the
+    // frequency changed): then they are summed beside.
+    let mut sums: Vec<(u64, u32)> = vec![(0, u32::MAX); stacks];
+    let period_ns = buckets.first().map_or(0, |bucket| bucket.period_ns);
+    let mut weights = buckets
+        .iter()
+        .any(|bucket| bucket.period_ns != period_ns)
+        .then(|| vec![0_u64; stacks]);
     for bucket in buckets {
         // A bucket's entries come thread by thread: ask once per thread.
         let mut current: Option<(u32, bool)> = None;
@@ -169,12 +177,18 @@ pub(super) fn cpu_totals_per_stack(
             threads_seen[samples.thread as usize] = true;
             let sum = &mut sums[samples.stack as usize];
             sum.0 += u64::from(samples.count);
-            sum.1 += u64::from(samples.count) * bucket.period_ns;
-            sum.2 = sum.2.min(samples.thread);
+            sum.1 = sum.1.min(samples.thread);
+            if let Some(weights) = &mut weights {
+                weights[samples.stack as usize] += u64::from(samples.count) * bucket.period_ns;
+            }
         }
     }
-    for (stack, (count, weight, thread)) in (0..).zip(sums) {
+    for (stack, (count, thread)) in (0..).zip(sums) {
         if count > 0 {
+            let weight = match &weights {
+                Some(weights) => weights[stack as usize],
+                None => count * period_ns,
+            };
             add(Total {
                 thread,
                 stack,
@@ -287,6 +301,23 @@ mod tests {
                 vec![false, true, false, false]
             )
         );
+        // One period throughout: the weights are the counts times it.
+        let uniform = [
+            bucket(10, &[(2, 7, 1), (0, 3, 2)]),
+            bucket(10, &[(1, 7, 4), (0, 3, 5)]),
+        ];
+        let uniform: Vec<&Bucket> = uniform.iter().collect();
+        let mut totals = Vec::new();
+        cpu_totals_per_stack(
+            &uniform,
+            |_| true,
+            10,
+            &mut [false; 4],
+            |total| {
+                totals.push((total.stack, total.thread, total.count, total.weight));
+            },
+        );
+        assert_eq!(totals, vec![(3, 0, 7, 70), (7, 1, 5, 50)]);
     }
 
     #[test]
