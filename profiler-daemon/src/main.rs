@@ -28,7 +28,7 @@ use profilerd::{
     },
     peek::{self, Peeker},
     pipeline::Inboxes,
-    pipeline::Pipeline,
+    pipeline::{DrainIntervals, Pipeline},
     service::{DaemonInfo, Service, ServiceParts, limits::ServiceLimits},
     service::{
         http::HttpListener,
@@ -128,7 +128,10 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         inboxes.clone(),
         // The exporters (Pyroscope, OpenTelemetry) will plug in here.
         Vec::new(),
-        config.drain_interval,
+        DrainIntervals {
+            every: config.drain_interval,
+            watched: config.watched_drain_interval,
+        },
         config.unwind_info_limit.as_u64(),
         offcpu_intervals,
     )

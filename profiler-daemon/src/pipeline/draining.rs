@@ -46,40 +46,49 @@ pub(super) enum Wake {
 /// it (the drain runs a pass of its own), one wake-up instead of two.
 const DRAIN_EARLY: Duration = Duration::from_millis(50);
 
-/// While windows are asked for, drains come at least this often, so that a
-/// request that drains first (a report of a window up to now) finds at most
-/// this much backlog to unwind and symbolize: under the scale run's storm,
-/// a second's backlog made a report wait 15-60 ms for its drain.
-const WATCHED_INTERVAL: Duration = Duration::from_millis(250);
+/// How often the drain thread drains the kernel's maps.
+#[derive(Clone, Copy, Debug)]
+pub struct DrainIntervals {
+    /// The drain interval.
+    pub every: Duration,
+    /// The interval while windows are asked for (when shorter), for
+    /// [`WATCHED_FOR`] after a request that drains: so that a request that
+    /// drains first (a report of a window up to now) finds at most this
+    /// much backlog to unwind and symbolize. Under the scale run's storm, a
+    /// second's backlog made a report wait 15-60 ms for its drain.
+    pub watched: Duration,
+}
 
-/// How long after the last request for a drain the drains keep coming every
-/// [`WATCHED_INTERVAL`]: a dashboard asking every few seconds, or `top`,
-/// keeps them so; an unwatched daemon drains every drain interval (four
-/// times as many drains cost an idle daemon ~0.1% of a core more).
+/// How long after the last request for a drain the drains keep coming at
+/// the watched interval: a dashboard asking every few seconds, or `top`,
+/// keeps them so; an unwatched daemon drains every drain interval (drains
+/// every 250 ms instead of every second cost an idle daemon ~0.1% of a core
+/// more).
 const WATCHED_FOR: Duration = Duration::from_secs(60);
 
-/// When drains fall due: every drain interval, and every
-/// [`WATCHED_INTERVAL`] (when shorter) for [`WATCHED_FOR`] after a request.
+/// When drains fall due: every drain interval, and every watched interval
+/// (when shorter) for [`WATCHED_FOR`] after a request.
 struct DrainSchedule {
-    interval: Duration,
+    intervals: DrainIntervals,
     next: Instant,
     watched_until: Option<Instant>,
 }
 
 impl DrainSchedule {
-    fn new(interval: Duration, now: Instant) -> Self {
+    fn new(intervals: DrainIntervals, now: Instant) -> Self {
         Self {
-            interval,
-            next: now + interval,
+            intervals,
+            next: now + intervals.every,
             watched_until: None,
         }
     }
 
     /// The time between drains as of `now`.
     fn every(&self, now: Instant) -> Duration {
+        let DrainIntervals { every, watched } = self.intervals;
         match self.watched_until {
-            Some(until) if now < until => self.interval.min(WATCHED_INTERVAL),
-            _ => self.interval,
+            Some(until) if now < until => every.min(watched),
+            _ => every,
         }
     }
 
@@ -128,17 +137,17 @@ pub(super) struct Outlets<'a> {
     pub stats: &'a Mutex<PipelineStats>,
 }
 
-/// The drain thread's loop: drains every `interval` (more often while
-/// windows are asked for, see [`DrainSchedule`]) and when woken with a
-/// request, runs the unwinding passes as they fall due, until told to stop.
+/// The drain thread's loop: drains every interval of `intervals` (the
+/// watched one while windows are asked for, see [`DrainSchedule`]) and when
+/// woken with a request, runs the unwinding passes as they fall due, until told to stop.
 pub(super) fn drain_and_unwind(
     mut source: Box<dyn SampleSource>,
     mut unwinding: Option<Unwinding<'_>>,
-    interval: Duration,
+    intervals: DrainIntervals,
     wakes: &mpsc::Receiver<Wake>,
     outlets: &Outlets<'_>,
 ) {
-    let mut drains = DrainSchedule::new(interval, Instant::now());
+    let mut drains = DrainSchedule::new(intervals, Instant::now());
     let mut next_pass = unwinding
         .as_ref()
         .map(|_| Instant::now() + Pass::default().next_in(Announced::default()));
@@ -273,7 +282,9 @@ mod tests {
     fn drains_come_faster_while_windows_are_asked_for() {
         let start = Instant::now();
         let second = Duration::from_secs(1);
-        let mut drains = DrainSchedule::new(second, start);
+        let watched = Duration::from_millis(250);
+        let intervals = |every| DrainIntervals { every, watched };
+        let mut drains = DrainSchedule::new(intervals(second), start);
         assert_eq!(drains.next, start + second);
         drains.drained(start + second);
         assert_eq!(drains.next, start + 2 * second);
@@ -281,15 +292,15 @@ mod tests {
         // the drains after it come that often.
         let asked = start + second + Duration::from_millis(100);
         drains.asked(asked);
-        assert_eq!(drains.next, asked + WATCHED_INTERVAL);
+        assert_eq!(drains.next, asked + watched);
         drains.drained(drains.next);
-        assert_eq!(drains.next, asked + 2 * WATCHED_INTERVAL);
+        assert_eq!(drains.next, asked + 2 * watched);
         // Unasked for WATCHED_FOR, they go back to the drain interval.
         let late = asked + WATCHED_FOR + second;
         drains.drained(late);
         assert_eq!(drains.next, late + second);
         // A drain interval shorter than the watched one is kept.
-        let mut fast = DrainSchedule::new(Duration::from_millis(100), start);
+        let mut fast = DrainSchedule::new(intervals(Duration::from_millis(100)), start);
         fast.asked(start);
         assert_eq!(fast.next, start + Duration::from_millis(100));
     }

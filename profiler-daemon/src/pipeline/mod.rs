@@ -32,14 +32,15 @@ mod unwinding;
 mod waits;
 mod watching;
 
-use self::{
-    draining::{DrainRequest, Outlets, Unwinding, Wake},
-    watching::ProcessWatcher,
-};
 pub use self::{
+    draining::DrainIntervals,
     inbox::{Inboxes, SampleInbox},
     sinks::{ExportSink, SinkError},
     waits::WaitStats,
+};
+use self::{
+    draining::{DrainRequest, Outlets, Unwinding, Wake},
+    watching::ProcessWatcher,
 };
 
 use crate::{
@@ -175,7 +176,7 @@ impl Pipeline {
         store: Arc<RwLock<Store>>,
         inboxes: Inboxes,
         sinks: Vec<Box<dyn ExportSink>>,
-        drain_interval: Duration,
+        drains: DrainIntervals,
         unwind_info_limit: u64,
         offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
     ) -> Result<Self, PipelineError> {
@@ -193,7 +194,7 @@ impl Pipeline {
             store,
             inboxes,
             sinks,
-            drain_interval,
+            drains,
             unwind_info_limit,
         )
     }
@@ -214,7 +215,7 @@ impl Pipeline {
         store: Arc<RwLock<Store>>,
         inboxes: Inboxes,
         sinks: Vec<Box<dyn ExportSink>>,
-        drain_interval: Duration,
+        drains: DrainIntervals,
         unwind_info_limit: u64,
     ) -> Result<Self, PipelineError> {
         let stopping = Arc::new(AtomicBool::new(false));
@@ -276,13 +277,7 @@ impl Pipeline {
                     processes: &processes,
                     stats: &stats,
                 };
-                draining::drain_and_unwind(
-                    source,
-                    unwinding,
-                    drain_interval,
-                    &request_queue,
-                    &outlets,
-                );
+                draining::drain_and_unwind(source, unwinding, drains, &request_queue, &outlets);
             })
         })?);
 

@@ -71,7 +71,10 @@ fn drain_once(
             ..Inboxes::default()
         },
         sinks,
-        Duration::from_secs(60),
+        DrainIntervals {
+            every: Duration::from_secs(60),
+            watched: Duration::from_secs(60),
+        },
         0,
     )
     .unwrap();

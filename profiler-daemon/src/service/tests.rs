@@ -27,7 +27,7 @@ use crate::{
         targets::{MemoryTargetMaps, TargetSet, Targets},
     },
     peek::{PeekSettings, Peeker, Protection},
-    pipeline::{Inboxes, Pipeline, testing::QueuedSource},
+    pipeline::{DrainIntervals, Inboxes, Pipeline, testing::QueuedSource},
     profile::{Format, Frame, GroupBy, Location, LocationKind, ReportOptions, ThreadInfo},
     store::{Store, StoreSettings},
     symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
@@ -68,7 +68,10 @@ fn fixture() -> Fixture {
         store.clone(),
         inboxes,
         Vec::new(),
-        Duration::from_secs(60),
+        DrainIntervals {
+            every: Duration::from_secs(60),
+            watched: Duration::from_secs(60),
+        },
         0,
     )
     .expect("the pipeline starts");

@@ -651,8 +651,9 @@ async fn a_storm_of_short_lived_processes_is_reported() {
 /// simple workload has no losses.
 #[tokio::test(flavor = "multi_thread")]
 async fn full_maps_are_counted_and_the_daemon_recovers() {
-    // Drains 5 s apart (and at the cuts of profiles): on a busy machine the
-    // heavy workload may get little CPU time, yet over 256 samples. The
+    // Drains 5 s apart, even while asked for (and at the cuts of profiles):
+    // on a busy machine the heavy workload may get little CPU time, yet
+    // over 256 samples. The
     // counts map has room for them all: had it filled first, samples would
     // be dropped whole (counts_map_full) rather than kept as [lost]. Peeks
     // (which other tests' signals would start) are off: their samples share
@@ -669,6 +670,8 @@ async fn full_maps_are_counted_and_the_daemon_recovers() {
         "--max-sample-keys",
         "4096",
         "--drain-interval",
+        "5s",
+        "--watched-drain-interval",
         "5s",
     ])
     .await;

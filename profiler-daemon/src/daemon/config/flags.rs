@@ -45,10 +45,14 @@ pub struct Overrides {
     /// Samples per second on each CPU, 1-1000 [default: 49]
     #[arg(long, value_name = "HZ")]
     pub frequency_hz: Option<u32>,
-    /// How often the kernel maps are drained, e.g. 1s, 500ms (at least
-    /// every 250 ms for a minute after a request drains) [default: 1s]
+    /// How often the kernel maps are drained, e.g. 1s, 500ms [default: 1s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub drain_interval: Option<Duration>,
+    /// How often they are drained (when more often) for a minute after a
+    /// request drains, so that the next finds little to drain; the drain
+    /// interval or more turns it off [default: 250ms]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub watched_drain_interval: Option<Duration>,
     /// How long samples are kept, e.g. 10m [default: 1h]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub retention: Option<Duration>,
@@ -154,6 +158,7 @@ impl Config {
             http_plaintext_loopback,
             frequency_hz,
             drain_interval,
+            watched_drain_interval,
             retention,
             resolution,
             memory_limit,
@@ -213,6 +218,7 @@ impl Config {
         set(&mut self.http_plaintext_loopback, http_plaintext_loopback);
         set(&mut self.frequency_hz, frequency_hz);
         set(&mut self.drain_interval, drain_interval);
+        set(&mut self.watched_drain_interval, watched_drain_interval);
         set(&mut self.retention, retention);
         set(&mut self.resolution, resolution);
         set(&mut self.memory_limit, memory_limit);

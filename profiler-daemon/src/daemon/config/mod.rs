@@ -80,10 +80,14 @@ pub struct Config {
     pub http_plaintext_loopback: bool,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
-    /// How often the kernel maps are drained into the store (at least every
-    /// 250 ms for a minute after a request drains on demand).
+    /// How often the kernel maps are drained into the store.
     #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub drain_interval: Duration,
+    /// How often they are drained (when more often) for a minute after a
+    /// request drains on demand, so that the next request finds little to
+    /// drain.
+    #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
+    pub watched_drain_interval: Duration,
     /// How long aggregated samples are kept in memory.
     #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub retention: Duration,
@@ -205,6 +209,7 @@ impl Default for Config {
             http_plaintext_loopback: false,
             frequency_hz: 49,
             drain_interval: Duration::from_secs(1),
+            watched_drain_interval: Duration::from_millis(250),
             retention: Duration::from_secs(3600),
             resolution: Duration::from_secs(10),
             memory_limit: ByteSize::mib(64),

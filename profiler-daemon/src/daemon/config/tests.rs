@@ -153,6 +153,10 @@ fn out_of_range_values_are_rejected_by_key() {
         ("frequency_hz = 0", "frequency_hz"),
         ("frequency_hz = 1001", "frequency_hz"),
         ("drain_interval = \"1ms\"", "drain_interval"),
+        (
+            "watched_drain_interval = \"50ms\"",
+            "watched_drain_interval",
+        ),
         ("memory_limit = \"1KiB\"", "memory_limit"),
         ("max_profile_duration = \"2h\"", "max_profile_duration"),
         ("resolution = \"500ms\"", "resolution"),

@@ -35,6 +35,18 @@ impl Config {
                 ),
             );
         }
+        if self.watched_drain_interval < Duration::from_millis(100)
+            || self.watched_drain_interval > Duration::from_secs(10)
+        {
+            return invalid(
+                "watched_drain_interval",
+                format!(
+                    "{} is out of range; accepted: 100ms-10s (the drain_interval or more \
+                     turns it off)",
+                    humantime::format_duration(self.watched_drain_interval)
+                ),
+            );
+        }
         if self.retention < Duration::from_secs(10) || self.retention > Duration::from_secs(86_400)
         {
             return invalid(
