@@ -32,6 +32,11 @@ use crate::{
 /// sampled before that instant is in the store.
 pub(super) struct DrainRequest {
     pub stored: bool,
+    /// From a report of a window up to now: the drains come at the watched
+    /// interval for a while (see [`DrainIntervals`]). Not from profiles,
+    /// sessions, peeks or `top`, whose drains during their own window would
+    /// take CPU from what they measure.
+    pub watched: bool,
     pub done: tokio::sync::oneshot::Sender<SystemTime>,
 }
 
@@ -51,23 +56,22 @@ const DRAIN_EARLY: Duration = Duration::from_millis(50);
 pub struct DrainIntervals {
     /// The drain interval.
     pub every: Duration,
-    /// The interval while windows are asked for (when shorter), for
-    /// [`WATCHED_FOR`] after a request that drains: so that a request that
-    /// drains first (a report of a window up to now) finds at most this
-    /// much backlog to unwind and symbolize. Under the scale run's storm, a
+    /// The interval while reports of windows up to now are asked for (when
+    /// shorter), for [`WATCHED_FOR`] after one: so that the next finds at
+    /// most this much backlog to unwind and symbolize. Under the scale run's storm, a
     /// second's backlog made a report wait 15-60 ms for its drain.
     pub watched: Duration,
 }
 
-/// How long after the last request for a drain the drains keep coming at
-/// the watched interval: a dashboard asking every few seconds, or `top`,
+/// How long after the last report of a window up to now the drains keep
+/// coming at the watched interval: a dashboard asking every few seconds
 /// keeps them so; an unwatched daemon drains every drain interval (drains
 /// every 250 ms instead of every second cost an idle daemon ~0.1% of a core
 /// more).
 const WATCHED_FOR: Duration = Duration::from_secs(60);
 
 /// When drains fall due: every drain interval, and every watched interval
-/// (when shorter) for [`WATCHED_FOR`] after a request.
+/// (when shorter) for [`WATCHED_FOR`] after a report's request.
 struct DrainSchedule {
     intervals: DrainIntervals,
     next: Instant,
@@ -92,8 +96,8 @@ impl DrainSchedule {
         }
     }
 
-    /// A drain was asked for (and is done) at `now`.
-    fn asked(&mut self, now: Instant) {
+    /// A report's drain was asked for (and is done) at `now`.
+    fn watched(&mut self, now: Instant) {
         self.watched_until = Some(now + WATCHED_FOR);
         self.next = self.next.min(now + self.every(now));
     }
@@ -138,7 +142,7 @@ pub(super) struct Outlets<'a> {
 }
 
 /// The drain thread's loop: drains every interval of `intervals` (the
-/// watched one while windows are asked for, see [`DrainSchedule`]) and when
+/// watched one while reports are asked for, see [`DrainSchedule`]) and when
 /// woken with a request, runs the unwinding passes as they fall due, until told to stop.
 pub(super) fn drain_and_unwind(
     mut source: Box<dyn SampleSource>,
@@ -176,8 +180,8 @@ pub(super) fn drain_and_unwind(
             if drain_due {
                 drains.drained(now);
             }
-            if !waiting.is_empty() {
-                drains.asked(now);
+            if waiting.iter().any(|request| request.watched) {
+                drains.watched(now);
             }
             let copies = unwinding.as_ref().map(|unwinding| unwinding.copies);
             if !drain_once(source.as_mut(), copies, waiting, outlets) {
@@ -279,7 +283,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn drains_come_faster_while_windows_are_asked_for() {
+    fn drains_come_faster_while_reports_are_asked_for() {
         let start = Instant::now();
         let second = Duration::from_secs(1);
         let watched = Duration::from_millis(250);
@@ -291,7 +295,7 @@ mod tests {
         // A request brings the next drain within the watched interval, and
         // the drains after it come that often.
         let asked = start + second + Duration::from_millis(100);
-        drains.asked(asked);
+        drains.watched(asked);
         assert_eq!(drains.next, asked + watched);
         drains.drained(drains.next);
         assert_eq!(drains.next, asked + 2 * watched);
@@ -301,7 +305,7 @@ mod tests {
         assert_eq!(drains.next, late + second);
         // A drain interval shorter than the watched one is kept.
         let mut fast = DrainSchedule::new(intervals(Duration::from_millis(100)), start);
-        fast.asked(start);
+        fast.watched(start);
         assert_eq!(fast.next, start + Duration::from_millis(100));
     }
 }

@@ -129,21 +129,32 @@ impl PipelineHandle {
     /// Opens a window: drains the kernel maps now and resolves to the instant
     /// of the cut. Samples taken after it land in later buckets.
     pub async fn open_window(&self) -> Result<SystemTime, PipelineError> {
-        self.cut(false).await
+        self.cut(false, false).await
     }
 
     /// Closes a window: drains the kernel maps now and resolves to the
     /// instant of the cut once every sample taken before it is in the store,
     /// so a window between two cuts holds exactly the samples taken in it.
     pub async fn close_window(&self) -> Result<SystemTime, PipelineError> {
-        self.cut(true).await
+        self.cut(true, false).await
     }
 
-    async fn cut(&self, stored: bool) -> Result<SystemTime, PipelineError> {
+    /// Closes a window for a report of it, as [`Self::close_window`] does,
+    /// and has the drains come at the watched interval for a while, so that
+    /// the next report (a dashboard's) finds little to drain.
+    pub async fn close_window_for_report(&self) -> Result<SystemTime, PipelineError> {
+        self.cut(true, true).await
+    }
+
+    async fn cut(&self, stored: bool, watched: bool) -> Result<SystemTime, PipelineError> {
         let asked = std::time::Instant::now();
         let (done, finished) = tokio::sync::oneshot::channel();
         self.requests
-            .send(Wake::Drain(DrainRequest { stored, done }))
+            .send(Wake::Drain(DrainRequest {
+                stored,
+                watched,
+                done,
+            }))
             .map_err(|_| PipelineError::Stopped)?;
         let cut = finished.await.map_err(|_| PipelineError::Stopped)?;
         tracing::debug!(

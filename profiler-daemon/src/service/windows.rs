@@ -342,11 +342,11 @@ impl Service {
                 // Samples up to `end` may still be in the kernel's maps.
                 let newest = crate::read_lock(&self.store).newest();
                 if newest.is_none_or(|newest| newest < end) {
-                    self.pipeline.close_window().await?;
+                    self.pipeline.close_window_for_report().await?;
                 }
                 end
             }
-            _ => self.pipeline.close_window().await?,
+            _ => self.pipeline.close_window_for_report().await?,
         };
         let oldest = crate::read_lock(&self.store).oldest();
         if oldest.is_none_or(|oldest| end <= oldest) {

@@ -35,6 +35,27 @@ fn thread<'a>(report: &'a v1::PeekReport, name: &str) -> &'a v1::PeekThread {
         .unwrap_or_else(|| panic!("no thread {name:?} in the report:\n{}", report.text))
 }
 
+/// The seconds a thread spent runnable but waiting for a CPU, from its
+/// title line in the report's text ("… 0.12 s in the run queue").
+fn run_queue_secs(report: &v1::PeekReport, thread: &v1::PeekThread) -> f64 {
+    let title = format!("Thread {} ({}) Total snapshots:", thread.tid, thread.name);
+    let line = report
+        .text
+        .lines()
+        .find(|line| line.starts_with(&title))
+        .unwrap_or_else(|| {
+            panic!(
+                "no title line for {}:
+{}",
+                thread.name, report.text
+            )
+        });
+    line.strip_suffix(" s in the run queue")
+        .and_then(|rest| rest.rsplit(' ').next())
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or_else(|| panic!("no run queue time in {line:?}"))
+}
+
 /// The lines of one thread's tree in the report's text.
 fn tree_of<'a>(report: &'a v1::PeekReport, thread: &v1::PeekThread) -> Vec<&'a str> {
     let title = format!("Thread {} ({}) Total snapshots:", thread.tid, thread.name);
@@ -110,12 +131,21 @@ async fn kill_usr1_reports_each_thread_to_a_watcher() {
     );
     for (name, function) in [("spin-alpha", "spin_alpha"), ("spin-beta", "spin_beta")] {
         let busy = thread(&report, name);
+        // Runnable all along: on CPU, or waiting for one. On 2 CPUs the
+        // daemon's own unwinding of the peek's stacks competes with the two
+        // spinners, and the report says how long they waited.
+        let runnable = busy.utilization_percent + run_queue_secs(&report, busy) * 100.0;
         assert!(
-            (85.0..=100.0).contains(&busy.utilization_percent),
-            "{name} should be ~100% busy (latency {latency:?}):\n{}",
+            (60.0..=100.0).contains(&busy.utilization_percent) && runnable >= 95.0,
+            "{name} should be busy, runnable all along (latency {latency:?}):\n{}",
             report.text
         );
-        assert!(busy.snapshots > 800, "{}", report.text);
+        // A snapshot per millisecond on CPU.
+        assert!(
+            busy.snapshots as f64 >= busy.utilization_percent * 9.0,
+            "{}",
+            report.text
+        );
         let tree = tree_of(&report, busy);
         assert!(
             tree.iter()

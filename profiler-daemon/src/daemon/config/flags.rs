@@ -49,8 +49,8 @@ pub struct Overrides {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub drain_interval: Option<Duration>,
     /// How often they are drained (when more often) for a minute after a
-    /// request drains, so that the next finds little to drain; the drain
-    /// interval or more turns it off [default: 250ms]
+    /// report of a window up to now, so that the next finds little to
+    /// drain; the drain interval or more turns it off [default: 250ms]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub watched_drain_interval: Option<Duration>,
     /// How long samples are kept, e.g. 10m [default: 1h]

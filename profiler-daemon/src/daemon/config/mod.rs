@@ -84,8 +84,8 @@ pub struct Config {
     #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub drain_interval: Duration,
     /// How often they are drained (when more often) for a minute after a
-    /// request drains on demand, so that the next request finds little to
-    /// drain.
+    /// report of a window up to now, so that the next report finds little
+    /// to drain.
     #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub watched_drain_interval: Duration,
     /// How long aggregated samples are kept in memory.
