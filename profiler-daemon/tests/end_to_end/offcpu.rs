@@ -119,7 +119,13 @@ async fn a_thread_that_spins_and_sleeps_shows_where_its_wall_clock_went() {
     let elapsed = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
     let time = Time::of(&stacks, 999.0);
     let context = format!("{time:?} over {elapsed:.3} s; schedstat {before:?} → {after:?}");
-    assert!(within(time.cpu, 2.0, 0.05), "cpu: {context}");
+    // 2 s of spinning, or what the thread really got when it waited for a
+    // CPU on a busy machine (the kernel's own count, around the window).
+    let measured_cpu = after.0 - before.0;
+    assert!(
+        within(time.cpu, 2.0, 0.05) || within(time.cpu, measured_cpu, 0.05),
+        "cpu: {context}"
+    );
     assert!(within(time.sleeping, 8.0, 0.05), "S: {context}");
     assert!(within(time.wall() / elapsed, 1.0, 0.02), "wall: {context}");
     // Every frame of the sleeping chain, down to the kernel's wait.
