@@ -58,8 +58,9 @@ pub struct DrainIntervals {
     pub every: Duration,
     /// The interval while reports of windows up to now are asked for (when
     /// shorter), for [`WATCHED_FOR`] after one: so that the next finds at
-    /// most this much backlog to unwind and symbolize. Under the scale run's storm, a
-    /// second's backlog made a report wait 15-60 ms for its drain.
+    /// most this much backlog to unwind and symbolize. Under the scale
+    /// run's storm, a second's backlog made a report wait 15-60 ms for its
+    /// drain.
     pub watched: Duration,
 }
 
@@ -143,7 +144,8 @@ pub(super) struct Outlets<'a> {
 
 /// The drain thread's loop: drains every interval of `intervals` (the
 /// watched one while reports are asked for, see [`DrainSchedule`]) and when
-/// woken with a request, runs the unwinding passes as they fall due, until told to stop.
+/// woken with a request, runs the unwinding passes as they fall due, until
+/// told to stop.
 pub(super) fn drain_and_unwind(
     mut source: Box<dyn SampleSource>,
     mut unwinding: Option<Unwinding<'_>>,
