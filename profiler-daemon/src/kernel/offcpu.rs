@@ -318,26 +318,67 @@ impl RecorderState {
                 self.dropped += maps.clear_pending();
             }
         }
-        *crate::write_lock(&self.recorded) = RecordedNow {
-            everything: everything || control.sample_threshold != 0,
+        crate::write_lock(&self.recorded).change_to(
+            everything || control.sample_threshold != 0,
             pids,
-        };
+            monotonic_now_ns(),
+        );
         Ok(())
     }
 }
 
 /// Which processes are recorded now, for the pipeline: the waits of a
-/// process no longer recorded stop being credited.
+/// process no longer recorded stop being credited, at the end of its
+/// recording.
 #[derive(Clone, Debug, Default)]
 pub struct RecordedNow {
     everything: bool,
     /// Sorted.
     pids: Vec<u32>,
+    /// When the recording of every process last ended (monotonic ns).
+    everything_ended_ns: Option<u64>,
+    /// When the recording of these processes last ended, for
+    /// [`ENDINGS_KEPT_NS`] (the pipeline ends their waits at its next
+    /// drain).
+    pids_ended_ns: Vec<(u32, u64)>,
 }
+
+/// How long the end of a process's recording is remembered.
+const ENDINGS_KEPT_NS: u64 = 60_000_000_000;
 
 impl RecordedNow {
     pub fn includes(&self, pid: u32) -> bool {
         self.everything || self.pids.binary_search(&pid).is_ok()
+    }
+
+    /// When the recording of `pid`, not recorded now, ended (monotonic ns),
+    /// if that is remembered.
+    pub fn ended_ns(&self, pid: u32) -> Option<u64> {
+        let own = self
+            .pids_ended_ns
+            .iter()
+            .filter(|&&(ended, _)| ended == pid)
+            .map(|&(_, at)| at)
+            .max();
+        own.max(self.everything_ended_ns)
+    }
+
+    /// Records `pids` (sorted), or every process, from `now_ns` on.
+    fn change_to(&mut self, everything: bool, pids: Vec<u32>, now_ns: u64) {
+        if self.everything && !everything {
+            self.everything_ended_ns = Some(now_ns);
+        }
+        self.pids_ended_ns
+            .retain(|&(_, at)| now_ns.saturating_sub(at) < ENDINGS_KEPT_NS);
+        if !everything {
+            let ended = self
+                .pids
+                .iter()
+                .filter(|pid| pids.binary_search(pid).is_err());
+            self.pids_ended_ns.extend(ended.map(|&pid| (pid, now_ns)));
+        }
+        self.everything = everything;
+        self.pids = pids;
     }
 
     pub fn is_nothing(&self) -> bool {
@@ -347,6 +388,12 @@ impl RecordedNow {
 
 /// A shared view of [`RecordedNow`].
 pub type RecordedProcesses = Arc<std::sync::RwLock<RecordedNow>>;
+
+/// CLOCK_MONOTONIC now, the kernel's `bpf_ktime_get_ns` clock.
+pub fn monotonic_now_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
 
 /// The kernel's threshold for a probability: a wait is recorded when a
 /// random u32 falls below it.
@@ -517,6 +564,28 @@ mod tests {
         recorder.set_sample_probability(0.5);
         assert!(lock(&seen).0.active());
         assert!((sample_scale(lock(&seen).0.sample_threshold) - 2.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_end_of_each_processs_recording_is_remembered() {
+        let mut recorded = RecordedNow::default();
+        recorded.change_to(false, vec![3, 7], 100);
+        assert_eq!(recorded.ended_ns(3), None);
+        recorded.change_to(false, vec![7], 200);
+        assert_eq!(recorded.ended_ns(3), Some(200));
+        recorded.change_to(true, vec![7], 300);
+        recorded.change_to(false, vec![], 400);
+        // 3 was recorded again with every process, 7 by its own recording
+        // and every process: both until 400.
+        assert_eq!(recorded.ended_ns(3), Some(400));
+        assert_eq!(recorded.ended_ns(7), Some(400));
+        assert_eq!(recorded.ended_ns(5), Some(400), "every process was");
+        // Forgotten after a minute.
+        let mut only_pids = RecordedNow::default();
+        only_pids.change_to(false, vec![3], 0);
+        only_pids.change_to(false, vec![], 10);
+        only_pids.change_to(false, vec![], 10 + ENDINGS_KEPT_NS);
+        assert_eq!(only_pids.ended_ns(3), None);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::{
     watching::{Announced, ProcessWatcher},
 };
 use crate::{
-    kernel::{drain, sources::SampleSource},
+    kernel::{drain, offcpu::monotonic_now_ns, sources::SampleSource},
     lock,
     symbols::processes::ProcessTable,
 };
@@ -216,6 +216,8 @@ fn drain_once(
         stats,
     } = *outlets;
     let drain_started = Instant::now();
+    // The cut in the kernel's clock, for the waits under way.
+    let cut_ns = monotonic_now_ns();
     let mut raw = match source.drain() {
         Ok(raw) => raw,
         Err(err) => {
@@ -230,7 +232,7 @@ fn drain_once(
     if let Some(copies) = stack_copies {
         let mut copies = lock(copies);
         copies.unwind_all(processes);
-        raw.samples.extend(copies.take());
+        raw.samples.extend(copies.take(cut_ns));
         wait_stats = copies.wait_stats();
     }
     debug!(counters = ?raw.counters, waits = ?wait_stats, "drained");

@@ -17,13 +17,13 @@ use tracing::warn;
 
 use profiler_common::offcpu::WaitingThread;
 
-use super::waits::{WaitIdentity, WaitStats, Waits, monotonic_now_ns};
+use super::waits::{WaitIdentity, WaitStats, Waits};
 use super::{blocked, watching::Announced};
 use crate::{
     kernel::announcements::ForkLineages,
     kernel::{
         drain::{RawSample, ThreadNames},
-        offcpu::{OffCpuIntervals, RecordedProcesses, sample_scale},
+        offcpu::{OffCpuIntervals, RecordedProcesses, monotonic_now_ns, sample_scale},
         stack_copies::{StackCopies, StackCopy},
     },
     lock,
@@ -245,13 +245,13 @@ impl StackCopyUnwinder {
     }
 
     /// Takes the samples unwound since the last call, with the time of the
-    /// waits still under way up to now.
-    pub fn take(&mut self) -> Vec<RawSample> {
+    /// waits still under way up to `cut_ns` (the drain's cut, monotonic):
+    /// time after it belongs to the next window, however long unwinding
+    /// took.
+    pub fn take(&mut self, cut_ns: u64) -> Vec<RawSample> {
         if let Some(waits) = &mut self.waits {
             let pending = &mut self.pending;
-            waits.credit_until(monotonic_now_ns(), |identity, nanos| {
-                add(pending, identity, nanos)
-            });
+            waits.credit_until(cut_ns, |identity, nanos| add(pending, identity, nanos));
         }
         let empty: Arc<[u64]> = Arc::from([]);
         let thread_names = &mut self.thread_names;

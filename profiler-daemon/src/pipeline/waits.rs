@@ -150,9 +150,10 @@ impl<I: WaitIdentity> Waits<I> {
         self.stats.under_way = self.under_way.len() as u64;
     }
 
-    /// Credits the waits still under way up to `now_ns`, dropping those the
-    /// kernel no longer has pending (their interval was lost) and ending
-    /// those of processes no longer recorded.
+    /// Credits the waits still under way up to `now_ns` (the drain's cut),
+    /// dropping those the kernel no longer has pending (their interval was
+    /// lost) and ending those of processes no longer recorded (credited up
+    /// to the end of their recording, when that came before).
     pub fn credit_until(&mut self, now_ns: u64, mut charge: impl FnMut(I, u64)) {
         let recorded = crate::read_lock(&self.recorded).clone();
         if recorded.is_nothing() {
@@ -163,11 +164,13 @@ impl<I: WaitIdentity> Waits<I> {
         self.under_way.retain(|&(tid, switched_out_ns), wait| {
             if !recorded.includes(wait.identity.pid()) {
                 ended += 1;
-                // Recorded up to the end of its recording, about now.
-                if now_ns > wait.credited_ns {
+                let until = recorded
+                    .ended_ns(wait.identity.pid())
+                    .map_or(now_ns, |ended_ns| ended_ns.min(now_ns));
+                if until > wait.credited_ns {
                     charge(
                         wait.identity.clone(),
-                        scaled(now_ns - wait.credited_ns, wait.scale),
+                        scaled(until - wait.credited_ns, wait.scale),
                     );
                 }
                 if intervals
@@ -246,12 +249,6 @@ fn scaled(nanos: u64, scale: f64) -> u64 {
     } else {
         (nanos as f64 * scale).round() as u64
     }
-}
-
-/// CLOCK_MONOTONIC now, the kernel's `bpf_ktime_get_ns` clock.
-pub fn monotonic_now_ns() -> u64 {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 #[cfg(test)]
