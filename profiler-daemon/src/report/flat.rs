@@ -20,6 +20,7 @@ use std::{collections::VecDeque, fmt::Write as _};
 
 use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, LineKey, Lines, StackId};
+use super::parallel;
 use super::stack_index::StackIndex;
 use super::{
     PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_percent,
@@ -71,9 +72,9 @@ fn write(
     keys: &[LineKey<'_>],
     options: &ReportOptions,
 ) -> Result<String, ReportError> {
-    let mut table = Table::new(expansion, stacks, keys, options);
     let sections = sections(profile, expansion, options.groupby)?;
-    let cut = table.within_maxlines(&sections);
+    let mut table = Table::new(expansion, stacks, keys, options, &sections);
+    let cut = table.within_maxlines();
     render_sections(profile, sections, cut, "", LEGEND, |out, section| {
         table.write(out, section)
     })
@@ -137,48 +138,40 @@ struct Cells<'a> {
 
 /// Writes the tables of a report's sections, with what they share computed
 /// once and buffers kept from section to section.
-struct Table<'l, 'a> {
-    expansion: &'l Expansion<'a>,
-    stacks: StackLines<'l, 'a>,
+struct Table<'l> {
     /// The report's options, `mincount` raised to stay within `maxlines`.
     options: ReportOptions,
     /// Room for the rows at the edge of `maxlines`, left for the sections
     /// not written yet.
     ties: Ties,
-    /// The rows counted to stay within `maxlines`, of the sections not
-    /// written yet, in the order they are written.
+    /// The rows of each section (those `mincount` let through before it
+    /// was raised), of the sections not written yet, in the order they are
+    /// written.
     counted: VecDeque<Vec<Row>>,
     /// The cells of each line.
     cells: Vec<Cells<'l>>,
-    /// Per line: samples whose stack holds it, in the section so far (0
-    /// between sections).
-    counts: Vec<u64>,
-    /// Per line: samples whose leaf it is, in the section so far (0
-    /// between sections).
-    overheads: Vec<u64>,
-    /// Per stack: its samples in the section so far (0 between sections).
-    stack_counts: Vec<u64>,
-    /// Per line: the stamp of the last stack counted, so that a frame
-    /// recurring in one stack counts once.
-    last_stack: Vec<usize>,
-    /// The stamp of the last stack counted; stacks are stamped from 1 on.
-    stamp: usize,
 }
 
-impl<'l, 'a> Table<'l, 'a> {
+impl<'l> Table<'l> {
+    /// The table of `sections`, their rows counted (on more than one core
+    /// when they are many).
     fn new(
-        expansion: &'l Expansion<'a>,
-        stacks: StackLines<'l, 'a>,
+        expansion: &Expansion<'_>,
+        stacks: StackLines<'_, '_>,
         keys: &[LineKey<'l>],
         options: &ReportOptions,
+        sections: &[Section],
     ) -> Self {
-        let line_count = keys.len();
+        let counted = parallel::map_in_order(
+            sections,
+            |section| section.samples.len(),
+            || Counter::new(keys.len(), expansion.stack_counts.len()),
+            |counter, section| counter.rows(expansion, stacks, section, options.mincount),
+        );
         Table {
-            expansion,
-            stacks,
             options: options.clone(),
             ties: Ties::default(),
-            counted: VecDeque::new(),
+            counted: counted.into(),
             cells: keys
                 .iter()
                 .map(|key| Cells {
@@ -188,25 +181,16 @@ impl<'l, 'a> Table<'l, 'a> {
                     function: key.function_text(),
                 })
                 .collect(),
-            counts: vec![0; line_count],
-            overheads: vec![0; line_count],
-            stack_counts: vec![0; expansion.stack_counts.len()],
-            last_stack: vec![0; line_count],
-            stamp: 0,
         }
     }
 
     /// Raises `mincount` so that the sections' tables print at most
     /// `maxlines` rows in all, when they would print more; returns what is
     /// then left out.
-    fn within_maxlines(&mut self, sections: &[Section]) -> Option<LinesCut> {
+    fn within_maxlines(&mut self) -> Option<LinesCut> {
         let mut budget = LineBudget::new(self.options.maxlines)?;
-        for section in sections {
-            let rows = self.counted_rows(section);
-            for row in &rows {
-                budget.offer(row.count);
-            }
-            self.counted.push_back(rows);
+        for row in self.counted.iter().flatten() {
+            budget.offer(row.count);
         }
         let cut = budget.cut()?;
         self.options.mincount = self.options.mincount.max(cut.mincount);
@@ -214,16 +198,12 @@ impl<'l, 'a> Table<'l, 'a> {
         Some(cut)
     }
 
-    /// The rows of a section that pass `mincount`, in `sortedby` order.
-    fn rows(&mut self, section: &Section) -> Vec<Row> {
-        let mut rows = match self.counted.pop_front() {
-            Some(mut rows) => {
-                let mincount = self.options.mincount;
-                rows.retain(|row| row.count >= mincount);
-                rows
-            }
-            None => self.counted_rows(section),
-        };
+    /// The rows of the next section that pass `mincount`, in `sortedby`
+    /// order.
+    fn rows(&mut self) -> Vec<Row> {
+        let mut rows = self.counted.pop_front().unwrap_or_default();
+        let mincount = self.options.mincount;
+        rows.retain(|row| row.count >= mincount);
         // Line ids are in `LineKey` order.
         match self.options.sortedby {
             SortedBy::FileFuncLine => rows.sort_unstable_by_key(|row| row.line),
@@ -242,95 +222,9 @@ impl<'l, 'a> Table<'l, 'a> {
         rows
     }
 
-    /// The rows of a section that pass `mincount`, in no order.
-    fn counted_rows(&mut self, section: &Section) -> Vec<Row> {
-        let expansion = self.expansion;
-        // The section's samples per stack, in order of first sight: samples
-        // with one stack count towards the same lines. Counts are above 0,
-        // so 0 means not seen yet.
-        let mut stacks: Vec<StackId> = Vec::new();
-        if expansion.is_every_sample(&section.samples) {
-            // Their counts per stack are known.
-            self.stack_counts.copy_from_slice(&expansion.stack_counts);
-            stacks.extend(
-                (0..)
-                    .zip(&self.stack_counts)
-                    .filter_map(|(stack, &count)| (count > 0).then_some(stack)),
-            );
-        } else {
-            for &index in &section.samples {
-                let sample = &expansion.samples[index as usize];
-                let count = &mut self.stack_counts[sample.stack as usize];
-                if *count == 0 {
-                    stacks.push(sample.stack);
-                }
-                *count = count.saturating_add(sample.count);
-            }
-        }
-        let mut walk: Vec<(StackId, u64)> = stacks
-            .into_iter()
-            .map(|stack| {
-                (
-                    stack,
-                    std::mem::take(&mut self.stack_counts[stack as usize]),
-                )
-            })
-            .collect();
-        if let StackLines::Index(index) = self.stacks {
-            // The index's stacks are read in its order, where their words
-            // lie: by rank, stacks of equal words as one.
-            for (stack, _) in &mut walk {
-                *stack = index.ranks()[*stack as usize];
-            }
-            walk.sort_unstable_by_key(|&(rank, _)| rank);
-            walk.dedup_by(|(rank, count), (kept_rank, kept_count)| {
-                let same = rank == kept_rank;
-                if same {
-                    *kept_count = kept_count.saturating_add(*count);
-                }
-                same
-            });
-        }
-        // The lines in the section's stacks, in order of first sight.
-        let mut seen: Vec<LineId> = Vec::new();
-        for (stack, count) in walk {
-            self.stamp += 1;
-            let (stamp, last_stack, counts) = (self.stamp, &mut self.last_stack, &mut self.counts);
-            let leaf = self.stacks.each(expansion, stack, |line| {
-                let slot = line as usize;
-                if last_stack[slot] != stamp {
-                    last_stack[slot] = stamp;
-                    if counts[slot] == 0 {
-                        seen.push(line);
-                    }
-                    counts[slot] = counts[slot].saturating_add(count);
-                }
-            });
-            if let Some(leaf) = leaf {
-                let leaf = leaf as usize;
-                self.overheads[leaf] = self.overheads[leaf].saturating_add(count);
-            }
-        }
-        let mut rows = Vec::with_capacity(seen.len());
-        for line in seen {
-            let slot = line as usize;
-            if self.counts[slot] >= self.options.mincount {
-                rows.push(Row {
-                    line,
-                    count: self.counts[slot],
-                    overhead: self.overheads[slot],
-                });
-            }
-            // Ready for the next section.
-            self.counts[slot] = 0;
-            self.overheads[slot] = 0;
-        }
-        rows
-    }
-
-    /// Writes the section's table; returns how many rows it holds.
+    /// Writes the next section's table; returns how many rows it holds.
     fn write(&mut self, out: &mut String, section: &Section) -> Result<usize, ReportError> {
-        let rows = self.rows(section);
+        let rows = self.rows();
         let cells = |row: &Row| &self.cells[row.line as usize];
         // Julia's minimum widths, widened to the widest entry.
         let count_width = digits(rows.iter().map(|row| row.count).max().unwrap_or(0)).max(6);
@@ -389,6 +283,127 @@ impl<'l, 'a> Table<'l, 'a> {
             out.push('\n');
         }
         Ok(rows.len())
+    }
+}
+
+/// Counts a section's rows: its scratch, kept from section to section
+/// (one per thread counting).
+struct Counter {
+    /// Per line: samples whose stack holds it, in the section so far (0
+    /// between sections).
+    counts: Vec<u64>,
+    /// Per line: samples whose leaf it is, in the section so far (0
+    /// between sections).
+    overheads: Vec<u64>,
+    /// Per stack: its samples in the section so far (0 between sections).
+    stack_counts: Vec<u64>,
+    /// Per line: the stamp of the last stack counted, so that a frame
+    /// recurring in one stack counts once.
+    last_stack: Vec<usize>,
+    /// The stamp of the last stack counted; stacks are stamped from 1 on.
+    stamp: usize,
+}
+
+impl Counter {
+    fn new(lines: usize, stacks: usize) -> Self {
+        Counter {
+            counts: vec![0; lines],
+            overheads: vec![0; lines],
+            stack_counts: vec![0; stacks],
+            last_stack: vec![0; lines],
+            stamp: 0,
+        }
+    }
+
+    /// The rows of a section that pass `mincount`, in no order.
+    fn rows(
+        &mut self,
+        expansion: &Expansion<'_>,
+        lines: StackLines<'_, '_>,
+        section: &Section,
+        mincount: u64,
+    ) -> Vec<Row> {
+        // The section's samples per stack, in order of first sight: samples
+        // with one stack count towards the same lines. Counts are above 0,
+        // so 0 means not seen yet.
+        let mut stacks: Vec<StackId> = Vec::new();
+        if expansion.is_every_sample(&section.samples) {
+            // Their counts per stack are known.
+            self.stack_counts.copy_from_slice(&expansion.stack_counts);
+            stacks.extend(
+                (0..)
+                    .zip(&self.stack_counts)
+                    .filter_map(|(stack, &count)| (count > 0).then_some(stack)),
+            );
+        } else {
+            for &index in &section.samples {
+                let sample = &expansion.samples[index as usize];
+                let count = &mut self.stack_counts[sample.stack as usize];
+                if *count == 0 {
+                    stacks.push(sample.stack);
+                }
+                *count = count.saturating_add(sample.count);
+            }
+        }
+        let mut walk: Vec<(StackId, u64)> = stacks
+            .into_iter()
+            .map(|stack| {
+                (
+                    stack,
+                    std::mem::take(&mut self.stack_counts[stack as usize]),
+                )
+            })
+            .collect();
+        if let StackLines::Index(index) = lines {
+            // The index's stacks are read in its order, where their words
+            // lie: by rank, stacks of equal words as one.
+            for (stack, _) in &mut walk {
+                *stack = index.ranks()[*stack as usize];
+            }
+            walk.sort_unstable_by_key(|&(rank, _)| rank);
+            walk.dedup_by(|(rank, count), (kept_rank, kept_count)| {
+                let same = rank == kept_rank;
+                if same {
+                    *kept_count = kept_count.saturating_add(*count);
+                }
+                same
+            });
+        }
+        // The lines in the section's stacks, in order of first sight.
+        let mut seen: Vec<LineId> = Vec::new();
+        for (stack, count) in walk {
+            self.stamp += 1;
+            let (stamp, last_stack, counts) = (self.stamp, &mut self.last_stack, &mut self.counts);
+            let leaf = lines.each(expansion, stack, |line| {
+                let slot = line as usize;
+                if last_stack[slot] != stamp {
+                    last_stack[slot] = stamp;
+                    if counts[slot] == 0 {
+                        seen.push(line);
+                    }
+                    counts[slot] = counts[slot].saturating_add(count);
+                }
+            });
+            if let Some(leaf) = leaf {
+                let leaf = leaf as usize;
+                self.overheads[leaf] = self.overheads[leaf].saturating_add(count);
+            }
+        }
+        let mut rows = Vec::with_capacity(seen.len());
+        for line in seen {
+            let slot = line as usize;
+            if self.counts[slot] >= mincount {
+                rows.push(Row {
+                    line,
+                    count: self.counts[slot],
+                    overhead: self.overheads[slot],
+                });
+            }
+            // Ready for the next section.
+            self.counts[slot] = 0;
+            self.overheads[slot] = 0;
+        }
+        rows
     }
 }
 

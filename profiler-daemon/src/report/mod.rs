@@ -39,6 +39,7 @@ mod flat;
 mod folded;
 mod frames;
 mod functions;
+mod parallel;
 mod pprof;
 mod pprof_diff;
 mod protobuf;
