@@ -117,6 +117,17 @@ impl LineBudget {
         }
     }
 
+    /// Adds what `other` was offered, as if it had been offered here: the
+    /// lines it counted and the biggest counts it kept (the floor of
+    /// either is never above the final cut, so the lines under it that
+    /// either left out can be left out).
+    pub fn merge(&mut self, other: LineBudget) {
+        self.count_lines(other.lines);
+        for Reverse(count) in other.biggest {
+            self.consider(count);
+        }
+    }
+
     /// A count no line left out of the final cut can reach: lines of
     /// fewer samples are never shown, whatever is offered next (0 until
     /// the counts of more lines than the budget were considered).
@@ -224,6 +235,22 @@ mod tests {
         // One deep stack: every line has its 3 samples.
         let cut = super::tests::cut(2, &[3; 10]).expect("a cut");
         assert_eq!((cut.mincount, cut.ties.room, cut.shown), (3, 2, 2));
+    }
+
+    #[test]
+    fn merged_budgets_cut_as_one_offered_everything() {
+        let counts = [5, 1, 9, 3, 3, 7, 2, 8, 3, 6, 4, 4];
+        let whole = cut(4, &counts);
+        for split in 0..counts.len() {
+            let mut first = LineBudget::new(4).expect("a budget");
+            let mut second = LineBudget::new(4).expect("a budget");
+            counts[..split].iter().for_each(|&count| first.offer(count));
+            counts[split..]
+                .iter()
+                .for_each(|&count| second.offer(count));
+            first.merge(second);
+            assert_eq!(first.cut(), whole, "split at {split}");
+        }
     }
 
     #[test]

@@ -162,7 +162,7 @@ impl<'l> Table<'l> {
         options: &ReportOptions,
         sections: &[Section],
     ) -> Self {
-        let counted = parallel::map_in_order(
+        let (counted, _) = parallel::map_in_order(
             sections,
             |section| section.samples.len(),
             || Counter::new(keys.len(), expansion.stack_counts.len()),

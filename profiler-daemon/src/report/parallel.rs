@@ -19,17 +19,19 @@ const LEAST_WORK_PER_WORKER: usize = 20_000;
 
 /// `each` of every item, in the items' order, worked out on up to
 /// [`MOST_WORKERS`] threads, each given a share of about equal `weight`
-/// and its own scratch from `scratch`. It falls back to this thread alone
-/// when the work is small or no thread can be started.
+/// and its own scratch from `scratch`; with the scratches as the threads
+/// left them (e.g. what each summed up). It falls back to this thread
+/// alone when the work is small or no thread can be started.
 pub(super) fn map_in_order<T, S, R>(
     items: &[T],
     weight: impl Fn(&T) -> usize,
     scratch: impl Fn() -> S + Sync,
     each: impl Fn(&mut S, &T) -> R + Sync,
-) -> Vec<R>
+) -> (Vec<R>, Vec<S>)
 where
     T: Sync,
     R: Send,
+    S: Send,
 {
     let total: usize = items.iter().map(&weight).sum();
     let available = thread::available_parallelism().map_or(1, NonZeroUsize::get);
@@ -39,13 +41,12 @@ where
         .max(1);
     let sequentially = |share: &[T]| {
         let mut scratch = scratch();
-        share
-            .iter()
-            .map(|item| each(&mut scratch, item))
-            .collect::<Vec<R>>()
+        let results: Vec<R> = share.iter().map(|item| each(&mut scratch, item)).collect();
+        (results, scratch)
     };
     if workers == 1 {
-        return sequentially(items);
+        let (results, scratch) = sequentially(items);
+        return (results, vec![scratch]);
     }
     let shares = split(items, &weight, workers);
     thread::scope(|scope| {
@@ -62,16 +63,19 @@ where
                 (share, spawned.ok())
             })
             .collect();
-        let mut results = sequentially(first);
+        let (mut results, scratch) = sequentially(first);
+        let mut scratches = vec![scratch];
         for (share, worker) in started {
-            match worker.map(|worker| worker.join()) {
-                Some(Ok(done)) => results.extend(done),
+            let (done, scratch) = match worker.map(|worker| worker.join()) {
+                Some(Ok(done)) => done,
                 // A panic in a worker is a panic of the report.
                 Some(Err(panic)) => std::panic::resume_unwind(panic),
-                None => results.extend(sequentially(share)),
-            }
+                None => sequentially(share),
+            };
+            results.extend(done);
+            scratches.push(scratch);
         }
-        results
+        (results, scratches)
     })
 }
 
@@ -114,7 +118,7 @@ mod tests {
     #[test]
     fn results_come_in_the_items_order_whatever_the_threads() {
         let items: Vec<usize> = (0..1000).collect();
-        let doubled = map_in_order(
+        let (doubled, seen) = map_in_order(
             &items,
             |_| LEAST_WORK_PER_WORKER,
             || 0_usize,
@@ -127,5 +131,6 @@ mod tests {
             doubled,
             items.iter().map(|item| item * 2).collect::<Vec<_>>()
         );
+        assert_eq!(seen.iter().sum::<usize>(), items.len(), "{seen:?}");
     }
 }

@@ -18,8 +18,11 @@
 //! function and line; `maxdepth = n` prints n levels; and the noise floor
 //! also applies to roots, against the section's total.
 
+use std::collections::VecDeque;
+
 use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, Lines, StackSample};
+use super::parallel;
 use super::stack_index::{Ranked, StackIndex};
 use super::{
     PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, ThreadSection, digits, push_decimal,
@@ -112,6 +115,7 @@ fn write(
 ) -> Result<String, ReportError> {
     let sections = sections(expansion)?;
     let cut = printer.within_maxlines(&sections)?;
+    printer.build_ahead(&sections)?;
     render_sections(profile, sections, cut, HEADER, LEGEND, |out, section| {
         printer.write_tree(out, section)
     })
@@ -120,9 +124,8 @@ fn write(
 /// Writes the trees of a report's sections, with what they share computed
 /// once and buffers kept from section to section.
 struct Printer<'l> {
-    samples: &'l [StackSample],
-    /// Samples per stack, over all samples.
-    stack_counts: &'l [u64],
+    /// What every section's tree is made of.
+    source: Source<'l>,
     /// The report's options, `mincount` raised to stay within `maxlines`.
     options: ReportOptions,
     /// Room for the lines at the edge of `maxlines`, left for the sections
@@ -130,21 +133,40 @@ struct Printer<'l> {
     ties: Ties,
     /// ` file:line; function` and a line break, for each line.
     texts: &'l [String],
+    indents: Indents,
+    /// The buffers of the sections written on this thread.
+    scratch: Scratch,
+    /// The tree of the one section, built while counting lines.
+    counted: Option<Tree>,
+    /// What the stacks share, once the lines of sections had to be counted.
+    prefixes: Option<Prefixes>,
+    /// The trees of the sections not written yet, in the order they are
+    /// written, built ahead (on more than one core) once the lines of
+    /// sections were counted: `None` for those `mincount` leaves empty.
+    built: VecDeque<Option<Tree>>,
+}
+
+/// The samples and stacks the sections' trees are made of, read by every
+/// thread that builds them.
+struct Source<'l> {
+    samples: &'l [StackSample],
+    /// Samples per stack, over all samples.
+    stack_counts: &'l [u64],
     /// The distinct stacks as lines, in lexicographic order.
     stacks: Ranked<'l>,
     /// The rank in `stacks` of each stack of the expansion.
     ranks: &'l [u32],
-    indents: Indents,
+}
+
+/// A thread's buffers for building trees, kept from section to section.
+#[derive(Default)]
+struct Scratch {
     /// A section's samples as (rank of the stack, count).
     entries: Vec<(u32, u64)>,
     /// A section's samples per stack rank, for big sections.
     rank_counts: Vec<u64>,
     tree: Tree,
     walk: Walk,
-    /// The tree of the one section, built while counting lines.
-    counted: Option<Tree>,
-    /// What the stacks share, once the lines of sections had to be counted.
-    prefixes: Option<Prefixes>,
 }
 
 impl<'l> Printer<'l> {
@@ -156,20 +178,20 @@ impl<'l> Printer<'l> {
         options: &'l ReportOptions,
     ) -> Self {
         Printer {
-            samples: &expansion.samples,
-            stack_counts: &expansion.stack_counts,
+            source: Source {
+                samples: &expansion.samples,
+                stack_counts: &expansion.stack_counts,
+                stacks,
+                ranks,
+            },
             options: options.clone(),
             ties: Ties::default(),
             texts,
-            stacks,
-            ranks,
             indents: Indents::new(),
-            entries: Vec::new(),
-            rank_counts: Vec::new(),
-            tree: Tree::default(),
-            walk: Walk::default(),
+            scratch: Scratch::default(),
             counted: None,
             prefixes: None,
+            built: VecDeque::new(),
         }
     }
 
@@ -182,62 +204,47 @@ impl<'l> Printer<'l> {
         };
         // No tree has more lines than its samples' stacks have lines: a
         // small report needs no counting.
-        let most_lines = self.samples.iter().fold(0_u64, |lines, sample| {
-            let stack = self.ranks[sample.stack as usize];
-            lines + self.stacks.get(stack).len() as u64
+        let source = &self.source;
+        let most_lines = source.samples.iter().fold(0_u64, |lines, sample| {
+            let stack = source.ranks[sample.stack as usize];
+            lines + source.stacks.get(stack).len() as u64
         });
         if most_lines <= self.options.maxlines {
             return Ok(None);
         }
         if let [section] = sections {
             // One tree, with its lines, built once: it is kept for writing.
-            self.build_tree(section)?;
+            let scratch = &mut self.scratch;
+            source.build_tree(section, scratch)?;
             let mut every_line = Ties::default();
-            self.walk.visit(
-                &self.tree,
+            scratch.walk.visit(
+                &scratch.tree,
                 &self.options,
                 &mut every_line,
                 section.total,
                 |node, _| budget.offer(node.count),
             );
-            self.counted = Some(std::mem::take(&mut self.tree));
+            self.counted = Some(std::mem::take(&mut scratch.tree));
             return Ok(self.cut(budget));
         }
         // Counted from the lines the stacks share, without reading them:
-        // a section's stacks are scattered across the order. With no
-        // filter but maxdepth, every node is a line, and only the nodes that
-        // may be among the `maxlines` of most samples are made.
-        let prefixes = Prefixes::new(&self.stacks);
-        let every_node = self.options.mincount == 0 && self.options.noisefloor <= 0.0;
-        for section in sections {
-            self.collect_entries(section);
-            let stacks = SectionStacks::new(&self.entries, &prefixes);
-            let floor = match every_node {
-                true => {
-                    budget.count_lines(stacks.lines(self.options.maxdepth));
-                    budget.floor()
-                }
-                false => 0,
-            };
-            if section.total < floor {
-                continue;
-            }
-            self.tree.build_from(&stacks, floor, |_, _| NO_LINE)?;
-            let mut filter = Filter {
-                options: &self.options,
-                ties: &mut Ties::default(),
-            };
-            // Every line that passes the filters, in whatever order.
-            self.walk
-                .in_line_order(
-                    &self.tree,
-                    &mut filter,
-                    section.total,
-                    |node, _| match every_node {
-                        true => budget.consider(node.count),
-                        false => budget.offer(node.count),
-                    },
-                );
+        // a section's stacks are scattered across the order. Each thread
+        // counts its share of the sections into a budget of its own; the
+        // budgets' biggest counts, merged, are those of every line.
+        let prefixes = Prefixes::new(&source.stacks);
+        let options = &self.options;
+        let (counted, budgets) = parallel::map_in_order(
+            sections,
+            |section| section.samples.len(),
+            || (Scratch::default(), LineBudget::new(options.maxlines)),
+            |(scratch, budget), section| match budget {
+                Some(budget) => source.count_lines(section, &prefixes, options, scratch, budget),
+                None => Ok(()),
+            },
+        );
+        counted.into_iter().collect::<Result<(), _>>()?;
+        for (_, counted) in budgets {
+            budget.merge(counted.expect("a budget as the report's"));
         }
         self.prefixes = Some(prefixes);
         Ok(self.cut(budget))
@@ -253,39 +260,57 @@ impl<'l> Printer<'l> {
         cut
     }
 
-    /// Builds the tree of a section's samples.
-    fn build_tree(&mut self, section: &Section) -> Result<(), ReportError> {
-        self.collect_entries(section);
-        let stacks = &self.stacks;
-        self.tree.build(
-            self.entries
-                .iter()
-                .map(|&(rank, count)| (stacks.get(rank), count)),
-        )
+    /// Builds the trees of the sections ahead of writing them, on more
+    /// than one core, once their lines were counted: only the lines
+    /// `mincount` lets through.
+    fn build_ahead(&mut self, sections: &[Section]) -> Result<(), ReportError> {
+        let Some(prefixes) = &self.prefixes else {
+            return Ok(());
+        };
+        let (source, mincount) = (&self.source, self.options.mincount);
+        let (built, _) = parallel::map_in_order(
+            sections,
+            |section| match section.total < mincount {
+                true => 0,
+                false => section.samples.len(),
+            },
+            Scratch::default,
+            |scratch, section| {
+                // No line has more samples than its section: under
+                // `mincount` (as most sections of a busy machine are once
+                // `maxlines` raised it), none is shown.
+                if section.total < mincount {
+                    return Ok(None);
+                }
+                source.collect_entries(section, scratch);
+                let section_stacks = SectionStacks::new(&scratch.entries, prefixes);
+                let stacks = &source.stacks;
+                let line_of = |place, depth: u32| stacks.get(place)[depth as usize - 1];
+                let mut tree = Tree::default();
+                tree.build_from(&section_stacks, mincount, line_of)?;
+                Ok(Some(tree))
+            },
+        );
+        self.built = built.into_iter().collect::<Result<_, ReportError>>()?;
+        Ok(())
     }
 
     /// Writes the section's tree; returns how many lines it holds.
     fn write_tree(&mut self, out: &mut String, section: &Section) -> Result<usize, ReportError> {
+        let built = self.built.pop_front();
         // No line has more samples than its section: under `mincount` (as
         // most sections of a busy machine are once `maxlines` raised it),
         // none is shown and the tree need not be built.
         if section.total < self.options.mincount {
             return Ok(0);
         }
+        let scratch = &mut self.scratch;
         if let Some(counted) = self.counted.take() {
-            self.tree = counted;
-        } else if let Some(prefixes) = self.prefixes.take() {
-            // Only the lines `mincount` lets through.
-            self.collect_entries(section);
-            let section_stacks = SectionStacks::new(&self.entries, &prefixes);
-            let stacks = &self.stacks;
-            let line_of = |place, depth: u32| stacks.get(place)[depth as usize - 1];
-            let floor = self.options.mincount;
-            let built = self.tree.build_from(&section_stacks, floor, line_of);
-            self.prefixes = Some(prefixes);
-            built?;
+            scratch.tree = counted;
+        } else if let Some(Some(built)) = built {
+            scratch.tree = built;
         } else {
-            self.build_tree(section)?;
+            self.source.build_tree(section, scratch)?;
         }
         let (texts, indents, options) = (&self.texts, &self.indents, &self.options);
 
@@ -293,8 +318,8 @@ impl<'l> Printer<'l> {
         let (mut max_overhead, mut max_count) = (0, 0);
         let (mut shown, mut size) = (0, 0);
         let mut ties = self.ties;
-        self.walk.visit(
-            &self.tree,
+        scratch.walk.visit(
+            &scratch.tree,
             options,
             &mut ties,
             section.total,
@@ -312,8 +337,8 @@ impl<'l> Printer<'l> {
         let total = section.total;
 
         // The same walk again, the same ties admitted.
-        self.walk.visit(
-            &self.tree,
+        scratch.walk.visit(
+            &scratch.tree,
             options,
             &mut self.ties,
             section.total,
@@ -334,25 +359,90 @@ impl<'l> Printer<'l> {
         );
         Ok(shown)
     }
+}
 
-    /// Fills `entries` with the section's samples as (stack rank, count),
-    /// by rank: in lexicographic order of their lines.
-    fn collect_entries(&mut self, section: &Section) {
-        self.entries.clear();
+impl Source<'_> {
+    /// Builds the tree of a section's samples, with their lines, into
+    /// `scratch.tree`.
+    fn build_tree(&self, section: &Section, scratch: &mut Scratch) -> Result<(), ReportError> {
+        self.collect_entries(section, scratch);
+        let stacks = &self.stacks;
+        scratch.tree.build(
+            scratch
+                .entries
+                .iter()
+                .map(|&(rank, count)| (stacks.get(rank), count)),
+        )
+    }
+
+    /// Counts a section's lines into `budget` from what its stacks share
+    /// (`prefixes`). With no filter but maxdepth, every node is a line,
+    /// and only the nodes that may be among the `maxlines` of most samples
+    /// are made.
+    fn count_lines(
+        &self,
+        section: &Section,
+        prefixes: &Prefixes,
+        options: &ReportOptions,
+        scratch: &mut Scratch,
+        budget: &mut LineBudget,
+    ) -> Result<(), ReportError> {
+        let every_node = options.mincount == 0 && options.noisefloor <= 0.0;
+        self.collect_entries(section, scratch);
+        let stacks = SectionStacks::new(&scratch.entries, prefixes);
+        let floor = match every_node {
+            true => {
+                budget.count_lines(stacks.lines(options.maxdepth));
+                budget.floor()
+            }
+            false => 0,
+        };
+        if section.total < floor {
+            return Ok(());
+        }
+        scratch.tree.build_from(&stacks, floor, |_, _| NO_LINE)?;
+        let mut filter = Filter {
+            options,
+            ties: &mut Ties::default(),
+        };
+        // Every line that passes the filters, in whatever order.
+        scratch
+            .walk
+            .in_line_order(
+                &scratch.tree,
+                &mut filter,
+                section.total,
+                |node, _| match every_node {
+                    true => budget.consider(node.count),
+                    false => budget.offer(node.count),
+                },
+            );
+        Ok(())
+    }
+
+    /// Fills `scratch.entries` with the section's samples as (stack rank,
+    /// count), by rank: in lexicographic order of their lines.
+    fn collect_entries(&self, section: &Section, scratch: &mut Scratch) {
+        let Scratch {
+            entries,
+            rank_counts,
+            ..
+        } = scratch;
+        entries.clear();
         let samples = self.samples;
         let rank = |index: u32| self.ranks[samples[index as usize].stack as usize];
         let ranks = self.stacks.len();
         if section.samples.len() == samples.len() {
             // Every sample: their counts per stack are known.
-            self.rank_counts.clear();
-            self.rank_counts.resize(ranks, 0);
+            rank_counts.clear();
+            rank_counts.resize(ranks, 0);
             for (&rank, &count) in self.ranks.iter().zip(self.stack_counts) {
-                let total = &mut self.rank_counts[rank as usize];
+                let total = &mut rank_counts[rank as usize];
                 *total = total.saturating_add(count);
             }
-            self.entries.extend(
+            entries.extend(
                 (0..)
-                    .zip(&self.rank_counts)
+                    .zip(rank_counts.iter())
                     .filter(|&(_, &count)| count > 0)
                     .map(|(rank, &count)| (rank, count)),
             );
@@ -361,20 +451,19 @@ impl<'l> Printer<'l> {
                 .samples
                 .iter()
                 .map(|&index| samples[index as usize].count);
-            self.entries
-                .extend(section.samples.iter().map(|&index| rank(index)).zip(counts));
-            self.entries.sort_unstable_by_key(|&(rank, _)| rank);
+            entries.extend(section.samples.iter().map(|&index| rank(index)).zip(counts));
+            entries.sort_unstable_by_key(|&(rank, _)| rank);
         } else {
             // Many samples: counting per rank beats sorting them.
-            self.rank_counts.clear();
-            self.rank_counts.resize(ranks, 0);
+            rank_counts.clear();
+            rank_counts.resize(ranks, 0);
             for &index in &section.samples {
-                let count = &mut self.rank_counts[rank(index) as usize];
+                let count = &mut rank_counts[rank(index) as usize];
                 *count = count.saturating_add(samples[index as usize].count);
             }
-            self.entries.extend(
+            entries.extend(
                 (0..)
-                    .zip(&self.rank_counts)
+                    .zip(rank_counts.iter())
                     .filter(|&(_, &count)| count > 0)
                     .map(|(rank, &count)| (rank, count)),
             );
