@@ -326,8 +326,8 @@ impl Groups {
     fn new(profile: &Profile, expansion: &Expansion<'_>, groupby: GroupBy) -> Self {
         let mut ids: FxHashMap<String, usize> = FxHashMap::default();
         let mut thread_groups: Vec<Option<usize>> = vec![None; profile.threads.len()];
-        for sample in &expansion.samples {
-            let slot = &mut thread_groups[sample.thread_index as usize];
+        for sample in expansion.samples.iter() {
+            let slot = &mut thread_groups[sample.thread as usize];
             if slot.is_none() {
                 let text = group_frames(expansion.thread(sample), groupby)
                     .into_iter()
@@ -379,7 +379,7 @@ fn count_lines(
         );
     } else {
         lines.extend(samples.iter().map(|sample| {
-            let group = groups.thread_ranks[sample.thread_index as usize];
+            let group = groups.thread_ranks[sample.thread as usize];
             ((group, stack_ranks[sample.stack as usize]), sample.count)
         }));
         lines.sort_unstable_by_key(|&(line, _)| line);
@@ -573,7 +573,7 @@ mod tests {
         let expansion = Expansion::new(profile, options.kernel).expect("valid");
         let depth = options.maxdepth.map_or(usize::MAX, |d| (d as usize).max(1));
         let mut lines = std::collections::BTreeMap::<String, u64>::new();
-        for sample in &expansion.samples {
+        for sample in expansion.samples.iter() {
             let mut names = group_frames(expansion.thread(sample), options.groupby);
             let frames = expansion.frames_of(sample.stack).take(depth);
             names.extend(frames.map(|frame| frame_name(expansion.frames[frame as usize])));

@@ -15,9 +15,11 @@
 //! job (lines are numbered in `LineKey` order only so that formats can
 //! compare ids instead of keys).
 
+use std::borrow::Cow;
+
 use super::ReportError;
 use super::sequences::Sequences;
-use crate::profile::{Frame, Location, LocationKind, Profile, ThreadInfo, ThreadState};
+use crate::profile::{Frame, Location, LocationKind, Profile, ThreadInfo};
 
 /// The frame that stands for a run of kernel frames when `kernel == false`.
 pub(super) const KERNEL_MARKER: &str = "[kernel]";
@@ -36,7 +38,8 @@ pub(super) type LineId = u32;
 /// The samples of a profile with their stacks resolved and interned.
 pub(super) struct Expansion<'a> {
     /// Every sample with a non-zero count, in profile order.
-    pub samples: Vec<StackSample>,
+    /// The profile's own when its stacks are not expanded.
+    pub samples: Cow<'a, [StackSample]>,
     /// The samples of each stack, all threads together: what a report of
     /// the whole profile needs without a pass over every sample.
     pub stack_counts: Vec<u64>,
@@ -51,18 +54,10 @@ pub(super) struct Expansion<'a> {
     stacks: Sequences,
 }
 
-/// One profile sample with its stack resolved.
-#[derive(Clone, Copy)]
-pub(super) struct StackSample {
-    /// The thread's index in [`Profile::threads`] (see
-    /// [`Expansion::thread`]).
-    pub thread_index: u32,
-    pub count: u64,
-    pub weight: u64,
-    pub state: ThreadState,
-    /// Its stack, never empty.
-    pub stack: StackId,
-}
+/// One profile sample with its stack resolved: its `thread` an index in
+/// [`Profile::threads`] (see [`Expansion::thread`]), its `stack` an
+/// expansion's (or, without sites, the profile's), never empty.
+pub(super) type StackSample = crate::profile::Sample;
 
 /// A distinct site and where its frames are in [`Expansion::frames`].
 pub(super) struct SiteEntry<'a> {
@@ -80,7 +75,7 @@ impl<'a> Expansion<'a> {
     /// fraction of reading them in the order samples refer to them.
     pub fn new(profile: &'a Profile, kernel: bool) -> Result<Self, ReportError> {
         let mut expansion = Expansion {
-            samples: Vec::with_capacity(profile.samples.len()),
+            samples: Cow::Owned(Vec::with_capacity(profile.samples.len())),
             stack_counts: Vec::new(),
             threads: &profile.threads,
             sites: Vec::new(),
@@ -142,13 +137,7 @@ impl<'a> Expansion<'a> {
             let stack = stack_ids[sample.stack as usize];
             let total = &mut expansion.stack_counts[stack as usize];
             *total = total.saturating_add(sample.count);
-            expansion.samples.push(StackSample {
-                thread_index: sample.thread,
-                count: sample.count,
-                weight: sample.weight,
-                state: sample.state,
-                stack,
-            });
+            expansion.samples.to_mut().push(StackSample { stack, ..*sample });
         }
         Ok(expansion)
     }
@@ -157,34 +146,43 @@ impl<'a> Expansion<'a> {
     /// expanded: a sample's stack stays its id below `stacks`, for a report
     /// whose stacks come from elsewhere (a [`super::stack_index::StackIndex`]).
     pub fn without_sites(profile: &'a Profile, stacks: usize) -> Result<Self, ReportError> {
-        let mut expansion = Expansion {
-            samples: Vec::with_capacity(profile.samples.len()),
-            stack_counts: vec![0; stacks],
-            threads: &profile.threads,
-            sites: Vec::new(),
-            frames: Vec::new(),
-            stacks: Sequences::with_capacity(0, 0),
-        };
-        let samples = profile.samples.iter().enumerate();
-        for (number, sample) in samples.filter(|(_, sample)| sample.count > 0) {
+        let mut stack_counts = vec![0_u64; stacks];
+        let mut empty = 0;
+        for (number, sample) in profile.samples.iter().enumerate() {
+            if sample.count == 0 {
+                empty += 1;
+                continue;
+            }
             if sample.thread as usize >= profile.threads.len() {
                 let threads = profile.threads.len();
                 return Err(refers_past(number, "thread", sample.thread, threads));
             }
-            let total = expansion
-                .stack_counts
+            let total = stack_counts
                 .get_mut(sample.stack as usize)
                 .ok_or_else(|| refers_past(number, "stack", sample.stack, stacks))?;
             *total = total.saturating_add(sample.count);
-            expansion.samples.push(StackSample {
-                thread_index: sample.thread,
-                count: sample.count,
-                weight: sample.weight,
-                state: sample.state,
-                stack: sample.stack,
-            });
         }
-        Ok(expansion)
+        // The profile's samples as they are (a store's have counts), not
+        // copied: a window's may be a million.
+        let samples = match empty {
+            0 => Cow::Borrowed(&profile.samples[..]),
+            _ => Cow::Owned(
+                profile
+                    .samples
+                    .iter()
+                    .filter(|sample| sample.count > 0)
+                    .copied()
+                    .collect(),
+            ),
+        };
+        Ok(Expansion {
+            samples,
+            stack_counts,
+            threads: &profile.threads,
+            sites: Vec::new(),
+            frames: Vec::new(),
+            stacks: Sequences::with_capacity(0, 0),
+        })
     }
 
     /// The sample's thread.
@@ -195,7 +193,7 @@ impl<'a> Expansion<'a> {
 
     pub fn thread(&self, sample: &StackSample) -> &'a ThreadInfo {
         // Checked when the sample was resolved.
-        &self.threads[sample.thread_index as usize]
+        &self.threads[sample.thread as usize]
     }
 
     /// Whether these indexes of samples (distinct, as a section's are) are

@@ -340,7 +340,7 @@ fn sections(
     let mut by_thread: Vec<(&ThreadInfo, Vec<u32>)> = Vec::new();
     for index in all {
         let sample = &samples[index as usize];
-        let group = &mut thread_groups[sample.thread_index as usize];
+        let group = &mut thread_groups[sample.thread as usize];
         let group = *group.get_or_insert_with(|| {
             by_thread.push((expansion.thread(sample), Vec::new()));
             by_thread.len() - 1
@@ -419,7 +419,7 @@ fn thread_sections(
 ) -> Result<Vec<Section>, ReportError> {
     let mut by_thread: Vec<Vec<u32>> = vec![Vec::new(); profile.threads.len()];
     for (index, sample) in expansion.samples.iter().enumerate() {
-        by_thread[sample.thread_index as usize].push(frames::small_id(index, "samples")?);
+        by_thread[sample.thread as usize].push(frames::small_id(index, "samples")?);
     }
     titled
         .iter()

@@ -127,7 +127,7 @@ impl Grouping {
             Self::Machine if on_cpu() => {
                 // One sum per stack, in stack order: no hashing or sorting.
                 let mut sums: Vec<Option<StackSample>> = vec![None; expansion.stack_count()];
-                for sample in &expansion.samples {
+                for sample in expansion.samples.iter() {
                     add_up(
                         sums[sample.stack as usize].get_or_insert(empty(sample)),
                         sample,
@@ -151,9 +151,9 @@ impl Grouping {
             }
         };
         let mut sums: FxHashMap<(u32, StackId, ThreadState), StackSample> = FxHashMap::default();
-        for sample in &expansion.samples {
+        for sample in expansion.samples.iter() {
             let key = (
-                group_of_thread[sample.thread_index as usize],
+                group_of_thread[sample.thread as usize],
                 sample.stack,
                 sample.state,
             );
@@ -449,7 +449,7 @@ impl<'e, 'a> Builder<'e, 'a> {
     /// `thread_name` and `comm`, whose keys are `keys`; only `pid` and
     /// `comm` when samples stand for processes, none for the whole machine.
     fn thread_labels(&mut self, sample: &StackSample, keys: LabelKeys) -> Range<usize> {
-        let index = sample.thread_index as usize;
+        let index = sample.thread as usize;
         if let Some(labels) = &self.thread_labels[index] {
             return labels.clone();
         }

@@ -653,7 +653,7 @@ fn reference_body(profile: &Profile, options: &ReportOptions) -> Vec<String> {
 
     let expansion = Expansion::new(profile, options.kernel).expect("valid");
     let mut root = ReferenceNode::default();
-    for sample in &expansion.samples {
+    for sample in expansion.samples.iter() {
         root.count += sample.count;
         let mut node = &mut root;
         for frame in expansion.frames_of(sample.stack) {
