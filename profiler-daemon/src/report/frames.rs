@@ -137,7 +137,10 @@ impl<'a> Expansion<'a> {
             let stack = stack_ids[sample.stack as usize];
             let total = &mut expansion.stack_counts[stack as usize];
             *total = total.saturating_add(sample.count);
-            expansion.samples.to_mut().push(StackSample { stack, ..*sample });
+            expansion
+                .samples
+                .to_mut()
+                .push(StackSample { stack, ..*sample });
         }
         Ok(expansion)
     }

@@ -203,13 +203,23 @@ impl<'l> Printer<'l> {
             return Ok(None);
         };
         // No tree has more lines than its samples' stacks have lines: a
-        // small report needs no counting.
+        // small report needs no counting (and a big one is known to be
+        // big after its first few samples).
         let source = &self.source;
-        let most_lines = source.samples.iter().fold(0_u64, |lines, sample| {
-            let stack = source.ranks[sample.stack as usize];
-            lines + source.stacks.get(stack).len() as u64
-        });
-        if most_lines <= self.options.maxlines {
+        let maxlines = self.options.maxlines;
+        let more_than_maxlines = source
+            .samples
+            .iter()
+            .try_fold(0_u64, |lines, sample| {
+                let stack = source.ranks[sample.stack as usize];
+                let lines = lines + source.stacks.get(stack).len() as u64;
+                match lines > maxlines {
+                    true => Err(()),
+                    false => Ok(lines),
+                }
+            })
+            .is_err();
+        if !more_than_maxlines {
             return Ok(None);
         }
         if let [section] = sections {
