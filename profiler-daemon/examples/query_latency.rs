@@ -146,6 +146,7 @@ fn main() {
         ("tree+index", Some(Format::Tree), true),
         ("tree/none+index", Some(Format::Tree), true),
         ("flat", Some(Format::Flat), false),
+        ("flat+index", Some(Format::Flat), true),
         ("flat/none+index", Some(Format::Flat), true),
         ("folded", Some(Format::Folded), false),
         ("folded+index", Some(Format::Folded), true),

@@ -26,12 +26,12 @@ use super::ReportError;
 use super::folded::frame_name;
 use super::frames::{FrameView, KERNEL_MARKER, LineKey, Site, UNKNOWN_MARKER, small_id};
 use super::sequences::{Sequences, sort_by_sequence};
-use crate::profile::{Format, GroupBy, Location, LocationKind, ReportOptions};
+use crate::profile::{Format, Location, LocationKind, ReportOptions};
 
 /// The formats an index serves, by what a frame is to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IndexedWords {
-    /// Tree lines ([`LineKey`]s): tree reports, flat ones without sections.
+    /// Tree lines ([`LineKey`]s): tree reports and flat ones.
     TreeLines,
     /// Folded tokens (a frame's name, with or without its `;`): folded,
     /// flame graph and speedscope reports.
@@ -56,12 +56,7 @@ impl StackIndexKey {
     pub fn of(options: &ReportOptions, hide_kernel_addresses: bool) -> Option<Self> {
         let (words, combine) = match options.format {
             Format::Tree => (IndexedWords::TreeLines, options.combine),
-            // A flat table per section walks each section's stacks, which
-            // the profile's own expansion lays out together and the index
-            // does not: measured slower from the index.
-            Format::Flat if options.groupby == GroupBy::None => {
-                (IndexedWords::TreeLines, options.combine)
-            }
+            Format::Flat => (IndexedWords::TreeLines, options.combine),
             // The index holds whole stacks.
             Format::Folded | Format::Flamegraph | Format::Speedscope
                 if options.maxdepth.is_none() =>

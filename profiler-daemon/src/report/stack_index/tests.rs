@@ -158,8 +158,8 @@ fn trees_from_an_index_fed_bit_by_bit_are_the_trees_of_the_profile() {
             }
         }
     }
-    // Flat tables are made from the index without sections only.
-    assert_eq!(compared, 2 * 3 * 3 * 4 * (4 + 1));
+    // Trees and flat tables, every grouping.
+    assert_eq!(compared, 2 * 3 * 3 * 4 * (4 + 4));
 }
 
 #[test]
@@ -226,11 +226,7 @@ fn an_index_follows_a_compaction_that_keeps_the_order_of_stacks() {
                 format,
                 kernel,
                 combine,
-                // Flat tables are made from the index without sections.
-                groupby: match format {
-                    Format::Flat => GroupBy::None,
-                    _ => GroupBy::Process,
-                },
+                groupby: GroupBy::Process,
                 ..ReportOptions::default()
             };
             let key = StackIndexKey::of(&options, false).expect("indexed");
