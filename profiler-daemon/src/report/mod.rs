@@ -52,9 +52,7 @@ mod tree;
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
-use crate::profile::{
-    Format, GroupBy, Profile, ProfileMode, ReportOptions, ThreadInfo, ThreadState,
-};
+use crate::profile::{Format, GroupBy, Profile, ProfileMode, ReportOptions, ThreadState};
 pub use callers::{CallerCount, callers, callers_text};
 pub use diff::{FunctionChange, diff, diff_text};
 use frames::{Expansion, StackSample};
@@ -315,7 +313,7 @@ fn sections(
     groupby: GroupBy,
 ) -> Result<Vec<Section>, ReportError> {
     let samples = &expansion.samples;
-    let all: Vec<u32> = (0..frames::small_id(samples.len(), "samples")?).collect();
+    let sample_count = frames::small_id(samples.len(), "samples")?;
     let groupby = match groupby {
         GroupBy::Auto => {
             let mut pids = samples.iter().map(|sample| expansion.thread(sample).pid);
@@ -328,27 +326,28 @@ fn sections(
         groupby => groupby,
     };
     if groupby == GroupBy::None {
+        let all: Vec<u32> = (0..sample_count).collect();
         return Ok(vec![Section {
             title: None,
             total: total(samples, &all),
             samples: all,
         }]);
     }
-    // The samples of each thread, then the threads of each section: there
-    // are far fewer threads than samples.
-    let mut thread_groups: Vec<Option<usize>> = vec![None; profile.threads.len()];
-    let mut by_thread: Vec<(&ThreadInfo, Vec<u32>)> = Vec::new();
-    for index in all {
-        let sample = &samples[index as usize];
-        let group = &mut thread_groups[sample.thread as usize];
-        let group = *group.get_or_insert_with(|| {
-            by_thread.push((expansion.thread(sample), Vec::new()));
-            by_thread.len() - 1
-        });
-        by_thread[group].1.push(index);
+    // The section of each thread with samples (there are far fewer
+    // threads than samples), then each sample to its thread's section, in
+    // profile order.
+    let mut thread_samples = vec![0_usize; profile.threads.len()];
+    for sample in samples.iter() {
+        thread_samples[sample.thread as usize] += 1;
     }
-    let mut groups: BTreeMap<SectionKey<'_>, Vec<u32>> = BTreeMap::new();
-    for (thread, indexes) in by_thread {
+    let mut section_numbers: BTreeMap<SectionKey<'_>, usize> = BTreeMap::new();
+    let mut section_of_thread = vec![0; profile.threads.len()];
+    let mut section_sizes: Vec<usize> = Vec::new();
+    let threads = profile.threads.iter().zip(&thread_samples);
+    for ((thread, &count), section) in threads.zip(&mut section_of_thread) {
+        if count == 0 {
+            continue;
+        }
         let key = match groupby {
             GroupBy::Thread => SectionKey::Thread {
                 pid: thread.pid,
@@ -361,14 +360,28 @@ fn sections(
                 process_name: &thread.process_name,
             },
         };
-        groups.entry(key).or_default().extend(indexes);
+        let next = section_numbers.len();
+        *section = *section_numbers.entry(key).or_insert(next);
+        if *section == section_sizes.len() {
+            section_sizes.push(0);
+        }
+        section_sizes[*section] += count;
     }
-    let mut keyed: Vec<_> = groups
+    let mut section_samples: Vec<Vec<u32>> = section_sizes
+        .iter()
+        .map(|&size| Vec::with_capacity(size))
+        .collect();
+    let mut section_totals = vec![0_u64; section_sizes.len()];
+    for (index, sample) in (0..sample_count).zip(samples.iter()) {
+        let section = section_of_thread[sample.thread as usize];
+        section_samples[section].push(index);
+        section_totals[section] = section_totals[section].saturating_add(sample.count);
+    }
+    let mut keyed: Vec<_> = section_numbers
         .into_iter()
-        .map(|(key, mut indexes)| {
-            // Back in profile order when threads were merged.
-            indexes.sort_unstable();
-            (key, total(samples, &indexes), indexes)
+        .map(|(key, section)| {
+            let indexes = std::mem::take(&mut section_samples[section]);
+            (key, section_totals[section], indexes)
         })
         .collect();
     // The map ordered by key already; the stable sort keeps that among ties.
