@@ -75,7 +75,7 @@ impl<'a> Expansion<'a> {
     /// fraction of reading them in the order samples refer to them.
     pub fn new(profile: &'a Profile, kernel: bool) -> Result<Self, ReportError> {
         let mut expansion = Expansion {
-            samples: Cow::Owned(Vec::with_capacity(profile.samples.len())),
+            samples: Cow::Borrowed(&[]),
             stack_counts: Vec::new(),
             threads: &profile.threads,
             sites: Vec::new(),
@@ -132,16 +132,19 @@ impl<'a> Expansion<'a> {
         if !valid {
             return Err(first_dangling_index(profile, &dangling));
         }
-        expansion.stack_counts = vec![0; expansion.stacks.len()];
-        for sample in profile.samples.iter().filter(|sample| sample.count > 0) {
+        let mut stack_counts = vec![0_u64; expansion.stacks.len()];
+        let samples = profile.samples.iter().filter(|sample| sample.count > 0);
+        let samples = samples.map(|sample| {
             let stack = stack_ids[sample.stack as usize];
-            let total = &mut expansion.stack_counts[stack as usize];
+            let total = &mut stack_counts[stack as usize];
             *total = total.saturating_add(sample.count);
-            expansion
-                .samples
-                .to_mut()
-                .push(StackSample { stack, ..*sample });
-        }
+            StackSample { stack, ..*sample }
+        });
+        // Reserved whole: a window's samples may be a million.
+        let mut owned = Vec::with_capacity(profile.samples.len());
+        owned.extend(samples);
+        expansion.samples = Cow::Owned(owned);
+        expansion.stack_counts = stack_counts;
         Ok(expansion)
     }
 
