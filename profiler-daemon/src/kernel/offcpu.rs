@@ -340,7 +340,7 @@ pub struct RecordedNow {
     /// When the recording of these processes last ended, for
     /// [`ENDINGS_KEPT_NS`] (the pipeline ends their waits at its next
     /// drain).
-    pids_ended_ns: Vec<(u32, u64)>,
+    pids_ended_ns: BTreeMap<u32, u64>,
 }
 
 /// How long the end of a process's recording is remembered.
@@ -354,12 +354,7 @@ impl RecordedNow {
     /// When the recording of `pid`, not recorded now, ended (monotonic ns),
     /// if that is remembered.
     pub fn ended_ns(&self, pid: u32) -> Option<u64> {
-        let own = self
-            .pids_ended_ns
-            .iter()
-            .filter(|&&(ended, _)| ended == pid)
-            .map(|&(_, at)| at)
-            .max();
+        let own = self.pids_ended_ns.get(&pid).copied();
         own.max(self.everything_ended_ns)
     }
 
@@ -369,12 +364,13 @@ impl RecordedNow {
             self.everything_ended_ns = Some(now_ns);
         }
         self.pids_ended_ns
-            .retain(|&(_, at)| now_ns.saturating_sub(at) < ENDINGS_KEPT_NS);
+            .retain(|_, &mut at| now_ns.saturating_sub(at) < ENDINGS_KEPT_NS);
         if !everything {
             let ended = self
                 .pids
                 .iter()
                 .filter(|pid| pids.binary_search(pid).is_err());
+            // The latest end of each.
             self.pids_ended_ns.extend(ended.map(|&pid| (pid, now_ns)));
         }
         self.everything = everything;

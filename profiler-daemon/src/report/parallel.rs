@@ -48,7 +48,7 @@ where
         let (results, scratch) = sequentially(items);
         return (results, vec![scratch]);
     }
-    let shares = split(items, &weight, workers);
+    let shares = split(items, &weight, total, workers);
     thread::scope(|scope| {
         // This thread takes the first share; the others go to new threads.
         let (first, rest) = shares.split_first().expect("at least one share");
@@ -79,10 +79,9 @@ where
     })
 }
 
-/// `items` cut into at most `shares` runs of about equal `weight`, in
-/// order.
-fn split<T>(items: &[T], weight: impl Fn(&T) -> usize, shares: usize) -> Vec<&[T]> {
-    let total: usize = items.iter().map(&weight).sum();
+/// `items`, of `total` weight, cut into at most `shares` runs of about
+/// equal `weight`, in order.
+fn split<T>(items: &[T], weight: impl Fn(&T) -> usize, total: usize, shares: usize) -> Vec<&[T]> {
     let per_share = total.div_ceil(shares).max(1);
     let mut runs = Vec::with_capacity(shares);
     let (mut start, mut sum) = (0, 0);
@@ -106,12 +105,12 @@ mod tests {
     #[test]
     fn shares_are_runs_in_order_of_about_equal_weight() {
         let items = [5, 1, 1, 1, 1, 1, 5, 5];
-        let shares = split(&items, |&w| w, 2);
+        let shares = split(&items, |&w| w, 20, 2);
         assert_eq!(shares, [&items[..6], &items[6..]]);
-        assert_eq!(split(&items, |&w| w, 1), [&items[..]]);
+        assert_eq!(split(&items, |&w| w, 20, 1), [&items[..]]);
         // Never more shares than items, and every item once.
         let few = [1, 1];
-        let shares = split(&few, |&w| w, 4);
+        let shares = split(&few, |&w| w, 2, 4);
         assert_eq!(shares, [&few[..1], &few[1..]]);
     }
 

@@ -315,7 +315,7 @@ pub async fn read_report(
                 tracing::debug!(
                     locks_ms = locked_at.as_secs_f64() * 1e3,
                     extension_ms = (extended_at - locked_at).as_secs_f64() * 1e3,
-                    read_ms = (started.elapsed() - extended_at).as_secs_f64() * 1e3,
+                    window_ms = (started.elapsed() - extended_at).as_secs_f64() * 1e3,
                     "read a window from the store's stacks"
                 );
                 crate::daemon::allocator::after_report();
