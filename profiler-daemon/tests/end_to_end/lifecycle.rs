@@ -159,17 +159,12 @@ async fn after_sigkill_nothing_stays_and_a_restart_works() {
 async fn a_daemon_started_on_a_busy_machine_loses_no_stack_copy() {
     crate::support::require_root();
     let cpus = std::thread::available_parallelism().map_or(2, usize::from);
-    // The load runs before sampling starts, and only while no other test
-    // runs: it takes every CPU.
-    let args = ["--frequency-hz", "1000", "--stack-copy-buffer", "0"];
-    let (daemon, busy) = Daemon::start_alone_after(&args, || {
-        let busy: Vec<Workload> = (0..cpus)
-            .map(|_| Workload::start_as("many_stacks", "startbusy", &["30"]))
-            .collect();
-        std::thread::sleep(Duration::from_millis(300));
-        busy
-    })
-    .await;
+    let busy: Vec<Workload> = (0..cpus)
+        .map(|_| Workload::start_as("many_stacks", "startbusy", &["30"]))
+        .collect();
+    // The workloads run before sampling starts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let daemon = Daemon::start_alone(&["--frequency-hz", "1000", "--stack-copy-buffer", "0"]).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut client = daemon.client().await;
     let status = client
