@@ -17,7 +17,6 @@ use tracing::{debug, error, warn};
 
 use super::{
     PipelineStats, SymbolizeJob,
-    unwinding::Pass,
     unwinding::StackCopyUnwinder,
     watching::{Announced, ProcessWatcher},
 };
@@ -125,12 +124,19 @@ impl Unwinding<'_> {
     fn pass(&mut self, processes: &Mutex<ProcessTable>) -> Instant {
         let started = Instant::now();
         let found = lock(self.copies).unwind_all(processes);
+        let unwound = started.elapsed();
         let announced = self
             .watcher
             .as_mut()
             .map_or(Announced::default(), |watcher| {
                 watcher.pass(processes, started)
             });
+        tracing::trace!(
+            unwound_ms = unwound.as_secs_f64() * 1e3,
+            watched_ms = (started.elapsed() - unwound).as_secs_f64() * 1e3,
+            ?announced,
+            "an unwinding pass"
+        );
         Instant::now() + found.next_in(announced)
     }
 }
@@ -154,9 +160,8 @@ pub(super) fn drain_and_unwind(
     outlets: &Outlets<'_>,
 ) {
     let mut drains = DrainSchedule::new(intervals, Instant::now());
-    let mut next_pass = unwinding
-        .as_ref()
-        .map(|_| Instant::now() + Pass::default().next_in(Announced::default()));
+    // The first pass at once: sampling has started, and copies wait.
+    let mut next_pass = unwinding.as_ref().map(|_| Instant::now());
     let early = if unwinding.is_some() {
         DRAIN_EARLY
     } else {

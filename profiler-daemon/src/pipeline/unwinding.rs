@@ -232,6 +232,13 @@ impl StackCopyUnwinder {
             intervals: intervals_read,
         };
         let took = started.elapsed();
+        tracing::trace!(
+            stacks = count,
+            took_ms = took.as_secs_f64() * 1e3,
+            waited_for_process_table_ms = waited.as_secs_f64() * 1e3,
+            fill = pass.fill,
+            "unwound the stack copies"
+        );
         if took > SLOW_PASS {
             warn!(
                 stacks = count,

@@ -148,3 +148,41 @@ async fn after_sigkill_nothing_stays_and_a_restart_works() {
     assert!(status.uptime_ms < 60_000);
     assert!(daemon.log().contains("stale socket"), "{}", daemon.log());
 }
+
+/// A daemon started while every CPU is busy, at 1000 Hz with its stack-copy
+/// ring sized as in production (automatically: ~0.4 s of every CPU's
+/// copies), loses no copy in its first seconds. Sampling used to start
+/// before the rest of the kernel side was attached and the first unwinding
+/// pass came 150 ms after the pipeline: on two busy CPUs the ring was full
+/// at the first pass, and 37 to 116 copies were lost at each start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_started_on_a_busy_machine_loses_no_stack_copy() {
+    crate::support::require_root();
+    let cpus = std::thread::available_parallelism().map_or(2, usize::from);
+    // The load runs before sampling starts, and only while no other test
+    // runs: it takes every CPU.
+    let args = ["--frequency-hz", "1000", "--stack-copy-buffer", "0"];
+    let (daemon, busy) = Daemon::start_alone_after(&args, || {
+        let busy: Vec<Workload> = (0..cpus)
+            .map(|_| Workload::start_as("many_stacks", "startbusy", &["30"]))
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        busy
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut client = daemon.client().await;
+    let status = client
+        .get_status(v1::GetStatusRequest::default())
+        .await
+        .expect("the status")
+        .into_inner();
+    let lost: Vec<_> = status
+        .samples_lost
+        .iter()
+        .filter(|loss| loss.count > 0)
+        .collect();
+    assert!(status.samples_taken > 0, "{status:?}");
+    assert!(lost.is_empty(), "lost at start: {lost:?}\n{}", daemon.log());
+    drop(busy);
+}

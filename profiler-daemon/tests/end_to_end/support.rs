@@ -252,6 +252,17 @@ impl Daemon {
         daemon
     }
 
+    /// A daemon started alone (see [`Daemon::start_alone`]) once `before`
+    /// (e.g. a load that must already run when it starts) has run, with
+    /// what `before` returned. No other test runs meanwhile.
+    pub async fn start_alone_after<T>(args: &[&str], before: impl FnOnce() -> T) -> (Self, T) {
+        let share = CpuShare::Alone(CPUS.clone().write_owned().await);
+        let before = before();
+        let mut daemon = Self::spawn(args, Launch::default(), share).await;
+        daemon.wait_until_serving().await;
+        (daemon, before)
+    }
+
     /// A daemon started as `launch` says; returns at once, without waiting
     /// for it to serve (see [`Daemon::wait_until_serving`]).
     pub async fn launch(args: &[&str], launch: Launch<'_>) -> Self {
@@ -339,7 +350,11 @@ impl Daemon {
             .arg("--state-dir")
             .arg(dir.join("state"))
             .args(args)
-            .env("PROFILERD_LOG", "info")
+            // PROFILERD_TEST_LOG sets the daemons' log filter, to debug a test.
+            .env(
+                "PROFILERD_LOG",
+                std::env::var("PROFILERD_TEST_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .envs(env.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::null())
             .stderr(log);
