@@ -229,8 +229,10 @@ async fn drains_on_request_under_load_lose_and_double_count_nothing() {
         .expect("GetStatus")
         .into_inner();
     let summary = held.summary.expect("a summary");
+    // Two loads of 4 s at 999 Hz: up to 8,000 samples on two CPUs, fewer
+    // when other tests' workloads share them (3,291 seen in a full run).
     assert!(
-        status.samples_taken > 4_000,
+        status.samples_taken > 2_000,
         "the load was barely sampled: {status:?}"
     );
     assert_eq!(
