@@ -339,7 +339,8 @@ impl StackIndex {
         if self.words.words.len() > words_before {
             // Stacks held so far keep their order: ranks keep theirs.
             let renumbered = self.words.rank(key.words);
-            if first > 0 {
+            let moved = (0..).zip(&renumbered).any(|(old, &new)| old != new);
+            if first > 0 && moved {
                 self.laid.map_values(|rank| renumbered[rank as usize]);
             }
         }
@@ -600,31 +601,48 @@ impl WordTable {
         Ok(id)
     }
 
-    /// Ranks the words anew; returns each old rank's new one.
+    /// Ranks the words anew, the ones added since the last ranking sorted
+    /// and merged among the ranked ones (whose texts are kept); returns
+    /// each old rank's new one.
     fn rank(&mut self, words: IndexedWords) -> Vec<u32> {
         let all = &self.words;
+        let ranked = self.by_rank.len();
         // Ids fit: `intern` numbered them.
-        let mut by_rank: Vec<u32> = (0..all.len() as u32).collect();
-        by_rank.sort_unstable_by(|&a, &b| all[a as usize].cmp(&all[b as usize]));
-        let old = std::mem::replace(&mut self.by_rank, by_rank);
-        let rank_of = self.rank_of_ids();
-        self.texts = self
-            .by_rank
-            .iter()
-            .map(|&id| match &self.words[id as usize] {
-                Word::Line(line) => format!(" {}\n", line.key().text()),
-                Word::Token(token) => token.clone(),
-            })
-            .collect();
+        let mut added: Vec<u32> = (ranked as u32..all.len() as u32).collect();
+        added.sort_unstable_by(|&a, &b| all[a as usize].cmp(&all[b as usize]));
+        let old = std::mem::take(&mut self.by_rank);
+        let mut old_texts = std::mem::take(&mut self.texts).into_iter();
+        let mut new_rank_of_old = Vec::with_capacity(ranked);
+        let mut by_rank = Vec::with_capacity(all.len());
+        let mut texts = Vec::with_capacity(all.len());
+        let text = |id: u32| match &all[id as usize] {
+            Word::Line(line) => format!(" {}\n", line.key().text()),
+            Word::Token(token) => token.clone(),
+        };
+        let mut added = added.into_iter().peekable();
+        for (&id, old_text) in old.iter().zip(old_texts.by_ref()) {
+            // Words are distinct: each added one sorts before or after.
+            while let Some(new) = added.next_if(|&new| all[new as usize] < all[id as usize]) {
+                by_rank.push(new);
+                texts.push(text(new));
+            }
+            // Ranks fit: below the number of words.
+            new_rank_of_old.push(by_rank.len() as u32);
+            by_rank.push(id);
+            texts.push(old_text);
+        }
+        for new in added {
+            by_rank.push(new);
+            texts.push(text(new));
+        }
         self.rank_names = match words {
             IndexedWords::TreeLines => Vec::new(),
-            IndexedWords::FoldedTokens => self
-                .by_rank
-                .iter()
-                .map(|&id| self.names[id as usize])
-                .collect(),
+            IndexedWords::FoldedTokens => {
+                by_rank.iter().map(|&id| self.names[id as usize]).collect()
+            }
         };
-        old.iter().map(|&id| rank_of[id as usize]).collect()
+        (self.by_rank, self.texts) = (by_rank, texts);
+        new_rank_of_old
     }
 
     /// The rank of each word id.

@@ -140,6 +140,9 @@ struct Printer<'l> {
     counted: Option<Tree>,
     /// What the stacks share, once the lines of sections had to be counted.
     prefixes: Option<Prefixes>,
+    /// The stacks of each section, as counting its lines found them: `None`
+    /// for those under the count's floor, which `mincount` leaves empty.
+    counted_stacks: Vec<Option<SectionStacks>>,
     /// The trees of the sections not written yet, in the order they are
     /// written, built ahead (on more than one core) once the lines of
     /// sections were counted: `None` for those `mincount` leaves empty.
@@ -191,6 +194,7 @@ impl<'l> Printer<'l> {
             scratch: Scratch::default(),
             counted: None,
             prefixes: None,
+            counted_stacks: Vec::new(),
             built: VecDeque::new(),
         }
     }
@@ -249,10 +253,10 @@ impl<'l> Printer<'l> {
             || (Scratch::default(), LineBudget::new(options.maxlines)),
             |(scratch, budget), section| match budget {
                 Some(budget) => source.count_lines(section, &prefixes, options, scratch, budget),
-                None => Ok(()),
+                None => Ok(None),
             },
         );
-        counted.into_iter().collect::<Result<(), _>>()?;
+        self.counted_stacks = counted.into_iter().collect::<Result<_, _>>()?;
         for (_, counted) in budgets {
             budget.merge(counted.expect("a budget as the report's"));
         }
@@ -278,26 +282,33 @@ impl<'l> Printer<'l> {
             return Ok(());
         };
         let (source, mincount) = (&self.source, self.options.mincount);
+        let counted = std::mem::take(&mut self.counted_stacks);
+        let sections: Vec<_> = sections.iter().zip(counted).collect();
         let (built, _) = parallel::map_in_order(
-            sections,
-            |section| match section.total < mincount {
+            &sections,
+            |(section, _)| match section.total < mincount {
                 true => 0,
                 false => section.samples.len(),
             },
             Scratch::default,
-            |scratch, section| {
+            |scratch, (section, counted)| {
                 // No line has more samples than its section: under
                 // `mincount` (as most sections of a busy machine are once
                 // `maxlines` raised it), none is shown.
                 if section.total < mincount {
                     return Ok(None);
                 }
-                source.collect_entries(section, scratch);
-                let section_stacks = SectionStacks::new(&scratch.entries, prefixes);
+                let section_stacks = match counted {
+                    Some(counted) => counted,
+                    None => {
+                        source.collect_entries(section, scratch);
+                        &SectionStacks::new(&scratch.entries, prefixes)
+                    }
+                };
                 let stacks = &source.stacks;
                 let line_of = |place, depth: u32| stacks.get(place)[depth as usize - 1];
                 let mut tree = Tree::default();
-                tree.build_from(&section_stacks, mincount, line_of)?;
+                tree.build_from(section_stacks, mincount, line_of)?;
                 Ok(Some(tree))
             },
         );
@@ -388,7 +399,8 @@ impl Source<'_> {
     /// Counts a section's lines into `budget` from what its stacks share
     /// (`prefixes`). With no filter but maxdepth, every node is a line,
     /// and only the nodes that may be among the `maxlines` of most samples
-    /// are made.
+    /// are made. Returns the section's stacks, for its tree, unless no line
+    /// of it can be shown.
     fn count_lines(
         &self,
         section: &Section,
@@ -396,7 +408,7 @@ impl Source<'_> {
         options: &ReportOptions,
         scratch: &mut Scratch,
         budget: &mut LineBudget,
-    ) -> Result<(), ReportError> {
+    ) -> Result<Option<SectionStacks>, ReportError> {
         let every_node = options.mincount == 0 && options.noisefloor <= 0.0;
         self.collect_entries(section, scratch);
         let stacks = SectionStacks::new(&scratch.entries, prefixes);
@@ -408,7 +420,7 @@ impl Source<'_> {
             false => 0,
         };
         if section.total < floor {
-            return Ok(());
+            return Ok(None);
         }
         scratch.tree.build_from(&stacks, floor, |_, _| NO_LINE)?;
         let mut filter = Filter {
@@ -427,7 +439,7 @@ impl Source<'_> {
                     false => budget.offer(node.count),
                 },
             );
-        Ok(())
+        Ok(Some(stacks))
     }
 
     /// Fills `scratch.entries` with the section's samples as (stack rank,
