@@ -8,6 +8,7 @@
 //! symbolize.
 
 mod aggregate;
+mod held;
 mod holds;
 mod query;
 mod retention;
@@ -220,6 +221,8 @@ pub struct Store {
     renumbering: Option<Renumbering>,
     /// When the first bucket began: what came before was never sampled.
     first_sample: Option<SystemTime>,
+    /// The CPU samples of the buckets held, per stack and per thread.
+    held: held::HeldSums,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -247,6 +250,7 @@ impl Store {
             generation: 0,
             renumbering: None,
             first_sample: None,
+            held: held::HeldSums::default(),
         }
     }
 
@@ -299,6 +303,7 @@ impl Store {
         };
         self.first_sample.get_or_insert(bucket.start);
         self.bucket_bytes += bucket.bytes();
+        self.held.add(&bucket);
         self.buckets.push_back(bucket);
         self.coarsen_complete_spans();
         self.expire(batch.end);
@@ -336,7 +341,8 @@ impl Store {
     }
 
     fn table_bytes(&self) -> u64 {
-        (self.threads.bytes() + self.locations.bytes() + self.stacks.bytes()) as u64
+        (self.threads.bytes() + self.locations.bytes() + self.stacks.bytes() + self.held.bytes())
+            as u64
     }
 
     /// The generation of the store's stack and location ids: the same ids

@@ -150,6 +150,9 @@ impl Store {
 
         let selected = |thread: u32| thread_matches[thread as usize];
         let per_stack = (sum_by == SumBy::Stack && query.mode == ProfileMode::Cpu).then(|| {
+            if let Some(summed) = self.cpu_totals_from_held(query, &buckets, &thread_matches) {
+                return summed;
+            }
             let mut seen = vec![false; thread_matches.len()];
             let mut totals = Vec::new();
             let stacks = self.stacks.len();
@@ -237,6 +240,57 @@ impl Store {
         }
         self.add_coverage_warnings(query, &mut profile);
         profile
+    }
+
+    /// The CPU samples of the window of `buckets` summed per stack, as
+    /// [`aggregate::cpu_totals_per_stack`] sums them, but from the sums of
+    /// every bucket held less those outside the window, when that reads
+    /// fewer entries: every thread selected, one sampling period
+    /// throughout. Each total names the window's least thread with samples
+    /// (reports summed per stack show no threads). With the threads seen.
+    fn cpu_totals_from_held(
+        &self,
+        query: &Query,
+        buckets: &[&Bucket],
+        thread_matches: &[bool],
+    ) -> Option<(Vec<aggregate::Total>, Vec<bool>)> {
+        let period_ns = buckets.first()?.period_ns;
+        if !thread_matches.iter().all(|&matches| matches)
+            || self
+                .buckets
+                .iter()
+                .any(|bucket| bucket.period_ns != period_ns)
+        {
+            return None;
+        }
+        let inside = |bucket: &Bucket| {
+            let middle = bucket.middle();
+            query.start <= middle && middle <= query.end
+        };
+        let outside = || self.buckets.iter().filter(|&bucket| !inside(bucket));
+        let entries_outside: usize = outside().map(|bucket| bucket.cpu.len()).sum();
+        let entries_inside: usize = buckets.iter().map(|bucket| bucket.cpu.len()).sum();
+        if entries_outside >= entries_inside {
+            return None;
+        }
+        let sums = self
+            .held
+            .without(outside(), self.stacks.len(), thread_matches.len());
+        let seen: Vec<bool> = sums.threads.iter().map(|&samples| samples > 0).collect();
+        // Thread ids are 32-bit.
+        let thread = seen.iter().position(|&seen| seen)? as u32;
+        let totals = (0..)
+            .zip(&sums.stacks)
+            .filter(|&(_, &count)| count > 0)
+            .map(|(stack, &count)| aggregate::Total {
+                thread,
+                stack,
+                count,
+                weight: count * period_ns,
+                state: ThreadState::Cpu,
+            })
+            .collect();
+        Some((totals, seen))
     }
 
     /// Copies the stacks `used` marks (and their locations) into `profile`,

@@ -204,6 +204,7 @@ impl Store {
             .pop_front()
             .expect("callers check that a bucket exists");
         self.bucket_bytes -= bucket.bytes();
+        self.held.remove(&bucket);
         bucket
     }
 
@@ -268,6 +269,7 @@ impl Store {
             sort_cpu_samples(&mut bucket.cpu);
             sort_waits(&mut bucket.waits);
         }
+        self.held = super::held::HeldSums::of(&buckets);
         self.buckets = buckets;
         self.renumbering = Some(Renumbering {
             from: self.generation,

@@ -636,3 +636,77 @@ fn per_stack_sums_make_the_reports_that_show_no_threads() {
         store.profile(&wall).samples.len()
     );
 }
+
+#[test]
+fn held_sums_follow_the_buckets_and_make_per_stack_windows() {
+    // Retention and resolution merges change the buckets held; at a low
+    // ceiling, so do coarsening, evictions and compactions.
+    held_sums_follow_the_buckets(1 << 30);
+    held_sums_follow_the_buckets(24 * 1024);
+}
+
+fn held_sums_follow_the_buckets(memory_limit: u64) {
+    let mut store = Store::new(StoreSettings {
+        retention: Duration::from_secs(40),
+        resolution: Duration::from_secs(3),
+        memory_limit,
+    });
+    let held_as_recounted = |store: &Store| {
+        let trimmed = |sums: &[u64]| {
+            let end = sums.iter().rposition(|&n| n > 0).map_or(0, |last| last + 1);
+            sums[..end].to_vec()
+        };
+        let (held, recounted) = (&store.held, held::HeldSums::of(&store.buckets));
+        (trimmed(&held.stacks) == trimmed(&recounted.stacks))
+            && (trimmed(&held.threads) == trimmed(&recounted.threads))
+    };
+    for second in 0..120_u64 {
+        let names: Vec<String> = (0..12).map(|i| format!("f{}_{i}", second % 17)).collect();
+        let samples: Vec<(u32, Vec<&str>, u64)> = (0..5_usize)
+            .map(|n| {
+                let pid = 1 + ((second as usize + n) % 7) as u32;
+                let depth = 2 + (second as usize * 5 + n) % 10;
+                let stack = names[..depth].iter().map(String::as_str).collect();
+                (pid, stack, 1 + (n as u64) % 3)
+            })
+            .collect();
+        let samples: Vec<(u32, &[&str], u64)> = samples
+            .iter()
+            .map(|(pid, stack, count)| (*pid, stack.as_slice(), *count))
+            .collect();
+        store.insert(batch(second, &samples));
+        assert!(held_as_recounted(&store), "after second {second}");
+        // Whole windows and most of them, from the held sums, against the
+        // samples of each (thread, stack) added up.
+        for (start, end) in [(0, second + 1), (second.saturating_sub(30), second + 1)] {
+            let window = query(start, end, Selector::default());
+            let summed = store.profile_summed(&window, SumBy::Stack);
+            let per_thread = store.profile(&window);
+            assert_eq!(summed.threads, per_thread.threads, "{start}..{end}");
+            let mut per_stack: std::collections::BTreeMap<Vec<String>, (u64, u64)> =
+                Default::default();
+            for profile in [&summed, &per_thread] {
+                for sample in &profile.samples {
+                    let stack = profile.stacks.get(sample.stack).expect("a stack");
+                    let names = stack
+                        .iter()
+                        .map(|&location| {
+                            profile.locations[location as usize].frames[0]
+                                .function
+                                .to_string()
+                        })
+                        .collect();
+                    let sums = per_stack.entry(names).or_default();
+                    match std::ptr::eq(profile, &summed) {
+                        true => sums.0 += sample.count,
+                        false => sums.1 += sample.count,
+                    }
+                }
+            }
+            assert!(per_stack.values().all(|(a, b)| a == b), "{start}..{end}");
+        }
+    }
+    let stats = store.stats();
+    let at_the_ceiling = stats.buckets_evicted_for_memory > 0;
+    assert_eq!(at_the_ceiling, memory_limit < 1 << 20, "{stats:?}");
+}
