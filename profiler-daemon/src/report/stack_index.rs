@@ -611,7 +611,7 @@ impl WordTable {
         let mut added: Vec<u32> = (ranked as u32..all.len() as u32).collect();
         added.sort_unstable_by(|&a, &b| all[a as usize].cmp(&all[b as usize]));
         let old = std::mem::take(&mut self.by_rank);
-        let mut old_texts = std::mem::take(&mut self.texts).into_iter();
+        let old_texts = std::mem::take(&mut self.texts);
         let mut new_rank_of_old = Vec::with_capacity(ranked);
         let mut by_rank = Vec::with_capacity(all.len());
         let mut texts = Vec::with_capacity(all.len());
@@ -620,7 +620,7 @@ impl WordTable {
             Word::Token(token) => token.clone(),
         };
         let mut added = added.into_iter().peekable();
-        for (&id, old_text) in old.iter().zip(old_texts.by_ref()) {
+        for (&id, old_text) in old.iter().zip(old_texts) {
             // Words are distinct: each added one sorts before or after.
             while let Some(new) = added.next_if(|&new| all[new as usize] < all[id as usize]) {
                 by_rank.push(new);

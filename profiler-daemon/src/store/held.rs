@@ -10,18 +10,12 @@
 use super::{Bucket, CpuSamples};
 
 /// Samples per stack and per thread of the buckets held.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct HeldSums {
     /// By stack id.
     pub(super) stacks: Vec<u64>,
     /// By thread id.
     pub(super) threads: Vec<u64>,
-}
-
-/// Sums of a window read from [`HeldSums`]: per stack and per thread.
-pub(super) struct WindowSums {
-    pub stacks: Vec<u64>,
-    pub threads: Vec<u64>,
 }
 
 impl HeldSums {
@@ -61,27 +55,17 @@ impl HeldSums {
         (&mut self.stacks[stack], &mut self.threads[thread])
     }
 
-    /// The sums of the buckets held but `outside`, for `stacks` stacks and
-    /// `threads` threads.
+    /// The sums of the buckets held but `outside`, for at least `threads`
+    /// threads.
     pub fn without<'b>(
         &self,
         outside: impl IntoIterator<Item = &'b Bucket>,
-        stacks: usize,
         threads: usize,
-    ) -> WindowSums {
-        let mut sums = WindowSums {
-            stacks: self.stacks.clone(),
-            threads: self.threads.clone(),
-        };
-        sums.stacks.resize(stacks.max(sums.stacks.len()), 0);
+    ) -> HeldSums {
+        let mut sums = self.clone();
         sums.threads.resize(threads.max(sums.threads.len()), 0);
         for bucket in outside {
-            for samples in bucket.cpu.iter() {
-                let stack = &mut sums.stacks[samples.stack as usize];
-                *stack = stack.saturating_sub(u64::from(samples.count));
-                let thread = &mut sums.threads[samples.thread as usize];
-                *thread = thread.saturating_sub(u64::from(samples.count));
-            }
+            sums.remove(bucket);
         }
         sums
     }

@@ -119,6 +119,12 @@ impl Bucket {
         self.start + self.span() / 2
     }
 
+    /// Whether its middle falls within `start..=end`: the buckets of a window.
+    fn middle_within(&self, start: SystemTime, end: SystemTime) -> bool {
+        let middle = self.middle();
+        start <= middle && middle <= end
+    }
+
     /// One bucket for the time of `parts` (consecutive, oldest first), with
     /// their samples added up.
     fn merge(parts: impl IntoIterator<Item = Bucket>) -> Bucket {

@@ -263,19 +263,16 @@ impl Store {
         {
             return None;
         }
-        let inside = |bucket: &Bucket| {
-            let middle = bucket.middle();
-            query.start <= middle && middle <= query.end
+        let outside = || {
+            let inside = |bucket: &&Bucket| bucket.middle_within(query.start, query.end);
+            self.buckets.iter().filter(move |bucket| !inside(bucket))
         };
-        let outside = || self.buckets.iter().filter(|&bucket| !inside(bucket));
         let entries_outside: usize = outside().map(|bucket| bucket.cpu.len()).sum();
         let entries_inside: usize = buckets.iter().map(|bucket| bucket.cpu.len()).sum();
         if entries_outside >= entries_inside {
             return None;
         }
-        let sums = self
-            .held
-            .without(outside(), self.stacks.len(), thread_matches.len());
+        let sums = self.held.without(outside(), thread_matches.len());
         let seen: Vec<bool> = sums.threads.iter().map(|&samples| samples > 0).collect();
         // Thread ids are 32-bit.
         let thread = seen.iter().position(|&seen| seen)? as u32;
@@ -327,10 +324,9 @@ impl Store {
     /// bucket boundaries (as Profile and sessions cut them) gets exactly its
     /// buckets, any other window the nearest whole buckets.
     fn buckets_in(&self, start: SystemTime, end: SystemTime) -> impl Iterator<Item = &Bucket> {
-        self.buckets.iter().filter(move |bucket| {
-            let middle = bucket.middle();
-            start <= middle && middle <= end
-        })
+        self.buckets
+            .iter()
+            .filter(move |bucket| bucket.middle_within(start, end))
     }
 
     /// Says plainly when part of the window is not in the store.

@@ -246,10 +246,7 @@ impl Daemon {
     /// A daemon for a test that no other test's workload may compete with
     /// for CPU time while it runs.
     pub async fn start_alone(args: &[&str]) -> Self {
-        let share = CpuShare::Alone(CPUS.clone().write_owned().await);
-        let mut daemon = Self::spawn(args, Launch::default(), share).await;
-        daemon.wait_until_serving().await;
-        daemon
+        Self::start_alone_after(args, || ()).await.0
     }
 
     /// A daemon started alone (see [`Daemon::start_alone`]) once `before`
