@@ -2,12 +2,15 @@
 //! frame narrower than a fraction of the whole (inferno: 0.01%), and so
 //! every frame below it: a window of many small stacks (hundreds of
 //! thousands of lines, most of them a few samples) draws a few thousand
-//! frames. The lines through a frame that narrow become one line, cut after
-//! that frame, in their place, with all their samples: every frame drawn
-//! starts and ends where it did, and the flame graph is the same, made from
-//! far fewer and shorter lines. (Cut lines no longer sort as text where a
-//! name continues past a shorter one, `f b` before `f;…`: they must be
-//! merged in the order given.)
+//! frames. The samples through a frame that narrow are handed to its
+//! parent instead, on a line that ends at the parent where the narrow
+//! frame was (one line for a run of them, and for the parent's own samples
+//! when they come first); a frame narrow at the first level, which has no
+//! parent to end at, becomes one line cut after it. Every frame drawn
+//! starts and ends where it did, narrow frames leave the same gaps, and
+//! the flame graph is the same, made from far fewer and shorter lines.
+//! (Cut lines no longer sort as text where a name continues past a shorter
+//! one, `f b` before `f;…`: they must be merged in the order given.)
 //!
 //! A frame is what inferno merges: the same name at the same depth in
 //! consecutive lines. Owns that prefix tree of the lines; it must not
@@ -28,29 +31,78 @@ struct Node {
     depth: u32,
 }
 
-/// Writes the lines of `folded`, those through a frame of fewer than
-/// `narrowest` samples merged into one cut after that frame.
+/// Writes the lines of `folded`, the samples through a frame of fewer
+/// than `narrowest` samples on a line ending at its parent (cut after it
+/// at the first level).
 pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, ReportError> {
     let nodes = prefix_tree(folded)?;
     // The group's text is one level of the tree (empty when ungrouped).
     let skipped = usize::from(!grouped(folded));
-    let mut out = String::new();
+    let mut lines = Lines {
+        out: String::new(),
+        folded,
+        skipped,
+        pending: None,
+    };
+    // The frames drawn around the node visited, root first.
+    let mut ancestors: Vec<usize> = Vec::new();
     let mut id = 0;
     while let Some(node) = nodes.get(id) {
+        while ancestors
+            .last()
+            .is_some_and(|&ancestor| nodes[ancestor].end as usize <= id)
+        {
+            ancestors.pop();
+        }
         if (node.count as f64) < narrowest {
             // Too narrow to draw, with everything below it.
-            write_line(&mut out, folded, skipped, node, node.count);
+            match ancestors.last() {
+                Some(&parent) => lines.add(&nodes[parent], parent, node.count),
+                None => lines.add(node, id, node.count),
+            }
             id = node.end as usize;
             continue;
         }
         // The line ending at a frame comes first among the lines through
         // it.
         if node.overhead > 0 {
-            write_line(&mut out, folded, skipped, node, node.overhead);
+            lines.add(node, id, node.overhead);
         }
+        ancestors.push(id);
         id += 1;
     }
-    Ok(out)
+    lines.flush();
+    Ok(lines.out)
+}
+
+/// The lines written, the last one held back while the next may end at
+/// the same frame (its samples then added to it).
+struct Lines<'a> {
+    out: String,
+    folded: &'a Folded<'a>,
+    skipped: usize,
+    /// The last line: the node it ends at (its id, to compare) and its
+    /// samples so far.
+    pending: Option<(&'a Node, usize, u64)>,
+}
+
+impl<'a> Lines<'a> {
+    /// Adds `count` samples on a line ending at `node`.
+    fn add(&mut self, node: &'a Node, id: usize, count: u64) {
+        match &mut self.pending {
+            Some((_, last, samples)) if *last == id => *samples = samples.saturating_add(count),
+            _ => {
+                self.flush();
+                self.pending = Some((node, id, count));
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some((node, _, count)) = self.pending.take() {
+            write_line(&mut self.out, self.folded, self.skipped, node, count);
+        }
+    }
 }
 
 /// The line of `node`'s frames, root first, with `count`; `skipped` is 1
