@@ -21,6 +21,7 @@ use std::{collections::VecDeque, fmt::Write as _};
 use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, LineKey, Lines, StackId};
 use super::parallel;
+use super::sequences::Gathered;
 use super::stack_index::StackIndex;
 use super::{
     PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_percent,
@@ -289,28 +290,39 @@ impl<'l> Table<'l> {
 /// Counts a section's rows: its scratch, kept from section to section
 /// (one per thread counting).
 struct Counter {
-    /// Per line: samples whose stack holds it, in the section so far (0
-    /// between sections).
-    counts: Vec<u64>,
-    /// Per line: samples whose leaf it is, in the section so far (0
-    /// between sections).
-    overheads: Vec<u64>,
+    /// Per line: what the section's stacks so far hold of it (zero between
+    /// sections), kept together as each visit reads them together.
+    tallies: Vec<Tally>,
     /// Per stack: its samples in the section so far (0 between sections).
     stack_counts: Vec<u64>,
-    /// Per line: the stamp of the last stack counted, so that a frame
-    /// recurring in one stack counts once.
-    last_stack: Vec<usize>,
     /// The stamp of the last stack counted; stacks are stamped from 1 on.
     stamp: usize,
+    /// The words of the stacks being counted, from an index.
+    gathered: Gathered,
+}
+
+/// Stacks whose words a section's walk through the index copies at once
+/// (see [`Sequences::gather`]).
+const GATHERED_STACKS: usize = 32;
+
+/// One line's counts in a section.
+#[derive(Clone, Copy, Default)]
+struct Tally {
+    /// Samples whose stack holds it.
+    count: u64,
+    /// Samples whose leaf it is.
+    overhead: u64,
+    /// The stamp of the last stack counted, so that a frame recurring in
+    /// one stack counts once.
+    last_stack: usize,
 }
 
 impl Counter {
     fn new(lines: usize, stacks: usize) -> Self {
         Counter {
-            counts: vec![0; lines],
-            overheads: vec![0; lines],
+            tallies: vec![Tally::default(); lines],
             stack_counts: vec![0; stacks],
-            last_stack: vec![0; lines],
+            gathered: Gathered::default(),
             stamp: 0,
         }
     }
@@ -371,37 +383,49 @@ impl Counter {
         }
         // The lines in the section's stacks, in order of first sight.
         let mut seen: Vec<LineId> = Vec::new();
-        for (stack, count) in walk {
-            self.stamp += 1;
-            let (stamp, last_stack, counts) = (self.stamp, &mut self.last_stack, &mut self.counts);
-            let leaf = lines.each(expansion, stack, |line| {
-                let slot = line as usize;
-                if last_stack[slot] != stamp {
-                    last_stack[slot] = stamp;
-                    if counts[slot] == 0 {
-                        seen.push(line);
+        for batch in walk.chunks(GATHERED_STACKS) {
+            if let StackLines::Index(index) = lines {
+                index.gather_words(batch.iter().map(|&(rank, _)| rank), &mut self.gathered);
+            }
+            for (at, &(stack, count)) in batch.iter().enumerate() {
+                self.stamp += 1;
+                let (stamp, tallies) = (self.stamp, &mut self.tallies);
+                let mut tally_line = |line: LineId| {
+                    let tally = &mut tallies[line as usize];
+                    if tally.last_stack != stamp {
+                        tally.last_stack = stamp;
+                        if tally.count == 0 {
+                            seen.push(line);
+                        }
+                        tally.count = tally.count.saturating_add(count);
                     }
-                    counts[slot] = counts[slot].saturating_add(count);
+                };
+                let leaf = match lines {
+                    StackLines::Index(_) => {
+                        let words = self.gathered.get(at);
+                        words.iter().for_each(|&line| tally_line(line));
+                        words.last().copied()
+                    }
+                    StackLines::Profile(_) => lines.each(expansion, stack, tally_line),
+                };
+                if let Some(leaf) = leaf {
+                    let tally = &mut self.tallies[leaf as usize];
+                    tally.overhead = tally.overhead.saturating_add(count);
                 }
-            });
-            if let Some(leaf) = leaf {
-                let leaf = leaf as usize;
-                self.overheads[leaf] = self.overheads[leaf].saturating_add(count);
             }
         }
         let mut rows = Vec::with_capacity(seen.len());
         for line in seen {
-            let slot = line as usize;
-            if self.counts[slot] >= mincount {
+            let tally = &mut self.tallies[line as usize];
+            if tally.count >= mincount {
                 rows.push(Row {
                     line,
-                    count: self.counts[slot],
-                    overhead: self.overheads[slot],
+                    count: tally.count,
+                    overhead: tally.overhead,
                 });
             }
             // Ready for the next section.
-            self.counts[slot] = 0;
-            self.overheads[slot] = 0;
+            (tally.count, tally.overhead) = (0, 0);
         }
         rows
     }

@@ -6,6 +6,22 @@
 use super::ReportError;
 use super::frames::small_id;
 
+/// Some sequences of a [`Sequences`] copied side by side (see
+/// [`Sequences::gather`]), numbered from 0 in the order asked for.
+#[derive(Default)]
+pub(super) struct Gathered {
+    values: Vec<u32>,
+    /// Where each lies in `values`.
+    spans: Vec<(usize, usize)>,
+}
+
+impl Gathered {
+    pub fn get(&self, sequence: usize) -> &[u32] {
+        let (start, end) = self.spans[sequence];
+        &self.values[start..end]
+    }
+}
+
 /// Sequences of ids, numbered in the order they were added.
 pub(super) struct Sequences {
     values: Vec<u32>,
@@ -69,6 +85,24 @@ impl Sequences {
     pub fn get(&self, sequence: u32) -> &[u32] {
         let sequence = sequence as usize;
         &self.values[self.starts[sequence]..self.starts[sequence + 1]]
+    }
+
+    /// Copies `sequences` into `into`, in the order given. A walk that
+    /// skips through many sequences waits on memory for each one in turn;
+    /// reading where a batch of them lie first, then their values, lets
+    /// the processor fetch them all at once.
+    pub fn gather(&self, sequences: impl IntoIterator<Item = u32>, into: &mut Gathered) {
+        into.values.clear();
+        into.spans.clear();
+        into.spans.extend(sequences.into_iter().map(|sequence| {
+            let sequence = sequence as usize;
+            (self.starts[sequence], self.starts[sequence + 1])
+        }));
+        for span in &mut into.spans {
+            let from = into.values.len();
+            into.values.extend_from_slice(&self.values[span.0..span.1]);
+            *span = (from, into.values.len());
+        }
     }
 
     /// Replaces every value of every sequence by `map(value)`.

@@ -25,7 +25,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::ReportError;
 use super::folded::frame_name;
 use super::frames::{FrameView, KERNEL_MARKER, LineKey, Site, UNKNOWN_MARKER, small_id};
-use super::sequences::{Sequences, sort_by_sequence};
+use super::sequences::{Gathered, Sequences, sort_by_sequence};
 use crate::profile::{Format, Location, LocationKind, ReportOptions};
 
 /// The formats an index serves, by what a frame is to them.
@@ -490,6 +490,13 @@ impl StackIndex {
     /// The words (by rank) of the stacks of `rank`, root first.
     pub(super) fn words_at(&self, rank: u32) -> &[u32] {
         self.laid.get(rank)
+    }
+
+    /// The words of the stacks of `ranks` copied into `into` (see
+    /// [`Sequences::gather`]): for a walk that skips through the index's
+    /// stacks, as one section's do.
+    pub(super) fn gather_words(&self, ranks: impl IntoIterator<Item = u32>, into: &mut Gathered) {
+        self.laid.gather(ranks, into);
     }
 
     /// The key of each tree line, by rank (none for folded tokens).
