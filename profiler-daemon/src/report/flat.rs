@@ -89,35 +89,22 @@ enum StackLines<'l, 'a> {
     Index(&'l StackIndex),
 }
 
-impl StackLines<'_, '_> {
-    /// Calls `line` with each line of `stack` (of the expansion, or a rank
-    /// of the index), root first; returns the leaf's (stacks are never
-    /// empty).
-    fn each(
-        self,
-        expansion: &Expansion<'_>,
-        stack: StackId,
-        mut line: impl FnMut(LineId),
-    ) -> Option<LineId> {
-        let mut leaf = None;
-        match self {
-            StackLines::Profile(lines) => {
-                for &site in expansion.sites_of(stack) {
-                    for &id in lines.of_site(expansion, site) {
-                        line(id);
-                        leaf = Some(id);
-                    }
-                }
-            }
-            StackLines::Index(index) => {
-                for &id in index.words_at(stack) {
-                    line(id);
-                    leaf = Some(id);
-                }
-            }
+/// Calls `line` with each line of the expansion's `stack`, root first;
+/// returns the leaf's (stacks are never empty).
+fn each_line(
+    lines: &Lines<'_>,
+    expansion: &Expansion<'_>,
+    stack: StackId,
+    mut line: impl FnMut(LineId),
+) -> Option<LineId> {
+    let mut leaf = None;
+    for &site in expansion.sites_of(stack) {
+        for &id in lines.of_site(expansion, site) {
+            line(id);
+            leaf = Some(id);
         }
-        leaf
     }
+    leaf
 }
 
 struct Row {
@@ -406,7 +393,7 @@ impl Counter {
                         words.iter().for_each(|&line| tally_line(line));
                         words.last().copied()
                     }
-                    StackLines::Profile(_) => lines.each(expansion, stack, tally_line),
+                    StackLines::Profile(lines) => each_line(lines, expansion, stack, tally_line),
                 };
                 if let Some(leaf) = leaf {
                     let tally = &mut self.tallies[leaf as usize];

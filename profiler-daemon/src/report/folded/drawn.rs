@@ -41,6 +41,7 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
     let mut lines = Lines {
         out: String::new(),
         folded,
+        nodes: &nodes,
         skipped,
         pending: None,
     };
@@ -57,8 +58,8 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
         if (node.count as f64) < narrowest {
             // Too narrow to draw, with everything below it.
             match ancestors.last() {
-                Some(&parent) => lines.add(&nodes[parent], parent, node.count),
-                None => lines.add(node, id, node.count),
+                Some(&parent) => lines.add(parent, node.count),
+                None => lines.add(id, node.count),
             }
             id = node.end as usize;
             continue;
@@ -66,7 +67,7 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
         // The line ending at a frame comes first among the lines through
         // it.
         if node.overhead > 0 {
-            lines.add(node, id, node.overhead);
+            lines.add(id, node.overhead);
         }
         ancestors.push(id);
         id += 1;
@@ -80,27 +81,33 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
 struct Lines<'a> {
     out: String,
     folded: &'a Folded<'a>,
+    nodes: &'a [Node],
     skipped: usize,
-    /// The last line: the node it ends at (its id, to compare) and its
-    /// samples so far.
-    pending: Option<(&'a Node, usize, u64)>,
+    /// The last line: the node it ends at and its samples so far.
+    pending: Option<(usize, u64)>,
 }
 
-impl<'a> Lines<'a> {
-    /// Adds `count` samples on a line ending at `node`.
-    fn add(&mut self, node: &'a Node, id: usize, count: u64) {
+impl Lines<'_> {
+    /// Adds `count` samples on a line ending at node `id`.
+    fn add(&mut self, id: usize, count: u64) {
         match &mut self.pending {
-            Some((_, last, samples)) if *last == id => *samples = samples.saturating_add(count),
+            Some((last, samples)) if *last == id => *samples = samples.saturating_add(count),
             _ => {
                 self.flush();
-                self.pending = Some((node, id, count));
+                self.pending = Some((id, count));
             }
         }
     }
 
     fn flush(&mut self) {
-        if let Some((node, _, count)) = self.pending.take() {
-            write_line(&mut self.out, self.folded, self.skipped, node, count);
+        if let Some((id, count)) = self.pending.take() {
+            write_line(
+                &mut self.out,
+                self.folded,
+                self.skipped,
+                &self.nodes[id],
+                count,
+            );
         }
     }
 }
