@@ -34,11 +34,7 @@ where
     S: Send,
 {
     let total: usize = items.iter().map(&weight).sum();
-    let available = thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let workers = available
-        .min(MOST_WORKERS)
-        .min(total / LEAST_WORK_PER_WORKER)
-        .max(1);
+    let workers = most_workers().min(total / LEAST_WORK_PER_WORKER).max(1);
     let sequentially = |share: &[T]| {
         let mut scratch = scratch();
         let results: Vec<R> = share.iter().map(|item| each(&mut scratch, item)).collect();
@@ -77,6 +73,13 @@ where
         }
         (results, scratches)
     })
+}
+
+/// Threads a report's work may be split over here: the cores this process
+/// may run on, at most [`MOST_WORKERS`].
+pub(super) fn most_workers() -> usize {
+    let available = thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    available.min(MOST_WORKERS)
 }
 
 /// `items`, of `total` weight, cut into at most `shares` runs of about
