@@ -366,18 +366,27 @@ pub fn extend_index(store: &Store, index: &mut StackIndex) {
     let started = Instant::now();
     let generation = store.generation();
     if index.generation() != generation
-        && let Some(renumbering) = store.renumbering()
+        && let Some(renumberings) = store.renumberings_from(index.generation())
     {
-        let renumbered = index.renumber(
-            (renumbering.from, generation),
-            &renumbering.stacks,
-            &renumbering.locations,
-            crate::store::GONE,
-        );
+        let mut compactions = 0;
+        let mut renumbered = true;
+        for renumbering in renumberings {
+            compactions += 1;
+            renumbered = index.renumber(
+                (renumbering.from, renumbering.from + 1),
+                &renumbering.stacks,
+                &renumbering.locations,
+                crate::store::GONE,
+            );
+            if !renumbered {
+                break;
+            }
+        }
         tracing::debug!(
+            compactions,
             renumbered,
             ms = started.elapsed().as_secs_f64() * 1e3,
-            "followed the store's compaction in a stack index"
+            "followed the store's compactions in a stack index"
         );
     }
     let (before, words_before) = (index.len(), index.word_count());

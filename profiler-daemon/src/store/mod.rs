@@ -219,12 +219,16 @@ pub struct Store {
     /// them say what they lost.
     evictions: VecDeque<Eviction>,
     last_compaction: SystemTime,
+    /// Whether a bucket went since the last compaction: only then can a
+    /// compaction free anything.
+    dropped_since_compaction: bool,
     /// How many times the tables were compacted: stack and location ids
     /// are of one generation (ids only grow between compactions).
     generation: u64,
-    /// How the last compaction changed the ids (not counted in the store's
-    /// memory: 4 bytes per stack and location it found).
-    renumbering: Option<Renumbering>,
+    /// How the last compactions changed the ids, oldest first, at most
+    /// [`retention::RENUMBERINGS_KEPT`] (not counted in the store's memory:
+    /// 4 bytes per stack and location each found).
+    renumberings: VecDeque<Renumbering>,
     /// When the first bucket began: what came before was never sampled.
     first_sample: Option<SystemTime>,
     /// The CPU samples of the buckets held, per stack and per thread.
@@ -253,8 +257,9 @@ impl Store {
             buckets_coarsened_for_memory: 0,
             evictions: VecDeque::new(),
             last_compaction: SystemTime::now(),
+            dropped_since_compaction: false,
             generation: 0,
-            renumbering: None,
+            renumberings: VecDeque::new(),
             first_sample: None,
             held: held::HeldSums::default(),
         }
@@ -358,10 +363,18 @@ impl Store {
         self.generation
     }
 
-    /// How the last compaction changed stack and location ids, to
-    /// [`Store::generation`] from the one before.
-    pub fn renumbering(&self) -> Option<&Renumbering> {
-        self.renumbering.as_ref()
+    /// How stack and location ids changed from generation `from` to
+    /// [`Store::generation`]: the renumbering of each compaction since, in
+    /// order; `None` when one of them is no longer kept (or `from` is not
+    /// an earlier generation). A store at its memory ceiling compacts more
+    /// than once in a drain: what holds the ids of a generation follows
+    /// each step rather than start anew.
+    pub fn renumberings_from(&self, from: u64) -> Option<impl Iterator<Item = &Renumbering>> {
+        let first = self
+            .renumberings
+            .iter()
+            .position(|renumbering| renumbering.from == from)?;
+        Some(self.renumberings.iter().skip(first))
     }
 
     /// Distinct stacks held: their ids are `0..stack_count()`.

@@ -24,6 +24,11 @@ pub struct Renumbering {
     pub locations: Vec<u32>,
 }
 
+/// Renumberings kept ([`super::Store::renumberings_from`]): a store at its
+/// memory ceiling compacts twice in a drain (before and after dropping its
+/// oldest buckets), and a stack index a few drains behind can still follow.
+pub(super) const RENUMBERINGS_KEPT: usize = 4;
+
 /// Rebuild the intern tables (dropping what no bucket refers to any more)
 /// at most this often, unless memory is short.
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(60);
@@ -101,9 +106,10 @@ impl Store {
         {
             self.evictions.pop_front();
         }
-        if now
-            .duration_since(self.last_compaction)
-            .is_ok_and(|since| since >= COMPACTION_INTERVAL)
+        if self.dropped_since_compaction
+            && now
+                .duration_since(self.last_compaction)
+                .is_ok_and(|since| since >= COMPACTION_INTERVAL)
         {
             self.compact(now);
         }
@@ -124,7 +130,12 @@ impl Store {
         if self.memory_bytes() <= limit {
             return;
         }
-        self.compact(SystemTime::now());
+        // Only dropped buckets free table entries: at the ceiling a store
+        // coarsens at every drain, and compacting each time (most of a
+        // second of a held store's stacks, the store locked) freed nothing.
+        if self.dropped_since_compaction {
+            self.compact(SystemTime::now());
+        }
         self.coarsen_for_memory();
         if self.memory_bytes() <= limit {
             return;
@@ -205,16 +216,18 @@ impl Store {
             .expect("callers check that a bucket exists");
         self.bucket_bytes -= bucket.bytes();
         self.held.remove(&bucket);
+        self.dropped_since_compaction = true;
         bucket
     }
 
     /// Rebuilds the intern tables with only what buckets still refer to.
     /// The stacks kept keep their order (new ids are given in the order of
     /// the old ones), and how ids changed is kept until the next compaction
-    /// ([`Store::renumbering`]): what an index of the stacks needs to follow
+    /// ([`Store::renumberings_from`]): what an index of the stacks needs to follow
     /// them rather than start anew.
     pub(super) fn compact(&mut self, now: SystemTime) {
         self.last_compaction = now;
+        self.dropped_since_compaction = false;
         let old_threads = std::mem::take(&mut self.threads);
         let old_locations = std::mem::take(&mut self.locations);
         let old_stacks = std::mem::take(&mut self.stacks);
@@ -271,7 +284,10 @@ impl Store {
         }
         self.held = super::held::HeldSums::of(&buckets);
         self.buckets = buckets;
-        self.renumbering = Some(Renumbering {
+        if self.renumberings.len() == RENUMBERINGS_KEPT {
+            self.renumberings.pop_front();
+        }
+        self.renumberings.push_back(Renumbering {
             from: self.generation,
             stacks,
             locations,
