@@ -434,6 +434,8 @@ async fn a_wait_stops_being_counted_when_its_recording_ends() {
 async fn the_idle_tasks_never_wait_off_cpu() {
     let daemon = Daemon::start().await;
     let _busy = Workload::start("waits", &["many"]);
+    // Its threads start napping after a second.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
     // The whole machine, off CPU, by process.
     let reply = daemon
         .client()
