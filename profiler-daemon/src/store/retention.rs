@@ -131,8 +131,8 @@ impl Store {
             return;
         }
         // Only dropped buckets free table entries: at the ceiling a store
-        // coarsens at every drain, and compacting each time (most of a
-        // second of a held store's stacks, the store locked) freed nothing.
+        // coarsens at every drain (several a second), and compacting each
+        // time re-interned every stack, the store locked, to free nothing.
         if self.dropped_since_compaction {
             self.compact(SystemTime::now());
         }
@@ -222,9 +222,9 @@ impl Store {
 
     /// Rebuilds the intern tables with only what buckets still refer to.
     /// The stacks kept keep their order (new ids are given in the order of
-    /// the old ones), and how ids changed is kept until the next compaction
-    /// ([`Store::renumberings_from`]): what an index of the stacks needs to follow
-    /// them rather than start anew.
+    /// the old ones), and how ids changed is kept for the next
+    /// [`RENUMBERINGS_KEPT`] compactions ([`Store::renumberings_from`]): what
+    /// an index of the stacks needs to follow them rather than start anew.
     pub(super) fn compact(&mut self, now: SystemTime) {
         self.last_compaction = now;
         self.dropped_since_compaction = false;
