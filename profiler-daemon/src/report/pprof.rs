@@ -49,8 +49,8 @@ use crate::profile::{GroupBy, Profile, ProfileMode, ReportOptions, ThreadState};
 use crate::proto::pprof as pb;
 use gzip::gzip_alongside;
 
-/// Samples encoded, then compressed, at a time. (The compressed bytes
-/// depend on how the input is cut.)
+/// Samples encoded, then handed to compression, at a time. (The compressed
+/// bytes do not depend on it: compression cuts its own blocks.)
 const SAMPLE_BATCH: usize = 1024;
 
 /// Field numbers of `profile.proto`'s messages that are encoded by hand.

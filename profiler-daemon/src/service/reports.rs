@@ -373,7 +373,7 @@ pub fn extend_index(store: &Store, index: &mut StackIndex) {
         for renumbering in renumberings {
             compactions += 1;
             renumbered = index.renumber(
-                (renumbering.from, renumbering.from + 1),
+                (renumbering.from, renumbering.to()),
                 &renumbering.stacks,
                 &renumbering.locations,
                 crate::store::GONE,

@@ -24,6 +24,13 @@ pub struct Renumbering {
     pub locations: Vec<u32>,
 }
 
+impl Renumbering {
+    /// The generation the ids are of after it: a compaction starts the next.
+    pub fn to(&self) -> u64 {
+        self.from + 1
+    }
+}
+
 /// Renumberings kept ([`super::Store::renumberings_from`]): a store at its
 /// memory ceiling compacts twice in a drain (before and after dropping its
 /// oldest buckets), and a stack index a few drains behind can still follow.

@@ -589,8 +589,8 @@ fn a_stack_index_follows_a_compaction() {
     assert_eq!(steps.len(), 2);
     for step in steps {
         for index in &mut indexes {
-            let to = step.from + 1;
-            assert!(index.renumber((step.from, to), &step.stacks, &step.locations, GONE));
+            let generations = (step.from, step.to());
+            assert!(index.renumber(generations, &step.stacks, &step.locations, GONE));
         }
     }
     assert!(store.renumberings_from(generation + 7).is_none());
