@@ -201,7 +201,8 @@ fn main() {
                 .expect("renders");
                 size = bytes.len();
                 if let Some(dir) = &args.write {
-                    std::fs::write(dir.join(format!("report.{name}")), &bytes).expect("writes");
+                    let file = format!("report.{}", name.replace('/', "-"));
+                    std::fs::write(dir.join(file), &bytes).expect("writes");
                 }
             }
             drop(black_box(profile));

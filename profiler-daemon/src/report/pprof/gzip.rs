@@ -7,12 +7,14 @@
 //! on its own and ended with a sync flush (so that it ends on a byte), and
 //! the blocks are laid end to end in one gzip member, as `pigz` does: any
 //! gzip reader reads it. The bytes depend only on what was encoded, never
-//! on how many threads compressed it.
+//! on how many threads compressed it. Each block joins the member as soon
+//! as the blocks before it did, so the compressed profile is held once.
 //!
 //! Owns the compressing threads and the gzip framing; it must not know
 //! what the bytes are.
 
 use std::{
+    collections::BTreeMap,
     io::{self, Write},
     sync::{
         Arc, Mutex,
@@ -81,39 +83,33 @@ fn gzip_on(
         let mut writer = Blocks {
             block: Vec::with_capacity(BLOCK),
             numbered: 0,
+            member: Member::new(),
             sink: match started.is_empty() {
-                true => Sink::Here(Vec::new()),
-                false => Sink::Threads(sender),
+                true => Sink::Here,
+                false => Sink::Threads { sender, done },
             },
         };
         let encoded = encode(&mut writer).and_then(|()| Ok(writer.send_block()?));
-        let Blocks { numbered, sink, .. } = writer;
-        let deflated = match sink {
-            Sink::Here(deflated) => deflated
-                .into_iter()
-                .map(|(number, deflated)| (number, Ok(deflated)))
-                .collect(),
-            Sink::Threads(sender) => {
-                // The threads stop after the last block.
-                drop(sender);
-                let deflated: Vec<_> = done.iter().collect();
-                for thread in started {
-                    if thread.join().is_err() {
-                        return Err(io::Error::other("a compressing thread panicked").into());
-                    }
-                }
-                deflated
+        let Blocks {
+            numbered,
+            mut member,
+            sink,
+            ..
+        } = writer;
+        if let Sink::Threads { sender, done } = sink {
+            // The threads stop after the last block.
+            drop(sender);
+            for (number, deflated) in done.iter() {
+                member.add(number, deflated);
             }
-        };
+            for thread in started {
+                if thread.join().is_err() {
+                    return Err(io::Error::other("a compressing thread panicked").into());
+                }
+            }
+        }
         encoded?;
-        let mut deflated = deflated
-            .into_iter()
-            .map(|(number, deflated)| Ok((number, deflated?)))
-            .collect::<io::Result<Vec<_>>>()?;
-        deflated.sort_unstable_by_key(|&(number, _)| number);
-        // Every block once: the threads ended with the last one.
-        debug_assert_eq!(deflated.len(), numbered);
-        Ok(member(deflated.into_iter().map(|(_, deflated)| deflated)))
+        Ok(member.finish(numbered)?)
     })
 }
 
@@ -164,34 +160,87 @@ fn deflate(block: &[u8]) -> io::Result<Deflated> {
     }
 }
 
-/// One gzip member of the deflated blocks, in order.
-fn member(blocks: impl Iterator<Item = Deflated>) -> Vec<u8> {
-    let mut out = HEADER.to_vec();
-    let mut crc = Crc::new();
-    for block in blocks {
-        out.extend_from_slice(&block.bytes);
-        crc.combine(&block.crc);
+/// One gzip member, assembled as the deflated blocks arrive: each is
+/// appended (and let go of) as soon as every block before it was, so that
+/// the compressed profile is held once rather than as blocks and as the
+/// member both.
+struct Member {
+    out: Vec<u8>,
+    crc: Crc,
+    /// Blocks deflated before one ahead of them, by number.
+    early: BTreeMap<usize, Deflated>,
+    /// The number of the next block to append.
+    next: usize,
+    /// The first block that could not be deflated.
+    error: Option<io::Error>,
+}
+
+impl Member {
+    fn new() -> Self {
+        Member {
+            out: HEADER.to_vec(),
+            crc: Crc::new(),
+            early: BTreeMap::new(),
+            next: 0,
+            error: None,
+        }
     }
-    out.extend_from_slice(&LAST_EMPTY_BLOCK);
-    out.extend_from_slice(&crc.sum().to_le_bytes());
-    // gzip keeps the length modulo 2^32, as `amount` is.
-    out.extend_from_slice(&crc.amount().to_le_bytes());
-    out
+
+    /// Adds block `number`, deflated.
+    fn add(&mut self, number: usize, deflated: io::Result<Deflated>) {
+        match deflated {
+            Ok(deflated) => {
+                self.early.insert(number, deflated);
+            }
+            Err(error) => {
+                self.error.get_or_insert(error);
+                return;
+            }
+        }
+        while let Some(block) = self.early.remove(&self.next) {
+            self.out.extend_from_slice(&block.bytes);
+            self.crc.combine(&block.crc);
+            self.next += 1;
+        }
+    }
+
+    /// The member, once all `blocks` were added.
+    fn finish(mut self, blocks: usize) -> io::Result<Vec<u8>> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        if self.next != blocks {
+            return Err(io::Error::other(format!(
+                "{} of {blocks} blocks were compressed",
+                self.next
+            )));
+        }
+        self.out.extend_from_slice(&LAST_EMPTY_BLOCK);
+        self.out.extend_from_slice(&self.crc.sum().to_le_bytes());
+        // gzip keeps the length modulo 2^32, as `amount` is.
+        self.out.extend_from_slice(&self.crc.amount().to_le_bytes());
+        Ok(self.out)
+    }
 }
 
 /// Cuts what is written into numbered blocks of [`BLOCK`] bytes and hands
-/// each, whole, to the compressing threads (or deflates it here).
+/// each, whole, to the compressing threads (or deflates it here), adding
+/// those deflated to the member as they come back.
 struct Blocks {
     block: Vec<u8>,
     /// Blocks sent so far.
     numbered: usize,
+    member: Member,
     sink: Sink,
 }
 
 enum Sink {
-    Threads(SyncSender<(usize, Vec<u8>)>),
-    /// No thread could be started: the blocks deflated on this one.
-    Here(Vec<(usize, Deflated)>),
+    Threads {
+        sender: SyncSender<(usize, Vec<u8>)>,
+        done: Receiver<(usize, io::Result<Deflated>)>,
+    },
+    /// No thread could be started: the blocks are deflated on this one.
+    Here,
 }
 
 impl Blocks {
@@ -204,17 +253,23 @@ impl Blocks {
         let number = self.numbered;
         self.numbered += 1;
         match &mut self.sink {
-            Sink::Threads(sender) => sender.send((number, block)).map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "the compressing threads stopped early",
-                )
-            }),
-            Sink::Here(deflated) => {
-                deflated.push((number, deflate(&block)?));
-                Ok(())
+            Sink::Threads { sender, done } => {
+                sender.send((number, block)).map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::BrokenPipe,
+                        "the compressing threads stopped early",
+                    )
+                })?;
+                for (number, deflated) in done.try_iter() {
+                    self.member.add(number, deflated);
+                }
+            }
+            Sink::Here => {
+                let deflated = deflate(&block)?;
+                self.member.add(number, Ok(deflated));
             }
         }
+        Ok(())
     }
 }
 
@@ -302,6 +357,43 @@ mod tests {
             one.len(),
             whole.len()
         );
+    }
+
+    #[test]
+    fn blocks_are_appended_as_soon_as_those_before_them_are() {
+        let data = bytes(3 * BLOCK);
+        let deflated = || {
+            data.chunks(BLOCK)
+                .map(|block| deflate(block).expect("deflates"))
+        };
+        let mut in_order = Member::new();
+        for (number, block) in deflated().enumerate() {
+            in_order.add(number, Ok(block));
+        }
+        let mut blocks: Vec<_> = deflated().enumerate().collect();
+        let mut member = Member::new();
+        let (first, second, third) = (blocks.remove(0), blocks.remove(0), blocks.remove(0));
+        member.add(2, Ok(third.1));
+        member.add(1, Ok(second.1));
+        assert_eq!(
+            (member.next, member.early.len()),
+            (0, 2),
+            "held until 0 came"
+        );
+        member.add(0, Ok(first.1));
+        assert_eq!(
+            (member.next, member.early.len()),
+            (3, 0),
+            "all appended, none held"
+        );
+        let member = member.finish(3).expect("whole");
+        assert_eq!(member, in_order.finish(3).expect("whole"));
+        assert_eq!(gunzip(&member), data);
+
+        let mut short = Member::new();
+        short.add(0, deflate(&data[..10]));
+        let missing = short.finish(2).expect_err("a block is missing");
+        assert!(missing.to_string().contains("1 of 2 blocks"), "{missing}");
     }
 
     #[test]
