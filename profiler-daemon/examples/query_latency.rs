@@ -21,7 +21,8 @@
 //! benchmark's (tree and folded about twice as big).
 //!
 //! "CPU per req" is the thread's CPU time (10 ms ticks, averaged over the
-//! requests): steadier than wall time on a shared machine.
+//! requests): steadier than wall time on a shared machine. "peak RSS +" is
+//! how far the process's RSS rose above its RSS before the requests.
 //!
 //! `--digests` prints a digest of each report under several option sets, to
 //! check that a change to the query path leaves every report's bytes as
@@ -132,8 +133,15 @@ fn main() {
     }
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|only| only == name);
     println!(
-        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
-        "request", "profile", "render", "total p50", "total min", "total max", "CPU per req"
+        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>13}",
+        "request",
+        "profile",
+        "render",
+        "total p50",
+        "total min",
+        "total max",
+        "CPU per req",
+        "peak RSS +"
     );
     // "+index": as the daemon makes them from a stack index kept between
     // requests (built here before the first, as a daemon's is after its
@@ -184,6 +192,7 @@ fn main() {
         let (mut profiles, mut totals) = (Vec::new(), Vec::new());
         let mut size = 0;
         let cpu_before = thread_cpu_time();
+        let resting = reset_peak_rss();
         for _ in 0..args.reps {
             // As the API does: the profile and the report are dropped
             // before the reply is sent.
@@ -209,9 +218,10 @@ fn main() {
             totals.push(started.elapsed());
         }
         let cpu = (thread_cpu_time() - cpu_before) / args.reps as u32;
+        let peak = status_kib("VmHWM").saturating_sub(resting);
         let renders: Vec<Duration> = totals.iter().zip(&profiles).map(|(t, p)| *t - *p).collect();
         println!(
-            "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}   {} KiB",
+            "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} MiB   {} KiB",
             name,
             ms(median(&profiles)),
             ms(median(&renders)),
@@ -219,9 +229,27 @@ fn main() {
             ms(*totals.iter().min().unwrap()),
             ms(*totals.iter().max().unwrap()),
             ms(cpu),
+            peak / 1024,
             size / 1024
         );
     }
+}
+
+/// Resets the process's peak RSS to its RSS now (`/proc/self/clear_refs`),
+/// returning that RSS in KiB: what a request's peak is measured from.
+fn reset_peak_rss() -> u64 {
+    std::fs::write("/proc/self/clear_refs", "5").expect("resets the peak RSS");
+    status_kib("VmRSS")
+}
+
+/// A field of `/proc/self/status` in KiB.
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("reads");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or(0)
 }
 
 /// CPU time this thread has used, from `/proc/thread-self/stat` (in clock

@@ -161,6 +161,11 @@ pub struct Stacks {
 }
 
 impl Stacks {
+    /// Locations of all stacks together.
+    pub fn location_count(&self) -> usize {
+        self.locations.len()
+    }
+
     /// Room for `stacks` stacks of `locations` locations in all.
     pub fn with_capacity(stacks: usize, locations: usize) -> Self {
         Self {

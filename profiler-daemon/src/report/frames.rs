@@ -80,7 +80,7 @@ impl<'a> Expansion<'a> {
             threads: &profile.threads,
             sites: Vec::new(),
             frames: Vec::new(),
-            stacks: Sequences::with_capacity(profile.stacks.len(), 0),
+            stacks: Sequences::with_capacity(profile.stacks.len(), profile.stacks.location_count()),
         };
         let mut interner = SiteInterner {
             location_sites: vec![None; profile.locations.len()],
@@ -133,6 +133,19 @@ impl<'a> Expansion<'a> {
             return Err(first_dangling_index(profile, &dangling));
         }
         let mut stack_counts = vec![0_u64; expansion.stacks.len()];
+        // Every stack used, in order, and no sample empty (as a window read
+        // from the store has them): the samples are the profile's own.
+        let unchanged = (0..).zip(&stack_ids).all(|(stack, &id)| id == stack)
+            && profile.samples.iter().all(|sample| sample.count > 0);
+        if unchanged {
+            for sample in &profile.samples {
+                let total = &mut stack_counts[sample.stack as usize];
+                *total = total.saturating_add(sample.count);
+            }
+            expansion.samples = Cow::Borrowed(&profile.samples);
+            expansion.stack_counts = stack_counts;
+            return Ok(expansion);
+        }
         let samples = profile.samples.iter().filter(|sample| sample.count > 0);
         let samples = samples.map(|sample| {
             let stack = stack_ids[sample.stack as usize];
@@ -658,6 +671,44 @@ mod tests {
         let samples = Expansion::new(&p, true).expect("valid");
         assert_eq!(samples.samples.len(), 1);
         assert_eq!(texts(&samples, 0, true), ["app.c:10; b"]);
+    }
+
+    #[test]
+    fn a_profile_using_every_stack_lends_its_samples() {
+        let mut b = Builder::new();
+        b.stacks(0, &[(&["a"], 2), (&["b"], 3), (&["a"], 4)]);
+        let p = b.build();
+        let expansion = Expansion::new(&p, true).expect("valid");
+        assert!(matches!(expansion.samples, Cow::Borrowed(_)));
+        assert_eq!(*expansion.samples, *p.samples);
+        let counts: Vec<u64> = (0..p.stacks.len() as StackId)
+            .map(|stack| expansion.stack_counts[stack as usize])
+            .collect();
+        let mut expected = vec![0; p.stacks.len()];
+        for sample in &p.samples {
+            expected[sample.stack as usize] += sample.count;
+        }
+        assert_eq!(counts, expected);
+
+        // A stack no sample uses: the others are renumbered, the samples
+        // copied.
+        let mut shifted = Profile {
+            stacks: Stacks::default(),
+            ..p.clone()
+        };
+        shifted.stacks.push(vec![0]);
+        for stack in p.stacks.iter() {
+            shifted.stacks.push(stack.to_vec());
+        }
+        shifted
+            .samples
+            .iter_mut()
+            .for_each(|sample| sample.stack += 1);
+        let expansion = Expansion::new(&shifted, true).expect("valid");
+        assert!(matches!(expansion.samples, Cow::Owned(_)));
+        let stacks: Vec<StackId> = expansion.samples.iter().map(|s| s.stack).collect();
+        let original: Vec<StackId> = p.samples.iter().map(|s| s.stack).collect();
+        assert_eq!(stacks, original, "renumbered past the unused stack");
     }
 
     #[test]
