@@ -69,6 +69,11 @@ struct Args {
     /// Samples in all.
     #[arg(long, default_value_t = 1_300_000)]
     samples: u64,
+    /// Seconds of samples, the window and the retention (e.g. 3600 and
+    /// `--samples 7800000` for an hour at the same rate; the store's 64 MiB
+    /// ceiling then coarsens and evicts as the daemon's would).
+    #[arg(long, default_value_t = 600)]
+    seconds: u64,
     /// Distinct call paths samples are drawn from.
     #[arg(long, default_value_t = 13_000)]
     paths: usize,
@@ -84,7 +89,6 @@ struct Args {
     kernel_percent: usize,
 }
 
-const BUCKETS: u64 = 600;
 const CPUS: u64 = 2;
 const FREQUENCY_HZ: u32 = 1000;
 const PERIOD_NS: u64 = 1_000_000;
@@ -106,7 +110,7 @@ fn main() {
     );
     let query = Query {
         start,
-        end: start + Duration::from_secs(BUCKETS),
+        end: start + Duration::from_secs(args.seconds),
         selector: Selector::default(),
         access: SampleAccess::All,
         mode: profilerd::profile::ProfileMode::Cpu,
@@ -760,18 +764,18 @@ fn fill_store(args: &Args) -> (Store, SystemTime) {
     // As the daemon keeps them by default: 1 s drains merged into 10 s
     // buckets.
     let mut store = Store::new(StoreSettings {
-        retention: Duration::from_secs(BUCKETS),
+        retention: Duration::from_secs(args.seconds),
         resolution: Duration::from_secs(10),
         memory_limit: 64 << 20,
     });
-    let ticks_per_cpu = args.samples / (BUCKETS * CPUS);
+    let ticks_per_cpu = args.samples / (args.seconds * CPUS);
     // The distinct stacks as (path, leaf, kernel stack), numbered.
     let mut stack_ids: HashMap<(usize, usize, Option<usize>), usize> = HashMap::default();
     let mut stacks: Vec<Vec<Arc<SymbolizedLocation>>> = Vec::new();
     // What each CPU runs: the current short-lived process and when it ends.
     let mut next_pid = 20_000;
     let mut running: Vec<(Worker, u64)> = Vec::new();
-    for second in 0..BUCKETS {
+    for second in 0..args.seconds {
         let mut counts: HashMap<(usize, usize), u64> = HashMap::default();
         for cpu in 0..CPUS as usize {
             if running.len() <= cpu || running[cpu].1 <= second {

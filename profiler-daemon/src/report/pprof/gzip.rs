@@ -167,7 +167,7 @@ fn deflate(block: &[u8]) -> io::Result<Deflated> {
 struct Member {
     out: Vec<u8>,
     crc: Crc,
-    /// Blocks deflated before one ahead of them, by number.
+    /// Blocks deflated while one before them still was, by number.
     early: BTreeMap<usize, Deflated>,
     /// The number of the next block to append.
     next: usize,
