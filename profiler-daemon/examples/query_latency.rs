@@ -222,7 +222,7 @@ fn main() {
             totals.push(started.elapsed());
         }
         let cpu = (thread_cpu_time() - cpu_before) / args.reps as u32;
-        let peak = status_kib("VmHWM").saturating_sub(resting);
+        let peak = own_status().vmhwm.unwrap_or(0).saturating_sub(resting);
         let renders: Vec<Duration> = totals.iter().zip(&profiles).map(|(t, p)| *t - *p).collect();
         println!(
             "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} MiB   {} KiB",
@@ -243,17 +243,14 @@ fn main() {
 /// returning that RSS in KiB: what a request's peak is measured from.
 fn reset_peak_rss() -> u64 {
     std::fs::write("/proc/self/clear_refs", "5").expect("resets the peak RSS");
-    status_kib("VmRSS")
+    own_status().vmrss.unwrap_or(0)
 }
 
-/// A field of `/proc/self/status` in KiB.
-fn status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("reads");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|value| value.trim().trim_end_matches(" kB").parse().ok())
-        .unwrap_or(0)
+/// This process's `/proc/self/status` (memory fields in KiB).
+fn own_status() -> procfs::process::Status {
+    procfs::process::Process::myself()
+        .and_then(|process| process.status())
+        .expect("reads /proc/self/status")
 }
 
 /// CPU time this thread has used, from `/proc/thread-self/stat` (in clock

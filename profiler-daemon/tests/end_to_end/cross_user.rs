@@ -282,10 +282,11 @@ async fn setuid_processes_are_seen_by_root_only() {
         processes.contains(&own_process),
         "nobody's own process is there:\n{mine}"
     );
+    let setuid_process = format!("-{pid}");
     assert!(
         !processes
             .iter()
-            .any(|process| process.ends_with(&format!("-{pid}"))),
+            .any(|process| process.ends_with(&setuid_process)),
         "the setuid process is shown to nobody:\n{mine}"
     );
     let roots = stdout_of(
