@@ -84,6 +84,9 @@ struct Args {
     /// Skew of the instruction a sample lands on in its leaf function.
     #[arg(long, default_value_t = 1.0)]
     leaf_skew: f64,
+    /// Tree and flat: the most sections a report shows (0: all).
+    #[arg(long, default_value_t = profilerd::profile::DEFAULT_MAXSECTIONS)]
+    maxsections: u64,
     /// Percent of samples with kernel frames.
     #[arg(long, default_value_t = 3)]
     kernel_percent: usize,
@@ -180,6 +183,7 @@ fn main() {
                 true => GroupBy::None,
                 false => GroupBy::Auto,
             },
+            maxsections: args.maxsections,
             ..ReportOptions::default()
         });
         let sum_by = match options
@@ -201,8 +205,13 @@ fn main() {
             // As the API does: the profile and the report are dropped
             // before the reply is sent.
             let started = Instant::now();
-            let profile = match &index {
-                Some(_) => store.profile_of_store_stacks(&query, sum_by),
+            let profile = match &options {
+                Some(options) => profilerd::service::reports::report_profile(
+                    &store,
+                    &query,
+                    index.is_none(),
+                    options,
+                ),
                 None => store.profile_summed(&query, sum_by),
             };
             profiles.push(started.elapsed());

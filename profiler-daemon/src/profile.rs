@@ -30,6 +30,20 @@ pub struct Profile {
     pub lost: Vec<(LossCause, u64)>,
     /// What makes this profile less than complete, in plain words.
     pub warnings: Vec<String>,
+    /// Threads whose CPU samples were summed but not read per stack (a
+    /// tree or flat report within `maxsections` need not read the
+    /// sections it leaves out); in `threads`, never in `samples`.
+    pub unread: Vec<UnreadThread>,
+}
+
+/// The CPU samples of a thread of a [`Profile`] not read per stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnreadThread {
+    /// Index into [`Profile::threads`].
+    pub thread: u32,
+    pub count: u64,
+    /// CPU time in nanoseconds.
+    pub weight: u64,
 }
 
 impl Profile {
@@ -53,6 +67,7 @@ impl Profile {
             samples: Vec::new(),
             lost: Vec::new(),
             warnings: Vec::new(),
+            unread: Vec::new(),
         }
     }
 
@@ -70,9 +85,14 @@ impl Profile {
         (self.duration_secs() * f64::from(self.frequency_hz)).round() as u64
     }
 
-    /// Total samples in the profile.
+    /// Total samples in the profile, those of unread threads too.
     pub fn total_samples(&self) -> u64 {
-        self.samples.iter().map(|sample| sample.count).sum()
+        let unread = self.unread.iter().map(|thread| thread.count);
+        self.samples
+            .iter()
+            .map(|sample| sample.count)
+            .chain(unread)
+            .sum()
     }
 
     /// Takes the kernel addresses out, for an asker the kernel would not
@@ -536,11 +556,21 @@ pub struct ReportOptions {
     /// more would pass the other filters, the lines of fewest samples are
     /// left out, and the report says so.
     pub maxlines: u64,
+    /// Tree and flat, grouped: the most sections (processes or threads) a
+    /// report prints, those of most samples (0: no limit). The others are
+    /// counted in a line of their own, and the report says so.
+    pub maxsections: u64,
 }
 
 /// The lines a tree or flat report prints unless asked otherwise: more
 /// than a person reads, and a few megabytes at most.
 pub const DEFAULT_MAXLINES: u64 = 10_000;
+
+/// The sections a grouped tree or flat report prints unless asked
+/// otherwise: the busiest processes of a machine, a few screens of them.
+/// An hour of a busy machine holds thousands of short-lived processes;
+/// printing them all costs reading every one's stacks.
+pub const DEFAULT_MAXSECTIONS: u64 = 100;
 
 impl Default for ReportOptions {
     fn default() -> Self {
@@ -554,6 +584,7 @@ impl Default for ReportOptions {
             kernel: true,
             combine: true,
             maxlines: DEFAULT_MAXLINES,
+            maxsections: DEFAULT_MAXSECTIONS,
         }
     }
 }

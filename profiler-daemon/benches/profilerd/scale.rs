@@ -105,6 +105,14 @@ struct TopCost {
 /// The pause before each request of the rows asked as a dashboard asks.
 const DASHBOARD_PAUSE: Duration = Duration::from_secs(3);
 
+/// The rows that ask for every section (`maxsections 0`).
+const EVERY_SECTION_TREE: &str = "tree per process, every section";
+const EVERY_SECTION_FLAT: &str = "flat per process, every section";
+
+fn every_section(row: &str) -> bool {
+    row == EVERY_SECTION_TREE || row == EVERY_SECTION_FLAT
+}
+
 async fn run_profilerd(
     plan: &Plan,
     workloads: &Workloads,
@@ -196,6 +204,19 @@ async fn run_profilerd(
             v1::GroupBy::Unspecified,
             back_to_back,
         ),
+        // The rows per process of runs before `maxsections` (2026-11-27).
+        (
+            EVERY_SECTION_TREE,
+            v1::Format::Tree,
+            v1::GroupBy::Unspecified,
+            back_to_back,
+        ),
+        (
+            EVERY_SECTION_FLAT,
+            v1::Format::Flat,
+            v1::GroupBy::Unspecified,
+            back_to_back,
+        ),
         (
             "tree, every 3 s",
             v1::Format::Tree,
@@ -227,6 +248,7 @@ async fn run_profilerd(
                     options: Some(v1::ReportOptions {
                         format: format as i32,
                         groupby: groupby as i32,
+                        maxsections: every_section(name).then_some(0),
                         ..Default::default()
                     }),
                     mode: v1::Mode::Cpu as i32,
@@ -553,7 +575,9 @@ fn latency_table(title: &str, plan: &Plan, ours: &Ours, others: &[Other]) -> Tab
     for (name, times, size) in &ours.latencies {
         let sorted = sorted(times);
         let p99 = percentile(&sorted, 99.0);
-        worst_p99 = worst_p99.max(p99);
+        if !every_section(name) {
+            worst_p99 = worst_p99.max(p99);
+        }
         let spread = Spread::of(times);
         table.row(vec![
             format!("profilerd Query, {name}"),
@@ -586,8 +610,11 @@ fn latency_table(title: &str, plan: &Plan, ours: &Ours, others: &[Other]) -> Tab
          maps first. Every format draws one tree of the whole machine (`groupby none`; pprof: \
          one sample per stack, unlabelled) but pprof per thread (its default: a sample per \
          thread and stack, labelled; the pprof row of runs before 2026-11-26 11:00 UTC) and \
-         the last two rows, tree and flat by default (a section per process), both within the \
-         default `maxlines` of 10000 lines. Requests follow each other at once, but those \
+         the rows per process, tree and flat by default (a section per process, within the \
+         default `maxlines` of 10000 lines and, since 2026-11-27, `maxsections` of 100 \
+         sections; the rows \"every section\" ask for all of them, as those rows did before, \
+         and are shown for comparison, not held to the target). Requests follow each other \
+         at once, but those \
          of the rows \"every 3 s\", half as many, asked as a dashboard asks: each after a \
          pause of {} s, so each drains what came meanwhile and meets an index a refresh \
          behind. Target: p99 under 100 ms for every format: {}.",

@@ -321,6 +321,11 @@ pub struct ReportArgs {
     /// fewest samples (the report says so); 0 = every line [default: 10000]
     #[arg(long, value_parser = count64("a number of lines"), allow_negative_numbers = true)]
     pub maxlines: Option<u64>,
+    /// Tree and flat, grouped: print at most this many sections (processes
+    /// or threads), those of most samples; the others are counted in one
+    /// line; 0 = every section [default: 100]
+    #[arg(long, value_parser = count64("a number of sections"), allow_negative_numbers = true)]
+    pub maxsections: Option<u64>,
     /// Tree: hide frames with n <= noisefloor * sqrt(N) samples, N = caller's (try 2.0)
     #[arg(long, default_value_t = 0.0, value_parser = parse_noisefloor, allow_negative_numbers = true)]
     pub noisefloor: f64,
@@ -354,6 +359,7 @@ impl ReportArgs {
             maxdepth: self.maxdepth,
             mincount: self.mincount,
             maxlines: self.maxlines,
+            maxsections: self.maxsections,
             noisefloor: self.noisefloor,
             sortedby: match self.sortedby {
                 SortedByArg::Filefuncline => v1::SortedBy::Filefuncline,

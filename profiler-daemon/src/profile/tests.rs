@@ -89,6 +89,7 @@ fn kernel_addresses_are_hidden_and_their_locations_merged() {
         samples: Vec::new(),
         lost: Vec::new(),
         warnings: Vec::new(),
+        unread: Vec::new(),
     };
     profile.hide_kernel_addresses();
     assert_eq!(profile.locations.len(), 2);

@@ -21,11 +21,12 @@ use std::{collections::VecDeque, fmt::Write as _};
 use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, LineKey, Lines, StackId};
 use super::parallel;
+use super::sections::{Section, sections};
 use super::sequences::Gathered;
 use super::stack_index::StackIndex;
 use super::{
-    PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, digits, push_decimal, push_percent,
-    push_spaces, render_sections, sections,
+    PERCENT_WIDTH, ReportError, SECTION_END_BYTES, digits, push_decimal, push_percent, push_spaces,
+    render_sections,
 };
 
 /// What the columns mean.
@@ -73,8 +74,8 @@ fn write(
     keys: &[LineKey<'_>],
     options: &ReportOptions,
 ) -> Result<String, ReportError> {
-    let sections = sections(profile, expansion, options.groupby)?;
-    let mut table = Table::new(expansion, stacks, keys, options, &sections);
+    let sections = sections(profile, expansion, options)?;
+    let mut table = Table::new(expansion, stacks, keys, options, &sections.shown);
     let cut = table.within_maxlines();
     render_sections(profile, sections, cut, "", LEGEND, |out, section| {
         table.write(out, section)

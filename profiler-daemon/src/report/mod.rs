@@ -43,6 +43,7 @@ mod parallel;
 mod pprof;
 mod pprof_diff;
 mod protobuf;
+mod sections;
 mod sequences;
 mod stack_index;
 #[cfg(test)]
@@ -50,12 +51,13 @@ mod test_support;
 mod top;
 mod tree;
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::fmt::Write as _;
 
-use crate::profile::{Format, GroupBy, Profile, ProfileMode, ReportOptions, ThreadState};
+use crate::profile::{Format, GroupBy, Profile, ProfileMode, ReportOptions};
 pub use callers::{CallerCount, callers, callers_text};
 pub use diff::{FunctionChange, diff, diff_text};
-use frames::{Expansion, StackSample};
+use sections::{Section, Sections};
+pub use sections::{may_leave_out_sections, threads_shown};
 pub use stack_index::{IndexedWords, StackIndex, StackIndexKey};
 pub use top::{TopFunction, top};
 
@@ -101,6 +103,11 @@ pub fn render_thread_trees(
 /// Renders `profile` as `options.format` asks. Text formats are UTF-8; pprof
 /// is a gzipped profile.proto.
 pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
+    if !profile.unread.is_empty() && !may_leave_out_sections(options) {
+        return Err(ReportError::InvalidProfile(
+            "only a tree or flat report within maxsections can leave threads unread".to_owned(),
+        ));
+    }
     // An allocation profile holds what was allocated and what is still
     // held: pprof carries both, the other formats the mode's.
     if profile.mode.is_memory()
@@ -188,7 +195,7 @@ pub fn render_diff(
 /// are shares of.
 fn render_sections(
     profile: &Profile,
-    sections: Vec<Section>,
+    sections: Sections,
     cut: Option<budget::LinesCut>,
     header: &str,
     legend: &str,
@@ -197,6 +204,9 @@ fn render_sections(
     let mut out = String::new();
     let unit = counted_unit(profile);
     write_comments(&mut out, profile)?;
+    if let Some(left_out) = &sections.left_out {
+        left_out.write_comment(&mut out, unit)?;
+    }
     if let Some(cut) = &cut {
         cut.write_comment(&mut out, unit)?;
     }
@@ -204,7 +214,7 @@ fn render_sections(
     let mut grouped = false;
     // Sections whose every line `maxlines` left out: counted, not titled.
     let (mut empty, mut empty_total) = (0_u64, 0_u64);
-    for section in sections {
+    for section in sections.shown {
         match &section.title {
             Some(title) => {
                 grouped = true;
@@ -231,6 +241,9 @@ fn render_sections(
             "{empty} more {sections} ({empty_total} {unit} in all) with no line shown {}\n",
             cut.how_to_see_all()
         )?;
+    }
+    if let Some(left_out) = &sections.left_out {
+        left_out.write_line(&mut out, unit)?;
     }
     let whole = if grouped { "its section's" } else { "all" };
     if unit == "samples" {
@@ -265,31 +278,6 @@ const PERCENT_WIDTH: usize = 6;
 /// Room for what follows a section's body: its blank line or the summary.
 const SECTION_END_BYTES: usize = 128;
 
-/// The samples one block of a tree or flat report is made of.
-struct Section {
-    /// The header line of a `groupby` section; `None` for the whole profile.
-    title: Option<String>,
-    /// Indexes into [`Expansion::samples`], in profile order.
-    samples: Vec<u32>,
-    /// Sum of the samples' counts.
-    total: u64,
-}
-
-/// Who a section is about, in the order sections with equal totals appear.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-enum SectionKey<'a> {
-    Thread {
-        pid: u32,
-        tid: u32,
-        thread_name: &'a str,
-        process_name: &'a str,
-    },
-    Process {
-        pid: u32,
-        process_name: &'a str,
-    },
-}
-
 /// Whether a report made as `options` ask shows threads or processes (a
 /// section, a frame or a label of its own): a report that does not is the
 /// same made of each stack's samples summed over all threads.
@@ -301,191 +289,6 @@ pub fn shows_threads(options: &ReportOptions) -> bool {
             !matches!(options.groupby, GroupBy::None | GroupBy::Auto)
         }
     }
-}
-
-/// Splits the samples as `groupby` asks: one untitled section for
-/// `GroupBy::None` (even without samples), otherwise one titled section per
-/// thread or process, by total descending, then pid, tid and names;
-/// `GroupBy::Auto` is per process when there is more than one.
-fn sections(
-    profile: &Profile,
-    expansion: &Expansion<'_>,
-    groupby: GroupBy,
-) -> Result<Vec<Section>, ReportError> {
-    let samples = &expansion.samples;
-    let sample_count = frames::small_id(samples.len(), "samples")?;
-    let groupby = match groupby {
-        GroupBy::Auto => {
-            let mut pids = samples.iter().map(|sample| expansion.thread(sample).pid);
-            let first = pids.next();
-            match pids.any(|pid| Some(pid) != first) {
-                true => GroupBy::Process,
-                false => GroupBy::None,
-            }
-        }
-        groupby => groupby,
-    };
-    if groupby == GroupBy::None {
-        let all: Vec<u32> = (0..sample_count).collect();
-        return Ok(vec![Section {
-            title: None,
-            total: total(samples, &all),
-            samples: all,
-        }]);
-    }
-    // The section of each thread with samples (there are far fewer
-    // threads than samples), then each sample to its thread's section, in
-    // profile order.
-    let mut thread_samples = vec![0_usize; profile.threads.len()];
-    for sample in samples.iter() {
-        thread_samples[sample.thread as usize] += 1;
-    }
-    let mut section_numbers: BTreeMap<SectionKey<'_>, usize> = BTreeMap::new();
-    let mut section_of_thread = vec![0; profile.threads.len()];
-    let mut section_sizes: Vec<usize> = Vec::new();
-    let threads = profile.threads.iter().zip(&thread_samples);
-    for ((thread, &count), section) in threads.zip(&mut section_of_thread) {
-        if count == 0 {
-            continue;
-        }
-        let key = match groupby {
-            GroupBy::Thread => SectionKey::Thread {
-                pid: thread.pid,
-                tid: thread.tid,
-                thread_name: &thread.thread_name,
-                process_name: &thread.process_name,
-            },
-            GroupBy::Auto | GroupBy::None | GroupBy::Process => SectionKey::Process {
-                pid: thread.pid,
-                process_name: &thread.process_name,
-            },
-        };
-        let next = section_numbers.len();
-        *section = *section_numbers.entry(key).or_insert(next);
-        if *section == section_sizes.len() {
-            section_sizes.push(0);
-        }
-        section_sizes[*section] += count;
-    }
-    let mut section_samples: Vec<Vec<u32>> = section_sizes
-        .iter()
-        .map(|&size| Vec::with_capacity(size))
-        .collect();
-    let mut section_totals = vec![0_u64; section_sizes.len()];
-    for (index, sample) in (0..sample_count).zip(samples.iter()) {
-        let section = section_of_thread[sample.thread as usize];
-        section_samples[section].push(index);
-        section_totals[section] = section_totals[section].saturating_add(sample.count);
-    }
-    let mut keyed: Vec<_> = section_numbers
-        .into_iter()
-        .map(|(key, section)| {
-            let indexes = std::mem::take(&mut section_samples[section]);
-            (key, section_totals[section], indexes)
-        })
-        .collect();
-    // The map ordered by key already; the stable sort keeps that among ties.
-    keyed.sort_by_key(|&(_, total, _)| std::cmp::Reverse(total));
-    let ticks = profile.ticks_per_cpu();
-    Ok(keyed
-        .into_iter()
-        .map(|(key, total, samples)| {
-            let who = match key {
-                SectionKey::Thread {
-                    pid,
-                    tid,
-                    thread_name,
-                    process_name,
-                } => format!("Thread {tid} {thread_name:?} of process {pid} {process_name:?}"),
-                SectionKey::Process { pid, process_name } => {
-                    format!("Process {pid} {process_name:?}")
-                }
-            };
-            let title = if profile.mode.is_memory() {
-                format!(
-                    "{who}  {}",
-                    memory_total(profile, &expansion.samples, &samples)
-                )
-            } else if profile.mode == ProfileMode::Cpu {
-                format!(
-                    "{who}  Total snapshots: {total}. Utilization: {}",
-                    utilization(total, ticks)
-                )
-            } else {
-                let spent = time_by_state(profile, &expansion.samples, &samples);
-                format!("{who}  Total snapshots: {total}. {spent}")
-            };
-            Section {
-                title: Some(title),
-                samples,
-                total,
-            }
-        })
-        .collect())
-}
-
-/// The sections `titled` asks for, each with its thread's samples.
-fn thread_sections(
-    profile: &Profile,
-    expansion: &Expansion<'_>,
-    titled: &[ThreadSection],
-) -> Result<Vec<Section>, ReportError> {
-    let mut by_thread: Vec<Vec<u32>> = vec![Vec::new(); profile.threads.len()];
-    for (index, sample) in expansion.samples.iter().enumerate() {
-        by_thread[sample.thread as usize].push(frames::small_id(index, "samples")?);
-    }
-    titled
-        .iter()
-        .map(|section| {
-            let samples = by_thread
-                .get(section.thread as usize)
-                .ok_or_else(|| {
-                    ReportError::InvalidProfile(format!("no thread {}", section.thread))
-                })?
-                .clone();
-            Ok(Section {
-                title: Some(section.title.clone()),
-                total: total(&expansion.samples, &samples),
-                samples,
-            })
-        })
-        .collect()
-}
-
-/// How the time of `samples[indexes]` was spent, for a section's title in
-/// a profile with off-CPU time: on CPU, asleep, blocked, in the run queue,
-/// and all of it against the window (1 for a thread seen all the time).
-fn time_by_state(profile: &Profile, samples: &[StackSample], indexes: &[u32]) -> String {
-    let mut nanos = [0_u64; 4];
-    for &index in indexes {
-        let sample = &samples[index as usize];
-        if let Some(spent) = nanos.get_mut(sample.state as usize) {
-            *spent = spent.saturating_add(sample.weight);
-        }
-    }
-    let seconds = nanos.map(|nanos| nanos as f64 / 1e9);
-    let wall: f64 = seconds.iter().sum();
-    let elapsed = profile.duration_secs();
-    let share = if elapsed > 0.0 {
-        format!("{:.0}%", wall / elapsed * 100.0)
-    } else {
-        "n/a".to_owned()
-    };
-    format!(
-        "cpu {:.2} s, S {:.2} s, D {:.2} s, run queue {:.2} s; wall {wall:.2} s, {share} of the \
-         window",
-        seconds[ThreadState::Cpu as usize],
-        seconds[ThreadState::Sleeping as usize],
-        seconds[ThreadState::Blocked as usize],
-        seconds[ThreadState::RunQueue as usize],
-    )
-}
-
-/// Sum of the counts of `samples[indexes]`.
-fn total(samples: &[StackSample], indexes: &[u32]) -> u64 {
-    indexes.iter().fold(0, |sum, &index| {
-        sum.saturating_add(samples[index as usize].count)
-    })
 }
 
 /// `samples` as a rounded percentage of one CPU's `ticks`, e.g. `98%`.
@@ -504,25 +307,6 @@ fn counted_unit(profile: &Profile) -> &'static str {
     } else {
         "samples"
     }
-}
-
-/// The bytes and objects of `samples[indexes]` in an allocation profile,
-/// for a section's title or the summary line.
-fn memory_total(profile: &Profile, samples: &[StackSample], indexes: &[u32]) -> String {
-    let (bytes, objects) = indexes
-        .iter()
-        .fold((0_u64, 0_u64), |(bytes, objects), &index| {
-            let sample = &samples[index as usize];
-            (
-                bytes.saturating_add(sample.count),
-                objects.saturating_add(sample.weight),
-            )
-        });
-    let what = match profile.mode {
-        ProfileMode::Held => "Still held",
-        _ => "Allocated",
-    };
-    format!("{what}: {bytes} bytes in {objects} objects (estimated)")
 }
 
 /// The closing line of an ungrouped tree or flat report.

@@ -23,10 +23,11 @@ use std::collections::VecDeque;
 use super::budget::{LineBudget, LinesCut, Ties};
 use super::frames::{Expansion, LineId, Lines, StackSample};
 use super::parallel;
+use super::sections::{Section, Sections, sections, thread_sections};
 use super::stack_index::{Ranked, StackIndex};
 use super::{
-    PERCENT_WIDTH, ReportError, SECTION_END_BYTES, Section, ThreadSection, digits, push_decimal,
-    push_percent, push_spaces, render_sections, sections, thread_sections,
+    PERCENT_WIDTH, ReportError, SECTION_END_BYTES, ThreadSection, digits, push_decimal,
+    push_percent, push_spaces, render_sections,
 };
 use crate::profile::{Profile, ReportOptions};
 use nodes::{Node, Tree};
@@ -52,7 +53,7 @@ const GUIDE: char = '╎';
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
     render_with(profile, options, |expansion| {
-        sections(profile, expansion, options.groupby)
+        sections(profile, expansion, options)
     })
 }
 
@@ -70,7 +71,7 @@ pub(super) fn render_threads(
 fn render_with(
     profile: &Profile,
     options: &ReportOptions,
-    sections: impl FnOnce(&Expansion<'_>) -> Result<Vec<Section>, ReportError>,
+    sections: impl FnOnce(&Expansion<'_>) -> Result<Sections, ReportError>,
 ) -> Result<String, ReportError> {
     let expansion = Expansion::new(profile, options.kernel)?;
     let lines = Lines::new(&expansion, options.combine)?;
@@ -103,7 +104,7 @@ pub(super) fn render_indexed(
         options,
     );
     write(profile, &expansion, printer, |expansion| {
-        sections(profile, expansion, options.groupby)
+        sections(profile, expansion, options)
     })
 }
 
@@ -111,11 +112,11 @@ fn write(
     profile: &Profile,
     expansion: &Expansion<'_>,
     mut printer: Printer<'_>,
-    sections: impl FnOnce(&Expansion<'_>) -> Result<Vec<Section>, ReportError>,
+    sections: impl FnOnce(&Expansion<'_>) -> Result<Sections, ReportError>,
 ) -> Result<String, ReportError> {
     let sections = sections(expansion)?;
-    let cut = printer.within_maxlines(&sections)?;
-    printer.build_ahead(&sections)?;
+    let cut = printer.within_maxlines(&sections.shown)?;
+    printer.build_ahead(&sections.shown)?;
     render_sections(profile, sections, cut, HEADER, LEGEND, |out, section| {
         printer.write_tree(out, section)
     })

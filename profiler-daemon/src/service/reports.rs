@@ -10,7 +10,7 @@ use std::{
 
 use super::{error::ServiceError, limits};
 use crate::{
-    profile::{Format, GroupBy, LossCause, Profile, ReportOptions, ThreadState},
+    profile::{Format, GroupBy, LossCause, Profile, ReportOptions, ThreadInfo, ThreadState},
     report::{self, StackIndex, StackIndexKey},
     service::access::Caller,
     store::{Query, SampleAccess, Store, SumBy},
@@ -76,6 +76,12 @@ impl Summary {
             let (count, weight) = &mut sums[sample.state as usize];
             *count = count.saturating_add(sample.count);
             *weight = weight.saturating_add(sample.weight);
+        }
+        // Threads not read per stack ran on CPU (see `Profile::unread`).
+        for unread in &profile.unread {
+            let (count, weight) = &mut sums[ThreadState::Cpu as usize];
+            *count = count.saturating_add(unread.count);
+            *weight = weight.saturating_add(unread.weight);
         }
         let sums_where = |state: ThreadState| sums[state as usize];
         let nanos_where = |wanted: fn(ThreadState) -> bool| -> u64 {
@@ -290,11 +296,6 @@ pub async fn read_report(
 ) -> Result<Report, ServiceError> {
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        // A report that shows no threads is made of per-stack sums.
-        let sum_by = match report::shows_threads(&options) {
-            true => SumBy::ThreadAndStack,
-            false => SumBy::Stack,
-        };
         let index = StackIndexKey::of(&options, !kernel_addresses)
             .filter(|_| !query.mode.is_memory())
             .map(|key| indexes.get(key));
@@ -311,7 +312,7 @@ pub async fn read_report(
                 let extended_at = started.elapsed();
                 // No stacks or locations to hide kernel addresses in: the
                 // index's words hide them.
-                let profile = store.profile_of_store_stacks(&query, sum_by);
+                let profile = report_profile(&store, &query, false, &options);
                 tracing::debug!(
                     locks_ms = locked_at.as_secs_f64() * 1e3,
                     extension_ms = (extended_at - locked_at).as_secs_f64() * 1e3,
@@ -322,7 +323,7 @@ pub async fn read_report(
                 (profile, Some((index, store.generation())))
             }
             None => (
-                window_profile(&store, &query, kernel_addresses, sum_by),
+                report_window_profile(&store, &query, kernel_addresses, &options),
                 None,
             ),
         };
@@ -335,7 +336,7 @@ pub async fn read_report(
                 // A compaction since the read renumbered the store's stacks
                 // and started the index anew: the window is read again.
                 _ => {
-                    let profile = window_profile(&store, &query, kernel_addresses, sum_by);
+                    let profile = report_window_profile(&store, &query, kernel_addresses, &options);
                     report::render(&profile, &options)
                 }
             },
@@ -412,6 +413,47 @@ pub fn extend_index(store: &Store, index: &mut StackIndex) {
             *index = StackIndex::new(index.key());
         }
     }
+}
+
+/// The window's profile a report made as `options` ask is made of: summed
+/// per stack when it shows no threads; per thread and stack otherwise, but
+/// for a tree or flat report that may leave sections out (`maxsections`),
+/// only the threads of those it shows (the others only counted). Its stacks
+/// are copied, or left as the store's ids for a report from an index.
+pub fn report_profile(
+    store: &Store,
+    query: &Query,
+    copy_stacks: bool,
+    options: &ReportOptions,
+) -> Profile {
+    let sum_by = match report::shows_threads(options) {
+        true => SumBy::ThreadAndStack,
+        false => SumBy::Stack,
+    };
+    if sum_by == SumBy::ThreadAndStack && report::may_leave_out_sections(options) {
+        let pick = |threads: &[(&ThreadInfo, u64)]| report::threads_shown(options, threads);
+        return store.profile_picking_threads(query, copy_stacks, &pick);
+    }
+    match copy_stacks {
+        true => store.profile_summed(query, sum_by),
+        false => store.profile_of_store_stacks(query, sum_by),
+    }
+}
+
+/// [`report_profile`] with its stacks, the kernel addresses taken out unless
+/// `kernel_addresses`. It blocks: call it off the async threads.
+fn report_window_profile(
+    store: &RwLock<Store>,
+    query: &Query,
+    kernel_addresses: bool,
+    options: &ReportOptions,
+) -> Profile {
+    let mut profile = report_profile(&crate::read_lock(store), query, true, options);
+    if !kernel_addresses {
+        profile.hide_kernel_addresses();
+    }
+    crate::daemon::allocator::after_report();
+    profile
 }
 
 /// `query`'s profile as the store holds it, summed by `sum_by`, the kernel

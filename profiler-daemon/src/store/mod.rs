@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap as HashMap;
 use self::tables::{HeapBytes, Interner, StackTable};
 pub use self::{
     holds::{WindowHold, WindowHolds},
-    query::{CommPattern, Query, SampleAccess, Selector, SumBy},
+    query::{CommPattern, Query, SampleAccess, Selector, SumBy, ThreadPick},
     retention::{GONE, Renumbering},
 };
 use crate::{

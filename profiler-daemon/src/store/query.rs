@@ -8,8 +8,15 @@ use profiler_common::COUNTER_COUNT;
 use super::{Bucket, Store, aggregate, tables::Renumbering};
 use crate::{
     kernel::drain::losses,
-    profile::{LossCause, Owner, Profile, ProfileMode, Sample, Stacks, ThreadInfo, ThreadState},
+    profile::{
+        LossCause, Owner, Profile, ProfileMode, Sample, Stacks, ThreadInfo, ThreadState,
+        UnreadThread,
+    },
 };
+
+/// Chooses which threads of a window to read per stack: given each thread
+/// with CPU samples and their count, whether to read each (`None`: all).
+pub type ThreadPick<'a> = &'a dyn Fn(&[(&ThreadInfo, u64)]) -> Option<Vec<bool>>;
 
 /// Which samples a query covers; empty lists do not restrict, different
 /// kinds must all match, values within one list are alternatives.
@@ -128,14 +135,84 @@ impl Store {
         self.read(query, false, sum_by)
     }
 
-    /// A window's profile, its stacks copied or left as store ids.
-    fn read(&self, query: &Query, copy_stacks: bool, sum_by: SumBy) -> Profile {
-        let thread_matches: Vec<bool> = self
-            .threads
+    /// [`Store::profile`] (with its stacks copied or, as
+    /// [`Store::profile_of_store_stacks`], left as store ids), in CPU mode
+    /// read per stack only for the threads `pick` chooses: it is given each
+    /// thread with CPU samples in the window and their count, and returns
+    /// whether to read each (`None`: all). The others' samples are only
+    /// counted, in [`Profile::unread`]. Other modes are read whole.
+    pub fn profile_picking_threads(
+        &self,
+        query: &Query,
+        copy_stacks: bool,
+        pick: ThreadPick<'_>,
+    ) -> Profile {
+        let mut thread_matches = self.thread_matches(query);
+        let buckets: Vec<&Bucket> = self.buckets_in(query.start, query.end).collect();
+        let mut unread = Vec::new();
+        if query.mode == ProfileMode::Cpu {
+            let mut totals = vec![(0_u64, 0_u64); thread_matches.len()];
+            for bucket in &buckets {
+                for samples in bucket.cpu.iter() {
+                    if thread_matches[samples.thread as usize] {
+                        let (count, weight) = &mut totals[samples.thread as usize];
+                        *count += u64::from(samples.count);
+                        *weight += u64::from(samples.count) * bucket.period_ns;
+                    }
+                }
+            }
+            // Thread ids are 32-bit.
+            let sampled: Vec<u32> = (0..)
+                .zip(&totals)
+                .filter_map(|(thread, &(count, _))| (count > 0).then_some(thread))
+                .collect();
+            let threads: Vec<(&ThreadInfo, u64)> = sampled
+                .iter()
+                .map(|&thread| (self.threads.get(thread), totals[thread as usize].0))
+                .collect();
+            if let Some(read) = pick(&threads) {
+                for (&thread, read) in sampled.iter().zip(read) {
+                    if !read {
+                        thread_matches[thread as usize] = false;
+                        let (count, weight) = totals[thread as usize];
+                        unread.push((thread, count, weight));
+                    }
+                }
+            }
+        }
+        self.read_threads(
+            query,
+            copy_stacks,
+            SumBy::ThreadAndStack,
+            thread_matches,
+            &unread,
+        )
+    }
+
+    /// Which of the store's threads `query` selects, by id.
+    fn thread_matches(&self, query: &Query) -> Vec<bool> {
+        self.threads
             .values()
             .iter()
             .map(|thread| query.access.admits(thread.owner()) && query.selector.matches(thread))
-            .collect();
+            .collect()
+    }
+
+    /// A window's profile, its stacks copied or left as store ids.
+    fn read(&self, query: &Query, copy_stacks: bool, sum_by: SumBy) -> Profile {
+        self.read_threads(query, copy_stacks, sum_by, self.thread_matches(query), &[])
+    }
+
+    /// [`Store::read`] of the threads `thread_matches` selects, with the
+    /// `unread` ones' (id, count, weight) as [`Profile::unread`].
+    fn read_threads(
+        &self,
+        query: &Query,
+        copy_stacks: bool,
+        sum_by: SumBy,
+        thread_matches: Vec<bool>,
+        unread: &[(u32, u64, u64)],
+    ) -> Profile {
         let mut counters = [0_u64; COUNTER_COUNT as usize];
         let mut covered: Option<(SystemTime, SystemTime)> = None;
         let buckets: Vec<&Bucket> = self.buckets_in(query.start, query.end).collect();
@@ -195,6 +272,7 @@ impl Store {
             samples: Vec::with_capacity(capacity),
             lost: losses(&counters).filter(|&(_, count)| count > 0).collect(),
             warnings: Vec::new(),
+            unread: Vec::new(),
         };
         // Samples refer to the store's stacks until the stacks they use are
         // copied, then in the store's order: reading its stacks front to
@@ -234,6 +312,17 @@ impl Store {
         }
         if query.mode.records_off_cpu() {
             aggregate::wait_totals(&buckets, selected, period_ns, &mut add);
+        }
+        for &(thread, count, weight) in unread {
+            let thread = threads.get_or_add(thread, || {
+                profile.threads.push(self.threads.get(thread).clone());
+                profile.threads.len() - 1
+            });
+            profile.unread.push(UnreadThread {
+                thread,
+                count,
+                weight,
+            });
         }
         if copy_stacks {
             self.copy_stacks(&used, &mut profile);

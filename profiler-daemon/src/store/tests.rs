@@ -749,3 +749,75 @@ fn last_renumbering(store: &Store) -> &super::Renumbering {
     let mut renumberings = store.renumberings_from(from).expect("a compaction");
     renumberings.next().expect("a compaction")
 }
+
+#[test]
+fn a_window_read_for_some_threads_counts_the_others() {
+    let mut store = store(600, 1 << 30);
+    store.insert(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 4)]));
+    store.insert(batch(
+        1,
+        &[(2, &["main", "b"], 1), (3, &["c"], 2), (4, &["d"], 9)],
+    ));
+    store.insert(batch(2, &[(1, &["main", "b"], 5), (2, &["x"], 6)]));
+    let not_four = Selector {
+        pids: vec![1, 2, 3],
+        ..Selector::default()
+    };
+    let window = query(0, 3, not_four);
+    let full = store.profile(&window);
+    let offered = std::cell::RefCell::new(Vec::new());
+    let pick = |threads: &[(&ThreadInfo, u64)]| {
+        *offered.borrow_mut() = threads.iter().map(|(t, n)| (t.pid, *n)).collect();
+        Some(threads.iter().map(|(thread, _)| thread.pid != 2).collect())
+    };
+    let picked = store.profile_picking_threads(&window, true, &pick);
+    // Every selected thread with samples is offered, with its samples.
+    assert_eq!(*offered.borrow(), [(1, 8), (2, 11), (3, 2)]);
+    let pid_of = |profile: &Profile, thread: u32| profile.threads[thread as usize].pid;
+    let samples_of = |profile: &Profile, pid: u32| {
+        let mine = profile
+            .samples
+            .iter()
+            .filter(|s| pid_of(profile, s.thread) == pid);
+        let stacks = mine.map(|s| {
+            (
+                profile.stacks.get(s.stack).unwrap().len(),
+                s.count,
+                s.weight,
+            )
+        });
+        stacks.collect::<Vec<_>>()
+    };
+    for pid in [1, 3] {
+        assert_eq!(
+            samples_of(&picked, pid),
+            samples_of(&full, pid),
+            "pid {pid}"
+        );
+    }
+    assert!(samples_of(&picked, 2).is_empty());
+    let unread: Vec<_> = picked
+        .unread
+        .iter()
+        .map(|unread| (pid_of(&picked, unread.thread), unread.count, unread.weight))
+        .collect();
+    // Weighed as its samples read per stack are.
+    let weight = samples_of(&full, 2)
+        .iter()
+        .map(|&(_, _, weight)| weight)
+        .sum();
+    assert_eq!(unread, [(2, 11, weight)]);
+    assert_eq!(picked.total_samples(), full.total_samples());
+    assert_eq!(picked.threads.len(), full.threads.len());
+    // What the reply says it covers: the same samples, CPU time, threads.
+    assert_eq!(
+        crate::service::reports::Summary::of(&picked),
+        crate::service::reports::Summary::of(&full)
+    );
+    // Not one stack of the unread thread is copied.
+    assert!(picked.stacks.len() < full.stacks.len());
+    // `None`: every thread read.
+    let all = store.profile_picking_threads(&window, true, &|_| None);
+    assert_eq!(counts_by_leaf(&all), counts_by_leaf(&full));
+    assert!(all.unread.is_empty());
+}

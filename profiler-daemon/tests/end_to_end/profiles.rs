@@ -695,3 +695,90 @@ async fn query_window(
         .unwrap_or_else(|status| panic!("Query failed: {status:?}"))
         .into_inner()
 }
+
+/// Three processes over a window, per process, shown within `maxsections`
+/// 1: the report shows the busiest section exactly as the whole report does,
+/// counts the other two and their samples, and the summary still covers all
+/// three. The daemon reads only the shown section's stacks; what it says
+/// must not change for that.
+#[tokio::test(flavor = "multi_thread")]
+async fn maxsections_shows_the_busiest_sections_and_counts_the_others() {
+    let daemon = crate::support::Daemon::start().await;
+    let mut client = daemon.client().await;
+    let mut workloads = [
+        crate::support::Workload::start_as("many_stacks", "sections_a", &["2"]),
+        crate::support::Workload::start_as("many_stacks", "sections_b", &["2"]),
+        crate::support::Workload::start_as("many_stacks", "sections_c", &["2"]),
+    ];
+    let pids: Vec<u32> = workloads
+        .iter()
+        .map(crate::support::Workload::pid)
+        .collect();
+    for workload in &mut workloads {
+        workload.wait();
+    }
+    let end = crate::support::unix_nanos();
+    let start = end - 60_000_000_000;
+    for format in [v1::Format::Tree, v1::Format::Flat] {
+        let options = |maxsections| v1::ReportOptions {
+            groupby: v1::GroupBy::Process as i32,
+            maxsections: Some(maxsections),
+            ..options(format)
+        };
+        let all = query_window(&mut client, &pids, (start, end), options(0)).await;
+        let cut = query_window(&mut client, &pids, (start, end), options(1)).await;
+        let text = |reply: &v1::ProfileReply| String::from_utf8(reply.report.clone()).unwrap();
+        let (all_text, cut_text) = (text(&all), text(&cut));
+        // Title and total of each section, in print order.
+        let sections = |text: &str| -> Vec<(String, u64)> {
+            text.lines()
+                .filter(|line| line.starts_with("Process "))
+                .map(|line| {
+                    let (_, total) = line.split_once("Total snapshots: ").expect("a total");
+                    let total = total.split('.').next().unwrap().parse().unwrap();
+                    (line.to_owned(), total)
+                })
+                .collect()
+        };
+        let every = sections(&all_text);
+        assert_eq!(
+            every.len(),
+            3,
+            "{format:?}: a section per process\n{all_text}"
+        );
+        assert_eq!(sections(&cut_text), every[..1], "{format:?}\n{cut_text}");
+        let others: u64 = every[1..].iter().map(|(_, total)| total).sum();
+        // Comments come first (a warning may precede it).
+        let comment = "# 1 of 3 sections shown, those of most samples (maxsections 1; maxsections \
+                       0 shows every section)";
+        let comments = cut_text.lines().take_while(|line| line.starts_with("# "));
+        assert!(
+            comments.clone().any(|line| line == comment),
+            "{format:?}: {:?}",
+            comments.collect::<Vec<_>>()
+        );
+        let line = format!(
+            "\n2 more sections ({others} samples in all) not shown (maxsections 1; maxsections 0 \
+             shows every section)\n"
+        );
+        let end = &cut_text[cut_text.len().saturating_sub(600)..];
+        assert!(cut_text.contains(&line), "{format:?}: {line}\n…{end}");
+        // The busiest section, line for line as the whole report shows it.
+        let first_section = |text: &str| -> String {
+            let from = text.find("Process ").expect("a section");
+            let rest = &text[from..];
+            rest[..rest.find("\n\n").expect("the section's end")].to_owned()
+        };
+        let differs = first_section(&cut_text) != first_section(&all_text);
+        assert!(!differs, "{format:?}: the busiest section differs");
+        let summary = |reply: &v1::ProfileReply| reply.summary.clone().expect("a summary");
+        let (all_summary, cut_summary) = (summary(&all), summary(&cut));
+        assert_eq!(cut_summary.samples, all_summary.samples, "{format:?}");
+        assert_eq!(
+            cut_summary.samples,
+            every.iter().map(|(_, n)| n).sum::<u64>()
+        );
+        assert_eq!(cut_summary.processes, 3, "{format:?}");
+        assert_eq!(cut_summary.cpu_nanos, all_summary.cpu_nanos, "{format:?}");
+    }
+}

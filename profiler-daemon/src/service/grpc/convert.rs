@@ -59,6 +59,7 @@ pub fn report_options(options: Option<v1::ReportOptions>) -> Result<ReportOption
         kernel: options.kernel.unwrap_or(defaults.kernel),
         combine: options.combine.unwrap_or(defaults.combine),
         maxlines: options.maxlines.unwrap_or(defaults.maxlines),
+        maxsections: options.maxsections.unwrap_or(defaults.maxsections),
     })
 }
 
@@ -428,6 +429,7 @@ mod tests {
         assert_eq!(options, ReportOptions::default());
         assert!(options.kernel && options.combine);
         assert_eq!(options.maxlines, crate::profile::DEFAULT_MAXLINES);
+        assert_eq!(options.maxsections, crate::profile::DEFAULT_MAXSECTIONS);
     }
 
     #[test]
@@ -442,11 +444,13 @@ mod tests {
             kernel: Some(false),
             combine: Some(false),
             maxlines: Some(0),
+            maxsections: Some(0),
         }))
         .unwrap();
         assert_eq!(options.format, Format::Pprof);
         assert_eq!(options.maxdepth, Some(5));
         assert_eq!(options.maxlines, 0, "0: no limit");
+        assert_eq!(options.maxsections, 0, "0: no limit");
         assert_eq!(options.groupby, GroupBy::Thread);
         assert!(!options.kernel && !options.combine);
     }

@@ -1,0 +1,615 @@
+//! The sections of a tree or flat report: the samples of each process or
+//! thread (`groupby`), their order (most samples first) and titles, and
+//! which of them a report within `maxsections` shows. Also which threads
+//! such a report needs read per stack ([`threads_shown`]), so that the
+//! store need not read the stacks of the sections it leaves out.
+//!
+//! It must not write a section's body (see `tree` and `flat`).
+
+use std::{cmp::Reverse, collections::BTreeMap, fmt::Write as _};
+
+use super::{
+    ReportError, ThreadSection,
+    frames::{self, Expansion, StackSample},
+    utilization,
+};
+use crate::profile::{
+    Format, GroupBy, Profile, ProfileMode, ReportOptions, ThreadInfo, ThreadState,
+};
+
+/// The samples one block of a tree or flat report is made of.
+pub(super) struct Section {
+    /// The header line of a `groupby` section; `None` for the whole profile.
+    pub title: Option<String>,
+    /// Indexes into [`Expansion::samples`], in profile order.
+    pub samples: Vec<u32>,
+    /// Sum of the samples' counts.
+    pub total: u64,
+}
+
+/// A report's sections: those it shows, in print order, and what
+/// `maxsections` left out.
+pub(super) struct Sections {
+    pub shown: Vec<Section>,
+    pub left_out: Option<SectionsLeftOut>,
+}
+
+impl Sections {
+    fn all(shown: Vec<Section>) -> Self {
+        Self {
+            shown,
+            left_out: None,
+        }
+    }
+}
+
+/// The sections of fewest samples that `maxsections` left out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct SectionsLeftOut {
+    /// Sections left out, of `of` in all.
+    pub sections: u64,
+    pub of: u64,
+    /// Their samples (bytes, in an allocation profile).
+    pub total: u64,
+    pub maxsections: u64,
+}
+
+impl SectionsLeftOut {
+    /// The `# ` comment at the top of the report; `unit` is what the counts
+    /// count.
+    pub fn write_comment(&self, out: &mut String, unit: &str) -> Result<(), ReportError> {
+        writeln!(
+            out,
+            "# {} of {} sections shown, those of most {unit} {}",
+            self.of - self.sections,
+            self.of,
+            self.how_to_see_all()
+        )?;
+        Ok(())
+    }
+
+    /// The line after the last section shown, counting the others.
+    pub fn write_line(&self, out: &mut String, unit: &str) -> Result<(), ReportError> {
+        let sections = if self.sections == 1 {
+            "section"
+        } else {
+            "sections"
+        };
+        writeln!(
+            out,
+            "{} more {sections} ({} {unit} in all) not shown {}\n",
+            self.sections,
+            self.total,
+            self.how_to_see_all()
+        )?;
+        Ok(())
+    }
+
+    fn how_to_see_all(&self) -> String {
+        format!(
+            "(maxsections {}; maxsections 0 shows every section)",
+            self.maxsections
+        )
+    }
+}
+
+/// Who a section is about, in the order sections with equal totals appear.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum SectionKey<'a> {
+    Thread {
+        pid: u32,
+        tid: u32,
+        thread_name: &'a str,
+        process_name: &'a str,
+    },
+    Process {
+        pid: u32,
+        process_name: &'a str,
+    },
+}
+
+impl<'a> SectionKey<'a> {
+    /// The section of `thread` when grouped by `groupby` (thread or process).
+    fn of(thread: &'a ThreadInfo, groupby: GroupBy) -> Self {
+        match groupby {
+            GroupBy::Thread => SectionKey::Thread {
+                pid: thread.pid,
+                tid: thread.tid,
+                thread_name: &thread.thread_name,
+                process_name: &thread.process_name,
+            },
+            GroupBy::Auto | GroupBy::None | GroupBy::Process => SectionKey::Process {
+                pid: thread.pid,
+                process_name: &thread.process_name,
+            },
+        }
+    }
+
+    fn title(self) -> String {
+        match self {
+            SectionKey::Thread {
+                pid,
+                tid,
+                thread_name,
+                process_name,
+            } => format!("Thread {tid} {thread_name:?} of process {pid} {process_name:?}"),
+            SectionKey::Process { pid, process_name } => {
+                format!("Process {pid} {process_name:?}")
+            }
+        }
+    }
+}
+
+/// What `groupby` groups by among threads with samples of these `pids`:
+/// `Auto` is per process when there is more than one.
+fn grouping(groupby: GroupBy, mut pids: impl Iterator<Item = u32>) -> GroupBy {
+    match groupby {
+        GroupBy::Auto => {
+            let first = pids.next();
+            match pids.any(|pid| Some(pid) != first) {
+                true => GroupBy::Process,
+                false => GroupBy::None,
+            }
+        }
+        groupby => groupby,
+    }
+}
+
+/// The sections threads make, grouped by thread or process.
+struct Ranking<'a> {
+    /// For each thread, its section's place in print order (`None`: no
+    /// samples).
+    place_of_thread: Vec<Option<usize>>,
+    /// The sections in print order: most samples first, then by key.
+    sections: Vec<(SectionKey<'a>, u64)>,
+}
+
+impl<'a> Ranking<'a> {
+    /// `threads`: each thread with its samples' total, `None` for a thread
+    /// without samples. The one order of sections, whoever asks.
+    fn new(threads: &[(&'a ThreadInfo, Option<u64>)], groupby: GroupBy) -> Self {
+        let mut numbers: BTreeMap<SectionKey<'a>, usize> = BTreeMap::new();
+        let mut totals: Vec<u64> = Vec::new();
+        let mut number_of_thread = vec![None; threads.len()];
+        for (&(thread, total), number_of) in threads.iter().zip(&mut number_of_thread) {
+            let Some(total) = total else { continue };
+            let next = numbers.len();
+            let number = *numbers
+                .entry(SectionKey::of(thread, groupby))
+                .or_insert(next);
+            if number == totals.len() {
+                totals.push(0);
+            }
+            totals[number] = totals[number].saturating_add(total);
+            *number_of = Some(number);
+        }
+        // The map is ordered by key; the stable sort keeps that among ties.
+        let mut sections: Vec<(SectionKey<'a>, usize)> = numbers.into_iter().collect();
+        sections.sort_by_key(|&(_, number)| Reverse(totals[number]));
+        let mut place_of_number = vec![0; sections.len()];
+        for (place, &(_, number)) in sections.iter().enumerate() {
+            place_of_number[number] = place;
+        }
+        Self {
+            place_of_thread: number_of_thread
+                .into_iter()
+                .map(|number| number.map(|number| place_of_number[number]))
+                .collect(),
+            sections: sections
+                .into_iter()
+                .map(|(key, number)| (key, totals[number]))
+                .collect(),
+        }
+    }
+
+    /// How many sections `maxsections` shows (0: all).
+    fn shown(&self, maxsections: u64) -> usize {
+        match usize::try_from(maxsections) {
+            Ok(0) | Err(_) => self.sections.len(),
+            Ok(max) => self.sections.len().min(max),
+        }
+    }
+}
+
+/// Whether a report made as `options` ask may leave sections out: a tree
+/// or flat report with a `maxsections`.
+pub fn may_leave_out_sections(options: &ReportOptions) -> bool {
+    matches!(options.format, Format::Tree | Format::Flat) && options.maxsections > 0
+}
+
+/// Which of `threads` (each with its CPU samples) a tree or flat report
+/// made as `options` ask reads per stack: those of the sections it shows
+/// within `maxsections`. `None` when it would read them all: not such a
+/// report, ungrouped, or no more sections than it shows.
+pub fn threads_shown(options: &ReportOptions, threads: &[(&ThreadInfo, u64)]) -> Option<Vec<bool>> {
+    if !may_leave_out_sections(options) {
+        return None;
+    }
+    let threads: Vec<(&ThreadInfo, Option<u64>)> = threads
+        .iter()
+        .map(|&(thread, total)| (thread, Some(total)))
+        .collect();
+    let groupby = grouping(
+        options.groupby,
+        threads.iter().map(|(thread, _)| thread.pid),
+    );
+    if groupby == GroupBy::None {
+        return None;
+    }
+    let ranking = Ranking::new(&threads, groupby);
+    let shown = ranking.shown(options.maxsections);
+    (shown < ranking.sections.len()).then(|| {
+        let places = ranking.place_of_thread.iter();
+        places
+            .map(|place| place.is_some_and(|place| place < shown))
+            .collect()
+    })
+}
+
+/// Splits the samples as `options.groupby` asks: one untitled section for
+/// `GroupBy::None` (even without samples), otherwise one titled section per
+/// thread or process, by total descending, then pid, tid and names, the
+/// first `maxsections` of them shown; `GroupBy::Auto` is per process when
+/// there is more than one. The threads the profile did not read per stack
+/// count in their sections' totals, and must be in sections left out.
+pub(super) fn sections(
+    profile: &Profile,
+    expansion: &Expansion<'_>,
+    options: &ReportOptions,
+) -> Result<Sections, ReportError> {
+    let samples = &expansion.samples;
+    let sample_count = frames::small_id(samples.len(), "samples")?;
+    // Each thread's samples (there are far fewer threads than samples).
+    let mut thread_entries = vec![0_usize; profile.threads.len()];
+    let mut thread_totals: Vec<Option<u64>> = vec![None; profile.threads.len()];
+    for sample in samples.iter() {
+        let thread = sample.thread as usize;
+        thread_entries[thread] += 1;
+        let total = thread_totals[thread].get_or_insert(0);
+        *total = total.saturating_add(sample.count);
+    }
+    for unread in &profile.unread {
+        let total = thread_totals
+            .get_mut(unread.thread as usize)
+            .ok_or_else(|| ReportError::InvalidProfile(format!("no thread {}", unread.thread)))?
+            .get_or_insert(0);
+        *total = total.saturating_add(unread.count);
+    }
+    let threads: Vec<(&ThreadInfo, Option<u64>)> =
+        profile.threads.iter().zip(thread_totals).collect();
+    let present = threads.iter().filter(|(_, total)| total.is_some());
+    let groupby = grouping(options.groupby, present.map(|(thread, _)| thread.pid));
+    if groupby == GroupBy::None {
+        if !profile.unread.is_empty() {
+            return Err(ReportError::InvalidProfile(
+                "threads not read per stack cannot be drawn in one section".to_owned(),
+            ));
+        }
+        let all: Vec<u32> = (0..sample_count).collect();
+        return Ok(Sections::all(vec![Section {
+            title: None,
+            total: total(samples, &all),
+            samples: all,
+        }]));
+    }
+    let ranking = Ranking::new(&threads, groupby);
+    let shown = ranking.shown(options.maxsections);
+    for unread in &profile.unread {
+        if ranking.place_of_thread[unread.thread as usize].is_some_and(|place| place < shown) {
+            return Err(ReportError::InvalidProfile(format!(
+                "thread {} is in a section shown but was not read per stack",
+                unread.thread
+            )));
+        }
+    }
+    // Each sample to its thread's section, in profile order.
+    let mut section_samples: Vec<Vec<u32>> = vec![Vec::new(); shown];
+    for (&place, &entries) in ranking.place_of_thread.iter().zip(&thread_entries) {
+        if let Some(section) = place.and_then(|place| section_samples.get_mut(place)) {
+            section.reserve(entries);
+        }
+    }
+    for (index, sample) in (0..sample_count).zip(samples.iter()) {
+        let place = ranking.place_of_thread[sample.thread as usize];
+        if let Some(section) = place.and_then(|place| section_samples.get_mut(place)) {
+            section.push(index);
+        }
+    }
+    let left_out = &ranking.sections[shown..];
+    let left_out = (!left_out.is_empty()).then(|| SectionsLeftOut {
+        sections: left_out.len() as u64,
+        of: ranking.sections.len() as u64,
+        total: left_out
+            .iter()
+            .fold(0_u64, |sum, &(_, total)| sum.saturating_add(total)),
+        maxsections: options.maxsections,
+    });
+    let ticks = profile.ticks_per_cpu();
+    let shown = ranking.sections[..shown]
+        .iter()
+        .zip(section_samples)
+        .map(|(&(key, total), samples)| {
+            let who = key.title();
+            let title = if profile.mode.is_memory() {
+                format!(
+                    "{who}  {}",
+                    memory_total(profile, &expansion.samples, &samples)
+                )
+            } else if profile.mode == ProfileMode::Cpu {
+                format!(
+                    "{who}  Total snapshots: {total}. Utilization: {}",
+                    utilization(total, ticks)
+                )
+            } else {
+                let spent = time_by_state(profile, &expansion.samples, &samples);
+                format!("{who}  Total snapshots: {total}. {spent}")
+            };
+            Section {
+                title: Some(title),
+                samples,
+                total,
+            }
+        })
+        .collect();
+    Ok(Sections { shown, left_out })
+}
+
+/// The sections `titled` asks for, each with its thread's samples.
+pub(super) fn thread_sections(
+    profile: &Profile,
+    expansion: &Expansion<'_>,
+    titled: &[ThreadSection],
+) -> Result<Sections, ReportError> {
+    let mut by_thread: Vec<Vec<u32>> = vec![Vec::new(); profile.threads.len()];
+    for (index, sample) in expansion.samples.iter().enumerate() {
+        by_thread[sample.thread as usize].push(frames::small_id(index, "samples")?);
+    }
+    let shown = titled
+        .iter()
+        .map(|section| {
+            let samples = by_thread
+                .get(section.thread as usize)
+                .ok_or_else(|| {
+                    ReportError::InvalidProfile(format!("no thread {}", section.thread))
+                })?
+                .clone();
+            Ok(Section {
+                title: Some(section.title.clone()),
+                total: total(&expansion.samples, &samples),
+                samples,
+            })
+        })
+        .collect::<Result<_, ReportError>>()?;
+    Ok(Sections::all(shown))
+}
+
+/// How the time of `samples[indexes]` was spent, for a section's title in
+/// a profile with off-CPU time: on CPU, asleep, blocked, in the run queue,
+/// and all of it against the window (1 for a thread seen all the time).
+fn time_by_state(profile: &Profile, samples: &[StackSample], indexes: &[u32]) -> String {
+    let mut nanos = [0_u64; 4];
+    for &index in indexes {
+        let sample = &samples[index as usize];
+        if let Some(spent) = nanos.get_mut(sample.state as usize) {
+            *spent = spent.saturating_add(sample.weight);
+        }
+    }
+    let seconds = nanos.map(|nanos| nanos as f64 / 1e9);
+    let wall: f64 = seconds.iter().sum();
+    let elapsed = profile.duration_secs();
+    let share = if elapsed > 0.0 {
+        format!("{:.0}%", wall / elapsed * 100.0)
+    } else {
+        "n/a".to_owned()
+    };
+    format!(
+        "cpu {:.2} s, S {:.2} s, D {:.2} s, run queue {:.2} s; wall {wall:.2} s, {share} of the \
+         window",
+        seconds[ThreadState::Cpu as usize],
+        seconds[ThreadState::Sleeping as usize],
+        seconds[ThreadState::Blocked as usize],
+        seconds[ThreadState::RunQueue as usize],
+    )
+}
+
+/// Sum of the counts of `samples[indexes]`.
+fn total(samples: &[StackSample], indexes: &[u32]) -> u64 {
+    indexes.iter().fold(0, |sum, &index| {
+        sum.saturating_add(samples[index as usize].count)
+    })
+}
+
+/// The bytes and objects of `samples[indexes]` in an allocation profile,
+/// for a section's title or the summary line.
+pub(super) fn memory_total(profile: &Profile, samples: &[StackSample], indexes: &[u32]) -> String {
+    let (bytes, objects) = indexes
+        .iter()
+        .fold((0_u64, 0_u64), |(bytes, objects), &index| {
+            let sample = &samples[index as usize];
+            (
+                bytes.saturating_add(sample.count),
+                objects.saturating_add(sample.weight),
+            )
+        });
+    let what = match profile.mode {
+        ProfileMode::Held => "Still held",
+        _ => "Allocated",
+    };
+    format!("{what}: {bytes} bytes in {objects} objects (estimated)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{render, test_support::Builder};
+    use super::*;
+    use crate::profile::UnreadThread;
+
+    /// Four processes: 10 "alpha" (two threads, 30 + 20 samples), 20
+    /// "beta" and 30 "gamma" (30 each: a tie, told apart by pid) and 40
+    /// "delta" (5), each with its own stacks and some shared.
+    fn four_processes() -> Profile {
+        let mut b = Builder::new();
+        let alpha = b.thread(10, 10, "alpha", "alpha");
+        let alpha_worker = b.thread(10, 11, "worker", "alpha");
+        let beta = b.thread(20, 20, "beta", "beta");
+        let gamma = b.thread(30, 30, "gamma", "gamma");
+        let delta = b.thread(40, 40, "delta", "delta");
+        b.stacks(alpha, &[(&["main", "a"], 20), (&["main", "b"], 10)]);
+        b.stacks(alpha_worker, &[(&["start", "a"], 20)]);
+        b.stacks(beta, &[(&["main", "b"], 25), (&["main", "k:read"], 5)]);
+        b.stacks(gamma, &[(&["main", "c"], 30)]);
+        b.stacks(delta, &[(&["main", "a"], 5)]);
+        b.build()
+    }
+
+    fn text(profile: &Profile, options: &ReportOptions) -> String {
+        String::from_utf8(render(profile, options).expect("renders")).expect("UTF-8")
+    }
+
+    /// `profile` as the store reads it for `options`: the threads of the
+    /// sections left out only counted.
+    fn read_for(profile: &Profile, options: &ReportOptions) -> Profile {
+        let totals: Vec<(&ThreadInfo, u64)> = profile
+            .threads
+            .iter()
+            .enumerate()
+            .map(|(index, thread)| {
+                let samples = profile.samples.iter();
+                let mine = samples.filter(|sample| sample.thread as usize == index);
+                (thread, mine.map(|sample| sample.count).sum())
+            })
+            .collect();
+        let Some(read) = threads_shown(options, &totals) else {
+            return profile.clone();
+        };
+        let mut pruned = profile.clone();
+        pruned.samples.retain(|sample| read[sample.thread as usize]);
+        for (thread, read) in (0..).zip(read) {
+            let samples = profile.samples.iter().filter(|s| s.thread == thread);
+            let (count, weight) = samples.fold((0, 0), |(c, w), s| (c + s.count, w + s.weight));
+            if !read && count > 0 {
+                pruned.unread.push(UnreadThread {
+                    thread,
+                    count,
+                    weight,
+                });
+            }
+        }
+        pruned
+    }
+
+    #[test]
+    fn maxsections_shows_the_sections_of_most_samples_and_counts_the_others() {
+        let profile = four_processes();
+        let options = |format, maxsections| ReportOptions {
+            format,
+            groupby: GroupBy::Process,
+            maxsections,
+            ..ReportOptions::default()
+        };
+        for format in [Format::Tree, Format::Flat] {
+            let all = text(&profile, &options(format, 0));
+            let cut = text(&profile, &options(format, 2));
+            assert!(
+                cut.starts_with(
+                    "# 2 of 4 sections shown, those of most samples (maxsections 2; \
+                     maxsections 0 shows every section)\n"
+                ),
+                "{cut}"
+            );
+            let titles = |text: &str| -> Vec<String> {
+                let titles = text.lines().filter(|line| line.starts_with("Process "));
+                titles.map(str::to_owned).collect()
+            };
+            assert_eq!(
+                titles(&all),
+                [
+                    "Process 10 \"alpha\"  Total snapshots: 50. Utilization: 50%",
+                    "Process 20 \"beta\"  Total snapshots: 30. Utilization: 30%",
+                    "Process 30 \"gamma\"  Total snapshots: 30. Utilization: 30%",
+                    "Process 40 \"delta\"  Total snapshots: 5. Utilization: 5%",
+                ]
+            );
+            assert_eq!(titles(&cut), titles(&all)[..2]);
+            // The sections shown are those of the whole report, to the byte.
+            let body = |text: &str| -> String {
+                let from = text.find("Process 10 ").expect("the first section");
+                let to = text.find("Process 30 ").unwrap_or(text.len());
+                text[from..to].to_owned()
+            };
+            let shown = body(&cut);
+            let shown = shown.split("2 more sections").next().expect("a body");
+            assert_eq!(shown, body(&all));
+            assert!(
+                cut.contains(
+                    "\n2 more sections (35 samples in all) not shown (maxsections 2; \
+                     maxsections 0 shows every section)\n\n"
+                ),
+                "{cut}"
+            );
+            // As many as there are, or more: nothing is said.
+            for maxsections in [4, 5] {
+                assert_eq!(text(&profile, &options(format, maxsections)), all);
+            }
+        }
+    }
+
+    #[test]
+    fn a_profile_read_only_for_the_sections_shown_renders_the_same_bytes() {
+        let profile = four_processes();
+        for format in [Format::Tree, Format::Flat] {
+            for groupby in [GroupBy::Auto, GroupBy::Process, GroupBy::Thread] {
+                for maxsections in [0, 1, 2, 3, 4, 5] {
+                    let options = ReportOptions {
+                        format,
+                        groupby,
+                        maxsections,
+                        ..ReportOptions::default()
+                    };
+                    let read = read_for(&profile, &options);
+                    let what = format!("{format:?} by {groupby:?}, maxsections {maxsections}");
+                    let left_out = match (groupby, maxsections) {
+                        (_, 0) => 0,
+                        (GroupBy::Thread, max) => 5_usize.saturating_sub(max as usize),
+                        (_, max) => 4_usize.saturating_sub(max as usize),
+                    };
+                    // The threads of the sections left out are not read.
+                    assert_eq!(read.unread.is_empty(), left_out == 0, "{what}");
+                    assert_eq!(read.total_samples(), profile.total_samples(), "{what}");
+                    assert_eq!(text(&read, &options), text(&profile, &options), "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unread_threads_are_refused_where_they_would_be_drawn() {
+        let profile = four_processes();
+        let options = ReportOptions {
+            groupby: GroupBy::Process,
+            maxsections: 2,
+            ..ReportOptions::default()
+        };
+        let mut read = read_for(&profile, &options);
+        assert_eq!(read.unread.len(), 2, "gamma and delta");
+        // In a section shown (alpha's worker), or in a format without
+        // sections: an error, not a report missing samples.
+        let mut shown = read.clone();
+        shown.unread.push(UnreadThread {
+            thread: 1,
+            count: 1,
+            weight: 1,
+        });
+        let err = render(&shown, &options).expect_err("alpha is shown");
+        assert!(err.to_string().contains("in a section shown"), "{err}");
+        for format in [Format::Folded, Format::Pprof, Format::Flamegraph] {
+            let options = ReportOptions {
+                format,
+                ..options.clone()
+            };
+            assert!(render(&read, &options).is_err(), "{format:?}");
+        }
+        read.unread[0].thread = 99;
+        assert!(render(&read, &options).is_err(), "no thread 99");
+    }
+}
