@@ -567,10 +567,10 @@ pub struct ReportOptions {
 pub const DEFAULT_MAXLINES: u64 = 10_000;
 
 /// The sections a grouped tree or flat report prints unless asked
-/// otherwise: the busiest processes of a machine, a few screens of them.
+/// otherwise: the busiest processes of a machine, as a screen of `top` shows them.
 /// An hour of a busy machine holds thousands of short-lived processes;
 /// printing them all costs reading every one's stacks.
-pub const DEFAULT_MAXSECTIONS: u64 = 100;
+pub const DEFAULT_MAXSECTIONS: u64 = 20;
 
 impl Default for ReportOptions {
     fn default() -> Self {

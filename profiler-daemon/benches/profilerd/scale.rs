@@ -611,7 +611,7 @@ fn latency_table(title: &str, plan: &Plan, ours: &Ours, others: &[Other]) -> Tab
          one sample per stack, unlabelled) but pprof per thread (its default: a sample per \
          thread and stack, labelled; the pprof row of runs before 2026-11-26 11:00 UTC) and \
          the rows per process, tree and flat by default (a section per process, within the \
-         default `maxlines` of 10000 lines and, since 2026-11-27, `maxsections` of 100 \
+         default `maxlines` of 10000 lines and, since 2026-11-27, `maxsections` of 20 \
          sections; the rows \"every section\" ask for all of them, as those rows did before, \
          and are shown for comparison, not held to the target). Requests follow each other \
          at once, but those \

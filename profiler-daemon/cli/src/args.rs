@@ -323,7 +323,7 @@ pub struct ReportArgs {
     pub maxlines: Option<u64>,
     /// Tree and flat, grouped: print at most this many sections (processes
     /// or threads), those of most samples; the others are counted in one
-    /// line; 0 = every section [default: 100]
+    /// line; 0 = every section [default: 20]
     #[arg(long, value_parser = count64("a number of sections"), allow_negative_numbers = true)]
     pub maxsections: Option<u64>,
     /// Tree: hide frames with n <= noisefloor * sqrt(N) samples, N = caller's (try 2.0)

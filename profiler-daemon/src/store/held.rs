@@ -70,6 +70,25 @@ impl HeldSums {
         sums
     }
 
+    /// The sums per thread of the buckets held but `outside`, for at least
+    /// `threads` threads.
+    pub fn threads_without<'b>(
+        &self,
+        outside: impl IntoIterator<Item = &'b Bucket>,
+        threads: usize,
+    ) -> Vec<u64> {
+        let mut sums = self.threads.clone();
+        sums.resize(threads.max(sums.len()), 0);
+        for bucket in outside {
+            for samples in bucket.cpu.iter() {
+                if let Some(thread) = sums.get_mut(samples.thread as usize) {
+                    *thread = thread.saturating_sub(u64::from(samples.count));
+                }
+            }
+        }
+        sums
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         (self.stacks.capacity() + self.threads.capacity()) * size_of::<u64>()

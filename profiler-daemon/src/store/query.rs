@@ -151,20 +151,14 @@ impl Store {
         let buckets: Vec<&Bucket> = self.buckets_in(query.start, query.end).collect();
         let mut unread = Vec::new();
         if query.mode == ProfileMode::Cpu {
-            let mut totals = vec![(0_u64, 0_u64); thread_matches.len()];
-            for bucket in &buckets {
-                for samples in bucket.cpu.iter() {
-                    if thread_matches[samples.thread as usize] {
-                        let (count, weight) = &mut totals[samples.thread as usize];
-                        *count += u64::from(samples.count);
-                        *weight += u64::from(samples.count) * bucket.period_ns;
-                    }
-                }
-            }
+            let totals = self.cpu_thread_totals(query, &buckets, thread_matches.len());
             // Thread ids are 32-bit.
             let sampled: Vec<u32> = (0..)
                 .zip(&totals)
-                .filter_map(|(thread, &(count, _))| (count > 0).then_some(thread))
+                .zip(&thread_matches)
+                .filter_map(|((thread, &(count, _)), &matches)| {
+                    (matches && count > 0).then_some(thread)
+                })
                 .collect();
             let threads: Vec<(&ThreadInfo, u64)> = sampled
                 .iter()
@@ -343,25 +337,13 @@ impl Store {
         buckets: &[&Bucket],
         thread_matches: &[bool],
     ) -> Option<(Vec<aggregate::Total>, Vec<bool>)> {
-        let period_ns = buckets.first()?.period_ns;
-        if !thread_matches.iter().all(|&matches| matches)
-            || self
-                .buckets
-                .iter()
-                .any(|bucket| bucket.period_ns != period_ns)
-        {
+        if !thread_matches.iter().all(|&matches| matches) {
             return None;
         }
-        let outside = || {
-            let inside = |bucket: &&Bucket| bucket.middle_within(query.start, query.end);
-            self.buckets.iter().filter(move |bucket| !inside(bucket))
-        };
-        let entries_outside: usize = outside().map(|bucket| bucket.cpu.len()).sum();
-        let entries_inside: usize = buckets.iter().map(|bucket| bucket.cpu.len()).sum();
-        if entries_outside >= entries_inside {
-            return None;
-        }
-        let sums = self.held.without(outside(), thread_matches.len());
+        let period_ns = self.held_applies(query, buckets)?;
+        let sums = self
+            .held
+            .without(self.buckets_outside(query), thread_matches.len());
         let seen: Vec<bool> = sums.threads.iter().map(|&samples| samples > 0).collect();
         // Thread ids are 32-bit.
         let thread = seen.iter().position(|&seen| seen)? as u32;
@@ -377,6 +359,63 @@ impl Store {
             })
             .collect();
         Some((totals, seen))
+    }
+
+    /// The CPU samples and time of each thread (by id, for at least
+    /// `threads`) in the window of `buckets`: from the sums of every bucket
+    /// held less those outside the window when that reads fewer entries,
+    /// else summed from `buckets`.
+    fn cpu_thread_totals(
+        &self,
+        query: &Query,
+        buckets: &[&Bucket],
+        threads: usize,
+    ) -> Vec<(u64, u64)> {
+        if let Some(period_ns) = self.held_applies(query, buckets) {
+            let counts = self
+                .held
+                .threads_without(self.buckets_outside(query), threads);
+            return counts
+                .into_iter()
+                .map(|count| (count, count * period_ns))
+                .collect();
+        }
+        let mut totals = vec![(0_u64, 0_u64); threads];
+        for bucket in buckets {
+            for samples in bucket.cpu.iter() {
+                if let Some((count, weight)) = totals.get_mut(samples.thread as usize) {
+                    *count += u64::from(samples.count);
+                    *weight += u64::from(samples.count) * bucket.period_ns;
+                }
+            }
+        }
+        totals
+    }
+
+    /// Whether the held sums make the window of `buckets` for less than
+    /// summing them: one sampling period throughout (returned), and fewer
+    /// entries outside the window than inside.
+    fn held_applies(&self, query: &Query, buckets: &[&Bucket]) -> Option<u64> {
+        let period_ns = buckets.first()?.period_ns;
+        if self
+            .buckets
+            .iter()
+            .any(|bucket| bucket.period_ns != period_ns)
+        {
+            return None;
+        }
+        let entries_outside: usize = self
+            .buckets_outside(query)
+            .map(|bucket| bucket.cpu.len())
+            .sum();
+        let entries_inside: usize = buckets.iter().map(|bucket| bucket.cpu.len()).sum();
+        (entries_outside < entries_inside).then_some(period_ns)
+    }
+
+    /// The buckets held outside `query`'s window.
+    fn buckets_outside<'s>(&'s self, query: &'s Query) -> impl Iterator<Item = &'s Bucket> {
+        let inside = |bucket: &&Bucket| bucket.middle_within(query.start, query.end);
+        self.buckets.iter().filter(move |bucket| !inside(bucket))
     }
 
     /// Copies the stacks `used` marks (and their locations) into `profile`,

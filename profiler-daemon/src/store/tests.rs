@@ -820,4 +820,9 @@ fn a_window_read_for_some_threads_counts_the_others() {
     let all = store.profile_picking_threads(&window, true, &|_| None);
     assert_eq!(counts_by_leaf(&all), counts_by_leaf(&full));
     assert!(all.unread.is_empty());
+    // A window of one bucket in three: the totals are summed from it, not
+    // from the sums of every bucket held.
+    let middle = query(1, 2, Selector::default());
+    store.profile_picking_threads(&middle, true, &pick);
+    assert_eq!(*offered.borrow(), [(2, 1), (3, 2), (4, 9)]);
 }
