@@ -5,9 +5,10 @@
 //! One submodule per format (`tree`, `flat`, `folded`, `pprof`);
 //! `frames` expands stacks into frames for all of them, `sequences` stores
 //! and sorts stacks as sequences of ids, `protobuf` encodes pprof samples
-//! by hand, and this module holds the dispatch, the error type and what
-//! tree and flat share: the `# ` comment lines, the sections of `groupby`
-//! and the utilization figures.
+//! by hand, `sections` splits tree and flat reports by `groupby` (within
+//! `maxsections`), and this module holds the dispatch, the error type and
+//! what tree and flat share: the `# ` comment lines, the summary line and
+//! the utilization figures.
 //!
 //! Profiles hold hundreds of distinct locations but millions of frames, so
 //! reports are made for speed and memory: sites, frames, lines and names
@@ -103,11 +104,7 @@ pub fn render_thread_trees(
 /// Renders `profile` as `options.format` asks. Text formats are UTF-8; pprof
 /// is a gzipped profile.proto.
 pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
-    if !profile.unread.is_empty() && !may_leave_out_sections(options) {
-        return Err(ReportError::InvalidProfile(
-            "only a tree or flat report within maxsections can leave threads unread".to_owned(),
-        ));
-    }
+    refuse_unread_threads(profile, options)?;
     // An allocation profile holds what was allocated and what is still
     // held: pprof carries both, the other formats the mode's.
     if profile.mode.is_memory()
@@ -144,6 +141,7 @@ pub fn render_indexed(
     options: &ReportOptions,
     index: &StackIndex,
 ) -> Result<Vec<u8>, ReportError> {
+    refuse_unread_threads(profile, options)?;
     let key = index.key();
     let served = !profile.mode.is_memory()
         && profile.stacks.is_empty()
@@ -160,6 +158,18 @@ pub fn render_indexed(
         Format::Flat => flat::render_indexed(profile, options, index).map(String::into_bytes),
         Format::Pprof => render(profile, options),
     }
+}
+
+/// Refuses a profile with threads not read per stack
+/// ([`Profile::unread`]) unless `options` ask for a report that may leave
+/// their sections out: any other would be short of their samples.
+fn refuse_unread_threads(profile: &Profile, options: &ReportOptions) -> Result<(), ReportError> {
+    if profile.unread.is_empty() || may_leave_out_sections(options) {
+        return Ok(());
+    }
+    Err(ReportError::InvalidProfile(
+        "only a tree or flat report within maxsections can leave threads unread".to_owned(),
+    ))
 }
 
 /// How a diff of two profiles is drawn.

@@ -448,12 +448,8 @@ fn report_window_profile(
     kernel_addresses: bool,
     options: &ReportOptions,
 ) -> Profile {
-    let mut profile = report_profile(&crate::read_lock(store), query, true, options);
-    if !kernel_addresses {
-        profile.hide_kernel_addresses();
-    }
-    crate::daemon::allocator::after_report();
-    profile
+    let profile = report_profile(&crate::read_lock(store), query, true, options);
+    read_out(profile, kernel_addresses)
 }
 
 /// `query`'s profile as the store holds it, summed by `sum_by`, the kernel
@@ -465,7 +461,16 @@ pub fn window_profile(
     kernel_addresses: bool,
     sum_by: SumBy,
 ) -> Profile {
-    let mut profile = crate::read_lock(store).profile_summed(query, sum_by);
+    read_out(
+        crate::read_lock(store).profile_summed(query, sum_by),
+        kernel_addresses,
+    )
+}
+
+/// A window's profile as read from the store, made fit to leave it: the
+/// kernel addresses taken out unless `kernel_addresses`, and the memory of
+/// the read given back.
+fn read_out(mut profile: Profile, kernel_addresses: bool) -> Profile {
     if !kernel_addresses {
         profile.hide_kernel_addresses();
     }
