@@ -1,12 +1,61 @@
 //! Builds what the daemon embeds: the eBPF object (with the nightly toolchain
 //! and bpf-linker, through aya-build) and the gRPC/pprof protobuf code (with
-//! protox, so no protoc binary is needed).
+//! protox, so no protoc binary is needed), and the web view's flame graph
+//! viewer that `cargo xtask` fetched (see xtask/src/web.rs).
 
 use anyhow::{Context as _, Result};
 
 fn main() -> Result<()> {
     build_protos()?;
+    embed_web_viewer()?;
     build_ebpf()
+}
+
+/// Set by `cargo xtask` to the directory of the viewer's files.
+const WEB_VIEWER_VAR: &str = "PROFILERD_WEB_VIEWER";
+
+/// The viewer's files the daemon serves under `/ui/`, with their types.
+const WEB_VIEWER_FILES: &[(&str, &str)] = &[
+    ("d3.min.js", "text/javascript; charset=utf-8"),
+    ("d3-flamegraph.min.js", "text/javascript; charset=utf-8"),
+    ("d3-flamegraph.css", "text/css; charset=utf-8"),
+];
+
+/// Writes `web_viewer.rs` into OUT_DIR: the viewer's files as
+/// `(name, content type, bytes)`, or none when this build was not given
+/// them (a plain `cargo build`; the page then says how to get them).
+fn embed_web_viewer() -> Result<()> {
+    println!("cargo:rerun-if-env-changed={WEB_VIEWER_VAR}");
+    let dir = std::env::var_os(WEB_VIEWER_VAR).map(std::path::PathBuf::from);
+    let mut entries = Vec::new();
+    if let Some(dir) = dir.filter(|dir| !dir.as_os_str().is_empty()) {
+        for (name, content_type) in WEB_VIEWER_FILES {
+            let path = dir.join(name);
+            if !path.is_file() {
+                anyhow::bail!(
+                    "{WEB_VIEWER_VAR} names {} but it holds no {name}; `cargo xtask build` \
+                     fetches the viewer again",
+                    dir.display()
+                );
+            }
+            println!("cargo:rerun-if-changed={}", path.display());
+            entries.push(format!(
+                "({name:?}, {content_type:?}, include_bytes!({:?})),",
+                path.display().to_string()
+            ));
+        }
+    }
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out_dir.join("web_viewer.rs"),
+        format!(
+            "/// The web view's flame graph viewer: (name, content type, bytes).\n\
+             pub const VIEWER_FILES: &[(&str, &str, &[u8])] = &[{}];\n",
+            entries.join("\n")
+        ),
+    )
+    .context("writing web_viewer.rs")?;
+    Ok(())
 }
 
 fn build_protos() -> Result<()> {

@@ -13,7 +13,7 @@ use crate::cli::{
     BenchArgs, BootstrapArgs, BuildArgs, Command, InstallArgs, RunArgs, TestArgs, UninstallArgs,
 };
 use crate::process::{self, Privilege};
-use crate::{bootstrap, deps, install, kernel};
+use crate::{bootstrap, deps, install, kernel, web};
 
 /// The eBPF crate: built for its own target only (by the daemon's build script).
 const EBPF_PACKAGE: &str = "profiler-ebpf";
@@ -101,12 +101,14 @@ fn test(args: TestArgs) -> Result<()> {
     bootstrap::ebpf_toolchain()?;
     deps::test_deps()?;
     let python = deps::python_clients(&target_dir()?)?;
+    let web_driver = deps::web_test_driver(&workspace_root()?, &target_dir()?)?;
     // The end-to-end tests run profilerctl, a package of its own.
     build_daemon(Profile::Debug)?;
 
     let mut cmd = workspace_cargo()?;
     cmd.arg("test");
     cmd.env("PROFILERD_TEST_PYTHON", python);
+    cmd.env("PROFILERD_TEST_NODE_MODULES", web_driver);
     if !names_packages(&args.cargo_args) {
         cmd.args(["--workspace", "--exclude", EBPF_PACKAGE]);
     }
@@ -161,6 +163,7 @@ fn lint() -> Result<()> {
 
     // Checking the daemon runs its build script, which builds the eBPF crate.
     let nightly = bootstrap::ebpf_toolchain()?;
+    web::viewer(&target_dir()?)?;
     let mut host = workspace_cargo()?;
     host.args(["clippy", "--workspace", "--exclude", EBPF_PACKAGE])
         .args(["--all-targets", "--", "-D", "warnings"]);
@@ -262,6 +265,7 @@ fn service_in_use() -> bool {
 
 /// `cargo build` of profilerd and profilerctl for `profile`.
 fn build_daemon(profile: Profile) -> Result<()> {
+    web::viewer(&target_dir()?)?;
     let mut cmd = workspace_cargo()?;
     cmd.args([
         "build",

@@ -31,6 +31,9 @@ impl AptPackage {
 /// it).
 pub const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 
+/// Debian's Chromium, which the web view's tests drive headless.
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
 /// Debian packages the test suite needs, installed with apt-get when the
 /// program they provide is not on PATH.
 pub const TEST_APT_PACKAGES: &[AptPackage] = &[
@@ -58,6 +61,16 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
     AptPackage {
         name: "curl",
         provides: "curl",
+    },
+    // The web view's tests drive Debian's Chromium (with playwright-core,
+    // installed by npm: see `web_test_driver`).
+    AptPackage {
+        name: "chromium",
+        provides: CHROMIUM,
+    },
+    AptPackage {
+        name: "npm",
+        provides: "npm",
     },
     // `systemd-analyze verify` checks deploy/profilerd.service.
     AptPackage {
@@ -150,6 +163,45 @@ pub fn python_clients(target_dir: &Path) -> Result<PathBuf> {
     }
     println!("ok: Python gRPC client ({})", python.display());
     Ok(python)
+}
+
+/// Where the web view tests' npm packages are pinned (package.json and
+/// its package-lock.json, with every package's integrity).
+const WEB_TEST_PACKAGES: &str = "profiler-daemon/tests/web";
+
+/// playwright-core, which drives Chromium through the web view's tests,
+/// installed with `npm ci` from the pinned lock file into a directory under
+/// `target_dir` (once per lock file); returns its `node_modules`.
+pub fn web_test_driver(workspace: &Path, target_dir: &Path) -> Result<PathBuf> {
+    let pinned = workspace.join(WEB_TEST_PACKAGES);
+    let dir = target_dir.join("web-test-driver");
+    let lock = std::fs::read(pinned.join("package-lock.json"))
+        .with_context(|| format!("reading {}/package-lock.json", pinned.display()))?;
+    let installed_lock = dir.join("package-lock.json");
+    let ready = dir
+        .join("node_modules/playwright-core/package.json")
+        .is_file()
+        && std::fs::read(&installed_lock).is_ok_and(|installed| installed == lock);
+    if !ready {
+        println!(
+            "==> installing playwright-core with npm ci into {} (one time)",
+            dir.display()
+        );
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(pinned.join(file), dir.join(file))
+                .with_context(|| format!("copying {file} into {}", dir.display()))?;
+        }
+        process::run(
+            process::command("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
+                .current_dir(&dir),
+        )
+        .context("installing playwright-core from the npm registry (npm ci)")?;
+    }
+    let modules = dir.join("node_modules");
+    println!("ok: playwright-core ({})", modules.display());
+    Ok(modules)
 }
 
 /// Makes sure the benchmark's programs are there: gcc, and the packages in

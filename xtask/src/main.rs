@@ -12,6 +12,7 @@ mod deps;
 mod install;
 mod kernel;
 mod process;
+mod web;
 
 use std::process::ExitCode;
 

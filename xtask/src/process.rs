@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::bootstrap;
+use crate::{bootstrap, web};
 
 /// A command for `program` whose PATH starts with the bootstrapped tools'
 /// directory (so cargo, rustc and aya-build find `bpf-linker`), told which
@@ -22,6 +22,9 @@ pub fn command(program: impl AsRef<OsStr>) -> Command {
     cmd.env("PATH", child_path());
     if let Some(toolchain) = bootstrap::chosen_ebpf_toolchain() {
         cmd.env(bootstrap::EBPF_TOOLCHAIN_VAR, toolchain);
+    }
+    if let Some(dir) = web::chosen_viewer_dir() {
+        cmd.env(web::WEB_VIEWER_VAR, dir);
     }
     cmd
 }

@@ -21,6 +21,7 @@ pub mod grpc;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+mod overview;
 mod peeks;
 pub mod reports;
 pub mod rpc_counts;
@@ -55,6 +56,7 @@ pub use self::{
     diff::{DiffDrawing, DiffResult, DiffSpec},
     error::ServiceError,
     export::ExportCursor,
+    overview::{ProcessSamples, unix_millis},
     status::{DaemonStatus, PeekTrigger},
     top::{TopSpec, TopUpdate},
     windows::{CallersResult, PastWindow, ProfileSpec, StartedSession},

@@ -86,6 +86,15 @@ struct WaitTime {
     state: ThreadState,
 }
 
+/// A span of the held history and its CPU samples (see
+/// [`Store::timeline`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldSpan {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub samples: u64,
+}
+
 #[derive(Debug)]
 struct Bucket {
     start: SystemTime,
@@ -400,6 +409,19 @@ impl Store {
     /// Up to when samples are stored (the last drain's cut).
     pub fn newest(&self) -> Option<SystemTime> {
         self.buckets.back().map(|bucket| bucket.end)
+    }
+
+    /// The held history bucket by bucket, oldest first: each bucket's
+    /// span and its CPU samples of every process.
+    pub fn timeline(&self) -> Vec<HeldSpan> {
+        self.buckets
+            .iter()
+            .map(|bucket| HeldSpan {
+                start: bucket.start,
+                end: bucket.end,
+                samples: bucket.samples(),
+            })
+            .collect()
     }
 
     pub fn stats(&self) -> StoreStats {

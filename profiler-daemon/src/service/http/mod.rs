@@ -13,6 +13,7 @@
 
 mod params;
 mod routes;
+mod view;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 

@@ -3,7 +3,7 @@
 //!
 //! Owns the parameter names and their meaning; it must not answer requests.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::{
     profile::{Format, ProfileMode, ReportOptions},
@@ -75,6 +75,22 @@ impl Params {
         Duration::try_from_secs_f64(seconds)
             .map(Some)
             .map_err(|_| ServiceError::invalid(format!("{name}={text:?} is too long")))
+    }
+
+    /// A time in Unix milliseconds, e.g. `from=1764230400000`.
+    pub fn unix_millis(&self, name: &str) -> Result<Option<SystemTime>, ServiceError> {
+        let Some(text) = self.value(name)? else {
+            return Ok(None);
+        };
+        let millis: u64 = text.trim().parse().map_err(|_| {
+            ServiceError::invalid(format!(
+                "{name}={text:?} is not a time in Unix milliseconds; give e.g. {name}=1764230400000"
+            ))
+        })?;
+        SystemTime::UNIX_EPOCH
+            .checked_add(Duration::from_millis(millis))
+            .map(Some)
+            .ok_or_else(|| ServiceError::invalid(format!("{name}={text:?} is too far ahead")))
     }
 
     /// A boolean: `true`/`false` (and `1`/`0`).

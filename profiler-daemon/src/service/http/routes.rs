@@ -30,8 +30,8 @@ use crate::{
 pub struct Admission(pub Result<Asker, String>);
 
 #[derive(Clone)]
-struct Routes {
-    service: Arc<Service>,
+pub(super) struct Routes {
+    pub(super) service: Arc<Service>,
     /// Sessions opened by `/profile_start`, oldest first, for
     /// `/profile_stop` without an id.
     started: Arc<std::sync::Mutex<Vec<String>>>,
@@ -51,6 +51,7 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/profile_stop", get(profile_stop))
         .route("/peeks", get(list_peeks))
         .route("/peeks/{id}", get(get_peek))
+        .merge(super::view::routes())
         .fallback(unknown_route)
         .with_state(Routes {
             service,
@@ -61,6 +62,12 @@ pub fn router(service: Arc<Service>) -> Router {
 /// An error as the client sees it: the status and a line that says what
 /// happened and what to do.
 pub struct HttpError(StatusCode, String);
+
+impl HttpError {
+    pub(super) fn new(status: StatusCode, message: String) -> Self {
+        Self(status, message)
+    }
+}
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
@@ -102,11 +109,11 @@ fn asker(routes: &Routes, admission: &Admission) -> Result<Asker, HttpError> {
         .map_err(|reason| HttpError(StatusCode::FORBIDDEN, reason))
 }
 
-type Answer = Result<Response, HttpError>;
+pub(super) type Answer = Result<Response, HttpError>;
 
 /// The caller and the query of a request to `route`, which takes `names`
 /// (besides the selector's).
-fn admitted(
+pub(super) fn admitted(
     routes: &Routes,
     admission: &Admission,
     query: Vec<(String, String)>,
@@ -275,9 +282,9 @@ async fn get_peek(
 async fn unknown_route() -> HttpError {
     HttpError(
         StatusCode::NOT_FOUND,
-        "no such route; profilerd serves /debug/pprof/profile?seconds=N, \
-         /profile?duration=S&pprof=true|false, /profile_start, /profile_stop, /peeks and \
-         /peeks/ID"
+        "no such route; profilerd serves the web view at /, /debug/pprof/profile?seconds=N, \
+         /profile?duration=S&pprof=true|false, /profile_start, /profile_stop, /peeks, \
+         /peeks/ID, /api/query?since=S and /api/peek?pid=N (POST)"
             .to_owned(),
     )
 }
@@ -334,9 +341,15 @@ fn pprof_response(report: Report) -> Response {
         .into_response()
 }
 
-fn report_response(report: Report) -> Response {
+pub(super) fn report_response(report: Report) -> Response {
     match report.format {
         Format::Pprof => pprof_response(report),
+        Format::Flamegraph => {
+            ([(header::CONTENT_TYPE, "image/svg+xml")], report.bytes).into_response()
+        }
+        Format::Speedscope => {
+            ([(header::CONTENT_TYPE, "application/json")], report.bytes).into_response()
+        }
         _ => (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             report.bytes,

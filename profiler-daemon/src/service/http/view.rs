@@ -1,0 +1,269 @@
+//! The web view: `GET /` serves one page (`web/index.html`, `web/app.js`,
+//! `web/app.css`) and the flame graph viewer it draws with (d3-flame-graph
+//! on d3, fetched at pinned versions by `cargo xtask` and embedded by the
+//! build script), all under `/ui/`; the page asks for data through the
+//! `/api/` routes here, and for peeks through `/peeks`, with the listener's
+//! caller like every other route.
+//!
+//! Owns the page's files and its JSON/report routes; it must not profile,
+//! store or decide access itself (the service does).
+
+use std::time::{Duration, SystemTime};
+
+use axum::{
+    Extension, Router,
+    extract::{Path, Query, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+
+use super::{
+    params::{Params, options},
+    routes::{Admission, Answer, HttpError, Routes, admitted, report_response},
+};
+use crate::{
+    profile::{Format, GroupBy},
+    service::{PastWindow, ServiceError, unix_millis},
+};
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/web_viewer.rs"));
+}
+
+const INDEX_HTML: &str = include_str!("web/index.html");
+const APP_JS: &str = include_str!("web/app.js");
+const APP_CSS: &str = include_str!("web/app.css");
+
+/// The page, its files and the routes it asks.
+pub(super) fn routes() -> Router<Routes> {
+    Router::new()
+        .route("/", get(index))
+        .route("/ui/{file}", get(ui_file))
+        .route("/api/query", get(query))
+        .route("/api/timeline", get(timeline))
+        .route("/api/processes", get(processes))
+        .route("/api/peek", post(peek))
+}
+
+/// The page. It holds no data: a client the listener refuses gets it too,
+/// and then the refusal from the first `/api/` request, shown on the page.
+async fn index() -> Response {
+    if embedded::VIEWER_FILES.is_empty() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "this profilerd was built without the web view's flame graph viewer (a plain \
+             `cargo build`); build it with `cargo xtask build`, which fetches the viewer from \
+             the npm registry at its pinned version, or use the other routes and profilerctl\n",
+        )
+            .into_response();
+    }
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        INDEX_HTML,
+    )
+        .into_response()
+}
+
+async fn ui_file(Path(file): Path<String>) -> Answer {
+    let (content_type, bytes): (&str, &'static [u8]) = match file.as_str() {
+        "app.js" => ("text/javascript; charset=utf-8", APP_JS.as_bytes()),
+        "app.css" => ("text/css; charset=utf-8", APP_CSS.as_bytes()),
+        _ => embedded::VIEWER_FILES
+            .iter()
+            .find(|(name, _, _)| *name == file)
+            .map(|(_, content_type, bytes)| (*content_type, *bytes))
+            .ok_or_else(|| {
+                HttpError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("the web view has no file {file:?}; open / instead"),
+                )
+            })?,
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        bytes,
+    )
+        .into_response())
+}
+
+/// The names that choose a window (see [`window`]).
+const WINDOW_NAMES: &[&str] = &["since", "until", "from", "to"];
+
+/// The window a request names: `since=S[&until=S]`, from S seconds ago to
+/// `until` seconds ago (now by default), or `from=MS&to=MS`, Unix
+/// milliseconds (the timeline's).
+fn window(params: &Params) -> Result<PastWindow, HttpError> {
+    let from = params.unix_millis("from")?;
+    let to = params.unix_millis("to")?;
+    let since = params.seconds("since")?;
+    let until = params.seconds("until")?;
+    match (from, to, since, until) {
+        (Some(start), Some(end), None, None) => Ok(PastWindow {
+            start,
+            end: Some(end),
+        }),
+        (None, None, Some(since), until) => {
+            if until.is_some_and(|until| until >= since) {
+                return Err(ServiceError::invalid(
+                    "until must be fewer seconds ago than since (the window ends after it starts)",
+                )
+                .into());
+            }
+            let now = SystemTime::now();
+            let ago =
+                |seconds: Duration| now.checked_sub(seconds).unwrap_or(SystemTime::UNIX_EPOCH);
+            Ok(PastWindow {
+                start: ago(since),
+                end: until.map(ago),
+            })
+        }
+        _ => Err(ServiceError::invalid(
+            "name the window with since=SECONDS (ago; until=SECONDS ends it earlier than now), \
+             or with from=MS&to=MS (Unix milliseconds), not both",
+        )
+        .into()),
+    }
+}
+
+/// `GET /api/query?WINDOW&format=F[&groupby=G]`: a report of a window the
+/// daemon holds (see [`window`]), in any format (folded by default), of the
+/// selected processes; what `profilerctl query` asks over gRPC.
+async fn query(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Answer {
+    let names = [WINDOW_NAMES, &["format", "groupby"]].concat();
+    let (asker, params) = admitted(&routes, &admission, query, "/api/query", &names)?;
+    let window = window(&params)?;
+    let mut options = options(format(&params)?);
+    options.groupby = groupby(&params)?;
+    let report = routes
+        .service
+        .query(asker, window, params.selector()?, params.mode()?, options)
+        .await?;
+    Ok(report_response(report))
+}
+
+/// `GET /api/timeline`: the held history span by span, as JSON
+/// `{"now_ms", "spans": [{"start_ms", "end_ms", "samples"}]}`.
+async fn timeline(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Answer {
+    let (asker, _) = admitted(&routes, &admission, query, "/api/timeline", &[])?;
+    let spans: Vec<serde_json::Value> = routes
+        .service
+        .timeline(asker)
+        .await?
+        .into_iter()
+        .map(|span| {
+            serde_json::json!({
+                "start_ms": unix_millis(span.start),
+                "end_ms": unix_millis(span.end),
+                "samples": span.samples,
+            })
+        })
+        .collect();
+    Ok(json(&serde_json::json!({
+        "now_ms": unix_millis(SystemTime::now()),
+        "spans": spans,
+    })))
+}
+
+/// `GET /api/processes?WINDOW`: the processes sampled in the window, most
+/// CPU samples first, as JSON `[{"pid", "command", "uid", "cgroup",
+/// "threads", "samples"}]`.
+async fn processes(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Answer {
+    let (asker, params) = admitted(&routes, &admission, query, "/api/processes", WINDOW_NAMES)?;
+    let processes: Vec<serde_json::Value> = routes
+        .service
+        .processes(asker, window(&params)?)
+        .await?
+        .into_iter()
+        .map(|process| {
+            serde_json::json!({
+                "pid": process.pid,
+                "command": process.command,
+                "uid": process.uid,
+                "cgroup": process.cgroup,
+                "threads": process.threads,
+                "samples": process.samples,
+            })
+        })
+        .collect();
+    Ok(json(&serde_json::Value::Array(processes)))
+}
+
+fn json(value: &serde_json::Value) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+/// `POST /api/peek?pid=N`: peeks at a process (as `kill -USR1` does) and
+/// answers with the report's id once it is made.
+async fn peek(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Answer {
+    let (asker, params) = admitted(&routes, &admission, query, "/api/peek", &[])?;
+    let pids = params.selector()?.pids;
+    let [pid] = pids[..] else {
+        return Err(
+            ServiceError::invalid("/api/peek takes one pid=N, the process to peek at").into(),
+        );
+    };
+    let report = routes.service.peek(asker, pid).await?;
+    Ok(json(
+        &serde_json::json!({ "id": report.id, "pid": report.pid }),
+    ))
+}
+
+fn format(params: &Params) -> Result<Format, HttpError> {
+    let Some(name) = params.text("format")? else {
+        return Ok(Format::Folded);
+    };
+    Format::ALL
+        .into_iter()
+        .find(|format| format.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Format::ALL.iter().map(|format| format.name()).collect();
+            ServiceError::invalid(format!(
+                "format={name:?} is not a format; give one of {}",
+                names.join(", ")
+            ))
+            .into()
+        })
+}
+
+fn groupby(params: &Params) -> Result<GroupBy, HttpError> {
+    Ok(match params.text("groupby")?.as_deref() {
+        None | Some("auto") => GroupBy::Auto,
+        Some("none") => GroupBy::None,
+        Some("process") => GroupBy::Process,
+        Some("thread") => GroupBy::Thread,
+        Some(other) => {
+            return Err(ServiceError::invalid(format!(
+                "groupby={other:?} is not a grouping; give auto, none, process or thread"
+            ))
+            .into());
+        }
+    })
+}

@@ -1,0 +1,490 @@
+// profilerd's web view. Asks the daemon's /api/ routes for the folded
+// stacks of the chosen window and draws them with d3-flame-graph (a diff
+// against an earlier window coloured as the Diff RPC colours it: red where
+// the window has more, blue where it has fewer); draws the held history's
+// timeline, on which a window can be dragged; lists the window's processes
+// and functions, and the peeks as they happen. Every error the daemon
+// answers is shown as it says it (the listener's refusals included).
+"use strict";
+
+const LIVE_REFRESH_MS = 5000;
+const PEEKS_REFRESH_MS = 1500;
+const FUNCTIONS_SHOWN = 50;
+
+const $ = (id) => document.getElementById(id);
+// d3-flame-graph's UMD bundle exports its chart as `default`.
+const flamegraphChart = window.flamegraph.default || window.flamegraph;
+
+const view = {
+  chart: null,
+  tree: null,
+  generation: 0,
+  liveTimer: null,
+  // A window dragged on the timeline: { from, to } in Unix milliseconds.
+  brushed: null,
+  processes: [],
+  functionsSort: "self",
+  selectedPeek: null,
+  peekIds: "",
+};
+
+// The chosen window as query parameters, and in words.
+function chosenWindow() {
+  const params = new URLSearchParams();
+  if (view.brushed) {
+    params.set("from", String(Math.round(view.brushed.from)));
+    params.set("to", String(Math.round(view.brushed.to)));
+    const seconds = ((view.brushed.to - view.brushed.from) / 1000).toFixed(1);
+    const at = new Date(view.brushed.to).toLocaleTimeString();
+    return { params, words: `${seconds} s ending ${at}`, live: false };
+  }
+  const range = Number($("range").value);
+  const until = Number($("until").value);
+  params.set("since", String(range + until));
+  if (until > 0) params.set("until", String(until));
+  const words = `the last ${$("range").selectedOptions[0].text} ending ${$("until").selectedOptions[0].text}`;
+  return { params, words, live: until === 0 };
+}
+
+// The same window moved back by `seconds`, as query parameters.
+function earlierWindow(seconds) {
+  const params = new URLSearchParams();
+  if (view.brushed) {
+    params.set("from", String(Math.round(view.brushed.from - seconds * 1000)));
+    params.set("to", String(Math.round(view.brushed.to - seconds * 1000)));
+  } else {
+    const range = Number($("range").value);
+    const until = Number($("until").value) + seconds;
+    params.set("since", String(range + until));
+    params.set("until", String(until));
+  }
+  return params;
+}
+
+// The length of the chosen window in seconds.
+function windowSeconds() {
+  if (view.brushed) return (view.brushed.to - view.brushed.from) / 1000;
+  return Number($("range").value);
+}
+
+// The query string of a report of `window` in `format`, of the chosen
+// processes and mode.
+function reportParams(window, format) {
+  const params = new URLSearchParams(window);
+  const processes = $("processes").value.trim();
+  for (const word of processes.split(/[\s,]+/).filter(Boolean)) {
+    params.append(/^\d+$/.test(word) ? "pid" : "comm", word);
+  }
+  params.set("mode", $("mode").value);
+  params.set("format", format);
+  if (format === "folded" && !processes) params.set("groupby", "process");
+  return params;
+}
+
+function setStatus(text, state) {
+  $("status").textContent = text;
+  document.body.dataset.state = state;
+}
+
+// The daemon's own words for a refused request.
+async function refusal(response) {
+  const text = (await response.text()).trim();
+  return `${response.status} ${response.statusText}: ${text}`;
+}
+
+// The body of a request, or an Error carrying the daemon's words.
+async function fetchText(url) {
+  let response;
+  try {
+    response = await fetch(url);
+  } catch (error) {
+    throw new Error(`The daemon did not answer: ${error}`);
+  }
+  if (!response.ok) throw new Error(await refusal(response));
+  return response.text();
+}
+
+// Folded lines ("a;b;c 12") as the tree d3-flame-graph draws; each node
+// also keeps its own samples (`self`).
+function foldedTree(text) {
+  const root = { name: "all", value: 0, self: 0, children: [] };
+  const index = new Map([[root, new Map()]]);
+  for (const line of text.split("\n")) {
+    const space = line.lastIndexOf(" ");
+    if (space <= 0) continue;
+    const count = Number(line.slice(space + 1));
+    if (!Number.isFinite(count) || count <= 0) continue;
+    root.value += count;
+    let node = root;
+    for (const name of line.slice(0, space).split(";")) {
+      const children = index.get(node);
+      let child = children.get(name);
+      if (!child) {
+        child = { name, value: 0, self: 0, children: [] };
+        children.set(name, child);
+        index.set(child, new Map());
+        node.children.push(child);
+      }
+      child.value += count;
+      node = child;
+    }
+    node.self += count;
+  }
+  return root;
+}
+
+// Marks each node of `tree` with its change in own samples from `base`
+// (scaled to the same total), which the differential colours read.
+function markDelta(tree, base) {
+  const scale = base.value > 0 ? tree.value / base.value : 0;
+  const baseChildren = (node) => new Map((node ? node.children : []).map((child) => [child.name, child]));
+  const walk = (node, baseNode) => {
+    node.delta = node.self - (baseNode ? baseNode.self * scale : 0);
+    const bases = baseChildren(baseNode);
+    for (const child of node.children) walk(child, bases.get(child.name));
+  };
+  walk(tree, base);
+}
+
+// Each function's own samples and the samples of the stacks through it
+// (counted once per stack however often it recurs).
+function functionTable(tree) {
+  const functions = new Map();
+  const entry = (name) => {
+    if (!functions.has(name)) functions.set(name, { name, self: 0, total: 0 });
+    return functions.get(name);
+  };
+  const walk = (node, above) => {
+    const isRoot = node === tree;
+    if (!isRoot) {
+      entry(node.name).self += node.self;
+      if (!above.has(node.name)) entry(node.name).total += node.value;
+    }
+    const nowAbove = isRoot || above.has(node.name) ? above : new Set(above).add(node.name);
+    for (const child of node.children) walk(child, nowAbove);
+  };
+  walk(tree, new Set());
+  return [...functions.values()];
+}
+
+function showFunctions() {
+  const body = $("functions").querySelector("tbody");
+  body.replaceChildren();
+  if (!view.tree) return;
+  const key = view.functionsSort;
+  const rows = functionTable(view.tree).sort((a, b) =>
+    key === "name" ? a.name.localeCompare(b.name) : b[key] - a[key] || a.name.localeCompare(b.name),
+  );
+  const total = view.tree.value || 1;
+  for (const row of rows.slice(0, FUNCTIONS_SHOWN)) {
+    const line = document.createElement("tr");
+    const share = (count) => `${count} (${((100 * count) / total).toFixed(1)}%)`;
+    for (const text of [row.name, share(row.self), share(row.total)]) {
+      const cell = document.createElement("td");
+      cell.textContent = text;
+      line.append(cell);
+    }
+    line.addEventListener("click", () => {
+      $("search").value = row.name;
+      search();
+    });
+    body.append(line);
+  }
+}
+
+function makeChart(width) {
+  const chart = flamegraphChart()
+    .width(width)
+    .cellHeight(18)
+    .minFrameSize(2)
+    .transitionDuration(250)
+    .sort(true)
+    .title("")
+    .setDetailsElement($("details"));
+  chart.setSearchHandler((results, sum, total) => {
+    if (!$("search").value) {
+      $("matched").textContent = "";
+      return;
+    }
+    const share = total > 0 ? (100 * sum) / total : 0;
+    $("matched").textContent = `matched: ${share.toFixed(1)}% of samples in ${results.length} frames`;
+    $("matched").dataset.share = share.toFixed(1);
+  });
+  return chart;
+}
+
+function draw(tree, diffing) {
+  const width = Math.max(400, $("flamegraph").clientWidth || 1000);
+  if (view.chart) view.chart.destroy();
+  $("flamegraph").replaceChildren();
+  view.chart = makeChart(width).inverted($("icicle").checked);
+  if (diffing) {
+    view.chart.computeDelta(true).setColorMapper(window.flamegraph.colorMapper.differentialColorMapper);
+  }
+  d3.select("#flamegraph").datum(tree).call(view.chart);
+  search();
+}
+
+async function load() {
+  const generation = ++view.generation;
+  const chosen = chosenWindow();
+  const params = reportParams(chosen.params, "folded");
+  const diff = $("diff").value;
+  setStatus("Loading…", "loading");
+  let tree;
+  let base = null;
+  try {
+    const text = await fetchText(`/api/query?${params}`);
+    tree = foldedTree(text);
+    if (diff) {
+      const back = diff === "before" ? windowSeconds() : Number(diff);
+      const baseParams = reportParams(earlierWindow(back), "folded");
+      base = foldedTree(await fetchText(`/api/query?${baseParams}`));
+    }
+  } catch (error) {
+    if (generation === view.generation) setStatus(error.message, "error");
+    return;
+  }
+  if (generation !== view.generation) return;
+  if (base) markDelta(tree, base);
+  view.tree = tree;
+  draw(tree, Boolean(base));
+  showFunctions();
+  const against = base ? `, compared with ${base.value} samples before (red: more, blue: fewer)` : "";
+  setStatus(
+    `${tree.value} samples, ${chosen.words}, ` +
+      `${$("processes").value.trim() || "every process"}, ${$("mode").value}${against} ` +
+      `(loaded ${new Date().toLocaleTimeString()})`,
+    "loaded",
+  );
+  document.body.dataset.samples = String(tree.value);
+  document.body.dataset.window = params.toString();
+  loadTimeline();
+  loadProcesses(chosen.params);
+}
+
+function search() {
+  if (!view.chart) return;
+  const term = $("search").value;
+  if (term) view.chart.search(term);
+  else {
+    view.chart.clear();
+    $("matched").textContent = "";
+    delete $("matched").dataset.share;
+  }
+}
+
+// The held history's samples per second, with a brush to choose a window.
+async function loadTimeline() {
+  let timeline;
+  try {
+    timeline = JSON.parse(await fetchText("/api/timeline"));
+  } catch (error) {
+    $("timeline-note").textContent = error.message;
+    return;
+  }
+  const spans = timeline.spans;
+  const box = $("timeline");
+  const width = Math.max(300, box.clientWidth || 1000);
+  const height = 70;
+  box.replaceChildren();
+  if (spans.length === 0) {
+    $("timeline-note").textContent = "The daemon holds no samples yet.";
+    return;
+  }
+  const start = spans[0].start_ms;
+  const end = Math.max(spans[spans.length - 1].end_ms, timeline.now_ms);
+  const x = d3.scaleLinear().domain([start, end]).range([0, width]);
+  const rate = (span) => span.samples / Math.max(0.001, (span.end_ms - span.start_ms) / 1000);
+  const y = d3.scaleLinear().domain([0, d3.max(spans, rate) || 1]).range([height - 14, 0]);
+  const svg = d3.select(box).append("svg").attr("width", width).attr("height", height);
+  svg
+    .selectAll("rect.bar")
+    .data(spans)
+    .join("rect")
+    .attr("class", "bar")
+    .attr("x", (span) => x(span.start_ms))
+    .attr("width", (span) => Math.max(1, x(span.end_ms) - x(span.start_ms) - 0.5))
+    .attr("y", (span) => y(rate(span)))
+    .attr("height", (span) => height - 14 - y(rate(span)))
+    .append("title")
+    .text((span) => `${new Date(span.start_ms).toLocaleTimeString()}: ${rate(span).toFixed(0)} samples/s`);
+  svg
+    .append("g")
+    .attr("transform", `translate(0,${height - 14})`)
+    .call(d3.axisBottom(d3.scaleTime().domain([new Date(start), new Date(end)]).range([0, width])).ticks(8));
+  const brush = d3
+    .brushX()
+    .extent([
+      [0, 0],
+      [width, height - 14],
+    ])
+    .on("end", (event) => {
+      if (!event.sourceEvent) return;
+      if (!event.selection) {
+        view.brushed = null;
+      } else {
+        const [from, to] = event.selection.map((pixel) => x.invert(pixel));
+        view.brushed = { from, to };
+      }
+      reload();
+    });
+  const brushed = svg.append("g").attr("class", "brush").call(brush);
+  if (view.brushed) {
+    brushed.call(brush.move, [x(view.brushed.from), x(view.brushed.to)]);
+  }
+  $("timeline-note").textContent = view.brushed
+    ? "A dragged window: click outside it on the timeline to go back to the last minutes."
+    : "Drag on the timeline to choose a window.";
+}
+
+async function loadProcesses(window) {
+  try {
+    view.processes = JSON.parse(await fetchText(`/api/processes?${window}`));
+  } catch (error) {
+    view.processes = [];
+  }
+  const options = $("process-list");
+  options.replaceChildren();
+  for (const process of view.processes.slice(0, 200)) {
+    const option = document.createElement("option");
+    option.value = String(process.pid);
+    option.label = `${process.command} (uid ${process.uid}) ${process.cgroup}`;
+    options.append(option);
+  }
+  showProcesses();
+}
+
+function showProcesses() {
+  const filter = $("process-filter").value.trim().toLowerCase();
+  const body = $("processes-table").querySelector("tbody");
+  body.replaceChildren();
+  const matching = view.processes.filter((process) =>
+    !filter ||
+    [String(process.pid), process.command, `uid ${process.uid}`, String(process.uid), process.cgroup].some((text) =>
+      text.toLowerCase().includes(filter),
+    ),
+  );
+  for (const process of matching.slice(0, 100)) {
+    const line = document.createElement("tr");
+    line.dataset.pid = String(process.pid);
+    for (const text of [process.pid, process.command, process.uid, process.cgroup, process.threads, process.samples]) {
+      const cell = document.createElement("td");
+      cell.textContent = String(text);
+      line.append(cell);
+    }
+    line.addEventListener("click", () => {
+      $("processes").value = String(process.pid);
+      $("peek-pid").value = String(process.pid);
+      changed();
+    });
+    body.append(line);
+  }
+}
+
+function scheduleLive() {
+  clearInterval(view.liveTimer);
+  view.liveTimer = null;
+  if (chosenWindow().live) {
+    view.liveTimer = setInterval(() => {
+      if (document.body.dataset.state !== "loading") load();
+    }, LIVE_REFRESH_MS);
+  }
+}
+
+function reload() {
+  updateDownloads();
+  scheduleLive();
+  load();
+}
+
+function updateDownloads() {
+  const window = chosenWindow().params;
+  const extensions = { pprof: "pb.gz", folded: "folded", speedscope: "speedscope.json", flamegraph: "svg" };
+  for (const link of document.querySelectorAll("#downloads a")) {
+    const format = link.dataset.format;
+    link.href = `/api/query?${reportParams(window, format)}`;
+    link.download = `profilerd.${extensions[format]}`;
+  }
+}
+
+async function refreshPeeks() {
+  let peeks;
+  try {
+    peeks = JSON.parse(await fetchText("/peeks"));
+  } catch {
+    return;
+  }
+  const ids = peeks.map((peek) => peek.id).join(",");
+  if (ids === view.peekIds) return;
+  view.peekIds = ids;
+  const list = $("peeks");
+  list.replaceChildren();
+  for (const peek of peeks.slice().reverse()) {
+    const item = document.createElement("li");
+    item.dataset.id = peek.id;
+    item.dataset.pid = String(peek.pid);
+    item.textContent = `${peek.triggered}: ${peek.title}`;
+    if (peek.id === view.selectedPeek) item.classList.add("selected");
+    item.addEventListener("click", () => showPeek(peek.id));
+    list.append(item);
+  }
+}
+
+async function showPeek(id) {
+  view.selectedPeek = id;
+  for (const item of $("peeks").children) {
+    item.classList.toggle("selected", item.dataset.id === id);
+  }
+  try {
+    $("peek-report").textContent = await fetchText(`/peeks/${encodeURIComponent(id)}`);
+  } catch (error) {
+    $("peek-report").textContent = error.message;
+  }
+}
+
+async function peekNow() {
+  const pid = $("peek-pid").value.trim();
+  if (!/^\d+$/.test(pid)) {
+    $("peek-report").textContent = "Give the pid of the process to peek at.";
+    return;
+  }
+  $("peek-report").textContent = `Peeking at ${pid} for 1 s…`;
+  const response = await fetch(`/api/peek?pid=${pid}`, { method: "POST" });
+  if (!response.ok) {
+    $("peek-report").textContent = await refusal(response);
+    return;
+  }
+  const { id } = await response.json();
+  await refreshPeeks();
+  await showPeek(id);
+}
+
+// A control changed: a window chosen by length replaces a dragged one.
+function changed(event) {
+  if (event && ["range", "until"].includes(event.target.id)) view.brushed = null;
+  reload();
+}
+
+function start() {
+  for (const id of ["range", "until", "mode", "diff", "processes"]) {
+    $(id).addEventListener("change", changed);
+  }
+  $("reload").addEventListener("click", () => reload());
+  $("search").addEventListener("input", search);
+  $("icicle").addEventListener("change", () => view.tree && draw(view.tree, Boolean($("diff").value)));
+  $("reset-zoom").addEventListener("click", () => view.chart && view.chart.resetZoom());
+  $("peek-button").addEventListener("click", peekNow);
+  $("process-filter").addEventListener("input", showProcesses);
+  for (const header of $("functions").querySelectorAll("th")) {
+    header.addEventListener("click", () => {
+      view.functionsSort = header.dataset.sort;
+      showFunctions();
+    });
+  }
+  reload();
+  refreshPeeks();
+  setInterval(refreshPeeks, PEEKS_REFRESH_MS);
+}
+
+start();

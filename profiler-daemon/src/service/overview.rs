@@ -1,0 +1,100 @@
+//! What the web view shows around its flame graph: the held history's CPU
+//! samples span by span (its timeline, to pick a window on), and the
+//! processes sampled in a window with their samples, command, user and
+//! cgroup (to pick processes from).
+//!
+//! Owns those two reads; it must not render reports (`reports`) or decide
+//! who sees what (`access`).
+
+use std::{collections::BTreeMap, time::SystemTime};
+
+use super::{
+    PastWindow, Service, ServiceError,
+    access::{Asker, Window},
+    reports::Sight,
+    selection::SelectorSpec,
+};
+use crate::{
+    profile::{ProfileMode, ThreadInfo},
+    store::HeldSpan,
+};
+
+/// A process sampled in a window, and its CPU samples there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessSamples {
+    pub pid: u32,
+    pub command: String,
+    pub uid: u32,
+    /// Its cgroup path (empty when not known): its systemd unit on a
+    /// systemd machine.
+    pub cgroup: String,
+    pub threads: u32,
+    pub samples: u64,
+}
+
+impl Service {
+    /// The held history span by span, after a drain (so that it reaches
+    /// now). It counts every process's samples: only for callers who see
+    /// every process.
+    pub async fn timeline(&self, asker: Asker) -> Result<Vec<HeldSpan>, ServiceError> {
+        if !asker.caller.sees_everything() {
+            return Err(ServiceError::PermissionDenied(
+                "the timeline counts the samples of every process: only root and the admin \
+                 group may read it; choose a window by its length instead"
+                    .to_owned(),
+            ));
+        }
+        self.pipeline.close_window_for_report().await?;
+        Ok(crate::read_lock(&self.store).timeline())
+    }
+
+    /// The processes with CPU samples in `window` that `asker` may see,
+    /// most samples first.
+    pub async fn processes(
+        &self,
+        asker: Asker,
+        window: PastWindow,
+    ) -> Result<Vec<ProcessSamples>, ServiceError> {
+        let selector = SelectorSpec::default();
+        self.check_selector(asker, &selector, Window::Past)?;
+        let (start, end) = self.past_window(window).await?;
+        let query = self.query_of(
+            start,
+            end,
+            selector.past()?,
+            ProfileMode::Cpu,
+            Sight::of(asker.caller),
+        );
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            // No thread's stacks are read: each is only counted.
+            let none = |threads: &[(&ThreadInfo, u64)]| Some(vec![false; threads.len()]);
+            let profile = crate::read_lock(&store).profile_picking_threads(&query, false, &none);
+            let mut by_pid: BTreeMap<u32, ProcessSamples> = BTreeMap::new();
+            for unread in &profile.unread {
+                let thread = &profile.threads[unread.thread as usize];
+                let process = by_pid.entry(thread.pid).or_insert_with(|| ProcessSamples {
+                    pid: thread.pid,
+                    command: thread.process_name.to_string(),
+                    uid: thread.uid,
+                    cgroup: thread.cgroup.to_string(),
+                    threads: 0,
+                    samples: 0,
+                });
+                process.threads += 1;
+                process.samples = process.samples.saturating_add(unread.count);
+            }
+            let mut processes: Vec<ProcessSamples> = by_pid.into_values().collect();
+            processes.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+            processes
+        })
+        .await
+        .map_err(|err| ServiceError::Internal(format!("the process list task failed: {err}")))
+    }
+}
+
+/// Unix milliseconds of `time` (0 before 1970).
+pub fn unix_millis(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
