@@ -826,3 +826,25 @@ fn a_window_read_for_some_threads_counts_the_others() {
     store.profile_picking_threads(&middle, true, &pick);
     assert_eq!(*offered.borrow(), [(2, 1), (3, 2), (4, 9)]);
 }
+
+#[test]
+fn the_timeline_gives_each_held_bucket_and_its_samples() {
+    let mut store = store(600, 1 << 30);
+    assert!(store.timeline().is_empty());
+    store.insert(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 4)]));
+    store.insert(batch(1, &[(3, &["c"], 2)]));
+    store.insert(batch(2, &[(1, &["main", "b"], 5), (4, &["d"], 9)]));
+    let timeline = store.timeline();
+    let spans: Vec<(SystemTime, SystemTime, u64)> = timeline
+        .iter()
+        .map(|span| (span.start, span.end, span.samples))
+        .collect();
+    assert_eq!(
+        spans,
+        [(at(0), at(1), 7), (at(1), at(2), 2), (at(2), at(3), 14)]
+    );
+    // The spans hold every sample a whole read counts.
+    let everything = store.profile(&query(0, 3, Selector::default()));
+    let held: u64 = timeline.iter().map(|span| span.samples).sum();
+    assert_eq!(held, everything.total_samples());
+}

@@ -32,3 +32,4 @@ mod support;
 mod targets;
 mod unwind_tables;
 mod unwinding;
+mod web_view;

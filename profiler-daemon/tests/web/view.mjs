@@ -98,6 +98,7 @@ async function view(page) {
     name: frame.chain.at(-1),
     fill: frame.fill,
   }));
+  await page.waitForFunction(() => document.body.dataset.state === "loaded", null, { timeout: WAIT_MS });
   await page.screenshot({ path: args.screenshot, fullPage: true });
 
   // A peek triggered by kill -USR1 appears in the open page's list.
@@ -120,10 +121,10 @@ async function view(page) {
   const timeline = await page.locator("#timeline svg").boundingBox();
   const windowBefore = await page.getAttribute("body", "data-window");
   const y = timeline.y + timeline.height / 3;
-  await page.mouse.move(timeline.x + timeline.width * 0.1, y);
+  await page.mouse.move(timeline.x + timeline.width * 0.15, y);
   await page.mouse.down();
-  await page.mouse.move(timeline.x + timeline.width * 0.5, y, { steps: 8 });
-  await page.mouse.move(timeline.x + timeline.width * 0.9, y, { steps: 8 });
+  await page.mouse.move(timeline.x + timeline.width * 0.4, y, { steps: 8 });
+  await page.mouse.move(timeline.x + timeline.width * 0.65, y, { steps: 8 });
   await page.mouse.up();
   await page.waitForFunction(
     () => document.body.dataset.state === "loaded" && document.body.dataset.window.includes("from="),

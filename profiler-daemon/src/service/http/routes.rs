@@ -61,13 +61,8 @@ pub fn router(service: Arc<Service>) -> Router {
 
 /// An error as the client sees it: the status and a line that says what
 /// happened and what to do.
-pub struct HttpError(StatusCode, String);
-
-impl HttpError {
-    pub(super) fn new(status: StatusCode, message: String) -> Self {
-        Self(status, message)
-    }
-}
+#[derive(Debug)]
+pub struct HttpError(pub(super) StatusCode, pub(super) String);
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {

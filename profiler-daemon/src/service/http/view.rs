@@ -78,7 +78,7 @@ async fn ui_file(Path(file): Path<String>) -> Answer {
             .find(|(name, _, _)| *name == file)
             .map(|(_, content_type, bytes)| (*content_type, *bytes))
             .ok_or_else(|| {
-                HttpError::new(
+                HttpError(
                     StatusCode::NOT_FOUND,
                     format!("the web view has no file {file:?}; open / instead"),
                 )
@@ -266,4 +266,123 @@ fn groupby(params: &Params) -> Result<GroupBy, HttpError> {
             .into());
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(query: &[(&str, &str)]) -> Params {
+        Params::new(
+            query
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect(),
+        )
+    }
+
+    fn refusal(query: &[(&str, &str)]) -> String {
+        match window(&params(query)) {
+            Ok(window) => panic!("{query:?} was taken as {window:?}"),
+            Err(HttpError(status, message)) => {
+                assert_eq!(status, StatusCode::BAD_REQUEST, "{message}");
+                message
+            }
+        }
+    }
+
+    #[test]
+    fn windows_are_named_by_seconds_ago_or_by_unix_milliseconds() {
+        let before = SystemTime::now();
+        let last_minute = window(&params(&[("since", "60")])).unwrap();
+        assert_eq!(last_minute.end, None);
+        let ago = before.duration_since(last_minute.start).unwrap();
+        assert!(ago <= Duration::from_secs(60), "{ago:?}");
+        assert!(ago > Duration::from_secs(59), "{ago:?}");
+
+        let earlier = window(&params(&[("since", "90"), ("until", "30")])).unwrap();
+        let length = earlier.end.unwrap().duration_since(earlier.start).unwrap();
+        assert_eq!(length, Duration::from_secs(60));
+
+        let fixed = window(&params(&[
+            ("from", "1764230400000"),
+            ("to", "1764230460500"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            fixed.start,
+            SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_230_400_000)
+        );
+        assert_eq!(
+            fixed.end,
+            Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_230_460_500))
+        );
+    }
+
+    #[test]
+    fn a_window_named_badly_is_refused_saying_how_to_name_it() {
+        assert!(refusal(&[]).contains("since=SECONDS"));
+        assert!(refusal(&[("since", "60"), ("from", "1")]).contains("not both"));
+        assert!(refusal(&[("from", "1")]).contains("from=MS&to=MS"));
+        assert!(refusal(&[("since", "30"), ("until", "60")]).contains("fewer seconds ago"));
+        assert!(refusal(&[("from", "soon"), ("to", "2")]).contains("Unix milliseconds"));
+        assert!(refusal(&[("since", "-5")]).contains("more than 0"));
+    }
+
+    #[test]
+    fn formats_and_groupings_are_named_as_the_api_names_them() {
+        assert_eq!(format(&params(&[])).ok(), Some(Format::Folded));
+        for each in Format::ALL {
+            assert_eq!(format(&params(&[("format", each.name())])).ok(), Some(each));
+        }
+        let Err(HttpError(_, message)) = format(&params(&[("format", "svg")])) else {
+            panic!("format=svg was taken");
+        };
+        assert!(message.contains("tree, flat, folded, pprof, flamegraph, speedscope"));
+        assert_eq!(groupby(&params(&[])).ok(), Some(GroupBy::Auto));
+        assert_eq!(
+            groupby(&params(&[("groupby", "process")])).ok(),
+            Some(GroupBy::Process)
+        );
+        assert!(groupby(&params(&[("groupby", "cgroup")])).is_err());
+    }
+
+    #[test]
+    fn the_page_and_its_files_are_served_and_nothing_else() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for (file, content_type) in [("app.js", "text/javascript"), ("app.css", "text/css")] {
+            let response = runtime
+                .block_on(ui_file(Path(file.to_owned())))
+                .ok()
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let served = response.headers()[header::CONTENT_TYPE].to_str().unwrap();
+            assert!(served.starts_with(content_type), "{file}: {served}");
+        }
+        for (name, _, bytes) in embedded::VIEWER_FILES {
+            assert!(!bytes.is_empty(), "{name}");
+            let response = runtime
+                .block_on(ui_file(Path((*name).to_owned())))
+                .ok()
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+        let Err(HttpError(status, _)) = runtime.block_on(ui_file(Path("../Cargo.toml".to_owned())))
+        else {
+            panic!("a file outside the page was served");
+        };
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        // Every file the page loads is served.
+        for file in [
+            "d3.min.js",
+            "d3-flamegraph.min.js",
+            "d3-flamegraph.css",
+            "app.js",
+            "app.css",
+        ] {
+            assert!(INDEX_HTML.contains(&format!("/ui/{file}")), "{file}");
+        }
+    }
 }

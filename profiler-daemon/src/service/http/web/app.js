@@ -9,7 +9,7 @@
 
 const LIVE_REFRESH_MS = 5000;
 const PEEKS_REFRESH_MS = 1500;
-const FUNCTIONS_SHOWN = 50;
+const FUNCTIONS_SHOWN = 25;
 
 const $ = (id) => document.getElementById(id);
 // d3-flame-graph's UMD bundle exports its chart as `default`.
@@ -225,12 +225,15 @@ function draw(tree, diffing) {
   search();
 }
 
-async function load() {
+// Loads the chosen window; a live refresh (`quietly`) keeps the last status
+// line until the new one comes.
+async function load(quietly) {
   const generation = ++view.generation;
   const chosen = chosenWindow();
   const params = reportParams(chosen.params, "folded");
   const diff = $("diff").value;
-  setStatus("Loading…", "loading");
+  if (quietly) document.body.dataset.state = "loading";
+  else setStatus("Loading…", "loading");
   let tree;
   let base = null;
   try {
@@ -387,7 +390,7 @@ function scheduleLive() {
   view.liveTimer = null;
   if (chosenWindow().live) {
     view.liveTimer = setInterval(() => {
-      if (document.body.dataset.state !== "loading") load();
+      if (document.body.dataset.state !== "loading") load(true);
     }, LIVE_REFRESH_MS);
   }
 }

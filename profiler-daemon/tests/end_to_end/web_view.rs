@@ -1,0 +1,242 @@
+//! The web view in a real browser: Debian's Chromium, headless, driven by
+//! playwright-core (tests/web/view.mjs, installed by `cargo xtask test`),
+//! loads `/` from a daemon profiling real workloads. What the page shows
+//! is checked frame by frame and against the daemon's own report of the
+//! same window.
+
+use std::{path::PathBuf, process::Command};
+
+use serde_json::Value;
+
+use crate::{
+    remote::{Authority, free_port},
+    support::{Daemon, Workload, folded, require_root},
+};
+
+/// Runs tests/web/view.mjs's `scenario` with `arguments`; what it saw.
+async fn drive_browser(scenario: &str, arguments: Value) -> Value {
+    let modules = std::env::var("PROFILERD_TEST_NODE_MODULES").expect(
+        "PROFILERD_TEST_NODE_MODULES names the node_modules with playwright-core: run the \
+         tests with `cargo xtask test`, which installs it (and Debian's chromium)",
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/web/view.mjs");
+    let scenario = scenario.to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(script)
+            .arg(scenario)
+            .arg(arguments.to_string())
+            .env("PROFILERD_TEST_NODE_MODULES", modules)
+            .output()
+            .expect("node runs (cargo xtask test installs nodejs)")
+    })
+    .await
+    .expect("the browser task ends");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "view.mjs failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|err| panic!("view.mjs printed no JSON ({err}): {stdout}"));
+    assert!(
+        seen.get("error").is_none(),
+        "the browser did not see what it waited for: {}\nconsole: {}",
+        seen["error"],
+        seen["console"]
+    );
+    seen
+}
+
+/// What curl got from `url`: the status code and the body.
+fn curl(url: &str) -> (u16, String) {
+    let output = Command::new("curl")
+        .args([
+            "--silent",
+            "--max-time",
+            "60",
+            "--write-out",
+            "\n%{http_code}",
+        ])
+        .arg(url)
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// Where the test leaves its screenshots for a person to look at.
+fn screenshot_path() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-view");
+    std::fs::create_dir_all(&dir).expect("the screenshot directory is made");
+    dir.join("web-view.png")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
+    require_root();
+    let address = format!("127.0.0.1:{}", free_port());
+    let _daemon = Daemon::start_with(&[
+        "--http-listen",
+        &address,
+        "--http-plaintext-loopback",
+        "true",
+    ])
+    .await;
+    let chain = Workload::start_as("chain", "chain-web", &[]);
+    let peeked = Workload::start_as("peek_threads", "peek-web", &[]);
+    let screenshot = screenshot_path();
+    let _ = std::fs::remove_file(&screenshot);
+
+    let seen = drive_browser(
+        "view",
+        serde_json::json!({
+            "url": format!("http://{address}/"),
+            "hot": "hot_leaf",
+            "peekPid": peeked.pid(),
+            "screenshot": screenshot,
+        }),
+    )
+    .await;
+
+    // The hot function, drawn in its process's tower under every frame of
+    // its chain.
+    let process = format!("chain-web-{}", chain.pid());
+    let chains: Vec<Vec<&str>> = seen["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .map(|frame| {
+            frame["chain"]
+                .as_array()
+                .expect("a chain")
+                .iter()
+                .map(|name| name.as_str().unwrap_or_default())
+                .collect()
+        })
+        .collect();
+    assert!(
+        chains
+            .iter()
+            .any(|chain| chain.get(1) == Some(&process.as_str())
+                && chain.ends_with(&["main", "drive", "hot_leaf"])),
+        "no hot_leaf drawn under {process} … main, drive: {chains:?}"
+    );
+
+    // The search highlights it, and only it, and says its share.
+    let highlighted = seen["highlighted"].as_array().expect("highlighted");
+    assert!(!highlighted.is_empty(), "the search highlighted nothing");
+    for frame in highlighted {
+        assert_eq!(frame["name"], "hot_leaf", "{frame}");
+        assert_eq!(frame["fill"], "#E600E6", "{frame}");
+    }
+    let share = seen["matchedShare"].as_f64().expect("a matched share");
+    assert!(
+        share > 0.0 && share <= 100.0,
+        "matched share {share}: {}",
+        seen["matched"]
+    );
+
+    // A kill -USR1 peek appeared in the open page, and reads per thread.
+    let report = seen["peekReport"].as_str().expect("a peek report");
+    assert!(
+        report.contains(&format!("Peek at process {}", peeked.pid()))
+            && report.contains("spin_alpha")
+            && report.contains("spin_beta"),
+        "{report}"
+    );
+
+    // A window dragged on the timeline reloaded the graph; the page's
+    // numbers are the daemon's own for that (past, so fixed) window.
+    let window = seen["pastWindow"].as_str().expect("the past window");
+    assert!(
+        window.contains("from=") && window.contains("to="),
+        "{window}"
+    );
+    assert_eq!(
+        seen["pastHot"], true,
+        "hot_leaf not drawn in the past window"
+    );
+    let (code, body) = curl(&format!("http://{address}/api/query?{window}"));
+    assert_eq!(code, 200, "{body}");
+    let stacks = folded(body.as_bytes());
+    let total: u64 = stacks.iter().map(|(_, count)| count).sum();
+    assert_eq!(
+        seen["pastSamples"].as_u64(),
+        Some(total),
+        "the page's samples are not the report's"
+    );
+    let hot_self: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| frames.last().is_some_and(|leaf| leaf == "hot_leaf"))
+        .map(|(_, count)| count)
+        .sum();
+    let functions = seen["functions"].as_array().expect("functions");
+    let hot_row = functions
+        .iter()
+        .find(|row| row[0] == "hot_leaf")
+        .unwrap_or_else(|| panic!("hot_leaf is not in the functions table: {functions:?}"));
+    assert!(
+        hot_row[1]
+            .as_str()
+            .is_some_and(|text| text.starts_with(&format!("{hot_self} ("))),
+        "hot_leaf's self samples {hot_row} are not the report's {hot_self}"
+    );
+    let processes = seen["processes"].as_array().expect("processes");
+    let pid = chain.pid().to_string();
+    assert!(
+        processes
+            .iter()
+            .any(|row| row[0] == pid.as_str() && row[1] == "chain-web"),
+        "{} is not in the process list: {processes:?}",
+        chain.pid()
+    );
+
+    assert!(
+        std::fs::metadata(&screenshot).is_ok_and(|file| file.len() > 10_000),
+        "no screenshot at {}",
+        screenshot.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_the_listener_refuses_sees_why_on_the_page() {
+    require_root();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("written");
+        path.display().to_string()
+    };
+    let clients = Authority::new("profilerd test clients");
+    let (server_cert, server_key) =
+        Authority::new("profilerd test servers").issue(&["localhost", "127.0.0.1"]);
+    let port = free_port();
+    let _daemon = Daemon::start_with(&[
+        "--http-listen",
+        &format!("127.0.0.1:{port}"),
+        "--tls-cert",
+        &write("server.pem", &server_cert),
+        "--tls-key",
+        &write("server.key", &server_key),
+        "--tls-client-ca",
+        &write("clients.pem", &clients.pem()),
+    ])
+    .await;
+
+    // The browser presents no certificate: the page loads, and says why
+    // its requests are refused instead of staying blank.
+    let seen = drive_browser(
+        "refused",
+        serde_json::json!({ "url": format!("https://localhost:{port}/") }),
+    )
+    .await;
+    let status = seen["status"].as_str().expect("a status line");
+    assert!(
+        status.contains("403") && status.contains("certificate signed by its tls_client_ca"),
+        "{status}"
+    );
+    assert_eq!(seen["visible"], true);
+}
