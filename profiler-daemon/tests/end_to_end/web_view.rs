@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::{
     remote::{Authority, free_port},
-    support::{Daemon, Workload, folded, require_root},
+    support::{Daemon, Workload, decode_pprof, folded, parse_svg, require_root},
 };
 
 /// Runs tests/web/view.mjs's `scenario` with `arguments`; what it saw.
@@ -50,21 +50,62 @@ async fn drive_browser(scenario: &str, arguments: Value) -> Value {
 }
 
 /// What curl got from `url`: the status code and the body.
-fn curl(url: &str) -> (u16, String) {
+fn curl(url: &str) -> (u16, Vec<u8>) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let body = dir.path().join("body");
     let output = Command::new("curl")
         .args([
             "--silent",
             "--max-time",
             "60",
             "--write-out",
-            "\n%{http_code}",
+            "%{http_code}",
+            "--output",
         ])
+        .arg(&body)
         .arg(url)
         .output()
         .expect("curl runs");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_owned())
+    let code = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    (code, std::fs::read(&body).unwrap_or_default())
+}
+
+/// The samples of a folded report fetched from `url`.
+fn folded_from(url: &str) -> Vec<(Vec<String>, u64)> {
+    let (code, body) = curl(url);
+    assert_eq!(code, 200, "{url}: {}", String::from_utf8_lossy(&body));
+    folded(&body)
+}
+
+/// The number in `text` just before `words`.
+fn number_before(text: &str, words: &str) -> Option<u64> {
+    let before = &text[..text.find(words)?];
+    before.split_whitespace().last()?.parse().ok()
+}
+
+/// Whether `fill` is one of the differential flame graph's colours: grey
+/// (unchanged), red (more: red 220, blue and green alike, from 235 down),
+/// blue (fewer: blue 220, red and green alike, from 235 down) or orange
+/// (all new).
+fn is_differential(fill: &str) -> bool {
+    let Some(rgb) = fill
+        .strip_prefix("rgb(")
+        .and_then(|rest| rest.strip_suffix(')'))
+    else {
+        return false;
+    };
+    let channels: Vec<u32> = rgb
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    match channels[..] {
+        [255, 190, 90] => true,
+        [r, g, b] => (r == 220 && g == b && g <= 235) || (b == 220 && r == g && r <= 235),
+        _ => false,
+    }
 }
 
 /// Where the test leaves its screenshots for a person to look at.
@@ -96,6 +137,8 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
             "url": format!("http://{address}/"),
             "hot": "hot_leaf",
             "peekPid": peeked.pid(),
+            // Seconds of history before a past window is dragged.
+            "history": 45,
             "screenshot": screenshot,
         }),
     )
@@ -159,9 +202,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
         seen["pastHot"], true,
         "hot_leaf not drawn in the past window"
     );
-    let (code, body) = curl(&format!("http://{address}/api/query?{window}"));
-    assert_eq!(code, 200, "{body}");
-    let stacks = folded(body.as_bytes());
+    let stacks = folded_from(&format!("http://{address}/api/query?{window}"));
     let total: u64 = stacks.iter().map(|(_, count)| count).sum();
     assert_eq!(
         seen["pastSamples"].as_u64(),
@@ -192,6 +233,68 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
             .any(|row| row[0] == pid.as_str() && row[1] == "chain-web"),
         "{} is not in the process list: {processes:?}",
         chain.pid()
+    );
+
+    // The diff against the window before: its samples the daemon's, every
+    // frame in the differential colours.
+    let status = seen["diffStatus"].as_str().expect("the diff's status");
+    let base_window = seen["baseWindow"].as_str().expect("the base window");
+    let base = folded_from(&format!("http://{address}/api/query?{base_window}"));
+    let base_total: u64 = base.iter().map(|(_, count)| count).sum();
+    assert!(base_total > 0, "the window before {base_window} is empty");
+    assert_eq!(
+        number_before(status, "samples before"),
+        Some(base_total),
+        "{status}"
+    );
+    let fills = seen["diffFills"].as_array().expect("the diff's fills");
+    assert!(!fills.is_empty());
+    for fill in fills {
+        let fill = fill.as_str().unwrap_or_default();
+        assert!(is_differential(fill), "{fill} is not a differential colour");
+    }
+
+    // The downloads are the formats they say.
+    for link in seen["downloads"].as_array().expect("downloads") {
+        let (format, href) = (link[0].as_str().unwrap(), link[1].as_str().unwrap());
+        let (code, body) = curl(&format!("http://{address}{href}"));
+        assert_eq!(code, 200, "{href}: {}", String::from_utf8_lossy(&body));
+        match format {
+            "pprof" => assert!(!decode_pprof(&body).sample.is_empty(), "{href}"),
+            "folded" => assert!(!folded(&body).is_empty(), "{href}"),
+            "flamegraph" => drop(parse_svg(&String::from_utf8_lossy(&body))),
+            "speedscope" => {
+                let document: Value = serde_json::from_slice(&body).expect("speedscope JSON");
+                assert!(
+                    document["$schema"]
+                        .as_str()
+                        .is_some_and(|s| s.contains("speedscope"))
+                );
+            }
+            other => panic!("an unknown download {other}"),
+        }
+    }
+
+    // Nothing was asked of any other server; the peek list followed the
+    // event stream.
+    let origin = format!("http://{address}/");
+    for url in seen["requests"].as_array().expect("requests") {
+        let url = url.as_str().unwrap_or_default();
+        assert!(
+            url.starts_with(&origin) || url.starts_with("data:"),
+            "the page asked {url}"
+        );
+    }
+    assert!(
+        seen["responses"]
+            .as_array()
+            .expect("responses")
+            .iter()
+            .any(|response| response[0]
+                .as_str()
+                .is_some_and(|url| url.ends_with("/api/peeks/events"))
+                && response[1] == 200),
+        "the page did not follow /api/peeks/events"
     );
 
     assert!(

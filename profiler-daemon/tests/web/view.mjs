@@ -3,7 +3,7 @@
 // prints what it saw as one JSON object; the Rust test judges it.
 //
 // node view.mjs SCENARIO JSON_ARGUMENTS
-//   view:    { url, hot, peekPid, screenshot }  loads /, waits for `hot`
+//   view:    { url, hot, peekPid, history, screenshot }  loads /, waits for `hot`
 //            in the flame graph, searches it, sends peekPid SIGUSR1 and
 //            waits for its peek in the list, drags a past window on the
 //            timeline.
@@ -41,6 +41,11 @@ try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   page.on("console", (message) => seen.console.push(`${message.type()}: ${message.text()}`));
   page.on("pageerror", (error) => seen.console.push(`pageerror: ${error.message}`));
+  // Every request the page makes, to show it asks nothing of the internet.
+  seen.requests = [];
+  page.on("request", (request) => seen.requests.push(request.url()));
+  seen.responses = [];
+  page.on("response", (response) => seen.responses.push([response.url(), response.status()]));
   await page.goto(args.url, { waitUntil: "load" });
   if (scenario === "view") await view(page);
   else if (scenario === "refused") await refused(page);
@@ -116,15 +121,21 @@ async function view(page) {
   });
   seen.peekReport = await page.textContent("#peek-report");
 
-  // A past range dragged on the timeline reloads the graph.
-  await page.waitForSelector("#timeline svg rect.bar", { timeout: WAIT_MS });
+  // A past range dragged on the timeline reloads the graph. It is dragged
+  // over the first part of `history` seconds held, so that it ends long
+  // enough ago for its spans to be merged at the store's resolution (the
+  // test reads the same window again and must get the same samples), and
+  // so that the window before it holds samples too.
+  await page.waitForFunction((seconds) => Number(document.body.dataset.history) >= seconds, args.history, {
+    timeout: 2 * WAIT_MS,
+  });
   const timeline = await page.locator("#timeline svg").boundingBox();
   const windowBefore = await page.getAttribute("body", "data-window");
   const y = timeline.y + timeline.height / 3;
-  await page.mouse.move(timeline.x + timeline.width * 0.15, y);
+  await page.mouse.move(timeline.x + timeline.width * 0.3, y);
   await page.mouse.down();
   await page.mouse.move(timeline.x + timeline.width * 0.4, y, { steps: 8 });
-  await page.mouse.move(timeline.x + timeline.width * 0.65, y, { steps: 8 });
+  await page.mouse.move(timeline.x + timeline.width * 0.5, y, { steps: 8 });
   await page.mouse.up();
   await page.waitForFunction(
     () => document.body.dataset.state === "loaded" && document.body.dataset.window.includes("from="),
@@ -143,6 +154,22 @@ async function view(page) {
     rows.map((row) => [...row.children].map((cell) => cell.textContent)),
   );
   await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-past.png"), fullPage: true });
+  seen.downloads = await page.$$eval("#downloads a", (links) =>
+    links.map((link) => [link.dataset.format, link.getAttribute("href")]),
+  );
+
+  // A diff against the window before, in the differential colours.
+  await page.selectOption("#diff", "before");
+  await page.waitForFunction(
+    () => document.body.dataset.state === "loaded" && document.getElementById("status").textContent.includes("compared with"),
+    null,
+    { timeout: WAIT_MS },
+  );
+  seen.diffStatus = await page.textContent("#status");
+  seen.diffWindow = await page.getAttribute("body", "data-window");
+  seen.baseWindow = await page.getAttribute("body", "data-base-window");
+  seen.diffFills = (await drawnFrames(page)).filter((frame) => !frame.highlighted).map((frame) => frame.fill);
+  await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-diff.png"), fullPage: true });
 }
 
 async function refused(page) {

@@ -2,21 +2,29 @@
 //! `web/app.css`) and the flame graph viewer it draws with (d3-flame-graph
 //! on d3, fetched at pinned versions by `cargo xtask` and embedded by the
 //! build script), all under `/ui/`; the page asks for data through the
-//! `/api/` routes here, and for peeks through `/peeks`, with the listener's
-//! caller like every other route.
+//! `/api/` routes here, and for peeks through `/peeks` (told of new ones by
+//! `/api/peeks/events`), with the listener's caller like every other route.
 //!
 //! Owns the page's files and its JSON/report routes; it must not profile,
 //! store or decide access itself (the service does).
 
-use std::time::{Duration, SystemTime};
+use std::{
+    convert::Infallible,
+    time::{Duration, SystemTime},
+};
 
 use axum::{
     Extension, Router,
     extract::{Path, Query, State},
     http::{StatusCode, header},
-    response::{IntoResponse, Response},
+    response::{
+        IntoResponse, Response,
+        sse::{Event, KeepAlive, Sse},
+    },
     routing::{get, post},
 };
+
+use tokio_stream::{StreamExt as _, wrappers::ReceiverStream};
 
 use super::{
     params::{Params, options},
@@ -44,6 +52,7 @@ pub(super) fn routes() -> Router<Routes> {
         .route("/api/timeline", get(timeline))
         .route("/api/processes", get(processes))
         .route("/api/peek", post(peek))
+        .route("/api/peeks/events", get(peek_events))
 }
 
 /// The page. It holds no data: a client the listener refuses gets it too,
@@ -234,6 +243,28 @@ async fn peek(
     Ok(json(
         &serde_json::json!({ "id": report.id, "pid": report.pid }),
     ))
+}
+
+/// `GET /api/peeks/events`: a server-sent event `peek` with `{"id",
+/// "pid"}` for every peek report the caller may see as it is made (the
+/// WatchPeeks RPC's stream), until the client leaves or the daemon stops.
+async fn peek_events(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Answer {
+    let (asker, _) = admitted(&routes, &admission, query, "/api/peeks/events", &[])?;
+    let reports = routes.service.watch_peeks(asker)?;
+    // The stream ends at its first error: the daemon is stopping.
+    let events = ReceiverStream::new(reports)
+        .map_while(Result::ok)
+        .map(|report| {
+            let data = serde_json::json!({ "id": report.id, "pid": report.pid });
+            Ok::<_, Infallible>(Event::default().event("peek").data(data.to_string()))
+        });
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 fn format(params: &Params) -> Result<Format, HttpError> {

@@ -8,7 +8,9 @@
 "use strict";
 
 const LIVE_REFRESH_MS = 5000;
-const PEEKS_REFRESH_MS = 1500;
+// The peek list follows /api/peeks/events; it is also read this often in
+// case the event stream is refused (each caller has a few streams).
+const PEEKS_REFRESH_MS = 10000;
 const FUNCTIONS_SHOWN = 25;
 
 const $ = (id) => document.getElementById(id);
@@ -243,6 +245,7 @@ async function load(quietly) {
       const back = diff === "before" ? windowSeconds() : Number(diff);
       const baseParams = reportParams(earlierWindow(back), "folded");
       base = foldedTree(await fetchText(`/api/query?${baseParams}`));
+      document.body.dataset.baseWindow = baseParams.toString();
     }
   } catch (error) {
     if (generation === view.generation) setStatus(error.message, "error");
@@ -297,6 +300,7 @@ async function loadTimeline() {
   }
   const start = spans[0].start_ms;
   const end = Math.max(spans[spans.length - 1].end_ms, timeline.now_ms);
+  document.body.dataset.history = String(Math.round((end - start) / 1000));
   const x = d3.scaleLinear().domain([start, end]).range([0, width]);
   const rate = (span) => span.samples / Math.max(0.001, (span.end_ms - span.start_ms) / 1000);
   const y = d3.scaleLinear().domain([0, d3.max(spans, rate) || 1]).range([height - 14, 0]);
@@ -487,6 +491,8 @@ function start() {
   }
   reload();
   refreshPeeks();
+  const peekEvents = new EventSource("/api/peeks/events");
+  peekEvents.addEventListener("peek", refreshPeeks);
   setInterval(refreshPeeks, PEEKS_REFRESH_MS);
 }
 
