@@ -597,6 +597,11 @@ pub enum Format {
     Pprof,
     Flamegraph,
     Speedscope,
+    /// The folded lines a flame graph draws (the web view's): the samples
+    /// through a frame too narrow to draw (under inferno's `min_width`,
+    /// 0.01% of the samples) are its caller's. Not offered by the gRPC API
+    /// nor the CLI, whose folded report is whole.
+    DrawnFolded,
 }
 
 impl Format {
@@ -618,6 +623,7 @@ impl Format {
             Format::Pprof => "pprof",
             Format::Flamegraph => "flamegraph",
             Format::Speedscope => "speedscope",
+            Format::DrawnFolded => "drawn folded",
         }
     }
 }

@@ -50,6 +50,17 @@ pub(super) fn svg(
     Ok(svg)
 }
 
+/// The folded lines [`svg`] draws from, as text (see
+/// [`crate::profile::Format::DrawnFolded`]).
+pub(super) fn drawn_folded(
+    profile: &Profile,
+    options: &ReportOptions,
+    index: Option<&StackIndex>,
+) -> Result<Vec<u8>, ReportError> {
+    let min_width = inferno::flamegraph::Options::default().min_width;
+    folded::render_drawn(profile, options, index, min_width).map(String::into_bytes)
+}
+
 /// A differential flame graph: the target's stacks, each frame coloured by
 /// how its samples changed from the base's (red: more, blue: fewer), as
 /// Brendan Gregg's difffolded.pl and flamegraph.pl draw it. With

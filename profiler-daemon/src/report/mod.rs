@@ -60,7 +60,7 @@ pub use diff::{FunctionChange, diff, diff_text};
 use sections::{Section, Sections};
 pub use sections::{may_leave_out_sections, threads_shown};
 pub use stack_index::{IndexedWords, StackIndex, StackIndexKey};
-pub use top::{TopFunction, top};
+pub use top::{FunctionRanking, TopFunction, ranked, top};
 
 /// Why a report could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +126,7 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
         Format::Pprof => pprof::render(profile, options),
         Format::Flamegraph => flamegraph::svg(profile, options, None),
         Format::Speedscope => flamegraph::speedscope(profile, options, None),
+        Format::DrawnFolded => flamegraph::drawn_folded(profile, options, None),
     }
 }
 
@@ -155,6 +156,7 @@ pub fn render_indexed(
         Format::Folded => folded::render(profile, options, Some(index)).map(String::into_bytes),
         Format::Flamegraph => flamegraph::svg(profile, options, Some(index)),
         Format::Speedscope => flamegraph::speedscope(profile, options, Some(index)),
+        Format::DrawnFolded => flamegraph::drawn_folded(profile, options, Some(index)),
         Format::Flat => flat::render_indexed(profile, options, index).map(String::into_bytes),
         Format::Pprof => render(profile, options),
     }
@@ -295,7 +297,7 @@ pub fn shows_threads(options: &ReportOptions) -> bool {
     match options.format {
         // `Auto` is per process when there is more than one.
         Format::Tree | Format::Flat | Format::Pprof => options.groupby != GroupBy::None,
-        Format::Folded | Format::Flamegraph | Format::Speedscope => {
+        Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded => {
             !matches!(options.groupby, GroupBy::None | GroupBy::Auto)
         }
     }

@@ -58,7 +58,7 @@ impl StackIndexKey {
             Format::Tree => (IndexedWords::TreeLines, options.combine),
             Format::Flat => (IndexedWords::TreeLines, options.combine),
             // The index holds whole stacks.
-            Format::Folded | Format::Flamegraph | Format::Speedscope
+            Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded
                 if options.maxdepth.is_none() =>
             {
                 (IndexedWords::FoldedTokens, false)

@@ -21,14 +21,35 @@ pub struct TopFunction {
     pub total_percent: f64,
 }
 
+/// What functions are ranked by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FunctionRanking {
+    /// Their own samples (functions without are left out).
+    SelfSamples,
+    /// The samples of the stacks through them.
+    TotalSamples,
+}
+
 /// The `limit` functions with the most self samples (then total samples,
 /// then by name), and the profile's samples.
 pub fn top(profile: &Profile, limit: usize, kernel: bool) -> (Vec<TopFunction>, u64) {
+    ranked(profile, limit, kernel, FunctionRanking::SelfSamples)
+}
+
+/// The `limit` functions first by `ranking` (then by the other count, then
+/// by name), and the profile's samples.
+pub fn ranked(
+    profile: &Profile,
+    limit: usize,
+    kernel: bool,
+    ranking: FunctionRanking,
+) -> (Vec<TopFunction>, u64) {
     let counts = function_counts(profile, kernel);
+    let by_total = ranking == FunctionRanking::TotalSamples;
     let mut rows: Vec<TopFunction> = counts
         .functions
         .iter()
-        .filter(|(_, count)| count.self_samples > 0)
+        .filter(|(_, count)| by_total || count.self_samples > 0)
         .map(|(function, count)| TopFunction {
             function: function.clone(),
             module: count.module.clone(),
@@ -38,10 +59,13 @@ pub fn top(profile: &Profile, limit: usize, kernel: bool) -> (Vec<TopFunction>, 
             total_percent: counts.percent(count.total_samples),
         })
         .collect();
+    let key = |row: &TopFunction| match ranking {
+        FunctionRanking::SelfSamples => (row.self_samples, row.total_samples),
+        FunctionRanking::TotalSamples => (row.total_samples, row.self_samples),
+    };
     rows.sort_by(|a, b| {
-        b.self_samples
-            .cmp(&a.self_samples)
-            .then(b.total_samples.cmp(&a.total_samples))
+        key(b)
+            .cmp(&key(a))
             .then_with(|| a.function.cmp(&b.function))
     });
     rows.truncate(limit);
@@ -73,5 +97,12 @@ mod tests {
         let (user_only, _) = top(&profile, 1, false);
         assert_eq!(user_only[0].self_samples, 9);
         assert_eq!(&*user_only[0].module, "/usr/bin/app");
+        // By total: main, whose own samples are few, comes first.
+        let (by_total, _) = ranked(&profile, 2, true, FunctionRanking::TotalSamples);
+        let names: Vec<(&str, u64)> = by_total
+            .iter()
+            .map(|row| (&*row.function, row.total_samples))
+            .collect();
+        assert_eq!(names, [("main", 20), ("b", 9)]);
     }
 }

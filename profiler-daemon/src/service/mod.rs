@@ -56,7 +56,7 @@ pub use self::{
     diff::{DiffDrawing, DiffResult, DiffSpec},
     error::ServiceError,
     export::ExportCursor,
-    overview::{ProcessSamples, unix_millis},
+    overview::{MAX_FUNCTIONS, ProcessSamples, RankedFunctions, unix_millis},
     status::{DaemonStatus, PeekTrigger},
     top::{TopSpec, TopUpdate},
     windows::{CallersResult, PastWindow, ProfileSpec, StartedSession},

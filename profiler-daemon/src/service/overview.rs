@@ -1,22 +1,23 @@
 //! What the web view shows around its flame graph: the held history's CPU
-//! samples span by span (its timeline, to pick a window on), and the
-//! processes sampled in a window with their samples, command, user and
-//! cgroup (to pick processes from).
+//! samples span by span (its timeline, to pick a window on), the processes
+//! sampled in a window with their samples, command, user and cgroup (to
+//! pick processes from), and a window's functions by self or total samples.
 //!
-//! Owns those two reads; it must not render reports (`reports`) or decide
-//! who sees what (`access`).
+//! Owns those reads; it must not render reports (`reports`) or decide who
+//! sees what (`access`).
 
 use std::{collections::BTreeMap, time::SystemTime};
 
 use super::{
     PastWindow, Service, ServiceError,
     access::{Asker, Window},
-    reports::Sight,
+    reports::{self, Sight},
     selection::SelectorSpec,
 };
 use crate::{
     profile::{ProfileMode, ThreadInfo},
-    store::HeldSpan,
+    report::{self, FunctionRanking, TopFunction},
+    store::{HeldSpan, SumBy},
 };
 
 /// A process sampled in a window, and its CPU samples there.
@@ -48,14 +49,14 @@ impl Service {
         Ok(crate::read_lock(&self.store).timeline())
     }
 
-    /// The processes with CPU samples in `window` that `asker` may see,
-    /// most samples first.
+    /// The selected processes with CPU samples in `window` that `asker` may
+    /// see, most samples first.
     pub async fn processes(
         &self,
         asker: Asker,
         window: PastWindow,
+        selector: SelectorSpec,
     ) -> Result<Vec<ProcessSamples>, ServiceError> {
-        let selector = SelectorSpec::default();
         self.check_selector(asker, &selector, Window::Past)?;
         let (start, end) = self.past_window(window).await?;
         let query = self.query_of(
@@ -90,6 +91,49 @@ impl Service {
         })
         .await
         .map_err(|err| ServiceError::Internal(format!("the process list task failed: {err}")))
+    }
+}
+
+/// The most functions [`Service::functions`] gives.
+pub const MAX_FUNCTIONS: usize = 1000;
+
+/// A window's functions, ranked, and the window's samples.
+#[derive(Clone, Debug)]
+pub struct RankedFunctions {
+    pub functions: Vec<TopFunction>,
+    pub samples: u64,
+}
+
+impl Service {
+    /// The `limit` functions of the selected processes' stacks in `window`
+    /// first by `ranking`, with their self and total samples.
+    pub async fn functions(
+        &self,
+        asker: Asker,
+        window: PastWindow,
+        selector: SelectorSpec,
+        mode: ProfileMode,
+        (ranking, limit): (FunctionRanking, usize),
+    ) -> Result<RankedFunctions, ServiceError> {
+        if !(1..=MAX_FUNCTIONS).contains(&limit) {
+            return Err(ServiceError::invalid(format!(
+                "limit must be 1 to {MAX_FUNCTIONS} functions, not {limit}"
+            )));
+        }
+        self.check_selector(asker, &selector, Window::Past)?;
+        let selector = selector.past()?;
+        let (start, end) = self.past_window(window).await?;
+        let sight = Sight::of(asker.caller);
+        let query = self.query_of(start, end, selector, mode, sight);
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let profile =
+                reports::window_profile(&store, &query, sight.kernel_addresses, SumBy::Stack);
+            let (functions, samples) = report::ranked(&profile, limit, true, ranking);
+            RankedFunctions { functions, samples }
+        })
+        .await
+        .map_err(|err| ServiceError::Internal(format!("the functions task failed: {err}")))
     }
 }
 

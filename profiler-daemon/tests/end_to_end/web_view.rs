@@ -138,7 +138,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
             "hot": "hot_leaf",
             "peekPid": peeked.pid(),
             // Seconds of history before a past window is dragged.
-            "history": 45,
+            "history": 50,
             "screenshot": screenshot,
         }),
     )
@@ -202,8 +202,15 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
         seen["pastHot"], true,
         "hot_leaf not drawn in the past window"
     );
-    let stacks = folded_from(&format!("http://{address}/api/query?{window}"));
+    // The graph draws the lines a flame graph draws (`drawn=true`); the
+    // functions table counts the whole report's.
+    assert!(window.contains("drawn=true"), "{window}");
+    let drawn = folded_from(&format!("http://{address}/api/query?{window}"));
+    let drawn_total: u64 = drawn.iter().map(|(_, count)| count).sum();
+    let whole = window.replace("&drawn=true", "");
+    let stacks = folded_from(&format!("http://{address}/api/query?{whole}"));
     let total: u64 = stacks.iter().map(|(_, count)| count).sum();
+    assert_eq!(drawn_total, total, "the drawn lines lost samples");
     assert_eq!(
         seen["pastSamples"].as_u64(),
         Some(total),
@@ -273,6 +280,27 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
             }
             other => panic!("an unknown download {other}"),
         }
+    }
+
+    // The page's routes refuse what they cannot answer, saying why.
+    for (route, says) in [
+        ("api/functions?since=60&by=name", "must be self or total"),
+        ("api/functions?since=60&limit=0", "limit must be 1 to 1000"),
+        (
+            "api/query?since=60&format=pprof&drawn=true",
+            "drawn=true is for format=folded",
+        ),
+        ("api/query?format=folded", "since=SECONDS"),
+        (
+            "api/processes?since=60&format=tree",
+            "does not take the parameter \"format\"",
+        ),
+        ("ui/secret", "has no file"),
+    ] {
+        let (code, body) = curl(&format!("http://{address}/{route}"));
+        let body = String::from_utf8_lossy(&body);
+        assert!(code == 400 || code == 404, "{route}: {code} {body}");
+        assert!(body.contains(says), "{route}: {body}");
     }
 
     // Nothing was asked of any other server; the peek list followed the

@@ -122,7 +122,7 @@ async function view(page) {
   seen.peekReport = await page.textContent("#peek-report");
 
   // A past range dragged on the timeline reloads the graph. It is dragged
-  // over the first part of `history` seconds held, so that it ends long
+  // over the middle fifth of `history` seconds held, so that it ends long
   // enough ago for its spans to be merged at the store's resolution (the
   // test reads the same window again and must get the same samples), and
   // so that the window before it holds samples too.
@@ -132,10 +132,10 @@ async function view(page) {
   const timeline = await page.locator("#timeline svg").boundingBox();
   const windowBefore = await page.getAttribute("body", "data-window");
   const y = timeline.y + timeline.height / 3;
-  await page.mouse.move(timeline.x + timeline.width * 0.3, y);
+  await page.mouse.move(timeline.x + timeline.width * 0.4, y);
   await page.mouse.down();
-  await page.mouse.move(timeline.x + timeline.width * 0.4, y, { steps: 8 });
   await page.mouse.move(timeline.x + timeline.width * 0.5, y, { steps: 8 });
+  await page.mouse.move(timeline.x + timeline.width * 0.6, y, { steps: 8 });
   await page.mouse.up();
   await page.waitForFunction(
     () => document.body.dataset.state === "loaded" && document.body.dataset.window.includes("from="),

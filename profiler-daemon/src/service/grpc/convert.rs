@@ -78,7 +78,7 @@ fn format_to_proto(format: Format) -> v1::Format {
     match format {
         Format::Tree => v1::Format::Tree,
         Format::Flat => v1::Format::Flat,
-        Format::Folded => v1::Format::Folded,
+        Format::Folded | Format::DrawnFolded => v1::Format::Folded,
         Format::Pprof => v1::Format::Pprof,
         Format::Flamegraph => v1::Format::Flamegraph,
         Format::Speedscope => v1::Format::Speedscope,

@@ -32,7 +32,8 @@ use super::{
 };
 use crate::{
     profile::{Format, GroupBy},
-    service::{PastWindow, ServiceError, unix_millis},
+    report::FunctionRanking,
+    service::{MAX_FUNCTIONS, PastWindow, ServiceError, unix_millis},
 };
 
 mod embedded {
@@ -51,6 +52,7 @@ pub(super) fn routes() -> Router<Routes> {
         .route("/api/query", get(query))
         .route("/api/timeline", get(timeline))
         .route("/api/processes", get(processes))
+        .route("/api/functions", get(functions))
         .route("/api/peek", post(peek))
         .route("/api/peeks/events", get(peek_events))
 }
@@ -142,18 +144,31 @@ fn window(params: &Params) -> Result<PastWindow, HttpError> {
     }
 }
 
-/// `GET /api/query?WINDOW&format=F[&groupby=G]`: a report of a window the
-/// daemon holds (see [`window`]), in any format (folded by default), of the
-/// selected processes; what `profilerctl query` asks over gRPC.
+/// `GET /api/query?WINDOW&format=F[&groupby=G][&drawn=true]`: a report of a
+/// window the daemon holds (see [`window`]), in any format (folded by
+/// default), of the selected processes; what `profilerctl query` asks over
+/// gRPC. `drawn=true` (folded only) gives the lines a flame graph draws:
+/// the samples through a frame under 0.01% of all are its caller's, so
+/// that a window of hundreds of thousands of stacks is a few thousand
+/// lines.
 async fn query(
     State(routes): State<Routes>,
     Extension(admission): Extension<Admission>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Answer {
-    let names = [WINDOW_NAMES, &["format", "groupby"]].concat();
+    let names = [WINDOW_NAMES, &["format", "groupby", "drawn"]].concat();
     let (asker, params) = admitted(&routes, &admission, query, "/api/query", &names)?;
     let window = window(&params)?;
-    let mut options = options(format(&params)?);
+    let mut options = options(match (format(&params)?, params.flag("drawn")?) {
+        (Format::Folded, Some(true)) => Format::DrawnFolded,
+        (_, None | Some(false)) => format(&params)?,
+        (_, Some(true)) => {
+            return Err(ServiceError::invalid(
+                "drawn=true is for format=folded: the lines a flame graph draws",
+            )
+            .into());
+        }
+    });
     options.groupby = groupby(&params)?;
     let report = routes
         .service
@@ -189,8 +204,8 @@ async fn timeline(
     })))
 }
 
-/// `GET /api/processes?WINDOW`: the processes sampled in the window, most
-/// CPU samples first, as JSON `[{"pid", "command", "uid", "cgroup",
+/// `GET /api/processes?WINDOW`: the processes sampled in the window (of
+/// the selected ones), most CPU samples first, as JSON `[{"pid", "command", "uid", "cgroup",
 /// "threads", "samples"}]`.
 async fn processes(
     State(routes): State<Routes>,
@@ -200,7 +215,7 @@ async fn processes(
     let (asker, params) = admitted(&routes, &admission, query, "/api/processes", WINDOW_NAMES)?;
     let processes: Vec<serde_json::Value> = routes
         .service
-        .processes(asker, window(&params)?)
+        .processes(asker, window(&params)?, params.selector()?)
         .await?
         .into_iter()
         .map(|process| {
@@ -215,6 +230,65 @@ async fn processes(
         })
         .collect();
     Ok(json(&serde_json::Value::Array(processes)))
+}
+
+/// The functions `/api/functions` gives unless `limit` says otherwise.
+const DEFAULT_FUNCTIONS: usize = 25;
+
+/// `GET /api/functions?WINDOW[&by=self|total][&limit=N]`: the window's
+/// functions of the selected processes with the most self (or total)
+/// samples, as JSON `{"samples", "functions": [{"function", "module",
+/// "self", "total"}]}`.
+async fn functions(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Answer {
+    let names = [WINDOW_NAMES, &["by", "limit"]].concat();
+    let (asker, params) = admitted(&routes, &admission, query, "/api/functions", &names)?;
+    let ranking = match params.text("by")?.as_deref() {
+        None | Some("self") => FunctionRanking::SelfSamples,
+        Some("total") => FunctionRanking::TotalSamples,
+        Some(other) => {
+            return Err(
+                ServiceError::invalid(format!("by={other:?} must be self or total")).into(),
+            );
+        }
+    };
+    let limit = match params.text("limit")? {
+        None => DEFAULT_FUNCTIONS,
+        Some(text) => text.trim().parse().map_err(|_| {
+            ServiceError::invalid(format!(
+                "limit={text:?} is not a number of functions (1 to {MAX_FUNCTIONS})"
+            ))
+        })?,
+    };
+    let ranked = routes
+        .service
+        .functions(
+            asker,
+            window(&params)?,
+            params.selector()?,
+            params.mode()?,
+            (ranking, limit),
+        )
+        .await?;
+    let functions: Vec<serde_json::Value> = ranked
+        .functions
+        .iter()
+        .map(|function| {
+            serde_json::json!({
+                "function": &*function.function,
+                "module": &*function.module,
+                "self": function.self_samples,
+                "total": function.total_samples,
+            })
+        })
+        .collect();
+    Ok(json(&serde_json::json!({
+        "samples": ranked.samples,
+        "functions": functions,
+    })))
 }
 
 fn json(value: &serde_json::Value) -> Response {

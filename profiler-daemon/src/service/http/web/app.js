@@ -69,17 +69,20 @@ function windowSeconds() {
   return Number($("range").value);
 }
 
-// The query string of a report of `window` in `format`, of the chosen
-// processes and mode.
-function reportParams(window, format) {
+// The query string of a report of `window` in `format` (none: the
+// selection alone), of the chosen processes and mode; `drawn`: the folded
+// lines a flame graph draws.
+function reportParams(window, format, drawn) {
   const params = new URLSearchParams(window);
   const processes = $("processes").value.trim();
   for (const word of processes.split(/[\s,]+/).filter(Boolean)) {
     params.append(/^\d+$/.test(word) ? "pid" : "comm", word);
   }
   params.set("mode", $("mode").value);
+  if (!format) return params;
   params.set("format", format);
   if (format === "folded" && !processes) params.set("groupby", "process");
+  if (drawn) params.set("drawn", "true");
   return params;
 }
 
@@ -148,46 +151,37 @@ function markDelta(tree, base) {
   walk(tree, base);
 }
 
-// Each function's own samples and the samples of the stacks through it
-// (counted once per stack however often it recurs).
-function functionTable(tree) {
-  const functions = new Map();
-  const entry = (name) => {
-    if (!functions.has(name)) functions.set(name, { name, self: 0, total: 0 });
-    return functions.get(name);
-  };
-  const walk = (node, above) => {
-    const isRoot = node === tree;
-    if (!isRoot) {
-      entry(node.name).self += node.self;
-      if (!above.has(node.name)) entry(node.name).total += node.value;
-    }
-    const nowAbove = isRoot || above.has(node.name) ? above : new Set(above).add(node.name);
-    for (const child of node.children) walk(child, nowAbove);
-  };
-  walk(tree, new Set());
-  return [...functions.values()];
-}
-
-function showFunctions() {
+// The window's functions with the most self (or total) samples, from the
+// daemon (the flame graph's lines leave out what is too narrow to draw).
+// Each loader writes only if no newer load has begun (`generation`).
+async function loadFunctions(window, generation = view.generation) {
+  const params = reportParams(window, null);
+  const by = view.functionsSort === "total" ? "total" : "self";
+  params.set("by", by);
+  params.set("limit", String(FUNCTIONS_SHOWN));
+  let ranked;
+  try {
+    ranked = JSON.parse(await fetchText(`/api/functions?${params}`));
+  } catch (error) {
+    ranked = { samples: 0, functions: [] };
+  }
+  if (generation !== view.generation) return;
+  const rows = ranked.functions;
+  if (view.functionsSort === "name") rows.sort((a, b) => a.function.localeCompare(b.function));
   const body = $("functions").querySelector("tbody");
   body.replaceChildren();
-  if (!view.tree) return;
-  const key = view.functionsSort;
-  const rows = functionTable(view.tree).sort((a, b) =>
-    key === "name" ? a.name.localeCompare(b.name) : b[key] - a[key] || a.name.localeCompare(b.name),
-  );
-  const total = view.tree.value || 1;
-  for (const row of rows.slice(0, FUNCTIONS_SHOWN)) {
+  const total = ranked.samples || 1;
+  const share = (count) => `${count} (${((100 * count) / total).toFixed(1)}%)`;
+  for (const row of rows) {
     const line = document.createElement("tr");
-    const share = (count) => `${count} (${((100 * count) / total).toFixed(1)}%)`;
-    for (const text of [row.name, share(row.self), share(row.total)]) {
+    for (const text of [row.function, share(row.self), share(row.total)]) {
       const cell = document.createElement("td");
       cell.textContent = text;
       line.append(cell);
     }
+    line.title = row.module;
     line.addEventListener("click", () => {
-      $("search").value = row.name;
+      $("search").value = row.function;
       search();
     });
     body.append(line);
@@ -232,7 +226,7 @@ function draw(tree, diffing) {
 async function load(quietly) {
   const generation = ++view.generation;
   const chosen = chosenWindow();
-  const params = reportParams(chosen.params, "folded");
+  const params = reportParams(chosen.params, "folded", true);
   const diff = $("diff").value;
   if (quietly) document.body.dataset.state = "loading";
   else setStatus("Loading…", "loading");
@@ -243,7 +237,7 @@ async function load(quietly) {
     tree = foldedTree(text);
     if (diff) {
       const back = diff === "before" ? windowSeconds() : Number(diff);
-      const baseParams = reportParams(earlierWindow(back), "folded");
+      const baseParams = reportParams(earlierWindow(back), "folded", true);
       base = foldedTree(await fetchText(`/api/query?${baseParams}`));
       document.body.dataset.baseWindow = baseParams.toString();
     }
@@ -255,7 +249,12 @@ async function load(quietly) {
   if (base) markDelta(tree, base);
   view.tree = tree;
   draw(tree, Boolean(base));
-  showFunctions();
+  await Promise.all([
+    loadFunctions(chosen.params, generation),
+    loadProcesses(chosen.params, generation),
+    loadTimeline(generation),
+  ]);
+  if (generation !== view.generation) return;
   const against = base ? `, compared with ${base.value} samples before (red: more, blue: fewer)` : "";
   setStatus(
     `${tree.value} samples, ${chosen.words}, ` +
@@ -265,8 +264,6 @@ async function load(quietly) {
   );
   document.body.dataset.samples = String(tree.value);
   document.body.dataset.window = params.toString();
-  loadTimeline();
-  loadProcesses(chosen.params);
 }
 
 function search() {
@@ -281,7 +278,7 @@ function search() {
 }
 
 // The held history's samples per second, with a brush to choose a window.
-async function loadTimeline() {
+async function loadTimeline(generation) {
   let timeline;
   try {
     timeline = JSON.parse(await fetchText("/api/timeline"));
@@ -289,6 +286,7 @@ async function loadTimeline() {
     $("timeline-note").textContent = error.message;
     return;
   }
+  if (generation !== view.generation) return;
   const spans = timeline.spans;
   const box = $("timeline");
   const width = Math.max(300, box.clientWidth || 1000);
@@ -345,12 +343,15 @@ async function loadTimeline() {
     : "Drag on the timeline to choose a window.";
 }
 
-async function loadProcesses(window) {
+async function loadProcesses(window, generation) {
+  let processes;
   try {
-    view.processes = JSON.parse(await fetchText(`/api/processes?${window}`));
+    processes = JSON.parse(await fetchText(`/api/processes?${window}`));
   } catch (error) {
-    view.processes = [];
+    processes = [];
   }
+  if (generation !== view.generation) return;
+  view.processes = processes;
   const options = $("process-list");
   options.replaceChildren();
   for (const process of view.processes.slice(0, 200)) {
@@ -486,7 +487,7 @@ function start() {
   for (const header of $("functions").querySelectorAll("th")) {
     header.addEventListener("click", () => {
       view.functionsSort = header.dataset.sort;
-      showFunctions();
+      loadFunctions(chosenWindow().params);
     });
   }
   reload();
