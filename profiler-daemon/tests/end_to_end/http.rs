@@ -7,7 +7,7 @@ use std::{process::Command, time::Duration};
 use rustix::process::{Pid, Signal, kill_process};
 
 use crate::{
-    remote::{Authority, free_port},
+    remote::{Authority, TlsFiles, free_port},
     support::{Daemon, Workload},
 };
 
@@ -25,7 +25,7 @@ async fn daemon_over_http() -> (Daemon, String) {
 }
 
 /// What curl got: the status code and the body.
-fn curl(url: &str, extra: &[&str]) -> (u16, Vec<u8>) {
+pub fn curl(url: &str, extra: &[&str]) -> (u16, Vec<u8>) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let body = dir.path().join("body");
     let output = Command::new("curl")
@@ -203,15 +203,10 @@ async fn bad_http_requests_get_400_or_404_with_what_to_fix() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn https_answers_only_clients_with_a_certificate_of_the_ca() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let write = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).expect("written");
-        path.display().to_string()
-    };
     let clients = Authority::new("profilerd test clients");
     let servers = Authority::new("profilerd test servers");
-    let (server_cert, server_key) = servers.issue(&["localhost", "127.0.0.1"]);
+    let tls = TlsFiles::new(&servers, &clients);
+    let write = |name: &str, text: &str| tls.write(name, text);
     let (client_cert, client_key) = clients.issue(&["scraper"]);
     let (rogue_cert, rogue_key) = Authority::new("someone else").issue(&["intruder"]);
     let server_ca = write("servers.pem", &servers.pem());
@@ -224,17 +219,9 @@ async fn https_answers_only_clients_with_a_certificate_of_the_ca() {
         write("rogue.key", &rogue_key),
     );
     let port = free_port();
-    let _daemon = Daemon::start_with(&[
-        "--http-listen",
-        &format!("127.0.0.1:{port}"),
-        "--tls-cert",
-        &write("server.pem", &server_cert),
-        "--tls-key",
-        &write("server.key", &server_key),
-        "--tls-client-ca",
-        &write("clients.pem", &clients.pem()),
-    ])
-    .await;
+    let address = format!("127.0.0.1:{port}");
+    let _daemon =
+        Daemon::start_with(&[&["--http-listen", &address][..], &tls.flags()].concat()).await;
     let url = format!("https://localhost:{port}/profile?duration=0.5&pprof=false");
 
     let (code, body) = curl(

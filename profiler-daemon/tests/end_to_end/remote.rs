@@ -39,6 +39,52 @@ impl Authority {
     }
 }
 
+/// The files of a mutual-TLS listener in a temporary directory: a server
+/// certificate of `servers` for localhost and 127.0.0.1, its key, and
+/// `clients`' CA certificate; and other files the test writes beside them.
+pub struct TlsFiles {
+    dir: tempfile::TempDir,
+    cert: String,
+    key: String,
+    client_ca: String,
+}
+
+impl TlsFiles {
+    pub fn new(servers: &Authority, clients: &Authority) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (cert, key) = servers.issue(&["localhost", "127.0.0.1"]);
+        let mut files = Self {
+            dir,
+            cert: String::new(),
+            key: String::new(),
+            client_ca: String::new(),
+        };
+        files.cert = files.write("server.pem", &cert);
+        files.key = files.write("server.key", &key);
+        files.client_ca = files.write("clients.pem", &clients.pem());
+        files
+    }
+
+    /// Writes `text` into the directory as `name`; its path.
+    pub fn write(&self, name: &str, text: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("written");
+        path.display().to_string()
+    }
+
+    /// The daemon's flags that take these files.
+    pub fn flags(&self) -> [&str; 6] {
+        [
+            "--tls-cert",
+            &self.cert,
+            "--tls-key",
+            &self.key,
+            "--tls-client-ca",
+            &self.client_ca,
+        ]
+    }
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
@@ -74,32 +120,17 @@ async fn status_over_tls(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mutual_tls_lets_in_only_clients_of_the_ca() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let write = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).expect("written");
-        path.display().to_string()
-    };
     let clients = Authority::new("profilerd test clients");
     let servers = Authority::new("profilerd test servers");
-    let (server_cert, server_key) = servers.issue(&["localhost", "127.0.0.1"]);
+    let tls = TlsFiles::new(&servers, &clients);
     let (client_cert, client_key) = clients.issue(&["dashboard"]);
     let rogue = Authority::new("someone else");
     let (rogue_cert, rogue_key) = rogue.issue(&["intruder"]);
 
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
-    let daemon = Daemon::start_with(&[
-        "--tcp-listen",
-        &address,
-        "--tls-cert",
-        &write("server.pem", &server_cert),
-        "--tls-key",
-        &write("server.key", &server_key),
-        "--tls-client-ca",
-        &write("clients.pem", &clients.pem()),
-    ])
-    .await;
+    let daemon =
+        Daemon::start_with(&[&["--tcp-listen", &address][..], &tls.flags()].concat()).await;
 
     let status = status_over_tls(port, &servers.pem(), Some((&client_cert, &client_key)))
         .await

@@ -9,7 +9,8 @@ use std::{path::PathBuf, process::Command};
 use serde_json::Value;
 
 use crate::{
-    remote::{Authority, free_port},
+    http::curl,
+    remote::{Authority, TlsFiles, free_port},
     support::{Daemon, Workload, decode_pprof, folded, parse_svg, require_root},
 };
 
@@ -49,33 +50,9 @@ async fn drive_browser(scenario: &str, arguments: Value) -> Value {
     seen
 }
 
-/// What curl got from `url`: the status code and the body.
-fn curl(url: &str) -> (u16, Vec<u8>) {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let body = dir.path().join("body");
-    let output = Command::new("curl")
-        .args([
-            "--silent",
-            "--max-time",
-            "60",
-            "--write-out",
-            "%{http_code}",
-            "--output",
-        ])
-        .arg(&body)
-        .arg(url)
-        .output()
-        .expect("curl runs");
-    let code = String::from_utf8_lossy(&output.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    (code, std::fs::read(&body).unwrap_or_default())
-}
-
 /// The samples of a folded report fetched from `url`.
 fn folded_from(url: &str) -> Vec<(Vec<String>, u64)> {
-    let (code, body) = curl(url);
+    let (code, body) = curl(url, &[]);
     assert_eq!(code, 200, "{url}: {}", String::from_utf8_lossy(&body));
     folded(&body)
 }
@@ -264,7 +241,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
     // The downloads are the formats they say.
     for link in seen["downloads"].as_array().expect("downloads") {
         let (format, href) = (link[0].as_str().unwrap(), link[1].as_str().unwrap());
-        let (code, body) = curl(&format!("http://{address}{href}"));
+        let (code, body) = curl(&format!("http://{address}{href}"), &[]);
         assert_eq!(code, 200, "{href}: {}", String::from_utf8_lossy(&body));
         match format {
             "pprof" => assert!(!decode_pprof(&body).sample.is_empty(), "{href}"),
@@ -297,7 +274,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
         ),
         ("ui/secret", "has no file"),
     ] {
-        let (code, body) = curl(&format!("http://{address}/{route}"));
+        let (code, body) = curl(&format!("http://{address}/{route}"), &[]);
         let body = String::from_utf8_lossy(&body);
         assert!(code == 400 || code == 404, "{route}: {code} {body}");
         assert!(body.contains(says), "{route}: {body}");
@@ -335,27 +312,14 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_the_listener_refuses_sees_why_on_the_page() {
     require_root();
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let write = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).expect("written");
-        path.display().to_string()
-    };
-    let clients = Authority::new("profilerd test clients");
-    let (server_cert, server_key) =
-        Authority::new("profilerd test servers").issue(&["localhost", "127.0.0.1"]);
+    let tls = TlsFiles::new(
+        &Authority::new("profilerd test servers"),
+        &Authority::new("profilerd test clients"),
+    );
     let port = free_port();
-    let _daemon = Daemon::start_with(&[
-        "--http-listen",
-        &format!("127.0.0.1:{port}"),
-        "--tls-cert",
-        &write("server.pem", &server_cert),
-        "--tls-key",
-        &write("server.key", &server_key),
-        "--tls-client-ca",
-        &write("clients.pem", &clients.pem()),
-    ])
-    .await;
+    let address = format!("127.0.0.1:{port}");
+    let _daemon =
+        Daemon::start_with(&[&["--http-listen", &address][..], &tls.flags()].concat()).await;
 
     // The browser presents no certificate: the page loads, and says why
     // its requests are refused instead of staying blank.

@@ -22,6 +22,17 @@ impl Params {
         Self(pairs)
     }
 
+    /// The parameters of `pairs` (for tests).
+    #[cfg(test)]
+    pub fn of(pairs: &[(&str, &str)]) -> Self {
+        Self(
+            pairs
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect(),
+        )
+    }
+
     /// Refuses names the route does not know (a typo would otherwise be
     /// ignored and profile something else than meant).
     pub fn only(&self, route: &str, names: &[&str]) -> Result<(), ServiceError> {
@@ -171,18 +182,9 @@ pub fn options(format: Format) -> ReportOptions {
 mod tests {
     use super::*;
 
-    fn params(query: &[(&str, &str)]) -> Params {
-        Params::new(
-            query
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
-                .collect(),
-        )
-    }
-
     #[test]
     fn selectors_take_lists_and_repeats() {
-        let selector = params(&[("pid", "12,13"), ("pid", "14"), ("comm", "nginx")])
+        let selector = Params::of(&[("pid", "12,13"), ("pid", "14"), ("comm", "nginx")])
             .selector()
             .unwrap();
         assert_eq!(selector.pids, [12, 13, 14]);
@@ -193,25 +195,36 @@ mod tests {
     fn bad_parameters_say_what_to_fix() {
         let message = |result: Result<(), ServiceError>| result.unwrap_err().to_string();
         assert!(
-            message(params(&[("seconds", "ten")]).seconds("seconds").map(drop))
-                .contains("give e.g. seconds=30")
+            message(
+                Params::of(&[("seconds", "ten")])
+                    .seconds("seconds")
+                    .map(drop)
+            )
+            .contains("give e.g. seconds=30")
         );
         assert!(
-            message(params(&[("seconds", "-1")]).seconds("seconds").map(drop))
-                .contains("more than 0")
+            message(
+                Params::of(&[("seconds", "-1")])
+                    .seconds("seconds")
+                    .map(drop)
+            )
+            .contains("more than 0")
         );
-        assert!(message(params(&[("pid", "x")]).selector().map(drop)).contains("not a process id"));
-        assert!(message(params(&[("mode", "gil")]).mode().map(drop)).contains("cpu, offcpu"));
         assert!(
-            message(params(&[("pprof", "yes")]).flag("pprof").map(drop)).contains("true or false")
+            message(Params::of(&[("pid", "x")]).selector().map(drop)).contains("not a process id")
+        );
+        assert!(message(Params::of(&[("mode", "gil")]).mode().map(drop)).contains("cpu, offcpu"));
+        assert!(
+            message(Params::of(&[("pprof", "yes")]).flag("pprof").map(drop))
+                .contains("true or false")
         );
         assert!(
-            message(params(&[("secs", "1")]).only("/debug/pprof/profile", &["seconds"]))
+            message(Params::of(&[("secs", "1")]).only("/debug/pprof/profile", &["seconds"]))
                 .contains("does not take the parameter \"secs\"")
         );
         assert!(
             message(
-                params(&[("seconds", "1"), ("seconds", "2")])
+                Params::of(&[("seconds", "1"), ("seconds", "2")])
                     .seconds("seconds")
                     .map(drop)
             )

@@ -377,17 +377,8 @@ fn groupby(params: &Params) -> Result<GroupBy, HttpError> {
 mod tests {
     use super::*;
 
-    fn params(query: &[(&str, &str)]) -> Params {
-        Params::new(
-            query
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
-                .collect(),
-        )
-    }
-
     fn refusal(query: &[(&str, &str)]) -> String {
-        match window(&params(query)) {
+        match window(&Params::of(query)) {
             Ok(window) => panic!("{query:?} was taken as {window:?}"),
             Err(HttpError(status, message)) => {
                 assert_eq!(status, StatusCode::BAD_REQUEST, "{message}");
@@ -399,17 +390,17 @@ mod tests {
     #[test]
     fn windows_are_named_by_seconds_ago_or_by_unix_milliseconds() {
         let before = SystemTime::now();
-        let last_minute = window(&params(&[("since", "60")])).unwrap();
+        let last_minute = window(&Params::of(&[("since", "60")])).unwrap();
         assert_eq!(last_minute.end, None);
         let ago = before.duration_since(last_minute.start).unwrap();
         assert!(ago <= Duration::from_secs(60), "{ago:?}");
         assert!(ago > Duration::from_secs(59), "{ago:?}");
 
-        let earlier = window(&params(&[("since", "90"), ("until", "30")])).unwrap();
+        let earlier = window(&Params::of(&[("since", "90"), ("until", "30")])).unwrap();
         let length = earlier.end.unwrap().duration_since(earlier.start).unwrap();
         assert_eq!(length, Duration::from_secs(60));
 
-        let fixed = window(&params(&[
+        let fixed = window(&Params::of(&[
             ("from", "1764230400000"),
             ("to", "1764230460500"),
         ]))
@@ -436,20 +427,23 @@ mod tests {
 
     #[test]
     fn formats_and_groupings_are_named_as_the_api_names_them() {
-        assert_eq!(format(&params(&[])).ok(), Some(Format::Folded));
+        assert_eq!(format(&Params::of(&[])).ok(), Some(Format::Folded));
         for each in Format::ALL {
-            assert_eq!(format(&params(&[("format", each.name())])).ok(), Some(each));
+            assert_eq!(
+                format(&Params::of(&[("format", each.name())])).ok(),
+                Some(each)
+            );
         }
-        let Err(HttpError(_, message)) = format(&params(&[("format", "svg")])) else {
+        let Err(HttpError(_, message)) = format(&Params::of(&[("format", "svg")])) else {
             panic!("format=svg was taken");
         };
         assert!(message.contains("tree, flat, folded, pprof, flamegraph, speedscope"));
-        assert_eq!(groupby(&params(&[])).ok(), Some(GroupBy::Auto));
+        assert_eq!(groupby(&Params::of(&[])).ok(), Some(GroupBy::Auto));
         assert_eq!(
-            groupby(&params(&[("groupby", "process")])).ok(),
+            groupby(&Params::of(&[("groupby", "process")])).ok(),
             Some(GroupBy::Process)
         );
-        assert!(groupby(&params(&[("groupby", "cgroup")])).is_err());
+        assert!(groupby(&Params::of(&[("groupby", "cgroup")])).is_err());
     }
 
     #[test]
