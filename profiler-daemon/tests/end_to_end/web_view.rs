@@ -168,6 +168,17 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
         "{report}"
     );
 
+    // The page's peek button made a peek of its own, shown selected.
+    let report = seen["buttonPeekReport"]
+        .as_str()
+        .expect("the button's peek");
+    assert!(
+        report.contains(&format!("Peek at process {}", peeked.pid()))
+            && report.contains("by a Peek request"),
+        "{report}"
+    );
+    assert_eq!(seen["buttonPeekSelected"], peeked.pid().to_string());
+
     // A window dragged on the timeline reloaded the graph; the page's
     // numbers are the daemon's own for that (past, so fixed) window.
     let window = seen["pastWindow"].as_str().expect("the past window");

@@ -121,6 +121,19 @@ async function view(page) {
   });
   seen.peekReport = await page.textContent("#peek-report");
 
+  // The page's own button peeks at a process and shows its report.
+  await page.fill("#peek-pid", String(args.peekPid));
+  await page.click("#peek-button");
+  await page.waitForFunction(
+    ([pid, before]) =>
+      document.getElementById("peek-report").textContent.startsWith("=") &&
+      document.querySelectorAll(`#peeks li[data-pid="${pid}"]`).length > before + 1,
+    [args.peekPid, before],
+    { timeout: WAIT_MS },
+  );
+  seen.buttonPeekReport = await page.textContent("#peek-report");
+  seen.buttonPeekSelected = await page.getAttribute("#peeks li.selected", "data-pid");
+
   // A past range dragged on the timeline reloads the graph. It is dragged
   // over the middle fifth of `history` seconds held, so that it ends long
   // enough ago for its spans to be merged at the store's resolution (the
