@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// A daemon serving HTTP in plaintext on a loopback port.
-async fn daemon_over_http() -> (Daemon, String) {
+pub async fn daemon_over_http() -> (Daemon, String) {
     let address = format!("127.0.0.1:{}", free_port());
     let daemon = Daemon::start_with(&[
         "--http-listen",

@@ -9,7 +9,7 @@ use std::{path::PathBuf, process::Command};
 use serde_json::Value;
 
 use crate::{
-    http::curl,
+    http::{curl, daemon_over_http},
     remote::{Authority, TlsFiles, free_port},
     support::{Daemon, Workload, decode_pprof, folded, parse_svg, require_root},
 };
@@ -95,14 +95,7 @@ fn screenshot_path() -> PathBuf {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
     require_root();
-    let address = format!("127.0.0.1:{}", free_port());
-    let _daemon = Daemon::start_with(&[
-        "--http-listen",
-        &address,
-        "--http-plaintext-loopback",
-        "true",
-    ])
-    .await;
+    let (_daemon, url) = daemon_over_http().await;
     let chain = Workload::start_as("chain", "chain-web", &[]);
     let peeked = Workload::start_as("peek_threads", "peek-web", &[]);
     let screenshot = screenshot_path();
@@ -111,7 +104,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
     let seen = drive_browser(
         "view",
         serde_json::json!({
-            "url": format!("http://{address}/"),
+            "url": format!("{url}/"),
             "hot": "hot_leaf",
             "peekPid": peeked.pid(),
             // Seconds of history before a past window is dragged.
@@ -193,10 +186,10 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
     // The graph draws the lines a flame graph draws (`drawn=true`); the
     // functions table counts the whole report's.
     assert!(window.contains("drawn=true"), "{window}");
-    let drawn = folded_from(&format!("http://{address}/api/query?{window}"));
+    let drawn = folded_from(&format!("{url}/api/query?{window}"));
     let drawn_total: u64 = drawn.iter().map(|(_, count)| count).sum();
     let whole = window.replace("&drawn=true", "");
-    let stacks = folded_from(&format!("http://{address}/api/query?{whole}"));
+    let stacks = folded_from(&format!("{url}/api/query?{whole}"));
     let total: u64 = stacks.iter().map(|(_, count)| count).sum();
     assert_eq!(drawn_total, total, "the drawn lines lost samples");
     assert_eq!(
@@ -234,7 +227,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
     // frame in the differential colours.
     let status = seen["diffStatus"].as_str().expect("the diff's status");
     let base_window = seen["baseWindow"].as_str().expect("the base window");
-    let base = folded_from(&format!("http://{address}/api/query?{base_window}"));
+    let base = folded_from(&format!("{url}/api/query?{base_window}"));
     let base_total: u64 = base.iter().map(|(_, count)| count).sum();
     assert!(base_total > 0, "the window before {base_window} is empty");
     assert_eq!(
@@ -252,7 +245,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
     // The downloads are the formats they say.
     for link in seen["downloads"].as_array().expect("downloads") {
         let (format, href) = (link[0].as_str().unwrap(), link[1].as_str().unwrap());
-        let (code, body) = curl(&format!("http://{address}{href}"), &[]);
+        let (code, body) = curl(&format!("{url}{href}"), &[]);
         assert_eq!(code, 200, "{href}: {}", String::from_utf8_lossy(&body));
         match format {
             "pprof" => assert!(!decode_pprof(&body).sample.is_empty(), "{href}"),
@@ -285,7 +278,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
         ),
         ("ui/secret", "has no file"),
     ] {
-        let (code, body) = curl(&format!("http://{address}/{route}"), &[]);
+        let (code, body) = curl(&format!("{url}/{route}"), &[]);
         let body = String::from_utf8_lossy(&body);
         assert!(code == 400 || code == 404, "{route}: {code} {body}");
         assert!(body.contains(says), "{route}: {body}");
@@ -293,7 +286,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
 
     // Nothing was asked of any other server; the peek list followed the
     // event stream.
-    let origin = format!("http://{address}/");
+    let origin = format!("{url}/");
     for url in seen["requests"].as_array().expect("requests") {
         let url = url.as_str().unwrap_or_default();
         assert!(

@@ -22,6 +22,7 @@ use crate::{
     profile::Format,
     service::{
         ProfileSpec, Service, ServiceError, access::Asker, reports::Report, selection::date,
+        unix_millis,
     },
 };
 
@@ -249,9 +250,7 @@ async fn list_peeks(
                 "pid": peek.pid,
                 "title": peek.title,
                 "triggered": date(peek.triggered),
-                "triggered_unix_ms": peek.triggered
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |since| since.as_millis() as u64),
+                "triggered_unix_ms": unix_millis(peek.triggered),
                 "bytes": peek.bytes,
             })
         })

@@ -161,7 +161,7 @@ async fn query(
     let window = window(&params)?;
     let mut options = options(match (format(&params)?, params.flag("drawn")?) {
         (Format::Folded, Some(true)) => Format::DrawnFolded,
-        (_, None | Some(false)) => format(&params)?,
+        (format, None | Some(false)) => format,
         (_, Some(true)) => {
             return Err(ServiceError::invalid(
                 "drawn=true is for format=folded: the lines a flame graph draws",
