@@ -34,6 +34,9 @@ pub const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 /// Debian's Chromium, which the web view's tests drive headless.
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 
+/// Debian's Firefox ESR, which the web view's tests drive headless too.
+pub const FIREFOX: &str = "/usr/bin/firefox-esr";
+
 /// Debian packages the test suite needs, installed with apt-get when the
 /// program they provide is not on PATH.
 pub const TEST_APT_PACKAGES: &[AptPackage] = &[
@@ -62,11 +65,15 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
         name: "curl",
         provides: "curl",
     },
-    // The web view's tests drive Debian's Chromium (with playwright-core,
-    // installed by npm: see `web_test_driver`).
+    // The web view's tests drive Debian's Chromium and Firefox ESR (with
+    // puppeteer-core, installed by npm: see `web_test_driver`).
     AptPackage {
         name: "chromium",
         provides: CHROMIUM,
+    },
+    AptPackage {
+        name: "firefox-esr",
+        provides: FIREFOX,
     },
     AptPackage {
         name: "npm",
@@ -169,7 +176,7 @@ pub fn python_clients(target_dir: &Path) -> Result<PathBuf> {
 /// its package-lock.json, with every package's integrity).
 const WEB_TEST_PACKAGES: &str = "profiler-daemon/tests/web";
 
-/// playwright-core, which drives Chromium through the web view's tests,
+/// puppeteer-core, which drives Chromium and Firefox through the web view's tests,
 /// installed with `npm ci` from the pinned lock file into a directory under
 /// `target_dir` (once per lock file); returns its `node_modules`.
 pub fn web_test_driver(workspace: &Path, target_dir: &Path) -> Result<PathBuf> {
@@ -179,12 +186,12 @@ pub fn web_test_driver(workspace: &Path, target_dir: &Path) -> Result<PathBuf> {
         .with_context(|| format!("reading {}/package-lock.json", pinned.display()))?;
     let installed_lock = dir.join("package-lock.json");
     let ready = dir
-        .join("node_modules/playwright-core/package.json")
+        .join("node_modules/puppeteer-core/package.json")
         .is_file()
         && std::fs::read(&installed_lock).is_ok_and(|installed| installed == lock);
     if !ready {
         println!(
-            "==> installing playwright-core with npm ci into {} (one time)",
+            "==> installing puppeteer-core with npm ci into {} (one time)",
             dir.display()
         );
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -197,10 +204,10 @@ pub fn web_test_driver(workspace: &Path, target_dir: &Path) -> Result<PathBuf> {
                 .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
                 .current_dir(&dir),
         )
-        .context("installing playwright-core from the npm registry (npm ci)")?;
+        .context("installing puppeteer-core from the npm registry (npm ci)")?;
     }
     let modules = dir.join("node_modules");
-    println!("ok: playwright-core ({})", modules.display());
+    println!("ok: puppeteer-core ({})", modules.display());
     Ok(modules)
 }
 

@@ -1,12 +1,16 @@
-//! What the web view shows around its flame graph: the held history's CPU
-//! samples span by span (its timeline, to pick a window on), the processes
-//! sampled in a window with their samples, command, user and cgroup (to
-//! pick processes from), and a window's functions by self or total samples.
+//! What the web view shows around its flame graph: the held history's
+//! samples span by span in a mode (its timeline, to pick a window on), the
+//! processes sampled in a window with their samples, command, user and
+//! cgroup (to pick processes from), and a window's functions by self or
+//! total samples.
 //!
 //! Owns those reads; it must not render reports (`reports`) or decide who
 //! sees what (`access`).
 
-use std::{collections::BTreeMap, time::SystemTime};
+use std::{
+    collections::BTreeMap,
+    time::{SystemTime, UNIX_EPOCH},
+};
 
 use super::{
     PastWindow, Service, ServiceError,
@@ -20,7 +24,7 @@ use crate::{
     store::{HeldSpan, SumBy},
 };
 
-/// A process sampled in a window, and its CPU samples there.
+/// A process sampled in a window, and its samples there (in a mode).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessSamples {
     pub pid: u32,
@@ -35,9 +39,14 @@ pub struct ProcessSamples {
 
 impl Service {
     /// The held history span by span, after a drain (so that it reaches
-    /// now). It counts every process's samples: only for callers who see
-    /// every process.
-    pub async fn timeline(&self, asker: Asker) -> Result<Vec<HeldSpan>, ServiceError> {
+    /// now): the selected processes' samples in `mode`. Only for callers
+    /// who see every process (it shows when anything ran).
+    pub async fn timeline(
+        &self,
+        asker: Asker,
+        selector: SelectorSpec,
+        mode: ProfileMode,
+    ) -> Result<Vec<HeldSpan>, ServiceError> {
         if !asker.caller.sees_everything() {
             return Err(ServiceError::PermissionDenied(
                 "the timeline counts the samples of every process: only root and the admin \
@@ -45,35 +54,54 @@ impl Service {
                     .to_owned(),
             ));
         }
+        self.check_selector(asker, &selector, Window::Past)?;
         self.pipeline.close_window_for_report().await?;
-        Ok(crate::read_lock(&self.store).timeline())
+        let query = self.query_of(
+            UNIX_EPOCH,
+            SystemTime::now(),
+            selector.past()?,
+            mode,
+            Sight::of(asker.caller),
+        );
+        Ok(crate::read_lock(&self.store).timeline(&query))
     }
 
-    /// The selected processes with CPU samples in `window` that `asker` may
-    /// see, most samples first.
+    /// The selected processes with samples in `mode` in `window` that
+    /// `asker` may see, most samples first.
     pub async fn processes(
         &self,
         asker: Asker,
         window: PastWindow,
         selector: SelectorSpec,
+        mode: ProfileMode,
     ) -> Result<Vec<ProcessSamples>, ServiceError> {
         self.check_selector(asker, &selector, Window::Past)?;
         let (start, end) = self.past_window(window).await?;
-        let query = self.query_of(
-            start,
-            end,
-            selector.past()?,
-            ProfileMode::Cpu,
-            Sight::of(asker.caller),
-        );
+        let query = self.query_of(start, end, selector.past()?, mode, Sight::of(asker.caller));
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
-            // No thread's stacks are read: each is only counted.
+            // No thread's CPU stacks are read: each is only counted (time
+            // off CPU is read per stack, as stack ids, and summed).
             let none = |threads: &[(&ThreadInfo, u64)]| Some(vec![false; threads.len()]);
             let profile = crate::read_lock(&store).profile_picking_threads(&query, false, &none);
+            let mut by_thread: BTreeMap<u32, u64> = BTreeMap::new();
+            let counted = (profile
+                .unread
+                .iter()
+                .map(|unread| (unread.thread, unread.count)))
+            .chain(
+                profile
+                    .samples
+                    .iter()
+                    .map(|sample| (sample.thread, sample.count)),
+            );
+            for (thread, count) in counted {
+                let samples = by_thread.entry(thread).or_default();
+                *samples = samples.saturating_add(count);
+            }
             let mut by_pid: BTreeMap<u32, ProcessSamples> = BTreeMap::new();
-            for unread in &profile.unread {
-                let thread = &profile.threads[unread.thread as usize];
+            for (thread, samples) in by_thread {
+                let thread = &profile.threads[thread as usize];
                 let process = by_pid.entry(thread.pid).or_insert_with(|| ProcessSamples {
                     pid: thread.pid,
                     command: thread.process_name.to_string(),
@@ -83,7 +111,7 @@ impl Service {
                     samples: 0,
                 });
                 process.threads += 1;
-                process.samples = process.samples.saturating_add(unread.count);
+                process.samples = process.samples.saturating_add(samples);
             }
             let mut processes: Vec<ProcessSamples> = by_pid.into_values().collect();
             processes.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));

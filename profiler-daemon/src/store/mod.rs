@@ -86,7 +86,7 @@ struct WaitTime {
     state: ThreadState,
 }
 
-/// A span of the held history and its CPU samples (see
+/// A span of the held history and its samples in a mode (see
 /// [`Store::timeline`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeldSpan {
@@ -412,14 +412,38 @@ impl Store {
     }
 
     /// The held history bucket by bucket, oldest first: each bucket's
-    /// span and its CPU samples of every process.
-    pub fn timeline(&self) -> Vec<HeldSpan> {
+    /// span and the samples in it of the threads `query` selects, in its
+    /// mode (time off CPU as the sampling periods it makes, as reports
+    /// count it, rounded per span). `query`'s window is not read.
+    pub fn timeline(&self, query: &Query) -> Vec<HeldSpan> {
+        let matches = self.thread_matches(query);
+        let every_thread = matches.iter().all(|&matches| matches);
+        let period_ns = 1_000_000_000 / u64::from(query.frequency_hz.max(1));
+        let cpu = |bucket: &Bucket| -> u64 {
+            if !query.mode.includes(ThreadState::Cpu) {
+                0
+            } else if every_thread {
+                bucket.samples()
+            } else {
+                let selected = bucket.cpu.iter().filter(|cpu| matches[cpu.thread as usize]);
+                selected.map(|cpu| u64::from(cpu.count)).sum()
+            }
+        };
+        let waited = |bucket: &Bucket| -> u64 {
+            let nanos: u64 = bucket
+                .waits
+                .iter()
+                .filter(|wait| matches[wait.thread as usize] && query.mode.includes(wait.state))
+                .map(|wait| wait.nanos)
+                .sum();
+            (nanos + period_ns / 2) / period_ns
+        };
         self.buckets
             .iter()
             .map(|bucket| HeldSpan {
                 start: bucket.start,
                 end: bucket.end,
-                samples: bucket.samples(),
+                samples: cpu(bucket) + waited(bucket),
             })
             .collect()
     }

@@ -184,7 +184,7 @@ impl Store {
     }
 
     /// Which of the store's threads `query` selects, by id.
-    fn thread_matches(&self, query: &Query) -> Vec<bool> {
+    pub(super) fn thread_matches(&self, query: &Query) -> Vec<bool> {
         self.threads
             .values()
             .iter()

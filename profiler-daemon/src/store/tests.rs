@@ -830,21 +830,65 @@ fn a_window_read_for_some_threads_counts_the_others() {
 #[test]
 fn the_timeline_gives_each_held_bucket_and_its_samples() {
     let mut store = store(600, 1 << 30);
-    assert!(store.timeline().is_empty());
+    let whole = query(0, 3, Selector::default());
+    assert!(store.timeline(&whole).is_empty());
     store.insert(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 4)]));
     store.insert(batch(1, &[(3, &["c"], 2)]));
-    store.insert(batch(2, &[(1, &["main", "b"], 5), (4, &["d"], 9)]));
-    let timeline = store.timeline();
-    let spans: Vec<(SystemTime, SystemTime, u64)> = timeline
-        .iter()
-        .map(|span| (span.start, span.end, span.samples))
-        .collect();
+    let mut last = batch(2, &[(1, &["main", "b"], 5), (4, &["d"], 9)]);
+    // 25 ms asleep: 2.5 periods of 10 ms at 100 Hz, 3 rounded.
+    last.samples.push(SymbolizedSample {
+        thread: thread(2, 2, "p2"),
+        kind: SampleKind::OffCpuSleeping,
+        stack: ["main", "read", "[off-cpu: S]"].map(location).to_vec(),
+        count: 1,
+        weight: 25_000_000,
+        allocation_id: 0,
+    });
+    store.insert(last);
+    let spans = |query: &Query| -> Vec<(SystemTime, SystemTime, u64)> {
+        let timeline = store.timeline(query);
+        timeline
+            .iter()
+            .map(|span| (span.start, span.end, span.samples))
+            .collect()
+    };
     assert_eq!(
-        spans,
+        spans(&whole),
         [(at(0), at(1), 7), (at(1), at(2), 2), (at(2), at(3), 14)]
     );
     // The spans hold every sample a whole read counts.
-    let everything = store.profile(&query(0, 3, Selector::default()));
-    let held: u64 = timeline.iter().map(|span| span.samples).sum();
+    let everything = store.profile(&whole);
+    let held: u64 = spans(&whole).iter().map(|span| span.2).sum();
     assert_eq!(held, everything.total_samples());
+    // Of the selected threads only; in the query's mode.
+    let second = Selector {
+        pids: vec![2],
+        ..Selector::default()
+    };
+    assert_eq!(
+        spans(&query(0, 3, second.clone()))
+            .iter()
+            .map(|span| span.2)
+            .collect::<Vec<_>>(),
+        [4, 0, 0]
+    );
+    let off_cpu = Query {
+        mode: ProfileMode::OffCpu,
+        ..query(0, 3, second.clone())
+    };
+    let wall = Query {
+        mode: ProfileMode::Wall,
+        ..query(0, 3, second)
+    };
+    assert_eq!(
+        spans(&off_cpu)
+            .iter()
+            .map(|span| span.2)
+            .collect::<Vec<_>>(),
+        [0, 0, 3]
+    );
+    assert_eq!(
+        spans(&wall).iter().map(|span| span.2).collect::<Vec<_>>(),
+        [4, 0, 3]
+    );
 }

@@ -1,8 +1,8 @@
-//! The web view in a real browser: Debian's Chromium, headless, driven by
-//! playwright-core (tests/web/view.mjs, installed by `cargo xtask test`),
-//! loads `/` from a daemon profiling real workloads. What the page shows
-//! is checked frame by frame and against the daemon's own report of the
-//! same window.
+//! The web view in real browsers: Debian's Chromium and Firefox ESR,
+//! headless, driven by puppeteer-core (tests/web/view.mjs, installed by
+//! `cargo xtask test`), load `/` from a daemon profiling real workloads.
+//! What the page shows is checked frame by frame and against the daemon's
+//! own report of the same window.
 
 use std::{path::PathBuf, process::Command};
 
@@ -14,12 +14,31 @@ use crate::{
     support::{Daemon, Workload, decode_pprof, folded, parse_svg, require_root},
 };
 
-/// Runs tests/web/view.mjs's `scenario` with `arguments`; what it saw.
-async fn drive_browser(scenario: &str, arguments: Value) -> Value {
+/// The browsers the web view is tested in, as view.mjs names them.
+#[derive(Clone, Copy, Debug)]
+enum Browser {
+    Chromium,
+    Firefox,
+}
+
+impl Browser {
+    fn name(self) -> &'static str {
+        match self {
+            Browser::Chromium => "chromium",
+            Browser::Firefox => "firefox",
+        }
+    }
+}
+
+/// Runs tests/web/view.mjs's `scenario` in `browser` with `arguments`;
+/// what it saw.
+async fn drive_browser(browser: Browser, scenario: &str, mut arguments: Value) -> Value {
     let modules = std::env::var("PROFILERD_TEST_NODE_MODULES").expect(
-        "PROFILERD_TEST_NODE_MODULES names the node_modules with playwright-core: run the \
-         tests with `cargo xtask test`, which installs it (and Debian's chromium)",
+        "PROFILERD_TEST_NODE_MODULES names the node_modules with puppeteer-core: run the \
+         tests with `cargo xtask test`, which installs it (and Debian's chromium and \
+         firefox-esr)",
     );
+    arguments["browser"] = browser.name().into();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/web/view.mjs");
     let scenario = scenario.to_owned();
     let output = tokio::task::spawn_blocking(move || {
@@ -36,16 +55,24 @@ async fn drive_browser(scenario: &str, arguments: Value) -> Value {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "view.mjs failed: {}\n{stdout}",
+        "view.mjs failed in {browser:?}: {}\n{stdout}",
         String::from_utf8_lossy(&output.stderr)
     );
     let seen: Value = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|err| panic!("view.mjs printed no JSON ({err}): {stdout}"));
     assert!(
         seen.get("error").is_none(),
-        "the browser did not see what it waited for: {}\nconsole: {}",
+        "{browser:?} did not see what it waited for: {}\nthe page: {}\nunanswered: {}\n\
+         answered (ms): {}\nconsole: {}",
         seen["error"],
+        seen["pageAtError"],
+        seen["pendingAtError"],
+        seen["timings"],
         seen["console"]
+    );
+    eprintln!(
+        "{browser:?}: the daemon's answers (ms): {}",
+        seen["timings"]
     );
     seen
 }
@@ -61,6 +88,16 @@ fn folded_from(url: &str) -> Vec<(Vec<String>, u64)> {
 fn number_before(text: &str, words: &str) -> Option<u64> {
     let before = &text[..text.find(words)?];
     before.split_whitespace().last()?.parse().ok()
+}
+
+/// Asserts that every fill in `fills` (a JSON array) is differential.
+fn assert_differential(fills: &Value) {
+    let fills = fills.as_array().expect("fills");
+    assert!(!fills.is_empty());
+    for fill in fills {
+        let fill = fill.as_str().unwrap_or_default();
+        assert!(is_differential(fill), "{fill} is not a differential colour");
+    }
 }
 
 /// Whether `fill` is one of the differential flame graph's colours: grey
@@ -85,27 +122,47 @@ fn is_differential(fill: &str) -> bool {
     }
 }
 
-/// Where the test leaves its screenshots for a person to look at.
-fn screenshot_path() -> PathBuf {
+/// Where the test in `browser` leaves its screenshots for a person to
+/// look at.
+fn screenshot_path(browser: Browser) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-view");
     std::fs::create_dir_all(&dir).expect("the screenshot directory is made");
-    dir.join("web-view.png")
+    dir.join(format!("web-view-{}.png", browser.name()))
+}
+
+/// The total samples of the folded report of `window` (query parameters).
+fn total_of(url: &str, window: &str) -> u64 {
+    let stacks = folded_from(&format!("{url}/api/query?{window}"));
+    stacks.iter().map(|(_, count)| count).sum()
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
+async fn the_web_view_in_chromium_draws_zooms_searches_peeks_compares_and_goes_back_in_time() {
+    the_web_view_works_in(Browser::Chromium).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_web_view_in_firefox_draws_zooms_searches_peeks_compares_and_goes_back_in_time() {
+    the_web_view_works_in(Browser::Firefox).await;
+}
+
+async fn the_web_view_works_in(browser: Browser) {
     require_root();
     let (_daemon, url) = daemon_over_http().await;
-    let chain = Workload::start_as("chain", "chain-web", &[]);
+    let command = format!("chain-{}", &browser.name()[..3]);
+    let chain = Workload::start_as("chain", &command, &[]);
     let peeked = Workload::start_as("peek_threads", "peek-web", &[]);
-    let screenshot = screenshot_path();
+    let screenshot = screenshot_path(browser);
     let _ = std::fs::remove_file(&screenshot);
+    let process = format!("{command}-{}", chain.pid());
 
     let seen = drive_browser(
+        browser,
         "view",
         serde_json::json!({
             "url": format!("{url}/"),
             "hot": "hot_leaf",
+            "zoom": process,
             "peekPid": peeked.pid(),
             // Seconds of history before a past window is dragged.
             "history": 50,
@@ -116,7 +173,6 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
 
     // The hot function, drawn in its process's tower under every frame of
     // its chain.
-    let process = format!("chain-web-{}", chain.pid());
     let chains: Vec<Vec<&str>> = seen["frames"]
         .as_array()
         .expect("frames")
@@ -150,6 +206,45 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
         share > 0.0 && share <= 100.0,
         "matched share {share}: {}",
         seen["matched"]
+    );
+
+    // The live window was loaded again unasked.
+    let live = seen["liveStatus"].as_str().expect("the live status");
+    assert!(live.contains("ending now (live)"), "{live}");
+
+    // A click zoomed into the process's frame (the whole width, through a
+    // live refresh and in the icicle too); the icicle drew the root at the
+    // top, the flame graph at the bottom; Reset zoom gave back its share.
+    let share = |key: &str| {
+        seen[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {seen}"))
+    };
+    assert!(
+        share("widthBefore") > 0.0 && share("widthBefore") < 0.99,
+        "{process} spans {} of the graph before the zoom",
+        share("widthBefore")
+    );
+    assert!(share("zoomWidth") > 0.99, "zoomed: {}", share("zoomWidth"));
+    assert!(
+        share("zoomWidthIcicle") > 0.99,
+        "icicle: {}",
+        share("zoomWidthIcicle")
+    );
+    assert!(
+        share("rootTopBefore") > 0.5,
+        "flame graph root at {}",
+        share("rootTopBefore")
+    );
+    assert!(
+        share("rootTopIcicle") < 0.1,
+        "icicle root at {}",
+        share("rootTopIcicle")
+    );
+    assert!(
+        share("widthReset") < 0.99,
+        "after reset: {}",
+        share("widthReset")
     );
 
     // A kill -USR1 peek appeared in the open page, and reads per thread.
@@ -186,8 +281,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
     // The graph draws the lines a flame graph draws (`drawn=true`); the
     // functions table counts the whole report's.
     assert!(window.contains("drawn=true"), "{window}");
-    let drawn = folded_from(&format!("{url}/api/query?{window}"));
-    let drawn_total: u64 = drawn.iter().map(|(_, count)| count).sum();
+    let drawn_total = total_of(&url, window);
     let whole = window.replace("&drawn=true", "");
     let stacks = folded_from(&format!("{url}/api/query?{whole}"));
     let total: u64 = stacks.iter().map(|(_, count)| count).sum();
@@ -218,7 +312,7 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
     assert!(
         processes
             .iter()
-            .any(|row| row[0] == pid.as_str() && row[1] == "chain-web"),
+            .any(|row| row[0] == pid.as_str() && row[1] == command.as_str()),
         "{} is not in the process list: {processes:?}",
         chain.pid()
     );
@@ -227,20 +321,55 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
     // frame in the differential colours.
     let status = seen["diffStatus"].as_str().expect("the diff's status");
     let base_window = seen["baseWindow"].as_str().expect("the base window");
-    let base = folded_from(&format!("{url}/api/query?{base_window}"));
-    let base_total: u64 = base.iter().map(|(_, count)| count).sum();
+    let base_total = total_of(&url, base_window);
     assert!(base_total > 0, "the window before {base_window} is empty");
+    assert!(status.contains("of the window before"), "{status}");
     assert_eq!(
-        number_before(status, "samples before"),
+        number_before(status, "samples of"),
         Some(base_total),
         "{status}"
     );
-    let fills = seen["diffFills"].as_array().expect("the diff's fills");
-    assert!(!fills.is_empty());
-    for fill in fills {
-        let fill = fill.as_str().unwrap_or_default();
-        assert!(is_differential(fill), "{fill} is not a differential colour");
-    }
+    assert_differential(&seen["diffFills"]);
+
+    // The diff against a range dragged on the timeline: asked for first,
+    // then the dragged range (before the window, marked apart from it) is
+    // the one compared with, and the window stays.
+    let asked = seen["rangeAsked"].as_str().expect("the range's prompt");
+    assert!(
+        asked.contains("drag on the timeline the range to compare with"),
+        "{asked}"
+    );
+    assert_eq!(seen["rangeWindow"], seen["diffWindow"]);
+    let status = seen["rangeStatus"]
+        .as_str()
+        .expect("the range diff's status");
+    let range = seen["rangeBaseWindow"]
+        .as_str()
+        .expect("the range compared with");
+    let millis = |query: &str, key: &str| -> u64 {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(&format!("{key}=")))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {query}"))
+    };
+    assert!(
+        millis(range, "from") < millis(range, "to") && millis(range, "to") < millis(window, "from"),
+        "the dragged range {range} is not before the window {window}"
+    );
+    let range_total = total_of(&url, range);
+    assert_eq!(
+        number_before(status, "samples of"),
+        Some(range_total),
+        "{status}"
+    );
+    assert_differential(&seen["rangeFills"]);
+    let marks = seen["rangeMarks"].as_array().expect("the timeline's marks");
+    assert!(
+        marks.iter().any(|mark| mark[0] == "window-mark")
+            && marks.iter().any(|mark| mark[0] == "selection"),
+        "the timeline marks {marks:?}"
+    );
 
     // The downloads are the formats they say.
     for link in seen["downloads"].as_array().expect("downloads") {
@@ -284,6 +413,24 @@ async fn the_web_view_draws_searches_peeks_and_goes_back_in_time() {
         assert!(body.contains(says), "{route}: {body}");
     }
 
+    // The timeline of one process counts its samples only.
+    let timeline_samples = |selector: &str| -> u64 {
+        let (code, body) = curl(&format!("{url}/api/timeline?{selector}"), &[]);
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+        let timeline: Value = serde_json::from_slice(&body).expect("the timeline's JSON");
+        let spans = timeline["spans"].as_array().expect("spans");
+        spans
+            .iter()
+            .filter_map(|span| span["samples"].as_u64())
+            .sum()
+    };
+    let everyone = timeline_samples("mode=cpu");
+    let chain_only = timeline_samples(&format!("pid={}", chain.pid()));
+    assert!(
+        chain_only > 0 && chain_only < everyone,
+        "{command}'s timeline holds {chain_only} samples, every process's {everyone}"
+    );
+
     // Nothing was asked of any other server; the peek list followed the
     // event stream.
     let origin = format!("{url}/");
@@ -325,17 +472,20 @@ async fn a_client_the_listener_refuses_sees_why_on_the_page() {
     let _daemon =
         Daemon::start_with(&[&["--http-listen", &address][..], &tls.flags()].concat()).await;
 
-    // The browser presents no certificate: the page loads, and says why
+    // The browsers present no certificate: the page loads, and says why
     // its requests are refused instead of staying blank.
-    let seen = drive_browser(
-        "refused",
-        serde_json::json!({ "url": format!("https://localhost:{port}/") }),
-    )
-    .await;
-    let status = seen["status"].as_str().expect("a status line");
-    assert!(
-        status.contains("403") && status.contains("certificate signed by its tls_client_ca"),
-        "{status}"
-    );
-    assert_eq!(seen["visible"], true);
+    for browser in [Browser::Chromium, Browser::Firefox] {
+        let seen = drive_browser(
+            browser,
+            "refused",
+            serde_json::json!({ "url": format!("https://localhost:{port}/") }),
+        )
+        .await;
+        let status = seen["status"].as_str().expect("a status line");
+        assert!(
+            status.contains("403") && status.contains("certificate signed by its tls_client_ca"),
+            "{browser:?}: {status}"
+        );
+        assert_eq!(seen["visible"], true, "{browser:?}");
+    }
 }

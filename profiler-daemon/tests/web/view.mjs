@@ -1,44 +1,79 @@
-// Drives Debian's Chromium, headless, through profilerd's web view for the
+// Drives a browser, headless, through profilerd's web view for the
 // end-to-end tests (profiler-daemon/tests/end_to_end/web_view.rs), and
-// prints what it saw as one JSON object; the Rust test judges it.
+// prints what it saw as one JSON object; the Rust test judges it. The
+// browser is Debian's Chromium (over the DevTools protocol) or Debian's
+// Firefox ESR (over WebDriver BiDi), both driven by puppeteer-core.
 //
 // node view.mjs SCENARIO JSON_ARGUMENTS
-//   view:    { url, hot, peekPid, history, screenshot }  loads /, waits for `hot`
-//            in the flame graph, searches it, sends peekPid SIGUSR1 and
-//            waits for its peek in the list, drags a past window on the
-//            timeline.
-//   refused: { url }                        loads / from a listener that
+//   view:    { browser, url, hot, zoom, peekPid, history, screenshot }
+//            loads /, waits for `hot` in the flame graph, sees it refresh
+//            live, searches `hot`, zooms into the frame `zoom` and turns
+//            the graph into an icicle, sends peekPid SIGUSR1 and waits for
+//            its peek in the list, peeks with the page's button, drags a
+//            past window on the timeline, compares it with the window
+//            before and with a range dragged on the timeline.
+//   refused: { browser, url }         loads / from a listener that
 //            refuses this client and reads what the page says.
 import { pathToFileURL } from "node:url";
 import path from "node:path";
 
-// playwright-core as `cargo xtask test` installed it (npm ci of the lock
+// puppeteer-core as `cargo xtask test` installed it (npm ci of the lock
 // file beside this script, into the target directory).
 const modules = process.env.PROFILERD_TEST_NODE_MODULES;
 if (!modules) throw new Error("PROFILERD_TEST_NODE_MODULES is not set: run the tests with cargo xtask test");
-const { chromium } = await import(pathToFileURL(path.join(modules, "playwright-core", "index.mjs")).href);
+const { default: puppeteer } = await import(
+  pathToFileURL(path.join(modules, "puppeteer-core", "lib", "esm", "puppeteer", "puppeteer-core.js")).href
+);
 
 const [scenario, argumentsJson] = process.argv.slice(2);
 const args = JSON.parse(argumentsJson);
-const WAIT_MS = 30000;
+// How long to wait for what the page must show. A test daemon is a debug
+// build sharing two cores with two browsers and spinning workloads: a
+// report of its whole history can take 10 s there (100 ms in release).
+const WAIT_MS = 60000;
+const VIEWPORT = { width: 1400, height: 900 };
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+// Each browser as Debian installs it.
+const BROWSERS = {
+  chromium: {
+    browser: "chrome",
+    executablePath: "/usr/bin/chromium",
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  },
+  firefox: {
+    browser: "firefox",
+    executablePath: "/usr/bin/firefox-esr",
+    args: [],
+    // No update checks, telemetry or other calls home.
+    extraPrefsFirefox: {
+      "app.update.enabled": false,
+      "network.captive-portal-service.enabled": false,
+      "network.connectivity-service.enabled": false,
+      "datareporting.policy.dataSubmissionEnabled": false,
+      "toolkit.telemetry.enabled": false,
+    },
+  },
+};
+const chosen = BROWSERS[args.browser];
+if (!chosen) throw new Error(`no browser ${args.browser}: chromium or firefox`);
+
+const browser = await puppeteer.launch({
+  ...chosen,
   headless: true,
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--ignore-certificate-errors",
-  ],
+  acceptInsecureCerts: true,
+  defaultViewport: VIEWPORT,
 });
-const seen = { scenario, console: [] };
+const seen = { scenario, browser: await browser.version(), console: [] };
 try {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  const page = await browser.newPage();
   page.on("console", (message) => seen.console.push(`${message.type()}: ${message.text()}`));
   page.on("pageerror", (error) => seen.console.push(`pageerror: ${error.message}`));
   // Every request the page makes, to show it asks nothing of the internet.
@@ -46,16 +81,88 @@ try {
   page.on("request", (request) => seen.requests.push(request.url()));
   seen.responses = [];
   page.on("response", (response) => seen.responses.push([response.url(), response.status()]));
+  // The requests not answered yet, and when they were made.
+  const pending = new Map();
+  seen.pending = () => [...pending].map(([request, at]) => [request.url(), `${Date.now() - at} ms`]);
+  page.on("request", (request) => pending.set(request, Date.now()));
+  // How long each of the daemon's answers took.
+  seen.timings = [];
+  page.on("requestfinished", (request) => {
+    seen.timings.push([request.url().replace(/^.*\/\/[^/]*/, ""), Date.now() - pending.get(request)]);
+    pending.delete(request);
+  });
+  page.on("requestfailed", (request) => pending.delete(request));
   await page.goto(args.url, { waitUntil: "load" });
   if (scenario === "view") await view(page);
   else if (scenario === "refused") await refused(page);
   else throw new Error(`no scenario ${scenario}`);
 } catch (error) {
   seen.error = String(error && error.stack ? error.stack : error);
+  seen.pendingAtError = seen.pending();
+  // What the page said when it failed.
+  const page = (await browser.pages()).at(-1);
+  seen.pageAtError = await page
+    .evaluate(() => ({
+      state: document.body.dataset.state,
+      status: document.getElementById("status").textContent,
+      peekReport: document.getElementById("peek-report").textContent.slice(0, 2000),
+    }))
+    .catch((error) => String(error));
 } finally {
   await browser.close();
 }
+delete seen.pending;
 console.log(JSON.stringify(seen));
+
+// Waits until `predicate(...values)`, run in the page, is true.
+function until(page, predicate, ...values) {
+  return page.waitForFunction(predicate, { timeout: WAIT_MS }, ...values);
+}
+
+function text(page, selector) {
+  return page.$eval(selector, (element) => element.textContent);
+}
+
+function attribute(page, selector, name) {
+  return page.$eval(selector, (element, name) => element.getAttribute(name), name);
+}
+
+function loaded(page) {
+  return until(page, () => document.body.dataset.state === "loaded");
+}
+
+// Types `value` into the input `selector` in place of what it held.
+async function fill(page, selector, value) {
+  await page.$eval(selector, (input) => {
+    input.value = "";
+  });
+  await page.type(selector, value);
+}
+
+// Waits until `condition()`, run here, is true.
+async function eventually(condition) {
+  const end = Date.now() + WAIT_MS;
+  while (!(await condition())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${condition}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+// Drags on the timeline from `from` to `to`, fractions of its width.
+async function dragOnTimeline(page, from, to) {
+  const timeline = await (await page.$("#timeline svg")).boundingBox();
+  const y = timeline.y + timeline.height / 3;
+  await page.mouse.move(timeline.x + timeline.width * from, y);
+  await page.mouse.down();
+  await page.mouse.move(timeline.x + timeline.width * ((from + to) / 2), y, { steps: 8 });
+  await page.mouse.move(timeline.x + timeline.width * to, y, { steps: 8 });
+  await page.mouse.up();
+}
+
+// The cells of the table rows `selector`.
+function rows(page, selector) {
+  return page.$$eval(selector, (rows) => rows.map((row) => [...row.children].map((cell) => cell.textContent)));
+}
 
 // The names of the frames drawn, each with the names of its ancestors.
 function drawnFrames(page) {
@@ -80,113 +187,174 @@ function drawnFrames(page) {
 
 async function view(page) {
   // The hot function, drawn from the daemon's samples.
-  await page.waitForFunction(
-    (hot) =>
-      [...document.querySelectorAll("#flamegraph svg g title")].some((title) =>
-        title.textContent.startsWith(hot),
-      ),
+  await until(
+    page,
+    (hot) => [...document.querySelectorAll("#flamegraph svg g title")].some((title) => title.textContent.startsWith(hot)),
     args.hot,
-    { timeout: WAIT_MS },
   );
   seen.frames = (await drawnFrames(page)).filter((frame) => frame.chain.at(-1) === args.hot);
-  seen.status = await page.textContent("#status");
+  seen.status = await text(page, "#status");
+
+  // A window ending now is loaded again without being asked.
+  await loaded(page);
+  const loads = Number(await attribute(page, "body", "data-loads"));
+  await until(page, (loads) => Number(document.body.dataset.loads) > loads, loads);
+  seen.liveStatus = await text(page, "#status");
 
   // A search highlights it and says its share.
-  await page.fill("#search", args.hot);
-  await page.waitForFunction(() => document.getElementById("matched").dataset.share, null, {
-    timeout: WAIT_MS,
-  });
-  seen.matched = await page.textContent("#matched");
-  seen.matchedShare = Number(await page.getAttribute("#matched", "data-share"));
+  await fill(page, "#search", args.hot);
+  await until(page, () => document.getElementById("matched").dataset.share);
+  seen.matched = await text(page, "#matched");
+  seen.matchedShare = Number(await attribute(page, "#matched", "data-share"));
   const frames = await drawnFrames(page);
   seen.highlighted = frames.filter((frame) => frame.highlighted).map((frame) => ({
     name: frame.chain.at(-1),
     fill: frame.fill,
   }));
-  await page.waitForFunction(() => document.body.dataset.state === "loaded", null, { timeout: WAIT_MS });
+  await loaded(page);
   await page.screenshot({ path: args.screenshot, fullPage: true });
 
+  // A click on a frame zooms into it (it spans the graph's width), and the
+  // zoom outlives a live refresh; the icicle switch turns the graph upside
+  // down; Reset zoom shows everything again.
+  seen.widthBefore = await frameWidth(page, args.zoom);
+  await page.evaluate((name) => {
+    const frame = [...document.querySelectorAll("#flamegraph svg g.frame")].find(
+      (element) => d3.select(element).datum().data.name === name,
+    );
+    frame.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+  }, args.zoom);
+  await eventually(async () => (await frameWidth(page, args.zoom)) > 0.99);
+  const afterZoom = Number(await attribute(page, "body", "data-loads"));
+  await until(page, (loads) => Number(document.body.dataset.loads) > loads, afterZoom);
+  seen.zoomWidth = await frameWidth(page, args.zoom);
+  seen.rootTopBefore = await rootTop(page);
+  await page.click("#icicle");
+  await until(page, () => document.querySelector("#flamegraph svg g.frame"));
+  seen.rootTopIcicle = await rootTop(page);
+  await eventually(async () => (await frameWidth(page, args.zoom)) > 0.99);
+  seen.zoomWidthIcicle = await frameWidth(page, args.zoom);
+  await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-zoom.png"), fullPage: true });
+  await page.click("#icicle");
+  await page.click("#reset-zoom");
+  await eventually(async () => (await frameWidth(page, args.zoom)) < 0.99);
+  seen.widthReset = await frameWidth(page, args.zoom);
+
   // A peek triggered by kill -USR1 appears in the open page's list.
-  const before = await page.locator(`#peeks li[data-pid="${args.peekPid}"]`).count();
+  const peekItems = `#peeks li[data-pid="${args.peekPid}"]`;
+  const before = (await page.$$(peekItems)).length;
   process.kill(args.peekPid, "SIGUSR1");
-  await page.waitForFunction(
-    ([pid, before]) => document.querySelectorAll(`#peeks li[data-pid="${pid}"]`).length > before,
-    [args.peekPid, before],
-    { timeout: WAIT_MS },
+  await until(
+    page,
+    (selector, before) => document.querySelectorAll(selector).length > before,
+    peekItems,
+    before,
   );
   seen.peeksBefore = before;
-  await page.locator(`#peeks li[data-pid="${args.peekPid}"]`).first().click();
-  await page.waitForFunction(() => document.getElementById("peek-report").textContent.length > 0, null, {
-    timeout: WAIT_MS,
-  });
-  seen.peekReport = await page.textContent("#peek-report");
+  await page.click(peekItems);
+  await until(page, () => document.getElementById("peek-report").textContent.length > 0);
+  seen.peekReport = await text(page, "#peek-report");
 
   // The page's own button peeks at a process and shows its report.
-  await page.fill("#peek-pid", String(args.peekPid));
+  await fill(page, "#peek-pid", String(args.peekPid));
   await page.click("#peek-button");
-  await page.waitForFunction(
-    ([pid, before]) =>
+  await until(
+    page,
+    (selector, before) =>
       document.getElementById("peek-report").textContent.startsWith("=") &&
-      document.querySelectorAll(`#peeks li[data-pid="${pid}"]`).length > before + 1,
-    [args.peekPid, before],
-    { timeout: WAIT_MS },
+      document.querySelectorAll(selector).length > before + 1,
+    peekItems,
+    before,
   );
-  seen.buttonPeekReport = await page.textContent("#peek-report");
-  seen.buttonPeekSelected = await page.getAttribute("#peeks li.selected", "data-pid");
+  seen.buttonPeekReport = await text(page, "#peek-report");
+  seen.buttonPeekSelected = await attribute(page, "#peeks li.selected", "data-pid");
 
   // A past range dragged on the timeline reloads the graph. It is dragged
   // over the middle fifth of `history` seconds held, so that it ends long
   // enough ago for its spans to be merged at the store's resolution (the
   // test reads the same window again and must get the same samples), and
   // so that the window before it holds samples too.
-  await page.waitForFunction((seconds) => Number(document.body.dataset.history) >= seconds, args.history, {
-    timeout: 2 * WAIT_MS,
-  });
-  const timeline = await page.locator("#timeline svg").boundingBox();
-  const windowBefore = await page.getAttribute("body", "data-window");
-  const y = timeline.y + timeline.height / 3;
-  await page.mouse.move(timeline.x + timeline.width * 0.4, y);
-  await page.mouse.down();
-  await page.mouse.move(timeline.x + timeline.width * 0.5, y, { steps: 8 });
-  await page.mouse.move(timeline.x + timeline.width * 0.6, y, { steps: 8 });
-  await page.mouse.up();
-  await page.waitForFunction(
-    () => document.body.dataset.state === "loaded" && document.body.dataset.window.includes("from="),
-    null,
-    { timeout: WAIT_MS },
-  );
-  seen.windowBefore = windowBefore;
-  seen.pastWindow = await page.getAttribute("body", "data-window");
-  seen.pastSamples = Number(await page.getAttribute("body", "data-samples"));
-  seen.pastStatus = await page.textContent("#status");
+  await page.waitForFunction((seconds) => Number(document.body.dataset.history) >= seconds, { timeout: 2 * WAIT_MS }, args.history);
+  await loaded(page);
+  seen.windowBefore = await attribute(page, "body", "data-window");
+  await dragOnTimeline(page, 0.4, 0.6);
+  await until(page, () => document.body.dataset.state === "loaded" && document.body.dataset.window.includes("from="));
+  seen.pastWindow = await attribute(page, "body", "data-window");
+  seen.pastSamples = Number(await attribute(page, "body", "data-samples"));
+  seen.pastStatus = await text(page, "#status");
   seen.pastHot = (await drawnFrames(page)).some((frame) => frame.chain.at(-1) === args.hot);
-  seen.functions = await page.$$eval("#functions tbody tr", (rows) =>
-    rows.map((row) => [...row.children].map((cell) => cell.textContent)),
-  );
-  seen.processes = await page.$$eval("#processes-table tbody tr", (rows) =>
-    rows.map((row) => [...row.children].map((cell) => cell.textContent)),
-  );
+  seen.functions = await rows(page, "#functions tbody tr");
+  seen.processes = await rows(page, "#processes-table tbody tr");
   await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-past.png"), fullPage: true });
   seen.downloads = await page.$$eval("#downloads a", (links) =>
     links.map((link) => [link.dataset.format, link.getAttribute("href")]),
   );
 
   // A diff against the window before, in the differential colours.
-  await page.selectOption("#diff", "before");
-  await page.waitForFunction(
-    () => document.body.dataset.state === "loaded" && document.getElementById("status").textContent.includes("compared with"),
-    null,
-    { timeout: WAIT_MS },
-  );
-  seen.diffStatus = await page.textContent("#status");
-  seen.diffWindow = await page.getAttribute("body", "data-window");
-  seen.baseWindow = await page.getAttribute("body", "data-base-window");
-  seen.diffFills = (await drawnFrames(page)).filter((frame) => !frame.highlighted).map((frame) => frame.fill);
+  const compared = () =>
+    document.body.dataset.state === "loaded" && document.getElementById("status").textContent.includes("compared with");
+  await page.select("#diff", "before");
+  await until(page, compared);
+  seen.diffStatus = await text(page, "#status");
+  seen.diffWindow = await attribute(page, "body", "data-window");
+  seen.baseWindow = await attribute(page, "body", "data-base-window");
+  seen.diffFills = await differentialFills(page);
   await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-diff.png"), fullPage: true });
+
+  // A diff against a range dragged on the timeline (the earliest tenth
+  // held): the window stays, the range compared with is the dragged one.
+  await page.select("#diff", "range");
+  await until(
+    page,
+    () => document.body.dataset.state === "loaded" && !document.getElementById("drag-target").hidden,
+  );
+  seen.rangeAsked = await text(page, "#status");
+  await dragOnTimeline(page, 0.05, 0.15);
+  await until(
+    page,
+    (before) =>
+      document.body.dataset.state === "loaded" &&
+      document.getElementById("status").textContent.includes("compared with") &&
+      document.body.dataset.baseWindow !== before,
+    seen.baseWindow,
+  );
+  seen.rangeStatus = await text(page, "#status");
+  seen.rangeWindow = await attribute(page, "body", "data-window");
+  seen.rangeBaseWindow = await attribute(page, "body", "data-base-window");
+  seen.rangeFills = await differentialFills(page);
+  seen.rangeMarks = await page.$$eval("#timeline .window-mark, #timeline .brush.base .selection", (marks) =>
+    marks.map((mark) => [mark.getAttribute("class"), Number(mark.getAttribute("x")), Number(mark.getAttribute("width"))]),
+  );
+  await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-range.png"), fullPage: true });
+}
+
+// The fills of the frames drawn that the search does not highlight.
+async function differentialFills(page) {
+  return (await drawnFrames(page)).filter((frame) => !frame.highlighted).map((frame) => frame.fill);
+}
+
+// The width of the first frame named `name`, as a share of the graph's.
+function frameWidth(page, name) {
+  return page.evaluate((name) => {
+    const svg = document.querySelector("#flamegraph svg");
+    const frame = [...svg.querySelectorAll("g.frame")].find((element) => d3.select(element).datum().data.name === name);
+    if (!frame) return 0;
+    return Number(frame.querySelector("rect").getAttribute("width")) / Number(svg.getAttribute("width"));
+  }, name);
+}
+
+// How far down the graph the root frame is drawn, as a share of its height.
+function rootTop(page) {
+  return page.evaluate(() => {
+    const svg = document.querySelector("#flamegraph svg");
+    const root = [...svg.querySelectorAll("g.frame")].find((element) => !d3.select(element).datum().parent);
+    const top = root.getBoundingClientRect().top - svg.getBoundingClientRect().top;
+    return top / svg.getBoundingClientRect().height;
+  });
 }
 
 async function refused(page) {
-  await page.waitForFunction(() => document.body.dataset.state === "error", null, { timeout: WAIT_MS });
-  seen.status = await page.textContent("#status");
-  seen.visible = await page.isVisible("#status");
+  await until(page, () => document.body.dataset.state === "error");
+  seen.status = await text(page, "#status");
+  seen.visible = await page.$eval("#status", (element) => element.checkVisibility());
 }

@@ -177,17 +177,19 @@ async fn query(
     Ok(report_response(report))
 }
 
-/// `GET /api/timeline`: the held history span by span, as JSON
-/// `{"now_ms", "spans": [{"start_ms", "end_ms", "samples"}]}`.
+/// `GET /api/timeline[?SELECTOR][&mode=M]`: the held history span by span,
+/// the selected processes' samples in the mode (every process's CPU
+/// samples by default), as JSON `{"now_ms", "spans": [{"start_ms",
+/// "end_ms", "samples"}]}`.
 async fn timeline(
     State(routes): State<Routes>,
     Extension(admission): Extension<Admission>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Answer {
-    let (asker, _) = admitted(&routes, &admission, query, "/api/timeline", &[])?;
+    let (asker, params) = admitted(&routes, &admission, query, "/api/timeline", &[])?;
     let spans: Vec<serde_json::Value> = routes
         .service
-        .timeline(asker)
+        .timeline(asker, params.selector()?, params.mode()?)
         .await?
         .into_iter()
         .map(|span| {
@@ -204,8 +206,9 @@ async fn timeline(
     })))
 }
 
-/// `GET /api/processes?WINDOW`: the processes sampled in the window (of
-/// the selected ones), most CPU samples first, as JSON `[{"pid", "command", "uid", "cgroup",
+/// `GET /api/processes?WINDOW[&mode=M]`: the processes sampled in the
+/// window (of the selected ones), most samples (of the mode; CPU by
+/// default) first, as JSON `[{"pid", "command", "uid", "cgroup",
 /// "threads", "samples"}]`.
 async fn processes(
     State(routes): State<Routes>,
@@ -215,7 +218,7 @@ async fn processes(
     let (asker, params) = admitted(&routes, &admission, query, "/api/processes", WINDOW_NAMES)?;
     let processes: Vec<serde_json::Value> = routes
         .service
-        .processes(asker, window(&params)?, params.selector()?)
+        .processes(asker, window(&params)?, params.selector()?, params.mode()?)
         .await?
         .into_iter()
         .map(|process| {

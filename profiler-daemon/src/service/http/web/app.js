@@ -1,10 +1,11 @@
 // profilerd's web view. Asks the daemon's /api/ routes for the folded
 // stacks of the chosen window and draws them with d3-flame-graph (a diff
-// against an earlier window coloured as the Diff RPC colours it: red where
-// the window has more, blue where it has fewer); draws the held history's
-// timeline, on which a window can be dragged; lists the window's processes
-// and functions, and the peeks as they happen. Every error the daemon
-// answers is shown as it says it (the listener's refusals included).
+// against an earlier window, or a range dragged on the timeline, coloured
+// as the Diff RPC colours it: red where the window has more, blue where it
+// has fewer); draws the held history's timeline, on which a window (or the
+// range to compare with) can be dragged; lists the window's processes and
+// functions, and the peeks as they happen. Every error the daemon answers
+// is shown as it says it (the listener's refusals included).
 "use strict";
 
 const LIVE_REFRESH_MS = 5000;
@@ -12,6 +13,9 @@ const LIVE_REFRESH_MS = 5000;
 // case the event stream is refused (each caller has a few streams).
 const PEEKS_REFRESH_MS = 10000;
 const FUNCTIONS_SHOWN = 25;
+// A request the daemon has not answered in this long is given up, and
+// said so (the next live refresh asks again).
+const REQUEST_TIMEOUT_MS = 60000;
 
 const $ = (id) => document.getElementById(id);
 // d3-flame-graph's UMD bundle exports its chart as `default`.
@@ -24,6 +28,11 @@ const view = {
   liveTimer: null,
   // A window dragged on the timeline: { from, to } in Unix milliseconds.
   brushed: null,
+  // The range to compare with, dragged on the timeline (same shape).
+  base: null,
+  // The names from the root to the frame zoomed into, kept across reloads.
+  zoomed: null,
+  loads: 0,
   processes: [],
   functionsSort: "self",
   selectedPeek: null,
@@ -33,19 +42,23 @@ const view = {
 // The chosen window as query parameters, and in words.
 function chosenWindow() {
   const params = new URLSearchParams();
-  if (view.brushed) {
-    params.set("from", String(Math.round(view.brushed.from)));
-    params.set("to", String(Math.round(view.brushed.to)));
-    const seconds = ((view.brushed.to - view.brushed.from) / 1000).toFixed(1);
-    const at = new Date(view.brushed.to).toLocaleTimeString();
-    return { params, words: `${seconds} s ending ${at}`, live: false };
-  }
+  if (view.brushed) return { ...rangeWindow(view.brushed), live: false };
   const range = Number($("range").value);
   const until = Number($("until").value);
   params.set("since", String(range + until));
   if (until > 0) params.set("until", String(until));
   const words = `the last ${$("range").selectedOptions[0].text} ending ${$("until").selectedOptions[0].text}`;
   return { params, words, live: until === 0 };
+}
+
+// A range dragged on the timeline as query parameters, and in words.
+function rangeWindow(range) {
+  const params = new URLSearchParams();
+  params.set("from", String(Math.round(range.from)));
+  params.set("to", String(Math.round(range.to)));
+  const seconds = ((range.to - range.from) / 1000).toFixed(1);
+  const at = new Date(range.to).toLocaleTimeString();
+  return { params, words: `${seconds} s ending ${at}` };
 }
 
 // The same window moved back by `seconds`, as query parameters.
@@ -61,6 +74,22 @@ function earlierWindow(seconds) {
     params.set("until", String(until));
   }
   return params;
+}
+
+// What the window is compared with (`diff`: the #diff choice): its query
+// parameters and words, or null when there is nothing to compare with yet.
+function baseWindow(diff) {
+  if (diff === "range") return view.base ? rangeWindow(view.base) : null;
+  if (diff === "before") return { params: earlierWindow(windowSeconds()), words: "the window before" };
+  const seconds = Number(diff);
+  return { params: earlierWindow(seconds), words: `the window ${seconds / 60} minutes earlier` };
+}
+
+// What a drag on the timeline chooses: the window, or (when comparing with
+// a dragged range) the range to compare with.
+function dragChooses() {
+  if ($("diff").value !== "range") return "window";
+  return document.querySelector('input[name="drag"]:checked').value;
 }
 
 // The length of the chosen window in seconds.
@@ -101,9 +130,12 @@ async function refusal(response) {
 async function fetchText(url) {
   let response;
   try {
-    response = await fetch(url);
+    response = await fetch(url, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
   } catch (error) {
-    throw new Error(`The daemon did not answer: ${error}`);
+    if (error.name === "TimeoutError") {
+      throw new Error(`The daemon did not answer ${url} in ${REQUEST_TIMEOUT_MS / 1000} s.`);
+    }
+    throw new Error(`The daemon did not answer ${url}: ${error}`);
   }
   if (!response.ok) throw new Error(await refusal(response));
   return response.text();
@@ -188,6 +220,13 @@ async function loadFunctions(window, generation = view.generation) {
   }
 }
 
+// The names from the root to `node` of the drawn tree.
+function namesTo(node) {
+  const names = [];
+  for (let at = node; at; at = at.parent) names.unshift(at.data.name);
+  return names;
+}
+
 function makeChart(width) {
   const chart = flamegraphChart()
     .width(width)
@@ -206,6 +245,11 @@ function makeChart(width) {
     $("matched").textContent = `matched: ${share.toFixed(1)}% of samples in ${results.length} frames`;
     $("matched").dataset.share = share.toFixed(1);
   });
+  // A click zooms into a frame; the zoom is kept when the graph is drawn
+  // again (a live refresh, the icicle switch).
+  chart.onClick((node) => {
+    view.zoomed = node.parent ? namesTo(node) : null;
+  });
   return chart;
 }
 
@@ -218,26 +262,43 @@ function draw(tree, diffing) {
     view.chart.computeDelta(true).setColorMapper(window.flamegraph.colorMapper.differentialColorMapper);
   }
   d3.select("#flamegraph").datum(tree).call(view.chart);
+  if (view.zoomed) {
+    const path = view.zoomed.join("\n");
+    const node = d3
+      .selectAll("#flamegraph svg g.frame")
+      .data()
+      .find((node) => namesTo(node).join("\n") === path);
+    if (node) view.chart.zoomTo(node);
+    else view.zoomed = null;
+  }
   search();
 }
 
 // Loads the chosen window; a live refresh (`quietly`) keeps the last status
-// line until the new one comes.
+// line until the new one comes. Whatever fails is said, never left loading.
 async function load(quietly) {
   const generation = ++view.generation;
+  try {
+    await loadWindow(generation, quietly);
+  } catch (error) {
+    if (generation === view.generation) setStatus(`The page failed to draw the window: ${error.message}`, "error");
+  }
+}
+
+async function loadWindow(generation, quietly) {
   const chosen = chosenWindow();
   const params = reportParams(chosen.params, "folded", true);
   const diff = $("diff").value;
   if (quietly) document.body.dataset.state = "loading";
   else setStatus("Loading…", "loading");
+  const against = diff ? baseWindow(diff) : null;
   let tree;
   let base = null;
   try {
     const text = await fetchText(`/api/query?${params}`);
     tree = foldedTree(text);
-    if (diff) {
-      const back = diff === "before" ? windowSeconds() : Number(diff);
-      const baseParams = reportParams(earlierWindow(back), "folded", true);
+    if (against) {
+      const baseParams = reportParams(against.params, "folded", true);
       base = foldedTree(await fetchText(`/api/query?${baseParams}`));
       document.body.dataset.baseWindow = baseParams.toString();
     }
@@ -248,6 +309,8 @@ async function load(quietly) {
   if (generation !== view.generation) return;
   if (base) markDelta(tree, base);
   view.tree = tree;
+  if (base) document.body.dataset.diffing = "yes";
+  else delete document.body.dataset.diffing;
   draw(tree, Boolean(base));
   await Promise.all([
     loadFunctions(chosen.params, generation),
@@ -255,15 +318,18 @@ async function load(quietly) {
     loadTimeline(generation),
   ]);
   if (generation !== view.generation) return;
-  const against = base ? `, compared with ${base.value} samples before (red: more, blue: fewer)` : "";
+  let compared = "";
+  if (base) compared = `, compared with ${base.value} samples of ${against.words} (red: more, blue: fewer)`;
+  else if (diff) compared = "; drag on the timeline the range to compare with";
   setStatus(
     `${tree.value} samples, ${chosen.words}, ` +
-      `${$("processes").value.trim() || "every process"}, ${$("mode").value}${against} ` +
+      `${$("processes").value.trim() || "every process"}, ${$("mode").value}${compared} ` +
       `(loaded ${new Date().toLocaleTimeString()})`,
     "loaded",
   );
   document.body.dataset.samples = String(tree.value);
   document.body.dataset.window = params.toString();
+  document.body.dataset.loads = String(++view.loads);
 }
 
 function search() {
@@ -277,11 +343,12 @@ function search() {
   }
 }
 
-// The held history's samples per second, with a brush to choose a window.
+// The held history's samples per second (of the chosen processes, in the
+// chosen mode), with a brush to choose a window.
 async function loadTimeline(generation) {
   let timeline;
   try {
-    timeline = JSON.parse(await fetchText("/api/timeline"));
+    timeline = JSON.parse(await fetchText(`/api/timeline?${reportParams(new URLSearchParams(), null)}`));
   } catch (error) {
     $("timeline-note").textContent = error.message;
     return;
@@ -303,6 +370,9 @@ async function loadTimeline(generation) {
   const rate = (span) => span.samples / Math.max(0.001, (span.end_ms - span.start_ms) / 1000);
   const y = d3.scaleLinear().domain([0, d3.max(spans, rate) || 1]).range([height - 14, 0]);
   const svg = d3.select(box).append("svg").attr("width", width).attr("height", height);
+  box.title =
+    `${$("mode").selectedOptions[0].text} samples per second of ${$("processes").value.trim() || "every process"} ` +
+    "in the history the daemon holds; drag to choose a window";
   svg
     .selectAll("rect.bar")
     .data(spans)
@@ -326,27 +396,45 @@ async function loadTimeline(generation) {
     ])
     .on("end", (event) => {
       if (!event.sourceEvent) return;
-      if (!event.selection) {
-        view.brushed = null;
-      } else {
-        const [from, to] = event.selection.map((pixel) => x.invert(pixel));
-        view.brushed = { from, to };
-      }
+      const range = event.selection ? event.selection.map((pixel) => x.invert(pixel)) : null;
+      const chosen = range ? { from: range[0], to: range[1] } : null;
+      if (dragChooses() === "base") view.base = chosen;
+      else view.brushed = chosen;
       reload();
     });
-  const brushed = svg.append("g").attr("class", "brush").call(brush);
-  if (view.brushed) {
-    brushed.call(brush.move, [x(view.brushed.from), x(view.brushed.to)]);
+  // The range a drag does not choose now is marked, not draggable.
+  const target = dragChooses();
+  const marked = target === "base" ? view.brushed : view.base;
+  if (marked) {
+    svg
+      .append("rect")
+      .attr("class", target === "base" ? "window-mark" : "base-mark")
+      .attr("x", x(marked.from))
+      .attr("width", Math.max(1, x(marked.to) - x(marked.from)))
+      .attr("y", 0)
+      .attr("height", height - 14);
   }
-  $("timeline-note").textContent = view.brushed
-    ? "A dragged window: click outside it on the timeline to go back to the last minutes."
-    : "Drag on the timeline to choose a window.";
+  const brushed = svg.append("g").attr("class", `brush ${target}`).call(brush);
+  const dragged = target === "base" ? view.base : view.brushed;
+  if (dragged) brushed.call(brush.move, [x(dragged.from), x(dragged.to)]);
+  $("drag-target").hidden = $("diff").value !== "range";
+  if (target === "base") {
+    $("timeline-note").textContent = view.base
+      ? "The range compared with (blue): drag again to move it."
+      : "Drag the range to compare with.";
+  } else {
+    $("timeline-note").textContent = view.brushed
+      ? "A dragged window: click outside it on the timeline to go back to the last minutes."
+      : "Drag on the timeline to choose a window.";
+  }
 }
 
 async function loadProcesses(window, generation) {
   let processes;
   try {
-    processes = JSON.parse(await fetchText(`/api/processes?${window}`));
+    const params = new URLSearchParams(window);
+    params.set("mode", $("mode").value);
+    processes = JSON.parse(await fetchText(`/api/processes?${params}`));
   } catch (error) {
     processes = [];
   }
@@ -480,8 +568,14 @@ function start() {
   }
   $("reload").addEventListener("click", () => reload());
   $("search").addEventListener("input", search);
-  $("icicle").addEventListener("change", () => view.tree && draw(view.tree, Boolean($("diff").value)));
-  $("reset-zoom").addEventListener("click", () => view.chart && view.chart.resetZoom());
+  $("icicle").addEventListener("change", () => view.tree && draw(view.tree, Boolean(document.body.dataset.diffing)));
+  $("reset-zoom").addEventListener("click", () => {
+    view.zoomed = null;
+    if (view.chart) view.chart.resetZoom();
+  });
+  for (const choice of document.querySelectorAll('input[name="drag"]')) {
+    choice.addEventListener("change", () => loadTimeline(view.generation));
+  }
   $("peek-button").addEventListener("click", peekNow);
   $("process-filter").addEventListener("input", showProcesses);
   for (const header of $("functions").querySelectorAll("th")) {
