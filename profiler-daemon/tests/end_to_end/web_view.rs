@@ -90,6 +90,14 @@ fn number_before(text: &str, words: &str) -> Option<u64> {
     before.split_whitespace().last()?.parse().ok()
 }
 
+/// Asserts that the page's `status` says the window was compared with the
+/// daemon's own samples of `base` (query parameters); those samples.
+fn assert_compared_with(url: &str, status: &str, base: &str) -> u64 {
+    let total = total_of(url, base);
+    assert_eq!(number_before(status, "samples of"), Some(total), "{status}");
+    total
+}
+
 /// Asserts that every fill in `fills` (a JSON array) is differential.
 fn assert_differential(fills: &Value) {
     let fills = fills.as_array().expect("fills");
@@ -226,6 +234,11 @@ async fn the_web_view_works_in(browser: Browser) {
         share("widthBefore")
     );
     assert!(share("zoomWidth") > 0.99, "zoomed: {}", share("zoomWidth"));
+    let matched = seen["zoomMatched"].as_str().unwrap_or_default();
+    assert!(
+        matched.contains(&format!("of the samples under {process}")),
+        "zoomed, the search's share is not said to be of {process}: {matched}"
+    );
     assert!(
         share("zoomWidthIcicle") > 0.99,
         "icicle: {}",
@@ -321,14 +334,9 @@ async fn the_web_view_works_in(browser: Browser) {
     // frame in the differential colours.
     let status = seen["diffStatus"].as_str().expect("the diff's status");
     let base_window = seen["baseWindow"].as_str().expect("the base window");
-    let base_total = total_of(&url, base_window);
+    let base_total = assert_compared_with(&url, status, base_window);
     assert!(base_total > 0, "the window before {base_window} is empty");
     assert!(status.contains("of the window before"), "{status}");
-    assert_eq!(
-        number_before(status, "samples of"),
-        Some(base_total),
-        "{status}"
-    );
     assert_differential(&seen["diffFills"]);
 
     // The diff against a range dragged on the timeline: asked for first,
@@ -357,12 +365,7 @@ async fn the_web_view_works_in(browser: Browser) {
         millis(range, "from") < millis(range, "to") && millis(range, "to") < millis(window, "from"),
         "the dragged range {range} is not before the window {window}"
     );
-    let range_total = total_of(&url, range);
-    assert_eq!(
-        number_before(status, "samples of"),
-        Some(range_total),
-        "{status}"
-    );
+    assert_compared_with(&url, status, range);
     assert_differential(&seen["rangeFills"]);
     let marks = seen["rangeMarks"].as_array().expect("the timeline's marks");
     assert!(

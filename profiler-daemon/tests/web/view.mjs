@@ -139,6 +139,28 @@ async function fill(page, selector, value) {
   await page.type(selector, value);
 }
 
+// The fifth of the timeline (as fractions of its width) to drag as a past
+// window: the middle one, or the nearest earlier one in which the window
+// and the window before it each hold, well inside, the middle of a span of
+// the held history with samples. (A window reads the spans whose middle it
+// holds; a daemon starved of CPU, as a debug build beside two browsers can
+// be, drains late and holds spans longer than a fifth.)
+async function pastFifth(page) {
+  const [start, end] = (await attribute(page, "body", "data-timeline")).split(",").map(Number);
+  const { spans } = await page.evaluate(async () => (await fetch("/api/timeline")).json());
+  const middles = spans.filter((span) => span.samples > 0).map((span) => (span.start_ms + span.end_ms) / 2);
+  const at = (fraction) => start + fraction * (end - start);
+  const holds = (from, to) => {
+    const margin = (to - from) / 5;
+    return middles.some((middle) => middle > from + margin && middle < to - margin);
+  };
+  for (let from = 0.4; from >= 0.2; from -= 0.02) {
+    const [a, b] = [at(from), at(from + 0.2)];
+    if (holds(a, b) && holds(2 * a - b, a)) return [from, from + 0.2];
+  }
+  throw new Error(`no fifth of the timeline and the fifth before it both hold samples: ${JSON.stringify(spans)}`);
+}
+
 // Waits until `condition()`, run here, is true.
 async function eventually(condition) {
   const end = Date.now() + WAIT_MS;
@@ -228,6 +250,7 @@ async function view(page) {
   const afterZoom = Number(await attribute(page, "body", "data-loads"));
   await until(page, (loads) => Number(document.body.dataset.loads) > loads, afterZoom);
   seen.zoomWidth = await frameWidth(page, args.zoom);
+  seen.zoomMatched = await text(page, "#matched");
   seen.rootTopBefore = await rootTop(page);
   await page.click("#icicle");
   await until(page, () => document.querySelector("#flamegraph svg g.frame"));
@@ -251,7 +274,8 @@ async function view(page) {
     before,
   );
   seen.peeksBefore = before;
-  await page.click(peekItems);
+  // Clicked in the page, at once: the list is drawn again as peeks come.
+  await page.$eval(peekItems, (item) => item.click());
   await until(page, () => document.getElementById("peek-report").textContent.length > 0);
   seen.peekReport = await text(page, "#peek-report");
 
@@ -270,14 +294,16 @@ async function view(page) {
   seen.buttonPeekSelected = await attribute(page, "#peeks li.selected", "data-pid");
 
   // A past range dragged on the timeline reloads the graph. It is dragged
-  // over the middle fifth of `history` seconds held, so that it ends long
-  // enough ago for its spans to be merged at the store's resolution (the
-  // test reads the same window again and must get the same samples), and
-  // so that the window before it holds samples too.
+  // over a fifth of `history` seconds held, so that it ends long enough ago
+  // for its spans to be merged at the store's resolution (the test reads
+  // the same window again and must get the same samples), and so that the
+  // window before it holds samples too.
   await page.waitForFunction((seconds) => Number(document.body.dataset.history) >= seconds, { timeout: 2 * WAIT_MS }, args.history);
   await loaded(page);
   seen.windowBefore = await attribute(page, "body", "data-window");
-  await dragOnTimeline(page, 0.4, 0.6);
+  const [from, to] = await pastFifth(page);
+  seen.dragged = [from, to];
+  await dragOnTimeline(page, from, to);
   await until(page, () => document.body.dataset.state === "loaded" && document.body.dataset.window.includes("from="));
   seen.pastWindow = await attribute(page, "body", "data-window");
   seen.pastSamples = Number(await attribute(page, "body", "data-samples"));
@@ -301,15 +327,16 @@ async function view(page) {
   seen.diffFills = await differentialFills(page);
   await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-diff.png"), fullPage: true });
 
-  // A diff against a range dragged on the timeline (the earliest tenth
-  // held): the window stays, the range compared with is the dragged one.
+  // A diff against a range dragged on the timeline (among the earliest
+  // held, before the window): the window stays, the range compared with is
+  // the dragged one.
   await page.select("#diff", "range");
   await until(
     page,
     () => document.body.dataset.state === "loaded" && !document.getElementById("drag-target").hidden,
   );
   seen.rangeAsked = await text(page, "#status");
-  await dragOnTimeline(page, 0.05, 0.15);
+  await dragOnTimeline(page, 0.02, 0.08);
   await until(
     page,
     (before) =>

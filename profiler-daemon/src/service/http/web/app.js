@@ -13,6 +13,11 @@ const LIVE_REFRESH_MS = 5000;
 // case the event stream is refused (each caller has a few streams).
 const PEEKS_REFRESH_MS = 10000;
 const FUNCTIONS_SHOWN = 25;
+// What the process list counts in each mode (time off CPU counts as the
+// sampling periods it makes, as the reports count it).
+const COUNTED = { cpu: "samples", offcpu: "periods off CPU", wall: "samples and periods off CPU" };
+// How long the flame graph takes to zoom.
+const TRANSITION_MS = 250;
 // A request the daemon has not answered in this long is given up, and
 // said so (the next live refresh asks again).
 const REQUEST_TIMEOUT_MS = 60000;
@@ -232,7 +237,7 @@ function makeChart(width) {
     .width(width)
     .cellHeight(18)
     .minFrameSize(2)
-    .transitionDuration(250)
+    .transitionDuration(TRANSITION_MS)
     .sort(true)
     .title("")
     .setDetailsElement($("details"));
@@ -241,8 +246,10 @@ function makeChart(width) {
       $("matched").textContent = "";
       return;
     }
+    // Of the frame zoomed into, when zoomed.
     const share = total > 0 ? (100 * sum) / total : 0;
-    $("matched").textContent = `matched: ${share.toFixed(1)}% of samples in ${results.length} frames`;
+    const of = view.zoomed ? `the samples under ${view.zoomed.at(-1)}` : "samples";
+    $("matched").textContent = `matched: ${share.toFixed(1)}% of ${of} in ${results.length} frames`;
     $("matched").dataset.share = share.toFixed(1);
   });
   // A click zooms into a frame; the zoom is kept when the graph is drawn
@@ -268,8 +275,14 @@ function draw(tree, diffing) {
       .selectAll("#flamegraph svg g.frame")
       .data()
       .find((node) => namesTo(node).join("\n") === path);
-    if (node) view.chart.zoomTo(node);
-    else view.zoomed = null;
+    if (node) {
+      // Drawn zoomed at once, not zooming in again on every refresh.
+      view.chart.transitionDuration(0);
+      view.chart.zoomTo(node);
+      view.chart.transitionDuration(TRANSITION_MS);
+    } else {
+      view.zoomed = null;
+    }
   }
   search();
 }
@@ -343,6 +356,33 @@ function search() {
   }
 }
 
+// The samples of `spans` spread over `bins` equal bins from `start` to
+// `end` (each span's in proportion to its overlap with each), as rates
+// per second: spans are cut where drains happened, and a span of a few
+// milliseconds holding a sample or two would otherwise draw a spike.
+function binned(spans, start, end, bins) {
+  const width = (end - start) / bins;
+  const counts = new Float64Array(bins);
+  const binOf = (ms) => Math.min(bins - 1, Math.max(0, Math.floor((ms - start) / width)));
+  for (const span of spans) {
+    const length = span.end_ms - span.start_ms;
+    if (length <= 0) {
+      counts[binOf(span.start_ms)] += span.samples;
+      continue;
+    }
+    for (let bin = binOf(span.start_ms); bin <= binOf(span.end_ms); bin++) {
+      const from = Math.max(span.start_ms, start + bin * width);
+      const to = Math.min(span.end_ms, start + (bin + 1) * width);
+      if (to > from) counts[bin] += (span.samples * (to - from)) / length;
+    }
+  }
+  return Array.from(counts, (count, bin) => ({
+    start_ms: start + bin * width,
+    end_ms: start + (bin + 1) * width,
+    rate: count / (width / 1000),
+  }));
+}
+
 // The held history's samples per second (of the chosen processes, in the
 // chosen mode), with a brush to choose a window.
 async function loadTimeline(generation) {
@@ -366,24 +406,30 @@ async function loadTimeline(generation) {
   const start = spans[0].start_ms;
   const end = Math.max(spans[spans.length - 1].end_ms, timeline.now_ms);
   document.body.dataset.history = String(Math.round((end - start) / 1000));
+  document.body.dataset.timeline = `${start},${end}`;
   const x = d3.scaleLinear().domain([start, end]).range([0, width]);
-  const rate = (span) => span.samples / Math.max(0.001, (span.end_ms - span.start_ms) / 1000);
-  const y = d3.scaleLinear().domain([0, d3.max(spans, rate) || 1]).range([height - 14, 0]);
+  // Bins of at least a second, at most one per 3 pixels, up to the last
+  // drain (the time since holds no samples yet).
+  const held = spans[spans.length - 1].end_ms;
+  const count = Math.max(1, Math.min(Math.floor(((held - start) / (end - start)) * (width / 3)), Math.ceil((held - start) / 1000)));
+  const bins = binned(spans, start, held, count);
+  const rate = (bin) => bin.rate;
+  const y = d3.scaleLinear().domain([0, d3.max(bins, rate) || 1]).range([height - 14, 0]);
   const svg = d3.select(box).append("svg").attr("width", width).attr("height", height);
   box.title =
     `${$("mode").selectedOptions[0].text} samples per second of ${$("processes").value.trim() || "every process"} ` +
     "in the history the daemon holds; drag to choose a window";
   svg
     .selectAll("rect.bar")
-    .data(spans)
+    .data(bins)
     .join("rect")
     .attr("class", "bar")
-    .attr("x", (span) => x(span.start_ms))
-    .attr("width", (span) => Math.max(1, x(span.end_ms) - x(span.start_ms) - 0.5))
-    .attr("y", (span) => y(rate(span)))
-    .attr("height", (span) => height - 14 - y(rate(span)))
+    .attr("x", (bin) => x(bin.start_ms))
+    .attr("width", (bin) => Math.max(1, x(bin.end_ms) - x(bin.start_ms) - 0.5))
+    .attr("y", (bin) => y(rate(bin)))
+    .attr("height", (bin) => height - 14 - y(rate(bin)))
     .append("title")
-    .text((span) => `${new Date(span.start_ms).toLocaleTimeString()}: ${rate(span).toFixed(0)} samples/s`);
+    .text((bin) => `${new Date(bin.start_ms).toLocaleTimeString()}: ${rate(bin).toFixed(0)} samples/s`);
   svg
     .append("g")
     .attr("transform", `translate(0,${height - 14})`)
@@ -402,9 +448,12 @@ async function loadTimeline(generation) {
       else view.brushed = chosen;
       reload();
     });
-  // The range a drag does not choose now is marked, not draggable.
+  // The range a drag does not choose now is marked, not draggable: the
+  // window while the range compared with is dragged, that range (when it
+  // is compared with) while the window is.
   const target = dragChooses();
-  const marked = target === "base" ? view.brushed : view.base;
+  const comparing = $("diff").value === "range";
+  const marked = target === "base" ? view.brushed : comparing ? view.base : null;
   if (marked) {
     svg
       .append("rect")
@@ -452,6 +501,7 @@ async function loadProcesses(window, generation) {
 }
 
 function showProcesses() {
+  $("processes-table").querySelector("th:last-child").textContent = COUNTED[$("mode").value] || "samples";
   const filter = $("process-filter").value.trim().toLowerCase();
   const body = $("processes-table").querySelector("tbody");
   body.replaceChildren();
