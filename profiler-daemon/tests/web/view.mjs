@@ -72,19 +72,21 @@ const browser = await puppeteer.launch({
   defaultViewport: VIEWPORT,
 });
 const seen = { scenario, browser: await browser.version(), console: [] };
+// The page's requests not answered yet, and when each was made.
+const pending = new Map();
 try {
   const page = await browser.newPage();
   page.on("console", (message) => seen.console.push(`${message.type()}: ${message.text()}`));
   page.on("pageerror", (error) => seen.console.push(`pageerror: ${error.message}`));
-  // Every request the page makes, to show it asks nothing of the internet.
+  // Every request the page makes, to show it asks nothing of the internet,
+  // and (until answered) when it was made.
   seen.requests = [];
-  page.on("request", (request) => seen.requests.push(request.url()));
+  page.on("request", (request) => {
+    seen.requests.push(request.url());
+    pending.set(request, Date.now());
+  });
   seen.responses = [];
   page.on("response", (response) => seen.responses.push([response.url(), response.status()]));
-  // The requests not answered yet, and when they were made.
-  const pending = new Map();
-  seen.pending = () => [...pending].map(([request, at]) => [request.url(), `${Date.now() - at} ms`]);
-  page.on("request", (request) => pending.set(request, Date.now()));
   // How long each of the daemon's answers took.
   seen.timings = [];
   page.on("requestfinished", (request) => {
@@ -98,7 +100,7 @@ try {
   else throw new Error(`no scenario ${scenario}`);
 } catch (error) {
   seen.error = String(error && error.stack ? error.stack : error);
-  seen.pendingAtError = seen.pending();
+  seen.pendingAtError = [...pending].map(([request, at]) => [request.url(), `${Date.now() - at} ms`]);
   // What the page said when it failed.
   const page = (await browser.pages()).at(-1);
   seen.pageAtError = await page
@@ -111,7 +113,6 @@ try {
 } finally {
   await browser.close();
 }
-delete seen.pending;
 console.log(JSON.stringify(seen));
 
 // Waits until `predicate(...values)`, run in the page, is true.
@@ -298,7 +299,14 @@ async function view(page) {
   // for its spans to be merged at the store's resolution (the test reads
   // the same window again and must get the same samples), and so that the
   // window before it holds samples too.
-  await page.waitForFunction((seconds) => Number(document.body.dataset.history) >= seconds, { timeout: 2 * WAIT_MS }, args.history);
+  await page.waitForFunction(
+    (seconds) => {
+      const [start, end] = (document.body.dataset.timeline || "0,0").split(",").map(Number);
+      return end - start >= seconds * 1000;
+    },
+    { timeout: 2 * WAIT_MS },
+    args.history,
+  );
   await loaded(page);
   seen.windowBefore = await attribute(page, "body", "data-window");
   const [from, to] = await pastFifth(page);

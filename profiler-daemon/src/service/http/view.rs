@@ -31,6 +31,7 @@ use super::{
     routes::{Admission, Answer, HttpError, Routes, admitted, report_response},
 };
 use crate::{
+    peek::PeekReport,
     profile::{Format, GroupBy},
     report::FunctionRanking,
     service::{MAX_FUNCTIONS, PastWindow, ServiceError, unix_millis},
@@ -317,9 +318,13 @@ async fn peek(
         );
     };
     let report = routes.service.peek(asker, pid).await?;
-    Ok(json(
-        &serde_json::json!({ "id": report.id, "pid": report.pid }),
-    ))
+    Ok(json(&peek_made(&report)))
+}
+
+/// A peek report as `/api/peek` and `/api/peeks/events` name it: `{"id",
+/// "pid"}` (the report itself is at `/peeks/ID`).
+fn peek_made(report: &PeekReport) -> serde_json::Value {
+    serde_json::json!({ "id": report.id, "pid": report.pid })
 }
 
 /// `GET /api/peeks/events`: a server-sent event `peek` with `{"id",
@@ -336,8 +341,8 @@ async fn peek_events(
     let events = ReceiverStream::new(reports)
         .map_while(Result::ok)
         .map(|report| {
-            let data = serde_json::json!({ "id": report.id, "pid": report.pid });
-            Ok::<_, Infallible>(Event::default().event("peek").data(data.to_string()))
+            let data = peek_made(&report).to_string();
+            Ok::<_, Infallible>(Event::default().event("peek").data(data))
         });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())

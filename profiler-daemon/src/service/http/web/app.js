@@ -37,6 +37,8 @@ const view = {
   base: null,
   // The names from the root to the frame zoomed into, kept across reloads.
   zoomed: null,
+  // Whether the graph drawn is a diff.
+  diffing: false,
   loads: 0,
   processes: [],
   functionsSort: "self",
@@ -322,8 +324,7 @@ async function loadWindow(generation, quietly) {
   if (generation !== view.generation) return;
   if (base) markDelta(tree, base);
   view.tree = tree;
-  if (base) document.body.dataset.diffing = "yes";
-  else delete document.body.dataset.diffing;
+  view.diffing = Boolean(base);
   draw(tree, Boolean(base));
   await Promise.all([
     loadFunctions(chosen.params, generation),
@@ -405,7 +406,6 @@ async function loadTimeline(generation) {
   }
   const start = spans[0].start_ms;
   const end = Math.max(spans[spans.length - 1].end_ms, timeline.now_ms);
-  document.body.dataset.history = String(Math.round((end - start) / 1000));
   document.body.dataset.timeline = `${start},${end}`;
   const x = d3.scaleLinear().domain([start, end]).range([0, width]);
   // Bins of at least a second, at most one per 3 pixels, up to the last
@@ -413,8 +413,7 @@ async function loadTimeline(generation) {
   const held = spans[spans.length - 1].end_ms;
   const count = Math.max(1, Math.min(Math.floor(((held - start) / (end - start)) * (width / 3)), Math.ceil((held - start) / 1000)));
   const bins = binned(spans, start, held, count);
-  const rate = (bin) => bin.rate;
-  const y = d3.scaleLinear().domain([0, d3.max(bins, rate) || 1]).range([height - 14, 0]);
+  const y = d3.scaleLinear().domain([0, d3.max(bins, (bin) => bin.rate) || 1]).range([height - 14, 0]);
   const svg = d3.select(box).append("svg").attr("width", width).attr("height", height);
   box.title =
     `${$("mode").selectedOptions[0].text} samples per second of ${$("processes").value.trim() || "every process"} ` +
@@ -426,10 +425,10 @@ async function loadTimeline(generation) {
     .attr("class", "bar")
     .attr("x", (bin) => x(bin.start_ms))
     .attr("width", (bin) => Math.max(1, x(bin.end_ms) - x(bin.start_ms) - 0.5))
-    .attr("y", (bin) => y(rate(bin)))
-    .attr("height", (bin) => height - 14 - y(rate(bin)))
+    .attr("y", (bin) => y(bin.rate))
+    .attr("height", (bin) => height - 14 - y(bin.rate))
     .append("title")
-    .text((bin) => `${new Date(bin.start_ms).toLocaleTimeString()}: ${rate(bin).toFixed(0)} samples/s`);
+    .text((bin) => `${new Date(bin.start_ms).toLocaleTimeString()}: ${bin.rate.toFixed(0)} samples/s`);
   svg
     .append("g")
     .attr("transform", `translate(0,${height - 14})`)
@@ -618,7 +617,7 @@ function start() {
   }
   $("reload").addEventListener("click", () => reload());
   $("search").addEventListener("input", search);
-  $("icicle").addEventListener("change", () => view.tree && draw(view.tree, Boolean(document.body.dataset.diffing)));
+  $("icicle").addEventListener("change", () => view.tree && draw(view.tree, view.diffing));
   $("reset-zoom").addEventListener("click", () => {
     view.zoomed = null;
     if (view.chart) view.chart.resetZoom();
