@@ -22,6 +22,9 @@
 //! - [`export`]: pushes the windows of the store to fleet profile stores
 //!   (Pyroscope), in the background.
 //! - [`daemon`]: the process itself: configuration, reloads, logs, systemd.
+//! - [`memory`]: one memory budget for the whole daemon, divided among the
+//!   parts that hold memory, and what the heap and the kernel say is used
+//!   (a leaf every layer may use).
 //!
 //! [`profile`] holds the domain values every layer shares.
 
@@ -29,6 +32,7 @@ pub mod allocs;
 pub mod daemon;
 pub mod export;
 pub mod kernel;
+pub mod memory;
 pub mod peek;
 pub mod pipeline;
 pub mod profile;

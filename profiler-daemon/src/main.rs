@@ -26,9 +26,10 @@ use profilerd::{
         KernelAllocationProbes, KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads,
         Sampler, SamplerSettings,
     },
+    memory::Part,
     peek::{self, Peeker},
     pipeline::Inboxes,
-    pipeline::{DrainIntervals, Pipeline},
+    pipeline::{DrainIntervals, Pipeline, PipelineBounds},
     service::{DaemonInfo, Service, ServiceParts, limits::ServiceLimits},
     service::{
         http::HttpListener,
@@ -49,8 +50,14 @@ struct Args {
     overrides: Overrides,
 }
 
+/// The heap counted, so that the memory each part holds can be checked
+/// against what is really allocated.
+#[global_allocator]
+static ALLOCATOR: profilerd::memory::counting::CountingAllocator =
+    profilerd::memory::counting::CountingAllocator;
+
 fn main() -> ExitCode {
-    profilerd::daemon::allocator::tune();
+    profilerd::memory::trim::tune();
     let args = Args::parse();
     let config = Config::load(args.config.as_deref(), &args.overrides);
     let log_level = config
@@ -97,7 +104,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     tokio::spawn(systemd::keep_watchdog_alive());
     // First, so that a second daemon fails before touching the kernel.
     let (listener, _socket_file) = serving::bind_socket(&config.socket)?;
-    tokio::spawn(profilerd::daemon::allocator::trim_when_idle());
+    tokio::spawn(profilerd::memory::trim::trim_when_idle());
     let mut sampler = Sampler::start(&SamplerSettings {
         frequency_hz: config.frequency_hz,
         drain_interval: config.drain_interval,
@@ -111,7 +118,11 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         offcpu_max_pending: config.offcpu_max_pending,
     })
     .context("cannot start sampling")?;
-    let store = Arc::new(RwLock::new(Store::new(config.store_settings())));
+    let budget = config
+        .memory_budget(sampler.ring_buffer_bytes())
+        .context("invalid value for `memory_budget`")?;
+    info!("{}", budget.describe());
+    let store = Arc::new(RwLock::new(Store::new(config.store_settings(&budget))));
     let (offcpu_maps, offcpu_intervals) = match sampler.take_offcpu() {
         Ok((maps, intervals)) => (
             Ok(Box::new(maps) as Box<dyn RecordingMaps>),
@@ -122,6 +133,10 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     let offcpu = OffCpuRecorder::new(offcpu_maps, config.offcpu);
     let offcpu_intervals = offcpu_intervals.map(|intervals| (intervals, offcpu.recorded()));
     let inboxes = Inboxes::default();
+    // Each inbox may take a quarter of the peeks' share (the peek reports
+    // kept take the other half, see peek::archive).
+    inboxes.peeks.set_limit(budget.share(Part::Peeks) / 4);
+    inboxes.allocations.set_limit(budget.share(Part::Peeks) / 4);
     let pipeline = Pipeline::start(
         &mut sampler,
         store.clone(),
@@ -132,7 +147,12 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
             every: config.drain_interval,
             watched: config.watched_drain_interval,
         },
-        config.unwind_info_limit.as_u64(),
+        PipelineBounds {
+            unwind_info: budget.share(Part::UnwindInfo),
+            jit_names: budget.share(Part::JitNames),
+            symbolizer: budget.share(Part::Symbolizer),
+            processes: budget.share(Part::Processes),
+        },
         offcpu_intervals,
     )
     .context("cannot start the sample pipeline")?;
@@ -165,7 +185,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         warn!("allocation profiling is off: {reason}");
     }
     let peeker = Peeker::new(
-        config.peek_settings(),
+        config.peek_settings(&budget),
         Arc::new(peek_clocks),
         inboxes.peeks.clone(),
         pipeline.handle(),
@@ -200,6 +220,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
             peek_signal_off,
         },
         warm_report_indexes: config.warm_report_indexes,
+        budget: Some(budget.clone()),
     });
 
     info!(
@@ -207,7 +228,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         frequency_hz = config.frequency_hz,
         retention = %humantime::format_duration(config.retention),
         resolution = %humantime::format_duration(config.resolution),
-        memory_limit = %config.memory_limit,
+        memory_budget = %config.memory_budget,
         "profilerd is serving"
     );
     let tls = match (&config.tls_cert, &config.tls_key, &config.tls_client_ca) {
@@ -230,7 +251,11 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     };
     let service = Arc::new(service);
     tokio::spawn(service.clone().keep_stack_indexes_current());
-    let mut exporter = profilerd::export::Exporter::new(service.clone(), &config.state_dir);
+    let mut exporter = profilerd::export::Exporter::new(
+        service.clone(),
+        &config.state_dir,
+        budget.share(Part::Export),
+    );
     exporter
         .apply(&config.push_settings())
         .context("cannot start pushing profiles (push in the configuration)")?;
@@ -240,6 +265,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         running: config.clone(),
         sampler: sampler.clone(),
         store: reload_store,
+        budget: budget.clone(),
         peeker: reload_peeker,
         service: service.clone(),
         exporter,

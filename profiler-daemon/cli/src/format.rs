@@ -217,6 +217,8 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         sessions = status.open_sessions,
         max = humantime::format_duration(Duration::from_millis(status.max_profile_duration_ms)),
     );
+    text.push_str(&crate::memory::jit_status(status.jit.as_ref()));
+    text.push_str(&crate::memory::memory_status(status.memory.as_ref()));
     for target in &status.push {
         text.push_str(&push_status(target, now));
     }

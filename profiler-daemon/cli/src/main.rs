@@ -10,6 +10,7 @@ mod allocs;
 mod args;
 mod format;
 mod machine;
+mod memory;
 mod output;
 mod peeks;
 mod profiles;

@@ -1,11 +1,10 @@
 //! The daemon as a process: its configuration (`config`) and live reloads
-//! (`reload`), its logs (`logging`), its dialogue with systemd
-//! (`systemd`) and its memory allocator's tuning (`allocator`).
+//! (`reload`), its logs (`logging`) and its dialogue with systemd
+//! (`systemd`).
 //!
 //! This layer owns the process-wide settings and their changes; it must not
 //! sample, store or serve.
 
-pub mod allocator;
 pub mod config;
 pub mod logging;
 pub mod reload;

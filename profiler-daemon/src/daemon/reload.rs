@@ -36,6 +36,9 @@ pub struct Reloader {
     pub running: Config,
     pub sampler: Arc<Mutex<Sampler>>,
     pub store: Arc<RwLock<Store>>,
+    /// The memory budget divided at start (`memory_budget` needs a
+    /// restart; `memory_limit` reloads within it).
+    pub budget: crate::memory::MemoryBudget,
     pub peeker: Peeker,
     pub service: Arc<Service>,
     pub exporter: crate::export::Exporter,
@@ -93,7 +96,8 @@ impl Reloader {
         running.retention = new.retention;
         running.resolution = new.resolution;
         running.memory_limit = new.memory_limit;
-        crate::write_lock(&self.store).set_settings(running.store_settings(), SystemTime::now());
+        crate::write_lock(&self.store)
+            .set_settings(running.store_settings(&self.budget), SystemTime::now());
         running.max_profile_duration = new.max_profile_duration;
         self.service
             .set_live_settings(running.frequency_hz, running.max_profile_duration());
@@ -109,7 +113,8 @@ impl Reloader {
         running.peeks_max_bytes = new.peeks_max_bytes;
         running.peeks_kept_per_user = new.peeks_kept_per_user;
         running.peeks_per_user_per_minute = new.peeks_per_user_per_minute;
-        self.peeker.set_settings(running.peek_settings());
+        self.peeker
+            .set_settings(running.peek_settings(&self.budget));
         let push_keys = [
             "push_interval",
             "push_labels",

@@ -86,15 +86,21 @@ impl PushBoard {
 pub struct Exporter {
     service: Arc<Service>,
     spool_root: PathBuf,
+    /// The export's share of the memory budget: the targets' queues
+    /// together hold at most this (each at most its `queue_bytes`).
+    memory_share: u64,
     /// Stops the tasks of the targets running now.
     stop: Option<watch::Sender<bool>>,
 }
 
 impl Exporter {
-    pub fn new(service: Arc<Service>, state_dir: &Path) -> Self {
+    /// Pushes with the queues together within `memory_share` bytes (0: no
+    /// bound but each target's `queue_bytes`).
+    pub fn new(service: Arc<Service>, state_dir: &Path, memory_share: u64) -> Self {
         Self {
             service,
             spool_root: state_dir.join("push-spool"),
+            memory_share,
             stop: None,
         }
     }
@@ -123,7 +129,20 @@ impl Exporter {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
         let mut targets = Vec::new();
+        let per_target = match self.memory_share {
+            0 => u64::MAX,
+            share => share / prepared.len() as u64,
+        };
         for (name, target, connection) in prepared {
+            let queue_bytes = target.queue_bytes.as_u64().min(per_target);
+            if queue_bytes < target.queue_bytes.as_u64() {
+                info!(
+                    target = name,
+                    queue_bytes,
+                    "the push queue is held to its share of memory_budget (what does not fit \
+                     goes to the spool, or is dropped and counted)"
+                );
+            }
             let kept = previous
                 .iter()
                 .find(|old| old.name == name && old.kind == target.kind)
@@ -132,7 +151,7 @@ impl Exporter {
                 Delivery::new(
                     &name,
                     Bounds {
-                        queue_bytes: target.queue_bytes.as_u64(),
+                        queue_bytes,
                         spool: (target.spool_bytes.as_u64() > 0).then(|| {
                             (
                                 self.spool_root.join(sanitize(&name)),

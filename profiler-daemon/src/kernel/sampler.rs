@@ -487,6 +487,17 @@ impl Sampler {
         sampler.take_link(link).map_err(error)
     }
 
+    /// Bytes of the kernel's ring buffers the daemon maps: each is mapped
+    /// twice over (its wrap-around), and all of it counts in the daemon's
+    /// resident memory once written.
+    pub fn ring_buffer_bytes(&self) -> u64 {
+        // The families' and lineages' rings, and the peek signals'.
+        const SMALL_RINGS: u64 = 256 << 10;
+        2 * (u64::from(self.stack_copies.unwrap_or(0))
+            + u64::from(OFFCPU_INTERVALS_BYTES)
+            + SMALL_RINGS)
+    }
+
     pub fn cpus(&self) -> &[u32] {
         &self.cpus
     }

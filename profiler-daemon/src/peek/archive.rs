@@ -3,7 +3,10 @@
 //! memory for the API. The bounds are shared fairly between the users whose
 //! processes were peeked: no user's reports take more than its share, and
 //! when the archive is full the user holding the most loses its oldest
-//! first, so one user's flood cannot push out the others' reports.
+//! first, so one user's flood cannot push out the others' reports. The
+//! reports of this run held in memory stay within the peeks' share of the
+//! memory budget: past it, the oldest are let go of in memory (read back
+//! from their files when asked for), or, kept in memory only, dropped.
 //!
 //! Owns the `peeks/` directory; it must not make reports.
 
@@ -54,6 +57,14 @@ pub struct Bounds {
     pub max_bytes: u64,
     /// Most reports of one user's processes (and that share of the bytes).
     pub max_reports_per_user: usize,
+    /// Most bytes of reports held in memory (0: no limit).
+    pub max_memory_bytes: u64,
+}
+
+/// What a report held in memory costs, roughly: its text, and its threads'
+/// trees as much again.
+fn memory_bytes(report: &PeekReport) -> u64 {
+    2 * report.text.len() as u64 + 512
 }
 
 impl Bounds {
@@ -71,6 +82,9 @@ pub struct Archive {
     bounds: Bounds,
     /// By id, which sorts by trigger time.
     kept: BTreeMap<String, Kept>,
+    /// Reports let go of in memory (or dropped) to stay within
+    /// `max_memory_bytes`.
+    unloaded: u64,
 }
 
 impl Archive {
@@ -81,6 +95,7 @@ impl Archive {
             directory: None,
             bounds,
             kept: BTreeMap::new(),
+            unloaded: 0,
         };
         if let Err(err) = create_private_dir(directory) {
             warn!(
@@ -167,6 +182,18 @@ impl Archive {
         )
     }
 
+    /// Bytes of reports held in memory, and reports let go of in memory
+    /// (or dropped) to stay within the bound since start.
+    pub fn memory(&self) -> (u64, u64) {
+        let held = self
+            .kept
+            .values()
+            .filter_map(|kept| kept.report.as_deref())
+            .map(memory_bytes)
+            .sum();
+        (held, self.unloaded)
+    }
+
     /// Changes the bounds (configuration reload); the reports beyond them
     /// go at once.
     pub fn set_bounds(&mut self, bounds: Bounds) {
@@ -175,8 +202,37 @@ impl Archive {
     }
 
     /// Drops reports until the bounds hold: first the oldest of a user over
-    /// its share, then the oldest of the user that holds the most.
+    /// its share, then the oldest of the user that holds the most; then
+    /// lets go of the oldest in memory until those held fit.
     fn enforce_bounds(&mut self) {
+        self.enforce_counts();
+        let limit = self.bounds.max_memory_bytes;
+        if limit == 0 {
+            return;
+        }
+        let (mut held, _) = self.memory();
+        // Oldest first (ids sort by trigger time); the newest stays.
+        let ids: Vec<String> = self.kept.keys().cloned().collect();
+        for id in ids.iter().take(ids.len().saturating_sub(1)) {
+            if held <= limit {
+                break;
+            }
+            let on_disk = self.directory.is_some();
+            let Some(kept) = self.kept.get_mut(id) else {
+                continue;
+            };
+            let Some(report) = kept.report.take() else {
+                continue;
+            };
+            held -= memory_bytes(&report);
+            self.unloaded += 1;
+            if !on_disk {
+                self.kept.remove(id);
+            }
+        }
+    }
+
+    fn enforce_counts(&mut self) {
         loop {
             let mut users: HashMap<Option<u32>, (usize, u64)> = HashMap::new();
             for kept in self.kept.values() {
@@ -314,6 +370,7 @@ mod tests {
             max_reports,
             max_bytes,
             max_reports_per_user: per_user,
+            max_memory_bytes: 0,
         };
         let archive = Archive::open(&dir.path().join("peeks"), bounds);
         (dir, archive)
@@ -369,6 +426,7 @@ mod tests {
             max_reports: 10,
             max_bytes: 1 << 20,
             max_reports_per_user: 10,
+            max_memory_bytes: 0,
         };
         let path = dir.path().join("peeks");
         let owner = Owner {

@@ -59,6 +59,9 @@ pub struct PeekSettings {
     pub max_reports_per_user: usize,
     /// Most peeks of one user's processes started per minute.
     pub per_user_per_minute: u32,
+    /// Most bytes the peeks hold in memory (reports of this run, samples
+    /// of peeks under way; 0: no limit).
+    pub memory_limit: u64,
 }
 
 /// Which processes a signal may peek at; an empty list does not restrict.
@@ -319,6 +322,15 @@ impl Peeker {
         stats
     }
 
+    /// Bytes the peeks hold in memory (the reports of this run, the
+    /// samples of peeks under way), and what was let go of or dropped to
+    /// stay within their share since start (reports, and samples).
+    pub fn memory(&self) -> (u64, u64) {
+        let (reports, unloaded) = lock(&self.inner.archive).memory();
+        let (samples, dropped) = self.inner.inbox.usage();
+        (reports + samples, unloaded + dropped)
+    }
+
     /// Peeks running now.
     pub fn running(&self) -> usize {
         lock(&self.inner.running).len()
@@ -552,7 +564,15 @@ impl Peeker {
         // Waits under way are credited up to the cut.
         let cut = inner.pipeline.close_window().await;
         drop(recording);
-        let samples = inner.inbox.close(pid);
+        let delivered = inner.inbox.take(pid);
+        if delivered.dropped > 0 {
+            warnings.push(format!(
+                "{} samples were dropped: the peeks' share of memory_budget was full (other \
+                 peeks ran at once; raise memory_budget)",
+                delivered.dropped
+            ));
+        }
+        let samples = delivered.samples;
         self.forget_threads(&snapshot);
         outcome?;
         cut.map_err(|_| PeekError::Stopped)?;
@@ -705,6 +725,8 @@ fn bounds(settings: &PeekSettings) -> archive::Bounds {
         max_reports: settings.max_reports,
         max_bytes: settings.max_bytes,
         max_reports_per_user: settings.max_reports_per_user,
+        // The samples of peeks under way take the rest.
+        max_memory_bytes: settings.memory_limit / 2,
     }
 }
 

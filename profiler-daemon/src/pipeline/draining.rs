@@ -23,7 +23,7 @@ use super::{
 use crate::{
     kernel::{drain, offcpu::monotonic_now_ns, sources::SampleSource},
     lock,
-    symbols::processes::ProcessTable,
+    symbols::{jit_names::JitNames, processes::ProcessTable},
 };
 
 /// A request for an immediate drain, answered with the instant it cut at:
@@ -145,6 +145,9 @@ impl Unwinding<'_> {
 pub(super) struct Outlets<'a> {
     pub jobs: &'a mpsc::SyncSender<SymbolizeJob>,
     pub processes: &'a Mutex<ProcessTable>,
+    /// Told the anonymous code of each batch, to read its names ahead of
+    /// the symbolizer.
+    pub jit_names: &'a JitNames,
     pub stats: &'a Mutex<PipelineStats>,
 }
 
@@ -218,6 +221,7 @@ fn drain_once(
     let Outlets {
         jobs,
         processes,
+        jit_names,
         stats,
     } = *outlets;
     let drain_started = Instant::now();
@@ -271,6 +275,7 @@ fn drain_once(
             table.unwind_stats(),
         )
     };
+    jit_names.want(&batch);
     {
         let mut stats = lock(stats);
         stats.processes = process_stats;

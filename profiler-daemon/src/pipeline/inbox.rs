@@ -2,8 +2,10 @@
 //! request rather than to the store (a peek's, an allocation profile's),
 //! until the request that asked for them takes them.
 //!
-//! Owns only those samples, per process. It must not aggregate or report
-//! them.
+//! Owns only those samples, per process, within a bound in bytes (the
+//! peeks' share of the memory budget): past it, samples are dropped and
+//! counted, and the request's report says so. It must not aggregate or
+//! report them.
 
 use std::sync::{
     Mutex,
@@ -26,45 +28,120 @@ pub struct Inboxes {
 /// Samples by process, for the processes a request collects them for.
 #[derive(Debug, Default)]
 pub struct SampleInbox {
-    open: Mutex<HashMap<u32, Vec<SymbolizedSample>>>,
+    open: Mutex<Open>,
     stray: AtomicU64,
+    /// The most bytes held (0: no limit).
+    limit: AtomicU64,
+}
+
+/// The samples collected, per process, and what they hold.
+#[derive(Debug, Default)]
+struct Open {
+    by_process: HashMap<u32, Collected>,
+    bytes: u64,
+    /// Samples dropped since start because the inbox was full.
+    dropped: u64,
+}
+
+/// One process's samples, and those dropped for it (inbox full).
+#[derive(Debug, Default)]
+struct Collected {
+    samples: Vec<SymbolizedSample>,
+    bytes: u64,
+    dropped: u64,
+}
+
+/// What a sample held in an inbox costs, roughly: its thread's identity,
+/// its stack's pointers and the vector's slot.
+fn sample_bytes(sample: &SymbolizedSample) -> u64 {
+    (std::mem::size_of::<SymbolizedSample>() + sample.stack.len() * 8) as u64 + 64
+}
+
+/// What a request's inbox gave it.
+#[derive(Debug, Default)]
+pub struct Delivered {
+    pub samples: Vec<SymbolizedSample>,
+    /// Samples (by count) dropped because the inbox was full.
+    pub dropped: u64,
+}
+
+impl Open {
+    /// Files `sample` under `pid` if it is collected and fits; says
+    /// whether it was collected.
+    fn file(&mut self, sample: SymbolizedSample, limit: u64) -> bool {
+        let bytes = sample_bytes(&sample);
+        let Some(collected) = self.by_process.get_mut(&sample.thread.pid) else {
+            return false;
+        };
+        if limit > 0 && self.bytes + bytes > limit {
+            collected.dropped += sample.count;
+            self.dropped += sample.count;
+            return true;
+        }
+        collected.bytes += bytes;
+        self.bytes += bytes;
+        collected.samples.push(sample);
+        true
+    }
 }
 
 impl SampleInbox {
+    /// Holds at most `bytes` of samples (0: no limit).
+    pub fn set_limit(&self, bytes: u64) {
+        self.limit.store(bytes, Ordering::Relaxed);
+    }
+
     /// Starts collecting the samples of `pid`, dropping any left over.
     pub fn open(&self, pid: u32) {
-        self.lock().insert(pid, Vec::new());
+        let mut open = self.lock();
+        if let Some(left) = open.by_process.insert(pid, Collected::default()) {
+            open.bytes -= left.bytes;
+        }
     }
 
     /// Stops collecting for `pid` and hands over what it collected.
     pub fn close(&self, pid: u32) -> Vec<SymbolizedSample> {
-        self.lock().remove(&pid).unwrap_or_default()
+        self.take(pid).samples
+    }
+
+    /// Stops collecting for `pid` and hands over what it collected, and
+    /// how many samples did not fit.
+    pub fn take(&self, pid: u32) -> Delivered {
+        let mut open = self.lock();
+        let collected = open.by_process.remove(&pid).unwrap_or_default();
+        open.bytes -= collected.bytes;
+        Delivered {
+            samples: collected.samples,
+            dropped: collected.dropped,
+        }
     }
 
     /// Files samples under their processes, dropping (and counting) those
     /// of processes no request is open for (one that failed or ended early).
     pub fn deliver(&self, samples: impl IntoIterator<Item = SymbolizedSample>) {
+        let limit = self.limit.load(Ordering::Relaxed);
         let mut open = self.lock();
-        let mut dropped = 0;
+        let mut stray = 0;
         for sample in samples {
-            match open.get_mut(&sample.thread.pid) {
-                Some(collected) => collected.push(sample),
-                None => dropped += sample.count,
+            let count = sample.count;
+            if !open.file(sample, limit) {
+                stray += count;
             }
         }
-        self.stray.fetch_add(dropped, Ordering::Relaxed);
+        self.stray.fetch_add(stray, Ordering::Relaxed);
     }
 
     /// Copies the samples of processes being peeked at (off-CPU time, which
     /// goes to the store too) into their peeks.
     pub fn copy_in<'a>(&self, samples: impl IntoIterator<Item = &'a SymbolizedSample>) {
+        let limit = self.limit.load(Ordering::Relaxed);
         let mut open = self.lock();
-        if open.is_empty() {
+        if open.by_process.is_empty() {
             return;
         }
         for sample in samples {
-            if let Some(collected) = open.get_mut(&sample.thread.pid) {
-                collected.push(sample.clone());
+            if open.by_process.contains_key(&sample.thread.pid) {
+                open.file(sample.clone(), limit);
             }
         }
     }
@@ -74,7 +151,54 @@ impl SampleInbox {
         self.stray.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Vec<SymbolizedSample>>> {
+    /// Bytes held now, and samples dropped since start because the inbox
+    /// was full.
+    pub fn usage(&self) -> (u64, u64) {
+        let open = self.lock();
+        (open.bytes, open.dropped)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
         crate::lock(&self.open)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{profile::ThreadInfo, symbols::symbolizer::SymbolizedSample};
+
+    fn sample(pid: u32) -> SymbolizedSample {
+        SymbolizedSample {
+            thread: ThreadInfo {
+                pid,
+                tid: pid,
+                thread_name: "t".into(),
+                process_name: "p".into(),
+                uid: 0,
+                gid: 0,
+                protected: false,
+                cgroup: "/".into(),
+            },
+            kind: profiler_common::SampleKind::Peek,
+            stack: Vec::new(),
+            count: 1,
+            weight: 0,
+            allocation_id: 0,
+        }
+    }
+
+    #[test]
+    fn a_full_inbox_drops_and_counts_what_does_not_fit() {
+        let inbox = SampleInbox::default();
+        let one = sample_bytes(&sample(1));
+        inbox.set_limit(one * 3);
+        inbox.open(1);
+        inbox.deliver((0..5).map(|_| sample(1)).chain([sample(2)]));
+        assert_eq!(inbox.usage(), (one * 3, 2));
+        assert_eq!(inbox.stray_samples(), 1);
+        let delivered = inbox.take(1);
+        assert_eq!((delivered.samples.len(), delivered.dropped), (3, 2));
+        assert_eq!(inbox.usage(), (0, 2));
     }
 }

@@ -53,6 +53,7 @@ use crate::{
     },
     lock,
     store::Store,
+    symbols::jit_names::{JitNames, JitStats, SETTLE_WAIT},
     symbols::processes::{NormalizedBatch, ProcessStats, ProcessTable},
     symbols::symbolizer::{Symbolizer, SymbolizerStats},
     symbols::unwind::UnwindStats,
@@ -82,6 +83,22 @@ pub struct PipelineStats {
     pub unwinding: UnwindStats,
     /// Off-CPU waits charged and under way (`None`: not recorded).
     pub waits: Option<WaitStats>,
+    /// The JIT code names held and the perf maps read.
+    pub jit: JitStats,
+}
+
+/// The most bytes each part of the pipeline holds (0: no bound), shares
+/// of the daemon's memory budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PipelineBounds {
+    /// Unwind information (`.eh_frame`, `.debug_frame`) of the binaries.
+    pub unwind_info: u64,
+    /// Names of JIT-compiled code read from perf maps.
+    pub jit_names: u64,
+    /// The symbolizer's parsed debug information and cache of names.
+    pub symbolizer: u64,
+    /// The process table's records (mappings, unwinders, binaries).
+    pub processes: u64,
 }
 
 impl PipelineStats {
@@ -102,6 +119,7 @@ pub struct PipelineHandle {
     stats: Arc<Mutex<PipelineStats>>,
     stack_copies: Option<Arc<Mutex<unwinding::StackCopyUnwinder>>>,
     processes: Arc<Mutex<ProcessTable>>,
+    jit_names: JitNames,
 }
 
 impl PipelineHandle {
@@ -166,7 +184,9 @@ impl PipelineHandle {
     }
 
     pub fn stats(&self) -> PipelineStats {
-        lock(&self.stats).clone()
+        let mut stats = lock(&self.stats).clone();
+        stats.jit = self.jit_names.stats();
+        stats
     }
 }
 
@@ -175,6 +195,7 @@ pub struct Pipeline {
     handle: PipelineHandle,
     /// Wakes the drain thread to stop it.
     wake: mpsc::Sender<Wake>,
+    jit_names: JitNames,
     stopping: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -188,7 +209,7 @@ impl Pipeline {
         inboxes: Inboxes,
         sinks: Vec<Box<dyn ExportSink>>,
         drains: DrainIntervals,
-        unwind_info_limit: u64,
+        bounds: PipelineBounds,
         offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
     ) -> Result<Self, PipelineError> {
         let source = sampler.take_source()?;
@@ -206,15 +227,15 @@ impl Pipeline {
             inboxes,
             sinks,
             drains,
-            unwind_info_limit,
+            bounds,
         )
     }
 
     /// Starts the pipeline threads on `source`, with the kernel's process
     /// announcements when there are (without, processes are recorded when
     /// their samples are drained) and its stack copies when it copies
-    /// stacks (with the off-CPU intervals, when they are recorded), holding at most `unwind_info_limit` bytes of unwind
-    /// information (0: no limit).
+    /// stacks (with the off-CPU intervals, when they are recorded), each
+    /// part within its bound.
     #[expect(
         clippy::too_many_arguments,
         reason = "each is a distinct part the pipeline joins"
@@ -227,13 +248,13 @@ impl Pipeline {
         inboxes: Inboxes,
         sinks: Vec<Box<dyn ExportSink>>,
         drains: DrainIntervals,
-        unwind_info_limit: u64,
+        bounds: PipelineBounds,
     ) -> Result<Self, PipelineError> {
         let stopping = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(PipelineStats::default()));
-        let processes = Arc::new(Mutex::new(ProcessTable::with_unwind_info_limit(
-            unwind_info_limit,
-        )));
+        let processes = Arc::new(Mutex::new(
+            ProcessTable::with_unwind_info_limit(bounds.unwind_info).with_limit(bounds.processes),
+        ));
         let (requests, request_queue) = mpsc::channel();
         let wake = requests.clone();
         // Room for half a minute of drains at the default interval, so that a
@@ -248,6 +269,9 @@ impl Pipeline {
                 .map_err(|err| PipelineError::Thread(name, err))
         };
         let mut threads = Vec::new();
+        let (jit_names, jit_thread) =
+            JitNames::start(bounds.jit_names).map_err(|err| PipelineError::Thread("jit", err))?;
+        threads.push(jit_thread);
         let mut watcher = announcements.map(if stack_copies.is_some() {
             ProcessWatcher::beside_unwinder
         } else {
@@ -269,16 +293,23 @@ impl Pipeline {
             )))
         });
         threads.push(spawn("symbolize", {
-            let stats = stats.clone();
-            Box::new(move || symbolize_into_store(job_queue, &store, &inboxes, sinks, &stats))
+            let (stats, jit_names) = (stats.clone(), jit_names.clone());
+            Box::new(move || {
+                let symbolizer = Symbolizer::with_limit(bounds.symbolizer);
+                symbolize_into_store(
+                    job_queue, symbolizer, &jit_names, &store, &inboxes, sinks, &stats,
+                )
+            })
         })?);
         let handle = PipelineHandle {
             requests,
             stats: stats.clone(),
             stack_copies: stack_copies.clone(),
             processes: processes.clone(),
+            jit_names: jit_names.clone(),
         };
         threads.push(spawn("drain", {
+            let jit_names = jit_names.clone();
             Box::new(move || {
                 let unwinding = stack_copies
                     .as_deref()
@@ -286,6 +317,7 @@ impl Pipeline {
                 let outlets = Outlets {
                     jobs: &jobs,
                     processes: &processes,
+                    jit_names: &jit_names,
                     stats: &stats,
                 };
                 draining::drain_and_unwind(source, unwinding, drains, &request_queue, &outlets);
@@ -295,6 +327,7 @@ impl Pipeline {
         Ok(Self {
             handle,
             wake,
+            jit_names,
             stopping,
             threads,
         })
@@ -309,6 +342,7 @@ impl Drop for Pipeline {
     fn drop(&mut self) {
         self.stopping.store(true, Ordering::Relaxed);
         let _ = self.wake.send(Wake::Stop);
+        self.jit_names.stop();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -324,19 +358,23 @@ pub struct StackCopyFeed {
     pub lineages: Option<Arc<ForkLineages>>,
 }
 
-/// The symbolizer thread: owns the (not `Send`) symbolizer; hands peek
-/// samples and sampled allocations to their inboxes, the rest to every
-/// export sink and the store.
+/// The symbolizer thread: owns the (not `Send`) symbolizer; names JIT
+/// code (waiting a little for the perf maps it was asked to read); hands
+/// peek samples and sampled allocations to their inboxes, the rest to
+/// every export sink and the store.
 fn symbolize_into_store(
     jobs: mpsc::Receiver<SymbolizeJob>,
+    mut symbolizer: Symbolizer,
+    jit_names: &JitNames,
     store: &RwLock<Store>,
     inboxes: &Inboxes,
     mut sinks: Vec<Box<dyn ExportSink>>,
     stats: &Mutex<PipelineStats>,
 ) {
-    let mut symbolizer = Symbolizer::new();
-    for job in jobs {
+    for mut job in jobs {
         let cut = job.batch.end;
+        jit_names.settle(&job.batch, SETTLE_WAIT);
+        jit_names.name_batch(&mut job.batch);
         let mut batch = symbolizer.symbolize(job.batch);
         let (mut peek_samples, mut allocations) = (Vec::new(), Vec::new());
         let mut stored = Vec::with_capacity(batch.samples.len());

@@ -75,7 +75,7 @@ fn drain_once(
             every: Duration::from_secs(60),
             watched: Duration::from_secs(60),
         },
-        0,
+        PipelineBounds::default(),
     )
     .unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -190,8 +190,8 @@ impl Service {
             ProfileMode::Allocated
         };
         let max_response_bytes = self.limits.max_response_bytes;
-        tokio::task::spawn_blocking(move || reports::render(&profile, &options, max_response_bytes))
-            .await
-            .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?
+        self.report_gate
+            .run(move || reports::render(&profile, &options, max_response_bytes))
+            .await?
     }
 }

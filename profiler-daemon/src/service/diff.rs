@@ -95,36 +95,37 @@ impl Service {
         let limit = spec.limit.unwrap_or(DEFAULT_LIMIT);
         let (normalize, max_response_bytes) = (spec.normalize, self.limits.max_response_bytes);
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
-            let [base, target] = queries.map(|query| {
-                reports::window_profile(
-                    &store,
-                    &query,
-                    sight.kernel_addresses,
-                    SumBy::ThreadAndStack,
-                )
-            });
-            let drawing = match drawing {
-                None => Vec::new(),
-                Some((format, options)) => {
-                    let drawing = report::render_diff(&base, &target, format, &options, normalize)
-                        .map_err(|err| {
-                            ServiceError::Internal(format!("cannot draw the diff: {err}"))
-                        })?;
-                    limits::check_reply_size(drawing.len(), max_response_bytes)?;
-                    drawing
-                }
-            };
-            let changes = report::diff(&base, &target);
-            Ok(DiffResult {
-                text: report::diff_text(&base, &target, &changes, limit),
-                changes,
-                base: Summary::of(&base),
-                target: Summary::of(&target),
-                drawing,
+        self.report_gate
+            .run(move || {
+                let [base, target] = queries.map(|query| {
+                    reports::window_profile(
+                        &store,
+                        &query,
+                        sight.kernel_addresses,
+                        SumBy::ThreadAndStack,
+                    )
+                });
+                let drawing = match drawing {
+                    None => Vec::new(),
+                    Some((format, options)) => {
+                        let drawing =
+                            report::render_diff(&base, &target, format, &options, normalize)
+                                .map_err(|err| {
+                                    ServiceError::Internal(format!("cannot draw the diff: {err}"))
+                                })?;
+                        limits::check_reply_size(drawing.len(), max_response_bytes)?;
+                        drawing
+                    }
+                };
+                let changes = report::diff(&base, &target);
+                Ok(DiffResult {
+                    text: report::diff_text(&base, &target, &changes, limit),
+                    changes,
+                    base: Summary::of(&base),
+                    target: Summary::of(&target),
+                    drawing,
+                })
             })
-        })
-        .await
-        .map_err(|err| ServiceError::Internal(format!("the diff task failed: {err}")))?
+            .await?
     }
 }

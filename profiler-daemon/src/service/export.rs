@@ -50,11 +50,12 @@ impl Service {
             },
         );
         let store = self.store.clone();
-        let profile = tokio::task::spawn_blocking(move || {
-            super::reports::window_profile(&store, &query, false, SumBy::ThreadAndStack)
-        })
-        .await
-        .map_err(|err| ServiceError::Internal(format!("the export task failed: {err}")));
+        let profile = self
+            .report_gate
+            .run(move || {
+                super::reports::window_profile(&store, &query, false, SumBy::ThreadAndStack)
+            })
+            .await;
         drop(earlier);
         profile
     }

@@ -23,6 +23,7 @@ pub mod limits;
 pub mod metrics;
 mod overview;
 mod peeks;
+pub mod report_memory;
 pub mod reports;
 pub mod rpc_counts;
 pub mod selection;
@@ -67,6 +68,7 @@ use crate::{
         offcpu::{OffCpuRecorder, RecordingGuard},
         targets::Targets,
     },
+    memory::Part,
     peek::Peeker,
     pipeline::PipelineHandle,
     store::{Store, WindowHolds},
@@ -101,6 +103,9 @@ pub struct ServiceParts {
     /// Keep the indexes of the reports most asked for from the start (see
     /// [`reports::StackIndexes::warmed`]).
     pub warm_report_indexes: bool,
+    /// The memory budget divided: the report indexes and the reports being
+    /// made keep to their shares, and status shows every part's.
+    pub budget: Option<crate::memory::MemoryBudget>,
 }
 
 /// Running profiles that can be cut short, by caller and token.
@@ -112,6 +117,9 @@ pub struct Service {
     store: Arc<RwLock<Store>>,
     /// The tree reports' indexes of the store's stacks.
     stack_indexes: Arc<reports::StackIndexes>,
+    /// Lets reports through as their share of the memory budget allows.
+    report_gate: Arc<report_memory::ReportGate>,
+    budget: Option<crate::memory::MemoryBudget>,
     /// Keeps the store's buckets as drained while a window is open.
     holds: WindowHolds,
     stop_switch: StopSwitch,
@@ -155,16 +163,23 @@ impl Service {
             allocations,
             info,
             warm_report_indexes,
+            budget,
         } = parts;
+        let share = |part| budget.as_ref().map_or(0, |budget| budget.share(part));
         let holds = crate::read_lock(&store).holds();
         let (stop_switch, stopping) = stopping::flag();
         Self {
             pipeline,
             store,
-            stack_indexes: Arc::new(match warm_report_indexes {
-                true => reports::StackIndexes::warmed(),
-                false => reports::StackIndexes::default(),
-            }),
+            stack_indexes: Arc::new(
+                match warm_report_indexes {
+                    true => reports::StackIndexes::warmed(),
+                    false => reports::StackIndexes::default(),
+                }
+                .with_limit(share(Part::ReportIndexes)),
+            ),
+            report_gate: Arc::new(report_memory::ReportGate::new(share(Part::Reports))),
+            budget,
             holds,
             stop_switch,
             stopping,
@@ -238,10 +253,12 @@ impl Service {
 
     /// The self-metrics in the Prometheus text format.
     pub fn metrics(&self) -> String {
+        let pipeline = self.pipeline.stats();
         metrics::render(metrics::Snapshot {
             uptime: self.info.started.elapsed(),
             frequency_hz: self.frequency_hz(),
-            pipeline: self.pipeline.stats(),
+            memory: self.memory(&pipeline),
+            pipeline,
             store: self.store_stats(),
             report_index_bytes: self.stack_indexes.bytes(),
             peeks: self.peeker.stats(),

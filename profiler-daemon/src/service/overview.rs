@@ -79,46 +79,47 @@ impl Service {
         let (start, end) = self.past_window(window).await?;
         let query = self.query_of(start, end, selector.past()?, mode, Sight::of(asker.caller));
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
-            // No thread's CPU stacks are read: each is only counted (time
-            // off CPU is read per stack, as stack ids, and summed).
-            let none = |threads: &[(&ThreadInfo, u64)]| Some(vec![false; threads.len()]);
-            let profile = crate::read_lock(&store).profile_picking_threads(&query, false, &none);
-            let mut by_thread: BTreeMap<u32, u64> = BTreeMap::new();
-            let counted = (profile
-                .unread
-                .iter()
-                .map(|unread| (unread.thread, unread.count)))
-            .chain(
-                profile
-                    .samples
+        self.report_gate
+            .run(move || {
+                // No thread's CPU stacks are read: each is only counted (time
+                // off CPU is read per stack, as stack ids, and summed).
+                let none = |threads: &[(&ThreadInfo, u64)]| Some(vec![false; threads.len()]);
+                let profile =
+                    crate::read_lock(&store).profile_picking_threads(&query, false, &none);
+                let mut by_thread: BTreeMap<u32, u64> = BTreeMap::new();
+                let counted = (profile
+                    .unread
                     .iter()
-                    .map(|sample| (sample.thread, sample.count)),
-            );
-            for (thread, count) in counted {
-                let samples = by_thread.entry(thread).or_default();
-                *samples = samples.saturating_add(count);
-            }
-            let mut by_pid: BTreeMap<u32, ProcessSamples> = BTreeMap::new();
-            for (thread, samples) in by_thread {
-                let thread = &profile.threads[thread as usize];
-                let process = by_pid.entry(thread.pid).or_insert_with(|| ProcessSamples {
-                    pid: thread.pid,
-                    command: thread.process_name.to_string(),
-                    uid: thread.uid,
-                    cgroup: thread.cgroup.to_string(),
-                    threads: 0,
-                    samples: 0,
-                });
-                process.threads += 1;
-                process.samples = process.samples.saturating_add(samples);
-            }
-            let mut processes: Vec<ProcessSamples> = by_pid.into_values().collect();
-            processes.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
-            processes
-        })
-        .await
-        .map_err(|err| ServiceError::Internal(format!("the process list task failed: {err}")))
+                    .map(|unread| (unread.thread, unread.count)))
+                .chain(
+                    profile
+                        .samples
+                        .iter()
+                        .map(|sample| (sample.thread, sample.count)),
+                );
+                for (thread, count) in counted {
+                    let samples = by_thread.entry(thread).or_default();
+                    *samples = samples.saturating_add(count);
+                }
+                let mut by_pid: BTreeMap<u32, ProcessSamples> = BTreeMap::new();
+                for (thread, samples) in by_thread {
+                    let thread = &profile.threads[thread as usize];
+                    let process = by_pid.entry(thread.pid).or_insert_with(|| ProcessSamples {
+                        pid: thread.pid,
+                        command: thread.process_name.to_string(),
+                        uid: thread.uid,
+                        cgroup: thread.cgroup.to_string(),
+                        threads: 0,
+                        samples: 0,
+                    });
+                    process.threads += 1;
+                    process.samples = process.samples.saturating_add(samples);
+                }
+                let mut processes: Vec<ProcessSamples> = by_pid.into_values().collect();
+                processes.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+                processes
+            })
+            .await
     }
 }
 
@@ -154,14 +155,14 @@ impl Service {
         let sight = Sight::of(asker.caller);
         let query = self.query_of(start, end, selector, mode, sight);
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
-            let profile =
-                reports::window_profile(&store, &query, sight.kernel_addresses, SumBy::Stack);
-            let (functions, samples) = report::ranked(&profile, limit, true, ranking);
-            RankedFunctions { functions, samples }
-        })
-        .await
-        .map_err(|err| ServiceError::Internal(format!("the functions task failed: {err}")))
+        self.report_gate
+            .run(move || {
+                let profile =
+                    reports::window_profile(&store, &query, sight.kernel_addresses, SumBy::Stack);
+                let (functions, samples) = report::ranked(&profile, limit, true, ranking);
+                RankedFunctions { functions, samples }
+            })
+            .await
     }
 }
 

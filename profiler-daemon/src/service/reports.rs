@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use super::{error::ServiceError, limits};
+use super::{error::ServiceError, limits, report_memory::ReportGate};
 use crate::{
     profile::{Format, GroupBy, LossCause, Profile, ReportOptions, ThreadInfo, ThreadState},
     report::{self, StackIndex, StackIndexKey},
@@ -135,12 +135,13 @@ pub struct Report {
 /// unless `kernel_addresses`), and hands it to `make`, off the async
 /// threads.
 pub async fn read_profile<T: Send + 'static>(
+    gate: &ReportGate,
     store: Arc<RwLock<Store>>,
     query: Query,
     kernel_addresses: bool,
     make: impl FnOnce(&Profile) -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, ServiceError> {
-    tokio::task::spawn_blocking(move || {
+    gate.run(move || {
         let started = Instant::now();
         let profile = window_profile(&store, &query, kernel_addresses, SumBy::ThreadAndStack);
         let read = started.elapsed();
@@ -148,8 +149,7 @@ pub async fn read_profile<T: Send + 'static>(
         log_answer(&profile, started, read);
         made
     })
-    .await
-    .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?
+    .await?
 }
 
 /// An index unused this long is dropped: its memory is given back.
@@ -171,6 +171,10 @@ pub const STACK_INDEX_LAG: usize = 64;
 #[derive(Default)]
 pub struct StackIndexes {
     indexes: Mutex<Vec<KeptIndex>>,
+    /// The most bytes the indexes hold (0: no limit), and indexes let go
+    /// of to stay within it.
+    limit: u64,
+    evicted: std::sync::atomic::AtomicU64,
 }
 
 /// An index, what it is of, and when it was last asked for.
@@ -207,6 +211,66 @@ impl StackIndexes {
         });
         Self {
             indexes: Mutex::new(kept.collect()),
+            ..Self::default()
+        }
+    }
+
+    /// Holds the indexes within `bytes` (0: no limit): past it, those
+    /// asked for least recently are let go of (a report that needs one
+    /// again builds it), the warm ones last.
+    pub fn with_limit(mut self, bytes: u64) -> Self {
+        self.limit = bytes;
+        self
+    }
+
+    /// Indexes let go of to stay within the limit since start.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Lets go of indexes, least recently asked for first (the warm ones
+    /// last), until those held are within the limit.
+    fn keep_within_limit(&self) {
+        if self.limit == 0 {
+            return;
+        }
+        let mut indexes = crate::lock(&self.indexes);
+        let mut held: Vec<(bool, Instant, usize, u64)> = indexes
+            .iter()
+            .enumerate()
+            .map(|(at, kept)| {
+                // An index a report is extending is counted when done.
+                let bytes = kept
+                    .index
+                    .try_read()
+                    .map_or(0, |index| index.bytes() as u64);
+                (kept.warm, kept.used, at, bytes)
+            })
+            .collect();
+        let mut total: u64 = held.iter().map(|&(.., bytes)| bytes).sum();
+        if total <= self.limit {
+            return;
+        }
+        held.sort_unstable();
+        let mut gone = Vec::new();
+        for (warm, _, at, bytes) in held {
+            if total <= self.limit {
+                break;
+            }
+            total -= bytes;
+            gone.push(at);
+            tracing::info!(
+                warm,
+                bytes,
+                limit = self.limit,
+                "let go of a report index to stay within its share of memory_budget"
+            );
+        }
+        gone.sort_unstable();
+        for at in gone.into_iter().rev() {
+            indexes.remove(at);
+            self.evicted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -220,6 +284,7 @@ impl StackIndexes {
     /// at most ~10 ms for what the refresher left.) It blocks: call it off
     /// the async threads.
     pub fn keep_current(&self, store: &RwLock<Store>) {
+        self.keep_within_limit();
         for index in self.live() {
             // An index a report is using is left to it: the report brings
             // it up to date itself. Never waiting for one here, while the
@@ -287,6 +352,7 @@ impl StackIndexes {
 /// stacks of the reports an index serves ([`StackIndexKey::of`]) come from
 /// the index of their options, brought up to the store's stacks first.
 pub async fn read_report(
+    gate: &ReportGate,
     store: Arc<RwLock<Store>>,
     indexes: Arc<StackIndexes>,
     query: Query,
@@ -294,7 +360,7 @@ pub async fn read_report(
     options: ReportOptions,
     max_response_bytes: u64,
 ) -> Result<Report, ServiceError> {
-    tokio::task::spawn_blocking(move || {
+    gate.run(move || {
         let started = Instant::now();
         let index = StackIndexKey::of(&options, !kernel_addresses)
             .filter(|_| !query.mode.is_memory())
@@ -319,7 +385,7 @@ pub async fn read_report(
                     window_ms = (started.elapsed() - extended_at).as_secs_f64() * 1e3,
                     "read a window from the store's stacks"
                 );
-                crate::daemon::allocator::after_report();
+                crate::memory::trim::after_report();
                 (profile, Some((index, store.generation())))
             }
             None => (
@@ -345,8 +411,7 @@ pub async fn read_report(
         log_answer(&profile, started, read);
         answer(bytes, &profile, &options, max_response_bytes)
     })
-    .await
-    .map_err(|err| ServiceError::Internal(format!("the report task failed: {err}")))?
+    .await?
 }
 
 /// Logs how long a window's answer took to read and to make.
@@ -474,7 +539,7 @@ fn read_out(mut profile: Profile, kernel_addresses: bool) -> Profile {
     if !kernel_addresses {
         profile.hide_kernel_addresses();
     }
-    crate::daemon::allocator::after_report();
+    crate::memory::trim::after_report();
     profile
 }
 

@@ -9,6 +9,7 @@ use profiler_common::Counter;
 use super::{Service, ServiceError, access::Asker};
 use crate::{
     kernel::targets::{TargetSet, TargetsError},
+    memory::{MemoryUsage, Part, PartUsage},
     peek::{PeekStats, Protection},
     pipeline::PipelineStats,
     store::StoreStats,
@@ -38,6 +39,9 @@ pub struct DaemonStatus {
     /// processes are being profiled.
     pub allocations_unavailable: Option<String>,
     pub allocation_profiles: usize,
+    /// The memory budget, what each part holds against its share, and
+    /// what the heap and the kernel count.
+    pub memory: MemoryUsage,
 }
 
 /// Whether off-CPU time can be recorded, and how much is.
@@ -69,7 +73,9 @@ impl Service {
     pub fn status(&self, asker: Asker) -> DaemonStatus {
         let pipeline = self.pipeline.stats();
         let dropped_in_kernel = pipeline.counters[Counter::LostPeekSignal as usize];
+        let memory = self.memory(&pipeline);
         DaemonStatus {
+            memory,
             version: env!("CARGO_PKG_VERSION"),
             uptime: self.info.started.elapsed(),
             cpus: self.info.cpus.clone(),
@@ -109,6 +115,98 @@ impl Service {
                 running: self.peeker.running(),
                 dropped_in_kernel,
             },
+        }
+    }
+
+    /// The memory budget and what each part holds against its share.
+    pub fn memory(&self, pipeline: &PipelineStats) -> MemoryUsage {
+        let share = |part| {
+            self.budget
+                .as_ref()
+                .map_or(0, |budget: &crate::memory::MemoryBudget| budget.share(part))
+        };
+        let usage = |part, held, evicted, evicted_unit| PartUsage {
+            part,
+            held,
+            share: share(part),
+            evicted,
+            evicted_unit,
+        };
+        let store = self.store_stats();
+        let reports = self.report_gate.stats();
+        let (peeks_held, peeks_evicted) = self.peeker.memory();
+        let push = self.push.status();
+        let symbolizer = &pipeline.symbolizer;
+        let parts = vec![
+            PartUsage {
+                share: store.memory_limit_bytes,
+                ..usage(
+                    Part::Store,
+                    store.memory_bytes,
+                    store.buckets_evicted_for_memory,
+                    "buckets",
+                )
+            },
+            usage(
+                Part::ReportIndexes,
+                self.stack_indexes.bytes(),
+                self.stack_indexes.evicted(),
+                "indexes",
+            ),
+            usage(
+                Part::Reports,
+                reports.held,
+                reports.waited,
+                "reports waited",
+            ),
+            PartUsage {
+                share: pipeline.unwinding.limit,
+                ..usage(
+                    Part::UnwindInfo,
+                    pipeline.unwinding.bytes,
+                    pipeline.unwinding.binaries_evicted,
+                    "binaries",
+                )
+            },
+            usage(
+                Part::Symbolizer,
+                symbolizer.parsed_bytes + symbolizer.cache_bytes,
+                symbolizer.binaries_evicted + symbolizer.cache_clears,
+                "binaries and caches",
+            ),
+            usage(
+                Part::JitNames,
+                pipeline.jit.bytes,
+                pipeline.jit.names_evicted,
+                "names",
+            ),
+            usage(
+                Part::Processes,
+                pipeline.processes.bytes,
+                pipeline.processes.evicted,
+                "records",
+            ),
+            usage(
+                Part::Peeks,
+                peeks_held,
+                peeks_evicted,
+                "reports and samples",
+            ),
+            usage(
+                Part::Export,
+                push.iter().map(|target| target.stats.queued_bytes).sum(),
+                push.iter().map(|target| target.stats.dropped).sum(),
+                "payloads",
+            ),
+        ];
+        let budget = self.budget.as_ref();
+        MemoryUsage {
+            budget: budget.map_or(0, |budget| budget.total),
+            program: budget.map_or(0, |budget| budget.program),
+            kernel_buffers: budget.map_or(0, |budget| budget.kernel_buffers),
+            parts,
+            heap: crate::memory::counting::heap_bytes(),
+            process: crate::memory::process::figures(),
         }
     }
 

@@ -27,7 +27,7 @@ use crate::{
         targets::{MemoryTargetMaps, TargetSet, Targets},
     },
     peek::{PeekSettings, Peeker, Protection},
-    pipeline::{DrainIntervals, Inboxes, Pipeline, testing::QueuedSource},
+    pipeline::{DrainIntervals, Inboxes, Pipeline, PipelineBounds, testing::QueuedSource},
     profile::{Format, Frame, GroupBy, Location, LocationKind, ReportOptions, ThreadInfo},
     store::{Store, StoreSettings},
     symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
@@ -72,7 +72,7 @@ fn fixture() -> Fixture {
             every: Duration::from_secs(60),
             watched: Duration::from_secs(60),
         },
-        0,
+        PipelineBounds::default(),
     )
     .expect("the pipeline starts");
     let state = tempfile::tempdir().expect("a temporary directory");
@@ -88,6 +88,7 @@ fn fixture() -> Fixture {
             max_bytes: 1 << 20,
             max_reports_per_user: 5,
             per_user_per_minute: 5,
+            memory_limit: 0,
         },
         Arc::new(NoClocks),
         inbox,
@@ -120,6 +121,7 @@ fn fixture() -> Fixture {
             started: Instant::now(),
             peek_signal_off: None,
         },
+        budget: None,
         warm_report_indexes: true,
     });
     Fixture {

@@ -67,6 +67,7 @@ struct TopRequest {
 struct TopSources {
     pipeline: PipelineHandle,
     store: Arc<RwLock<Store>>,
+    report_gate: Arc<super::report_memory::ReportGate>,
     holds: WindowHolds,
     frequency_hz: u32,
     stopping: Stopping,
@@ -112,6 +113,7 @@ impl Service {
         let sources = TopSources {
             pipeline: self.pipeline.clone(),
             store: self.store.clone(),
+            report_gate: self.report_gate.clone(),
             holds: self.holds.clone(),
             frequency_hz: self.frequency_hz(),
             stopping: self.stopping.clone(),
@@ -195,6 +197,7 @@ async fn update(
     };
     let (limit, kernel) = (request.limit, request.kernel);
     reports::read_profile(
+        &sources.report_gate,
         sources.store.clone(),
         query,
         sources.sight.kernel_addresses,

@@ -292,6 +292,7 @@ impl Service {
         let sight = Sight::of(asker.caller);
         let query = self.query_of(start, end, selector, ProfileMode::Cpu, sight);
         reports::read_profile(
+            &self.report_gate,
             self.store.clone(),
             query,
             sight.kernel_addresses,
@@ -413,6 +414,7 @@ impl Service {
     ) -> Result<Report, ServiceError> {
         let query = self.query_of(start, end, selector, mode, sight);
         reports::read_report(
+            &self.report_gate,
             self.store.clone(),
             self.stack_indexes.clone(),
             query,

@@ -112,9 +112,17 @@ impl Binary {
 pub enum UserAddress {
     /// Code of a file-backed mapping.
     File { binary: Arc<Binary>, offset: u64 },
-    /// Code of a special mapping such as `[vdso]`, or of anonymous memory
-    /// (JIT-compiled code), as an offset from the mapping's start.
+    /// Code of a special mapping such as `[vdso]`, as an offset from the
+    /// mapping's start.
     Special { name: Arc<str>, offset: u64 },
+    /// Code in anonymous memory (JIT-compiled, most often), not named
+    /// yet: `name` is the mapping's (`[anon]`, `[anon:NAME]`), `offset`
+    /// from its start.
+    Anonymous {
+        name: Arc<str>,
+        offset: u64,
+        address: u64,
+    },
     /// JIT-compiled code named by the process's perf map.
     Jit { function: Arc<str>, address: u64 },
     /// No mapping of the process covers it (or the process was never seen
@@ -194,6 +202,13 @@ pub(super) fn lookup(mappings: &[Mapping], address: u64) -> UserAddress {
             binary: binary.clone(),
             offset: offset + mapping.file_offset,
         },
+        MappingTarget::Special(name) if mapping.code && name.starts_with("[anon") => {
+            UserAddress::Anonymous {
+                name: name.clone(),
+                offset,
+                address,
+            }
+        }
         MappingTarget::Special(name) => UserAddress::Special {
             name: name.clone(),
             offset,

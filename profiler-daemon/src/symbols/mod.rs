@@ -1,9 +1,11 @@
 //! From addresses to names: the process table records each process's
 //! memory mappings while it lives and normalizes its user addresses to
 //! (binary, offset) (`processes`), unwinding the stack copies of its
-//! samples with the binaries' unwind information first (`unwind`) and
-//! naming JIT code from its perf map (`perf_map`); the symbolizer names
-//! the rest, and kernel addresses, with blazesym (`symbolizer`).
+//! samples with the binaries' unwind information first (`unwind`); JIT
+//! code is named from its perf map on a thread of its own (`jit_names`);
+//! the symbolizer names the rest, and kernel addresses, with blazesym
+//! (`symbolizer`). Every file read on behalf of a process is opened by
+//! `process_files`, which refuses what a hostile user may put there.
 //! `allocators` finds the allocator functions a process maps, for the
 //! allocation uprobes.
 //!
@@ -11,8 +13,9 @@
 //! read kernel maps, store samples or report.
 
 pub mod allocators;
+pub mod jit_names;
 pub mod mappings;
-pub mod perf_map;
+pub mod process_files;
 pub mod processes;
 pub mod symbolizer;
 pub mod unwind;

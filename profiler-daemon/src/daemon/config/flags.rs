@@ -59,7 +59,10 @@ pub struct Overrides {
     /// Time span of a stored bucket once past, e.g. 10s [default: 10s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub resolution: Option<Duration>,
-    /// Memory ceiling of the profile store, e.g. 64MiB [default: 64MiB]
+    /// Most memory the whole daemon holds, divided among its parts, e.g. 512MiB [default: 256MiB]
+    #[arg(long, value_name = "SIZE")]
+    pub memory_budget: Option<ByteSize>,
+    /// Memory ceiling of the profile store, e.g. 64MiB [default: its share of memory_budget]
     #[arg(long, value_name = "SIZE")]
     pub memory_limit: Option<ByteSize>,
     /// Longest profile request or session [default: the retention]
@@ -92,7 +95,7 @@ pub struct Overrides {
     /// Stack-copy ring buffer size, 0 = automatic [default: 0]
     #[arg(long, value_name = "SIZE")]
     pub stack_copy_buffer: Option<ByteSize>,
-    /// Most unwind information held, 0 = no limit [default: 64MiB]
+    /// Most unwind information held, 0 = no limit [default: its share of memory_budget]
     #[arg(long, value_name = "SIZE")]
     pub unwind_info_limit: Option<ByteSize>,
     /// Probability that any wait is recorded off CPU, 0 = off [default: 0]
@@ -161,6 +164,7 @@ impl Config {
             watched_drain_interval,
             retention,
             resolution,
+            memory_budget,
             memory_limit,
             max_profile_duration,
             max_sessions,
@@ -221,7 +225,10 @@ impl Config {
         set(&mut self.watched_drain_interval, watched_drain_interval);
         set(&mut self.retention, retention);
         set(&mut self.resolution, resolution);
-        set(&mut self.memory_limit, memory_limit);
+        set(&mut self.memory_budget, memory_budget);
+        if memory_limit.is_some() {
+            self.memory_limit = memory_limit;
+        }
         if max_profile_duration.is_some() {
             self.max_profile_duration = max_profile_duration;
         }
@@ -234,7 +241,9 @@ impl Config {
         set(&mut self.max_sample_keys, max_sample_keys);
         set(&mut self.stack_copy, stack_copy);
         set(&mut self.stack_copy_buffer, stack_copy_buffer);
-        set(&mut self.unwind_info_limit, unwind_info_limit);
+        if unwind_info_limit.is_some() {
+            self.unwind_info_limit = unwind_info_limit;
+        }
         set(&mut self.offcpu, offcpu);
         set(&mut self.offcpu_max_pending, offcpu_max_pending);
         set(&mut self.log_level, log_level);

@@ -20,6 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
 
 use crate::{
     export::settings::PushSettings,
+    memory::{MemoryBudget, Part, budget::BudgetError},
     peek::{Allowlist, PeekSettings},
     store::StoreSettings,
 };
@@ -95,9 +96,14 @@ pub struct Config {
     /// windows are reported in whole buckets.
     #[serde(deserialize_with = "duration", serialize_with = "duration_text")]
     pub resolution: Duration,
+    /// The most memory the whole daemon holds, divided among its parts
+    /// (see [`crate::memory::budget`]).
+    pub memory_budget: ByteSize,
     /// Hard ceiling on the memory the profile store may hold; the oldest
-    /// samples are dropped (and counted) to stay under it.
-    pub memory_limit: ByteSize,
+    /// samples are dropped (and counted) to stay under it. Not set: the
+    /// store's share of `memory_budget`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<ByteSize>,
     /// Longest `Profile` request or session accepted; `None`: the
     /// retention (see [`Config::max_profile_duration`]).
     #[serde(
@@ -135,8 +141,10 @@ pub struct Config {
     pub stack_copy_buffer: ByteSize,
     /// Most unwind information (`.eh_frame`, `.debug_frame`) held; above
     /// it, that of the binaries sampled least recently is let go of (and
-    /// read again when needed). 0: no limit.
-    pub unwind_info_limit: ByteSize,
+    /// read again when needed). Not set: its share of `memory_budget`; 0:
+    /// no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unwind_info_limit: Option<ByteSize>,
     /// Off-CPU time recorded always, for the history: the probability
     /// that any wait of any process is recorded (its time is scaled back
     /// up in reports), 0 (the default) for none. Requests for off-CPU or
@@ -212,7 +220,8 @@ impl Default for Config {
             watched_drain_interval: Duration::from_millis(250),
             retention: Duration::from_secs(3600),
             resolution: Duration::from_secs(10),
-            memory_limit: ByteSize::mib(64),
+            memory_budget: ByteSize::mib(256),
+            memory_limit: None,
             max_profile_duration: None,
             max_sessions: 16,
             max_sessions_per_caller: 4,
@@ -223,7 +232,7 @@ impl Default for Config {
             max_sample_keys: 0,
             stack_copy: ByteSize::kib(16),
             stack_copy_buffer: ByteSize::b(0),
-            unwind_info_limit: ByteSize::mib(64),
+            unwind_info_limit: None,
             offcpu: 0.0,
             offcpu_max_pending: 16_384,
             log_level: "info".to_owned(),
@@ -356,17 +365,33 @@ impl Config {
 }
 
 impl Config {
-    /// The store settings of this configuration.
-    pub fn store_settings(&self) -> StoreSettings {
+    /// `memory_budget` divided, once the program and `kernel_buffers`
+    /// (bytes of the kernel's ring buffers the daemon maps) are taken, the
+    /// bounds set in the configuration first.
+    pub fn memory_budget(&self, kernel_buffers: u64) -> Result<MemoryBudget, BudgetError> {
+        let mut set = Vec::new();
+        if let Some(limit) = self.memory_limit {
+            set.push((Part::Store, limit.as_u64(), "memory_limit"));
+        }
+        if let Some(limit) = self.unwind_info_limit {
+            set.push((Part::UnwindInfo, limit.as_u64(), "unwind_info_limit"));
+        }
+        MemoryBudget::divide(self.memory_budget.as_u64(), kernel_buffers, &set)
+    }
+
+    /// The store settings of this configuration, within `budget`.
+    pub fn store_settings(&self, budget: &MemoryBudget) -> StoreSettings {
         StoreSettings {
             retention: self.retention,
             resolution: self.resolution,
-            memory_limit: self.memory_limit.as_u64(),
+            memory_limit: self
+                .memory_limit
+                .map_or_else(|| budget.share(Part::Store), |limit| limit.as_u64()),
         }
     }
 
-    /// The peek settings of this configuration.
-    pub fn peek_settings(&self) -> PeekSettings {
+    /// The peek settings of this configuration, within `budget`.
+    pub fn peek_settings(&self, budget: &MemoryBudget) -> PeekSettings {
         PeekSettings {
             signal: self.peek_signal_number(),
             duration: self.peek_duration,
@@ -382,6 +407,7 @@ impl Config {
             max_bytes: self.peeks_max_bytes.as_u64(),
             max_reports_per_user: self.peeks_kept_per_user as usize,
             per_user_per_minute: self.peeks_per_user_per_minute,
+            memory_limit: budget.share(Part::Peeks),
         }
     }
 

@@ -117,7 +117,7 @@ fn every_key_parses() {
     assert_eq!(config.retention, Duration::from_secs(300));
     assert_eq!(config.resolution, Duration::from_secs(30));
     assert_eq!(config.max_profile_duration(), Duration::from_secs(120));
-    assert_eq!(config.memory_limit, ByteSize::mib(32));
+    assert_eq!(config.memory_limit, Some(ByteSize::mib(32)));
     assert_eq!(config.max_stacks, 4096);
     config.validate().unwrap();
 }
@@ -158,6 +158,11 @@ fn out_of_range_values_are_rejected_by_key() {
             "watched_drain_interval",
         ),
         ("memory_limit = \"1KiB\"", "memory_limit"),
+        ("memory_budget = \"32MiB\"", "memory_budget"),
+        (
+            "memory_budget = \"128MiB\"\nmemory_limit = \"120MiB\"",
+            "memory_budget",
+        ),
         ("max_profile_duration = \"2h\"", "max_profile_duration"),
         ("resolution = \"500ms\"", "resolution"),
         ("resolution = \"2h\"", "resolution"),
@@ -239,7 +244,7 @@ fn the_longest_profile_follows_the_retention_unless_set() {
 fn changed_keys_name_what_differs() {
     let old = Config::default();
     let new = Config::parse(
-        "frequency_hz = 99\nretention = \"2h\"\nsocket = \"/tmp/x.sock\"\nmax_profile_duration = \"5m\"",
+        "frequency_hz = 99\nretention = \"2h\"\nsocket = \"/tmp/x.sock\"\nmax_profile_duration = \"5m\"\nmemory_limit = \"32MiB\"",
     )
     .unwrap();
     assert_eq!(
@@ -247,6 +252,7 @@ fn changed_keys_name_what_differs() {
         [
             "frequency_hz",
             "max_profile_duration",
+            "memory_limit",
             "retention",
             "socket"
         ]

@@ -72,11 +72,18 @@ impl Config {
                 ),
             );
         }
-        if self.memory_limit < ByteSize::mib(4) {
+        if let Some(limit) = self.memory_limit
+            && limit < ByteSize::mib(4)
+        {
             return invalid(
                 "memory_limit",
-                format!("{} is too small; at least 4 MiB", self.memory_limit),
+                format!("{limit} is too small; at least 4 MiB"),
             );
+        }
+        // The kernel's ring buffers are known once sampling starts; the
+        // budget is divided again then.
+        if let Err(err) = self.memory_budget(0) {
+            return invalid("memory_budget", err.to_string());
         }
         if let Some(longest) = self.max_profile_duration
             && (longest < Duration::from_secs(1) || longest > self.retention)

@@ -72,6 +72,49 @@ fn allocation_status(status: &DaemonStatus) -> v1::AllocationStatus {
     }
 }
 
+fn memory_status(memory: &crate::memory::MemoryUsage) -> v1::MemoryStatus {
+    let process = &memory.process;
+    v1::MemoryStatus {
+        budget_bytes: memory.budget,
+        program_bytes: memory.program,
+        kernel_buffer_bytes: memory.kernel_buffers,
+        parts: memory
+            .parts
+            .iter()
+            .map(|part| v1::MemoryPart {
+                name: part.part.name().to_owned(),
+                held_bytes: part.held,
+                share_bytes: part.share,
+                evicted: part.evicted,
+                evicted_unit: part.evicted_unit.to_owned(),
+            })
+            .collect(),
+        heap_bytes: memory.heap,
+        resident_bytes: process.resident_bytes,
+        resident_anonymous_bytes: process.resident_anonymous_bytes,
+        resident_file_bytes: process.resident_file_bytes,
+        resident_peak_bytes: process.resident_peak_bytes,
+    }
+}
+
+fn jit_status(jit: &crate::symbols::jit_names::JitStats) -> v1::JitStatus {
+    v1::JitStatus {
+        processes: jit.processes,
+        names: jit.names,
+        bytes_read: jit.bytes_read,
+        refused: jit
+            .refused
+            .iter()
+            .map(|(reason, count)| v1::LossCount {
+                cause: (*reason).to_owned(),
+                count: *count,
+            })
+            .collect(),
+        lines_too_long: jit.lines_too_long,
+        files_cut: jit.files_cut,
+    }
+}
+
 pub fn status(status: DaemonStatus) -> v1::StatusReply {
     let (pipeline, store, peek) = (&status.pipeline, &status.store, &status.peek);
     let stats = &peek.stats;
@@ -133,6 +176,8 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
         offcpu: Some(offcpu_status(&status)),
         push: status.push.iter().map(push_status).collect(),
         allocations: Some(allocation_status(&status)),
+        memory: Some(memory_status(&status.memory)),
+        jit: Some(jit_status(&status.pipeline.jit)),
         peek: Some(v1::PeekStatus {
             signal: peek.signal,
             signal_name: crate::peek::signal_name(peek.signal),

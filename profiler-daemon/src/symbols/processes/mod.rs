@@ -12,8 +12,6 @@ mod adoption;
 
 use std::{
     collections::HashMap,
-    fs::File,
-    path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -29,7 +27,7 @@ use super::{
     mappings::{
         Mapping, MappingTarget, code_mappings, data_name, device_number, display_path, lookup,
     },
-    perf_map::PerfMap,
+    process_files,
     unwind::{ProcessUnwinder, UnwindCache, UnwindStats, UnwindStop, UnwoundStack, UserRegisters},
 };
 use crate::{
@@ -62,10 +60,6 @@ struct ProcessRecord {
     /// Built from `mappings` when its first stack copy is unwound (or a
     /// child adopts them), and shared with the children that adopt them.
     unwinder: Option<Arc<Mutex<ProcessUnwinder>>>,
-    /// Its perf map (JIT code names), if it writes one, and when it was
-    /// last looked for or read.
-    perf_map: Option<PerfMap>,
-    perf_map_read: Option<Instant>,
     /// Its mappings are those of the process it was forked from, not read
     /// from procfs: an address outside them has them read at once.
     adopted: bool,
@@ -83,31 +77,9 @@ impl ProcessRecord {
             recorded_at: now,
             last_used: now,
             unwinder: None,
-            perf_map: None,
-            perf_map_read: None,
             adopted: false,
             image,
         }
-    }
-
-    /// The name the process's perf map gives the JIT code at `address`,
-    /// reading the map again (at most every 200 ms) when it does not.
-    fn jit_name(&mut self, pid: u32, address: u64) -> Option<Arc<str>> {
-        if let Some(name) = self.perf_map.as_ref().and_then(|map| map.lookup(address)) {
-            return Some(name);
-        }
-        if self
-            .perf_map_read
-            .is_some_and(|read| read.elapsed() < Duration::from_millis(200))
-        {
-            return None;
-        }
-        self.perf_map_read = Some(Instant::now());
-        match &mut self.perf_map {
-            Some(map) => map.refresh(),
-            None => self.perf_map = PerfMap::of_process(pid),
-        }
-        self.perf_map.as_ref()?.lookup(address)
     }
 }
 
@@ -146,7 +118,19 @@ pub struct ProcessStats {
     pub processes_seen: u64,
     pub binaries: u64,
     pub adopted: AdoptionStats,
+    /// Bytes the records hold (roughly), the most they may (0: no limit),
+    /// and records let go of before their time to stay within it.
+    pub bytes: u64,
+    pub limit: u64,
+    pub evicted: u64,
 }
+
+/// What a record, a binary, and each mapping (besides their names) cost.
+const RECORD_BYTES: u64 = 320;
+const BINARY_BYTES: u64 = 256;
+const MAPPING_BYTES: u64 = std::mem::size_of::<Mapping>() as u64;
+/// What an unwinder holds per mapping it covers (framehop's module).
+const UNWINDER_MAPPING_BYTES: u64 = 160;
 
 /// The records of every process sampled recently.
 #[derive(Debug, Default)]
@@ -164,6 +148,10 @@ pub struct ProcessTable {
     unwind_stats: UnwindStats,
     /// Most bytes of unwind information held (0: no limit).
     unwind_info_limit: u64,
+    /// Most bytes the records hold (0: no limit), and records let go of
+    /// to stay within it.
+    limit: u64,
+    evicted: u64,
 }
 
 /// Binaries a stack passed through this recently keep their unwind
@@ -182,6 +170,82 @@ impl ProcessTable {
             unwind_info_limit: bytes,
             ..Self::default()
         }
+    }
+
+    /// Keeps the records within `bytes` (0: no limit), letting go of those
+    /// of the processes sampled least recently (recorded again when next
+    /// sampled).
+    pub fn with_limit(mut self, bytes: u64) -> Self {
+        self.limit = bytes;
+        self
+    }
+
+    /// Bytes the records hold, roughly: each record, its mappings (those
+    /// shared with adopted children once), its unwinder, and the binaries.
+    pub fn bytes(&self) -> u64 {
+        let mut shared = std::collections::HashSet::new();
+        let mut bytes = 0;
+        for record in self.processes.values() {
+            bytes += RECORD_BYTES + record.name.len() as u64;
+            for mappings in std::iter::once(&record.mappings).chain(&record.earlier) {
+                if shared.insert(Arc::as_ptr(mappings) as *const u8) {
+                    bytes += mappings.len() as u64 * MAPPING_BYTES;
+                }
+            }
+            if let Some(unwinder) = &record.unwinder
+                && shared.insert(Arc::as_ptr(unwinder) as *const u8)
+            {
+                bytes += record.mappings.len() as u64 * UNWINDER_MAPPING_BYTES;
+            }
+        }
+        let binaries: u64 = self
+            .binaries
+            .values()
+            .map(|binary| BINARY_BYTES + binary.path.len() as u64)
+            .sum();
+        bytes + binaries + self.unrecorded.len() as u64 * 32
+    }
+
+    /// Lets go of the records of the processes sampled least recently
+    /// (none sampled in the last [`UNWIND_INFO_IN_USE`]) until the records
+    /// are within three quarters of the limit.
+    fn enforce_limit(&mut self) {
+        if self.limit == 0 {
+            return;
+        }
+        let mut bytes = self.bytes();
+        if bytes <= self.limit {
+            return;
+        }
+        let now = Instant::now();
+        let mut idle: Vec<(Instant, u32)> = self
+            .processes
+            .iter()
+            .filter(|(_, record)| now - record.last_used > UNWIND_INFO_IN_USE)
+            .map(|(&pid, record)| (record.last_used, pid))
+            .collect();
+        idle.sort_unstable();
+        let target = self.limit / 4 * 3;
+        let mut evicted = 0;
+        for chunk in idle.chunks(64) {
+            for (_, pid) in chunk {
+                self.processes.remove(pid);
+                evicted += 1;
+            }
+            bytes = self.bytes();
+            if bytes <= target {
+                break;
+            }
+        }
+        self.binaries
+            .retain(|_, binary| Arc::strong_count(binary) > 1);
+        self.evicted += evicted;
+        debug!(
+            evicted,
+            bytes,
+            limit = self.limit,
+            "let go of the records of processes not sampled lately"
+        );
     }
 
     /// Brings the unwind information held back under the limit (to three
@@ -341,17 +405,16 @@ impl ProcessTable {
         if let Some(binary) = self.binaries.get(&key) {
             return Some(binary.clone());
         }
-        // map_files opens exactly the mapped file, even if it was deleted or
-        // lives in another mount namespace; fall back to the process's root.
-        let candidates = [
-            PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}")),
-            PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path)),
-        ];
-        let file = candidates.iter().find_map(|path| File::open(path).ok());
-        let Some(file) = file else {
-            debug!(pid, path = %path.display(), "cannot open a mapped binary");
-            return None;
-        };
+        // Exactly the mapped file (its device and inode), opened safely:
+        // the process's user chooses what lies at its paths.
+        let file =
+            match process_files::open_mapped(pid, (start, end), path, (key.device, key.inode)) {
+                Ok(file) => file,
+                Err(refused) => {
+                    debug!(pid, path = %path.display(), "not reading a mapped binary: {refused}");
+                    return None;
+                }
+            };
         let binary = Arc::new(Binary::from_file(key, display_path(path).into(), file));
         self.binaries.insert(key, binary.clone());
         Some(binary)
@@ -600,12 +663,6 @@ impl ProcessTable {
                                 .find(|found| !matches!(found, UserAddress::Unmapped { .. }))
                                 .unwrap_or(UserAddress::Unmapped { address })
                         }
-                        UserAddress::Special { name, offset } if name.starts_with("[anon") => {
-                            match record.jit_name(pid, address) {
-                                Some(function) => UserAddress::Jit { function, address },
-                                None => UserAddress::Special { name, offset },
-                            }
-                        }
                         found => found,
                     })
                     .collect()
@@ -638,6 +695,7 @@ impl ProcessTable {
             .retain(|_, sampled| now.duration_since(*sampled) < RECORD_IDLE_LIMIT);
         self.binaries
             .retain(|_, binary| Arc::strong_count(binary) > 1);
+        self.enforce_limit();
     }
 
     pub fn stats(&self) -> ProcessStats {
@@ -646,6 +704,9 @@ impl ProcessTable {
             processes_seen: self.processes_seen,
             binaries: self.binaries.len() as u64,
             adopted: self.adoption_stats,
+            bytes: self.bytes(),
+            limit: self.limit,
+            evicted: self.evicted,
         }
     }
 }

@@ -111,9 +111,13 @@ fn an_idle_binary_is_let_go_of_and_parsed_again_when_needed() {
     symbolizer.symbolize(table.normalize_batch(raw_here(here)));
     assert_eq!(symbolizer.stats().binaries, 1);
     // Not yet idle: kept.
-    symbolizer.release_idle_binaries(Instant::now());
+    symbolizer
+        .parsed
+        .release_idle(&mut symbolizer.blazesym, Instant::now());
     assert_eq!(symbolizer.stats().binaries, 1);
-    symbolizer.release_idle_binaries(Instant::now() + BINARY_IDLE_LIMIT);
+    symbolizer
+        .parsed
+        .release_idle(&mut symbolizer.blazesym, Instant::now() + BINARY_IDLE_LIMIT);
     assert_eq!(
         (
             symbolizer.stats().binaries,
@@ -132,6 +136,30 @@ fn an_idle_binary_is_let_go_of_and_parsed_again_when_needed() {
         names(&symbolized)
     );
     assert_eq!(symbolizer.stats().binaries, 1);
+}
+
+#[test]
+fn what_is_held_parsed_stays_within_the_limit() {
+    let mut table = ProcessTable::new();
+    table.record(std::process::id()).unwrap();
+    let here = what_is_held_parsed_stays_within_the_limit as *const () as u64;
+    let mut unbounded = Symbolizer::new();
+    unbounded.symbolize(table.normalize_batch(raw_here(here)));
+    let held = unbounded.stats();
+    // The test binary's debug information is mapped: it counts.
+    assert!(held.parsed_bytes > 1 << 20, "{held:?}");
+    assert!(held.cache_bytes > 0, "{held:?}");
+
+    let mut bounded = Symbolizer::with_limit(held.cache_bytes + 1);
+    let symbolized = bounded.symbolize(table.normalize_batch(raw_here(here)));
+    assert!(names(&symbolized)[0].contains("what_is_held_parsed_stays_within_the_limit"));
+    let stats = bounded.stats();
+    assert_eq!(
+        (stats.binaries, stats.binaries_evicted, stats.parsed_bytes),
+        (0, 1, 0),
+        "{stats:?}"
+    );
+    assert!(stats.parsed_bytes + stats.cache_bytes <= stats.limit);
 }
 
 #[test]

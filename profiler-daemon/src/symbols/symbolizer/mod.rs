@@ -5,14 +5,23 @@
 //! it lives on one thread) and a cache of symbolized locations. User frames
 //! get function, file:line and inlined frames where debug information
 //! exists, otherwise `binary+0xoffset`; kernel frames come from kallsyms.
-//! This module must not read kernel maps or /proc: it symbolizes what the
-//! process table normalized.
+//! What it holds (parsed binaries, `parsed`, and the cache of locations and
+//! names, `names`) stays within the symbolizer's share of the memory
+//! budget. This module must not read kernel maps or /proc: it symbolizes
+//! what the process table normalized.
+
+mod names;
+mod parsed;
 
 use std::{
     path::Path,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
+
+#[cfg(test)]
+use self::parsed::BINARY_IDLE_LIMIT;
+use self::{names::Names, parsed::ParsedBinaries};
 
 use blazesym::symbolize::{
     Input, Symbolized, Symbolizer as Blazesym,
@@ -24,21 +33,19 @@ use tracing::{debug, warn};
 
 use crate::{
     kernel::drain::CounterDeltas,
+    memory::counting::ThreadMeter,
     profile::UnwindStop,
-    profile::{Frame, Location, LocationKind, ThreadInfo, ThreadState},
+    profile::{Location, LocationKind, ThreadInfo, ThreadState},
     symbols::processes::{Binary, BinaryKey, NormalizedBatch, UserAddress},
 };
 
-/// When the location cache grows past this many entries it is emptied
-/// (along with blazesym's parsed files), bounding the symbolizer's memory.
-const LOCATION_CACHE_LIMIT: usize = 1 << 18;
+/// What a cached location costs besides its frames' names: its key, the
+/// shared location and its frames.
+const LOCATION_BYTES: u64 = 192;
 
-/// A binary blazesym has not been asked about for this long has its parsed
-/// data (and its mapping of the file, often hundreds of MiB of debug
-/// information) let go of; its cached locations stay, and a new address in
-/// it parses it again. Without this a machine that builds and runs many
-/// programs keeps every one of them parsed (1 GiB after a test suite).
-const BINARY_IDLE_LIMIT: Duration = Duration::from_secs(120);
+/// The location cache may take this share of the symbolizer's bytes; past
+/// it, it is emptied (and filled again as samples come).
+const LOCATION_CACHE_SHARE: u64 = 2;
 
 /// How often idle binaries are looked for.
 const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
@@ -111,6 +118,15 @@ pub struct SymbolizerStats {
     pub binaries: u64,
     /// Binaries whose parsed data was let go of after going unused.
     pub binaries_released: u64,
+    /// Binaries let go of, and cache emptyings, to stay within `limit`.
+    pub binaries_evicted: u64,
+    pub cache_clears: u64,
+    /// Bytes held: parsed binaries (heap and mapped debug sections), and
+    /// the cache of locations and names; the most it may hold (0: no
+    /// limit).
+    pub parsed_bytes: u64,
+    pub cache_bytes: u64,
+    pub limit: u64,
     /// Addresses looked up since start: found cached, or symbolized.
     pub cache_hits: u64,
     pub cache_misses: u64,
@@ -123,82 +139,17 @@ pub struct Symbolizer {
     blazesym: Blazesym,
     locations: HashMap<LocationKey, Arc<SymbolizedLocation>>,
     kernel_cached: usize,
-    /// Binaries blazesym holds parsed, kept open while it does, with when
-    /// it was last asked about each.
-    binaries: HashMap<BinaryKey, ParsedBinary>,
-    binaries_released: u64,
+    /// Binaries blazesym holds parsed, kept open while it does.
+    parsed: ParsedBinaries,
+    /// The most bytes held (0: no limit).
+    limit: u64,
+    cache_clears: u64,
     last_idle_sweep: Instant,
     names: Names,
     markers: HashMap<Arc<str>, Arc<SymbolizedLocation>>,
     cache_hits: u64,
     cache_misses: u64,
     busy: std::time::Duration,
-}
-
-struct ParsedBinary {
-    binary: Arc<Binary>,
-    last_used: Instant,
-}
-
-/// Interned strings, so the many frames of one function share their name.
-#[derive(Default)]
-struct Names(HashMap<Box<str>, Arc<str>>);
-
-impl Names {
-    fn get(&mut self, text: &str) -> Arc<str> {
-        if let Some(name) = self.0.get(text) {
-            return name.clone();
-        }
-        let name: Arc<str> = Arc::from(text);
-        self.0.insert(Box::from(text), name.clone());
-        name
-    }
-
-    /// The frames of a symbol, outermost first: the function, then the
-    /// functions inlined into it, each at its own line.
-    fn frames(&mut self, sym: &blazesym::symbolize::Sym<'_>) -> Vec<Frame> {
-        let mut frames = Vec::with_capacity(1 + sym.inlined.len());
-        let (file, line) = self.code_info(sym.code_info.as_deref());
-        frames.push(Frame {
-            function: self.get(&sym.name),
-            file,
-            line,
-            inlined: false,
-        });
-        for inlined in &sym.inlined {
-            let (file, line) = self.code_info(inlined.code_info.as_ref());
-            frames.push(Frame {
-                function: self.get(&inlined.name),
-                file,
-                line,
-                inlined: true,
-            });
-        }
-        frames
-    }
-
-    fn code_info(
-        &mut self,
-        code_info: Option<&blazesym::symbolize::CodeInfo<'_>>,
-    ) -> (Option<Arc<str>>, u32) {
-        match code_info {
-            Some(info) => (
-                Some(self.get(&info.to_path().to_string_lossy())),
-                info.line.unwrap_or(0),
-            ),
-            None => (None, 0),
-        }
-    }
-
-    /// A frame for an address without symbols.
-    fn unknown_frame(&mut self, name: &str) -> Frame {
-        Frame {
-            function: self.get(name),
-            file: None,
-            line: 0,
-            inlined: false,
-        }
-    }
 }
 
 impl Default for Symbolizer {
@@ -208,7 +159,13 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
+    /// A symbolizer without a limit on what it holds.
     pub fn new() -> Self {
+        Self::with_limit(0)
+    }
+
+    /// A symbolizer holding at most `limit` bytes (0: no limit).
+    pub fn with_limit(limit: u64) -> Self {
         let blazesym = Blazesym::builder()
             .enable_code_info(true)
             .enable_inlined_fns(true)
@@ -219,8 +176,9 @@ impl Symbolizer {
             blazesym,
             locations: HashMap::default(),
             kernel_cached: 0,
-            binaries: HashMap::default(),
-            binaries_released: 0,
+            parsed: ParsedBinaries::default(),
+            limit,
+            cache_clears: 0,
             last_idle_sweep: Instant::now(),
             names: Names::default(),
             markers: HashMap::default(),
@@ -234,8 +192,13 @@ impl Symbolizer {
         SymbolizerStats {
             user_addresses_cached: (self.locations.len() - self.kernel_cached) as u64,
             kernel_addresses_cached: self.kernel_cached as u64,
-            binaries: self.binaries.len() as u64,
-            binaries_released: self.binaries_released,
+            binaries: self.parsed.len() as u64,
+            binaries_released: self.parsed.released_idle,
+            binaries_evicted: self.parsed.evicted,
+            cache_clears: self.cache_clears,
+            parsed_bytes: self.parsed.bytes(),
+            cache_bytes: self.cache_bytes(),
+            limit: self.limit,
             cache_hits: self.cache_hits,
             cache_misses: self.cache_misses,
             busy: self.busy,
@@ -245,15 +208,20 @@ impl Symbolizer {
     /// Symbolizes every stack of the batch; addresses not cached yet are
     /// symbolized in one blazesym call per binary (and one for the kernel).
     pub fn symbolize(&mut self, batch: NormalizedBatch) -> SymbolizedBatch {
-        if self.locations.len() > LOCATION_CACHE_LIMIT {
+        if self.limit > 0 && self.cache_bytes() > self.limit / LOCATION_CACHE_SHARE {
             self.clear();
+            self.cache_clears += 1;
         }
         let started = Instant::now();
         self.fill_cache(&batch);
         if started.duration_since(self.last_idle_sweep) >= IDLE_SWEEP_INTERVAL {
             self.last_idle_sweep = started;
-            self.release_idle_binaries(started);
+            self.parsed.release_idle(&mut self.blazesym, started);
         }
+        // The binaries of this batch were needed whole; now only what fits.
+        let cache = self.cache_bytes();
+        self.parsed
+            .keep_within(&mut self.blazesym, cache, self.limit);
         let samples = batch
             .samples
             .into_iter()
@@ -342,10 +310,8 @@ impl Symbolizer {
         for (_, (binary, mut offsets)) in by_binary {
             offsets.sort_unstable();
             offsets.dedup();
-            self.symbolize_binary(&binary, &offsets);
-            let last_used = Instant::now();
-            self.binaries
-                .insert(binary.key, ParsedBinary { binary, last_used });
+            let heap = self.symbolize_binary(&binary, &offsets);
+            self.parsed.used(&binary, heap, Instant::now());
         }
         if !kernel.is_empty() {
             kernel.sort_unstable();
@@ -354,8 +320,12 @@ impl Symbolizer {
         }
     }
 
-    fn symbolize_binary(&mut self, binary: &Binary, offsets: &[u64]) {
+    /// Symbolizes `offsets` of `binary` into the cache; says how much more
+    /// of the heap blazesym holds for it after (net, as measured on this
+    /// thread).
+    fn symbolize_binary(&mut self, binary: &Binary, offsets: &[u64]) -> i64 {
         let source = Source::Elf(Elf::new(binary.readable_path()));
+        let parsing = ThreadMeter::start();
         let results = self
             .blazesym
             .symbolize(&source, Input::FileOffset(offsets))
@@ -363,6 +333,7 @@ impl Symbolizer {
                 warn!(binary = %binary.path, "cannot symbolize: {err}");
                 Vec::new()
             });
+        let parsed_and_answered = parsing.net();
         let basename = basename(&binary.path);
         for (index, &offset) in offsets.iter().enumerate() {
             let frames = match results.get(index) {
@@ -379,6 +350,11 @@ impl Symbolizer {
             self.locations
                 .insert(key.clone(), Arc::new(SymbolizedLocation { key, location }));
         }
+        // The answers are the cache's now (counted there); what blazesym
+        // keeps is what parsing took, less them.
+        let answering = ThreadMeter::start();
+        drop(results);
+        parsed_and_answered + answering.net()
     }
 
     fn symbolize_kernel(&mut self, addresses: &[u64]) {
@@ -451,7 +427,7 @@ impl Symbolizer {
                 let key = LocationKey::User(binary.key, code_address(*offset, returns));
                 self.cached(key, LocationKind::User, &binary.path)
             }
-            UserAddress::Special { name, offset } => {
+            UserAddress::Special { name, offset } | UserAddress::Anonymous { name, offset, .. } => {
                 let offset = code_address(*offset, returns);
                 let key = LocationKey::Special(name.clone(), offset);
                 let function = format!("{name}+{offset:#x}");
@@ -546,36 +522,17 @@ impl Symbolizer {
         marker
     }
 
-    /// Lets go of the parsed data of the binaries not asked about for
-    /// [`BINARY_IDLE_LIMIT`] (their cached locations stay).
-    fn release_idle_binaries(&mut self, now: Instant) {
-        self.binaries.retain(|_, parsed| {
-            let idle = now.duration_since(parsed.last_used) >= BINARY_IDLE_LIMIT;
-            if idle {
-                release(&mut self.blazesym, &parsed.binary);
-                self.binaries_released += 1;
-            }
-            !idle
-        });
+    /// Bytes of the cache of locations and names, roughly.
+    fn cache_bytes(&self) -> u64 {
+        self.locations.len() as u64 * LOCATION_BYTES + self.names.bytes()
     }
 
     /// Forgets every cached location and parsed binary.
     fn clear(&mut self) {
-        for parsed in self.binaries.values() {
-            release(&mut self.blazesym, &parsed.binary);
-        }
-        self.binaries.clear();
+        self.parsed.clear(&mut self.blazesym);
         self.locations.clear();
-        self.names.0.clear();
+        self.names.clear();
         self.kernel_cached = 0;
-    }
-}
-
-/// Has blazesym drop what it parsed of `binary` and unmap its file.
-fn release(blazesym: &mut Blazesym, binary: &Binary) {
-    let evict = blazesym::symbolize::evict::Elf::new(binary.readable_path());
-    if let Err(err) = blazesym.evict(&evict.into()) {
-        debug!(binary = %binary.path, "cannot evict symbolizer data: {err}");
     }
 }
 

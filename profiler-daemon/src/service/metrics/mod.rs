@@ -8,6 +8,11 @@
 //! among it) is read, at each scrape, from the statistics the other modules
 //! own. It must not keep those itself.
 //! Metrics carry no profile data (no function, process or file names).
+//! The memory budget's parts and the standard `process_*` metrics (without
+//! the `profilerd_` prefix, as Prometheus' client libraries name them) are
+//! in `memory`.
+
+mod memory;
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -35,12 +40,17 @@ pub struct Snapshot {
     pub rpcs: BTreeMap<(String, &'static str), u64>,
     /// The push targets (their configured names only).
     pub push: Vec<crate::export::TargetStatus>,
+    /// The memory budget, its parts, and the process's own figures.
+    pub memory: crate::memory::MemoryUsage,
 }
 
 /// The snapshot in the Prometheus text format.
 pub fn render(snapshot: Snapshot) -> String {
-    let mut registry = Registry::with_prefix("profilerd");
-    registry.register_collector(Box::new(snapshot));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(memory::ProcessMetrics(snapshot.memory.process)));
+    registry
+        .sub_registry_with_prefix("profilerd")
+        .register_collector(Box::new(snapshot));
     let mut text = String::new();
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
@@ -262,8 +272,8 @@ impl Collector for Snapshot {
         gauge(
             out,
             "report_index_bytes",
-            "Memory of the stack indexes reports start from (beside the store, not under its \
-             ceiling)",
+            "Memory of the stack indexes reports start from (the report_indexes part of the \
+             memory budget)",
             self.report_index_bytes,
         )?;
         let history = store
@@ -326,7 +336,8 @@ impl Collector for Snapshot {
             let labels = [("method", method.as_str()), ("code", *code)];
             ConstCounter::new(*count).encode(rpcs.encode_family(&labels)?)?;
         }
-        self.encode_push(out)
+        self.encode_push(out)?;
+        memory::encode(&self.memory, &self.pipeline.jit, out)
     }
 }
 
@@ -498,6 +509,23 @@ mod tests {
             sessions_open: 2,
             rpcs,
             push: Vec::new(),
+            memory: crate::memory::MemoryUsage {
+                budget: 256 << 20,
+                program: 24 << 20,
+                kernel_buffers: 16 << 20,
+                parts: vec![crate::memory::PartUsage {
+                    part: crate::memory::Part::Symbolizer,
+                    held: 1 << 20,
+                    share: 32 << 20,
+                    evicted: 3,
+                    evicted_unit: "binaries and caches",
+                }],
+                heap: 5 << 20,
+                process: crate::memory::ProcessFigures {
+                    resident_bytes: 90 << 20,
+                    ..Default::default()
+                },
+            },
         });
         for line in [
             "profilerd_samples_total 1234",
@@ -510,6 +538,12 @@ mod tests {
             "profilerd_report_index_bytes 4096",
             "profilerd_sessions_open 2",
             "# TYPE profilerd_samples counter",
+            "profilerd_memory_budget_bytes 268435456",
+            "profilerd_memory_part_bytes{part=\"symbolizer\"} 1048576",
+            "profilerd_memory_part_share_bytes{part=\"symbolizer\"} 33554432",
+            "profilerd_memory_part_evicted_total{part=\"symbolizer\"} 3",
+            "process_resident_memory_bytes 94371840",
+            "# TYPE process_cpu_seconds counter",
         ] {
             assert!(text.contains(line), "{line} in:\n{text}");
         }
