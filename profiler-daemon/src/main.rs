@@ -122,6 +122,10 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         .memory_budget(sampler.ring_buffer_bytes())
         .context("invalid value for `memory_budget`")?;
     info!("{}", budget.describe());
+    let cgroup = profilerd::memory::cgroup::own_limits();
+    if let Some(advice) = profilerd::memory::cgroup::advice(cgroup, budget.total) {
+        warn!("{advice}");
+    }
     let store = Arc::new(RwLock::new(Store::new(config.store_settings(&budget))));
     let (offcpu_maps, offcpu_intervals) = match sampler.take_offcpu() {
         Ok((maps, intervals)) => (

@@ -178,7 +178,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          targets:    {targets} ({outside} ticks outside them)\n\
          lost:       {lost}\n\
          processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them\n\
-         symbolizer: {binaries} binaries parsed ({released} let go of when idle), {user} user and {kernel} kernel addresses cached\n\
+         symbolizer: {binaries} binaries parsed ({released} let go of when idle, {evicted_binaries} for memory; {symbols_only} named from their symbol tables only, their debug information too large for memory_budget), {user} user and {kernel} kernel addresses cached\n\
          unwinding:  {unwinding}\n\
          off-CPU:    {offcpu}\n\
          allocs:     {allocs}\n\
@@ -205,6 +205,8 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         adopted = symbolizer.processes_adopted,
         binaries = symbolizer.binaries,
         released = symbolizer.binaries_released,
+        evicted_binaries = symbolizer.binaries_evicted,
+        symbols_only = symbolizer.binaries_symbols_only,
         user = symbolizer.user_addresses_cached,
         kernel = symbolizer.kernel_addresses_cached,
         used = mib(store.memory_bytes),

@@ -1,13 +1,15 @@
 //! The daemon's memory: one budget divided among the parts that hold
 //! memory (`budget`), what the heap really holds (`counting`, the global
 //! allocator's counts), what the kernel says the process takes
-//! (`process`), and freed memory given back to the system (`trim`).
+//! (`process`) and what its cgroup allows (`cgroup`), and freed memory
+//! given back to the system (`trim`).
 //!
 //! Owns those measures and the division; it must not hold or evict
 //! anything: each part keeps within its share itself and says what it
 //! holds ([`PartUsage`]). A leaf: it imports no other layer.
 
 pub mod budget;
+pub mod cgroup;
 pub mod counting;
 pub mod process;
 pub mod trim;

@@ -5,13 +5,20 @@
 //! costs a virtual machine tens of microseconds, the largest share of a
 //! lightly loaded daemon's CPU.
 //!
-//! This module owns the drain and pass schedule and the requests waiting
-//! for a drain; it must not symbolize or store (the symbolizer thread does).
+//! The drain never waits for the symbolizer: when its queue is full (a
+//! large binary being parsed, say) the batches wait on the drain thread,
+//! merged into one, and go on as soon as there is room.
+//!
+//! This module owns the drain and pass schedule, the requests waiting for
+//! a drain and the batches waiting for the symbolizer; it must not
+//! symbolize or store (the symbolizer thread does).
 
 use std::{
     sync::{Mutex, mpsc},
     time::{Duration, Instant, SystemTime},
 };
+
+use super::SymbolizeJob as Job;
 
 use tracing::{debug, error, warn};
 
@@ -163,6 +170,7 @@ pub(super) fn drain_and_unwind(
     outlets: &Outlets<'_>,
 ) {
     let mut drains = DrainSchedule::new(intervals, Instant::now());
+    let mut backlog = Backlog::default();
     // The first pass at once: sampling has started, and copies wait.
     let mut next_pass = unwinding.as_ref().map(|_| Instant::now());
     let early = if unwinding.is_some() {
@@ -171,7 +179,16 @@ pub(super) fn drain_and_unwind(
         Duration::ZERO
     };
     loop {
-        let wake_at = next_pass.map_or(drains.next, |pass| pass.min(drains.next));
+        if !backlog.hand_on(outlets.jobs) {
+            error!("the symbolizer thread has stopped; no more samples are stored");
+            return;
+        }
+        // Batches waiting for the symbolizer are looked at again soon.
+        let backlog_due = (!backlog.is_empty()).then(|| Instant::now() + BACKLOG_RETRY);
+        let wake_at = [next_pass, backlog_due]
+            .into_iter()
+            .flatten()
+            .fold(drains.next, Instant::min);
         let mut waiting = Vec::new();
         match wakes.recv_timeout(wake_at.saturating_duration_since(Instant::now())) {
             Ok(Wake::Drain(request)) => waiting.push(request),
@@ -194,8 +211,8 @@ pub(super) fn drain_and_unwind(
                 drains.watched(now);
             }
             let copies = unwinding.as_ref().map(|unwinding| unwinding.copies);
-            if !drain_once(source.as_mut(), copies, waiting, outlets) {
-                return;
+            if let Some(job) = drain_once(source.as_mut(), copies, waiting, outlets) {
+                backlog.push(job);
             }
             // The drain unwound every copy; the watcher's pass follows.
             if let Some(unwinding) = &mut unwinding {
@@ -209,17 +226,87 @@ pub(super) fn drain_and_unwind(
     }
 }
 
+/// How soon batches waiting for the symbolizer are offered again.
+const BACKLOG_RETRY: Duration = Duration::from_millis(50);
+
+/// Batches the symbolizer had no room for, merged into one (the samples of
+/// several drains in one bucket), with every request waiting for them.
+#[derive(Default)]
+struct Backlog {
+    waiting: Option<Job>,
+    /// When the symbolizer fell behind, for the log.
+    since: Option<Instant>,
+    merged: u64,
+}
+
+impl Backlog {
+    fn is_empty(&self) -> bool {
+        self.waiting.is_none()
+    }
+
+    /// Adds a drain's batch, merged into those already waiting.
+    fn push(&mut self, job: Job) {
+        self.waiting = Some(match self.waiting.take() {
+            None => job,
+            Some(mut waiting) => {
+                let batch = &mut waiting.batch;
+                batch.end = job.batch.end;
+                batch.samples.extend(job.batch.samples);
+                for (total, delta) in batch.counters.iter_mut().zip(job.batch.counters) {
+                    *total += delta;
+                }
+                waiting.waiting.extend(job.waiting);
+                self.merged += 1;
+                waiting
+            }
+        });
+    }
+
+    /// Offers what waits to the symbolizer without waiting for it; false
+    /// when the symbolizer has stopped.
+    fn hand_on(&mut self, jobs: &mpsc::SyncSender<Job>) -> bool {
+        let Some(job) = self.waiting.take() else {
+            return true;
+        };
+        match jobs.try_send(job) {
+            Ok(()) => {
+                if let Some(since) = self.since.take() {
+                    warn!(
+                        behind_ms = since.elapsed().as_millis() as u64,
+                        batches_merged = self.merged,
+                        "the symbolizer caught up; the drains it was behind on are stored as one"
+                    );
+                    self.merged = 0;
+                }
+                true
+            }
+            Err(mpsc::TrySendError::Full(job)) => {
+                if self.since.is_none() {
+                    self.since = Some(Instant::now());
+                    warn!(
+                        "the symbolizer is behind (a large binary being parsed?); drained \
+                         batches wait for it, merged, and draining goes on"
+                    );
+                }
+                self.waiting = Some(job);
+                true
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => false,
+        }
+    }
+}
+
 /// One drain: the kernel's maps read out, the stack copies unwound, the
-/// batch normalized and handed to the symbolizer with the requests waiting
-/// for it. Returns false when the symbolizer has stopped.
+/// batch normalized, to be handed to the symbolizer with the requests
+/// waiting for it (none when the drain failed).
 fn drain_once(
     source: &mut dyn SampleSource,
     stack_copies: Option<&Mutex<StackCopyUnwinder>>,
     waiting: Vec<DrainRequest>,
     outlets: &Outlets<'_>,
-) -> bool {
+) -> Option<Job> {
     let Outlets {
-        jobs,
+        jobs: _,
         processes,
         jit_names,
         stats,
@@ -233,7 +320,7 @@ fn drain_once(
             // Those waiting for this drain get an error (their channel
             // closes); the next drain tries again.
             error!(source = source.name(), "draining the samples failed: {err}");
-            return true;
+            return None;
         }
     };
     // Every copy written before the flip is in the ring buffer by now.
@@ -285,16 +372,75 @@ fn drain_once(
         .into_iter()
         .map(|request| request.done)
         .collect();
-    if jobs.send(SymbolizeJob { batch, waiting }).is_err() {
-        error!("the symbolizer thread has stopped; no more samples are stored");
-        return false;
-    }
-    true
+    Some(Job { batch, waiting })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sample() -> crate::symbols::processes::NormalizedSample {
+        crate::symbols::processes::NormalizedSample {
+            thread: crate::profile::ThreadInfo {
+                pid: 1,
+                tid: 1,
+                thread_name: "t".into(),
+                process_name: "p".into(),
+                uid: 0,
+                gid: 0,
+                protected: false,
+                cgroup: "/".into(),
+            },
+            kind: profiler_common::SampleKind::CpuClock,
+            flags: 0,
+            user: Vec::new(),
+            user_stop: None,
+            kernel: std::sync::Arc::from([]),
+            count: 1,
+            weight: 0,
+            allocation_id: 0,
+        }
+    }
+
+    fn job(start: u64, end: u64, samples: usize) -> Job {
+        use crate::symbols::processes::NormalizedBatch;
+        let at = |secs| std::time::UNIX_EPOCH + Duration::from_secs(secs);
+        let (done, _) = tokio::sync::oneshot::channel();
+        Job {
+            batch: NormalizedBatch {
+                start: at(start),
+                end: at(end),
+                samples: vec![sample(); samples],
+                counters: Default::default(),
+            },
+            waiting: vec![done],
+        }
+    }
+
+    #[test]
+    fn batches_wait_merged_while_the_symbolizer_is_behind() {
+        let (jobs, queue) = mpsc::sync_channel(1);
+        let mut backlog = Backlog::default();
+        // The symbolizer's queue is full: the drain goes on.
+        jobs.try_send(job(0, 1, 1)).unwrap();
+        backlog.push(job(1, 2, 2));
+        assert!(backlog.hand_on(&jobs));
+        backlog.push(job(2, 3, 3));
+        assert!(backlog.hand_on(&jobs));
+        assert!(!backlog.is_empty());
+        // Room again: the waiting batches go on as one, every request
+        // waiting for them with it.
+        queue.recv().unwrap();
+        assert!(backlog.hand_on(&jobs));
+        assert!(backlog.is_empty());
+        let merged = queue.recv().unwrap();
+        let at = |secs| std::time::UNIX_EPOCH + Duration::from_secs(secs);
+        assert_eq!((merged.batch.start, merged.batch.end), (at(1), at(3)));
+        assert_eq!((merged.batch.samples.len(), merged.waiting.len()), (5, 2));
+        drop(queue);
+        backlog.push(job(3, 4, 1));
+        assert!(!backlog.hand_on(&jobs), "the symbolizer stopped");
+    }
 
     #[test]
     fn drains_come_faster_while_reports_are_asked_for() {

@@ -19,6 +19,7 @@ mod lifecycle;
 mod metrics;
 mod offcpu;
 mod peeks;
+mod perf_maps;
 mod pprof;
 mod profiles;
 mod push;

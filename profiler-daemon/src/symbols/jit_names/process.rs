@@ -80,6 +80,9 @@ pub(super) struct ProcessNames {
     read: u64,
     /// The file's size when last looked at.
     size: u64,
+    /// Whether any line read so far names code: a file without one (a
+    /// sparse file of zeros, say) is never scanned again.
+    has_lines: bool,
     looked: Option<Instant>,
     /// Addresses asked for and not known yet, with the bytes read when
     /// they were asked (the lines before must be scanned for them).
@@ -104,6 +107,7 @@ impl ProcessNames {
             file: FileState::Unopened,
             read: 0,
             size: 0,
+            has_lines: false,
             looked: None,
             waiting: BTreeMap::new(),
             missing: BTreeMap::new(),
@@ -170,9 +174,11 @@ impl ProcessNames {
     }
 
     /// Whether a scan of the lines read before some addresses were asked
-    /// for may start.
+    /// for may start (or, with no line read, end at once).
     fn scan_due(&self, now: Instant) -> bool {
-        self.scan.is_none() && self.waiting.values().any(|&from| from > 0) && self.scan_allowed(now)
+        self.scan.is_none()
+            && self.waiting.values().any(|&from| from > 0)
+            && (!self.has_lines || self.scan_allowed(now))
     }
 
     fn scan_allowed(&self, now: Instant) -> bool {
@@ -273,6 +279,13 @@ impl ProcessNames {
         if !self.scan_due(now) {
             return;
         }
+        if !self.has_lines {
+            let waiting = std::mem::take(&mut self.waiting);
+            for address in waiting.into_keys() {
+                self.note_missing(address);
+            }
+            return;
+        }
         let until = self.waiting.values().copied().max().unwrap_or(0);
         let addresses: BTreeMap<u64, ()> = self
             .waiting
@@ -317,6 +330,7 @@ impl ProcessNames {
     pub fn tail_read(&mut self, read: Read, now: Instant) {
         self.size = read.size;
         self.read += read.consumed;
+        self.has_lines |= read.lines > 0;
         self.missing_asked = false;
         for (address, found) in read.found {
             let asked = self.waiting.remove(&address).is_some()

@@ -44,6 +44,8 @@ pub(super) struct Read {
     /// Bytes consumed (whole lines).
     pub consumed: u64,
     pub too_long: u64,
+    /// Lines that name code.
+    pub lines: u64,
     /// The file's size when read.
     pub size: u64,
     /// The latest line read covering each address asked for.
@@ -115,12 +117,15 @@ fn read_matching(
 ) -> std::io::Result<Read> {
     let size = file.metadata()?.len();
     let mut found = BTreeMap::new();
+    let mut lines = 0;
     let piece = read_piece(file, from, until.min(size), buffer, |offset, line| {
+        lines += 1;
         match_line(addresses, offset, &line, &mut found);
     })?;
     Ok(Read {
         consumed: piece.consumed,
         too_long: piece.too_long,
+        lines,
         size,
         found,
     })

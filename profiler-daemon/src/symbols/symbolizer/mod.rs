@@ -120,6 +120,9 @@ pub struct SymbolizerStats {
     pub binaries_released: u64,
     /// Binaries let go of, and cache emptyings, to stay within `limit`.
     pub binaries_evicted: u64,
+    /// Binaries named from their symbol tables only (no file:line or
+    /// inlined frames): their debug information is too large for `limit`.
+    pub binaries_symbols_only: u64,
     pub cache_clears: u64,
     /// Bytes held: parsed binaries (heap and mapped debug sections), and
     /// the cache of locations and names; the most it may hold (0: no
@@ -195,6 +198,7 @@ impl Symbolizer {
             binaries: self.parsed.len() as u64,
             binaries_released: self.parsed.released_idle,
             binaries_evicted: self.parsed.evicted,
+            binaries_symbols_only: self.parsed.symbols_only,
             cache_clears: self.cache_clears,
             parsed_bytes: self.parsed.bytes(),
             cache_bytes: self.cache_bytes(),
@@ -310,7 +314,10 @@ impl Symbolizer {
         for (_, (binary, mut offsets)) in by_binary {
             offsets.sort_unstable();
             offsets.dedup();
-            let heap = self.symbolize_binary(&binary, &offsets);
+            let debug_info = self
+                .parsed
+                .reads_debug_info(&binary, self.limit, Instant::now());
+            let heap = self.symbolize_binary(&binary, &offsets, debug_info);
             self.parsed.used(&binary, heap, Instant::now());
         }
         if !kernel.is_empty() {
@@ -323,8 +330,10 @@ impl Symbolizer {
     /// Symbolizes `offsets` of `binary` into the cache; says how much more
     /// of the heap blazesym holds for it after (net, as measured on this
     /// thread).
-    fn symbolize_binary(&mut self, binary: &Binary, offsets: &[u64]) -> i64 {
-        let source = Source::Elf(Elf::new(binary.readable_path()));
+    fn symbolize_binary(&mut self, binary: &Binary, offsets: &[u64], debug_info: bool) -> i64 {
+        let mut elf = Elf::new(binary.readable_path());
+        elf.debug_syms = debug_info;
+        let source = Source::Elf(elf);
         let parsing = ThreadMeter::start();
         let results = self
             .blazesym

@@ -1,9 +1,12 @@
-//! The binaries blazesym holds parsed: what each costs — the heap its
-//! parsing took (measured on the symbolizer's thread as it parses) and the
-//! debug sections it maps from the file (their sizes, at most what is
-//! resident) — and letting go of them: those unused for a while, and the
-//! least recently used whenever the symbolizer holds more than its share
-//! of the memory budget.
+//! The binaries blazesym holds parsed: how each is read — with its debug
+//! information, or from its symbol tables only when that alone would take
+//! more than a quarter of the symbolizer's share of the memory budget (a
+//! debug build of a large program carries hundreds of MiB of DWARF) —,
+//! what each costs — the heap its parsing took (measured on the
+//! symbolizer's thread as it parses) and the sections it maps from the
+//! file (their sizes, at most what is resident) —, and letting go of them:
+//! those unused for a while, and the least recently used whenever the
+//! symbolizer holds more than its share.
 //!
 //! Owns the parsed binaries' bookkeeping; it must not symbolize.
 
@@ -25,9 +28,15 @@ use crate::symbols::processes::{Binary, BinaryKey};
 /// it parses it again.
 pub const BINARY_IDLE_LIMIT: Duration = Duration::from_secs(120);
 
+/// A binary's debug information may take at most this share (1 in this
+/// many) of the symbolizer's bytes to be read.
+const DEBUG_INFO_SHARE: u64 = 4;
+
 struct ParsedBinary {
     binary: Arc<Binary>,
     last_used: Instant,
+    /// Read with its debug information (else its symbol tables only).
+    debug_info: bool,
     /// Heap its parsing took, net, as measured.
     heap: u64,
     /// Bytes of the sections blazesym maps and reads from its file.
@@ -47,6 +56,9 @@ pub(super) struct ParsedBinaries {
     /// Let go of when idle, and to stay within the share.
     pub released_idle: u64,
     pub evicted: u64,
+    /// Binaries read from their symbol tables only, their debug
+    /// information being too large for the share.
+    pub symbols_only: u64,
 }
 
 impl ParsedBinaries {
@@ -59,20 +71,45 @@ impl ParsedBinaries {
         self.binaries.values().map(ParsedBinary::bytes).sum()
     }
 
+    /// Whether blazesym is to read `binary`'s debug information (else its
+    /// symbol tables only), the symbolizer holding at most `limit` bytes
+    /// (0: no limit).
+    pub fn reads_debug_info(&mut self, binary: &Arc<Binary>, limit: u64, now: Instant) -> bool {
+        if let Some(parsed) = self.binaries.get(&binary.key) {
+            return parsed.debug_info;
+        }
+        let sections = section_bytes(binary);
+        let debug_info =
+            limit == 0 || sections.debug + sections.symbols <= limit / DEBUG_INFO_SHARE;
+        if !debug_info {
+            self.symbols_only += 1;
+            debug!(
+                binary = %binary.path,
+                debug_info_bytes = sections.debug,
+                "naming a binary from its symbol tables only: its debug information is larger \
+                 than the symbolizer's share of memory_budget allows"
+            );
+        }
+        self.binaries.insert(
+            binary.key,
+            ParsedBinary {
+                binary: binary.clone(),
+                last_used: now,
+                debug_info,
+                heap: 0,
+                mapped: sections.symbols + if debug_info { sections.debug } else { 0 },
+            },
+        );
+        debug_info
+    }
+
     /// Notes that blazesym was asked about `binary` now, its parsing having
     /// taken `heap` more bytes (net) of the heap.
     pub fn used(&mut self, binary: &Arc<Binary>, heap: i64, now: Instant) {
-        let parsed = self
-            .binaries
-            .entry(binary.key)
-            .or_insert_with(|| ParsedBinary {
-                binary: binary.clone(),
-                last_used: now,
-                heap: 0,
-                mapped: debug_section_bytes(binary),
-            });
-        parsed.last_used = now;
-        parsed.heap = parsed.heap.saturating_add_signed(heap);
+        if let Some(parsed) = self.binaries.get_mut(&binary.key) {
+            parsed.last_used = now;
+            parsed.heap = parsed.heap.saturating_add_signed(heap);
+        }
     }
 
     /// Lets go of the binaries not asked about for [`BINARY_IDLE_LIMIT`].
@@ -134,27 +171,57 @@ fn release(blazesym: &mut Blazesym, binary: &Binary) {
     }
 }
 
-/// Bytes of the sections of `binary` that blazesym maps and reads: its
-/// debug information and symbol tables (at most what becomes resident).
-fn debug_section_bytes(binary: &Binary) -> u64 {
+/// Bytes of the sections of a binary that blazesym maps and reads.
+#[derive(Clone, Copy, Debug, Default)]
+struct SectionBytes {
+    /// Its debug information (in the file, or in the separate debug file
+    /// of its build id under /usr/lib/debug).
+    debug: u64,
+    /// Its symbol tables.
+    symbols: u64,
+}
+
+/// The sizes of what blazesym reads of `binary` (at most what becomes
+/// resident).
+fn section_bytes(binary: &Binary) -> SectionBytes {
     let Ok(file) = std::fs::File::open(binary.readable_path()) else {
-        return 0;
+        return SectionBytes::default();
     };
     let cache = object::ReadCache::new(file);
     let Ok(elf) = object::File::parse(&cache) else {
-        return 0;
+        return SectionBytes::default();
     };
-    elf.sections()
-        .filter(|section| {
-            section.name().is_ok_and(|name| {
-                name.starts_with(".debug_")
-                    || name.starts_with(".zdebug_")
-                    || matches!(
-                        name,
-                        ".symtab" | ".strtab" | ".dynsym" | ".dynstr" | ".gnu_debugdata"
-                    )
-            })
-        })
-        .map(|section| section.size())
-        .sum()
+    let mut bytes = sizes_of(&elf);
+    if bytes.debug == 0
+        && let Ok(Some(id)) = elf.build_id()
+        && let Some((first, rest)) = id.split_first()
+    {
+        let hex: String = rest.iter().map(|byte| format!("{byte:02x}")).collect();
+        let path = format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug");
+        if let Ok(file) = std::fs::File::open(path) {
+            let cache = object::ReadCache::new(file);
+            if let Ok(debug) = object::File::parse(&cache) {
+                bytes.debug = sizes_of(&debug).debug;
+            }
+        }
+    }
+    bytes
+}
+
+fn sizes_of<'data, R: object::ReadRef<'data>>(elf: &object::File<'data, R>) -> SectionBytes {
+    let mut bytes = SectionBytes::default();
+    for section in elf.sections() {
+        let Ok(name) = section.name() else {
+            continue;
+        };
+        if name.starts_with(".debug_") || name.starts_with(".zdebug_") {
+            bytes.debug += section.size();
+        } else if matches!(
+            name,
+            ".symtab" | ".strtab" | ".dynsym" | ".dynstr" | ".gnu_debugdata"
+        ) {
+            bytes.symbols += section.size();
+        }
+    }
+    bytes
 }

@@ -153,10 +153,19 @@ fn what_is_held_parsed_stays_within_the_limit() {
     let mut bounded = Symbolizer::with_limit(held.cache_bytes + 1);
     let symbolized = bounded.symbolize(table.normalize_batch(raw_here(here)));
     assert!(names(&symbolized)[0].contains("what_is_held_parsed_stays_within_the_limit"));
+    // Its debug information is far more than the limit allows: it is
+    // named from its symbol table, without file and line.
+    let location = &symbolized.samples[0].stack[0].location;
+    assert_eq!(location.frames[0].file, None, "{location:?}");
     let stats = bounded.stats();
     assert_eq!(
-        (stats.binaries, stats.binaries_evicted, stats.parsed_bytes),
-        (0, 1, 0),
+        (
+            stats.binaries,
+            stats.binaries_evicted,
+            stats.parsed_bytes,
+            stats.binaries_symbols_only
+        ),
+        (0, 1, 0, 1),
         "{stats:?}"
     );
     assert!(stats.parsed_bytes + stats.cache_bytes <= stats.limit);
