@@ -14,7 +14,14 @@
 //            before and with a range dragged on the timeline.
 //   refused: { browser, url }         loads / from a listener that
 //            refuses this client and reads what the page says.
+//   crossSite: { browser, daemon, pid }  serves, from another site
+//            (http://localhost:PORT/, the daemon being at 127.0.0.1), a
+//            page that asks the daemon to profile and to peek at pid (an
+//            image, a script, fetches in no-cors mode, a form posted into a
+//            frame) and records the daemon's answers.
+// Every scenario records the page's Content-Security-Policy violations.
 import { pathToFileURL } from "node:url";
+import http from "node:http";
 import path from "node:path";
 
 // puppeteer-core as `cargo xtask test` installed it (npm ci of the lock
@@ -93,11 +100,25 @@ try {
     seen.timings.push([request.url().replace(/^.*\/\/[^/]*/, ""), Date.now() - pending.get(request)]);
     pending.delete(request);
   });
-  page.on("requestfailed", (request) => pending.delete(request));
+  seen.failed = [];
+  page.on("requestfailed", (request) => {
+    seen.failed.push([request.url(), request.failure() && request.failure().errorText]);
+    pending.delete(request);
+  });
+  // What the page's Content-Security-Policy blocked.
+  await page.evaluateOnNewDocument(() => {
+    window.cspViolations = [];
+    document.addEventListener("securitypolicyviolation", (event) =>
+      window.cspViolations.push(`${event.violatedDirective}: ${event.blockedURI} ${event.sample}`),
+    );
+  });
+  if (scenario === "crossSite") args.url = await anotherSite(args.daemon, args.pid);
   await page.goto(args.url, { waitUntil: "load" });
   if (scenario === "view") await view(page);
   else if (scenario === "refused") await refused(page);
+  else if (scenario === "crossSite") await crossSite(page);
   else throw new Error(`no scenario ${scenario}`);
+  seen.cspViolations = await page.evaluate(() => window.cspViolations);
 } catch (error) {
   seen.error = String(error && error.stack ? error.stack : error);
   seen.pendingAtError = [...pending].map(([request, at]) => [request.url(), `${Date.now() - at} ms`]);
@@ -392,4 +413,56 @@ async function refused(page) {
   await until(page, () => document.body.dataset.state === "error");
   seen.status = await text(page, "#status");
   seen.visible = await page.$eval("#status", (element) => element.checkVisibility());
+}
+
+// Serves, on a port of its own and under the name localhost (another site
+// than the daemon's 127.0.0.1), a page that asks `daemon` to start work on
+// process `pid` the ways any page can: an image, a script, fetches in
+// no-cors mode, a form posted into a frame. Its address.
+async function anotherSite(daemon, pid) {
+  const asks = {
+    session: `${daemon}/profile_start?pid=${pid}`,
+    profile: `${daemon}/profile?duration=1&pprof=false&pid=${pid}`,
+    peek: `${daemon}/api/peek?pid=${pid}`,
+  };
+  const page = `<!doctype html><title>another site</title>
+<iframe name="sink"></iframe>
+<form id="form" method="POST" action="${asks.peek}" target="sink"><input name="pid" value="${pid}"></form>
+<script>
+  const image = new Image();
+  image.src = ${JSON.stringify(asks.session)};
+  const script = document.createElement("script");
+  script.src = ${JSON.stringify(asks.profile)};
+  document.head.append(script);
+  fetch(${JSON.stringify(asks.session)}, { mode: "no-cors" }).catch(() => {});
+  fetch(${JSON.stringify(asks.peek)}, { method: "POST", mode: "no-cors" }).catch(() => {});
+  fetch(${JSON.stringify(asks.peek)}, {
+    method: "POST",
+    mode: "no-cors",
+    headers: { "Content-Type": "text/plain" },
+    body: "{}",
+  }).catch(() => {});
+  document.getElementById("form").submit();
+</script>`;
+  const server = http.createServer((request, response) => {
+    response.writeHead(200, { "Content-Type": "text/html; charset=utf-8" });
+    response.end(page);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  // The browser's end of the scenario ends it; this server does not keep
+  // node alive.
+  server.unref();
+  seen.asks = Object.values(asks);
+  return `http://localhost:${server.address().port}/`;
+}
+
+// Waits until the page's six requests to the daemon (an image, a script,
+// three fetches, a form) are over: answered, or failed (the browser blocks
+// what the daemon's headers forbid it to show another site); records how.
+async function crossSite(page) {
+  const toDaemon = ([url]) => url.startsWith(args.daemon);
+  await eventually(async () => seen.responses.filter(toDaemon).length + seen.failed.filter(toDaemon).length >= 6);
+  seen.daemonAnswers = seen.responses.filter(toDaemon);
+  seen.daemonFailures = seen.failed.filter(toDaemon);
+  seen.daemonRequests = seen.requests.filter((url) => url.startsWith(args.daemon));
 }
