@@ -19,7 +19,12 @@ pub async fn daemon_over_http() -> (Daemon, String) {
 /// A daemon serving HTTP in plaintext on a loopback port, with `flags`.
 pub async fn daemon_over_http_with(flags: &[&str]) -> (Daemon, String) {
     let address = format!("127.0.0.1:{}", free_port());
-    let listen = ["--http-listen", &address, "--http-plaintext-loopback", "true"];
+    let listen = [
+        "--http-listen",
+        &address,
+        "--http-plaintext-loopback",
+        "true",
+    ];
     let daemon = Daemon::start_with(&[&listen[..], flags].concat()).await;
     (daemon, format!("http://{address}"))
 }

@@ -24,7 +24,11 @@ fn curl_with_headers(url: &str, extra: &[&str]) -> (u16, Vec<(String, String)>, 
     let headers = dir.path().join("headers");
     let (code, body) = curl(
         url,
-        &[&["--dump-header", headers.to_str().expect("a UTF-8 path")], extra].concat(),
+        &[
+            &["--dump-header", headers.to_str().expect("a UTF-8 path")],
+            extra,
+        ]
+        .concat(),
     );
     let headers = std::fs::read_to_string(&headers)
         .unwrap_or_default()
@@ -88,7 +92,11 @@ async fn a_foreign_host_is_refused_and_the_listeners_own_names_are_answered() {
 
     // A name that is not a host is refused at start-up, naming the key.
     let output = Command::new(env!("CARGO_BIN_EXE_profilerd"))
-        .args(["--http-allowed-hosts", "http://profiler.example/", "--socket"])
+        .args([
+            "--http-allowed-hosts",
+            "http://profiler.example/",
+            "--socket",
+        ])
         .arg(daemon.state_dir().join("other.sock"))
         .output()
         .expect("profilerd runs");

@@ -68,7 +68,10 @@ async fn nobody_over_loopback_http_sees_what_it_sees_on_the_socket() {
         let (code, body) = curl_as(&nobody, &format!("{base}{path}")).await;
         assert_eq!(code, 403, "{path}: {body}");
         let refused = body.trim();
-        assert!(refused.starts_with("permission denied"), "{path}: {refused}");
+        assert!(
+            refused.starts_with("permission denied"),
+            "{path}: {refused}"
+        );
         let over_socket = error_of(&nobody.profilerctl(&daemon.socket, &args).await);
         assert!(
             over_socket.contains(refused),
@@ -87,7 +90,11 @@ async fn nobody_over_loopback_http_sees_what_it_sees_on_the_socket() {
     // Its own process's past, without root's.
     let (code, body) = curl_as(
         &nobody,
-        &format!("{base}/api/processes?since=60&pid={},{}", own.pid(), roots.pid()),
+        &format!(
+            "{base}/api/processes?since=60&pid={},{}",
+            own.pid(),
+            roots.pid()
+        ),
     )
     .await;
     assert_eq!(code, 403, "{body}");

@@ -138,7 +138,29 @@ console.log(JSON.stringify(seen));
 
 // Waits until `predicate(...values)`, run in the page, is true.
 function until(page, predicate, ...values) {
-  return page.waitForFunction(predicate, { timeout: WAIT_MS }, ...values);
+  return untilWithin(WAIT_MS, page, predicate, ...values);
+}
+
+// Waits up to `ms` until `predicate(...values)`, run in the page, is true.
+// Polled from here: puppeteer's waitForFunction makes its predicate from a
+// string in the page, which the page's Content-Security-Policy (no eval)
+// forbids in Firefox.
+async function untilWithin(ms, page, predicate, ...values) {
+  const end = Date.now() + ms;
+  // Its value may be an element, which does not leave the page: only
+  // whether it is truthy does.
+  const holds = async () => {
+    const value = await page.evaluateHandle(predicate, ...values);
+    try {
+      return await value.evaluate((value) => Boolean(value));
+    } finally {
+      await value.dispose();
+    }
+  };
+  while (!(await holds())) {
+    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${predicate}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 function text(page, selector) {
@@ -320,12 +342,13 @@ async function view(page) {
   // for its spans to be merged at the store's resolution (the test reads
   // the same window again and must get the same samples), and so that the
   // window before it holds samples too.
-  await page.waitForFunction(
+  await untilWithin(
+    2 * WAIT_MS,
+    page,
     (seconds) => {
       const [start, end] = (document.body.dataset.timeline || "0,0").split(",").map(Number);
       return end - start >= seconds * 1000;
     },
-    { timeout: 2 * WAIT_MS },
     args.history,
   );
   await loaded(page);

@@ -197,7 +197,10 @@ fn out_of_range_values_are_rejected_by_key() {
             "http_allowed_hosts = [\"http://profiler.example.com\"]",
             "http_allowed_hosts",
         ),
-        ("http_allowed_hosts = [\"*.example.com\"]", "http_allowed_hosts"),
+        (
+            "http_allowed_hosts = [\"*.example.com\"]",
+            "http_allowed_hosts",
+        ),
         ("push_interval = \"0s\"", "push_interval"),
         ("push_labels = { __name__ = \"x\" }", "push_labels"),
         ("push_labels = { service_name = \"x\" }", "push_labels"),

@@ -93,8 +93,14 @@ impl Guard {
             .headers()
             .get(header::HOST)
             .and_then(|host| host.to_str().ok())
-            .or_else(|| request.uri().authority().map(|authority| authority.as_str()));
-        let Some(host) = host.filter(|host| hosts::admits(host, self.local, self.tls, &self.allowed))
+            .or_else(|| {
+                request
+                    .uri()
+                    .authority()
+                    .map(|authority| authority.as_str())
+            });
+        let Some(host) =
+            host.filter(|host| hosts::admits(host, self.local, self.tls, &self.allowed))
         else {
             return Some(self.misdirected(host));
         };
@@ -168,12 +174,9 @@ fn cross_site_refusal(
             crate::quote(path)
         ));
     }
-    let json = header("content-type").is_some_and(|kind| {
-        kind.to_ascii_lowercase()
-            .starts_with("application/json")
-    });
-    if method == Method::POST && path == "/api/peek" && !json && header(REQUEST_HEADER).is_none()
-    {
+    let json = header("content-type")
+        .is_some_and(|kind| kind.to_ascii_lowercase().starts_with("application/json"));
+    if method == Method::POST && path == "/api/peek" && !json && header(REQUEST_HEADER).is_none() {
         return Some(
             "forbidden: POST /api/peek needs the header X-Profilerd-Request: 1 (or a JSON \
              content type), which a form on another site's page cannot send; e.g. curl -X POST \
@@ -216,7 +219,7 @@ async fn answer_catching_panics(request: Request, next: Next) -> Response {
         }));
     });
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-    match (Caught(Box::pin(next.run(request)))).await {
+    match Caught(Box::pin(next.run(request))).await {
         Ok(response) => response,
         Err(()) => {
             let why = PANICKED.take().unwrap_or_default();
@@ -306,7 +309,10 @@ mod tests {
                 ),
                 None
             );
-            assert_eq!(refused(Method::GET, path, &[("sec-fetch-site", "none")]), None);
+            assert_eq!(
+                refused(Method::GET, path, &[("sec-fetch-site", "none")]),
+                None
+            );
         }
         // A link from a wiki opens the page.
         assert_eq!(refused(Method::GET, "/", &cross), None);

@@ -53,7 +53,9 @@ fn holder(owner: SocketOwner) -> Option<Credentials> {
         .find(|process| {
             process.fd().is_ok_and(|mut fds| {
                 fds.any(|fd| {
-                    fd.is_ok_and(|fd| matches!(fd.target, FDTarget::Socket(inode) if inode == owner.inode))
+                    fd.is_ok_and(
+                        |fd| matches!(fd.target, FDTarget::Socket(inode) if inode == owner.inode),
+                    )
                 })
             })
         })

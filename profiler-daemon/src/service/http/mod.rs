@@ -162,7 +162,9 @@ async fn local_user(
 ) -> Result<Asker, String> {
     let credentials = tokio::task::spawn_blocking(move || loopback::credentials(peer, local))
         .await
-        .map_err(|err| format!("internal error: finding who opened the connection failed: {err}"))?;
+        .map_err(|err| {
+            format!("internal error: finding who opened the connection failed: {err}")
+        })?;
     let credentials = credentials.inspect_err(|reason| debug!(%peer, "{reason}"))?;
     service
         .access()

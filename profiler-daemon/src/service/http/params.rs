@@ -253,7 +253,11 @@ mod tests {
         let long = "x".repeat(100_000);
         for said in [
             message(Params::of(&[(&long, "1")]).only("/profile", &["duration"])),
-            message(Params::of(&[("duration", &long)]).seconds("duration").map(drop)),
+            message(
+                Params::of(&[("duration", &long)])
+                    .seconds("duration")
+                    .map(drop),
+            ),
             message(Params::of(&[("pid", &long)]).selector().map(drop)),
             message(Params::of(&[("mode", &long)]).mode().map(drop)),
             message(Params::of(&[("pprof", &long)]).flag("pprof").map(drop)),

@@ -21,8 +21,10 @@ use super::params::{Params, options};
 use crate::{
     profile::Format,
     service::{
-        ProfileSpec, Service, ServiceError, access::{Asker, CallerKey},
-        reports::Report, selection::date,
+        ProfileSpec, Service, ServiceError,
+        access::{Asker, CallerKey},
+        reports::Report,
+        selection::date,
         unix_millis,
     },
 };

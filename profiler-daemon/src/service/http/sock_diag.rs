@@ -9,8 +9,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use rustix::net::{
-    AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType, netlink, recv, send,
-    socket_with,
+    AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType, netlink, recv, send, socket_with,
 };
 
 /// `SOCK_DIAG_BY_FAMILY`: the request's type, and its answer's.
@@ -38,12 +37,18 @@ pub enum SockDiagError {
     #[error("the kernel could not be asked who opened it (NETLINK_SOCK_DIAG): {0}")]
     Netlink(rustix::io::Errno),
     #[error("the kernel holds no TCP socket from {client} to {server} (the client may have left)")]
-    NotFound { client: SocketAddr, server: SocketAddr },
+    NotFound {
+        client: SocketAddr,
+        server: SocketAddr,
+    },
     #[error(
         "the client's socket from {client} to {server} is held by no process any more (it \
          was closed)"
     )]
-    Closed { client: SocketAddr, server: SocketAddr },
+    Closed {
+        client: SocketAddr,
+        server: SocketAddr,
+    },
     #[error("the kernel's answer (NETLINK_SOCK_DIAG) could not be read: {0}")]
     Malformed(&'static str),
 }
@@ -124,8 +129,9 @@ fn owner_in(
     server: SocketAddr,
 ) -> Result<SocketOwner, SockDiagError> {
     let u16_at = |at: usize| u16::from_ne_bytes([answer[at], answer[at + 1]]);
-    let u32_at =
-        |at: usize| u32::from_ne_bytes([answer[at], answer[at + 1], answer[at + 2], answer[at + 3]]);
+    let u32_at = |at: usize| {
+        u32::from_ne_bytes([answer[at], answer[at + 1], answer[at + 2], answer[at + 3]])
+    };
     if answer.len() < HEADER_BYTES + 4 {
         return Err(SockDiagError::Malformed("it is shorter than a message"));
     }
@@ -135,9 +141,9 @@ fn owner_in(
             if errno == rustix::io::Errno::NOENT.raw_os_error() {
                 Err(SockDiagError::NotFound { client, server })
             } else {
-                Err(SockDiagError::Netlink(rustix::io::Errno::from_raw_os_error(
-                    errno,
-                )))
+                Err(SockDiagError::Netlink(
+                    rustix::io::Errno::from_raw_os_error(errno),
+                ))
             }
         }
         SOCK_DIAG_BY_FAMILY if answer.len() >= ANSWER_BYTES => {
@@ -190,7 +196,10 @@ mod tests {
         assert_eq!(&bytes[28..32], &[127, 0, 0, 1]);
         assert_eq!(&bytes[44..48], &[127, 0, 0, 1]);
         assert_eq!(&bytes[64..72], &[0xff; 8]);
-        let v6 = request("[::1]:45678".parse().unwrap(), "[::1]:6060".parse().unwrap());
+        let v6 = request(
+            "[::1]:45678".parse().unwrap(),
+            "[::1]:6060".parse().unwrap(),
+        );
         assert_eq!(v6[16], libc::AF_INET6 as u8);
         assert_eq!(v6[43], 1);
     }

@@ -32,8 +32,8 @@ use super::{
 };
 use crate::{
     peek::PeekReport,
-    quote,
     profile::{Format, GroupBy},
+    quote,
     report::FunctionRanking,
     service::{MAX_FUNCTIONS, PastWindow, ServiceError, unix_millis},
 };
@@ -255,10 +255,11 @@ async fn functions(
         None | Some("self") => FunctionRanking::SelfSamples,
         Some("total") => FunctionRanking::TotalSamples,
         Some(other) => {
-            return Err(
-                ServiceError::invalid(format!("by={} must be self or total", quote(other)))
-                    .into(),
-            );
+            return Err(ServiceError::invalid(format!(
+                "by={} must be self or total",
+                quote(other)
+            ))
+            .into());
         }
     };
     let limit = match params.text("limit")? {
