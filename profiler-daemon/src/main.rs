@@ -32,7 +32,7 @@ use profilerd::{
     pipeline::{DrainIntervals, Pipeline, PipelineBounds},
     service::{DaemonInfo, Service, ServiceParts, limits::ServiceLimits},
     service::{
-        http::HttpListener,
+        http::{AllowedHost, HttpListener},
         serving::{self, Listeners, TcpListener, TlsFiles},
     },
     store::Store,
@@ -249,9 +249,16 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
             tls: tls.clone(),
         }),
         metrics: config.metrics_listen,
-        http: config
-            .http_listen
-            .map(|address| HttpListener { address, tls }),
+        http: config.http_listen.map(|address| HttpListener {
+            address,
+            tls,
+            allowed_hosts: config
+                .http_allowed_hosts
+                .iter()
+                // Validated with the configuration.
+                .filter_map(|host| AllowedHost::parse(host).ok())
+                .collect(),
+        }),
     };
     let service = Arc::new(service);
     tokio::spawn(service.clone().keep_stack_indexes_current());

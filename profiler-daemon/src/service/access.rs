@@ -226,6 +226,18 @@ impl AccessPolicy {
         })
     }
 
+    /// The asker behind a local client's `credentials` (the Unix socket's
+    /// SO_PEERCRED, or the owner of a plaintext loopback HTTP connection):
+    /// its caller, and its uid for the per-caller bounds.
+    pub fn asker(&self, credentials: Option<Credentials>) -> Result<Asker, AccessError> {
+        let caller = self.caller(credentials)?;
+        let key = match credentials {
+            Some(credentials) => CallerKey::User(credentials.uid),
+            None => CallerKey::Remote,
+        };
+        Ok(Asker { caller, key })
+    }
+
     /// Checks that `caller` may see what a selector of `tasks` (process
     /// and thread ids) and `uids` selects: an unprivileged caller must
     /// select only its own uid, or name tasks it may look at. Named tasks

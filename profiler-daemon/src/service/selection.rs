@@ -269,14 +269,33 @@ pub fn function_name(function: String) -> Result<String, ServiceError> {
     Ok(function)
 }
 
-/// A time as a date a person reads, e.g. `2026-11-21T17:30:00Z`.
+/// A time as a date a person reads, e.g. `2026-11-21T17:30:00Z`; a time
+/// past the year 9999, which has no such date, as seconds since 1970.
 pub fn date(time: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(time).to_string()
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    // humantime's Display fails (and `to_string` panics) past 9999.
+    if write!(text, "{}", humantime::format_rfc3339_seconds(time)).is_err() {
+        let seconds = time
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        return format!("{seconds} s after 1970 (past the year 9999)");
+    }
+    text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_date_past_the_year_9999_is_written_without_panicking() {
+        let far = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(u64::MAX);
+        assert!(date(far).contains("past the year 9999"), "{}", date(far));
+        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_764_230_400);
+        assert_eq!(date(at), "2025-11-27T08:00:00Z");
+    }
 
     #[test]
     fn selectors_are_bounded_and_their_errors_short() {

@@ -13,14 +13,19 @@ use crate::{
 
 /// A daemon serving HTTP in plaintext on a loopback port.
 pub async fn daemon_over_http() -> (Daemon, String) {
+    daemon_over_http_with(&[]).await
+}
+
+/// A daemon serving HTTP in plaintext on a loopback port, with `flags`.
+pub async fn daemon_over_http_with(flags: &[&str]) -> (Daemon, String) {
     let address = format!("127.0.0.1:{}", free_port());
-    let daemon = Daemon::start_with(&[
+    let listen = [
         "--http-listen",
         &address,
         "--http-plaintext-loopback",
         "true",
-    ])
-    .await;
+    ];
+    let daemon = Daemon::start_with(&[&listen[..], flags].concat()).await;
     (daemon, format!("http://{address}"))
 }
 

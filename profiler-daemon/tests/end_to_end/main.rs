@@ -15,6 +15,8 @@ mod faults;
 mod foreign_client;
 mod history;
 mod http;
+mod http_guard;
+mod http_users;
 mod lifecycle;
 mod metrics;
 mod offcpu;

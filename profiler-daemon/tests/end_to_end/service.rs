@@ -597,4 +597,13 @@ fn the_unit_agrees_with_the_configuration() {
     );
     assert_eq!(unit_setting("Type"), ["notify"]);
     assert!(!unit_setting("WatchdogSec").is_empty());
+    // The plaintext loopback HTTP listener asks NETLINK_SOCK_DIAG who
+    // opened each connection.
+    let families = unit_setting("RestrictAddressFamilies");
+    for family in ["AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"] {
+        assert!(
+            families.iter().any(|allowed| allowed == family),
+            "RestrictAddressFamilies= lacks {family}: {families:?}"
+        );
+    }
 }

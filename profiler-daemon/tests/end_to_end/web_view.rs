@@ -16,7 +16,7 @@ use crate::{
 
 /// The browsers the web view is tested in, as view.mjs names them.
 #[derive(Clone, Copy, Debug)]
-enum Browser {
+pub enum Browser {
     Chromium,
     Firefox,
 }
@@ -32,7 +32,7 @@ impl Browser {
 
 /// Runs tests/web/view.mjs's `scenario` in `browser` with `arguments`;
 /// what it saw.
-async fn drive_browser(browser: Browser, scenario: &str, mut arguments: Value) -> Value {
+pub async fn drive_browser(browser: Browser, scenario: &str, mut arguments: Value) -> Value {
     let modules = std::env::var("PROFILERD_TEST_NODE_MODULES").expect(
         "PROFILERD_TEST_NODE_MODULES names the node_modules with puppeteer-core: run the \
          tests with `cargo xtask test`, which installs it (and Debian's chromium and \
@@ -460,6 +460,13 @@ async fn the_web_view_works_in(browser: Browser) {
         std::fs::metadata(&screenshot).is_ok_and(|file| file.len() > 10_000),
         "no screenshot at {}",
         screenshot.display()
+    );
+
+    // The page's Content-Security-Policy blocked nothing it does.
+    assert_eq!(
+        seen["cspViolations"],
+        serde_json::json!([]),
+        "{browser:?}: the Content-Security-Policy blocked part of the page"
     );
 }
 

@@ -14,7 +14,14 @@
 //            before and with a range dragged on the timeline.
 //   refused: { browser, url }         loads / from a listener that
 //            refuses this client and reads what the page says.
+//   crossSite: { browser, daemon, pid }  serves, from another site
+//            (http://localhost:PORT/, the daemon being at 127.0.0.1), a
+//            page that asks the daemon to profile and to peek at pid (an
+//            image, a script, fetches in no-cors mode, a form posted into a
+//            frame) and records the daemon's answers.
+// Every scenario records the page's Content-Security-Policy violations.
 import { pathToFileURL } from "node:url";
+import http from "node:http";
 import path from "node:path";
 
 // puppeteer-core as `cargo xtask test` installed it (npm ci of the lock
@@ -93,11 +100,25 @@ try {
     seen.timings.push([request.url().replace(/^.*\/\/[^/]*/, ""), Date.now() - pending.get(request)]);
     pending.delete(request);
   });
-  page.on("requestfailed", (request) => pending.delete(request));
+  seen.failed = [];
+  page.on("requestfailed", (request) => {
+    seen.failed.push([request.url(), request.failure() && request.failure().errorText]);
+    pending.delete(request);
+  });
+  // What the page's Content-Security-Policy blocked.
+  await page.evaluateOnNewDocument(() => {
+    window.cspViolations = [];
+    document.addEventListener("securitypolicyviolation", (event) =>
+      window.cspViolations.push(`${event.violatedDirective}: ${event.blockedURI} ${event.sample}`),
+    );
+  });
+  if (scenario === "crossSite") args.url = await anotherSite(args.daemon, args.pid);
   await page.goto(args.url, { waitUntil: "load" });
   if (scenario === "view") await view(page);
   else if (scenario === "refused") await refused(page);
+  else if (scenario === "crossSite") await crossSite(page);
   else throw new Error(`no scenario ${scenario}`);
+  seen.cspViolations = await page.evaluate(() => window.cspViolations);
 } catch (error) {
   seen.error = String(error && error.stack ? error.stack : error);
   seen.pendingAtError = [...pending].map(([request, at]) => [request.url(), `${Date.now() - at} ms`]);
@@ -117,7 +138,29 @@ console.log(JSON.stringify(seen));
 
 // Waits until `predicate(...values)`, run in the page, is true.
 function until(page, predicate, ...values) {
-  return page.waitForFunction(predicate, { timeout: WAIT_MS }, ...values);
+  return untilWithin(WAIT_MS, page, predicate, ...values);
+}
+
+// Waits up to `ms` until `predicate(...values)`, run in the page, is true.
+// Polled from here: puppeteer's waitForFunction makes its predicate from a
+// string in the page, which the page's Content-Security-Policy (no eval)
+// forbids in Firefox.
+async function untilWithin(ms, page, predicate, ...values) {
+  const end = Date.now() + ms;
+  // Its value may be an element, which does not leave the page: only
+  // whether it is truthy does.
+  const holds = async () => {
+    const value = await page.evaluateHandle(predicate, ...values);
+    try {
+      return await value.evaluate((value) => Boolean(value));
+    } finally {
+      await value.dispose();
+    }
+  };
+  while (!(await holds())) {
+    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${predicate}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 function text(page, selector) {
@@ -299,12 +342,13 @@ async function view(page) {
   // for its spans to be merged at the store's resolution (the test reads
   // the same window again and must get the same samples), and so that the
   // window before it holds samples too.
-  await page.waitForFunction(
+  await untilWithin(
+    2 * WAIT_MS,
+    page,
     (seconds) => {
       const [start, end] = (document.body.dataset.timeline || "0,0").split(",").map(Number);
       return end - start >= seconds * 1000;
     },
-    { timeout: 2 * WAIT_MS },
     args.history,
   );
   await loaded(page);
@@ -392,4 +436,56 @@ async function refused(page) {
   await until(page, () => document.body.dataset.state === "error");
   seen.status = await text(page, "#status");
   seen.visible = await page.$eval("#status", (element) => element.checkVisibility());
+}
+
+// Serves, on a port of its own and under the name localhost (another site
+// than the daemon's 127.0.0.1), a page that asks `daemon` to start work on
+// process `pid` the ways any page can: an image, a script, fetches in
+// no-cors mode, a form posted into a frame. Its address.
+async function anotherSite(daemon, pid) {
+  const asks = {
+    session: `${daemon}/profile_start?pid=${pid}`,
+    profile: `${daemon}/profile?duration=1&pprof=false&pid=${pid}`,
+    peek: `${daemon}/api/peek?pid=${pid}`,
+  };
+  const page = `<!doctype html><title>another site</title>
+<iframe name="sink"></iframe>
+<form id="form" method="POST" action="${asks.peek}" target="sink"><input name="pid" value="${pid}"></form>
+<script>
+  const image = new Image();
+  image.src = ${JSON.stringify(asks.session)};
+  const script = document.createElement("script");
+  script.src = ${JSON.stringify(asks.profile)};
+  document.head.append(script);
+  fetch(${JSON.stringify(asks.session)}, { mode: "no-cors" }).catch(() => {});
+  fetch(${JSON.stringify(asks.peek)}, { method: "POST", mode: "no-cors" }).catch(() => {});
+  fetch(${JSON.stringify(asks.peek)}, {
+    method: "POST",
+    mode: "no-cors",
+    headers: { "Content-Type": "text/plain" },
+    body: "{}",
+  }).catch(() => {});
+  document.getElementById("form").submit();
+</script>`;
+  const server = http.createServer((request, response) => {
+    response.writeHead(200, { "Content-Type": "text/html; charset=utf-8" });
+    response.end(page);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  // The browser's end of the scenario ends it; this server does not keep
+  // node alive.
+  server.unref();
+  seen.asks = Object.values(asks);
+  return `http://localhost:${server.address().port}/`;
+}
+
+// Waits until the page's six requests to the daemon (an image, a script,
+// three fetches, a form) are over: answered, or failed (the browser blocks
+// what the daemon's headers forbid it to show another site); records how.
+async function crossSite(page) {
+  const toDaemon = ([url]) => url.startsWith(args.daemon);
+  await eventually(async () => seen.responses.filter(toDaemon).length + seen.failed.filter(toDaemon).length >= 6);
+  seen.daemonAnswers = seen.responses.filter(toDaemon);
+  seen.daemonFailures = seen.failed.filter(toDaemon);
+  seen.daemonRequests = seen.requests.filter((url) => url.startsWith(args.daemon));
 }

@@ -42,6 +42,9 @@ pub struct Overrides {
     /// Allow HTTP without TLS on a loopback address [default: false]
     #[arg(long, value_name = "BOOL")]
     pub http_plaintext_loopback: Option<bool>,
+    /// Host names the HTTP listener answers besides its own address, comma-separated, e.g. profiler.example.com,10.0.0.5:6060 [default: none]
+    #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+    pub http_allowed_hosts: Option<Vec<String>>,
     /// Samples per second on each CPU, 1-1000 [default: 49]
     #[arg(long, value_name = "HZ")]
     pub frequency_hz: Option<u32>,
@@ -159,6 +162,7 @@ impl Config {
             metrics_listen,
             http_listen,
             http_plaintext_loopback,
+            http_allowed_hosts,
             frequency_hz,
             drain_interval,
             watched_drain_interval,
@@ -220,6 +224,7 @@ impl Config {
         }
         set(&mut self.tcp_plaintext_loopback, tcp_plaintext_loopback);
         set(&mut self.http_plaintext_loopback, http_plaintext_loopback);
+        set(&mut self.http_allowed_hosts, http_allowed_hosts);
         set(&mut self.frequency_hz, frequency_hz);
         set(&mut self.drain_interval, drain_interval);
         set(&mut self.watched_drain_interval, watched_drain_interval);

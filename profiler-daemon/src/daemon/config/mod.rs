@@ -79,6 +79,10 @@ pub struct Config {
     pub http_listen: Option<std::net::SocketAddr>,
     /// Serve HTTP without TLS, allowed only on a loopback address.
     pub http_plaintext_loopback: bool,
+    /// Host names (`host` or `host:port`) the HTTP listener answers besides
+    /// its own address (and, on a loopback address, `localhost`): the names
+    /// browsers and scrapers reach it by, e.g. through a proxy.
+    pub http_allowed_hosts: Vec<String>,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
     /// How often the kernel maps are drained into the store.
@@ -215,6 +219,7 @@ impl Default for Config {
             metrics_listen: None,
             http_listen: None,
             http_plaintext_loopback: false,
+            http_allowed_hosts: Vec::new(),
             frequency_hz: 49,
             drain_interval: Duration::from_secs(1),
             watched_drain_interval: Duration::from_millis(250),

@@ -89,6 +89,7 @@ fn every_key_parses() {
         tcp_listen = "127.0.0.1:7443"
         tcp_plaintext_loopback = true
         metrics_listen = "127.0.0.1:9464"
+        http_allowed_hosts = ["profiler.example.com", "10.0.0.5:6060", "[fd00::1]:6060"]
         frequency_hz = 99
         drain_interval = "500ms"
         retention = "5m"
@@ -119,6 +120,7 @@ fn every_key_parses() {
     assert_eq!(config.max_profile_duration(), Duration::from_secs(120));
     assert_eq!(config.memory_limit, Some(ByteSize::mib(32)));
     assert_eq!(config.max_stacks, 4096);
+    assert_eq!(config.http_allowed_hosts.len(), 3);
     config.validate().unwrap();
 }
 
@@ -195,6 +197,14 @@ fn out_of_range_values_are_rejected_by_key() {
         (
             "http_listen = \"127.0.0.1:6060\"\ntcp_plaintext_loopback = true",
             "http_listen",
+        ),
+        (
+            "http_allowed_hosts = [\"http://profiler.example.com\"]",
+            "http_allowed_hosts",
+        ),
+        (
+            "http_allowed_hosts = [\"*.example.com\"]",
+            "http_allowed_hosts",
         ),
         ("push_interval = \"0s\"", "push_interval"),
         ("push_labels = { __name__ = \"x\" }", "push_labels"),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytesize::ByteSize;
 
 use super::{Config, ConfigError, FREQUENCY_RANGE_HZ, parse_signal};
+use crate::service::http::AllowedHost;
 
 impl Config {
     /// Checks every rule; the error names the key and the accepted values.
@@ -278,6 +279,12 @@ impl Config {
                     ),
                 });
             }
+        }
+        for host in &self.http_allowed_hosts {
+            AllowedHost::parse(host).map_err(|message| ConfigError::Invalid {
+                key: "http_allowed_hosts",
+                message,
+            })?;
         }
         Ok(())
     }

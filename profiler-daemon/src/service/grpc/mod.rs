@@ -51,16 +51,11 @@ impl GrpcApi {
                 gid: cred.gid(),
                 pid: cred.pid().and_then(|pid| u32::try_from(pid).ok()),
             });
-        let caller = self
+        Ok(self
             .service
             .access()
-            .caller(credentials)
-            .map_err(ServiceError::from)?;
-        let key = match credentials {
-            Some(credentials) => CallerKey::User(credentials.uid),
-            None => CallerKey::Remote,
-        };
-        Ok(Asker { caller, key })
+            .asker(credentials)
+            .map_err(ServiceError::from)?)
     }
 }
 

@@ -1,18 +1,24 @@
 //! The HTTP listener (`http_listen`, off by default): profiles pulled the
-//! way existing tools scrape them (see `routes`).
+//! way existing tools scrape them (see `routes`) and the web view.
 //!
-//! Who may ask follows the gRPC TCP listener's rule: a client that presents
-//! a certificate signed by `tls_client_ca` is a trusted remote caller and
-//! sees everything; plaintext is served only on a loopback address when
-//! `http_plaintext_loopback` allows it, and its clients are trusted the
-//! same way. A TLS client without a certificate gets 403 with the reason
-//! (rather than a failed handshake it cannot read).
+//! Who may ask: over TLS, a client that presents a certificate signed by
+//! `tls_client_ca` is a trusted remote caller and sees everything, as on
+//! the gRPC TCP listener; one without gets 403 with the reason (rather
+//! than a failed handshake it cannot read). Plaintext is served only on a
+//! loopback address when `http_plaintext_loopback` allows it, and each of
+//! its clients is the local user that opened the connection (see
+//! `loopback`), under the Unix socket's rules. Every request then passes
+//! the `guard` (Host, cross-site requests, security headers).
 //!
 //! Owns the socket, TLS and each connection's admission; it must not answer
 //! requests (see `routes`).
 
+mod guard;
+mod hosts;
+mod loopback;
 mod params;
 mod routes;
+mod sock_diag;
 mod view;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
@@ -34,6 +40,7 @@ use crate::service::{
     access::{Asker, Caller, CallerKey},
     serving::TlsFiles,
 };
+pub use hosts::AllowedHost;
 pub use routes::Admission;
 
 /// The HTTP listener's settings.
@@ -42,6 +49,8 @@ pub struct HttpListener {
     pub address: SocketAddr,
     /// `None`: plaintext (validated to be on a loopback address).
     pub tls: Option<TlsFiles>,
+    /// Host names answered beside the listener's own (`http_allowed_hosts`).
+    pub allowed_hosts: Vec<AllowedHost>,
 }
 
 /// How long a client may take over its TLS handshake.
@@ -60,10 +69,10 @@ pub async fn serve_http(
     let acceptor = match &listener.tls {
         Some(files) => Some(TlsAcceptor::from(Arc::new(tls_config(files)?))),
         None => {
-            warn!(
+            info!(
                 address = %listener.address,
-                "serving HTTP without TLS (http_plaintext_loopback): every local user who \
-                 can connect sees every process's profile"
+                "serving HTTP without TLS (http_plaintext_loopback): each local client is \
+                 answered as the user that opened its connection, as on the Unix socket"
             );
             None
         }
@@ -77,7 +86,8 @@ pub async fn serve_http(
             )
         })?;
     info!(address = %listener.address, tls = acceptor.is_some(), "serving HTTP");
-    let router = routes::router(service);
+    let router = routes::router(service.clone());
+    let allowed_hosts: Arc<[AllowedHost]> = listener.allowed_hosts.into();
     Ok(tokio::spawn(async move {
         tokio::pin!(stopped);
         loop {
@@ -92,15 +102,25 @@ pub async fn serve_http(
                     }
                 },
             };
-            let router = router.clone();
-            let acceptor = acceptor.clone();
+            let local = match stream.local_addr() {
+                Ok(local) => local,
+                Err(err) => {
+                    debug!(%peer, "an HTTP connection has no local address: {err}");
+                    continue;
+                }
+            };
+            let guard = guard::Guard {
+                local,
+                tls: acceptor.is_some(),
+                allowed: allowed_hosts.clone(),
+            };
+            let (router, acceptor, service) = (router.clone(), acceptor.clone(), service.clone());
             tokio::spawn(async move {
-                let trusted = Asker {
-                    caller: Caller::Root,
-                    key: CallerKey::Remote,
-                };
                 match acceptor {
-                    None => serve_connection(stream, router, Ok(trusted), peer).await,
+                    None => {
+                        let admission = local_user(&service, peer, local).await;
+                        serve_connection(stream, router, guard, admission, peer).await;
+                    }
                     Some(acceptor) => {
                         let handshake =
                             tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
@@ -117,10 +137,13 @@ pub async fn serve_http(
                         };
                         // The verifier checked any certificate presented.
                         let admission = match stream.get_ref().1.peer_certificates() {
-                            Some(certificates) if !certificates.is_empty() => Ok(trusted),
+                            Some(certificates) if !certificates.is_empty() => Ok(Asker {
+                                caller: Caller::Root,
+                                key: CallerKey::Remote,
+                            }),
                             _ => Err(NO_CERTIFICATE.to_owned()),
                         };
-                        serve_connection(stream, router, admission, peer).await;
+                        serve_connection(stream, router, guard, admission, peer).await;
                     }
                 }
             });
@@ -128,17 +151,41 @@ pub async fn serve_http(
     }))
 }
 
+/// The asker of a plaintext loopback connection from `peer` to `local`:
+/// the user that opened it, under the Unix socket's rules (SO_PEERCRED's
+/// credentials there, the kernel's record of the socket here); 403's
+/// reason when it cannot be known.
+async fn local_user(
+    service: &Service,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Result<Asker, String> {
+    let credentials = tokio::task::spawn_blocking(move || loopback::credentials(peer, local))
+        .await
+        .map_err(|err| {
+            format!("internal error: finding who opened the connection failed: {err}")
+        })?;
+    let credentials = credentials.inspect_err(|reason| debug!(%peer, "{reason}"))?;
+    service
+        .access()
+        .asker(Some(credentials))
+        .map_err(|err| err.to_string())
+}
+
 async fn serve_connection<S>(
     stream: S,
     router: axum::Router,
+    guard: guard::Guard,
     admission: Result<Asker, String>,
     peer: SocketAddr,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = TowerToHyperService::new(router.layer(axum::Extension(Admission(admission))));
+    let routes = router
+        .layer(axum::Extension(Admission(admission)))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::guard));
     if let Err(err) = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(stream), service)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(routes))
         .await
     {
         debug!(%peer, "HTTP connection ended: {err}");

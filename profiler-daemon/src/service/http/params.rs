@@ -7,12 +7,17 @@ use std::time::{Duration, SystemTime};
 
 use crate::{
     profile::{Format, ProfileMode, ReportOptions},
+    quote,
     service::{ServiceError, selection::SelectorSpec},
 };
 
 /// The query's `name=value` pairs, in order (names may repeat).
 #[derive(Clone, Debug, Default)]
 pub struct Params(Vec<(String, String)>);
+
+/// The latest time a parameter may name: 9999-12-31T23:59:59.999Z, the
+/// last a date is written for.
+pub const MAX_UNIX_MILLIS: u64 = 253_402_300_799_999;
 
 /// Names every route takes to select processes and the mode.
 const SELECTOR_NAMES: &[&str] = &["pid", "comm", "comm_regex", "cgroup", "mode"];
@@ -41,7 +46,8 @@ impl Params {
                 let mut known: Vec<&str> = names.iter().chain(SELECTOR_NAMES).copied().collect();
                 known.sort_unstable();
                 return Err(ServiceError::invalid(format!(
-                    "{route} does not take the parameter {name:?}; it takes {}",
+                    "{route} does not take the parameter {}; it takes {}",
+                    quote(name),
                     known.join(", ")
                 )));
             }
@@ -75,33 +81,40 @@ impl Params {
         };
         let seconds: f64 = text.trim().parse().map_err(|_| {
             ServiceError::invalid(format!(
-                "{name}={text:?} is not a number of seconds; give e.g. {name}=30"
+                "{name}={} is not a number of seconds; give e.g. {name}=30",
+                quote(text)
             ))
         })?;
         if !seconds.is_finite() || seconds <= 0.0 {
             return Err(ServiceError::invalid(format!(
-                "{name}={text:?} must be more than 0 seconds"
+                "{name}={} must be more than 0 seconds",
+                quote(text)
             )));
         }
         Duration::try_from_secs_f64(seconds)
             .map(Some)
-            .map_err(|_| ServiceError::invalid(format!("{name}={text:?} is too long")))
+            .map_err(|_| ServiceError::invalid(format!("{name}={} is too long", quote(text))))
     }
 
-    /// A time in Unix milliseconds, e.g. `from=1764230400000`.
+    /// A time in Unix milliseconds, e.g. `from=1764230400000`, up to the
+    /// end of the year 9999 ([`MAX_UNIX_MILLIS`]).
     pub fn unix_millis(&self, name: &str) -> Result<Option<SystemTime>, ServiceError> {
         let Some(text) = self.value(name)? else {
             return Ok(None);
         };
-        let millis: u64 = text.trim().parse().map_err(|_| {
-            ServiceError::invalid(format!(
-                "{name}={text:?} is not a time in Unix milliseconds; give e.g. {name}=1764230400000"
-            ))
-        })?;
-        SystemTime::UNIX_EPOCH
-            .checked_add(Duration::from_millis(millis))
-            .map(Some)
-            .ok_or_else(|| ServiceError::invalid(format!("{name}={text:?} is too far ahead")))
+        let millis: u64 = text
+            .trim()
+            .parse()
+            .ok()
+            .filter(|millis| *millis <= MAX_UNIX_MILLIS)
+            .ok_or_else(|| {
+                ServiceError::invalid(format!(
+                    "{name}={} is not a time in Unix milliseconds from 0 to {MAX_UNIX_MILLIS} \
+                     (9999-12-31); give e.g. {name}=1764230400000",
+                    quote(text)
+                ))
+            })?;
+        Ok(Some(SystemTime::UNIX_EPOCH + Duration::from_millis(millis)))
     }
 
     /// A boolean: `true`/`false` (and `1`/`0`).
@@ -113,7 +126,8 @@ impl Params {
             "true" | "1" => Ok(Some(true)),
             "false" | "0" => Ok(Some(false)),
             _ => Err(ServiceError::invalid(format!(
-                "{name}={text:?} must be true or false"
+                "{name}={} must be true or false",
+                quote(text)
             ))),
         }
     }
@@ -141,7 +155,7 @@ impl Params {
                     .ok()
                     .filter(|pid| *pid != 0)
                     .ok_or_else(|| {
-                        ServiceError::invalid(format!("pid={pid:?} is not a process id"))
+                        ServiceError::invalid(format!("pid={} is not a process id", quote(&pid)))
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -164,7 +178,8 @@ impl Params {
             Some("offcpu") => Ok(ProfileMode::OffCpu),
             Some("wall") => Ok(ProfileMode::Wall),
             Some(other) => Err(ServiceError::invalid(format!(
-                "mode={other:?} is not a mode; give cpu, offcpu or wall"
+                "mode={} is not a mode; give cpu, offcpu or wall",
+                quote(other)
             ))),
         }
     }
@@ -229,6 +244,46 @@ mod tests {
                     .map(drop)
             )
             .contains("more than once")
+        );
+    }
+
+    #[test]
+    fn errors_quote_a_short_prefix_of_what_was_sent() {
+        let message = |result: Result<(), ServiceError>| result.unwrap_err().to_string();
+        let long = "x".repeat(100_000);
+        for said in [
+            message(Params::of(&[(&long, "1")]).only("/profile", &["duration"])),
+            message(
+                Params::of(&[("duration", &long)])
+                    .seconds("duration")
+                    .map(drop),
+            ),
+            message(Params::of(&[("pid", &long)]).selector().map(drop)),
+            message(Params::of(&[("mode", &long)]).mode().map(drop)),
+            message(Params::of(&[("pprof", &long)]).flag("pprof").map(drop)),
+            message(Params::of(&[("from", &long)]).unix_millis("from").map(drop)),
+        ] {
+            assert!(said.len() < 400, "{} bytes: {}", said.len(), &said[..400]);
+            assert!(said.contains("… (100000 bytes)"), "{said}");
+        }
+    }
+
+    #[test]
+    fn times_past_the_year_9999_are_refused_saying_the_range() {
+        for far in ["18446744073709551615", "253402300800000", "999000000000000"] {
+            let said = Params::of(&[("from", far)])
+                .unix_millis("from")
+                .unwrap_err()
+                .to_string();
+            assert!(said.contains("from 0 to 253402300799999"), "{said}");
+        }
+        let last = Params::of(&[("to", "253402300799999")])
+            .unix_millis("to")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            crate::service::selection::date(last),
+            "9999-12-31T23:59:59Z"
         );
     }
 }

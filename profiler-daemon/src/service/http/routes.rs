@@ -21,7 +21,10 @@ use super::params::{Params, options};
 use crate::{
     profile::Format,
     service::{
-        ProfileSpec, Service, ServiceError, access::Asker, reports::Report, selection::date,
+        ProfileSpec, Service, ServiceError,
+        access::{Asker, CallerKey},
+        reports::Report,
+        selection::date,
         unix_millis,
     },
 };
@@ -33,10 +36,13 @@ pub struct Admission(pub Result<Asker, String>);
 #[derive(Clone)]
 pub(super) struct Routes {
     pub(super) service: Arc<Service>,
-    /// Sessions opened by `/profile_start`, oldest first, for
-    /// `/profile_stop` without an id.
-    started: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Sessions opened by `/profile_start`, oldest first, with who opened
+    /// each, for `/profile_stop` without an id (the caller's own last).
+    started: Arc<std::sync::Mutex<Vec<(CallerKey, String)>>>,
 }
+
+/// The most sessions `/profile_stop` without an id chooses among.
+const STARTED_KEPT: usize = 1024;
 
 /// Go's default for `/debug/pprof/profile`.
 const GO_DEFAULT_SECONDS: u64 = 30;
@@ -184,7 +190,14 @@ async fn profile_start(
         .service
         .start_session(asker, params.selector()?, params.mode()?, false)
         .await?;
-    crate::lock(&routes.started).push(started.id.clone());
+    let mut opened = crate::lock(&routes.started);
+    // Sessions stopped elsewhere (gRPC, --force) are never taken out here:
+    // only the newest are kept.
+    if opened.len() >= STARTED_KEPT {
+        opened.remove(0);
+    }
+    opened.push((asker.key, started.id.clone()));
+    drop(opened);
     Ok(text(format!(
         "Started profiling session {} at {}; GET /profile_stop?id={} ends it and returns its \
          report.\n",
@@ -212,12 +225,14 @@ async fn profile_stop(
     let id = match params.text("id")? {
         Some(id) => id,
         None => crate::lock(&routes.started)
-            .last()
-            .cloned()
+            .iter()
+            .rev()
+            .find(|(owner, _)| *owner == asker.key)
+            .map(|(_, id)| id.clone())
             .ok_or_else(|| {
                 HttpError(
                     StatusCode::NOT_FOUND,
-                    "no session started with /profile_start is open; start one with \
+                    "no session you started with /profile_start is open; start one with \
                  /profile_start, or name one with ?id="
                         .to_owned(),
                 )
@@ -229,7 +244,7 @@ async fn profile_stop(
         .await;
     // Closed (or gone): not the one to stop next.
     if !matches!(report, Err(ServiceError::PermissionDenied(_))) {
-        crate::lock(&routes.started).retain(|started| *started != id);
+        crate::lock(&routes.started).retain(|(_, started)| *started != id);
     }
     Ok(report_response(report?))
 }

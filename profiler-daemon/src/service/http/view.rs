@@ -33,6 +33,7 @@ use super::{
 use crate::{
     peek::PeekReport,
     profile::{Format, GroupBy},
+    quote,
     report::FunctionRanking,
     service::{MAX_FUNCTIONS, PastWindow, ServiceError, unix_millis},
 };
@@ -92,7 +93,7 @@ async fn ui_file(Path(file): Path<String>) -> Answer {
             .ok_or_else(|| {
                 HttpError(
                     StatusCode::NOT_FOUND,
-                    format!("the web view has no file {file:?}; open / instead"),
+                    format!("the web view has no file {}; open / instead", quote(&file)),
                 )
             })?,
     };
@@ -254,16 +255,19 @@ async fn functions(
         None | Some("self") => FunctionRanking::SelfSamples,
         Some("total") => FunctionRanking::TotalSamples,
         Some(other) => {
-            return Err(
-                ServiceError::invalid(format!("by={other:?} must be self or total")).into(),
-            );
+            return Err(ServiceError::invalid(format!(
+                "by={} must be self or total",
+                quote(other)
+            ))
+            .into());
         }
     };
     let limit = match params.text("limit")? {
         None => DEFAULT_FUNCTIONS,
         Some(text) => text.trim().parse().map_err(|_| {
             ServiceError::invalid(format!(
-                "limit={text:?} is not a number of functions (1 to {MAX_FUNCTIONS})"
+                "limit={} is not a number of functions (1 to {MAX_FUNCTIONS})",
+                quote(&text)
             ))
         })?,
     };
@@ -359,7 +363,8 @@ fn format(params: &Params) -> Result<Format, HttpError> {
         .ok_or_else(|| {
             let names: Vec<&str> = Format::ALL.iter().map(|format| format.name()).collect();
             ServiceError::invalid(format!(
-                "format={name:?} is not a format; give one of {}",
+                "format={} is not a format; give one of {}",
+                quote(&name),
                 names.join(", ")
             ))
             .into()
@@ -374,7 +379,8 @@ fn groupby(params: &Params) -> Result<GroupBy, HttpError> {
         Some("thread") => GroupBy::Thread,
         Some(other) => {
             return Err(ServiceError::invalid(format!(
-                "groupby={other:?} is not a grouping; give auto, none, process or thread"
+                "groupby={} is not a grouping; give auto, none, process or thread",
+                quote(other)
             ))
             .into());
         }
@@ -452,6 +458,26 @@ mod tests {
             Some(GroupBy::Process)
         );
         assert!(groupby(&Params::of(&[("groupby", "cgroup")])).is_err());
+    }
+
+    #[test]
+    fn the_page_has_nothing_inline_that_its_content_security_policy_blocks() {
+        let html = INDEX_HTML.to_ascii_lowercase();
+        for tag in html.split('<').skip(1) {
+            let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+            let attributes = tag.split_whitespace().skip(1);
+            for attribute in attributes {
+                assert!(
+                    !attribute.starts_with("on") && !attribute.starts_with("style="),
+                    "an inline handler or style: <{tag}>"
+                );
+            }
+            if tag.starts_with("script") {
+                assert!(tag.contains(" src=\"/ui/"), "an inline script: <{tag}>");
+            }
+            assert!(!tag.starts_with("style"), "an inline style sheet");
+        }
+        assert!(!html.contains("javascript:"));
     }
 
     #[test]

@@ -595,7 +595,12 @@ async function peekNow() {
     return;
   }
   $("peek-report").textContent = `Peeking at ${pid} for 1 s…`;
-  const response = await fetch(`/api/peek?pid=${pid}`, { method: "POST" });
+  // The header tells the daemon this is the page's own request: a form on
+  // another site's page cannot send it.
+  const response = await fetch(`/api/peek?pid=${pid}`, {
+    method: "POST",
+    headers: { "X-Profilerd-Request": "1" },
+  });
   if (!response.ok) {
     $("peek-report").textContent = await refusal(response);
     return;
@@ -612,6 +617,11 @@ function changed(event) {
 }
 
 function start() {
+  // The forms are never sent: their controls act as they change. (The
+  // Content-Security-Policy allows no inline handler, hence here.)
+  for (const form of document.querySelectorAll("form")) {
+    form.addEventListener("submit", (event) => event.preventDefault());
+  }
   for (const id of ["range", "until", "mode", "diff", "processes"]) {
     $(id).addEventListener("change", changed);
   }

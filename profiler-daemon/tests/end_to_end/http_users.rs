@@ -1,0 +1,151 @@
+//! Plaintext loopback HTTP answers each local user as the Unix socket
+//! does: `nobody`, running curl, sees its own processes and is refused
+//! root's and the whole machine's with the socket's own words, cannot read
+//! the timeline, cannot stop root's session, and cannot take the sessions
+//! kept for root.
+
+use std::process::Stdio;
+
+use crate::{
+    http::{curl, daemon_over_http},
+    support::{User, Workload, error_of},
+};
+
+fn text(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).into_owned()
+}
+
+/// What curl run as `user` got: the status code and the body.
+async fn curl_as(user: &User, url: &str) -> (u16, String) {
+    let mut command = user.command("curl");
+    command
+        .args(["--silent", "--show-error", "--max-time", "60"])
+        // The body on stdout, the status on stderr.
+        .args(["--write-out", "%{stderr}%{http_code}"])
+        .arg(url)
+        .stdin(Stdio::null());
+    let output = tokio::task::spawn_blocking(move || command.output().expect("setpriv runs curl"))
+        .await
+        .expect("curl finishes");
+    let stderr = text(&output.stderr);
+    let code = stderr
+        .trim()
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("curl printed no status: {stderr}"));
+    (code, text(&output.stdout))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nobody_over_loopback_http_sees_what_it_sees_on_the_socket() {
+    let (daemon, base) = daemon_over_http().await;
+    let nobody = User::nobody(&daemon);
+    let own = nobody.start("split", &[]);
+    let roots = Workload::start("split", &[]);
+
+    // Its own process.
+    let (code, body) = curl_as(
+        &nobody,
+        &format!("{base}/profile?duration=1&pprof=false&pid={}", own.pid()),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("; hot"), "{body}");
+
+    // Root's process and the whole machine: refused in the socket's words.
+    let root_pid = roots.pid().to_string();
+    for (path, args) in [
+        (
+            format!("/profile?duration=1&pid={root_pid}"),
+            vec!["profile", "--pid", &root_pid, "--duration", "1s"],
+        ),
+        (
+            "/profile?duration=1".to_owned(),
+            vec!["profile", "--duration", "1s"],
+        ),
+    ] {
+        let (code, body) = curl_as(&nobody, &format!("{base}{path}")).await;
+        assert_eq!(code, 403, "{path}: {body}");
+        let refused = body.trim();
+        assert!(
+            refused.starts_with("permission denied"),
+            "{path}: {refused}"
+        );
+        let over_socket = error_of(&nobody.profilerctl(&daemon.socket, &args).await);
+        assert!(
+            over_socket.contains(refused),
+            "{path}: HTTP said {refused:?}, the socket {over_socket:?}"
+        );
+    }
+    for path in [
+        "/api/processes?since=60".to_owned(),
+        format!("/api/query?since=60&pid={}", roots.pid()),
+        "/api/query?since=60".to_owned(),
+    ] {
+        let (code, body) = curl_as(&nobody, &format!("{base}{path}")).await;
+        assert_eq!(code, 403, "{path}: {body}");
+        assert!(body.starts_with("permission denied"), "{path}: {body}");
+    }
+    // Its own process's past, without root's.
+    let (code, body) = curl_as(
+        &nobody,
+        &format!(
+            "{base}/api/processes?since=60&pid={},{}",
+            own.pid(),
+            roots.pid()
+        ),
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+
+    // The timeline is root's and the admin group's, as documented.
+    let (code, body) = curl_as(&nobody, &format!("{base}/api/timeline")).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains("only root and the admin group may read it"),
+        "{body}"
+    );
+    let (code, body) = curl(&format!("{base}/api/timeline"), &[]);
+    assert_eq!(code, 200, "root: {}", text(&body));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn loopback_http_sessions_belong_to_their_user() {
+    // Four sessions: one of them kept for root and the admin group.
+    let (daemon, base) = crate::http::daemon_over_http_with(&["--max-sessions", "4"]).await;
+    let nobody = User::nobody(&daemon);
+    let own = nobody.start("split", &[]);
+    let start = format!("{base}/profile_start?pid={}", own.pid());
+
+    // nobody fills what users may hold: three, not the fourth.
+    for _ in 0..3 {
+        let (code, body) = curl_as(&nobody, &start).await;
+        assert_eq!(code, 200, "{body}");
+    }
+    let (code, body) = curl_as(&nobody, &start).await;
+    assert_eq!(code, 429, "{body}");
+    assert!(body.contains("kept for root and the admin group"), "{body}");
+
+    // Root still gets one, over HTTP too.
+    let (code, body) = curl(&start, &[]);
+    let said = text(&body);
+    assert_eq!(code, 200, "{said}");
+    let roots = said
+        .split("/profile_stop?id=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the session's id")
+        .to_owned();
+
+    // nobody cannot stop it; its /profile_stop stops its own last.
+    let (code, body) = curl_as(&nobody, &format!("{base}/profile_stop?id={roots}")).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("belongs to another caller"), "{body}");
+    let (code, body) = curl_as(&nobody, &format!("{base}/profile_stop?pprof=false")).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = curl(&format!("{base}/profile_stop?pprof=false"), &[]);
+    assert_eq!(code, 200, "root's own: {}", text(&body));
+    let (code, body) = curl(&format!("{base}/profile_stop?id={roots}"), &[]);
+    assert_eq!(code, 404, "stopped once: {}", text(&body));
+}
