@@ -36,6 +36,18 @@ impl SampleInbox {
         self.lock().insert(pid, Vec::new());
     }
 
+    /// Starts collecting the samples of `pid` unless a request already
+    /// does; false then.
+    pub fn open_new(&self, pid: u32) -> bool {
+        match self.lock().entry(pid) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(Vec::new());
+                true
+            }
+        }
+    }
+
     /// Stops collecting for `pid` and hands over what it collected.
     pub fn close(&self, pid: u32) -> Vec<SymbolizedSample> {
         self.lock().remove(&pid).unwrap_or_default()

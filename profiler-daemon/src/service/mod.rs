@@ -191,10 +191,14 @@ impl Service {
         }
     }
 
-    /// Ends the requests that wait (Profile, Top, WatchPeeks) with an error
-    /// that says the daemon is stopping, and refuses new ones; returns the
-    /// number of open sessions, which are discarded.
+    /// Ends the requests that wait (Profile, Allocs, Top, WatchPeeks) with
+    /// an error that says the daemon is stopping, and refuses new ones;
+    /// takes off the probes of every allocation profile; returns the number
+    /// of open sessions, which are discarded.
     pub fn stop(&self) -> usize {
+        // The probes first: a session's task woken by the stop then finds
+        // them off, rather than take them off as if its client had left.
+        self.end_allocation_profiles();
         self.stop_switch.stop();
         self.sessions().len()
     }
@@ -247,6 +251,10 @@ impl Service {
             peeks: self.peeker.stats(),
             peeks_running: self.peeker.running(),
             sessions_open: self.sessions().len(),
+            allocations: self
+                .allocations
+                .as_ref()
+                .map(crate::allocs::AllocationProfiler::stats),
             rpcs: self.rpc_counts.snapshot(),
             push: self.push.status(),
         })

@@ -92,6 +92,9 @@ pub struct Overrides {
     /// Stack-copy ring buffer size, 0 = automatic [default: 0]
     #[arg(long, value_name = "SIZE")]
     pub stack_copy_buffer: Option<ByteSize>,
+    /// Allocation ring buffer size, 0 = automatic [default: 0]
+    #[arg(long, value_name = "SIZE")]
+    pub alloc_stack_copy_buffer: Option<ByteSize>,
     /// Most unwind information held, 0 = no limit [default: 64MiB]
     #[arg(long, value_name = "SIZE")]
     pub unwind_info_limit: Option<ByteSize>,
@@ -172,6 +175,7 @@ impl Config {
             max_sample_keys,
             stack_copy,
             stack_copy_buffer,
+            alloc_stack_copy_buffer,
             unwind_info_limit,
             offcpu,
             offcpu_max_pending,
@@ -234,6 +238,7 @@ impl Config {
         set(&mut self.max_sample_keys, max_sample_keys);
         set(&mut self.stack_copy, stack_copy);
         set(&mut self.stack_copy_buffer, stack_copy_buffer);
+        set(&mut self.alloc_stack_copy_buffer, alloc_stack_copy_buffer);
         set(&mut self.unwind_info_limit, unwind_info_limit);
         set(&mut self.offcpu, offcpu);
         set(&mut self.offcpu_max_pending, offcpu_max_pending);
