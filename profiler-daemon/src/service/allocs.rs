@@ -288,6 +288,8 @@ enum SessionEvent {
     Stopped(ProfileReply),
     /// The session is gone from the table (the daemon is stopping).
     Discarded,
+    /// The daemon is stopping.
+    Stopping,
     /// The longest profile passed, or the process exited.
     WindowEnded,
 }
@@ -308,7 +310,7 @@ async fn run_session(
             Err(_) => SessionEvent::Discarded,
         },
         () = run.until_exit(ends.longest) => SessionEvent::WindowEnded,
-        () = ends.stopping.wait() => SessionEvent::Discarded,
+        () = ends.stopping.wait() => SessionEvent::Stopping,
     };
     match event {
         SessionEvent::Stopped(reply) => {
@@ -317,6 +319,10 @@ async fn run_session(
         }
         // Dropping the run takes its probes off.
         SessionEvent::Discarded => return,
+        SessionEvent::Stopping => {
+            run.end_window("the daemon is stopping".to_owned()).await;
+            return;
+        }
         SessionEvent::WindowEnded => {}
     }
     if !run.window_ended() {

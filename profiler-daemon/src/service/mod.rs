@@ -196,10 +196,8 @@ impl Service {
     /// takes off the probes of every allocation profile; returns the number
     /// of open sessions, which are discarded.
     pub fn stop(&self) -> usize {
-        // The probes first: a session's task woken by the stop then finds
-        // them off, rather than take them off as if its client had left.
-        self.end_allocation_profiles();
         self.stop_switch.stop();
+        self.end_allocation_profiles();
         self.sessions().len()
     }
 

@@ -503,6 +503,8 @@ async fn the_daemon_s_stop_takes_every_allocation_probe_off() {
             && log.contains("profiles=2"),
         "{log}"
     );
+    // Ended by the stop, not as if their clients had gone.
+    assert!(!log.contains("request went away"), "{log}");
     let left: Vec<u32> = probes.intersection(&in_kernel()).copied().collect();
     assert!(left.is_empty(), "links left in the kernel: {left:?}");
 }

@@ -109,6 +109,9 @@ impl Slots {
     }
 }
 
+/// How long the daemon's stop waits for the probes its runs are taking off.
+const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Whether a process's allocations are profiled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Profiled {
@@ -342,13 +345,14 @@ impl KernelAllocationProbes {
         Some(held)
     }
 
-    /// Takes off the probes of every profile (the daemon is stopping);
-    /// returns how many profiles ran. Blocks as [`Self::detach`] does,
-    /// once for all.
+    /// Takes off the probes of every profile (the daemon is stopping),
+    /// and waits for those already coming off (at most [`DETACH_WAIT`]);
+    /// returns how many profiles ran. Blocks as [`Self::detach`] does.
     pub fn detach_all(&self) -> usize {
-        let (attachments, links): (Vec<Attachment>, Vec<Links>) = {
+        let (running, attachments, links) = {
             let mut slots = lock(&self.slots);
-            slots
+            let running = slots.running().count();
+            let (attachments, links): (Vec<Attachment>, Vec<Links>) = slots
                 .slots
                 .iter_mut()
                 .enumerate()
@@ -362,7 +366,8 @@ impl KernelAllocationProbes {
                     };
                     Some((attachment, std::mem::take(&mut attached.links)))
                 })
-                .unzip()
+                .unzip();
+            (running, attachments, links)
         };
         {
             let mut sampler = lock(&self.sampler);
@@ -374,7 +379,15 @@ impl KernelAllocationProbes {
         for attachment in &attachments {
             self.forget(attachment);
         }
-        attachments.len()
+        let deadline = std::time::Instant::now() + DETACH_WAIT;
+        while lock(&self.slots).running().next().is_some() {
+            if std::time::Instant::now() >= deadline {
+                warn!("allocation probes were still coming off when the daemon stopped");
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        running
     }
 
     /// Once its probes are off: what the kernel held for the profile, its
