@@ -393,7 +393,7 @@ async fn a_session_s_probes_come_off_when_its_process_exits() {
 
 #[tokio::test]
 async fn a_session_s_probes_come_off_at_the_longest_profile_and_it_is_counted_so() {
-    let daemon = Daemon::start_with(&["--max-profile-duration", "3s"]).await;
+    let daemon = Daemon::start_with(&["--max-profile-duration", "6s"]).await;
     let workload = Workload::start("allocs", &["ratio"]);
     let mut client = daemon.client().await;
     let before = link_ids(&daemon);
@@ -406,6 +406,31 @@ async fn a_session_s_probes_come_off_at_the_longest_profile_and_it_is_counted_so
         .expect("StartAllocs answers")
         .into_inner();
     assert_eq!(allocation_status(&mut client).await.profiles_running, 1);
+    // One profile per process: another is refused, and counted so.
+    let refused = client
+        .allocs(allocs_request(
+            workload.pid(),
+            Duration::from_secs(1),
+            bytes(64 * 1024),
+        ))
+        .await
+        .expect_err("the process is being profiled");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("already being profiled"),
+        "{refused:?}"
+    );
+    let status = allocation_status(&mut client).await;
+    assert_eq!(count_of(&status.refused, "busy"), 1, "{status:?}");
+    assert_eq!(
+        (status.profiles_limit, status.profiles_reserved),
+        (16, 4),
+        "{status:?}"
+    );
     wait_for(
         &daemon,
         "the probes come off at the longest profile",
