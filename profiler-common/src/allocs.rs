@@ -1,6 +1,8 @@
 //! Allocation profiling (uprobes on the allocator's entry points): the
 //! sampling each profiled process asks for, the allocator call under way on
-//! each thread, and the sampled allocations still held, by address.
+//! each thread, the sampled allocations still held, by address, what came
+//! of each profile's samples, and how many of its records the daemon has
+//! read.
 
 /// What the daemon attaches the entry program to each allocator function
 /// with (the uprobe's cookie): which function it is, and so where its size
@@ -70,32 +72,81 @@ pub mod mode {
     pub const RATE: u32 = 1;
 }
 
-/// A profiled process: how it is sampled (the daemon's), and what went
-/// wrong with its samples (the programs add to those, atomically).
+/// Processes whose allocations can be profiled at once: each profile has
+/// a slot below this ([`Target::slot`]), its entry of the read counts map.
+pub const MAX_PROFILED_PROCESSES: u32 = 16;
+
+/// A profiled process: how it is sampled and which profile it is (the
+/// daemon's writes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Target {
     /// A [`mode`].
     pub mode: u32,
-    pub reserved: u32,
+    /// The profile's slot, below [`MAX_PROFILED_PROCESSES`]: its entry of
+    /// the read counts and of the profile counts.
+    pub slot: u32,
     /// [`mode::BYTES`]: the mean sampling interval in bytes (at least 1).
     pub mean_bytes: u64,
     /// [`mode::RATE`]: an allocation is sampled when a random `u32` is
     /// below this (`1 << 32`: every one).
     pub threshold: u64,
-    /// Sampled allocations whose stack copy was lost (the stack-copy ring
-    /// buffer was full), and their bytes.
-    pub lost: u64,
-    pub lost_bytes: u64,
+    /// The profile's number, never 0 nor used twice while the daemon runs:
+    /// its records carry it ([`crate::StackCopyHeader::tag`]), and so does
+    /// its read count ([`ReadCount::serial`]).
+    pub serial: u64,
+}
+
+/// What came of a profile's samples, in its slot of the profile counts map
+/// (zeroed by the daemon before the profile starts; the programs add to
+/// it, atomically). Kept apart from the [`Target`], which the daemon
+/// deletes first when the profile ends (sampling stops): what programs
+/// under way still add lands here, read once the probes are off.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProfileCounts {
+    /// Records of its sampled allocations written into the allocation ring
+    /// buffer.
+    pub written: u64,
+    /// Sampled allocations dropped because its records the daemon had not
+    /// read yet filled its share of the allocation ring buffer, and their
+    /// bytes.
+    pub share_full: u64,
+    pub share_full_bytes: u64,
+    /// Sampled allocations dropped because the allocation ring buffer was
+    /// full, and their bytes.
+    pub ring_full: u64,
+    pub ring_full_bytes: u64,
     /// Sampled allocations whose address could not be kept (the live map
     /// was full): whether they are still held is unknown.
     pub untracked: u64,
+    /// Allocator calls not followed (the map of calls under way was full):
+    /// they could not be sampled.
+    pub calls_not_followed: u64,
 }
 
-/// Field offsets of [`Target`]'s counters, for the programs' atomic adds.
-pub const TARGET_LOST: usize = 24;
-pub const TARGET_LOST_BYTES: usize = 32;
-pub const TARGET_UNTRACKED: usize = 40;
+/// Field offsets of [`ProfileCounts`], for the programs' atomic adds.
+pub const COUNT_WRITTEN: usize = 0;
+pub const COUNT_SHARE_FULL: usize = 8;
+pub const COUNT_SHARE_FULL_BYTES: usize = 16;
+pub const COUNT_RING_FULL: usize = 24;
+pub const COUNT_RING_FULL_BYTES: usize = 32;
+pub const COUNT_UNTRACKED: usize = 40;
+pub const COUNT_CALLS_NOT_FOLLOWED: usize = 48;
+
+/// How many records of a profile the daemon has read from the allocation
+/// ring buffer, in its slot of the read counts map (the daemon's writes).
+/// A record the profile writes while `written - read` (of the same serial)
+/// is its share already is dropped, so that no profile keeps another's
+/// records out of the ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadCount {
+    /// The profile counted ([`Target::serial`]); another serial counts
+    /// none of this slot's profile's records.
+    pub serial: u64,
+    pub read: u64,
+}
 
 /// An allocator call under way on a thread, from its entry to its return.
 ///
@@ -144,7 +195,14 @@ pub const INTERVAL_SHIFT: u32 = 24;
 pub const MAX_COUNTED_SIZE: u64 = 1 << 38;
 
 const _: () = {
-    assert!(core::mem::offset_of!(Target, lost) == TARGET_LOST);
-    assert!(core::mem::offset_of!(Target, lost_bytes) == TARGET_LOST_BYTES);
-    assert!(core::mem::offset_of!(Target, untracked) == TARGET_UNTRACKED);
+    assert!(core::mem::offset_of!(ProfileCounts, written) == COUNT_WRITTEN);
+    assert!(core::mem::offset_of!(ProfileCounts, share_full) == COUNT_SHARE_FULL);
+    assert!(core::mem::offset_of!(ProfileCounts, share_full_bytes) == COUNT_SHARE_FULL_BYTES);
+    assert!(core::mem::offset_of!(ProfileCounts, ring_full) == COUNT_RING_FULL);
+    assert!(core::mem::offset_of!(ProfileCounts, ring_full_bytes) == COUNT_RING_FULL_BYTES);
+    assert!(core::mem::offset_of!(ProfileCounts, untracked) == COUNT_UNTRACKED);
+    assert!(core::mem::offset_of!(ProfileCounts, calls_not_followed) == COUNT_CALLS_NOT_FOLLOWED);
+    assert!(core::mem::size_of::<Target>() == 32);
+    assert!(core::mem::size_of::<ProfileCounts>() == 56);
+    assert!(core::mem::size_of::<ReadCount>() == 16);
 };

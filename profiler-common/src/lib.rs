@@ -133,6 +133,9 @@ pub struct StackCopyHeader {
     /// was switched out (`bpf_ktime_get_ns`); for an allocation, its id
     /// (as in the live map); else 0.
     pub switched_out_ns: u64,
+    /// For an allocation, the serial of the profile that sampled it
+    /// ([`allocs::Target::serial`]); else 0.
+    pub tag: u64,
     /// The user registers unwinding starts from: instruction pointer,
     /// stack pointer and frame pointer (x86-64: rip, rsp, rbp).
     pub ip: u64,
@@ -280,8 +283,8 @@ pub enum Counter {
     OffCpuIntervalsFull = 17,
     /// Allocations sampled (allocation profiling), their stacks copied.
     AllocSampled = 18,
-    /// Sampled allocations whose stack was lost: the stack-copy ring buffer
-    /// was full (counted in their profile too).
+    /// Sampled allocations whose stack was lost: the allocation ring
+    /// buffer was full (counted in their profile too).
     AllocStackCopyRingFull = 19,
     /// Allocator calls not followed: the map of calls under way was full.
     AllocCallsFull = 20,
@@ -292,10 +295,14 @@ pub enum Counter {
     /// (both ring buffers full), so the daemon never saw them (also in
     /// `OffCpuStackCopyRingFull` and `OffCpuIntervalsFull`).
     OffCpuLostWhole = 22,
+    /// Sampled allocations dropped because the daemon had not yet read the
+    /// earlier ones of their profile, which filled that profile's share of
+    /// the allocation ring buffer (counted in their profile too).
+    AllocShareFull = 23,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTER_COUNT: u32 = 23;
+pub const COUNTER_COUNT: u32 = 24;
 
 impl Counter {
     /// Every counter, in index order.
@@ -323,6 +330,7 @@ impl Counter {
         Counter::AllocCallsFull,
         Counter::LostForkRecord,
         Counter::OffCpuLostWhole,
+        Counter::AllocShareFull,
     ];
 }
 
@@ -444,6 +452,12 @@ pub mod names {
     pub const ALLOC_CALLS: &str = "ALLOC_CALLS";
     pub const ALLOC_LIVE: &str = "ALLOC_LIVE";
     pub const ALLOC_INTERVALS: &str = "ALLOC_INTERVALS";
+    /// The ring buffer of sampled allocations' stack copies (apart from
+    /// [`STACK_COPIES`], which sampled allocations never write).
+    pub const ALLOC_STACK_COPIES: &str = "ALLOC_STACK_COPIES";
+    pub const ALLOC_READ: &str = "ALLOC_READ";
+    pub const ALLOC_COUNTS: &str = "ALLOC_COUNTS";
+    pub const ALLOC_SHARE: &str = "ALLOC_SHARE";
     /// Global: `task_struct.pid` (0: unknown, off-CPU recording is off).
     pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
     pub const FOLLOWED: &str = "FOLLOWED";
@@ -612,6 +626,10 @@ mod pod {
     unsafe impl aya::Pod for super::allocs::Call {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::allocs::Address {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::allocs::ReadCount {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::allocs::ProfileCounts {}
 }
 
 const _: () = assert!(Counter::ALL.len() == COUNTER_COUNT as usize);
@@ -622,7 +640,7 @@ const _: () = assert!(core::mem::size_of::<SampleValue>() == 16);
 const _: () = assert!(core::mem::size_of::<PeekSignal>() == 64);
 const _: () = assert!(core::mem::size_of::<FamilyJoin>() == 8);
 const _: () = assert!(core::mem::size_of::<ForkLineage>() == 32);
-const _: () = assert!(core::mem::size_of::<StackCopyHeader>() == 64 + 56 + 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::size_of::<StackCopyHeader>() == 64 + 64 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::size_of::<offcpu::Pending>() == 32);
 const _: () = assert!(core::mem::size_of::<offcpu::Interval>() == 40);
 const _: () = assert!(core::mem::size_of::<offcpu::Control>() == 16);

@@ -114,6 +114,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         peek_frequency_hz: config.peek_frequency_hz,
         stack_copy_pages: config.stack_copy_pages(),
         stack_copy_buffer: config.stack_copy_buffer.as_u64(),
+        alloc_stack_copy_buffer: config.alloc_stack_copy_buffer.as_u64(),
         source: Default::default(),
         offcpu_max_pending: config.offcpu_max_pending,
     })

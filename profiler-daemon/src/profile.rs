@@ -490,15 +490,18 @@ pub enum LossCause {
     OffCpuIntervalsFull,
     /// Dropped by the daemon to stay under its memory ceiling.
     MemoryCeiling,
-    /// Sampled allocations lost with their stack (the stack-copy ring
+    /// Sampled allocations lost with their stack (the allocation ring
     /// buffer was full).
     AllocStackLost,
     /// Allocator calls not followed: the map of calls under way was full.
     AllocCallsFull,
+    /// Sampled allocations dropped because their profile's records the
+    /// daemon had not read yet filled its share of the allocation ring.
+    AllocShareFull,
 }
 
 impl LossCause {
-    pub const ALL: [LossCause; 13] = [
+    pub const ALL: [LossCause; 14] = [
         LossCause::CountsMapFull,
         LossCause::StackMapFull,
         LossCause::StackCollision,
@@ -512,7 +515,17 @@ impl LossCause {
         LossCause::MemoryCeiling,
         LossCause::AllocStackLost,
         LossCause::AllocCallsFull,
+        LossCause::AllocShareFull,
     ];
+
+    /// Whether it counts sampled allocations (said in the allocation
+    /// profiles they belong to, never in windows of CPU samples).
+    pub fn is_allocation(self) -> bool {
+        matches!(
+            self,
+            LossCause::AllocStackLost | LossCause::AllocCallsFull | LossCause::AllocShareFull
+        )
+    }
 
     /// The identifier used in the API and in reports.
     pub fn name(self) -> &'static str {
@@ -530,6 +543,7 @@ impl LossCause {
             LossCause::MemoryCeiling => "memory_ceiling",
             LossCause::AllocStackLost => "alloc_stack_copy_buffer_full",
             LossCause::AllocCallsFull => "alloc_calls_full",
+            LossCause::AllocShareFull => "alloc_share_full",
         }
     }
 }

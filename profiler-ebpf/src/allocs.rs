@@ -8,9 +8,15 @@
 //! probability, as its process asks) and keeps the call per thread; the
 //! return takes the sampled allocation's address, keeps it in the live map
 //! (so that its `free` takes it out) and copies the caller's stack into the
-//! stack-copy ring, to be unwound as CPU samples are. `free` and `realloc`
-//! take their pointer out of the live map. What the daemon reads at the
-//! end of a profile: the samples, and which of them are still live.
+//! allocation ring buffer, to be unwound as CPU samples are. Sampled
+//! allocations never write into the stack-copy ring buffer of CPU samples,
+//! so no allocation profile can take their room; within the allocation
+//! ring, a profile whose records the daemon has not read yet fill its
+//! share (written by the daemon: the ring's records over the profiles
+//! running) drops its next samples, counted, so that no profile takes
+//! another's room either. `free` and `realloc` take their pointer out of
+//! the live map. What the daemon reads at the end of a profile: the
+//! samples, which of them are still live, and what was dropped, by cause.
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
@@ -28,14 +34,16 @@ use aya_ebpf::{
         bpf_probe_read_user,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use profiler_common::{
     Counter, MAX_STACK_COPY_PAGES, SampleKind,
     allocs::{
-        Address, Call, Function, INTERVAL_SHIFT, INTERVAL_TABLE_LEN, MAX_COUNTED_SIZE, TARGET_LOST,
-        TARGET_LOST_BYTES, TARGET_UNTRACKED, Target, mode,
+        Address, COUNT_CALLS_NOT_FOLLOWED, COUNT_RING_FULL, COUNT_RING_FULL_BYTES,
+        COUNT_SHARE_FULL, COUNT_SHARE_FULL_BYTES, COUNT_UNTRACKED, COUNT_WRITTEN, Call, Function,
+        INTERVAL_SHIFT, INTERVAL_TABLE_LEN, MAX_COUNTED_SIZE, MAX_PROFILED_PROCESSES,
+        ProfileCounts, ReadCount, Target, mode,
     },
     sample_flags,
 };
@@ -63,6 +71,27 @@ static ALLOC_LIVE: HashMap<Address, u64> = HashMap::with_max_entries(65536, 0);
 /// written by the daemon: each entry the mean of its quantile slice.
 #[map]
 static ALLOC_INTERVALS: Array<u32> = Array::with_max_entries(INTERVAL_TABLE_LEN, 0);
+
+/// Sampled allocations, each with its registers and a copy of the top of
+/// its user stack (as [`crate::sampler::STACK_COPIES`] holds CPU samples),
+/// for the daemon to unwind. Sized by the daemon at load time.
+#[map]
+static ALLOC_STACK_COPIES: RingBuf = RingBuf::with_byte_size(4096, 0);
+
+/// Per profile slot, what came of its profile's samples (zeroed by the
+/// daemon as the profile starts; the programs add to it).
+#[map]
+static ALLOC_COUNTS: Array<ProfileCounts> = Array::with_max_entries(MAX_PROFILED_PROCESSES, 0);
+
+/// Per profile slot, how many of its profile's records the daemon has read
+/// (the daemon's writes).
+#[map]
+static ALLOC_READ: Array<ReadCount> = Array::with_max_entries(MAX_PROFILED_PROCESSES, 0);
+
+/// The records of the allocation ring buffer each profile may hold unread
+/// (the daemon's write: the ring's records over the profiles running).
+#[map]
+static ALLOC_SHARE: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Per CPU, the mean intervals (fixed point) left until the next sampled
 /// byte; 0 before the first draw. Memoryless, so processes and threads
@@ -122,6 +151,9 @@ pub fn allocator_entry(ctx: ProbeContext) -> u32 {
         .is_err()
     {
         count(Counter::AllocCallsFull);
+        if let Some(counts) = ALLOC_COUNTS.get_ptr_mut(target.slot) {
+            add(counts.cast(), COUNT_CALLS_NOT_FOLLOWED, 1);
+        }
     }
     0
 }
@@ -161,13 +193,34 @@ pub fn allocator_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Keeps a sampled allocation's address and copies its caller's stack.
+/// Keeps a sampled allocation's address and copies its caller's stack,
+/// unless its profile's share of the allocation ring is full.
 #[inline(always)]
 fn record(ctx: &RetProbeContext, pid_tgid: u64, size: u64, address: u64) {
     let pid = (pid_tgid >> 32) as u32;
-    let Some(target) = ALLOC_TARGETS.get_ptr_mut(&pid) else {
+    // SAFETY: the value is copied at once, while the entry is live.
+    let Some(target) = (unsafe { ALLOC_TARGETS.get(&pid) }).copied() else {
         return;
     };
+    let Some(counts_ptr) = ALLOC_COUNTS.get_ptr_mut(target.slot) else {
+        return;
+    };
+    let counts = counts_ptr.cast::<u8>();
+    // SAFETY: a live array entry, read once (other CPUs add to it
+    // meanwhile: a record more or less, never a wrong share for long).
+    let written = unsafe { core::ptr::read_volatile(&raw const (*counts_ptr).written) };
+    let read = ALLOC_READ
+        .get(target.slot)
+        .filter(|read| read.serial == target.serial)
+        .map_or(0, |read| read.read);
+    let share = ALLOC_SHARE.get(0).copied().unwrap_or(0);
+    if written.saturating_sub(read) >= share {
+        // The daemon has not read this profile's earlier records yet.
+        count(Counter::AllocShareFull);
+        add(counts, COUNT_SHARE_FULL, 1);
+        add(counts, COUNT_SHARE_FULL_BYTES, size);
+        return;
+    }
     let id = next_id();
     let key = Address {
         pid,
@@ -176,7 +229,7 @@ fn record(ctx: &RetProbeContext, pid_tgid: u64, size: u64, address: u64) {
     };
     let kept = ALLOC_LIVE.insert(&key, &id, BPF_ANY.into()).is_ok();
     if !kept {
-        add(target.cast(), TARGET_UNTRACKED, 1);
+        add(counts, COUNT_UNTRACKED, 1);
     }
     let (uid, gid, protected, _, main_stack_top) = credentials();
     let flags = if protected {
@@ -186,20 +239,22 @@ fn record(ctx: &RetProbeContext, pid_tgid: u64, size: u64, address: u64) {
     };
     let pages = global(&STACK_COPY_PAGES).min(MAX_STACK_COPY_PAGES);
     let copied = copy_stack(
+        &ALLOC_STACK_COPIES,
         ctx.as_ptr().cast::<c_void>(),
         false,
         (pid_tgid, SampleKind::Allocation as u32, flags, (uid, gid)),
-        || (size, id),
+        || (size, id, target.serial),
         || registers_at(ctx.as_ptr() as u64),
         (pages, main_stack_top),
     );
     if copied {
+        add(counts, COUNT_WRITTEN, 1);
         count(Counter::AllocSampled);
         announce_process(pid);
     } else {
         count(Counter::AllocStackCopyRingFull);
-        add(target.cast(), TARGET_LOST, 1);
-        add(target.cast(), TARGET_LOST_BYTES, size);
+        add(counts, COUNT_RING_FULL, 1);
+        add(counts, COUNT_RING_FULL_BYTES, size);
         if kept {
             let _ = ALLOC_LIVE.remove(&key);
         }

@@ -41,7 +41,8 @@ use profiler_common::{
 use crate::{
     global,
     sampler::{
-        STACK_COPY_PAGES, announce_process, copy_stack, count, credentials, saved_user_registers,
+        STACK_COPIES, STACK_COPY_PAGES, announce_process, copy_stack, count, credentials,
+        saved_user_registers,
     },
 };
 
@@ -285,10 +286,11 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         0
     };
     let copied = copy_stack(
+        &STACK_COPIES,
         ctx.as_ptr().cast::<c_void>(),
         true,
         (pid_tgid, kind as u32, flags, (uid, gid)),
-        || (u64::from(threshold), now),
+        || (u64::from(threshold), now, 0),
         || {
             if user_memory {
                 saved_user_registers()

@@ -73,7 +73,8 @@ pub(crate) static STACK_COPY_PAGES: u32 = 0;
 
 /// Samples of processes with user memory, each with its registers and a
 /// copy of the top of its user stack, for the daemon to unwind with the
-/// binaries' unwind information. Sized by the daemon at load time.
+/// binaries' unwind information (CPU, peek and off-CPU samples; sampled
+/// allocations have a ring of their own). Sized by the daemon at load time.
 #[map]
 pub(crate) static STACK_COPIES: RingBuf = RingBuf::with_byte_size(4096, 0);
 
@@ -240,13 +241,14 @@ fn record(
     // Kernel threads and the idle tasks (pid 0) have no user memory.
     let copy_failed = if pages != 0 && user_memory {
         if copy_stack(
+            &STACK_COPIES,
             ctx.as_ptr(),
             !interrupted_user_mode(ctx),
             (pid_tgid, kind as u32, flags, (uid, gid)),
             || {
                 // SAFETY: the context of a perf_event program is a
                 // bpf_perf_event_data.
-                (unsafe { (*ctx.ctx).sample_period }, 0)
+                (unsafe { (*ctx.ctx).sample_period }, 0, 0)
             },
             || user_registers(ctx),
             (pages, main_stack_top),
@@ -379,31 +381,33 @@ pub(crate) fn credentials() -> (u32, u32, bool, bool, u64) {
     (uid, gid, mixed || !dumpable, user_memory, main_stack_top)
 }
 
-/// Writes one sample into the stack-copy ring buffer: its key, weight
-/// (and for an off-CPU record, when its task was switched out), kernel
-/// stack (walked from `ctx` when `walk_kernel`), user registers and
-/// `pages` pages of user stack from the one holding the stack pointer,
-/// fewer when the main thread's frames (which end at `main_stack_top`) take
-/// fewer. False when the ring buffer is full.
+/// Writes one sample into `ring` (the stack-copy ring buffer, or the
+/// allocation ring buffer): its key, weight (and for an off-CPU record,
+/// when its task was switched out; for an allocation, its id and its
+/// profile's serial), kernel stack (walked from `ctx` when `walk_kernel`),
+/// user registers and `pages` pages of user stack from the one holding the
+/// stack pointer, fewer when the main thread's frames (which end at
+/// `main_stack_top`) take fewer. False when the ring buffer is full.
 #[inline(always)]
 pub(crate) fn copy_stack(
+    ring: &RingBuf,
     ctx: *mut c_void,
     walk_kernel: bool,
     (pid_tgid, kind, flags, (uid, gid)): (u64, u32, u32, (u32, u32)),
-    weights: impl FnOnce() -> (u64, u64),
+    weights: impl FnOnce() -> (u64, u64, u64),
     registers: impl FnOnce() -> (u64, u64, u64),
     (pages, main_stack_top): (u32, u64),
 ) -> bool {
     const HEADER: usize = size_of::<StackCopyHeader>();
     // `pages` comes from a frozen global: the verifier knows this size.
     let size = HEADER + pages as usize * STACK_COPY_PAGE;
-    let Some(mut entry) = STACK_COPIES.reserve_bytes(size, 0) else {
+    let Some(mut entry) = ring.reserve_bytes(size, 0) else {
         return false;
     };
     let record = entry.as_mut_ptr();
     let header = record.cast::<StackCopyHeader>();
     let (ip, sp, bp) = registers();
-    let (weight, switched_out_ns) = weights();
+    let (weight, switched_out_ns, tag) = weights();
     let base = sp & !(STACK_COPY_PAGE as u64 - 1);
     // SAFETY: the reservation holds a header and `pages` pages; the ring
     // buffer's records are 8-byte aligned.
@@ -423,6 +427,9 @@ pub(crate) fn copy_stack(
         };
         (*header).weight = weight;
         (*header).switched_out_ns = switched_out_ns;
+        // Volatile: LLVM would merge two zero stores side by side into a
+        // call to memset, a loop the verifier walks on every path.
+        core::ptr::write_volatile(&raw mut (*header).tag, tag);
         (*header).ip = ip;
         (*header).sp = sp;
         (*header).bp = bp;

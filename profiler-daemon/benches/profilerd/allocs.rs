@@ -241,6 +241,7 @@ async fn allocs_until_exit(
                 ..Default::default()
             }),
             inuse: false,
+            ..Default::default()
         })
         .await
         .context("profilerd's Allocs")?

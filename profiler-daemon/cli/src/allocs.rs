@@ -1,8 +1,9 @@
 //! `profilerctl allocs`: what one process allocates and still holds, over
-//! an allocation session opened for the duration (so that Ctrl-C ends it
-//! early and still reports).
+//! one Allocs request, which owns the daemon's probes: Ctrl-C cuts it short
+//! (CutProfile, by its token) and the daemon still reports; a second Ctrl-C,
+//! or this process killed, gives it up, and the probes come off with it.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use profilerd_client::v1;
 
 use crate::{
@@ -16,36 +17,41 @@ use crate::{
 pub async fn allocs(daemon: &mut Client, args: &AllocsArgs) -> Result<()> {
     let report = &args.report;
     output::refuse_binary_on_terminal(report.format == FormatArg::Pprof, report.output.as_deref())?;
-    checked_duration(daemon, args.duration, "--duration").await?;
+    let duration_ms = checked_duration(daemon, args.duration, "--duration").await?;
     let how = match (args.sample_bytes, args.sample_rate) {
         (_, Some(rate)) => Some(v1::alloc_sampling::How::SampleRate(rate)),
         (Some(bytes), None) => Some(v1::alloc_sampling::How::SampleBytes(bytes)),
         (None, None) => None,
     };
-    let started = daemon
-        .start_allocs(v1::StartAllocsRequest {
-            pid: args.pid,
-            sampling: Some(v1::AllocSampling { how }),
-        })
-        .await?
-        .into_inner();
-    let progress = Progress::start(args.duration, "stops early and reports");
-    let interrupted = tokio::select! {
-        () = tokio::time::sleep(args.duration) => false,
-        _ = tokio::signal::ctrl_c() => true,
+    let cut_token = crate::random_token();
+    let request = v1::AllocsRequest {
+        pid: args.pid,
+        duration_ms,
+        sampling: Some(v1::AllocSampling { how }),
+        options: Some(report.to_proto()),
+        inuse: args.inuse,
+        cut_token: cut_token.clone(),
     };
-    progress.finish();
-    if interrupted {
-        eprintln!("interrupted: ending the profile now");
-    }
-    let reply = daemon
-        .stop_allocs(v1::StopAllocsRequest {
-            session_id: started.session_id,
-            options: Some(report.to_proto()),
-            inuse: args.inuse,
-        })
-        .await?
-        .into_inner();
+    let progress = Progress::start(args.duration, "stops early and reports");
+    let mut cutter = daemon.clone();
+    let call = daemon.allocs(request);
+    tokio::pin!(call);
+    let reply = tokio::select! {
+        reply = &mut call => {
+            progress.finish();
+            reply
+        }
+        _ = tokio::signal::ctrl_c() => {
+            progress.finish();
+            eprintln!("interrupted: ending the profile now (Ctrl-C again to give up the report)");
+            cutter.cut_profile(v1::CutProfileRequest { cut_token }).await?;
+            tokio::select! {
+                reply = &mut call => reply,
+                _ = tokio::signal::ctrl_c() => bail!("interrupted twice: the report was given up"),
+            }
+        }
+    };
+    let reply = reply?.into_inner();
     output::write_output(&reply.report, report.output.as_deref())?;
     if let Some(summary) = reply.summary {
         eprintln!(

@@ -279,13 +279,32 @@ fn allocation_status(allocations: Option<&v1::AllocationStatus>) -> String {
     if !allocations.unavailable.is_empty() {
         return format!("unavailable ({})", allocations.unavailable);
     }
+    let counts = |counts: &[v1::LossCount]| {
+        let nonzero: Vec<String> = counts
+            .iter()
+            .filter(|count| count.count > 0)
+            .map(|count| format!("{}={}", count.cause, count.count))
+            .collect();
+        if nonzero.is_empty() {
+            "none".to_owned()
+        } else {
+            nonzero.join(", ")
+        }
+    };
     format!(
-        "{} process(es) profiled now; {} allocations sampled, {} lost with their stack, {} calls \
-         not followed",
+        "{} process(es) profiled now, at most {} ({} of them kept for root and the admin \
+         group); refused: {}; {} ended as their client went away, {} as their process \
+         exited; {} allocations sampled, dropped: {}; ring of {} records, {} per profile now",
         allocations.profiles_running,
+        allocations.profiles_limit,
+        allocations.profiles_reserved,
+        counts(&allocations.refused),
+        allocations.abandoned,
+        allocations.process_exited,
         allocations.sampled,
-        allocations.stacks_lost,
-        allocations.calls_not_followed
+        counts(&allocations.dropped),
+        allocations.ring_records,
+        allocations.ring_share,
     )
 }
 

@@ -2,31 +2,33 @@
 //! A profile attaches the allocator uprobes to the process for its
 //! duration, collects the sampled allocations the pipeline leaves in its
 //! inbox (unwound and symbolized as CPU samples are), and at its end asks
-//! the kernel which of them are still live; `profile` turns those into a
-//! [`Profile`] of bytes and objects, scaled back up from the sampling.
+//! the kernel which of them are still live and what was dropped; `profile`
+//! turns those into a [`Profile`] of bytes and objects, scaled back up from
+//! the sampling.
 //!
-//! This module owns the running allocation profiles (a process is
-//! profiled by one at a time); it must not render reports or decide who
-//! may ask (the service does).
+//! This module owns the running allocation profiles (`run`: a process is
+//! profiled by one at a time, and a profile's probes come off when it ends
+//! or is dropped, whatever it was waiting for) and what became of them; it
+//! must not render reports or decide who may ask (the service does).
 
 mod profile;
+mod run;
 
 use std::{
-    collections::HashMap,
     sync::{Arc, Mutex},
-    time::{Duration, Instant, SystemTime},
+    time::Duration,
 };
 
-pub use self::profile::allocation_profile;
+pub use self::{profile::allocation_profile, run::AllocationRun};
 use crate::{
     kernel::{
-        allocs::{KernelAllocations, ProbeError, Sampling},
-        sampler::KernelAllocationProbes,
+        allocs::{MAX_PROFILED_PROCESSES, ProbeError, RESERVED_FOR_ADMINS, Sampling},
+        sampler::{KernelAllocationProbes, Profiled, RunningProfile},
     },
     lock,
     pipeline::{PipelineHandle, SampleInbox},
     profile::Profile,
-    symbols::allocators::{AllocatorError, allocator_sites},
+    symbols::allocators::{AllocatorError, AllocatorSite, allocator_sites},
 };
 
 /// Why an allocation profile could not be taken.
@@ -40,9 +42,6 @@ pub enum AllocsError {
     Stopped,
 }
 
-/// How often a running profile checks that its process still runs.
-const EXIT_POLL: Duration = Duration::from_millis(100);
-
 /// Takes allocation profiles.
 #[derive(Clone)]
 pub struct AllocationProfiler {
@@ -53,25 +52,41 @@ struct Inner {
     probes: Arc<KernelAllocationProbes>,
     inbox: Arc<SampleInbox>,
     pipeline: PipelineHandle,
-    /// When each process being profiled began to be, and how it is sampled.
-    running: Mutex<HashMap<u32, (SystemTime, Sampling)>>,
+    counts: Mutex<ProfileCounts>,
 }
 
-/// A profile under way: the probes of its process are attached until it
-/// is finished, or dropped (a request that went away).
-pub struct AllocationRun {
-    inner: Arc<Inner>,
-    pub pid: u32,
-    pub sampling: Sampling,
-    pub started: SystemTime,
-    clock: Instant,
-    /// How the profile's process was found, for the report.
-    pub warnings: Vec<String>,
-    /// When the probes came off early (the process exited, the profile was
-    /// cut short or reached the longest profile), why, and what the kernel
-    /// held then.
-    stopped: Option<(Duration, String, KernelAllocations)>,
-    finished: bool,
+/// What became of the allocation profiles asked for since the daemon
+/// started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProfileCounts {
+    /// Refused: the process was being profiled already.
+    pub refused_busy: u64,
+    /// Refused: [`MAX_PROFILED_PROCESSES`] profiles were running.
+    pub refused_full: u64,
+    /// Refused: users' profiles filled all but those kept for root and the
+    /// admin group.
+    pub refused_reserved: u64,
+    /// Ended because whoever asked went away (the request was dropped:
+    /// its client disconnected or cancelled) while the probes were on.
+    pub abandoned: u64,
+    /// Ended early because the process exited.
+    pub process_exited: u64,
+}
+
+/// Allocation profiling's figures, for the status and the metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllocationStats {
+    /// The profiles whose probes are attached now.
+    pub running: Vec<RunningProfile>,
+    /// The most that may run at once, and those kept for root and the
+    /// admin group.
+    pub limit: u32,
+    pub reserved: u32,
+    /// Records the allocation ring buffer holds, and those each profile
+    /// may hold unread now.
+    pub ring_records: u64,
+    pub ring_share: u64,
+    pub counts: ProfileCounts,
 }
 
 impl AllocationProfiler {
@@ -85,7 +100,7 @@ impl AllocationProfiler {
                 probes,
                 inbox,
                 pipeline,
-                running: Mutex::new(HashMap::new()),
+                counts: Mutex::new(ProfileCounts::default()),
             }),
         }
     }
@@ -95,19 +110,39 @@ impl AllocationProfiler {
         self.inner.probes.unavailable()
     }
 
-    /// The processes being profiled now, with when each began.
-    pub fn running(&self) -> Vec<(u32, SystemTime, Sampling)> {
-        let mut running: Vec<_> = lock(&self.inner.running)
-            .iter()
-            .map(|(&pid, &(started, sampling))| (pid, started, sampling))
-            .collect();
-        running.sort_by_key(|&(pid, ..)| pid);
-        running
+    /// The profiles whose probes are attached now, by process id.
+    pub fn running(&self) -> Vec<RunningProfile> {
+        self.inner.probes.running()
     }
 
-    /// Starts profiling the allocations of `pid`.
-    pub async fn start(&self, pid: u32, sampling: Sampling) -> Result<AllocationRun, AllocsError> {
-        let inner = &self.inner;
+    /// The figures of allocation profiling now.
+    pub fn stats(&self) -> AllocationStats {
+        let (ring_records, ring_share) = self.inner.probes.ring();
+        AllocationStats {
+            running: self.running(),
+            limit: MAX_PROFILED_PROCESSES,
+            reserved: RESERVED_FOR_ADMINS,
+            ring_records,
+            ring_share,
+            counts: *lock(&self.inner.counts),
+        }
+    }
+
+    /// Takes off the probes of every profile running (the daemon is
+    /// stopping); returns how many ran.
+    pub fn end_all(&self) -> usize {
+        self.inner.probes.detach_all()
+    }
+
+    /// Starts profiling the allocations of `pid`; `privileged` when root or
+    /// the admin group asks. The probes stay on until the run ends or is
+    /// dropped.
+    pub async fn start(
+        &self,
+        pid: u32,
+        sampling: Sampling,
+        privileged: bool,
+    ) -> Result<AllocationRun, AllocsError> {
         let sites = sites_once_loaded(pid).await?;
         let mut files: Vec<&str> = sites.iter().map(|site| site.path.as_str()).collect();
         files.dedup();
@@ -119,53 +154,77 @@ impl AllocationProfiler {
         } else {
             Vec::new()
         };
-        let started = SystemTime::now();
-        {
-            let mut running = lock(&inner.running);
-            if running.contains_key(&pid) {
-                return Err(ProbeError::Busy(pid).into());
-            }
-            running.insert(pid, (started, sampling));
-        }
-        inner.inbox.open(pid);
-        if let Err(err) = inner.probes.attach(pid, &sites, sampling) {
-            inner.inbox.close(pid);
-            lock(&inner.running).remove(&pid);
-            return Err(err.into());
-        }
-        Ok(AllocationRun {
-            inner: inner.clone(),
+        self.open_inbox(pid).await?;
+        AllocationRun::start(
+            self.inner.clone(),
             pid,
+            &sites,
             sampling,
-            started,
-            clock: Instant::now(),
+            privileged,
             warnings,
-            stopped: None,
-            finished: false,
-        })
+        )
+    }
+
+    /// Opens the inbox of `pid`'s sampled allocations. A profile of it
+    /// whose window has ended holds it until its probes are off and its
+    /// last samples drained: that is waited for; one whose probes are on
+    /// refuses.
+    async fn open_inbox(&self, pid: u32) -> Result<(), AllocsError> {
+        let inner = &self.inner;
+        let deadline = tokio::time::Instant::now() + FINISHING_WAIT;
+        loop {
+            let profiled = inner.probes.profiled(pid);
+            if profiled == Profiled::No && inner.inbox.open_new(pid) {
+                return Ok(());
+            }
+            if profiled == Profiled::Yes || tokio::time::Instant::now() >= deadline {
+                let err = ProbeError::Busy(pid);
+                inner.count_refusal(&err);
+                return Err(err.into());
+            }
+            tokio::time::sleep(FINISHING_POLL).await;
+        }
     }
 
     /// Profiles the allocations of `pid` for `duration`, or until its
-    /// process exits or `cut` resolves, whichever comes first; returns what
-    /// was allocated and what of it is still held.
+    /// process exits or `cut` resolves (with why, as the report will say
+    /// it), whichever comes first; returns what was allocated and what of
+    /// it is still held.
     pub async fn profile(
         &self,
         pid: u32,
         sampling: Sampling,
+        privileged: bool,
         duration: Duration,
-        cut: impl std::future::Future<Output = ()>,
+        cut: impl std::future::Future<Output = String>,
     ) -> Result<Profile, AllocsError> {
-        let mut run = self.start(pid, sampling).await?;
-        let cut_short = tokio::select! {
-            () = run.until_exit(duration) => false,
-            () = cut => true,
-        };
-        if cut_short {
-            run.end_window("cut short".to_owned());
+        let mut run = self.start(pid, sampling, privileged).await?;
+        tokio::select! {
+            () = run.until_exit(duration) => {}
+            why = cut => run.end_window(why).await,
         }
         run.finish().await
     }
 }
+
+impl Inner {
+    /// Counts a request refused by the probes.
+    fn count_refusal(&self, err: &ProbeError) {
+        let mut counts = lock(&self.counts);
+        match err {
+            ProbeError::Busy(_) => counts.refused_busy += 1,
+            ProbeError::TooMany => counts.refused_full += 1,
+            ProbeError::Reserved { .. } => counts.refused_reserved += 1,
+            _ => {}
+        }
+    }
+}
+
+/// How long a new profile of a process waits for the previous one, its
+/// window ended, to take its last samples (a drain and their
+/// symbolization), and how often it looks.
+const FINISHING_WAIT: Duration = Duration::from_secs(10);
+const FINISHING_POLL: Duration = Duration::from_millis(20);
 
 /// How long a process just started is given to map its libraries (the
 /// dynamic loader maps them, and a preloaded allocator, after exec).
@@ -173,9 +232,7 @@ const LOADER_GRACE: Duration = Duration::from_millis(250);
 
 /// The allocator functions of `pid`, once the loader is done: a process
 /// younger than [`LOADER_GRACE`] is read when it is that old.
-async fn sites_once_loaded(
-    pid: u32,
-) -> Result<Vec<crate::symbols::allocators::AllocatorSite>, AllocsError> {
+async fn sites_once_loaded(pid: u32) -> Result<Vec<AllocatorSite>, AllocsError> {
     let age = process_age(pid);
     if age < LOADER_GRACE {
         tokio::time::sleep(LOADER_GRACE - age).await;
@@ -201,76 +258,4 @@ fn process_age(pid: u32) -> Duration {
     };
     let ticks = procfs::ticks_per_second() as f64;
     Duration::from_secs_f64((uptime.uptime - stat.starttime as f64 / ticks).max(0.0))
-}
-
-impl AllocationRun {
-    /// Waits for `duration` to pass since the run began, or for its
-    /// process to exit (its probes then come off at once).
-    pub async fn until_exit(&mut self, duration: Duration) {
-        loop {
-            let left = duration.saturating_sub(self.clock.elapsed());
-            if left.is_zero() {
-                return;
-            }
-            tokio::time::sleep(left.min(EXIT_POLL)).await;
-            if has_exited(self.pid) {
-                self.end_window("the process exited".to_owned());
-                return;
-            }
-        }
-    }
-
-    /// Ends the profile's window now, `why` as the report will say: the
-    /// probes come off, what they sampled is kept for
-    /// [`AllocationRun::finish`].
-    pub fn end_window(&mut self, why: String) {
-        if self.stopped.is_none() {
-            let held = self.inner.probes.detach(self.pid);
-            self.stopped = Some((self.clock.elapsed(), why, held));
-        }
-    }
-
-    /// How long the run has lasted.
-    pub fn elapsed(&self) -> Duration {
-        self.clock.elapsed()
-    }
-
-    /// Ends the run: takes the probes off, waits until every allocation
-    /// they sampled is symbolized, and makes the profile.
-    pub async fn finish(mut self) -> Result<Profile, AllocsError> {
-        self.finished = true;
-        let inner = self.inner.clone();
-        let (elapsed, early, held) = match self.stopped.take() {
-            Some((elapsed, why, held)) => (elapsed, Some(why), held),
-            None => (self.clock.elapsed(), None, inner.probes.detach(self.pid)),
-        };
-        let cut = inner.pipeline.close_window().await;
-        let samples = inner.inbox.close(self.pid);
-        lock(&inner.running).remove(&self.pid);
-        cut.map_err(|_| AllocsError::Stopped)?;
-        let mut warnings = std::mem::take(&mut self.warnings);
-        if let Some(why) = early {
-            warnings.push(format!(
-                "the profile ended after {:.1} s: {why}",
-                elapsed.as_secs_f64()
-            ));
-        }
-        Ok(allocation_profile(
-            &samples,
-            &held,
-            self.sampling,
-            (self.started, self.started + elapsed),
-            warnings,
-        ))
-    }
-}
-
-impl Drop for AllocationRun {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.inner.probes.detach(self.pid);
-            self.inner.inbox.close(self.pid);
-            lock(&self.inner.running).remove(&self.pid);
-        }
-    }
 }

@@ -1,7 +1,8 @@
 //! An allocation profile from the sampled allocations of one process: each
 //! sample scaled back up by the chance it had of being sampled (an
 //! unbiased estimate of the bytes and objects allocated at its stack), and
-//! those the kernel still held live at the end counted again as held.
+//! those the kernel still held live at the end counted again as held. What
+//! the kernel dropped of this profile is said by cause, as its own counts.
 //!
 //! Pure: owns nothing, touches nothing.
 
@@ -12,7 +13,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::{
     kernel::allocs::{KernelAllocations, Sampling},
-    profile::{Profile, ProfileAssembly, ProfileMode, ThreadState},
+    profile::{LossCause, Profile, ProfileAssembly, ProfileMode, ThreadState},
     symbols::symbolizer::SymbolizedSample,
 };
 
@@ -27,11 +28,28 @@ pub fn allocation_profile(
     (start, end): (SystemTime, SystemTime),
     mut warnings: Vec<String>,
 ) -> Profile {
-    if held.lost > 0 {
+    let dropped = &held.dropped;
+    if dropped.share_full > 0 {
         warnings.push(format!(
-            "{} sampled allocations ({} bytes) are missing: their stacks were lost (the \
-             stack-copy ring buffer was full); raise stack_copy_buffer or sample less often",
-            held.lost, held.lost_bytes
+            "{} sampled allocations ({} bytes) were dropped, and the estimates miss them: the \
+             daemon had not yet read this profile's earlier ones, which filled its share of the \
+             allocation ring buffer (alloc_stack_copy_buffer, shared by the profiles running); \
+             sample less often (a larger --sample-bytes, a smaller --sample-rate)",
+            dropped.share_full, dropped.share_full_bytes
+        ));
+    }
+    if dropped.ring_full > 0 {
+        warnings.push(format!(
+            "{} sampled allocations ({} bytes) were dropped, and the estimates miss them: the \
+             allocation ring buffer was full; raise alloc_stack_copy_buffer or sample less often",
+            dropped.ring_full, dropped.ring_full_bytes
+        ));
+    }
+    if held.calls_not_followed > 0 {
+        warnings.push(format!(
+            "{} allocator calls were not followed (the map of calls under way was full): they \
+             could not be sampled, and the estimates may miss them",
+            held.calls_not_followed
         ));
     }
     if held.untracked > 0 {
@@ -45,8 +63,17 @@ pub fn allocation_profile(
         Sampling::Bytes(mean) => mean,
         Sampling::Rate(_) => 0,
     };
+    let lost = [
+        (LossCause::AllocShareFull, dropped.share_full),
+        (LossCause::AllocStackLost, dropped.ring_full),
+        (LossCause::AllocCallsFull, held.calls_not_followed),
+    ]
+    .into_iter()
+    .filter(|&(_, count)| count > 0)
+    .collect();
     let mut assembly = ProfileAssembly::new(Profile {
         warnings,
+        lost,
         ..Profile::empty(start, end, 0, period, ProfileMode::Allocated)
     });
     // Estimates are fractions: summed before they are rounded.
@@ -176,16 +203,41 @@ mod tests {
     }
 
     #[test]
-    fn losses_are_warned_about() {
+    fn drops_are_warned_about_and_counted_by_cause() {
         let now = SystemTime::now();
         let held = KernelAllocations {
-            lost: 3,
-            lost_bytes: 300,
+            dropped: crate::kernel::allocs::AllocationDrops {
+                share_full: 3,
+                share_full_bytes: 300,
+                ring_full: 4,
+                ring_full_bytes: 400,
+            },
             untracked: 2,
+            calls_not_followed: 5,
             ..KernelAllocations::default()
         };
         let profile = allocation_profile(&[], &held, Sampling::DEFAULT, (now, now), Vec::new());
-        assert_eq!(profile.warnings.len(), 2, "{:?}", profile.warnings);
-        assert!(profile.warnings[0].contains("3 sampled allocations"));
+        assert_eq!(profile.warnings.len(), 4, "{:?}", profile.warnings);
+        assert!(profile.warnings[0].contains("3 sampled allocations (300 bytes)"));
+        assert!(profile.warnings[0].contains("share"));
+        assert!(profile.warnings[1].contains("4 sampled allocations (400 bytes)"));
+        assert!(profile.warnings[2].contains("5 allocator calls"));
+        assert_eq!(
+            profile.lost,
+            [
+                (LossCause::AllocShareFull, 3),
+                (LossCause::AllocStackLost, 4),
+                (LossCause::AllocCallsFull, 5)
+            ]
+        );
+        // Nothing dropped, nothing said.
+        let clean = allocation_profile(
+            &[],
+            &KernelAllocations::default(),
+            Sampling::DEFAULT,
+            (now, now),
+            Vec::new(),
+        );
+        assert!(clean.warnings.is_empty() && clean.lost.is_empty());
     }
 }

@@ -1,18 +1,28 @@
 //! The kernel side of allocation profiling, as the daemon sees it: how a
 //! profiled process is sampled (written to the targets map), the table of
-//! intervals the byte sampling draws from, and what the kernel held for a
+//! intervals the byte sampling draws from, how much of the allocation ring
+//! buffer each profile may hold unread, and what the kernel held for a
 //! process when its probes came off (its sampled allocations still live,
-//! and its losses). The probes themselves are attached by
+//! and what was dropped). The probes themselves are attached by
 //! [`super::sampler::KernelAllocationProbes`].
 //!
 //! Owns these values; it must not unwind, symbolize or aggregate.
 
 use std::collections::HashSet;
 
-use profiler_common::allocs::{INTERVAL_SHIFT, INTERVAL_TABLE_LEN, Target, mode};
+pub use profiler_common::allocs::MAX_PROFILED_PROCESSES;
+use profiler_common::allocs::{INTERVAL_SHIFT, INTERVAL_TABLE_LEN, ProfileCounts, Target, mode};
 
-/// Processes whose allocations can be profiled at once.
-pub const MAX_PROFILED_PROCESSES: usize = 16;
+/// Profiles kept for root and the admin group: other users together may
+/// run at most [`MAX_PROFILED_PROCESSES`] less these at once.
+pub const RESERVED_FOR_ADMINS: u32 = MAX_PROFILED_PROCESSES / 4;
+
+/// The records of the allocation ring buffer each profile may hold unread
+/// when `running` profiles run, of a ring of `records`: an equal share (at
+/// least one), so that no profile's samples are dropped for another's.
+pub fn ring_share(records: u64, running: usize) -> u64 {
+    (records / running.max(1) as u64).max(1)
+}
 
 /// How a profiled process's allocations are sampled.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -89,12 +99,55 @@ pub fn interval_table() -> Vec<u32> {
 pub struct KernelAllocations {
     /// The ids of its sampled allocations not freed.
     pub live: HashSet<u64>,
-    /// Sampled allocations whose stack copy was lost, and their bytes.
-    pub lost: u64,
-    pub lost_bytes: u64,
+    /// Its sampled allocations whose records reached the allocation ring.
+    pub written: u64,
+    /// Sampled allocations dropped, by cause, with their bytes.
+    pub dropped: AllocationDrops,
     /// Sampled allocations whose address could not be kept (the live map
     /// was full).
     pub untracked: u64,
+    /// Allocator calls not followed (the map of calls under way was full).
+    pub calls_not_followed: u64,
+}
+
+/// Sampled allocations a profile dropped, and their bytes, by cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocationDrops {
+    /// Its records the daemon had not read yet filled its share of the
+    /// allocation ring buffer.
+    pub share_full: u64,
+    pub share_full_bytes: u64,
+    /// The allocation ring buffer was full.
+    pub ring_full: u64,
+    pub ring_full_bytes: u64,
+}
+
+impl AllocationDrops {
+    pub fn total(&self) -> u64 {
+        self.share_full + self.ring_full
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.share_full_bytes + self.ring_full_bytes
+    }
+}
+
+impl KernelAllocations {
+    /// What the programs counted for a profile, with no live allocation.
+    pub fn counted(counts: &ProfileCounts) -> Self {
+        Self {
+            live: HashSet::new(),
+            written: counts.written,
+            dropped: AllocationDrops {
+                share_full: counts.share_full,
+                share_full_bytes: counts.share_full_bytes,
+                ring_full: counts.ring_full,
+                ring_full_bytes: counts.ring_full_bytes,
+            },
+            untracked: counts.untracked,
+            calls_not_followed: counts.calls_not_followed,
+        }
+    }
 }
 
 /// Why allocation probes could not be attached.
@@ -104,14 +157,20 @@ pub enum ProbeError {
     Unavailable(String),
     #[error(
         "the allocations of process {0} are already being profiled; wait for that profile to \
-         end (profilerctl sessions lists open ones)"
+         end (`profilerctl status` counts the profiles running)"
     )]
     Busy(u32),
     #[error(
-        "{MAX_PROFILED_PROCESSES} processes are already being profiled for allocations; wait for \
-         one of those profiles to end"
+        "{MAX_PROFILED_PROCESSES} processes are already being profiled for allocations (the \
+         most at once); wait for one of those profiles to end"
     )]
     TooMany,
+    #[error(
+        "{running} allocation profiles of users are running, and the last \
+         {RESERVED_FOR_ADMINS} of the {MAX_PROFILED_PROCESSES} are kept for root and the admin \
+         group; wait for one of those profiles to end"
+    )]
+    Reserved { running: usize },
     #[error("cannot attach to {symbol} in {path}: {reason}")]
     Attach {
         path: String,
@@ -142,6 +201,17 @@ mod tests {
             "median {median}"
         );
         assert!(table.iter().all(|&v| v >= 1));
+    }
+
+    #[test]
+    fn the_ring_is_shared_equally_among_the_profiles_running() {
+        assert_eq!(ring_share(478, 0), 478);
+        assert_eq!(ring_share(478, 1), 478);
+        assert_eq!(ring_share(478, 2), 239);
+        assert_eq!(ring_share(478, 16), 29);
+        // However small the ring, each profile may hold a record.
+        assert_eq!(ring_share(3, 16), 1);
+        const { assert!(RESERVED_FOR_ADMINS >= 1 && RESERVED_FOR_ADMINS < MAX_PROFILED_PROCESSES) };
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub fn loss_cause(counter: Counter) -> Option<LossCause> {
         | Counter::OffCpuLostWhole => return None,
         Counter::AllocStackCopyRingFull => LossCause::AllocStackLost,
         Counter::AllocCallsFull => LossCause::AllocCallsFull,
+        Counter::AllocShareFull => LossCause::AllocShareFull,
         Counter::OffCpuPendingFull => LossCause::OffCpuPendingFull,
         Counter::OffCpuStackCopyRingFull => LossCause::OffCpuStackLost,
         Counter::OffCpuIntervalsFull => LossCause::OffCpuIntervalsFull,

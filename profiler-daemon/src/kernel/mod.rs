@@ -4,7 +4,9 @@
 //! `btf`), the sample source the pipeline drains (`sources`: today the
 //! aggregated maps, drained without losing or double-counting a sample by
 //! `drain` and `batch`), the stack copies the daemon unwinds
-//! (`stack_copies`), the new processes it announces (`announcements`), and the maps the daemon writes (`targets`,
+//! (`stack_copies`, and sampled allocations' in a ring of their own,
+//! `allocation_copies`), the new processes it announces
+//! (`announcements`), and the maps the daemon writes (`targets`,
 //! `families`); `cgroups` reads the cgroup hierarchy the programs name
 //! cgroups by; `allocs` holds what allocation profiling tells the
 //! allocator uprobes and reads back.
@@ -12,6 +14,7 @@
 //! This layer owns every BPF object; nothing above it touches one. It must
 //! not symbolize, store or report.
 
+pub mod allocation_copies;
 pub mod allocs;
 pub mod announcements;
 mod batch;

@@ -36,7 +36,7 @@ mod allocation_probes;
 mod handles;
 mod maps;
 
-pub use self::allocation_probes::KernelAllocationProbes;
+pub use self::allocation_probes::{Attachment, KernelAllocationProbes, Profiled, RunningProfile};
 pub use self::handles::{KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads};
 
 /// The eBPF object built by build.rs.
@@ -161,6 +161,9 @@ pub struct SamplerSettings {
     pub stack_copy_pages: u32,
     /// Bytes of the stack-copy ring buffer; 0 sizes it automatically.
     pub stack_copy_buffer: u64,
+    /// Bytes of the allocation ring buffer (sampled allocations' stack
+    /// copies); 0 sizes it automatically.
+    pub alloc_stack_copy_buffer: u64,
     /// Where the sampling programs put their samples.
     pub source: SampleSourceKind,
     /// Threads that can be off CPU and recorded at once (the pending map).
@@ -174,6 +177,8 @@ pub struct MapSizes {
     pub sample_keys: u32,
     /// Bytes.
     pub stack_copies: u32,
+    /// Bytes of the allocation ring buffer.
+    pub alloc_stack_copies: u32,
 }
 
 /// Bytes of the off-CPU intervals ring buffer: 26,000 intervals, half a
@@ -187,6 +192,20 @@ const OFFCPU_INTERVALS_BYTES: u32 = 1 << 20;
 /// the ring twice over (its wrap-around), so it adds twice its size to the
 /// daemon's resident memory: a longer hold costs memory on every machine.
 const STACK_COPY_HOLD: Duration = Duration::from_millis(400);
+
+/// Records the automatically sized allocation ring buffer holds (with the
+/// size rounded down to a power of two, at least half): between two
+/// unwinding passes (50 ms while it fills), one profile may have this many
+/// allocations sampled, and running profiles share them. Like the
+/// stack-copy ring, it adds twice its size to the daemon's resident memory.
+const ALLOCATION_RING_RECORDS: u64 = 512;
+
+/// Bytes one record of `pages` pages of stack takes in a ring buffer
+/// (with the ring's own 8-byte header, rounded up to 8 bytes).
+pub fn stack_copy_record_bytes(pages: u32) -> u64 {
+    let record = size_of::<StackCopyHeader>() as u64 + u64::from(pages) * STACK_COPY_PAGE as u64;
+    record.next_multiple_of(8) + 8
+}
 
 impl MapSizes {
     /// Sizes each generation for twice the samples one drain interval can
@@ -223,10 +242,19 @@ impl MapSizes {
             }
             configured => configured,
         } as u32;
+        let alloc_stack_copies = match settings.alloc_stack_copy_buffer {
+            0 => {
+                let wanted =
+                    ALLOCATION_RING_RECORDS * stack_copy_record_bytes(settings.stack_copy_pages);
+                (1_u64 << (63 - wanted.leading_zeros())).clamp(1 << 20, 1 << 24)
+            }
+            configured => configured,
+        } as u32;
         Self {
             stacks: pick(settings.max_stacks, auto(2, 1 << 16)),
             sample_keys: pick(settings.max_sample_keys, auto(1, 1 << 20)),
             stack_copies,
+            alloc_stack_copies,
         }
     }
 }
@@ -274,6 +302,8 @@ pub struct Sampler {
     /// Bytes of the stack-copy ring buffer, when the programs copy user
     /// stacks for unwinding in the daemon.
     stack_copies: Option<u32>,
+    /// Bytes of the allocation ring buffer, and of each of its records.
+    alloc_stack_copies: (u32, u64),
 }
 
 impl Sampler {
@@ -304,6 +334,7 @@ impl Sampler {
         loader.override_global(names::PEEK_SIGNAL_NUMBER, &settings.peek_signal, true);
         loader.override_global(names::STACK_COPY_PAGES, &settings.stack_copy_pages, true);
         loader.map_max_entries(names::STACK_COPIES, map_sizes.stack_copies);
+        loader.map_max_entries(names::ALLOC_STACK_COPIES, map_sizes.alloc_stack_copies);
         loader.map_max_entries(names::OFFCPU_PIDS, super::offcpu::MAX_RECORDED_PIDS);
         loader.map_max_entries(names::OFFCPU_PENDING, settings.offcpu_max_pending.max(1));
         loader.map_max_entries(names::OFFCPU_INTERVALS, OFFCPU_INTERVALS_BYTES);
@@ -397,6 +428,7 @@ impl Sampler {
             sample_keys_per_generation = map_sizes.sample_keys,
             stack_copy_bytes = settings.stack_copy_pages as usize * STACK_COPY_PAGE,
             stack_copy_buffer = map_sizes.stack_copies,
+            alloc_stack_copy_buffer = map_sizes.alloc_stack_copies,
             "sampling every online CPU"
         );
         Ok(Self {
@@ -407,6 +439,10 @@ impl Sampler {
             off,
             source: settings.source,
             stack_copies: (settings.stack_copy_pages != 0).then_some(map_sizes.stack_copies),
+            alloc_stack_copies: (
+                map_sizes.alloc_stack_copies,
+                stack_copy_record_bytes(settings.stack_copy_pages),
+            ),
         })
     }
 
@@ -424,6 +460,12 @@ impl Sampler {
     /// Why allocations cannot be profiled, if they cannot.
     pub fn allocation_probes(&self) -> Result<(), OptionalProgramError> {
         self.off_reason(ProgramGroup::Allocations)
+    }
+
+    /// How many records the allocation ring buffer holds.
+    pub fn allocation_ring_records(&self) -> u64 {
+        let (bytes, record) = self.alloc_stack_copies;
+        u64::from(bytes) / record.max(1)
     }
 
     /// Whether a group runs; if not, why.
@@ -494,6 +536,7 @@ impl Sampler {
         // The families' and lineages' rings, and the peek signals'.
         const SMALL_RINGS: u64 = 256 << 10;
         2 * (u64::from(self.stack_copies.unwrap_or(0))
+            + u64::from(self.alloc_stack_copies.0)
             + u64::from(OFFCPU_INTERVALS_BYTES)
             + SMALL_RINGS)
     }

@@ -72,6 +72,7 @@ pub fn blocked_threads(pid: u32, pages: u32, registers: &[WaitingThread]) -> Vec
                 },
                 weight: 0,
                 switched_out_ns: 0,
+                tag: 0,
                 ip,
                 sp,
                 bp,

@@ -99,6 +99,18 @@ impl SampleInbox {
         }
     }
 
+    /// Starts collecting the samples of `pid` unless a request already
+    /// does; false then.
+    pub fn open_new(&self, pid: u32) -> bool {
+        match self.lock().by_process.entry(pid) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(Collected::default());
+                true
+            }
+        }
+    }
+
     /// Stops collecting for `pid` and hands over what it collected.
     pub fn close(&self, pid: u32) -> Vec<SymbolizedSample> {
         self.take(pid).samples

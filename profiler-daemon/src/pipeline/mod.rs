@@ -46,6 +46,7 @@ use self::{
 use crate::{
     kernel::sampler::{Sampler, SamplingError},
     kernel::{
+        allocation_copies::AllocationCopies,
         drain::CounterDeltas,
         offcpu::{OffCpuIntervals, OffCpuRecorder, Recorded, RecordedProcesses, RecordingGuard},
         sources::SampleSource,
@@ -215,11 +216,13 @@ impl Pipeline {
         let source = sampler.take_source()?;
         let (announcements, lineages) = sampler.take_process_announcements()?;
         let stack_copies = sampler.take_stack_copies()?;
+        let allocation_copies = sampler.take_allocation_copies()?;
         Self::start_with(
             source,
             Some(announcements),
             stack_copies.map(|copies| StackCopyFeed {
                 copies,
+                allocation_copies,
                 offcpu_intervals,
                 lineages,
             }),
@@ -288,6 +291,7 @@ impl Pipeline {
         let stack_copies = stack_copies.map(|feed| {
             Arc::new(Mutex::new(unwinding::StackCopyUnwinder::new(
                 feed.copies,
+                feed.allocation_copies,
                 feed.offcpu_intervals,
                 feed.lineages,
             )))
@@ -349,11 +353,13 @@ impl Drop for Pipeline {
     }
 }
 
-/// The stack copies the kernel writes, with what unwinding them needs
-/// besides: the off-CPU intervals (when they are recorded) and where new
-/// processes come from (when the fork tracepoint says).
+/// The stack copies the kernel writes (and sampled allocations', when
+/// allocations can be profiled), with what unwinding them needs besides:
+/// the off-CPU intervals (when they are recorded) and where new processes
+/// come from (when the fork tracepoint says).
 pub struct StackCopyFeed {
     pub copies: StackCopies,
+    pub allocation_copies: Option<AllocationCopies>,
     pub offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
     pub lineages: Option<Arc<ForkLineages>>,
 }

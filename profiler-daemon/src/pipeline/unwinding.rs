@@ -2,9 +2,11 @@
 //! wrote is unwound (by the process table, with the binaries' unwind
 //! information) soon after it was written, while the process's binaries
 //! are still known, and counted with the samples of the same thread,
-//! stacks and kind until the next drain takes them into its batch.
+//! stacks and kind until the next drain takes them into its batch. The
+//! copies of sampled allocations come through a ring buffer of their own,
+//! read in the same passes.
 //!
-//! This module owns the stack-copy reader and the samples unwound since
+//! This module owns the stack-copy readers and the samples unwound since
 //! the last drain; it must not symbolize or store.
 
 use std::sync::{Arc, Mutex};
@@ -22,6 +24,7 @@ use super::{blocked, watching::Announced};
 use crate::{
     kernel::announcements::ForkLineages,
     kernel::{
+        allocation_copies::AllocationCopies,
         drain::{RawSample, ThreadNames},
         offcpu::{OffCpuIntervals, RecordedProcesses, monotonic_now_ns, sample_scale},
         stack_copies::{StackCopies, StackCopy},
@@ -42,7 +45,8 @@ const UNWIND_INFO_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// What one unwinding pass found, which sets when the next comes.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Pass {
-    /// The share of the stack-copy ring buffer they filled.
+    /// The share of the stack-copy ring buffer (or of the allocation ring
+    /// buffer, whichever is more) they filled.
     pub fill: f64,
     /// Off-CPU intervals read.
     pub intervals: usize,
@@ -120,6 +124,8 @@ impl WaitIdentity for SampleIdentity {
 /// Reads the stack copies and keeps the samples unwound from them.
 pub struct StackCopyUnwinder {
     copies: StackCopies,
+    /// The allocation ring buffer, when allocations can be profiled.
+    allocation_copies: Option<AllocationCopies>,
     pending: HashMap<SampleIdentity, (u64, u64)>,
     /// Sampled allocations, each its own sample (with its size and id):
     /// whether it is still held is asked of each.
@@ -138,11 +144,13 @@ pub struct StackCopyUnwinder {
 impl StackCopyUnwinder {
     pub fn new(
         copies: StackCopies,
+        allocation_copies: Option<AllocationCopies>,
         intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
         lineages: Option<Arc<ForkLineages>>,
     ) -> Self {
         Self {
             copies,
+            allocation_copies,
             pending: HashMap::default(),
             allocations: Vec::new(),
             thread_names: ThreadNames::default(),
@@ -197,7 +205,7 @@ impl StackCopyUnwinder {
         let waits = &mut self.waits;
         let lineages = self.lineages.as_deref();
         let mut table = None;
-        let count = self.copies.read(|copy| {
+        let mut visit = |copy: StackCopy<'_>| {
             let table = table.get_or_insert_with(|| {
                 let asked = Instant::now();
                 let table = lock(processes);
@@ -217,7 +225,13 @@ impl StackCopyUnwinder {
                 }
                 _ => add(pending, identity, weight),
             }
-        });
+        };
+        let mut count = self.copies.read(&mut visit);
+        let mut fill = self.copies.last_fill();
+        if let Some(allocation_copies) = &mut self.allocation_copies {
+            count += allocation_copies.read(&mut visit);
+            fill = fill.max(allocation_copies.last_fill());
+        }
         if let (Some(waits), Some(intervals)) = (waits, intervals) {
             waits.end(intervals, |identity, nanos| add(pending, identity, nanos));
         }
@@ -228,7 +242,7 @@ impl StackCopyUnwinder {
             table.enforce_unwind_info_limit();
         }
         let pass = Pass {
-            fill: self.copies.last_fill(),
+            fill,
             intervals: intervals_read,
         };
         let took = started.elapsed();

@@ -93,9 +93,9 @@ impl From<AllocsError> for ServiceError {
                 Self::FailedPrecondition(message)
             }
             AllocsError::Probes(ProbeError::Unavailable(_)) => Self::FailedPrecondition(message),
-            AllocsError::Probes(ProbeError::Busy(_) | ProbeError::TooMany) => {
-                Self::ResourceExhausted(message)
-            }
+            AllocsError::Probes(
+                ProbeError::Busy(_) | ProbeError::TooMany | ProbeError::Reserved { .. },
+            ) => Self::ResourceExhausted(message),
             AllocsError::Allocator(AllocatorError::Maps { .. })
             | AllocsError::Probes(ProbeError::Attach { .. } | ProbeError::Target { .. }) => {
                 Self::Internal(message)

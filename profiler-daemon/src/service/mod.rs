@@ -206,11 +206,13 @@ impl Service {
         }
     }
 
-    /// Ends the requests that wait (Profile, Top, WatchPeeks) with an error
-    /// that says the daemon is stopping, and refuses new ones; returns the
-    /// number of open sessions, which are discarded.
+    /// Ends the requests that wait (Profile, Allocs, Top, WatchPeeks) with
+    /// an error that says the daemon is stopping, and refuses new ones;
+    /// takes off the probes of every allocation profile; returns the number
+    /// of open sessions, which are discarded.
     pub fn stop(&self) -> usize {
         self.stop_switch.stop();
+        self.end_allocation_profiles();
         self.sessions().len()
     }
 
@@ -264,6 +266,10 @@ impl Service {
             peeks: self.peeker.stats(),
             peeks_running: self.peeker.running(),
             sessions_open: self.sessions().len(),
+            allocations: self
+                .allocations
+                .as_ref()
+                .map(crate::allocs::AllocationProfiler::stats),
             rpcs: self.rpc_counts.snapshot(),
             push: self.push.status(),
         })

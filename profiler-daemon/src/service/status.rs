@@ -35,10 +35,10 @@ pub struct DaemonStatus {
     pub offcpu: OffCpuTrigger,
     /// The push targets (root and the admin group only: their addresses).
     pub push: Vec<crate::export::TargetStatus>,
-    /// Why allocations cannot be profiled, when they cannot, and how many
-    /// processes are being profiled.
+    /// Why allocations cannot be profiled, when they cannot, and the
+    /// profiles running, their bounds and what became of them.
     pub allocations_unavailable: Option<String>,
-    pub allocation_profiles: usize,
+    pub allocations: crate::allocs::AllocationStats,
     /// The memory budget, what each part holds against its share, and
     /// what the heap and the kernel count.
     pub memory: MemoryUsage,
@@ -100,10 +100,11 @@ impl Service {
                 None => Some("not offered by this daemon".to_owned()),
                 Some(profiler) => profiler.unavailable().map(str::to_owned),
             },
-            allocation_profiles: self
+            allocations: self
                 .allocations
                 .as_ref()
-                .map_or(0, |profiler| profiler.running().len()),
+                .map(crate::allocs::AllocationProfiler::stats)
+                .unwrap_or_default(),
             targets: asker
                 .privileged()
                 .then(|| crate::lock(&self.targets).current().clone()),

@@ -62,7 +62,7 @@ pub struct CallersResult {
 }
 
 /// Removes a running profile's cut token when the profile ends.
-struct CutToken<'a> {
+pub(super) struct CutToken<'a> {
     cuts: &'a CutTokens,
     key: (CallerKey, String),
 }
@@ -156,8 +156,8 @@ impl Service {
         Ok(notify.is_some())
     }
 
-    /// Registers a running profile's cut token.
-    fn register_cut(
+    /// Registers a running profile's (or allocation profile's) cut token.
+    pub(super) fn register_cut(
         &self,
         key: CallerKey,
         token: &str,

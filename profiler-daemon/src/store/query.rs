@@ -264,7 +264,10 @@ impl Store {
             locations: Vec::new(),
             stacks: Stacks::default(),
             samples: Vec::with_capacity(capacity),
-            lost: losses(&counters).filter(|&(_, count)| count > 0).collect(),
+            // Allocation profiles say their own drops.
+            lost: losses(&counters)
+                .filter(|&(cause, count)| count > 0 && !cause.is_allocation())
+                .collect(),
             warnings: Vec::new(),
             unread: Vec::new(),
         };

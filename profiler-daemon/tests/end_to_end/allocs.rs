@@ -37,6 +37,7 @@ async fn allocs(
             sampling,
             options: Some(options(format)),
             inuse,
+            ..Default::default()
         })
         .await
         .unwrap_or_else(|status| panic!("Allocs failed: {status:?}"))
@@ -412,6 +413,7 @@ async fn bad_requests_say_what_is_wrong() {
                     sampling,
                     options: Some(options(v1::Format::Folded)),
                     inuse: false,
+                    ..Default::default()
                 })
                 .await
                 .expect_err("the request is refused")
@@ -542,6 +544,7 @@ async fn a_stripped_static_binary_has_no_allocator_to_profile() {
             sampling: None,
             options: Some(options(v1::Format::Folded)),
             inuse: false,
+            ..Default::default()
         })
         .await
         .expect_err("there is no malloc to probe");

@@ -7,6 +7,7 @@
 
 mod access;
 mod allocs;
+mod allocs_probes;
 mod api_errors;
 mod cli;
 mod cli_habits;

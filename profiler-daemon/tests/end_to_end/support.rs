@@ -343,6 +343,14 @@ impl Daemon {
         {
             command.args(["--stack-copy-buffer", "64MiB"]);
         }
+        // Likewise the allocation ring, for the tests that count every
+        // allocation.
+        if !args
+            .iter()
+            .any(|arg| arg == "--alloc-stack-copy-buffer" || arg == "--config")
+        {
+            command.args(["--alloc-stack-copy-buffer", "64MiB"]);
+        }
         command
             .arg("--state-dir")
             .arg(dir.join("state"))

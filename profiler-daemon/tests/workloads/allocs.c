@@ -10,7 +10,10 @@
  *   calloc-realloc for ever: site_calloc callocs 64 x 32 B and
  *                  site_realloc grows a block by realloc to 8 KiB; all freed
  *   exit S         ratio for S seconds, then exits
- * Every site is reached from main through churn_round (or keep_and_churn). */
+ *   storm          for ever: site_storm mallocs and frees 64 B as fast as
+ *                  it can, without a pause
+ * Every site is reached from main through churn_round (or keep_and_churn,
+ * or storm_round). */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +108,16 @@ __attribute__((noinline)) static void site_realloc(void) {
     free(block);
 }
 
+__attribute__((noinline)) static void site_storm(void) {
+    void *block = malloc(64);
+    sink = block;
+    free(block);
+}
+
+__attribute__((noinline)) static void storm_round(void) {
+    for (int i = 0; i < 1024; i++) site_storm();
+}
+
 static void sleep_for_ever(void) {
     for (;;) pause();
 }
@@ -119,6 +132,8 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "count")) {
         site_counted(n);
         sleep_for_ever();
+    } else if (!strcmp(mode, "storm")) {
+        for (;;) storm_round();
     } else if (!strcmp(mode, "calloc-realloc")) {
         for (;;) {
             site_calloc();

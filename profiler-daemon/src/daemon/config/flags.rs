@@ -98,6 +98,9 @@ pub struct Overrides {
     /// Stack-copy ring buffer size, 0 = automatic [default: 0]
     #[arg(long, value_name = "SIZE")]
     pub stack_copy_buffer: Option<ByteSize>,
+    /// Allocation ring buffer size, 0 = automatic [default: 0]
+    #[arg(long, value_name = "SIZE")]
+    pub alloc_stack_copy_buffer: Option<ByteSize>,
     /// Most unwind information held, 0 = no limit [default: its share of memory_budget]
     #[arg(long, value_name = "SIZE")]
     pub unwind_info_limit: Option<ByteSize>,
@@ -180,6 +183,7 @@ impl Config {
             max_sample_keys,
             stack_copy,
             stack_copy_buffer,
+            alloc_stack_copy_buffer,
             unwind_info_limit,
             offcpu,
             offcpu_max_pending,
@@ -246,6 +250,7 @@ impl Config {
         set(&mut self.max_sample_keys, max_sample_keys);
         set(&mut self.stack_copy, stack_copy);
         set(&mut self.stack_copy_buffer, stack_copy_buffer);
+        set(&mut self.alloc_stack_copy_buffer, alloc_stack_copy_buffer);
         if unwind_info_limit.is_some() {
             self.unwind_info_limit = unwind_info_limit;
         }

@@ -143,6 +143,10 @@ pub struct Config {
     /// Size of the ring buffer the stack copies go through; 0 sizes it from
     /// the frequency, the CPU count and `stack_copy`.
     pub stack_copy_buffer: ByteSize,
+    /// Size of the ring buffer sampled allocations' stack copies go
+    /// through (apart from CPU samples'); 0 sizes it from `stack_copy`
+    /// (512 records).
+    pub alloc_stack_copy_buffer: ByteSize,
     /// Most unwind information (`.eh_frame`, `.debug_frame`) held; above
     /// it, that of the binaries sampled least recently is let go of (and
     /// read again when needed). Not set: its share of `memory_budget`; 0:
@@ -237,6 +241,7 @@ impl Default for Config {
             max_sample_keys: 0,
             stack_copy: ByteSize::kib(16),
             stack_copy_buffer: ByteSize::b(0),
+            alloc_stack_copy_buffer: ByteSize::b(0),
             unwind_info_limit: None,
             offcpu: 0.0,
             offcpu_max_pending: 16_384,

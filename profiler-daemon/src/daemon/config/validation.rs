@@ -133,15 +133,20 @@ impl Config {
                 ),
             );
         }
-        let buffer = self.stack_copy_buffer.as_u64();
-        if buffer != 0 && !(buffer.is_power_of_two() && (1 << 16..=1 << 30).contains(&buffer)) {
-            return invalid(
-                "stack_copy_buffer",
-                format!(
-                    "{} is not accepted: 0 (automatic) or a power of two from 64 KiB to 1 GiB",
-                    self.stack_copy_buffer
-                ),
-            );
+        for (key, size) in [
+            ("stack_copy_buffer", self.stack_copy_buffer),
+            ("alloc_stack_copy_buffer", self.alloc_stack_copy_buffer),
+        ] {
+            let buffer = size.as_u64();
+            if buffer != 0 && !(buffer.is_power_of_two() && (1 << 16..=1 << 30).contains(&buffer)) {
+                return invalid(
+                    key,
+                    format!(
+                        "{size} is not accepted: 0 (automatic) or a power of two from 64 KiB to \
+                         1 GiB"
+                    ),
+                );
+            }
         }
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             return invalid("log_level", format!("{:?}: {err}", self.log_level));

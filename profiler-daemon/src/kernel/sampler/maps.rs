@@ -1,6 +1,7 @@
 //! Handing the loaded programs' maps to the modules that own them: the
-//! drain's, the stack copies', the families', off-CPU recording's, the
-//! peek signals', the targets'. Each map is taken once.
+//! drain's, the stack copies', the allocation copies', the families',
+//! off-CPU recording's, the peek signals', the targets'. Each map is taken
+//! once.
 //!
 //! Owns nothing after the hand-over; it must not read or write the maps.
 
@@ -119,6 +120,26 @@ impl Sampler {
             take_map(&mut self.ebpf, names::STACK_COPIES)?,
             u64::from(bytes),
         )))
+    }
+
+    /// Takes the allocation ring buffer and the map of how many of each
+    /// profile's records were read, when allocations can be profiled.
+    pub fn take_allocation_copies(
+        &mut self,
+    ) -> Result<Option<crate::kernel::allocation_copies::AllocationCopies>, SamplingError> {
+        if self.off_reason(ProgramGroup::Allocations).is_err() {
+            return Ok(None);
+        }
+        let (bytes, _) = self.alloc_stack_copies;
+        Ok(Some(
+            crate::kernel::allocation_copies::AllocationCopies::new(
+                StackCopies::new(
+                    take_map(&mut self.ebpf, names::ALLOC_STACK_COPIES)?,
+                    u64::from(bytes),
+                ),
+                take_map(&mut self.ebpf, names::ALLOC_READ)?,
+            ),
+        ))
     }
 
     /// Takes the ring buffer of new-process announcements, with the fork

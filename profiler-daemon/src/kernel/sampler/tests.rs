@@ -10,6 +10,7 @@ fn settings(frequency_hz: u32) -> SamplerSettings {
         peek_frequency_hz: 0,
         stack_copy_pages: 4,
         stack_copy_buffer: 0,
+        alloc_stack_copy_buffer: 0,
         offcpu_max_pending: 1024,
         source: SampleSourceKind::AggregatedMaps,
     }
@@ -38,6 +39,7 @@ fn map_sizes_grow_with_rate_and_stay_bounded() {
             stacks: 1024,
             sample_keys: 1024,
             stack_copies: 1 << 20,
+            alloc_stack_copies: 1 << 23,
         }
     );
     let high = MapSizes::for_settings(&settings(1000), 2);
@@ -47,6 +49,7 @@ fn map_sizes_grow_with_rate_and_stay_bounded() {
             stacks: 8192,
             sample_keys: 4096,
             stack_copies: 1 << 23,
+            alloc_stack_copies: 1 << 23,
         }
     );
     let huge = MapSizes::for_settings(&settings(1000), 512);
@@ -57,5 +60,24 @@ fn map_sizes_grow_with_rate_and_stay_bounded() {
 fn explicit_map_sizes_win() {
     let mut settings = settings(49);
     settings.max_stacks = 4096;
-    assert_eq!(MapSizes::for_settings(&settings, 2).stacks, 4096);
+    settings.alloc_stack_copy_buffer = 1 << 20;
+    let sizes = MapSizes::for_settings(&settings, 2);
+    assert_eq!(sizes.stacks, 4096);
+    assert_eq!(sizes.alloc_stack_copies, 1 << 20);
+}
+
+#[test]
+fn the_allocation_ring_holds_its_records_whatever_the_cpus() {
+    // 16 KiB copies: 512 records of 17,536 bytes, rounded down.
+    assert_eq!(stack_copy_record_bytes(4), 17_536);
+    let sizes = MapSizes::for_settings(&settings(49), 64);
+    assert_eq!(sizes.alloc_stack_copies, 1 << 23);
+    assert_eq!((1 << 23) / stack_copy_record_bytes(4), 478);
+    // Smaller copies, a smaller ring.
+    let mut one_page = settings(49);
+    one_page.stack_copy_pages = 1;
+    assert_eq!(
+        MapSizes::for_settings(&one_page, 2).alloc_stack_copies,
+        1 << 21
+    );
 }

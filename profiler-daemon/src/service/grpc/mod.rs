@@ -159,6 +159,7 @@ impl Profiler for GrpcApi {
             sampling: convert::alloc_sampling(request.sampling),
             options: convert::report_options(request.options)?,
             inuse: request.inuse,
+            cut_token: (!request.cut_token.is_empty()).then_some(request.cut_token),
         };
         let report = self.service.allocs(asker, spec).await?;
         Ok(Response::new(convert::profile_reply(report)))

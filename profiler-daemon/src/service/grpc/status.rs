@@ -63,12 +63,38 @@ fn offcpu_status(status: &DaemonStatus) -> v1::OffCpuStatus {
 
 fn allocation_status(status: &DaemonStatus) -> v1::AllocationStatus {
     let counters = &status.pipeline.counters;
+    let allocations = &status.allocations;
+    let counts = &allocations.counts;
+    let count = |cause: &str, count: u64| v1::LossCount {
+        cause: cause.to_owned(),
+        count,
+    };
     v1::AllocationStatus {
         unavailable: status.allocations_unavailable.clone().unwrap_or_default(),
-        profiles_running: status.allocation_profiles as u32,
+        profiles_running: allocations.running.len() as u32,
         sampled: counters[Counter::AllocSampled as usize],
         stacks_lost: counters[Counter::AllocStackCopyRingFull as usize],
         calls_not_followed: counters[Counter::AllocCallsFull as usize],
+        profiles_limit: allocations.limit,
+        profiles_reserved: allocations.reserved,
+        profiles_running_privileged: allocations
+            .running
+            .iter()
+            .filter(|profile| profile.privileged)
+            .count() as u32,
+        refused: vec![
+            count("busy", counts.refused_busy),
+            count("full", counts.refused_full),
+            count("reserved", counts.refused_reserved),
+        ],
+        dropped: drain::losses(counters)
+            .filter(|(cause, _)| cause.is_allocation())
+            .map(|(cause, dropped)| count(cause.name(), dropped))
+            .collect(),
+        ring_records: allocations.ring_records,
+        ring_share: allocations.ring_share,
+        abandoned: counts.abandoned,
+        process_exited: counts.process_exited,
     }
 }
 

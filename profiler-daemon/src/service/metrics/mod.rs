@@ -1,7 +1,8 @@
 //! Self-metrics in the Prometheus text format (OpenMetrics, written by
 //! prometheus-client): samples, losses by cause, drains and their time, the
-//! symbolizer's cache and time, the store, peeks, sessions, and RPCs by
-//! method and code. Served by `GetStatus` (on request) and, when configured,
+//! symbolizer's cache and time, the store, peeks, sessions, allocation
+//! profiles (`allocations`), RPCs by method and code, and push targets
+//! (`push`). Served by `GetStatus` (on request) and, when configured,
 //! on an HTTP listener for Prometheus to scrape (`metrics_listen`).
 //!
 //! Owns the exposition; everything (the counts of RPCs in `rpc_counts`
@@ -25,6 +26,9 @@ use prometheus_client::{
 
 use crate::{kernel::drain, peek::PeekStats, pipeline::PipelineStats, store::StoreStats};
 
+mod allocations;
+mod push;
+
 /// What the metrics are made of, read at one scrape.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
@@ -37,6 +41,8 @@ pub struct Snapshot {
     pub peeks: PeekStats,
     pub peeks_running: usize,
     pub sessions_open: usize,
+    /// Allocation profiling's figures (`None`: not offered).
+    pub allocations: Option<crate::allocs::AllocationStats>,
     pub rpcs: BTreeMap<(String, &'static str), u64>,
     /// The push targets (their configured names only).
     pub push: Vec<crate::export::TargetStatus>,
@@ -326,6 +332,9 @@ impl Collector for Snapshot {
             "Profiling sessions open now",
             self.sessions_open as u64,
         )?;
+        if let Some(allocations) = &self.allocations {
+            allocations::encode(out, allocations, &pipeline.counters)?;
+        }
         let mut rpcs = out.encode_descriptor(
             "rpcs",
             "gRPC requests answered, by method and status code",
@@ -336,90 +345,12 @@ impl Collector for Snapshot {
             let labels = [("method", method.as_str()), ("code", *code)];
             ConstCounter::new(*count).encode(rpcs.encode_family(&labels)?)?;
         }
-        self.encode_push(out)?;
+        push::encode(out, &self.push)?;
         memory::encode(&self.memory, &self.pipeline.jit, out)
     }
 }
 
-impl Snapshot {
-    /// Per push target: payloads sent, failures by cause, queued, spooled,
-    /// dropped, and the last success.
-    fn encode_push(&self, out: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use prometheus_client::metrics::MetricType;
-        type Value = fn(&crate::export::delivery::DeliveryStats) -> u64;
-        let families: [(&str, &str, MetricType, Value); 6] = [
-            (
-                "push_sent",
-                "Payloads (one window each) a push target took",
-                MetricType::Counter,
-                |s| s.sent,
-            ),
-            (
-                "push_dropped",
-                "Payloads dropped: refused, too old, or with no room",
-                MetricType::Counter,
-                |s| s.dropped,
-            ),
-            (
-                "push_queued_bytes",
-                "Bytes of payloads queued in memory for a push target",
-                MetricType::Gauge,
-                |s| s.queued_bytes,
-            ),
-            (
-                "push_spooled_bytes",
-                "Bytes of payloads spooled on disk for a push target",
-                MetricType::Gauge,
-                |s| s.spooled_bytes,
-            ),
-            (
-                "push_queued",
-                "Payloads queued in memory for a push target",
-                MetricType::Gauge,
-                |s| s.queued,
-            ),
-            (
-                "push_last_success_timestamp_seconds",
-                "When a push target last took a payload (0: never)",
-                MetricType::Gauge,
-                |s| {
-                    s.last_success.map_or(0, |time| {
-                        time.duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0, |since| since.as_secs())
-                    })
-                },
-            ),
-        ];
-        for (name, help, kind, value) in families {
-            let mut family = out.encode_descriptor(name, help, None, kind)?;
-            for target in &self.push {
-                let labels = [("target", target.name.as_str())];
-                let encoder = family.encode_family(&labels)?;
-                match kind {
-                    MetricType::Counter => {
-                        ConstCounter::new(value(&target.stats)).encode(encoder)?
-                    }
-                    _ => ConstGauge::new(value(&target.stats) as i64).encode(encoder)?,
-                }
-            }
-        }
-        let mut failures = out.encode_descriptor(
-            "push_failures",
-            "Failed push attempts, by target and cause",
-            None,
-            MetricType::Counter,
-        )?;
-        for target in &self.push {
-            for (cause, count) in &target.stats.failures {
-                let labels = [("target", target.name.as_str()), ("cause", cause.as_str())];
-                ConstCounter::new(*count).encode(failures.encode_family(&labels)?)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-fn counter<N>(
+pub(super) fn counter<N>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -432,7 +363,7 @@ where
 }
 
 /// A counter family with one label, a counter per value of it.
-fn labelled_counters<'a>(
+pub(super) fn labelled_counters<'a>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -452,7 +383,7 @@ fn labelled_counters<'a>(
     Ok(())
 }
 
-fn gauge<N>(
+pub(super) fn gauge<N>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -507,6 +438,18 @@ mod tests {
             peeks: PeekStats::default(),
             peeks_running: 0,
             sessions_open: 2,
+            allocations: Some(crate::allocs::AllocationStats {
+                limit: 16,
+                reserved: 4,
+                ring_records: 478,
+                ring_share: 478,
+                counts: crate::allocs::ProfileCounts {
+                    refused_full: 3,
+                    abandoned: 2,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
             rpcs,
             push: Vec::new(),
             memory: crate::memory::MemoryUsage {
@@ -537,6 +480,12 @@ mod tests {
             "profilerd_store_bytes 1000",
             "profilerd_report_index_bytes 4096",
             "profilerd_sessions_open 2",
+            "profilerd_allocation_profiles_running 0",
+            "profilerd_allocation_profiles_limit 16",
+            "profilerd_allocation_profiles_refused_total{cause=\"full\"} 3",
+            "profilerd_allocation_profiles_abandoned_total 2",
+            "profilerd_allocations_dropped_total{cause=\"alloc_share_full\"} 0",
+            "profilerd_allocation_ring_share_records 478",
             "# TYPE profilerd_samples counter",
             "profilerd_memory_budget_bytes 268435456",
             "profilerd_memory_part_bytes{part=\"symbolizer\"} 1048576",
