@@ -98,7 +98,7 @@ const PERIOD_NS: u64 = 1_000_000;
 
 fn main() {
     // The allocator as the daemon tunes it.
-    profilerd::daemon::allocator::tune();
+    profilerd::memory::trim::tune();
     let args = Args::parse();
     let started = Instant::now();
     let (store, start) = fill_store(&args);

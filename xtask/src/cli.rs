@@ -101,10 +101,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
     /// Ask one question only (overhead, designs, unwind_info, scale,
-    /// scale-hour, render, symbolization, peek, offcpu or allocs); it
+    /// scale-hour, render, symbolization, peek, offcpu, allocs or soak); it
     /// replaces only its own tables in BENCHMARKS.md. A full run skips
     /// scale-hour (report latency over an hour's window), which takes over
-    /// an hour.
+    /// an hour, and soak (the daemon left on beside a busy machine's churn
+    /// for half an hour, then ten minutes at a smaller budget).
     #[arg(long, value_name = "QUESTION")]
     pub only: Option<String>,
 }

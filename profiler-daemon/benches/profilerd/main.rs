@@ -22,6 +22,7 @@ mod peek;
 mod render;
 mod report;
 mod scale;
+mod soak;
 mod symbolization;
 mod tools;
 mod unwind_info;
@@ -126,8 +127,10 @@ struct Args {
 }
 
 /// The questions, in the order they are asked. A full run skips
-/// `scale-hour` (question 5 over an hour's window): it takes over an hour.
-const QUESTIONS: [&str; 10] = [
+/// `scale-hour` (question 5 over an hour's window), which takes over an
+/// hour, and `soak` (question 10), which takes 40 minutes: each only when
+/// asked for.
+const QUESTIONS: [&str; 11] = [
     "overhead",
     "designs",
     "unwind_info",
@@ -138,6 +141,7 @@ const QUESTIONS: [&str; 10] = [
     "peek",
     "offcpu",
     "allocs",
+    "soak",
 ];
 
 fn parse_args() -> Result<Args> {
@@ -190,7 +194,7 @@ fn parse_args() -> Result<Args> {
 fn main() -> Result<()> {
     // In-process measurements (rendering, symbolization) run with the
     // allocator as the daemon tunes it.
-    profilerd::daemon::allocator::tune();
+    profilerd::memory::trim::tune();
     let args = parse_args()?;
     if !rustix::process::geteuid().is_root() {
         bail!("the benchmark loads eBPF programs and must run as root: use `cargo xtask bench`");
@@ -259,6 +263,12 @@ fn main() -> Result<()> {
         drop(stats.take());
         let allocs = allocs::run(&plan, &workloads.malloc_pairs, &args.out_dir);
         for table in runtime.block_on(allocs)? {
+            show(table);
+        }
+    }
+
+    if args.only.as_deref() == Some("soak") {
+        for table in runtime.block_on(soak::run(&plan, &workloads, &args.out_dir))? {
             show(table);
         }
     }

@@ -27,6 +27,10 @@ pub struct Workloads {
     pub peek_threads: PathBuf,
     /// Pairs of malloc and free in one thread, from two sites.
     pub malloc_pairs: PathBuf,
+    /// A process of many threads (the tests' own).
+    pub many_threads: PathBuf,
+    /// JIT-like code named in a perf map (the tests' own).
+    pub jit_spin: PathBuf,
 }
 
 impl Workloads {
@@ -64,6 +68,8 @@ impl Workloads {
             stack_storm: build("stack_storm")?,
             peek_threads: build("peek_threads")?,
             malloc_pairs: build("malloc_pairs")?,
+            many_threads: build("many_threads")?,
+            jit_spin: build("jit_spin")?,
         })
     }
 

@@ -174,7 +174,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
     };
     let mut text = format!(
         "profilerd {version}, up {uptime}\n\
-         sampling:   {cpus} CPUs at {hz} Hz; {taken} samples taken, {drains} drains\n\
+         sampling:   {cpus} CPUs at {hz} Hz; {taken} samples taken, {drains} drains (at most {gap} apart)\n\
          targets:    {targets} ({outside} ticks outside them)\n\
          lost:       {lost}\n\
          processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them\n\
@@ -191,6 +191,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         hz = status.frequency_hz,
         taken = status.samples_taken,
         drains = status.drains,
+        gap = seconds(status.longest_drain_gap_ms),
         outside = status.samples_outside_targets,
         lost = if lost.is_empty() {
             "none".to_owned()

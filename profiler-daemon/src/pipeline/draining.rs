@@ -347,6 +347,10 @@ fn drain_once(
         }
         stats.drains += 1;
         stats.drain_time += drain_started.elapsed();
+        let now = Instant::now();
+        if let Some(last) = stats.last_drain.replace(now) {
+            stats.longest_drain_gap = stats.longest_drain_gap.max(now - last);
+        }
         stats.waits = wait_stats;
     }
     let (store_waiting, cut_waiting): (Vec<_>, Vec<_>) =

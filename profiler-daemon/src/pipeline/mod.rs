@@ -78,6 +78,10 @@ pub struct PipelineStats {
     pub drains: u64,
     /// Time spent draining the kernel maps since start.
     pub drain_time: Duration,
+    /// The longest time between two drains since start, and when the last
+    /// drain ended.
+    pub longest_drain_gap: Duration,
+    pub last_drain: Option<std::time::Instant>,
     pub symbolizer: SymbolizerStats,
     pub processes: ProcessStats,
     /// Stack copies unwound, their outcomes and the unwind information held.

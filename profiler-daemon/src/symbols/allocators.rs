@@ -6,7 +6,7 @@
 //! Owns the reading of the process's mappings and of those files' symbol
 //! tables; it must not attach anything.
 
-use std::{collections::BTreeSet, path::PathBuf};
+use std::{collections::BTreeSet, io::Read as _, path::PathBuf};
 
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
 use procfs::process::{MMPermissions, MMapPath, Process};
@@ -40,6 +40,9 @@ pub enum AllocatorError {
     NoAllocator { pid: u32, command: String },
 }
 
+/// The most of a binary read to find its allocator functions.
+const MAX_BINARY_BYTES: u64 = 1 << 30;
+
 /// The allocator functions of process `pid`, in the order of its mappings
 /// and of [`Function::SYMBOLS`]; one site per distinct address of a file
 /// (glibc's `memalign` and `aligned_alloc` are one function).
@@ -63,11 +66,22 @@ pub fn allocator_sites(pid: u32) -> Result<Vec<AllocatorSite>, AllocatorError> {
         }
         let shown = path.to_string_lossy().into_owned();
         let file = PathBuf::from(format!("/proc/{pid}/root{shown}"));
-        // A file that cannot be read or parsed has no allocator we can
-        // find; the process's others may.
-        let Ok(data) = std::fs::read(&file) else {
+        // Exactly the mapped file, opened safely (the process's user
+        // chooses what lies at its path), and at most so much of it. A
+        // file that cannot be read or parsed has no allocator we can find;
+        // the process's others may.
+        let identity = (super::mappings::device_number(map.dev), map.inode);
+        let Ok(opened) = super::process_files::open_mapped(pid, map.address, path, identity) else {
             continue;
         };
+        let mut data = Vec::new();
+        if opened
+            .take(MAX_BINARY_BYTES)
+            .read_to_end(&mut data)
+            .is_err()
+        {
+            continue;
+        }
         sites.extend(sites_in(&data, &file, &shown));
     }
     if !sites.iter().any(|site| site.symbol == "malloc") {

@@ -19,6 +19,7 @@ mod http;
 mod http_guard;
 mod http_users;
 mod lifecycle;
+mod memory_budget;
 mod metrics;
 mod offcpu;
 mod peeks;

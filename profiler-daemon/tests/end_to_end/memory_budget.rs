@@ -7,7 +7,6 @@ use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
     process::Command,
-    time::Duration,
 };
 
 use profilerd_client::v1;
@@ -161,5 +160,4 @@ async fn a_churn_of_binaries_with_debug_information_keeps_the_symbolizer_within_
         memory.resident_bytes >> 20,
         memory.budget_bytes >> 20
     );
-    let _ = Duration::ZERO;
 }

@@ -129,7 +129,7 @@ async fn hostile_perf_maps_neither_freeze_reports_nor_show_what_nobody_may_not_r
     let fifo = Jit::start(&nobody, &["--no-map"]);
     rustix::fs::mkfifoat(
         rustix::fs::CWD,
-        &fifo.perf_map(),
+        fifo.perf_map(),
         rustix::fs::Mode::from_raw_mode(0o644),
     )
     .expect("a FIFO is made");

@@ -206,6 +206,7 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
         push: status.push.iter().map(push_status).collect(),
         allocations: Some(allocation_status(&status)),
         memory: Some(memory_status(&status.memory)),
+        longest_drain_gap_ms: pipeline.longest_drain_gap.as_millis() as u64,
         jit: Some(jit_status(&status.pipeline.jit)),
         peek: Some(v1::PeekStatus {
             signal: peek.signal,

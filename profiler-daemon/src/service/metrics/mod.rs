@@ -93,6 +93,12 @@ impl Collector for Snapshot {
             drain::losses(&pipeline.counters).map(|(cause, count)| (cause.name(), count)),
         )?;
         counter(out, "drains", "Drains of the kernel maps", pipeline.drains)?;
+        gauge(
+            out,
+            "drain_gap_max_seconds",
+            "The longest time between two drains of the kernel maps since start",
+            pipeline.longest_drain_gap.as_secs_f64(),
+        )?;
         counter(
             out,
             "drain_seconds",
