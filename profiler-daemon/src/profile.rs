@@ -145,6 +145,21 @@ pub struct ThreadInfo {
 }
 
 impl ThreadInfo {
+    /// The main thread of process `pid`, root's, for tests.
+    #[cfg(test)]
+    pub fn of_test(pid: u32) -> Self {
+        Self {
+            pid,
+            tid: pid,
+            thread_name: Arc::from("t"),
+            process_name: Arc::from("p"),
+            uid: 0,
+            gid: 0,
+            protected: false,
+            cgroup: Arc::from("/"),
+        }
+    }
+
     /// Who the thread ran as when sampled.
     pub fn owner(&self) -> Owner {
         Owner {

@@ -9,7 +9,6 @@
 //! latency, how regularly the daemon drains, whole stacks and losses.
 
 use std::{
-    fmt::Write as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -19,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result};
 use profilerd_client::{self as client, v1};
 
 use crate::{
@@ -81,7 +80,7 @@ pub async fn run(plan: &Plan, workloads: &Workloads, out_dir: &Path) -> Result<V
     } else {
         Duration::from_secs(1800)
     };
-    let churn = ChurnProgram::build(out_dir)?;
+    let churn = ChurnProgram::of(&workloads.debug_churn)?;
     let default = soak(BUDGET_MIB, length, workloads, &churn, out_dir).await?;
     let small = soak(SMALL_BUDGET_MIB, length / 3, workloads, &churn, out_dir).await?;
     Ok(vec![parts_table(&default), targets_table(&default, &small)])
@@ -234,8 +233,8 @@ async fn dashboard_round(
     Ok(latencies)
 }
 
-/// A program with a few MiB of DWARF, copied with a new build id for each
-/// run of the churn.
+/// A program with a few MiB of DWARF (the tests' `debug_churn`), copied
+/// with a new build id for each run of the churn.
 struct ChurnProgram {
     binary: PathBuf,
     /// Where its build id lies in the file.
@@ -243,45 +242,13 @@ struct ChurnProgram {
 }
 
 impl ChurnProgram {
-    fn build(out_dir: &Path) -> Result<Self> {
-        let mut source = String::from("#include <stdlib.h>\n#include <time.h>\n");
-        for function in 0..3000 {
-            let _ = writeln!(
-                source,
-                "struct record_{function} {{ long first_{function}; double second_{function}; \
-                 char name_{function}[16]; }};\n\
-                 __attribute__((noinline)) long function_{function}(long n) {{ \
-                 struct record_{function} r = {{ n, n * 0.5, \"r\" }}; \
-                 return r.first_{function} + (long)r.second_{function} + r.name_{function}[0]; }}"
-            );
-        }
-        source.push_str(
-            "__attribute__((noinline)) long churned_hot_leaf(long n) { long s = 0; \
-             for (long i = 0; i < n; i++) s += function_7(i) ^ function_2999(i); return s; }\n\
-             int main(int argc, char **argv) { double seconds = argc > 1 ? atof(argv[1]) : 1; \
-             struct timespec start, now; clock_gettime(CLOCK_MONOTONIC, &start); long s = 0; \
-             do { s += churned_hot_leaf(100000); clock_gettime(CLOCK_MONOTONIC, &now); } \
-             while ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds); \
-             return (int)(s & 1); }\n",
-        );
-        let source_path = out_dir.join("churn.c");
-        std::fs::write(&source_path, source)?;
-        let binary = out_dir.join("churn");
-        let output = Command::new("gcc")
-            .args(["-O0", "-g", "-Wl,--build-id"])
-            .arg(&source_path)
-            .arg("-o")
-            .arg(&binary)
-            .output()
-            .context("running gcc")?;
-        ensure!(
-            output.status.success(),
-            "gcc failed to build the churn program:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let data = std::fs::read(&binary)?;
+    fn of(binary: &Path) -> Result<Self> {
+        let data = std::fs::read(binary)?;
         let build_id = build_id_range(&data).context("the churn program has no build id")?;
-        Ok(Self { binary, build_id })
+        Ok(Self {
+            binary: binary.to_owned(),
+            build_id,
+        })
     }
 
     /// A copy at `path` with a build id of its own.
@@ -554,57 +521,64 @@ fn targets_table(default: &Soak, small: &Soak) -> Table {
         "10b. Soak: the targets",
         &["measure", "value", "target", ""],
     );
+    // A row: what, its value, and its target and whether it was met.
+    let mut row = |measure: String, value: String, target: Option<(String, bool)>| {
+        let (target, met) = target.map_or((String::new(), String::new()), |(target, met)| {
+            (target, verdict(met).to_owned())
+        });
+        table.row(vec![measure, value, target, met]);
+    };
     let peak = |soak: &Soak| format!("{:.1} MiB", mib(soak.peak_rss));
-    table.row(vec![
+    row(
         format!("peak RSS, memory_budget {} MiB", default.budget_mib),
         peak(default),
-        format!("≤ {} MiB", default.budget_mib),
-        verdict(default.peak_rss <= default.budget_mib << 20).to_owned(),
-    ]);
-    table.row(vec![
+        Some((
+            format!("≤ {} MiB", default.budget_mib),
+            default.peak_rss <= default.budget_mib << 20,
+        )),
+    );
+    row(
         format!("peak RSS, memory_budget {} MiB", small.budget_mib),
         peak(small),
-        format!("≤ {} + {SMALL_OVERHEAD_MIB} MiB", small.budget_mib),
-        verdict(small.peak_rss <= (small.budget_mib + SMALL_OVERHEAD_MIB) << 20).to_owned(),
-    ]);
+        Some((
+            format!("≤ {} + {SMALL_OVERHEAD_MIB} MiB", small.budget_mib),
+            small.peak_rss <= (small.budget_mib + SMALL_OVERHEAD_MIB) << 20,
+        )),
+    );
     for soak in [default, small] {
+        let budget = soak.budget_mib;
         let mut sorted = soak.report_ms.clone();
         sorted.sort_by(f64::total_cmp);
-        table.row(vec![
+        row(
             format!(
-                "dashboard report p99 (p50), {} reports, budget {} MiB",
-                sorted.len(),
-                soak.budget_mib
+                "dashboard report p99 (p50), {} reports, budget {budget} MiB",
+                sorted.len()
             ),
             format!(
                 "{:.0} ms ({:.0} ms)",
                 percentile(&sorted, 99.0),
                 percentile(&sorted, 50.0)
             ),
-            String::new(),
-            String::new(),
-        ]);
-        table.row(vec![
-            format!("drains per second, budget {} MiB", soak.budget_mib),
+            None,
+        );
+        row(
+            format!("drains per second, budget {budget} MiB"),
             format!("{:.2}", soak.drains as f64 / soak.length.as_secs_f64()),
-            String::new(),
-            String::new(),
-        ]);
-        table.row(vec![
-            format!("longest gap between drains, budget {} MiB", soak.budget_mib),
+            None,
+        );
+        row(
+            format!("longest gap between drains, budget {budget} MiB"),
             format!("{:.2} s", soak.longest_gap.as_secs_f64()),
-            format!("≤ {} s", GAP_TARGET.as_secs()),
-            verdict(soak.longest_gap <= GAP_TARGET).to_owned(),
-        ]);
-        table.row(vec![
-            format!(
-                "whole stacks (unwound to their first frame), budget {} MiB",
-                soak.budget_mib
-            ),
+            Some((
+                format!("≤ {} s", GAP_TARGET.as_secs()),
+                soak.longest_gap <= GAP_TARGET,
+            )),
+        );
+        row(
+            format!("whole stacks (unwound to their first frame), budget {budget} MiB"),
             format!("{:.1}%", soak.whole_share * 100.0),
-            String::new(),
-            String::new(),
-        ]);
+            None,
+        );
         let lost = if soak.lost.is_empty() {
             "none".to_owned()
         } else {
@@ -614,12 +588,7 @@ fn targets_table(default: &Soak, small: &Soak) -> Table {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        table.row(vec![
-            format!("lost, by cause, budget {} MiB", soak.budget_mib),
-            lost,
-            String::new(),
-            String::new(),
-        ]);
+        row(format!("lost, by cause, budget {budget} MiB"), lost, None);
     }
     table.note(format!(
         "profilerd at its defaults ({HZ} Hz) beside: a binary with ~3 MiB of DWARF copied with a \

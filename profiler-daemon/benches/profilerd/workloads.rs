@@ -31,6 +31,8 @@ pub struct Workloads {
     pub many_threads: PathBuf,
     /// JIT-like code named in a perf map (the tests' own).
     pub jit_spin: PathBuf,
+    /// A program with a few MiB of debug information (the tests' own).
+    pub debug_churn: PathBuf,
 }
 
 impl Workloads {
@@ -70,6 +72,7 @@ impl Workloads {
             malloc_pairs: build("malloc_pairs")?,
             many_threads: build("many_threads")?,
             jit_spin: build("jit_spin")?,
+            debug_churn: build("debug_churn")?,
         })
     }
 

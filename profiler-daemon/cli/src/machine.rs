@@ -13,7 +13,7 @@ pub async fn status(daemon: &mut Client, verbose: bool) -> Result<()> {
         .get_status(v1::GetStatusRequest::default())
         .await?
         .into_inner();
-    output::print_text(&format::status(&status, verbose, SystemTime::now()))
+    output::print_text(&crate::status::status(&status, verbose, SystemTime::now()))
 }
 
 pub async fn metrics(daemon: &mut Client) -> Result<()> {

@@ -10,11 +10,11 @@ mod allocs;
 mod args;
 mod format;
 mod machine;
-mod memory;
 mod output;
 mod peeks;
 mod profiles;
 mod sessions;
+mod status;
 
 use std::process::ExitCode;
 

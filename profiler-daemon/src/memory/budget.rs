@@ -75,15 +75,18 @@ impl Part {
     /// Its weight in the division (per mille of what is divided).
     fn weight(self) -> u64 {
         match self {
-            Part::Store => 300,
-            Part::ReportIndexes => 100,
+            // The report indexes hold about twice the store's bytes (the
+            // soak, BENCHMARKS.md table 10): room for them as the store
+            // fills is worth some history.
+            Part::Store => 250,
+            Part::ReportIndexes => 200,
             Part::Reports => 150,
-            Part::UnwindInfo => 150,
+            Part::UnwindInfo => 120,
             Part::Symbolizer => 150,
             Part::JitNames => 30,
             Part::Processes => 40,
-            Part::Peeks => 30,
-            Part::Export => 50,
+            Part::Peeks => 20,
+            Part::Export => 40,
         }
     }
 }
@@ -94,8 +97,8 @@ pub enum BudgetError {
     TooSmall { budget: ByteSize, min: ByteSize },
     #[error(
         "memory_budget {budget} leaves {left} once the program ({program}), the kernel's ring \
-         buffers ({kernel}) and the bounds set apart ({set}) are taken, less than the {min} the \
-         other parts need: raise memory_budget or lower {keys}"
+         buffers ({kernel}, mapped twice) and the bounds set apart ({set}) are taken, less than \
+         the {min} the other parts need: raise memory_budget or lower {keys}"
     )]
     Overcommitted {
         budget: ByteSize,
@@ -157,6 +160,7 @@ impl MemoryBudget {
                 keys: set
                     .iter()
                     .map(|(_, _, key)| *key)
+                    .chain(["stack_copy_buffer", "alloc_stack_copy_buffer"])
                     .collect::<Vec<_>>()
                     .join(" or "),
             });
@@ -223,7 +227,7 @@ mod tests {
             total <= divided && divided - total < 1000,
             "{total} of {divided}"
         );
-        assert_eq!(budget.share(Part::Store), divided / 1000 * 300);
+        assert_eq!(budget.share(Part::Store), divided / 1000 * 250);
         assert!(
             budget
                 .describe()
@@ -237,7 +241,7 @@ mod tests {
         let budget = MemoryBudget::divide(256 * MIB, 8 * MIB, &set).unwrap();
         assert_eq!(budget.share(Part::Store), 100 * MIB);
         let divided = 256 * MIB - PROGRAM_BYTES - 8 * MIB - 100 * MIB;
-        assert_eq!(budget.share(Part::Reports), divided / 700 * 150);
+        assert_eq!(budget.share(Part::Reports), divided / 750 * 150);
         assert_eq!(budget.set_by(Part::Store), Some("memory_limit"));
         assert!(budget.describe().contains("store 100.0 MiB (memory_limit)"));
     }
@@ -253,7 +257,7 @@ mod tests {
         let err = MemoryBudget::divide(256 * MIB, 8 * MIB, &set).unwrap_err();
         assert!(
             err.to_string()
-                .contains("raise memory_budget or lower memory_limit or unwind_info_limit"),
+                .contains("raise memory_budget or lower memory_limit or unwind_info_limit or"),
             "{err}"
         );
     }

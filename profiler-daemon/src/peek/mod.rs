@@ -11,6 +11,8 @@
 
 mod archive;
 mod report;
+mod settings;
+mod signals;
 mod snapshot;
 
 use std::{
@@ -18,7 +20,6 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use aya::maps::{MapData, RingBuf};
 use profiler_common::{PeekSignal, peek_signal_result};
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::{broadcast, oneshot};
@@ -27,73 +28,25 @@ use tracing::{debug, info, warn};
 use self::{
     archive::Archive,
     report::PeekRun,
+    settings::bounds,
+    signals::comm_text,
     snapshot::{Disposition, ProcessSnapshot},
 };
 pub use self::{
     archive::{ArchiveError, PeekSummary},
     report::{PeekReport, ThreadReport, TriggerSource},
+    settings::{Allowlist, PeekSettings},
+    signals::{Protection, follow_signals, protection, signal_name, warn_about_protection},
     snapshot::SnapshotError,
 };
 use crate::{
     kernel::{
         offcpu::{OffCpuRecorder, Recorded, RecordingGuard},
-        sampler::{OptionalProgramError, PeekClocks},
+        sampler::PeekClocks,
     },
     lock,
     pipeline::{PipelineHandle, SampleInbox},
 };
-
-/// How peeks run, from the configuration.
-#[derive(Clone, Debug)]
-pub struct PeekSettings {
-    /// 0: peeks by signal are off.
-    pub signal: u32,
-    pub duration: Duration,
-    pub frequency_hz: u32,
-    pub allow: Allowlist,
-    pub max_concurrent: usize,
-    pub directory: std::path::PathBuf,
-    pub max_reports: usize,
-    pub max_bytes: u64,
-    /// Most reports of one user's processes kept.
-    pub max_reports_per_user: usize,
-    /// Most peeks of one user's processes started per minute.
-    pub per_user_per_minute: u32,
-    /// Most bytes the peeks hold in memory (reports of this run, samples
-    /// of peeks under way; 0: no limit).
-    pub memory_limit: u64,
-}
-
-/// Which processes a signal may peek at; an empty list does not restrict.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Allowlist {
-    pub commands: Vec<String>,
-    pub uids: Vec<u32>,
-    /// A cgroup allows itself and its descendants.
-    pub cgroups: Vec<String>,
-}
-
-impl Allowlist {
-    fn allows(&self, process: &ProcessSnapshot) -> bool {
-        (self.commands.is_empty() || self.commands.contains(&process.command))
-            && (self.uids.is_empty() || self.uids.contains(&process.owner.uid))
-            && (self.cgroups.is_empty()
-                || process.cgroups.iter().any(|cgroup| {
-                    self.cgroups
-                        .iter()
-                        .any(|allowed| crate::kernel::cgroups::within(cgroup, allowed))
-                }))
-    }
-}
-
-/// Whether a peek signal aimed at a process without a handler is kept from
-/// killing it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Protection {
-    pub active: bool,
-    /// Why, in plain words.
-    pub reason: String,
-}
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PeekError {
@@ -719,17 +672,6 @@ struct Trigger {
     bound_per_user: bool,
 }
 
-/// The archive's bounds from the settings.
-fn bounds(settings: &PeekSettings) -> archive::Bounds {
-    archive::Bounds {
-        max_reports: settings.max_reports,
-        max_bytes: settings.max_bytes,
-        max_reports_per_user: settings.max_reports_per_user,
-        // The samples of peeks under way take the rest.
-        max_memory_bytes: settings.memory_limit / 2,
-    }
-}
-
 /// The trigger time and process of an id made by [`Peeker::next_id`].
 fn parse_id(id: &str) -> Option<(SystemTime, u32)> {
     let mut parts = id.split('-');
@@ -751,185 +693,5 @@ fn parse_id(id: &str) -> Option<(SystemTime, u32)> {
     Some((humantime::parse_rfc3339(&rfc3339).ok()?, pid))
 }
 
-/// Reads peek signals from the kernel until the daemon stops, and starts
-/// their peeks.
-pub async fn follow_signals(peeker: Peeker, signals: RingBuf<MapData>) {
-    let interest = tokio::io::Interest::READABLE;
-    // SAFETY: the ring buffer owns its file descriptor and keeps it open,
-    // unchanged, until it is dropped, which only the AsyncFd can do.
-    let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(signals, interest) };
-    let mut signals = match registered {
-        Ok(signals) => signals,
-        Err(err) => {
-            warn!("cannot wait for peek signals: {err}; peeks by signal are off");
-            return;
-        }
-    };
-    loop {
-        let mut ready = match signals.readable_mut().await {
-            Ok(ready) => ready,
-            Err(err) => {
-                warn!("cannot wait for peek signals: {err}; peeks by signal are off");
-                return;
-            }
-        };
-        let ring = ready.get_inner_mut();
-        while let Some(item) = ring.next() {
-            if item.len() >= size_of::<PeekSignal>() {
-                // SAFETY: the kernel wrote a PeekSignal (repr(C), integers
-                // only) into this slot; read_unaligned copes with alignment.
-                let signal = unsafe { item.as_ptr().cast::<PeekSignal>().read_unaligned() };
-                peeker.on_signal(&signal);
-            }
-        }
-        ready.clear_ready();
-    }
-}
-
-/// Whether processes without a handler are protected from the peek
-/// signal, and why or why not, for the start-up log and the status.
-pub fn protection(signal_guard: Result<(), OptionalProgramError>) -> Protection {
-    match signal_guard {
-        Ok(()) => Protection {
-            active: true,
-            reason: "a BPF LSM program on task_kill refuses the peek signal to a process \
-                     without a handler (the sender gets EPERM) and peeks at it instead"
-                .to_owned(),
-        },
-        Err(reason) => Protection {
-            active: false,
-            reason: reason.to_string(),
-        },
-    }
-}
-
-/// Logs at start-up what a peek signal does to a process without a handler.
-pub fn warn_about_protection(peeker: &Peeker) {
-    let protection = peeker.protection();
-    let signal = &peeker.inner.signal_name;
-    if peeker.settings().signal == 0 {
-        info!("peeks by signal are off; `profilerctl peek PID` still works");
-    } else if protection.active {
-        info!(
-            "a {signal} sent to a process without a handler for it is intercepted: the process is peeked, not killed"
-        );
-    } else {
-        warn!(
-            "{signal} sent to a process without a handler for it will terminate that process \
-             (the kernel's default action), because: {}. Use `profilerctl peek PID` for such \
-             processes, or choose another peek_signal in the configuration",
-            protection.reason
-        );
-    }
-}
-
-/// The signal's conventional name, e.g. `SIGUSR1`.
-pub fn signal_name(signal: u32) -> String {
-    if signal == 0 {
-        return "no signal".to_owned();
-    }
-    // SAFETY: strsignal returns a pointer to a static or thread-local
-    // string, or NULL; it is copied at once.
-    let description = unsafe {
-        let text = libc::strsignal(signal as i32);
-        (!text.is_null()).then(|| {
-            std::ffi::CStr::from_ptr(text)
-                .to_string_lossy()
-                .into_owned()
-        })
-    };
-    match signal as i32 {
-        libc::SIGUSR1 => "SIGUSR1".to_owned(),
-        libc::SIGUSR2 => "SIGUSR2".to_owned(),
-        _ => format!(
-            "signal {signal}{}",
-            description
-                .map(|text| format!(" ({text})"))
-                .unwrap_or_default()
-        ),
-    }
-}
-
-fn comm_text(comm: &[u8]) -> String {
-    let end = comm
-        .iter()
-        .position(|&byte| byte == 0)
-        .unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn process(command: &str, uid: u32, cgroups: &[&str]) -> ProcessSnapshot {
-        ProcessSnapshot {
-            pid: 1,
-            command: command.to_owned(),
-            command_line: String::new(),
-            owner: crate::profile::Owner {
-                uid,
-                gid: uid,
-                protected: false,
-            },
-            cgroups: cgroups.iter().map(|c| (*c).to_owned()).collect(),
-            cgroup_v2: String::new(),
-            disposition: Disposition::Unknown,
-            threads: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn an_empty_allowlist_allows_everything() {
-        assert!(Allowlist::default().allows(&process("a", 5, &["/x"])));
-    }
-
-    #[test]
-    fn every_set_list_must_match() {
-        let allow = Allowlist {
-            commands: vec!["nginx".into()],
-            uids: vec![33],
-            cgroups: vec!["/system.slice".into()],
-        };
-        assert!(allow.allows(&process("nginx", 33, &["/system.slice/nginx.service"])));
-        assert!(allow.allows(&process("nginx", 33, &["/system.slice"])));
-        assert!(!allow.allows(&process("nginx", 33, &["/system.slicer"])));
-        assert!(!allow.allows(&process("nginx", 0, &["/system.slice"])));
-        assert!(!allow.allows(&process("bash", 33, &["/system.slice"])));
-        let root = Allowlist {
-            cgroups: vec!["/".into()],
-            ..Allowlist::default()
-        };
-        assert!(root.allows(&process("x", 1, &["/user.slice"])));
-    }
-
-    #[test]
-    fn ids_sort_by_time_and_parse_back() {
-        let time = humantime::parse_rfc3339("2026-11-21T20:15:12.123Z").unwrap();
-        let id = "20261121T201512.123Z-1234-7";
-        assert_eq!(parse_id(id), Some((time, 1234)));
-        assert_eq!(parse_id("nonsense"), None);
-        assert!("20261121T201512.123Z-9-0" < "20261121T201513.001Z-1-1");
-    }
-
-    #[test]
-    fn each_user_has_its_own_count_a_minute() {
-        let mut minute = PerUserMinute::default();
-        let start = Instant::now();
-        assert!(minute.take(5, 2, start));
-        assert!(minute.take(5, 2, start));
-        assert!(!minute.take(5, 2, start), "a third in the minute");
-        assert!(minute.take(6, 2, start), "another user");
-        assert!(
-            minute.take(5, 2, start + Duration::from_secs(61)),
-            "the next minute"
-        );
-    }
-
-    #[test]
-    fn signal_names() {
-        assert_eq!(signal_name(libc::SIGUSR1 as u32), "SIGUSR1");
-        assert!(signal_name(34).starts_with("signal 34"));
-        assert_eq!(comm_text(b"bash\0\0\0"), "bash");
-    }
-}
+mod tests;

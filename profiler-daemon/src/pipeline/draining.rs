@@ -383,29 +383,6 @@ fn drain_once(
 mod tests {
     use super::*;
 
-    fn sample() -> crate::symbols::processes::NormalizedSample {
-        crate::symbols::processes::NormalizedSample {
-            thread: crate::profile::ThreadInfo {
-                pid: 1,
-                tid: 1,
-                thread_name: "t".into(),
-                process_name: "p".into(),
-                uid: 0,
-                gid: 0,
-                protected: false,
-                cgroup: "/".into(),
-            },
-            kind: profiler_common::SampleKind::CpuClock,
-            flags: 0,
-            user: Vec::new(),
-            user_stop: None,
-            kernel: std::sync::Arc::from([]),
-            count: 1,
-            weight: 0,
-            allocation_id: 0,
-        }
-    }
-
     fn job(start: u64, end: u64, samples: usize) -> Job {
         use crate::symbols::processes::NormalizedBatch;
         let at = |secs| std::time::UNIX_EPOCH + Duration::from_secs(secs);
@@ -414,7 +391,10 @@ mod tests {
             batch: NormalizedBatch {
                 start: at(start),
                 end: at(end),
-                samples: vec![sample(); samples],
+                samples: vec![
+                    crate::symbols::processes::NormalizedSample::of_test(1, Vec::new());
+                    samples
+                ],
                 counters: Default::default(),
             },
             waiting: vec![done],

@@ -182,16 +182,7 @@ mod tests {
 
     fn sample(pid: u32) -> SymbolizedSample {
         SymbolizedSample {
-            thread: ThreadInfo {
-                pid,
-                tid: pid,
-                thread_name: "t".into(),
-                process_name: "p".into(),
-                uid: 0,
-                gid: 0,
-                protected: false,
-                cgroup: "/".into(),
-            },
+            thread: ThreadInfo::of_test(pid),
             kind: profiler_common::SampleKind::Peek,
             stack: Vec::new(),
             count: 1,

@@ -160,8 +160,8 @@ pub struct AccessPolicy {
     gid: Option<u32>,
 }
 
-/// Marks a request that came over the TCP listener, past mutual TLS (or
-/// explicitly allowed loopback plaintext): such callers see everything.
+/// Marks a request that came over the TCP listener past mutual TLS: such
+/// callers see everything.
 #[derive(Clone, Copy, Debug)]
 pub struct TrustedRemote;
 

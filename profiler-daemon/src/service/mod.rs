@@ -20,6 +20,7 @@ mod export;
 pub mod grpc;
 pub mod http;
 pub mod limits;
+pub mod loopback;
 pub mod metrics;
 mod overview;
 mod peeks;

@@ -175,6 +175,11 @@ pub struct StackIndexes {
     /// of to stay within it.
     limit: u64,
     evicted: std::sync::atomic::AtomicU64,
+    /// Indexes let go of for memory, with the store's stacks then: they
+    /// are not built again (their reports are made without one) until the
+    /// store holds half as many, so that an index too large for the share
+    /// is not built and let go of report after report.
+    too_large: Mutex<Vec<(StackIndexKey, usize)>>,
 }
 
 /// An index, what it is of, and when it was last asked for.
@@ -229,8 +234,9 @@ impl StackIndexes {
     }
 
     /// Lets go of indexes, least recently asked for first (the warm ones
-    /// last), until those held are within the limit.
-    fn keep_within_limit(&self) {
+    /// last), until those held are within the limit; the store holds
+    /// `stacks` stacks.
+    fn keep_within_limit(&self, stacks: usize) {
         if self.limit == 0 {
             return;
         }
@@ -267,8 +273,11 @@ impl StackIndexes {
             );
         }
         gone.sort_unstable();
+        let mut too_large = crate::lock(&self.too_large);
         for at in gone.into_iter().rev() {
-            indexes.remove(at);
+            let kept = indexes.remove(at);
+            too_large.retain(|(key, _)| *key != kept.key);
+            too_large.push((kept.key, stacks));
             self.evicted
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -284,7 +293,8 @@ impl StackIndexes {
     /// at most ~10 ms for what the refresher left.) It blocks: call it off
     /// the async threads.
     pub fn keep_current(&self, store: &RwLock<Store>) {
-        self.keep_within_limit();
+        let stacks = crate::read_lock(store).stack_count();
+        self.keep_within_limit(stacks);
         for index in self.live() {
             // An index a report is using is left to it: the report brings
             // it up to date itself. Never waiting for one here, while the
@@ -324,14 +334,23 @@ impl StackIndexes {
         indexes.iter().map(|kept| kept.index.clone()).collect()
     }
 
-    /// The index of `key`, made empty on first use.
-    fn get(&self, key: StackIndexKey) -> Arc<RwLock<StackIndex>> {
+    /// The index of `key`, made empty on first use; none while it is too
+    /// large for the limit (see [`StackIndexes::too_large`]) with the store
+    /// holding `stacks` stacks.
+    pub(super) fn get(&self, key: StackIndexKey, stacks: usize) -> Option<Arc<RwLock<StackIndex>>> {
+        {
+            let mut too_large = crate::lock(&self.too_large);
+            too_large.retain(|&(_, then)| stacks > then / 2);
+            if too_large.iter().any(|(large, _)| *large == key) {
+                return None;
+            }
+        }
         let now = Instant::now();
         let mut indexes = crate::lock(&self.indexes);
         match indexes.iter_mut().find(|kept| kept.key == key) {
             Some(kept) => {
                 kept.used = now;
-                kept.index.clone()
+                Some(kept.index.clone())
             }
             None => {
                 let index = Arc::new(RwLock::new(StackIndex::new(key)));
@@ -341,7 +360,7 @@ impl StackIndexes {
                     used: now,
                     warm: false,
                 });
-                index
+                Some(index)
             }
         }
     }
@@ -364,7 +383,7 @@ pub async fn read_report(
         let started = Instant::now();
         let index = StackIndexKey::of(&options, !kernel_addresses)
             .filter(|_| !query.mode.is_memory())
-            .map(|key| indexes.get(key));
+            .and_then(|key| indexes.get(key, crate::read_lock(&store).stack_count()));
         // The index before the store: the refresher, which takes them the
         // other way round, never waits for an index (see `keep_current`).
         let (profile, indexed) = match &index {

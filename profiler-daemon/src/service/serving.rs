@@ -149,8 +149,8 @@ pub async fn serve(
             } else {
                 warn!(
                     address = %tcp.address,
-                    "serving TCP without TLS (tcp_plaintext_loopback): every local user who \
-                     can connect sees every process's profile"
+                    "serving TCP without TLS (tcp_plaintext_loopback): each local user is \
+                     answered as on the Unix socket, by who opened the connection"
                 );
             }
             let listener = tokio::net::TcpListener::bind(tcp.address)
@@ -162,7 +162,9 @@ pub async fn serve(
                 profiler_server(&service),
                 Gate {
                     stopping: service.stopping(),
-                    trusted_remote: true,
+                    // Plaintext: the local user who connected (see
+                    // `GrpcApi::asker`).
+                    trusted_remote: tcp.tls.is_some(),
                 },
             );
             let routes = with_discovery(server.add_service(profiler)).await?;
@@ -243,8 +245,8 @@ pub async fn serve(
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Checks every request before the service sees it: refuses new ones once
-/// the daemon is stopping, and marks the ones that came over TCP (past
-/// mutual TLS or explicit loopback plaintext) as trusted remote callers.
+/// the daemon is stopping, and marks the ones that came over TCP past
+/// mutual TLS as trusted remote callers.
 #[derive(Clone)]
 struct Gate {
     stopping: Stopping,

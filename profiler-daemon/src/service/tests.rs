@@ -598,3 +598,55 @@ async fn warm_indexes_are_built_before_reports_ask() {
     // Served by the warm indexes: no other index was made.
     assert_eq!(indexes.bytes(), warm);
 }
+
+/// Indexes past their share of the memory budget are let go of, and not
+/// built again (reports are made without them) until the store holds half
+/// the stacks it held then.
+#[tokio::test]
+async fn indexes_too_large_for_their_share_are_let_go_of_and_not_built_again() {
+    let fixture = fixture();
+    let (app, other) = (thread(100, 0, false), thread(200, 0, false));
+    store_samples(
+        &fixture,
+        Duration::from_secs(5),
+        &[
+            (app, location(LocationKind::User, 0x20, "work"), 8),
+            (other, location(LocationKind::User, 0x30, "rest"), 3),
+        ],
+    );
+    // What the two warm indexes hold once built.
+    let unbounded = super::reports::StackIndexes::warmed();
+    unbounded.keep_current(&fixture.store);
+    let built = unbounded.bytes();
+    let indexes = super::reports::StackIndexes::warmed().with_limit(built - 1);
+    indexes.keep_current(&fixture.store);
+    assert_eq!(indexes.bytes(), built);
+    // Past the limit: the one asked for least recently goes.
+    indexes.keep_current(&fixture.store);
+    assert_eq!(indexes.evicted(), 1);
+    assert!(indexes.bytes() < built);
+    let key = |format| {
+        crate::report::StackIndexKey::of(
+            &ReportOptions {
+                format,
+                groupby: GroupBy::None,
+                ..ReportOptions::default()
+            },
+            false,
+        )
+        .expect("an index")
+    };
+    let stacks = crate::read_lock(&fixture.store).stack_count();
+    let (tree, folded) = (key(Format::Tree), key(Format::Folded));
+    assert!(
+        indexes.get(tree, stacks).is_none() != indexes.get(folded, stacks).is_none(),
+        "the one let go of is not built again, the other is kept"
+    );
+    let key = if indexes.get(tree, stacks).is_none() {
+        tree
+    } else {
+        folded
+    };
+    // Once the store holds half as many stacks, it may be.
+    assert!(indexes.get(key, stacks / 2).is_some());
+}

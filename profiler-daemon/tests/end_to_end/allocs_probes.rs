@@ -88,6 +88,33 @@ async fn allocation_status(client: &mut Client) -> v1::AllocationStatus {
 }
 
 /// A count of `counts` by cause (0 when absent).
+/// Stops an allocation session as folded stacks; its reply and summary,
+/// after checking that the summary says `said`.
+async fn stop_saying(
+    client: &mut Client,
+    session_id: String,
+    said: &str,
+) -> (v1::ProfileReply, v1::ProfileSummary) {
+    let reply = client
+        .stop_allocs(v1::StopAllocsRequest {
+            session_id,
+            options: Some(options(v1::Format::Folded)),
+            inuse: false,
+        })
+        .await
+        .expect("StopAllocs answers")
+        .into_inner();
+    let summary = reply.summary.clone().expect("a summary");
+    assert!(
+        summary
+            .warnings
+            .iter()
+            .any(|warning| warning.contains(said)),
+        "{summary:?}"
+    );
+    (reply, summary)
+}
+
 fn count_of(counts: &[v1::LossCount], cause: &str) -> u64 {
     counts
         .iter()
@@ -365,23 +392,7 @@ async fn a_session_s_probes_come_off_when_its_process_exits() {
     wait_until_none_running(&daemon, &client).await;
     let status = allocation_status(&mut client).await;
     assert_eq!(status.process_exited, 1, "{status:?}");
-    let reply = client
-        .stop_allocs(v1::StopAllocsRequest {
-            session_id: started.session_id,
-            options: Some(options(v1::Format::Folded)),
-            inuse: false,
-        })
-        .await
-        .expect("StopAllocs answers")
-        .into_inner();
-    let summary = reply.summary.expect("a summary");
-    assert!(
-        summary
-            .warnings
-            .iter()
-            .any(|warning| warning.contains("the process exited")),
-        "{summary:?}"
-    );
+    let (reply, _) = stop_saying(&mut client, started.session_id, "the process exited").await;
     let stacks = folded(&reply.report);
     assert!(
         stacks
@@ -449,23 +460,7 @@ async fn a_session_s_probes_come_off_at_the_longest_profile_and_it_is_counted_so
         .await
         .expect("a new profile of the process is served");
     assert!(again.into_inner().summary.is_some());
-    let reply = client
-        .stop_allocs(v1::StopAllocsRequest {
-            session_id: started.session_id,
-            options: Some(options(v1::Format::Folded)),
-            inuse: false,
-        })
-        .await
-        .expect("StopAllocs answers")
-        .into_inner();
-    let summary = reply.summary.expect("a summary");
-    assert!(
-        summary
-            .warnings
-            .iter()
-            .any(|warning| warning.contains("max_profile_duration")),
-        "{summary:?}"
-    );
+    let (_, summary) = stop_saying(&mut client, started.session_id, "max_profile_duration").await;
     assert!(summary.allocated_bytes > 0, "{summary:?}");
 }
 

@@ -1,8 +1,8 @@
-//! Plaintext loopback HTTP answers each local user as the Unix socket
-//! does: `nobody`, running curl, sees its own processes and is refused
-//! root's and the whole machine's with the socket's own words, cannot read
-//! the timeline, cannot stop root's session, and cannot take the sessions
-//! kept for root.
+//! Plaintext loopback HTTP (and gRPC over plaintext loopback TCP) answers
+//! each local user as the Unix socket does: `nobody`, running curl, sees
+//! its own processes and is refused root's and the whole machine's with the
+//! socket's own words, cannot read the timeline, cannot stop root's
+//! session, and cannot take the sessions kept for root.
 
 use std::process::Stdio;
 
@@ -148,4 +148,110 @@ async fn loopback_http_sessions_belong_to_their_user() {
     assert_eq!(code, 200, "root's own: {}", text(&body));
     let (code, body) = curl(&format!("{base}/profile_stop?id={roots}"), &[]);
     assert_eq!(code, 404, "stopped once: {}", text(&body));
+}
+
+/// The gRPC status a unary call over plaintext loopback TCP got, made with
+/// curl (HTTP/2 without TLS) as `user`: `method` with `request` as its
+/// message.
+async fn grpc_as(
+    user: Option<&User>,
+    port: u16,
+    method: &str,
+    request: &impl prost::Message,
+) -> (u32, String) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // curl, run as the user, writes the headers there.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777))
+        .expect("the directory is opened");
+    // A gRPC message: not compressed, its length, its bytes.
+    let message = request.encode_to_vec();
+    let mut frame = vec![0];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&message);
+    let body = dir.path().join("request");
+    std::fs::write(&body, frame).expect("the request is written");
+    let headers = dir.path().join("headers");
+    let mut command = match user {
+        Some(user) => user.command("curl"),
+        None => std::process::Command::new("curl"),
+    };
+    command
+        .args(["--silent", "--show-error", "--max-time", "60"])
+        .args(["--http2-prior-knowledge", "--output", "/dev/null"])
+        .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
+        .arg("--data-binary")
+        .arg(format!("@{}", body.display()))
+        .arg("--dump-header")
+        .arg(&headers)
+        .arg(format!(
+            "http://127.0.0.1:{port}/profilerd.v1.Profiler/{method}"
+        ))
+        .stdin(Stdio::null());
+    let output = tokio::task::spawn_blocking(move || command.output().expect("curl runs"))
+        .await
+        .expect("curl finishes");
+    // grpc-status comes in the headers (an error alone) or the trailers;
+    // curl writes both.
+    let dumped = std::fs::read_to_string(&headers).unwrap_or_default();
+    let field = |name: &str| {
+        dumped.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name)
+                .then(|| value.trim().to_owned())
+        })
+    };
+    let status = field("grpc-status")
+        .and_then(|status| status.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no grpc-status: {dumped}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    let message = field("grpc-message").unwrap_or_default();
+    (status, message)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plaintext_loopback_grpc_answers_each_local_user_as_the_socket_does() {
+    use profilerd_client::v1;
+    let port = crate::remote::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let daemon = crate::support::Daemon::start_with(&[
+        "--tcp-listen",
+        &address,
+        "--tcp-plaintext-loopback",
+        "true",
+    ])
+    .await;
+    let nobody = User::nobody(&daemon);
+    let own = nobody.start("split", &[]);
+    let window = |pids: Vec<u32>| {
+        let end = crate::support::unix_nanos();
+        v1::QueryRequest {
+            start_unix_nanos: end - 5_000_000_000,
+            end_unix_nanos: end,
+            selector: Some(v1::Selector {
+                pids,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // Its own process: answered.
+    let (code, message) = grpc_as(Some(&nobody), port, "Query", &window(vec![own.pid()])).await;
+    assert_eq!(code, 0, "{message}");
+    // The whole machine: refused, as on the socket (PERMISSION_DENIED).
+    let (code, message) = grpc_as(Some(&nobody), port, "Query", &window(Vec::new())).await;
+    assert_eq!(code, 7, "{message}");
+    assert!(
+        message.contains("may%20only%20profile%20its%20own%20processes")
+            || message.contains("may only profile its own processes"),
+        "{message}"
+    );
+    // Root sees everything over the same listener.
+    let (code, message) = grpc_as(None, port, "Query", &window(Vec::new())).await;
+    assert_eq!(code, 0, "{message}");
 }

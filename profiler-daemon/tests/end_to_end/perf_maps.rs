@@ -15,12 +15,9 @@ use std::{
 
 use profilerd_client::v1;
 
-use crate::support::{Daemon, User, folded, options, profile};
-
-/// A daemon of this budget: the default, with room for the debug build's
-/// larger program, and a stack-copy ring of a release daemon's size (the
-/// tests' daemons have a larger one).
-const BUDGETED: &[&str] = &["--memory-budget", "320MiB", "--stack-copy-buffer", "16MiB"];
+use crate::support::{
+    BUDGETED, Daemon, User, assert_within_budget, folded, memory_part, options, profile,
+};
 
 /// A JIT-like workload running as `nobody`: code in anonymous memory, named
 /// (or not) in its perf map; the code's address as it printed it.
@@ -75,28 +72,6 @@ fn give_to_nobody(path: &Path) {
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
     )
     .expect("root may give a file away");
-}
-
-/// The daemon's status, asked for by root.
-async fn status(daemon: &Daemon) -> v1::StatusReply {
-    daemon
-        .client()
-        .await
-        .get_status(v1::GetStatusRequest::default())
-        .await
-        .expect("status")
-        .into_inner()
-}
-
-/// A part of the memory budget as status shows it.
-fn part(status: &v1::StatusReply, name: &str) -> v1::MemoryPart {
-    let memory = status.memory.as_ref().expect("status says its memory");
-    memory
-        .parts
-        .iter()
-        .find(|part| part.name == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no part {name} in {memory:?}"))
 }
 
 /// The folded profile of `pid` over the next `seconds`, by root; a report
@@ -183,7 +158,7 @@ async fn hostile_perf_maps_neither_freeze_reports_nor_show_what_nobody_may_not_r
             .expect("the query answers");
     }
 
-    let status = status(&daemon).await;
+    let status = daemon.status().await;
     let jit = status
         .jit
         .clone()
@@ -201,14 +176,7 @@ async fn hostile_perf_maps_neither_freeze_reports_nor_show_what_nobody_may_not_r
         jit.bytes_read <= 65 << 20,
         "at most 64 MiB of the sparse file is read, once: {jit:?}"
     );
-    let memory = status.memory.expect("status says its memory");
-    assert!(
-        memory.resident_bytes <= memory.budget_bytes,
-        "resident {} MiB over the budget {} MiB: {memory:#?}\n{}",
-        memory.resident_bytes >> 20,
-        memory.budget_bytes >> 20,
-        daemon.log()
-    );
+    assert_within_budget(&status, &daemon);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -231,18 +199,11 @@ async fn four_64_mib_perf_maps_stay_within_the_budget_and_their_names_appear() {
             jit.pid()
         );
     }
-    let status = status(&daemon).await;
-    let jit_names = part(&status, "jit_names");
+    let status = daemon.status().await;
+    let jit_names = memory_part(&status, "jit_names");
     assert!(
         jit_names.held_bytes <= jit_names.share_bytes,
         "{jit_names:?}"
     );
-    let memory = status.memory.expect("status says its memory");
-    assert!(
-        memory.resident_bytes <= memory.budget_bytes,
-        "resident {} MiB over the budget {} MiB: {memory:#?}\n{}",
-        memory.resident_bytes >> 20,
-        memory.budget_bytes >> 20,
-        daemon.log()
-    );
+    assert_within_budget(&status, &daemon);
 }

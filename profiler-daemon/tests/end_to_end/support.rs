@@ -351,6 +351,14 @@ impl Daemon {
         {
             command.args(["--alloc-stack-copy-buffer", "64MiB"]);
         }
+        // Those rings are mapped twice (256 MiB): the budget makes room for
+        // them, and for the debug build's larger program.
+        if !args
+            .iter()
+            .any(|arg| arg == "--memory-budget" || arg == "--config")
+        {
+            command.args(["--memory-budget", "512MiB"]);
+        }
         command
             .arg("--state-dir")
             .arg(dir.join("state"))
@@ -398,6 +406,16 @@ impl Daemon {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The daemon's status, as root asks for it.
+    pub async fn status(&self) -> v1::StatusReply {
+        self.client()
+            .await
+            .get_status(v1::GetStatusRequest::default())
+            .await
+            .unwrap_or_else(|status| panic!("GetStatus failed: {status:?}\n{}", self.log()))
+            .into_inner()
     }
 
     pub async fn client(&self) -> Client {
@@ -793,4 +811,39 @@ pub async fn next_peek_of(
     })
     .await
     .ok()
+}
+
+/// Flags of a daemon held to the default memory budget, with room for the
+/// debug build's larger program, and rings of a release daemon's size (the
+/// tests' daemons otherwise have larger ones).
+pub const BUDGETED: &[&str] = &[
+    "--memory-budget",
+    "320MiB",
+    "--stack-copy-buffer",
+    "16MiB",
+    "--alloc-stack-copy-buffer",
+    "8MiB",
+];
+
+/// A part of the memory budget as the status shows it.
+pub fn memory_part(status: &v1::StatusReply, name: &str) -> v1::MemoryPart {
+    let memory = status.memory.as_ref().expect("status says its memory");
+    memory
+        .parts
+        .iter()
+        .find(|part| part.name == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no part {name} in {memory:?}"))
+}
+
+/// Checks that the daemon's resident memory is within its budget.
+pub fn assert_within_budget(status: &v1::StatusReply, daemon: &Daemon) {
+    let memory = status.memory.as_ref().expect("status says its memory");
+    assert!(
+        memory.resident_bytes <= memory.budget_bytes,
+        "resident {} MiB over the budget {} MiB: {memory:#?}\n{}",
+        memory.resident_bytes >> 20,
+        memory.budget_bytes >> 20,
+        daemon.log()
+    );
 }

@@ -34,13 +34,35 @@ impl GrpcApi {
     }
 
     /// Who sent `request`: a client over TCP that passed mutual TLS (which
-    /// sees everything), or a local process by the socket's credentials.
+    /// sees everything), a local user over plaintext loopback TCP (by who
+    /// opened the connection, as `loopback` finds it), or a local process
+    /// by the Unix socket's credentials.
     fn asker<T>(&self, request: &Request<T>) -> Result<Asker, Status> {
         if request.extensions().get::<TrustedRemote>().is_some() {
             return Ok(Asker {
                 caller: super::access::Caller::Root,
                 key: CallerKey::Remote,
             });
+        }
+        if let Some(tcp) = request
+            .extensions()
+            .get::<tonic::transport::server::TcpConnectInfo>()
+        {
+            let (Some(client), Some(server)) = (tcp.remote_addr(), tcp.local_addr()) else {
+                return Err(Status::permission_denied(
+                    "permission denied: the connection's addresses are unknown",
+                ));
+            };
+            // A netlink request and, for users other than root, a look
+            // through their processes: a few milliseconds.
+            let credentials =
+                tokio::task::block_in_place(|| super::loopback::credentials(client, server))
+                    .map_err(Status::permission_denied)?;
+            return Ok(self
+                .service
+                .access()
+                .asker(Some(credentials))
+                .map_err(ServiceError::from)?);
         }
         let credentials = request
             .extensions()

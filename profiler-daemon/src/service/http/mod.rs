@@ -15,10 +15,8 @@
 
 mod guard;
 mod hosts;
-mod loopback;
 mod params;
 mod routes;
-mod sock_diag;
 mod view;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
@@ -160,11 +158,12 @@ async fn local_user(
     peer: SocketAddr,
     local: SocketAddr,
 ) -> Result<Asker, String> {
-    let credentials = tokio::task::spawn_blocking(move || loopback::credentials(peer, local))
-        .await
-        .map_err(|err| {
-            format!("internal error: finding who opened the connection failed: {err}")
-        })?;
+    let credentials =
+        tokio::task::spawn_blocking(move || crate::service::loopback::credentials(peer, local))
+            .await
+            .map_err(|err| {
+                format!("internal error: finding who opened the connection failed: {err}")
+            })?;
     let credentials = credentials.inspect_err(|reason| debug!(%peer, "{reason}"))?;
     service
         .access()

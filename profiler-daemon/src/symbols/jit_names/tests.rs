@@ -196,39 +196,20 @@ fn the_names_held_stay_within_the_limit_least_recently_used_first() {
 /// uses it: the tests share the process).
 #[test]
 fn the_reader_names_this_processs_jit_code_and_refuses_a_fifo() {
-    use crate::{
-        profile::ThreadInfo,
-        symbols::processes::{NormalizedBatch, NormalizedSample},
-    };
+    use crate::symbols::processes::{NormalizedBatch, NormalizedSample};
     let pid = std::process::id();
     let path = std::path::PathBuf::from(format!("/tmp/perf-{pid}.map"));
     let batch_at = |address: u64| NormalizedBatch {
         start: std::time::SystemTime::now(),
         end: std::time::SystemTime::now(),
-        samples: vec![NormalizedSample {
-            thread: ThreadInfo {
-                pid,
-                tid: pid,
-                thread_name: "t".into(),
-                process_name: "p".into(),
-                uid: 0,
-                gid: 0,
-                protected: false,
-                cgroup: "/".into(),
-            },
-            kind: profiler_common::SampleKind::CpuClock,
-            flags: 0,
-            user: vec![UserAddress::Anonymous {
+        samples: vec![NormalizedSample::of_test(
+            pid,
+            vec![UserAddress::Anonymous {
                 name: "[anon]".into(),
                 offset: 4,
                 address,
             }],
-            user_stop: None,
-            kernel: Arc::from([]),
-            count: 1,
-            weight: 0,
-            allocation_id: 0,
-        }],
+        )],
         counters: Default::default(),
     };
     let (names, reader) = JitNames::start(1 << 20).expect("the reader starts");

@@ -103,6 +103,25 @@ pub struct NormalizedSample {
     pub allocation_id: u64,
 }
 
+impl NormalizedSample {
+    /// One CPU sample of process `pid` with the user stack `user`, for
+    /// tests.
+    #[cfg(test)]
+    pub fn of_test(pid: u32, user: Vec<UserAddress>) -> Self {
+        Self {
+            thread: ThreadInfo::of_test(pid),
+            kind: SampleKind::CpuClock,
+            flags: 0,
+            user,
+            user_stop: None,
+            kernel: Arc::from([]),
+            count: 1,
+            weight: 0,
+            allocation_id: 0,
+        }
+    }
+}
+
 /// A drained batch with its user addresses normalized.
 #[derive(Clone, Debug)]
 pub struct NormalizedBatch {

@@ -1,8 +1,9 @@
-//! Who is at the other end of a plaintext loopback HTTP connection: the
-//! uid the kernel recorded for the client's socket (`sock_diag`), and the
-//! process that holds that socket, whose group ids count as SO_PEERCRED's
-//! do on the Unix socket. The listener then applies the Unix socket's rules
-//! to them.
+//! Who is at the other end of a plaintext loopback TCP connection (the
+//! HTTP listener's with `http_plaintext_loopback`, the gRPC listener's
+//! with `tcp_plaintext_loopback`): the uid the kernel recorded for the
+//! client's socket (`sock_diag`), and the process that holds that socket,
+//! whose group ids count as SO_PEERCRED's do on the Unix socket. The
+//! listeners then apply the Unix socket's rules to them.
 //!
 //! Owns finding those credentials; it must not decide what they may see
 //! (see `access`).
@@ -11,7 +12,9 @@ use std::net::SocketAddr;
 
 use procfs::process::FDTarget;
 
-use super::sock_diag::{self, SocketOwner};
+mod sock_diag;
+
+use self::sock_diag::SocketOwner;
 use crate::service::access::Credentials;
 
 /// The credentials of the client connected from `client` to `server` (a
