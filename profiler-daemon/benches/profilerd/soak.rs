@@ -482,28 +482,22 @@ fn parts_table(soak: &Soak) -> Table {
     ];
     row.extend(PARTS.iter().map(|name| format!("{:.1}", mib(most(name)))));
     table.row(row);
-    let mut row = vec!["share".to_owned(), String::new(), String::new()];
-    row.extend(PARTS.iter().map(|name| {
-        memory
-            .parts
-            .iter()
-            .find(|part| part.name == *name)
-            .map_or(String::new(), |part| {
-                format!("{:.1}", mib(part.share_bytes))
-            })
-    }));
-    table.row(row);
-    let mut row = vec!["let go of".to_owned(), String::new(), String::new()];
-    row.extend(PARTS.iter().map(|name| {
-        memory
-            .parts
-            .iter()
-            .find(|part| part.name == *name)
-            .map_or(String::new(), |part| {
-                format!("{} {}", part.evicted, part.evicted_unit)
-            })
-    }));
-    table.row(row);
+    // A row of what status says of each part at the end.
+    let mut of_each_part = |label: &str, cell: fn(&v1::MemoryPart) -> String| {
+        let mut row = vec![label.to_owned(), String::new(), String::new()];
+        row.extend(PARTS.iter().map(|name| {
+            memory
+                .parts
+                .iter()
+                .find(|part| part.name == *name)
+                .map_or(String::new(), cell)
+        }));
+        table.row(row);
+    };
+    of_each_part("share", |part| format!("{:.1}", mib(part.share_bytes)));
+    of_each_part("let go of", |part| {
+        format!("{} {}", part.evicted, part.evicted_unit)
+    });
     table.note(format!(
         "Looked at every {} s; RSS and heap as the kernel and the daemon's allocator count \
          them; each part's bytes as it counts them (status). The program (~{:.0} MiB) and the \

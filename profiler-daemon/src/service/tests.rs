@@ -557,6 +557,19 @@ async fn diffs_callers_and_top_read_the_same_store() {
     assert!(matches!(third, Err(ServiceError::ResourceExhausted(_))));
 }
 
+/// Stores 8 samples of `work` in one process and 3 of `rest` in another.
+fn store_work_and_rest(fixture: &Fixture) {
+    let (app, other) = (thread(100, 0, false), thread(200, 0, false));
+    store_samples(
+        fixture,
+        Duration::from_secs(5),
+        &[
+            (app, location(LocationKind::User, 0x20, "work"), 8),
+            (other, location(LocationKind::User, 0x30, "rest"), 3),
+        ],
+    );
+}
+
 /// The warm indexes are built as the store fills, before any report asks,
 /// stay when no report asks, and serve the reports of the whole machine.
 #[tokio::test]
@@ -564,15 +577,7 @@ async fn warm_indexes_are_built_before_reports_ask() {
     let fixture = fixture();
     let indexes = fixture.service.stack_indexes.clone();
     let empty = indexes.bytes();
-    let (app, other) = (thread(100, 0, false), thread(200, 0, false));
-    store_samples(
-        &fixture,
-        Duration::from_secs(5),
-        &[
-            (app, location(LocationKind::User, 0x20, "work"), 8),
-            (other, location(LocationKind::User, 0x30, "rest"), 3),
-        ],
-    );
+    store_work_and_rest(&fixture);
     indexes.keep_current(&fixture.store);
     let warm = indexes.bytes();
     assert!(warm > empty, "the warm indexes took in the stored stacks");
@@ -605,15 +610,7 @@ async fn warm_indexes_are_built_before_reports_ask() {
 #[tokio::test]
 async fn indexes_too_large_for_their_share_are_let_go_of_and_not_built_again() {
     let fixture = fixture();
-    let (app, other) = (thread(100, 0, false), thread(200, 0, false));
-    store_samples(
-        &fixture,
-        Duration::from_secs(5),
-        &[
-            (app, location(LocationKind::User, 0x20, "work"), 8),
-            (other, location(LocationKind::User, 0x30, "rest"), 3),
-        ],
-    );
+    store_work_and_rest(&fixture);
     // What the two warm indexes hold once built.
     let unbounded = super::reports::StackIndexes::warmed();
     unbounded.keep_current(&fixture.store);

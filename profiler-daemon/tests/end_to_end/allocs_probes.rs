@@ -88,6 +88,15 @@ async fn allocation_status(client: &mut Client) -> v1::AllocationStatus {
 }
 
 /// A count of `counts` by cause (0 when absent).
+/// The daemon's status.
+async fn status_of(client: &mut Client) -> v1::StatusReply {
+    client
+        .get_status(v1::GetStatusRequest::default())
+        .await
+        .expect("GetStatus answers")
+        .into_inner()
+}
+
 /// Stops an allocation session as folded stacks; its reply and summary,
 /// after checking that the summary says `said`.
 async fn stop_saying(
@@ -243,11 +252,7 @@ async fn an_allocation_storm_takes_no_cpu_stack_copies_and_says_what_it_dropped(
     let mut client = daemon.client().await;
     // Past the workload's first second asleep: it allocates all along.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let before = client
-        .get_status(v1::GetStatusRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let before = status_of(&mut client).await;
     let reply = client
         .allocs(allocs_request(
             storm.pid(),
@@ -257,11 +262,7 @@ async fn an_allocation_storm_takes_no_cpu_stack_copies_and_says_what_it_dropped(
         .await
         .expect("Allocs answers")
         .into_inner();
-    let after = client
-        .get_status(v1::GetStatusRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let after = status_of(&mut client).await;
     let lost = |status: &v1::StatusReply, cause| count_of(&status.samples_lost, cause);
     assert_eq!(
         lost(&after, "stack_copy_buffer_full"),
