@@ -206,7 +206,7 @@ fn main() {
             // before the reply is sent.
             let started = Instant::now();
             let profile = match &options {
-                Some(options) => profilerd::service::reports::report_profile(
+                Some(options) => profilerd::service::answers::report_profile(
                     &store,
                     &query,
                     index.is_none(),
@@ -285,7 +285,7 @@ fn thread_cpu_time() -> Duration {
 fn index_of(store: &Store, options: &ReportOptions) -> report::StackIndex {
     let key = report::StackIndexKey::of(options, false).expect("an indexed format");
     let mut index = report::StackIndex::new(key);
-    profilerd::service::reports::extend_index(store, &mut index);
+    profilerd::service::stack_indexes::extend_index(store, &mut index);
     assert_eq!(index.len(), store.stack_count(), "every stack indexed");
     index
 }

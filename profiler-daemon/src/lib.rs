@@ -16,19 +16,24 @@
 //! - [`allocs`]: allocation profiles of one process (what it allocates and
 //!   still holds), from the allocator uprobes attached for their duration.
 //! - [`service`]: what the daemon offers (profiles, sessions, queries,
-//!   diffs, top, peeks, status), authorized and validated on domain types;
-//!   the gRPC API and the HTTP routes are thin shims over it, served by its
-//!   listeners.
+//!   diffs, top, peeks, status), authorized and validated on domain types.
+//! - [`transport`]: the gRPC API and the HTTP routes and web view, thin
+//!   shims over the service, and the listeners that serve them.
 //! - [`export`]: pushes the windows of the store to fleet profile stores
 //!   (Pyroscope), in the background.
 //! - [`daemon`]: the process itself: configuration, reloads, logs, systemd.
 //! - [`memory`]: one memory budget for the whole daemon, divided among the
 //!   parts that hold memory, and what the heap and the kernel say is used
 //!   (a leaf every layer may use).
+//! - [`tasks`]: what `/proc` says of a task (credentials, groups, cgroups,
+//!   namespace pid) and the kernel's command names (a leaf).
+//! - [`config_format`]: how the configuration file writes durations (a
+//!   leaf: the daemon's and the exporters' settings both read them).
 //!
 //! [`profile`] holds the domain values every layer shares.
 
 pub mod allocs;
+pub mod config_format;
 pub mod daemon;
 pub mod export;
 pub mod kernel;
@@ -41,6 +46,8 @@ pub mod report;
 pub mod service;
 pub mod store;
 pub mod symbols;
+pub mod tasks;
+pub mod transport;
 
 /// Quotes what a request sent, for an error message: at most 64
 /// characters of it, and its length when it was longer, so that an error

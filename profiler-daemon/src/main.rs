@@ -31,11 +31,11 @@ use profilerd::{
     pipeline::Inboxes,
     pipeline::{DrainIntervals, Pipeline, PipelineBounds},
     service::{DaemonInfo, Service, ServiceParts, limits::ServiceLimits},
-    service::{
-        http::{AllowedHost, HttpListener},
-        serving::{self, Listeners, TcpListener, TlsFiles},
-    },
     store::Store,
+    transport::{
+        http::{AllowedHost, HttpListener},
+        listeners::{self, Listeners, TcpListener, TlsFiles},
+    },
 };
 use tracing::{error, info, warn};
 
@@ -103,7 +103,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     let started = Instant::now();
     tokio::spawn(systemd::keep_watchdog_alive());
     // First, so that a second daemon fails before touching the kernel.
-    let (listener, _socket_file) = serving::bind_socket(&config.socket)?;
+    let (listener, _socket_file) = listeners::bind_socket(&config.socket)?;
     tokio::spawn(profilerd::memory::trim::trim_when_idle());
     let mut sampler = Sampler::start(&SamplerSettings {
         frequency_hz: config.frequency_hz,
@@ -296,7 +296,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         shutdown_signal().await;
         systemd::stopping("shutting down");
     };
-    let served = serving::serve(service, listener, listeners, until_shutdown).await;
+    let served = listeners::serve(service, listener, listeners, until_shutdown).await;
     drop(pipeline);
     drop(sampler);
     served.context("the gRPC server failed")?;

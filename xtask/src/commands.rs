@@ -13,7 +13,7 @@ use crate::cli::{
     BenchArgs, BootstrapArgs, BuildArgs, Command, InstallArgs, RunArgs, TestArgs, UninstallArgs,
 };
 use crate::process::{self, Privilege};
-use crate::{bootstrap, deps, install, kernel, web};
+use crate::{bootstrap, deps, install, kernel, layers, web};
 
 /// The eBPF crate: built for its own target only (by the daemon's build script).
 const EBPF_PACKAGE: &str = "profiler-ebpf";
@@ -160,6 +160,14 @@ fn lint() -> Result<()> {
     fmt.args(["fmt", "--all", "--check"]);
     println!("==> {}", process::display(&fmt));
     process::run(&mut fmt).context("formatting differs: `cargo fmt --all` fixes it")?;
+
+    let library = workspace_root()?.join("profiler-daemon/src");
+    println!(
+        "==> import cycles between the top-level modules of {}",
+        library.display()
+    );
+    let layers = layers::check(&library)?;
+    println!("    none; from the bottom up: {}", layers.join(", "));
 
     // Checking the daemon runs its build script, which builds the eBPF crate.
     let nightly = bootstrap::ebpf_toolchain()?;

@@ -11,6 +11,7 @@ mod commands;
 mod deps;
 mod install;
 mod kernel;
+mod layers;
 mod process;
 mod web;
 

@@ -9,7 +9,7 @@
 //! here ever makes the exporter wait: `offer` only queues.
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::VecDeque,
     future::Future,
     path::PathBuf,
     pin::Pin,
@@ -18,6 +18,8 @@ use std::{
 };
 
 use tokio::sync::Notify;
+
+pub use crate::service::DeliveryStats;
 use tracing::{debug, info, warn};
 
 /// Why a send failed, and whether trying again may help.
@@ -53,22 +55,6 @@ pub struct Bounds {
     pub max_age: Duration,
     /// The longest wait between retries.
     pub max_backoff: Duration,
-}
-
-/// What became of a target's payloads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DeliveryStats {
-    pub sent: u64,
-    pub last_success: Option<SystemTime>,
-    /// Failed attempts, by cause (e.g. `http_503`, `timeout`, `connect`).
-    pub failures: BTreeMap<String, u64>,
-    pub queued: u64,
-    pub queued_bytes: u64,
-    pub spooled: u64,
-    pub spooled_bytes: u64,
-    /// Payloads dropped: refused by the backend, too old, or with no room.
-    pub dropped: u64,
-    pub last_error: Option<String>,
 }
 
 struct State {

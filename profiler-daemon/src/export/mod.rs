@@ -20,7 +20,7 @@ pub mod settings;
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::SystemTime,
 };
 
@@ -30,12 +30,12 @@ use tracing::{info, warn};
 
 use self::{
     connection::Connection,
-    delivery::{Bounds, Delivery, DeliveryStats, Payload, Sender},
+    delivery::{Bounds, Delivery, Payload, Sender},
     settings::{PushSettings, TargetKind},
 };
 use crate::{
     profile::{Format, Profile, ReportOptions},
-    service::Service,
+    service::{PushTarget, Service, TargetStatus},
 };
 
 /// One service's share of a window.
@@ -55,30 +55,14 @@ pub struct TargetHandle {
     pub delivery: Delivery,
 }
 
-/// What status reports of a target.
-#[derive(Clone, Debug)]
-pub struct TargetStatus {
-    pub name: String,
-    pub kind: TargetKind,
-    pub url: String,
-    pub stats: DeliveryStats,
-}
-
-/// The targets running now, shared with status.
-#[derive(Clone, Default)]
-pub struct PushBoard(Arc<Mutex<Vec<TargetHandle>>>);
-
-impl PushBoard {
-    pub fn status(&self) -> Vec<TargetStatus> {
-        crate::lock(&self.0)
-            .iter()
-            .map(|target| TargetStatus {
-                name: target.name.clone(),
-                kind: target.kind,
-                url: target.url.clone(),
-                stats: target.delivery.stats(),
-            })
-            .collect()
+impl PushTarget for TargetHandle {
+    fn status(&self) -> TargetStatus {
+        TargetStatus {
+            name: self.name.clone(),
+            kind: self.kind.name(),
+            url: self.url.clone(),
+            stats: self.delivery.stats(),
+        }
     }
 }
 
@@ -89,6 +73,8 @@ pub struct Exporter {
     /// The export's share of the memory budget: the targets' queues
     /// together hold at most this (each at most its `queue_bytes`).
     memory_share: u64,
+    /// The targets running now.
+    targets: Vec<TargetHandle>,
     /// Stops the tasks of the targets running now.
     stop: Option<watch::Sender<bool>>,
 }
@@ -101,6 +87,7 @@ impl Exporter {
             service,
             spool_root: state_dir.join("push-spool"),
             memory_share,
+            targets: Vec::new(),
             stop: None,
         }
     }
@@ -120,7 +107,8 @@ impl Exporter {
             let _ = stop.send(true);
         }
         let board = self.service.push_board();
-        let previous: Vec<TargetHandle> = std::mem::take(&mut *crate::lock(&board.0));
+        board.replace(Vec::new());
+        let previous = std::mem::take(&mut self.targets);
         if prepared.is_empty() {
             return Ok(());
         }
@@ -176,7 +164,13 @@ impl Exporter {
                 delivery,
             });
         }
-        *crate::lock(&board.0) = targets.clone();
+        board.replace(
+            targets
+                .iter()
+                .map(|target| Arc::new(target.clone()) as Arc<dyn PushTarget>)
+                .collect(),
+        );
+        self.targets = targets.clone();
         tokio::spawn(push_windows(
             self.service.clone(),
             settings.clone(),

@@ -22,6 +22,16 @@ pub enum TargetKind {
     Otlp,
 }
 
+impl TargetKind {
+    /// Its name in status and the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pyroscope => "pyroscope",
+            Self::Otlp => "otlp",
+        }
+    }
+}
+
 /// One `[[push]]` target.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -60,8 +70,8 @@ pub struct PushTarget {
     /// How long one request may take.
     #[serde(
         default = "default_timeout",
-        deserialize_with = "crate::daemon::config::duration",
-        serialize_with = "crate::daemon::config::duration_text"
+        deserialize_with = "crate::config_format::duration",
+        serialize_with = "crate::config_format::duration_text"
     )]
     pub timeout: Duration,
     /// Most bytes of payloads queued in memory while the target is slow or
@@ -76,8 +86,8 @@ pub struct PushTarget {
     /// older profiles).
     #[serde(
         default = "default_max_age",
-        deserialize_with = "crate::daemon::config::duration",
-        serialize_with = "crate::daemon::config::duration_text"
+        deserialize_with = "crate::config_format::duration",
+        serialize_with = "crate::config_format::duration_text"
     )]
     pub max_age: Duration,
 }

@@ -284,10 +284,7 @@ impl ThreadNames {
         }
         self.0
             .entry(*comm)
-            .or_insert_with(|| {
-                let len = comm.iter().position(|&b| b == 0).unwrap_or(16);
-                Arc::from(String::from_utf8_lossy(&comm[..len]).as_ref())
-            })
+            .or_insert_with(|| Arc::from(crate::tasks::command_name(comm)))
             .clone()
     }
 }

@@ -23,6 +23,7 @@ pub mod cgroups;
 pub mod drain;
 pub mod families;
 pub mod offcpu;
+pub mod peek_signals;
 pub mod programs;
 mod requirements;
 pub mod sampler;

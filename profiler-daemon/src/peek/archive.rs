@@ -21,7 +21,7 @@ use std::{
 
 use tracing::warn;
 
-use super::report::PeekReport;
+use super::peek_report::PeekReport;
 use crate::profile::Owner;
 
 /// Why a kept report could not be read back.
@@ -324,7 +324,7 @@ fn read_summary(path: &Path) -> Option<PeekSummary> {
         title,
         triggered,
         bytes: metadata.len(),
-        owner: super::report::parse_owner_line(&text),
+        owner: super::peek_report::parse_owner_line(&text),
     })
 }
 
@@ -436,7 +436,7 @@ mod tests {
         };
         let text = format!(
             "====\nPeek at process 7 (x)\n{}\nTriggered at ...\n",
-            super::super::report::owner_line(owner)
+            super::super::peek_report::owner_line(owner)
         );
         let mut written = PeekReport::from_text(
             &PeekSummary {

@@ -3,12 +3,20 @@
 //!
 //! Owns those; it must not run peeks (the peeker does, `on_signal`).
 
-use aya::maps::{MapData, RingBuf};
-use profiler_common::PeekSignal;
-use tracing::{info, warn};
+use std::time::{Instant, SystemTime};
 
-use super::Peeker;
-use crate::kernel::sampler::OptionalProgramError;
+use profiler_common::{PeekSignal, peek_signal_result};
+use tracing::{debug, info, warn};
+
+use super::{
+    DEATH_NOTICE_WAIT, Peeker, TriggerSource,
+    running::Trigger,
+    snapshot::{self, Disposition},
+};
+use crate::{
+    kernel::{peek_signals::PeekSignals, sampler::OptionalProgramError},
+    lock,
+};
 
 /// Whether a peek signal aimed at a process without a handler is kept from
 /// killing it.
@@ -21,37 +29,9 @@ pub struct Protection {
 
 /// Reads peek signals from the kernel until the daemon stops, and starts
 /// their peeks.
-pub async fn follow_signals(peeker: Peeker, signals: RingBuf<MapData>) {
-    let interest = tokio::io::Interest::READABLE;
-    // SAFETY: the ring buffer owns its file descriptor and keeps it open,
-    // unchanged, until it is dropped, which only the AsyncFd can do.
-    let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(signals, interest) };
-    let mut signals = match registered {
-        Ok(signals) => signals,
-        Err(err) => {
-            warn!("cannot wait for peek signals: {err}; peeks by signal are off");
-            return;
-        }
-    };
-    loop {
-        let mut ready = match signals.readable_mut().await {
-            Ok(ready) => ready,
-            Err(err) => {
-                warn!("cannot wait for peek signals: {err}; peeks by signal are off");
-                return;
-            }
-        };
-        let ring = ready.get_inner_mut();
-        while let Some(item) = ring.next() {
-            if item.len() >= size_of::<PeekSignal>() {
-                // SAFETY: the kernel wrote a PeekSignal (repr(C), integers
-                // only) into this slot; read_unaligned copes with alignment.
-                let signal = unsafe { item.as_ptr().cast::<PeekSignal>().read_unaligned() };
-                peeker.on_signal(&signal);
-            }
-        }
-        ready.clear_ready();
-    }
+pub async fn follow_signals(peeker: Peeker, signals: PeekSignals) {
+    let err = signals.follow(|signal| peeker.on_signal(signal)).await;
+    warn!("cannot wait for peek signals: {err}; peeks by signal are off");
 }
 
 /// Whether processes without a handler are protected from the peek
@@ -118,10 +98,75 @@ pub fn signal_name(signal: u32) -> String {
     }
 }
 
-pub(super) fn comm_text(comm: &[u8]) -> String {
-    let end = comm
-        .iter()
-        .position(|&byte| byte == 0)
-        .unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
+impl Peeker {
+    /// Handles a peek signal the kernel passed on.
+    pub fn on_signal(&self, signal: &PeekSignal) {
+        if signal.result == peek_signal_result::KILLED {
+            self.on_killed(signal);
+            return;
+        }
+        lock(&self.inner.stats).signals += 1;
+        let intercepted = signal.result == peek_signal_result::INTERCEPTED;
+        let pid = match snapshot::process_of(signal.target) {
+            Ok(pid) => pid,
+            Err(err) => {
+                self.await_death(signal.target, err.to_string());
+                return;
+            }
+        };
+        if pid == signal.sender_pid {
+            lock(&self.inner.stats).self_sent += 1;
+            return;
+        }
+        if !intercepted && snapshot::disposition(pid, signal.signal) == Disposition::Default {
+            // The kernel's default action ends the process: there will be
+            // nothing to peek at.
+            self.await_death(pid, "it has no handler for the peek signal".to_owned());
+            return;
+        }
+        let source = TriggerSource::Signal {
+            signal: signal.signal,
+            sender_pid: signal.sender_pid,
+            sender_command: crate::tasks::command_name(&signal.sender_comm),
+            intercepted,
+        };
+        let trigger = Trigger {
+            source,
+            triggered: SystemTime::now(),
+            bound_per_user: true,
+        };
+        self.start(pid, trigger, None);
+    }
+
+    /// Waits a moment for the kernel to say that `pid` died of the peek
+    /// signal (see [`Peeker::on_killed`]), which counts it; counts it as
+    /// gone otherwise. Either way the trigger is counted once.
+    fn await_death(&self, pid: u32, why: String) {
+        lock(&self.inner.doomed).insert(pid, Instant::now());
+        let peeker = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(DEATH_NOTICE_WAIT).await;
+            if lock(&peeker.inner.doomed).remove(&pid).is_some() {
+                lock(&peeker.inner.stats).gone += 1;
+                debug!(pid, "peek signal not followed: {why}");
+            }
+        });
+    }
+
+    /// The kernel saw a process die of the peek signal it was sent.
+    fn on_killed(&self, event: &PeekSignal) {
+        let pid = event.target;
+        lock(&self.inner.doomed).remove(&pid);
+        lock(&self.inner.stats).killed += 1;
+        let command = crate::tasks::command_name(&event.target_comm);
+        let signal = &self.inner.signal_name;
+        warn!(
+            pid,
+            command = %command,
+            "process {pid} ({command}) was terminated by {signal}: it has no handler for it, \
+             and the kernel's default action ends the process; use `profilerctl peek {pid}` \
+             (which sends no signal) for such processes, or set peek_signal to a signal they \
+             handle"
+        );
+    }
 }

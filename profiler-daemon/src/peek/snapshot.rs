@@ -7,7 +7,10 @@ use std::{fs, io};
 
 use procfs::process::Process;
 
-use crate::{profile::Owner, service::access::TaskCredentials};
+use crate::{
+    profile::Owner,
+    tasks::{self, TaskCredentials},
+};
 
 /// A process as its peek found it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,7 +116,7 @@ pub fn take(pid: u32, signal: u32) -> Result<ProcessSnapshot, SnapshotError> {
     let owner = TaskCredentials::read(pid)
         .ok_or(SnapshotError::NoSuchProcess(pid))?
         .owner();
-    let (cgroups, cgroup_v2) = read_cgroups(pid);
+    let cgroups = tasks::cgroups(pid);
     let mut threads = Vec::new();
     for task in process.tasks().map_err(|source| proc_error(pid, source))? {
         // A thread that exits while being listed is simply not there.
@@ -144,8 +147,8 @@ pub fn take(pid: u32, signal: u32) -> Result<ProcessSnapshot, SnapshotError> {
         command: stat.comm,
         command_line,
         owner,
-        cgroups,
-        cgroup_v2,
+        cgroups: cgroups.all,
+        cgroup_v2: cgroups.v2,
         disposition,
         threads,
     })
@@ -204,22 +207,6 @@ fn parse_kernel_stack(text: &str) -> Vec<String> {
             (!function.is_empty()).then(|| function.to_owned())
         })
         .collect()
-}
-
-/// The paths of `/proc/PID/cgroup` (`0::/system.slice/x.service`), and
-/// among them the cgroup v2 one (the `0::` line; empty when there is none).
-fn read_cgroups(pid: u32) -> (Vec<String>, String) {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    let v2 = text
-        .lines()
-        .find_map(|line| line.strip_prefix("0::"))
-        .unwrap_or_default()
-        .to_owned();
-    let all = text
-        .lines()
-        .filter_map(|line| line.splitn(3, ':').nth(2).map(str::to_owned))
-        .collect();
-    (all, v2)
 }
 
 #[cfg(test)]

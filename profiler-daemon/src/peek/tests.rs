@@ -1,3 +1,4 @@
+use super::snapshot::{Disposition, ProcessSnapshot};
 use super::*;
 
 fn process(command: &str, uid: u32, cgroups: &[&str]) -> ProcessSnapshot {
@@ -68,5 +69,4 @@ fn each_user_has_its_own_count_a_minute() {
 fn signal_names() {
     assert_eq!(signal_name(libc::SIGUSR1 as u32), "SIGUSR1");
     assert!(signal_name(34).starts_with("signal 34"));
-    assert_eq!(comm_text(b"bash\0\0\0"), "bash");
 }

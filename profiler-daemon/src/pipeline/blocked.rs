@@ -13,7 +13,10 @@ use profiler_common::{
     MAX_STACK_DEPTH, SampleKey, SampleKind, StackCopyHeader, offcpu::WaitingThread, sample_flags,
 };
 
-use crate::kernel::cgroups;
+use crate::{
+    kernel::cgroups,
+    tasks::{self, TaskCredentials},
+};
 
 /// A blocked thread as a stack copy would have it.
 pub struct BlockedThread {
@@ -54,7 +57,7 @@ pub fn blocked_threads(pid: u32, pages: u32, registers: &[WaitingThread]) -> Vec
                 kernel[..len].copy_from_slice(&thread.kernel[..len]);
                 len as u32
             });
-            let (uid, gid, mixed) = ids(&dir)?;
+            let credentials = TaskCredentials::of_thread(pid, tid)?;
             let base = sp & !(profiler_common::STACK_COPY_PAGE as u64 - 1);
             let stack = read_stack(memory.as_ref()?, base, pages);
             let header = StackCopyHeader {
@@ -65,9 +68,13 @@ pub fn blocked_threads(pid: u32, pages: u32, registers: &[WaitingThread]) -> Vec
                     kernel_stack: 0,
                     comm: comm(&dir),
                     kind: kind as u32,
-                    flags: if mixed { sample_flags::PROTECTED } else { 0 },
-                    uid,
-                    gid,
+                    flags: if credentials.ids_differ() {
+                        sample_flags::PROTECTED
+                    } else {
+                        0
+                    },
+                    uid: credentials.uids[0],
+                    gid: credentials.gids[0],
                     cgroup,
                 },
                 weight: 0,
@@ -116,22 +123,6 @@ fn syscall_registers(dir: &str) -> Option<(u64, u64)> {
     (sp != 0 && pc != 0).then_some((sp, pc))
 }
 
-/// Real user and group ids, and whether real, effective and saved differ.
-fn ids(dir: &str) -> Option<(u32, u32, bool)> {
-    let status = fs::read_to_string(format!("{dir}/status")).ok()?;
-    let field = |name: &str| -> Option<Vec<u32>> {
-        let line = status.lines().find(|line| line.starts_with(name))?;
-        line[name.len()..]
-            .split_whitespace()
-            .map(|id| id.parse().ok())
-            .collect()
-    };
-    let (uids, gids) = (field("Uid:")?, field("Gid:")?);
-    let mixed = uids.iter().take(3).any(|&id| id != uids[0])
-        || gids.iter().take(3).any(|&id| id != gids[0]);
-    Some((*uids.first()?, *gids.first()?, mixed))
-}
-
 fn comm(dir: &str) -> [u8; 16] {
     let mut comm = [0; 16];
     if let Ok(name) = fs::read_to_string(format!("{dir}/comm")) {
@@ -147,13 +138,11 @@ fn process_cgroup(pid: u32) -> u64 {
     let Some(root) = cgroups::cgroup2_root() else {
         return 0;
     };
-    fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .ok()
-        .and_then(|text| {
-            let path = text.lines().find_map(|line| line.strip_prefix("0::"))?;
-            cgroups::cgroup_id(&root, path)
-        })
-        .unwrap_or(0)
+    let path = tasks::cgroups(pid).v2;
+    if path.is_empty() {
+        return 0;
+    }
+    cgroups::cgroup_id(&root, &path).unwrap_or(0)
 }
 
 /// Up to `pages` pages of the stack from `base`, stopping at the first page

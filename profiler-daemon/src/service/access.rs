@@ -11,11 +11,12 @@
 //!
 //! Owns the access rules; it must not read profiles or serve requests.
 
-use std::{fs, os::unix::fs::MetadataExt as _};
+use std::fs;
 
 use tracing::warn;
 
-use crate::{profile::Owner, store::SampleAccess};
+pub use crate::tasks::TaskCredentials;
+use crate::{profile::Owner, store::SampleAccess, tasks::supplementary_groups};
 
 /// A caller of the API, as its credentials make it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,51 +338,6 @@ impl AccessPolicy {
     }
 }
 
-/// What procfs says of a task's credentials.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TaskCredentials {
-    /// Real, effective and saved user ids.
-    pub uids: [u32; 3],
-    /// Real, effective and saved group ids.
-    pub gids: [u32; 3],
-    /// Whether its owner may trace it (`SUID_DUMP_USER`).
-    pub dumpable: bool,
-}
-
-impl TaskCredentials {
-    /// Reads `/proc/TASK/status`; `None` when the task is gone.
-    pub fn read(task: u32) -> Option<Self> {
-        let path = format!("/proc/{task}/status");
-        let status = fs::read_to_string(&path).ok()?;
-        let ids = |field: &str| -> Option<[u32; 3]> {
-            let line = status.lines().find_map(|line| line.strip_prefix(field))?;
-            let mut ids = line.split_whitespace().map(|id| id.parse().ok());
-            Some([ids.next()??, ids.next()??, ids.next()??])
-        };
-        let (uids, gids) = (ids("Uid:")?, ids("Gid:")?);
-        // procfs gives a task's files to root when it is not dumpable, and
-        // to its effective uid and gid otherwise (task_dump_owner).
-        let owner = fs::metadata(&path).ok()?;
-        let dumpable = uids[1] != 0 && owner.uid() == uids[1];
-        Some(Self {
-            uids,
-            gids,
-            dumpable,
-        })
-    }
-
-    /// The task's owner as a sample would record it.
-    pub fn owner(&self) -> Owner {
-        Owner {
-            uid: self.uids[0],
-            gid: self.gids[0],
-            protected: !self.dumpable
-                || self.uids.iter().any(|&id| id != self.uids[0])
-                || self.gids.iter().any(|&id| id != self.gids[0]),
-        }
-    }
-}
-
 /// Whether the kernel shows kernel addresses to every user: the rule of
 /// `kallsyms_show_value` for a user without CAP_SYSLOG.
 fn kernel_addresses_are_public() -> bool {
@@ -400,24 +356,6 @@ fn group_id(group: &str, etc_group: &str) -> Option<u32> {
         (fields.next()? == group).then_some(())?;
         fields.nth(1)?.parse().ok()
     })
-}
-
-/// The supplementary groups of a process.
-fn supplementary_groups(pid: u32) -> Vec<u32> {
-    fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("Groups:").map(str::to_owned))
-        })
-        .map(|groups| {
-            groups
-                .split_whitespace()
-                .filter_map(|gid| gid.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -490,6 +428,7 @@ mod tests {
         let plain = TaskCredentials {
             uids: [7; 3],
             gids: [8; 3],
+            filesystem_uid: 7,
             dumpable: true,
         };
         policy.check_task(1, 7, 8, &plain).unwrap();

@@ -26,7 +26,7 @@ use tracing::{info, warn};
 use super::{
     Service, ServiceError,
     access::{Asker, CallerKey, Window},
-    reports::{self, Report},
+    answers::{self, Report},
     selection,
     stopping::Stopping,
 };
@@ -269,7 +269,7 @@ impl Service {
         };
         let max_response_bytes = self.limits.max_response_bytes;
         self.report_gate
-            .run(move || reports::render(&profile, &options, max_response_bytes))
+            .run(move || answers::render(&profile, &options, max_response_bytes))
             .await?
     }
 }

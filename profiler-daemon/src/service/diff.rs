@@ -6,8 +6,8 @@ use crate::profile::ProfileMode;
 use super::{
     PastWindow, Service, ServiceError,
     access::Window,
+    answers::{self, Sight, Summary},
     limits,
-    reports::{self, Sight, Summary},
     selection::{self, SelectorSpec},
 };
 use crate::{
@@ -98,7 +98,7 @@ impl Service {
         self.report_gate
             .run(move || {
                 let [base, target] = queries.map(|query| {
-                    reports::window_profile(
+                    answers::window_profile(
                         &store,
                         &query,
                         sight.kernel_addresses,

@@ -1,5 +1,6 @@
 //! Why a request failed, once for every protocol: each kind maps to one
-//! gRPC status code (see `grpc`) and, later, one HTTP status.
+//! gRPC status code and one HTTP status (the transports' `grpc::convert`
+//! and `http::routes` map them).
 
 use crate::{
     allocs::AllocsError,

@@ -2,13 +2,21 @@
 //! machine's CPU samples, each cut where the last ended, so that every
 //! sample is pushed once.
 //!
-//! Owns the export's cursor into the store; it must not encode or send.
+//! The push targets running, as status and the metrics show them
+//! (`PushBoard`): the exporter puts them there, the service reads them.
+//!
+//! Owns the export's cursor into the store and the board; it must not
+//! encode or send.
 
-use std::time::SystemTime;
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
 
 use super::{Service, ServiceError};
 use crate::{
-    export::PushBoard,
+    lock,
     profile::{Profile, ProfileMode},
     store::{Query, SampleAccess, Selector, SumBy, WindowHold},
 };
@@ -53,7 +61,7 @@ impl Service {
         let profile = self
             .report_gate
             .run(move || {
-                super::reports::window_profile(&store, &query, false, SumBy::ThreadAndStack)
+                super::answers::window_profile(&store, &query, false, SumBy::ThreadAndStack)
             })
             .await;
         drop(earlier);
@@ -63,5 +71,53 @@ impl Service {
     /// The push targets running now, for status and the exporter.
     pub fn push_board(&self) -> PushBoard {
         self.push.clone()
+    }
+}
+
+/// What became of a push target's payloads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeliveryStats {
+    pub sent: u64,
+    pub last_success: Option<SystemTime>,
+    /// Failed attempts, by cause (e.g. `http_503`, `timeout`, `connect`).
+    pub failures: BTreeMap<String, u64>,
+    pub queued: u64,
+    pub queued_bytes: u64,
+    pub spooled: u64,
+    pub spooled_bytes: u64,
+    /// Payloads dropped: refused by the backend, too old, or with no room.
+    pub dropped: u64,
+    pub last_error: Option<String>,
+}
+
+/// What status reports of a push target.
+#[derive(Clone, Debug)]
+pub struct TargetStatus {
+    pub name: String,
+    /// Its protocol: `pyroscope` or `otlp`.
+    pub kind: &'static str,
+    pub url: String,
+    pub stats: DeliveryStats,
+}
+
+/// A push target running, as the exporter runs it.
+pub trait PushTarget: Send + Sync {
+    /// Its figures now.
+    fn status(&self) -> TargetStatus;
+}
+
+/// The push targets running now, shared by the exporter and status.
+#[derive(Clone, Default)]
+pub struct PushBoard(Arc<Mutex<Vec<Arc<dyn PushTarget>>>>);
+
+impl PushBoard {
+    /// Every target's figures now.
+    pub fn status(&self) -> Vec<TargetStatus> {
+        lock(&self.0).iter().map(|target| target.status()).collect()
+    }
+
+    /// Puts `targets` in place of the ones running before.
+    pub fn replace(&self, targets: Vec<Arc<dyn PushTarget>>) {
+        *lock(&self.0) = targets;
     }
 }

@@ -3,8 +3,8 @@
 //! Callers, `diff`), the live `top`, `peeks`, and the daemon's `status` and
 //! targets, and allocation profiles (`allocs`), each authorized by
 //! `access` and validated by `selection`, on
-//! domain types. The gRPC API (`grpc`) is a thin shim over it, as the HTTP
-//! listener and the exporters will be; `serving` runs the listeners.
+//! domain types. The transports (`crate::transport`: gRPC, HTTP) are thin
+//! shims over it.
 //!
 //! This layer owns the open sessions (`sessions`), the running profiles'
 //! cut tokens, the per-caller bounds (`limits`), stopping (`stopping`) and
@@ -14,22 +14,19 @@
 
 pub mod access;
 mod allocs;
+pub mod answers;
 mod diff;
 pub mod error;
 mod export;
-pub mod grpc;
-pub mod http;
 pub mod limits;
-pub mod loopback;
 pub mod metrics;
 mod overview;
 mod peeks;
 pub mod report_memory;
-pub mod reports;
 pub mod rpc_counts;
 pub mod selection;
-pub mod serving;
 pub mod sessions;
+pub mod stack_indexes;
 mod status;
 pub mod stopping;
 mod top;
@@ -57,7 +54,7 @@ pub use self::{
     allocs::{AllocsSpec, StartedAllocs},
     diff::{DiffDrawing, DiffResult, DiffSpec},
     error::ServiceError,
-    export::ExportCursor,
+    export::{DeliveryStats, ExportCursor, PushBoard, PushTarget, TargetStatus},
     overview::{MAX_FUNCTIONS, ProcessSamples, RankedFunctions, unix_millis},
     status::{DaemonStatus, PeekTrigger},
     top::{TopSpec, TopUpdate},
@@ -102,7 +99,7 @@ pub struct ServiceParts {
     pub allocations: Option<crate::allocs::AllocationProfiler>,
     pub info: DaemonInfo,
     /// Keep the indexes of the reports most asked for from the start (see
-    /// [`reports::StackIndexes::warmed`]).
+    /// [`stack_indexes::StackIndexes::warmed`]).
     pub warm_report_indexes: bool,
     /// The memory budget divided: the report indexes and the reports being
     /// made keep to their shares, and status shows every part's.
@@ -117,7 +114,7 @@ pub struct Service {
     pipeline: PipelineHandle,
     store: Arc<RwLock<Store>>,
     /// The tree reports' indexes of the store's stacks.
-    stack_indexes: Arc<reports::StackIndexes>,
+    stack_indexes: Arc<stack_indexes::StackIndexes>,
     /// Lets reports through as their share of the memory budget allows.
     report_gate: Arc<report_memory::ReportGate>,
     budget: Option<crate::memory::MemoryBudget>,
@@ -144,7 +141,7 @@ pub struct Service {
     /// The off-CPU recordings of open sessions, by session id.
     session_recordings: Mutex<HashMap<String, RecordingGuard>>,
     /// The push targets running, for status.
-    push: crate::export::PushBoard,
+    push: PushBoard,
     allocations: Option<crate::allocs::AllocationProfiler>,
     alloc_sessions: Arc<allocs::AllocSessions>,
     info: DaemonInfo,
@@ -174,8 +171,8 @@ impl Service {
             store,
             stack_indexes: Arc::new(
                 match warm_report_indexes {
-                    true => reports::StackIndexes::warmed(),
-                    false => reports::StackIndexes::default(),
+                    true => stack_indexes::StackIndexes::warmed(),
+                    false => stack_indexes::StackIndexes::default(),
                 }
                 .with_limit(share(Part::ReportIndexes)),
             ),
@@ -200,7 +197,7 @@ impl Service {
             targets: Mutex::new(targets),
             offcpu,
             session_recordings: Mutex::new(HashMap::new()),
-            push: crate::export::PushBoard::default(),
+            push: PushBoard::default(),
             allocations,
             alloc_sessions: Arc::default(),
             info,

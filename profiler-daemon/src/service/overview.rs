@@ -15,7 +15,7 @@ use std::{
 use super::{
     PastWindow, Service, ServiceError,
     access::{Asker, Window},
-    reports::{self, Sight},
+    answers::{self, Sight},
     selection::SelectorSpec,
 };
 use crate::{
@@ -158,7 +158,7 @@ impl Service {
         self.report_gate
             .run(move || {
                 let profile =
-                    reports::window_profile(&store, &query, sight.kernel_addresses, SumBy::Stack);
+                    answers::window_profile(&store, &query, sight.kernel_addresses, SumBy::Stack);
                 let (functions, samples) = report::ranked(&profile, limit, true, ranking);
                 RankedFunctions { functions, samples }
             })

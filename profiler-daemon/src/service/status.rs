@@ -34,7 +34,7 @@ pub struct DaemonStatus {
     pub peek: PeekTrigger,
     pub offcpu: OffCpuTrigger,
     /// The push targets (root and the admin group only: their addresses).
-    pub push: Vec<crate::export::TargetStatus>,
+    pub push: Vec<crate::service::TargetStatus>,
     /// Why allocations cannot be profiled, when they cannot, and the
     /// profiles running, their bounds and what became of them.
     pub allocations_unavailable: Option<String>,

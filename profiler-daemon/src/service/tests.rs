@@ -582,7 +582,7 @@ async fn warm_indexes_are_built_before_reports_ask() {
     let warm = indexes.bytes();
     assert!(warm > empty, "the warm indexes took in the stored stacks");
     // Kept however long no report asks.
-    indexes.live_at(Instant::now() + super::reports::STACK_INDEX_IDLE * 2);
+    indexes.live_at(Instant::now() + super::stack_indexes::STACK_INDEX_IDLE * 2);
     assert_eq!(indexes.bytes(), warm);
 
     let none = |format| ReportOptions {
@@ -612,10 +612,10 @@ async fn indexes_too_large_for_their_share_are_let_go_of_and_not_built_again() {
     let fixture = fixture();
     store_work_and_rest(&fixture);
     // What the two warm indexes hold once built.
-    let unbounded = super::reports::StackIndexes::warmed();
+    let unbounded = super::stack_indexes::StackIndexes::warmed();
     unbounded.keep_current(&fixture.store);
     let built = unbounded.bytes();
-    let indexes = super::reports::StackIndexes::warmed().with_limit(built - 1);
+    let indexes = super::stack_indexes::StackIndexes::warmed().with_limit(built - 1);
     indexes.keep_current(&fixture.store);
     assert_eq!(indexes.bytes(), built);
     // Past the limit: the one asked for least recently goes.

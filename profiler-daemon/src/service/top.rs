@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use super::{
     Service, ServiceError,
     access::{Asker, Window},
+    answers::{self, Sight, Summary},
     limits::StreamSlot,
-    reports::{self, Sight, Summary},
     selection::SelectorSpec,
     stopping::Stopping,
 };
@@ -196,7 +196,7 @@ async fn update(
         frequency_hz: sources.frequency_hz,
     };
     let (limit, kernel) = (request.limit, request.kernel);
-    reports::read_profile(
+    answers::read_profile(
         &sources.report_gate,
         sources.store.clone(),
         query,

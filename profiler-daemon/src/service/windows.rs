@@ -13,9 +13,10 @@ use tokio::sync::Notify;
 use super::{
     CutTokens, Service, ServiceError,
     access::{Asker, CallerKey, Window},
-    reports::{self, Report, Sight, Summary},
+    answers::{self, Report, Sight, Summary},
     selection::{self, SelectorSpec},
     sessions::Session,
+    stack_indexes,
 };
 use crate::{
     kernel::offcpu::{Recorded, RecordingGuard},
@@ -291,7 +292,7 @@ impl Service {
         let (start, end) = self.past_window(window).await?;
         let sight = Sight::of(asker.caller);
         let query = self.query_of(start, end, selector, ProfileMode::Cpu, sight);
-        reports::read_profile(
+        answers::read_profile(
             &self.report_gate,
             self.store.clone(),
             query,
@@ -381,13 +382,13 @@ impl Service {
     }
 
     /// Keeps the reports' stack indexes current until the daemon stops:
-    /// every [`reports::STACK_INDEX_REFRESH`] the indexes in use take in the
+    /// every [`stack_indexes::STACK_INDEX_REFRESH`] the indexes in use take in the
     /// stacks the drains added once they are a
-    /// [`reports::STACK_INDEX_LAG`]th of those held (and follow the store's
+    /// [`stack_indexes::STACK_INDEX_LAG`]th of those held (and follow the store's
     /// compactions), so that a report's own share is small; the unused ones
     /// go.
     pub async fn keep_stack_indexes_current(self: Arc<Self>) {
-        let mut every = tokio::time::interval(reports::STACK_INDEX_REFRESH);
+        let mut every = tokio::time::interval(stack_indexes::STACK_INDEX_REFRESH);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -413,7 +414,7 @@ impl Service {
         sight: Sight,
     ) -> Result<Report, ServiceError> {
         let query = self.query_of(start, end, selector, mode, sight);
-        reports::read_report(
+        answers::read_report(
             &self.report_gate,
             self.store.clone(),
             self.stack_indexes.clone(),

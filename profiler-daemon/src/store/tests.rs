@@ -448,7 +448,7 @@ fn a_stack_index_follows_a_compaction() {
     for second in 0..20 {
         insert(&mut store, second);
     }
-    let extend = crate::service::reports::extend_index;
+    let extend = crate::service::stack_indexes::extend_index;
     let formats = [Format::Tree, Format::Folded];
     // The test's locations are kernel ones: shown, not one marker.
     let keys = formats.map(|format| {
@@ -609,7 +609,7 @@ fn a_stack_index_follows_a_compaction() {
 fn per_stack_sums_make_the_reports_that_show_no_threads() {
     use crate::profile::{Format, GroupBy, ReportOptions};
     use crate::report;
-    use crate::service::reports::Summary;
+    use crate::service::answers::Summary;
 
     let mut store = store(600, 1 << 30);
     let paths: [&[&str]; 4] = [
@@ -811,8 +811,8 @@ fn a_window_read_for_some_threads_counts_the_others() {
     assert_eq!(picked.threads.len(), full.threads.len());
     // What the reply says it covers: the same samples, CPU time, threads.
     assert_eq!(
-        crate::service::reports::Summary::of(&picked),
-        crate::service::reports::Summary::of(&full)
+        crate::service::answers::Summary::of(&picked),
+        crate::service::answers::Summary::of(&full)
     );
     // Not one stack of the unread thread is copied.
     assert!(picked.stacks.len() < full.stacks.len());

@@ -25,6 +25,8 @@ use std::{
 
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 
+use crate::tasks::TaskCredentials;
+
 /// Why a file of a process was not opened.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum Refused {
@@ -120,12 +122,12 @@ pub fn open_written_by(pid: u32, path: &Path) -> Result<File, Refused> {
     if !LOCAL_FILESYSTEMS.contains(&filesystem.as_str()) {
         return Err(Refused::Filesystem(filesystem));
     }
-    let uids = process_uids(pid).ok_or(Refused::Missing)?;
+    let credentials = TaskCredentials::read(pid).ok_or(Refused::Missing)?;
     let (file, stat) = open_in_root(pid, path)?;
-    if !uids.contains(&stat.st_uid) {
+    if !(credentials.uids.contains(&stat.st_uid) || credentials.filesystem_uid == stat.st_uid) {
         return Err(Refused::NotTheProcesssUser {
             owner: stat.st_uid,
-            uid: uids[1],
+            uid: credentials.uids[1],
         });
     }
     Ok(file)
@@ -225,25 +227,6 @@ fn unescape_octal(text: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The real, effective, saved and filesystem user ids of a process.
-fn process_uids(pid: u32) -> Option<[u32; 4]> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("Uid:"))?;
-    let mut ids = line.split_whitespace().skip(1).map(str::parse);
-    let mut uids = [0; 4];
-    for uid in &mut uids {
-        *uid = ids.next()?.ok()?;
-    }
-    Some(uids)
-}
-
-/// The process's pid in its own pid namespace (the last `NSpid` field).
-pub fn namespace_pid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("NSpid:"))?;
-    line.split_whitespace().last()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use std::{path::PathBuf, time::Duration};
 
 use bytesize::ByteSize;
 
-use super::{Config, parse_duration};
+use super::Config;
+use crate::config_format::parse_duration;
 
 /// Flag values that override the file's; `None` keeps the file's value.
 #[derive(Clone, Debug, Default, clap::Args)]

@@ -16,9 +16,10 @@ use std::{
 };
 
 use bytesize::ByteSize;
-use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
+use serde::{Deserialize, Serialize};
 
 use crate::{
+    config_format::{duration, duration_text, optional_duration, optional_duration_text},
     export::settings::PushSettings,
     memory::{MemoryBudget, Part, budget::BudgetError},
     peek::{Allowlist, PeekSettings},
@@ -265,38 +266,6 @@ impl Default for Config {
             push: Vec::new(),
         }
     }
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 1s, 500ms, 10m)"))
-}
-
-pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse_duration(&text).map_err(D::Error::custom)
-}
-
-pub(crate) fn duration_text<S: Serializer>(
-    duration: &Duration,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&humantime::format_duration(*duration).to_string())
-}
-
-fn optional_duration_text<S: Serializer>(
-    duration: &Option<Duration>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match duration {
-        Some(duration) => duration_text(duration, serializer),
-        None => serializer.serialize_none(),
-    }
-}
-
-fn optional_duration<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Duration>, D::Error> {
-    duration(deserializer).map(Some)
 }
 
 /// Keys a configuration reload applies while the daemon runs; every other

@@ -1,3 +1,5 @@
+use serde::Deserializer;
+
 use super::*;
 
 #[test]

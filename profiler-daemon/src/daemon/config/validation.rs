@@ -3,60 +3,100 @@
 //!
 //! Owns the rules; it must not act on the configuration.
 
-use std::time::Duration;
+use std::{ops::RangeInclusive, time::Duration};
 
 use bytesize::ByteSize;
 
 use super::{Config, ConfigError, FREQUENCY_RANGE_HZ, parse_signal};
-use crate::service::http::AllowedHost;
+use crate::transport::http::AllowedHost;
+
+/// A duration key's accepted range, and how the error words it.
+type DurationRule = (
+    &'static str,
+    Duration,
+    RangeInclusive<Duration>,
+    &'static str,
+);
+
+/// A number key's accepted range, and its unit (as the error shows it).
+type NumberRule = (&'static str, u64, RangeInclusive<u64>, &'static str);
 
 impl Config {
     /// Checks every rule; the error names the key and the accepted values.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
-        if !FREQUENCY_RANGE_HZ.contains(&self.frequency_hz) {
+        let (ms, secs) = (Duration::from_millis, Duration::from_secs);
+        #[rustfmt::skip]
+        let durations: [DurationRule; 4] = [
+            ("drain_interval", self.drain_interval, ms(100)..=secs(10), "100ms-10s"),
+            ("watched_drain_interval", self.watched_drain_interval, ms(100)..=secs(10),
+                "100ms-10s (the drain_interval or more turns it off)"),
+            ("retention", self.retention, secs(10)..=secs(86_400), "10s-24h"),
+            ("peek_duration", self.peek_duration, ms(100)..=secs(60), "100ms-60s"),
+        ];
+        for (key, value, range, accepted) in durations {
+            if !range.contains(&value) {
+                let value = humantime::format_duration(value);
+                return invalid(
+                    key,
+                    format!("{value} is out of range; accepted: {accepted}"),
+                );
+            }
+        }
+        let hz = |value: u32| u64::from(value);
+        let frequencies = hz(*FREQUENCY_RANGE_HZ.start())..=hz(*FREQUENCY_RANGE_HZ.end());
+        #[rustfmt::skip]
+        let numbers: [NumberRule; 9] = [
+            ("frequency_hz", hz(self.frequency_hz), frequencies.clone(), " Hz"),
+            ("peek_frequency_hz", hz(self.peek_frequency_hz), frequencies, " Hz"),
+            ("offcpu_max_pending", u64::from(self.offcpu_max_pending), 1..=1 << 20, ""),
+            ("max_concurrent_peeks", u64::from(self.max_concurrent_peeks), 1..=64, ""),
+            ("max_sessions", u64::from(self.max_sessions), 1..=u64::MAX, ""),
+            ("max_sessions_per_caller", u64::from(self.max_sessions_per_caller), 1..=u64::MAX, ""),
+            ("max_streams_per_caller", u64::from(self.max_streams_per_caller), 1..=u64::MAX, ""),
+            ("peeks_kept", u64::from(self.peeks_kept), 1..=u64::MAX, ""),
+            ("peeks_kept_per_user", u64::from(self.peeks_kept_per_user), 1..=u64::MAX, ""),
+        ];
+        for (key, value, range, unit) in numbers {
+            if range.contains(&value) {
+                continue;
+            }
+            let message = match (range.start(), range.end()) {
+                (&1, &u64::MAX) if key == "peeks_kept_per_user" => {
+                    "must be at least 1 (more than peeks_kept means no bound per user)".to_owned()
+                }
+                (&1, &u64::MAX) => "must be at least 1".to_owned(),
+                (low, high) => {
+                    format!("{value}{unit} is out of range; accepted: {low}-{high}{unit}")
+                }
+            };
+            return invalid(key, message);
+        }
+        if self.peeks_per_user_per_minute == 0 {
             return invalid(
-                "frequency_hz",
-                format!(
-                    "{} Hz is out of range; accepted: {}-{} Hz",
-                    self.frequency_hz,
-                    FREQUENCY_RANGE_HZ.start(),
-                    FREQUENCY_RANGE_HZ.end()
-                ),
+                "peeks_per_user_per_minute",
+                "must be at least 1 (peek_signal = \"off\" turns peeks by signal off)".to_owned(),
             );
         }
-        if self.drain_interval < Duration::from_millis(100)
-            || self.drain_interval > Duration::from_secs(10)
-        {
-            return invalid(
-                "drain_interval",
-                format!(
-                    "{} is out of range; accepted: 100ms-10s",
-                    humantime::format_duration(self.drain_interval)
-                ),
-            );
-        }
-        if self.watched_drain_interval < Duration::from_millis(100)
-            || self.watched_drain_interval > Duration::from_secs(10)
-        {
-            return invalid(
-                "watched_drain_interval",
-                format!(
-                    "{} is out of range; accepted: 100ms-10s (the drain_interval or more \
-                     turns it off)",
-                    humantime::format_duration(self.watched_drain_interval)
-                ),
-            );
-        }
-        if self.retention < Duration::from_secs(10) || self.retention > Duration::from_secs(86_400)
-        {
-            return invalid(
-                "retention",
-                format!(
-                    "{} is out of range; accepted: 10s-24h",
-                    humantime::format_duration(self.retention)
-                ),
-            );
+        let least_bytes = [
+            ("memory_limit", self.memory_limit, ByteSize::mib(4)),
+            (
+                "max_response_bytes",
+                Some(self.max_response_bytes),
+                ByteSize::kib(64),
+            ),
+            (
+                "peeks_max_bytes",
+                Some(self.peeks_max_bytes),
+                ByteSize::kib(64),
+            ),
+        ];
+        for (key, size, least) in least_bytes {
+            if let Some(size) = size
+                && size < least
+            {
+                return invalid(key, format!("{size} is too small; at least {least}"));
+            }
         }
         if self.resolution < Duration::from_secs(1)
             || self.resolution < self.drain_interval
@@ -71,14 +111,6 @@ impl Config {
                     humantime::format_duration(self.drain_interval),
                     humantime::format_duration(self.retention)
                 ),
-            );
-        }
-        if let Some(limit) = self.memory_limit
-            && limit < ByteSize::mib(4)
-        {
-            return invalid(
-                "memory_limit",
-                format!("{limit} is too small; at least 4 MiB"),
             );
         }
         // The kernel's ring buffers are known once sampling starts; the
@@ -96,21 +128,6 @@ impl Config {
                     humantime::format_duration(longest),
                     humantime::format_duration(self.retention)
                 ),
-            );
-        }
-        for (key, value) in [
-            ("max_sessions", self.max_sessions),
-            ("max_sessions_per_caller", self.max_sessions_per_caller),
-            ("max_streams_per_caller", self.max_streams_per_caller),
-        ] {
-            if value == 0 {
-                return invalid(key, "must be at least 1".to_owned());
-            }
-        }
-        if self.max_response_bytes < ByteSize::kib(64) {
-            return invalid(
-                "max_response_bytes",
-                format!("{} is too small; at least 64 KiB", self.max_response_bytes),
             );
         }
         for (key, value) in [
@@ -151,49 +168,12 @@ impl Config {
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             return invalid("log_level", format!("{:?}: {err}", self.log_level));
         }
-        self.validate_tcp()?;
-        crate::export::settings::validate(&self.push_settings())
-            .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
-        if let Err(message) = parse_signal(&self.peek_signal) {
-            return invalid("peek_signal", message);
-        }
-        if self.peek_duration < Duration::from_millis(100)
-            || self.peek_duration > Duration::from_secs(60)
-        {
-            return invalid(
-                "peek_duration",
-                format!(
-                    "{} is out of range; accepted: 100ms-60s",
-                    humantime::format_duration(self.peek_duration)
-                ),
-            );
-        }
         if !(0.0..=1.0).contains(&self.offcpu) {
             return invalid(
                 "offcpu",
                 format!(
                     "{} is not a probability; accepted: 0 (off) to 1 (every wait)",
                     self.offcpu
-                ),
-            );
-        }
-        if !(1..=1 << 20).contains(&self.offcpu_max_pending) {
-            return invalid(
-                "offcpu_max_pending",
-                format!(
-                    "{} is out of range; accepted: 1-1048576",
-                    self.offcpu_max_pending
-                ),
-            );
-        }
-        if !FREQUENCY_RANGE_HZ.contains(&self.peek_frequency_hz) {
-            return invalid(
-                "peek_frequency_hz",
-                format!(
-                    "{} Hz is out of range; accepted: {}-{} Hz",
-                    self.peek_frequency_hz,
-                    FREQUENCY_RANGE_HZ.start(),
-                    FREQUENCY_RANGE_HZ.end()
                 ),
             );
         }
@@ -205,37 +185,12 @@ impl Config {
                 ),
             );
         }
-        if !(1..=64).contains(&self.max_concurrent_peeks) {
-            return invalid(
-                "max_concurrent_peeks",
-                format!(
-                    "{} is out of range; accepted: 1-64",
-                    self.max_concurrent_peeks
-                ),
-            );
+        if let Err(message) = parse_signal(&self.peek_signal) {
+            return invalid("peek_signal", message);
         }
-        if self.peeks_kept == 0 {
-            return invalid("peeks_kept", "must be at least 1".to_owned());
-        }
-        if self.peeks_max_bytes < ByteSize::kib(64) {
-            return invalid(
-                "peeks_max_bytes",
-                format!("{} is too small; at least 64 KiB", self.peeks_max_bytes),
-            );
-        }
-        if self.peeks_kept_per_user == 0 {
-            return invalid(
-                "peeks_kept_per_user",
-                "must be at least 1 (more than peeks_kept means no bound per user)".to_owned(),
-            );
-        }
-        if self.peeks_per_user_per_minute == 0 {
-            return invalid(
-                "peeks_per_user_per_minute",
-                "must be at least 1 (peek_signal = \"off\" turns peeks by signal off)".to_owned(),
-            );
-        }
-        Ok(())
+        self.validate_tcp()?;
+        crate::export::settings::validate(&self.push_settings())
+            .map_err(|(key, message)| ConfigError::Invalid { key, message })
     }
 }
 

@@ -5,10 +5,7 @@
 //!
 //! Owns nothing after the hand-over; it must not read or write the maps.
 
-use aya::{
-    Ebpf,
-    maps::{MapData, RingBuf},
-};
+use aya::{Ebpf, maps::MapData};
 use profiler_common::names;
 
 use std::sync::Arc;
@@ -65,8 +62,11 @@ impl Sampler {
     }
 
     /// Takes the ring buffer of peek signals.
-    pub fn take_peek_signals(&mut self) -> Result<RingBuf<MapData>, SamplingError> {
+    pub fn take_peek_signals(
+        &mut self,
+    ) -> Result<crate::kernel::peek_signals::PeekSignals, SamplingError> {
         take_map(&mut self.ebpf, names::PEEK_SIGNALS)
+            .map(crate::kernel::peek_signals::PeekSignals::new)
     }
 
     /// Takes the maps of the sampling targets.

@@ -45,7 +45,7 @@ pub struct Snapshot {
     pub allocations: Option<crate::allocs::AllocationStats>,
     pub rpcs: BTreeMap<(String, &'static str), u64>,
     /// The push targets (their configured names only).
-    pub push: Vec<crate::export::TargetStatus>,
+    pub push: Vec<crate::service::TargetStatus>,
     /// The memory budget, its parts, and the process's own figures.
     pub memory: crate::memory::MemoryUsage,
 }

@@ -12,10 +12,10 @@ use prometheus_client::{
 /// dropped, and the last success.
 pub(super) fn encode(
     out: &mut DescriptorEncoder,
-    targets: &[crate::export::TargetStatus],
+    targets: &[crate::service::TargetStatus],
 ) -> Result<(), std::fmt::Error> {
     use prometheus_client::metrics::MetricType;
-    type Value = fn(&crate::export::delivery::DeliveryStats) -> u64;
+    type Value = fn(&crate::service::DeliveryStats) -> u64;
     let families: [(&str, &str, MetricType, Value); 6] = [
         (
             "push_sent",

@@ -96,7 +96,7 @@ pub(super) fn perform(pid: u32, step: Step, buffer: &mut Vec<u8>) -> Outcome {
 
 /// Opens the perf map of `pid` and says its size.
 fn open(pid: u32) -> Result<(Arc<File>, u64), Refused> {
-    let namespace_pid = process_files::namespace_pid(pid).ok_or(Refused::Missing)?;
+    let namespace_pid = crate::tasks::namespace_pid(pid).ok_or(Refused::Missing)?;
     let path = PathBuf::from(format!("/tmp/perf-{namespace_pid}.map"));
     let file = process_files::open_written_by(pid, &path)?;
     let size = file

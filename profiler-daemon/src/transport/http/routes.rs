@@ -23,7 +23,7 @@ use crate::{
     service::{
         ProfileSpec, Service, ServiceError,
         access::{Asker, CallerKey},
-        reports::Report,
+        answers::Report,
         selection::date,
         unix_millis,
     },

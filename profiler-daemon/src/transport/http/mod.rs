@@ -33,10 +33,12 @@ use tokio_rustls::{
 };
 use tracing::{debug, info, warn};
 
-use crate::service::{
-    Service,
-    access::{Asker, Caller, CallerKey},
-    serving::TlsFiles,
+use crate::{
+    service::{
+        Service,
+        access::{Asker, Caller, CallerKey},
+    },
+    transport::listeners::TlsFiles,
 };
 pub use hosts::AllowedHost;
 pub use routes::Admission;
@@ -159,7 +161,7 @@ async fn local_user(
     local: SocketAddr,
 ) -> Result<Asker, String> {
     let credentials =
-        tokio::task::spawn_blocking(move || crate::service::loopback::credentials(peer, local))
+        tokio::task::spawn_blocking(move || crate::transport::loopback::credentials(peer, local))
             .await
             .map_err(|err| {
                 format!("internal error: finding who opened the connection failed: {err}")

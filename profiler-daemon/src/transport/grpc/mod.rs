@@ -15,11 +15,11 @@ use std::{sync::Arc, time::Duration};
 
 use tonic::{Request, Response, Status};
 
-use super::{
+use crate::proto::v1::{self, profiler_server::Profiler};
+use crate::service::{
     AllocsSpec, ProfileSpec, Service, ServiceError, TopSpec,
     access::{Asker, CallerKey, Credentials, TrustedRemote},
 };
-use crate::proto::v1::{self, profiler_server::Profiler};
 
 pub use crate::proto::v1::profiler_server::ProfilerServer;
 
@@ -40,7 +40,7 @@ impl GrpcApi {
     fn asker<T>(&self, request: &Request<T>) -> Result<Asker, Status> {
         if request.extensions().get::<TrustedRemote>().is_some() {
             return Ok(Asker {
-                caller: super::access::Caller::Root,
+                caller: crate::service::access::Caller::Root,
                 key: CallerKey::Remote,
             });
         }
@@ -55,9 +55,10 @@ impl GrpcApi {
             };
             // A netlink request and, for users other than root, a look
             // through their processes: a few milliseconds.
-            let credentials =
-                tokio::task::block_in_place(|| super::loopback::credentials(client, server))
-                    .map_err(Status::permission_denied)?;
+            let credentials = tokio::task::block_in_place(|| {
+                crate::transport::loopback::credentials(client, server)
+            })
+            .map_err(Status::permission_denied)?;
             return Ok(self
                 .service
                 .access()

@@ -3,7 +3,7 @@
 //! reflection beside the Profiler service, until shutdown.
 //!
 //! Owns the listeners and the socket file; it must not decide who may see
-//! what (see `access`), nor answer requests (see `api`).
+//! what (see `access`), nor answer requests (see `grpc` and `http`).
 
 use std::{
     future::Future,
@@ -23,12 +23,8 @@ use tracing::{info, warn};
 
 use crate::{
     proto,
-    service::access::TrustedRemote,
-    service::stopping::Stopping,
-    service::{
-        Service,
-        grpc::{GrpcApi, ProfilerServer},
-    },
+    service::{Service, access::TrustedRemote, stopping::Stopping},
+    transport::grpc::{GrpcApi, ProfilerServer},
 };
 
 /// The largest request accepted: requests are small (the longest fields are
@@ -49,7 +45,7 @@ pub struct Listeners {
     /// The self-metrics for Prometheus.
     pub metrics: Option<SocketAddr>,
     /// Profiles over HTTP.
-    pub http: Option<crate::service::http::HttpListener>,
+    pub http: Option<crate::transport::http::HttpListener>,
 }
 
 /// The optional TCP listener.
@@ -133,8 +129,12 @@ pub async fn serve(
 
     let http_server = match http {
         Some(http) => Some(
-            crate::service::http::serve_http(http, service.clone(), wait_for_stop(stopped.clone()))
-                .await?,
+            crate::transport::http::serve_http(
+                http,
+                service.clone(),
+                wait_for_stop(stopped.clone()),
+            )
+            .await?,
         ),
         None => None,
     };

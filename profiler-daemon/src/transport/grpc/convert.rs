@@ -15,7 +15,7 @@ use crate::{
     proto::v1,
     service::{
         CallersResult, DiffResult, DiffSpec, PastWindow, ServiceError, TopUpdate,
-        reports::{Report, Summary},
+        answers::{Report, Summary},
         selection::SelectorSpec,
         sessions::Session,
     },

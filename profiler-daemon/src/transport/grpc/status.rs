@@ -9,15 +9,11 @@ use profiler_common::Counter;
 use super::convert::{loss_counts, targets, unix_nanos};
 use crate::{kernel::drain, proto::v1, service::DaemonStatus};
 
-fn push_status(target: &crate::export::TargetStatus) -> v1::PushTargetStatus {
+fn push_status(target: &crate::service::TargetStatus) -> v1::PushTargetStatus {
     let stats = &target.stats;
     v1::PushTargetStatus {
         name: target.name.clone(),
-        kind: match target.kind {
-            crate::export::settings::TargetKind::Pyroscope => "pyroscope",
-            crate::export::settings::TargetKind::Otlp => "otlp",
-        }
-        .to_owned(),
+        kind: target.kind.to_owned(),
         url: target.url.clone(),
         sent: stats.sent,
         last_success_unix_ms: stats.last_success.map_or(0, |time| {
