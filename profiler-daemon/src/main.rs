@@ -115,7 +115,6 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         stack_copy_pages: config.stack_copy_pages(),
         stack_copy_buffer: config.stack_copy_buffer.as_u64(),
         alloc_stack_copy_buffer: config.alloc_stack_copy_buffer.as_u64(),
-        source: Default::default(),
         offcpu_max_pending: config.offcpu_max_pending,
     })
     .context("cannot start sampling")?;
@@ -146,8 +145,6 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         &mut sampler,
         store.clone(),
         inboxes.clone(),
-        // The exporters (Pyroscope, OpenTelemetry) will plug in here.
-        Vec::new(),
         DrainIntervals {
             every: config.drain_interval,
             watched: config.watched_drain_interval,

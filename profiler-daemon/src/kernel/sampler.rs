@@ -28,7 +28,7 @@ use super::{
     drain::Drainer,
     programs::{self, AttachContext, Attached, GroupFailure, ProgramGroup},
     requirements::{self, TRACEFS, VMLINUX_BTF},
-    sources::{SampleSource, SampleSourceKind},
+    sources::SampleSource,
     stack_copies::StackCopies,
 };
 
@@ -97,11 +97,8 @@ pub enum SamplingError {
          the kernel refused a per-thread perf event"
     )]
     SampleThread { tid: u32, source: ProgramError },
-    #[error("cannot set up the sample source ({kind:?}): {error}")]
-    SourceMaps {
-        kind: SampleSourceKind,
-        error: aya::maps::MapError,
-    },
+    #[error("cannot set up the aggregated maps' drain: {0}")]
+    SourceMaps(aya::maps::MapError),
 }
 
 /// Why an optional program (the peek-signal guard, the fork follower) does
@@ -164,8 +161,6 @@ pub struct SamplerSettings {
     /// Bytes of the allocation ring buffer (sampled allocations' stack
     /// copies); 0 sizes it automatically.
     pub alloc_stack_copy_buffer: u64,
-    /// Where the sampling programs put their samples.
-    pub source: SampleSourceKind,
     /// Threads that can be off CPU and recorded at once (the pending map).
     pub offcpu_max_pending: u32,
 }
@@ -298,7 +293,6 @@ pub struct Sampler {
     cpu_clocks: Vec<aya::programs::perf_event::PerfEventLinkId>,
     /// The optional groups that are off, and why.
     off: BTreeMap<ProgramGroup, OptionalProgramError>,
-    source: SampleSourceKind,
     /// Bytes of the stack-copy ring buffer, when the programs copy user
     /// stacks for unwinding in the daemon.
     stack_copies: Option<u32>,
@@ -437,7 +431,6 @@ impl Sampler {
             frequency_hz: settings.frequency_hz,
             cpu_clocks,
             off,
-            source: settings.source,
             stack_copies: (settings.stack_copy_pages != 0).then_some(map_sizes.stack_copies),
             alloc_stack_copies: (
                 map_sizes.alloc_stack_copies,

@@ -67,7 +67,6 @@ fn fixture() -> Fixture {
         None,
         store.clone(),
         inboxes,
-        Vec::new(),
         DrainIntervals {
             every: Duration::from_secs(60),
             watched: Duration::from_secs(60),

@@ -12,7 +12,6 @@ fn settings(frequency_hz: u32) -> SamplerSettings {
         stack_copy_buffer: 0,
         alloc_stack_copy_buffer: 0,
         offcpu_max_pending: 1024,
-        source: SampleSourceKind::AggregatedMaps,
     }
 }
 
