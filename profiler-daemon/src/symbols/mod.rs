@@ -6,13 +6,13 @@
 //! the symbolizer names the rest, and kernel addresses, with blazesym
 //! (`symbolizer`). Every file read on behalf of a process is opened by
 //! `process_files`, which refuses what a hostile user may put there.
-//! `allocators` finds the allocator functions a process maps, for the
-//! allocation uprobes.
+//! `allocator_functions` finds the allocator functions a target process
+//! maps, where the allocation uprobes go.
 //!
 //! This layer owns what it knows of processes and binaries; it must not
 //! read kernel maps, store samples or report.
 
-pub mod allocators;
+pub mod allocator_functions;
 pub mod jit_names;
 pub mod mappings;
 pub mod process_files;

@@ -32,13 +32,12 @@ use crate::{
     kernel::{
         allocation_copies::slot_of,
         allocs::{
-            KernelAllocations, MAX_PROFILED_PROCESSES, ProbeError, RESERVED_FOR_ADMINS, Sampling,
-            interval_table, ring_share,
+            KernelAllocations, MAX_PROFILED_PROCESSES, ProbeError, ProbeSite, RESERVED_FOR_ADMINS,
+            Sampling, interval_table, ring_share,
         },
         programs,
     },
     lock,
-    symbols::allocators::AllocatorSite,
 };
 
 /// A profile's hold on its probes: detaching by it takes off that
@@ -196,7 +195,7 @@ impl KernelAllocationProbes {
     pub fn attach(
         &self,
         pid: u32,
-        sites: &[AllocatorSite],
+        sites: &[ProbeSite],
         sampling: Sampling,
         privileged: bool,
     ) -> Result<Attachment, ProbeError> {
