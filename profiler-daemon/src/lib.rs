@@ -4,8 +4,9 @@
 //!
 //! - [`kernel`]: the eBPF programs sample every CPU into kernel maps; the
 //!   drain reads them out, a generation at a time, as raw samples.
-//! - [`pipeline`]: moves each drained batch on, on its own threads:
-//!   addresses normalized and named by [`symbols`], then into the
+//! - [`pipeline`]: moves each drained batch on, on its own threads: user
+//!   stacks unwound from their copies by [`unwind`], addresses normalized
+//!   and named by [`symbols`], then into the
 //!   [`store`] (or, for a peek's samples and sampled allocations, to the
 //!   request that waits for them).
 //! - [`store`]: time-stamped buckets per thread and stack, any window of
@@ -41,6 +42,7 @@ pub mod report;
 pub mod service;
 pub mod store;
 pub mod symbols;
+pub mod unwind;
 
 /// Quotes what a request sent, for an error message: at most 64
 /// characters of it, and its length when it was longer, so that an error

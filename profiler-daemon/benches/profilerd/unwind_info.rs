@@ -13,7 +13,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use profilerd::symbols::unwind::UnwindSections;
+use profilerd::unwind::UnwindSections;
 
 use crate::{
     Plan,

@@ -25,7 +25,7 @@ use profiler_common::{
     unwind_table::{Key, MAX_MAPPINGS, Mapping, Process, Row},
 };
 
-use crate::symbols::{unwind::UnwindSections, unwind_rows};
+use crate::unwind::{UnwindSections, table_rows as unwind_rows};
 
 const PROGRAM: &str = "sample_unwind_tables";
 

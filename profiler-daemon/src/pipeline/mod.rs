@@ -54,7 +54,7 @@ use crate::{
     symbols::jit_names::{JitNames, JitStats, SETTLE_WAIT},
     symbols::processes::{NormalizedBatch, ProcessStats, ProcessTable},
     symbols::symbolizer::{Symbolizer, SymbolizerStats},
-    symbols::unwind::UnwindStats,
+    unwind::UnwindStats,
 };
 
 #[derive(Debug, thiserror::Error)]

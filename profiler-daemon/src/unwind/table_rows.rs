@@ -3,8 +3,8 @@
 //! find the caller's frame, sorted by address, with a row saying "no
 //! information" where no FDE covers the code.
 //!
-//! Owns only that compilation; the daemon's own unwinding (`unwind`) reads
-//! the sections with framehop and never needs these rows.
+//! Owns only that compilation; the daemon's own unwinding (`unwinder`)
+//! reads the sections with framehop and never needs these rows.
 
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext,
@@ -12,7 +12,7 @@ use gimli::{
 };
 use profiler_common::unwind_table::{Row, cfa};
 
-use super::unwind::UnwindSections;
+use super::UnwindSections;
 
 /// The rows of a binary's `.eh_frame` (none when it has none).
 pub fn compile(sections: &UnwindSections) -> Vec<Row> {
