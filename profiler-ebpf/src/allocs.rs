@@ -50,8 +50,9 @@ use profiler_common::{
 
 use crate::{
     global,
-    sampler::{STACK_COPY_PAGES, announce_process, copy_stack, count, credentials, registers_at},
+    sampler::{STACK_COPY_PAGES, announce_process, copy_stack, count, credentials},
 };
+use profiler_ebpf::registers::registers_at;
 
 /// The profiled processes, by process id. Sized by the daemon.
 #[map]

@@ -1,4 +1,4 @@
-//! profilerd's eBPF programs.
+//! profilerd's eBPF programs: the object the daemon ships.
 //!
 //! `sample_cpu` runs on every tick of the software CPU clock, on every CPU.
 //! It owns nothing but what it writes: it aggregates samples in the kernel
@@ -15,8 +15,6 @@
 //! `allocator_entry` and `allocator_return` (uprobes on the allocator's
 //! functions in the profiled processes) sample allocations and keep those
 //! still held (`allocs`).
-//! `sample_unwind_tables` is a prototype the benchmark measures (design 2
-//! of user-stack unwinding); the daemon never loads it.
 //! They must not block, allocate or log on the hot path.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
 // The atomic adds of the off-CPU pending counts and the allocation
@@ -43,10 +41,6 @@ mod offcpu;
 mod sampler;
 #[cfg(target_arch = "bpf")]
 mod signals;
-#[cfg(target_arch = "bpf")]
-mod stacks;
-#[cfg(target_arch = "bpf")]
-mod unwind_tables;
 
 #[cfg(not(target_arch = "bpf"))]
 fn main() {

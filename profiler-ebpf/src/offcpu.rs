@@ -42,9 +42,9 @@ use crate::{
     global,
     sampler::{
         STACK_COPIES, STACK_COPY_PAGES, announce_process, copy_stack, count, credentials,
-        saved_user_registers,
     },
 };
+use profiler_ebpf::registers::{registers_at, saved_user_registers};
 
 /// Byte offset of `task_struct.pid` (the thread id), from the kernel's BTF;
 /// 0 when unknown, and the daemon then leaves recording off.
@@ -415,7 +415,7 @@ pub fn read_waiting_threads(ctx: *mut c_void) -> i32 {
         (*thread).pid = pid;
         (*thread).tid = tid;
         let regs = bpf_task_pt_regs(task as *mut _) as u64;
-        ((*thread).ip, (*thread).sp, (*thread).bp) = crate::sampler::registers_at(regs);
+        ((*thread).ip, (*thread).sp, (*thread).bp) = registers_at(regs);
         let walked = bpf_get_task_stack(
             task as *mut _,
             (&raw mut (*thread).kernel).cast::<c_void>(),

@@ -30,16 +30,17 @@ use profiler_common::{
     targets,
 };
 
-use crate::{
-    global,
-    stacks::{stack_key, store_stack},
+use profiler_ebpf::{
+    registers::{interrupted_user_mode, user_registers},
+    stacks::{EEXIST, StoredStack, store_stack},
 };
+
+use crate::global;
 
 const PAGE_BYTES: u64 = STACK_COPY_PAGE as u64;
 
 /// Sizes below are placeholders: the daemon sizes every map at load time.
 const DEFAULT_ENTRIES: u32 = 1024;
-pub(crate) const EEXIST: i32 = 17;
 
 #[map]
 static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
@@ -230,6 +231,9 @@ fn record(
         error!(ctx, "per-CPU scratch buffer missing; sample dropped");
         return;
     };
+    // SAFETY: this CPU's scratch entry, for this run only (the program
+    // does not nest on one CPU).
+    let scratch = unsafe { &mut *scratch };
 
     let (uid, gid, protected, user_memory, main_stack_top) = credentials();
     let mut flags = if protected {
@@ -486,93 +490,27 @@ pub(crate) fn copy_stack(
     true
 }
 
-/// The user registers unwinding starts from (instruction, stack and frame
-/// pointer): the tick's own when it interrupted user code, else those
-/// saved when the task entered the kernel. Zeros where unknown.
+/// The key a sample refers to its stack by, noting in `flags` a truncated
+/// stack or (counting the loss) a lost one.
 #[inline(always)]
-pub(crate) fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
-    #[cfg(bpf_target_arch = "x86_64")]
-    {
-        if interrupted_user_mode(ctx) {
-            // SAFETY: the context of a perf_event program is a
-            // bpf_perf_event_data, whose registers programs may read.
-            return unsafe {
-                let regs = &(*ctx.ctx).regs;
-                (regs.rip, regs.rsp, regs.rbp)
-            };
+pub(crate) fn stack_key(
+    stored: Result<StoredStack, Counter>,
+    flags: &mut u32,
+    truncated_flag: u32,
+    lost_flag: u32,
+) -> u64 {
+    match stored {
+        Ok(stored) => {
+            if stored.truncated {
+                *flags |= truncated_flag;
+            }
+            stored.key
         }
-        saved_user_registers()
-    }
-    #[cfg(not(bpf_target_arch = "x86_64"))]
-    {
-        let _ = ctx;
-        (0, 0, 0)
-    }
-}
-
-/// The user registers the current task saved when it entered the kernel
-/// (instruction, stack and frame pointer); zeros where unknown.
-#[inline(always)]
-pub(crate) fn saved_user_registers() -> (u64, u64, u64) {
-    #[cfg(bpf_target_arch = "x86_64")]
-    {
-        use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs};
-        // SAFETY: helpers that return the current task and its saved user
-        // registers (the task is current, so both stay valid).
-        let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
-        registers_at(regs)
-    }
-    #[cfg(not(bpf_target_arch = "x86_64"))]
-    {
-        (0, 0, 0)
-    }
-}
-
-/// The instruction, stack and frame pointers in the `struct pt_regs` at
-/// `regs` (a kernel address from `bpf_task_pt_regs`); zeros where unknown.
-#[inline(always)]
-pub(crate) fn registers_at(regs: u64) -> (u64, u64, u64) {
-    if regs == 0 {
-        return (0, 0, 0);
-    }
-    #[cfg(bpf_target_arch = "x86_64")]
-    {
-        let read = |offset: u64| {
-            // SAFETY: bpf_probe_read_kernel fails rather than faulting;
-            // the offsets are those of x86-64's struct pt_regs (ABI).
-            unsafe { bpf_probe_read_kernel((regs + offset) as *const u64) }.unwrap_or(0)
-        };
-        (read(PT_REGS_IP), read(PT_REGS_SP), read(PT_REGS_BP))
-    }
-    #[cfg(not(bpf_target_arch = "x86_64"))]
-    {
-        (0, 0, 0)
-    }
-}
-
-/// Offsets in x86-64's `struct pt_regs` (arch/x86/include/asm/ptrace.h).
-#[cfg(bpf_target_arch = "x86_64")]
-const PT_REGS_BP: u64 = 4 * 8;
-#[cfg(bpf_target_arch = "x86_64")]
-const PT_REGS_IP: u64 = 16 * 8;
-#[cfg(bpf_target_arch = "x86_64")]
-const PT_REGS_SP: u64 = 19 * 8;
-
-/// Whether the tick interrupted user-mode code (x86-64: the privilege level
-/// in the saved code segment). Elsewhere, assume not: the kernel walk then
-/// simply finds nothing.
-#[inline(always)]
-pub(crate) fn interrupted_user_mode(ctx: &PerfEventContext) -> bool {
-    #[cfg(bpf_target_arch = "x86_64")]
-    {
-        // SAFETY: the context of a perf_event program is a bpf_perf_event_data,
-        // whose registers the verifier lets programs read.
-        unsafe { (*ctx.ctx).regs.cs & 3 == 3 }
-    }
-    #[cfg(not(bpf_target_arch = "x86_64"))]
-    {
-        let _ = ctx;
-        false
+        Err(loss) => {
+            count(loss);
+            *flags |= lost_flag;
+            0
+        }
     }
 }
 

@@ -1,10 +1,14 @@
 //! Storing walked stacks: once per distinct stack, under a 64-bit hash of
-//! its frames, in the stacks map of the current generation; a collision or
-//! a full map is a counted loss, never a wrong stack.
+//! its frames, in the stacks map it is given (the current generation's);
+//! a collision or a full map is a loss (the [`Counter`] the caller
+//! counts), never a wrong stack.
+//!
+//! Owns no map; the programs hand theirs in.
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
-    reason = "map keys and values are passed by reference on purpose, as in the sampler"
+    reason = "map keys and values are passed by reference on purpose: a StackTrace by value \
+              would not fit on the 512-byte BPF stack"
 )]
 
 use core::{ffi::c_void, mem::size_of};
@@ -18,51 +22,33 @@ use aya_ebpf::{
 };
 use profiler_common::{Counter, MAX_STACK_DEPTH, StackTrace};
 
-use crate::sampler::{EEXIST, count};
+/// The kernel's EEXIST: the key is already in the map.
+pub const EEXIST: i32 = 17;
 
-/// The key a sample refers to its stack by, noting in `flags` a truncated
-/// stack or (counting the loss) a lost one.
-#[inline(always)]
-pub(crate) fn stack_key(
-    stored: Result<StoredStack, Counter>,
-    flags: &mut u32,
-    truncated_flag: u32,
-    lost_flag: u32,
-) -> u64 {
-    match stored {
-        Ok(stored) => {
-            if stored.truncated {
-                *flags |= truncated_flag;
-            }
-            stored.key
-        }
-        Err(loss) => {
-            count(loss);
-            *flags |= lost_flag;
-            0
-        }
-    }
-}
-
-pub(crate) struct StoredStack {
+pub struct StoredStack {
     /// Key in the stacks map; 0 when there is no stack of this kind.
-    pub(crate) key: u64,
-    truncated: bool,
+    pub key: u64,
+    /// It filled every slot: probably cut short at its root end.
+    pub truncated: bool,
 }
 
+/// Walks the stack `ctx` interrupted (its user part when `user`, else its
+/// kernel part) into `scratch` (room of the caller's, too big for the BPF
+/// stack) and stores it in `stacks`.
 #[inline(always)]
-pub(crate) fn store_stack(
+pub fn store_stack(
     ctx: &PerfEventContext,
     stacks: &HashMap<u64, StackTrace>,
-    scratch: *mut StackTrace,
+    scratch: &mut StackTrace,
     user: bool,
 ) -> Result<StoredStack, Counter> {
     let flags = if user { BPF_F_USER_STACK as u64 } else { 0 };
-    // SAFETY: `scratch` is this CPU's scratch entry and holds MAX_STACK_DEPTH u64s.
+    // SAFETY: `scratch.ips` holds MAX_STACK_DEPTH u64s, the most the
+    // helper writes.
     let walked = unsafe {
         bpf_get_stack(
             ctx.as_ptr(),
-            (&raw mut (*scratch).ips).cast::<c_void>(),
+            scratch.ips.as_mut_ptr().cast::<c_void>(),
             (MAX_STACK_DEPTH * size_of::<u64>()) as u32,
             flags,
         )
@@ -77,9 +63,9 @@ pub(crate) fn store_stack(
 /// Stores the `len` frames walked into `scratch` in `stacks` (once per
 /// distinct stack), returning their key.
 #[inline(always)]
-pub(crate) fn store_walked(
+pub fn store_walked(
     stacks: &HashMap<u64, StackTrace>,
-    scratch: *mut StackTrace,
+    scratch: &mut StackTrace,
     len: usize,
     user: bool,
 ) -> Result<StoredStack, Counter> {
@@ -90,8 +76,6 @@ pub(crate) fn store_walked(
             truncated: false,
         });
     }
-    // SAFETY: the caller's scratch entry belongs to this CPU and this run.
-    let scratch = unsafe { &mut *scratch };
     scratch.len = len as u32;
     let key = stack_hash(&scratch.ips, len, user);
     // Most stacks recur: look first, insert only what is new.

@@ -9,7 +9,9 @@
 //! (`announcements`), and the maps the daemon writes (`targets`,
 //! `families`); `cgroups` reads the cgroup hierarchy the programs name
 //! cgroups by; `allocs` holds what allocation profiling tells the
-//! allocator uprobes and reads back.
+//! allocator uprobes and reads back. With the `unwind-tables-prototype`
+//! feature, `unwind_tables` loads design 2's prototype (its own object),
+//! for the benchmark.
 //!
 //! This layer owns every BPF object; nothing above it touches one. It must
 //! not symbolize, store or report.
@@ -29,6 +31,7 @@ pub mod sampler;
 pub mod sources;
 pub mod stack_copies;
 pub mod targets;
+#[cfg(feature = "unwind-tables-prototype")]
 pub mod unwind_tables;
 
 /// The `T` at the start of `bytes` (a ring buffer record, a chunk of a

@@ -7,7 +7,9 @@
 //! ([`UnwindStop`]).
 //!
 //! `sections` reads a binary's unwind sections; `unwinder` holds a
-//! process's unwinder built from its code mappings and walks one copy.
+//! process's unwinder built from its code mappings and walks one copy;
+//! with the `unwind-tables-prototype` feature, `table_rows` compiles
+//! `.eh_frame` into the rows design 2's prototype walks in the kernel.
 //! The process table (`symbols::processes`) decides which mappings a
 //! process has and keeps its unwinder; the pipeline's unwinding stage
 //! (`pipeline/unwinding.rs`) reads the copies and has them unwound.
@@ -19,6 +21,7 @@
 //! `service` or `store`).
 
 mod sections;
+#[cfg(feature = "unwind-tables-prototype")]
 pub mod table_rows;
 mod unwinder;
 

@@ -118,6 +118,7 @@ impl UnwindSections {
     }
 
     /// `.eh_frame`'s address in the file and its bytes.
+    #[cfg(feature = "unwind-tables-prototype")]
     pub(super) fn eh_frame(&self) -> Option<(u64, &[u8])> {
         self.eh_frame
             .as_ref()
