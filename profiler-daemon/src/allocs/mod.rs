@@ -23,7 +23,7 @@ pub use self::{profile::allocation_profile, run::AllocationRun};
 use crate::{
     kernel::{
         allocs::{MAX_PROFILED_PROCESSES, ProbeError, ProbeSite, RESERVED_FOR_ADMINS, Sampling},
-        sampler::{KernelAllocationProbes, Profiled, RunningProfile},
+        programs::{KernelAllocationProbes, Profiled, RunningProfile},
     },
     lock,
     pipeline::{PipelineHandle, SampleInbox},

@@ -18,7 +18,7 @@ use super::{AllocsError, Inner, allocation_profile, has_exited};
 use crate::{
     kernel::{
         allocs::{KernelAllocations, ProbeSite, Sampling},
-        sampler::Attachment,
+        programs::Attachment,
     },
     lock,
     profile::Profile,

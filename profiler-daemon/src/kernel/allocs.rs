@@ -5,7 +5,7 @@
 //! process when its probes came off (its sampled allocations still live,
 //! and what was dropped), and where a probe goes ([`ProbeSite`], found in
 //! the process's files by `symbols::allocator_functions`). The probes
-//! themselves are attached by [`super::sampler::KernelAllocationProbes`].
+//! themselves are attached by [`super::programs::KernelAllocationProbes`].
 //!
 //! Owns these values; it must not unwind, symbolize or aggregate.
 

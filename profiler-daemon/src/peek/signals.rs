@@ -8,7 +8,7 @@ use profiler_common::PeekSignal;
 use tracing::{info, warn};
 
 use super::Peeker;
-use crate::kernel::sampler::OptionalProgramError;
+use crate::kernel::programs::OptionalProgramError;
 
 /// Whether a peek signal aimed at a process without a handler is kept from
 /// killing it.

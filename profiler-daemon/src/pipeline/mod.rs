@@ -41,7 +41,7 @@ use self::{
 };
 
 use crate::{
-    kernel::sampler::{Sampler, SamplingError},
+    kernel::programs::{LoadedPrograms, SamplingError},
     kernel::{
         allocation_copies::AllocationCopies,
         drain::CounterDeltas,
@@ -203,20 +203,20 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Takes the sampler's source and process announcements and starts
+    /// Takes the loaded programs' source and process announcements and starts
     /// the pipeline threads; each batch goes to the store.
     pub fn start(
-        sampler: &mut Sampler,
+        programs: &mut LoadedPrograms,
         store: Arc<RwLock<Store>>,
         inboxes: Inboxes,
         drains: DrainIntervals,
         bounds: PipelineBounds,
         offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
     ) -> Result<Self, PipelineError> {
-        let source = sampler.take_source()?;
-        let (announcements, lineages) = sampler.take_process_announcements()?;
-        let stack_copies = sampler.take_stack_copies()?;
-        let allocation_copies = sampler.take_allocation_copies()?;
+        let source = programs.take_source()?;
+        let (announcements, lineages) = programs.take_process_announcements()?;
+        let stack_copies = programs.take_stack_copies()?;
+        let allocation_copies = programs.take_allocation_copies()?;
         Self::start_with(
             source,
             Some(announcements),

@@ -23,7 +23,7 @@ use super::{
 use crate::{
     kernel::{
         families::Families,
-        sampler::{OptionalProgramError, PeekClocks, SamplingError},
+        programs::{OptionalProgramError, PeekClocks, SamplingError},
         targets::{MemoryTargetMaps, TargetSet, Targets},
     },
     peek::{PeekSettings, Peeker, Protection},

@@ -22,11 +22,8 @@ use aya::{
 use profiler_common::{names, signal_generate};
 use tracing::{info, warn};
 
-use super::{
-    btf::BtfError,
-    requirements::TRACEFS,
-    sampler::{OptionalProgramError, SamplerSettings, SamplingError},
-};
+use super::{OptionalProgramError, ProgramSettings, SamplingError};
+use crate::kernel::{btf::BtfError, requirements::TRACEFS};
 
 /// A group of programs that load and attach together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -180,7 +177,7 @@ impl ProgramGroup {
 /// What the groups need to attach.
 pub(super) struct AttachContext<'a> {
     pub cpus: &'a [u32],
-    pub settings: &'a SamplerSettings,
+    pub settings: &'a ProgramSettings,
     /// Why tracefs is not there, when it is not.
     pub tracefs: Option<&'a SamplingError>,
     /// Why the kernel fields the signal programs read were not found.

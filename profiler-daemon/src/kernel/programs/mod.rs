@@ -1,258 +1,61 @@
-//! Loading the eBPF programs after checking that the kernel can run them
-//! (`requirements`), attaching them in their groups (`programs`), keeping
-//! them attached, and handing their maps out to their readers: the sample
-//! source to the pipeline, the process announcements to the process
-//! watcher, the peek signals and peeked threads to the peeker (for which it
-//! also opens per-thread clocks), the targets and families to the service.
+//! The loaded programs: the eBPF object loaded after checking that the
+//! kernel can run it (`requirements`), with the kernel's layout found in
+//! its BTF (`btf`), every program group attached (`groups`) and kept
+//! attached, and the maps handed out to their readers (`maps`): the
+//! sample source to the pipeline, the process announcements to the
+//! process watcher, the peek signals and peeked threads to the peeker (for
+//! which it also opens per-thread clocks, `handles`), the targets and
+//! families to the service; the allocator uprobes attached per profile
+//! (`allocation_probes`). `settings` sizes the maps, `errors` says why
+//! something cannot run.
 //!
-//! This module owns the [`aya::Ebpf`] object (dropping a [`Sampler`]
-//! detaches everything). It must not read samples itself.
+//! This module owns the [`aya::Ebpf`] object (dropping the
+//! [`LoadedPrograms`] detaches everything). It must not read samples
+//! itself.
 
-use std::{collections::BTreeMap, io, mem::size_of, time::Duration};
+use std::collections::BTreeMap;
 
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
-        PerfEvent, ProgramError,
+        PerfEvent,
         perf_event::{PerfEventConfig, PerfEventLink, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
-use profiler_common::{
-    Control, STACK_COPY_PAGE, SampleKey, SampleValue, StackCopyHeader, StackTrace, names,
-};
+use profiler_common::{Control, STACK_COPY_PAGE, SampleKey, SampleValue, StackTrace, names};
 use tracing::{debug, info, warn};
 
 use super::{
     btf::{BtfError, KernelTypes},
     drain::Drainer,
-    programs::{self, AttachContext, Attached, GroupFailure, ProgramGroup},
-    requirements::{self, TRACEFS, VMLINUX_BTF},
+    requirements,
     sources::SampleSource,
     stack_copies::StackCopies,
 };
 
 mod allocation_probes;
+mod errors;
+mod groups;
 mod handles;
 mod maps;
+mod settings;
 
-pub use self::allocation_probes::{Attachment, KernelAllocationProbes, Profiled, RunningProfile};
-pub use self::handles::{KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads};
+pub use self::{
+    allocation_probes::{Attachment, KernelAllocationProbes, Profiled, RunningProfile},
+    errors::{OptionalProgramError, SamplingError},
+    groups::ProgramGroup,
+    handles::{KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads},
+    settings::{MapSizes, ProgramSettings, stack_copy_record_bytes},
+};
+use self::{
+    groups::{AttachContext, Attached, GroupFailure},
+    settings::OFFCPU_INTERVALS_BYTES,
+};
 
 /// The eBPF object built by build.rs.
-pub(super) static EBPF_OBJECT: &[u8] =
+static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
-
-#[derive(Debug, thiserror::Error)]
-pub enum SamplingError {
-    #[error(
-        "the kernel has no BTF type information ({VMLINUX_BTF} is missing): profilerd needs a \
-         kernel built with CONFIG_DEBUG_INFO_BTF=y"
-    )]
-    NoBtf,
-    #[error(
-        "the kernel has no perf events (/proc/sys/kernel/perf_event_paranoid is missing): \
-         profilerd needs a kernel built with CONFIG_PERF_EVENTS=y"
-    )]
-    NoPerfEvents,
-    #[error(
-        "profilerd lacks the privileges to load BPF programs: run it as root (or with \
-         CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON)"
-    )]
-    NotPrivileged,
-    #[error(
-        "the kernel refused to load the BPF programs: permission denied; run profilerd as root \
-         (or with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE)"
-    )]
-    PermissionDenied,
-    #[error("the kernel has no bpf() system call: profilerd needs CONFIG_BPF_SYSCALL=y")]
-    NoBpfSyscall,
-    #[error("cannot list the online CPUs ({path}): {source}")]
-    OnlineCpus {
-        path: &'static str,
-        source: io::Error,
-    },
-    #[error(
-        "cannot attach to the software CPU clock on CPU {cpu}: {source}; the kernel must \
-         support perf events of type software/cpu-clock"
-    )]
-    AttachCpuClock { cpu: u32, source: ProgramError },
-    #[error(
-        "tracefs is not mounted at {TRACEFS} and mounting it failed: {0}; mount it with `mount -t tracefs nodev {TRACEFS}`"
-    )]
-    Tracefs(io::Error),
-    #[error("cannot attach to tracepoint {tracepoint}: {source}")]
-    AttachTracepoint {
-        tracepoint: &'static str,
-        source: ProgramError,
-    },
-    #[error(
-        "the eBPF object has no {0}; the build is inconsistent, rebuild with `cargo xtask build`"
-    )]
-    Missing(&'static str),
-    #[error("loading the BPF programs failed: {0}")]
-    Load(String),
-    #[error(
-        "cannot sample thread {tid} for a peek: {source}; the thread may have exited, or \
-         the kernel refused a per-thread perf event"
-    )]
-    SampleThread { tid: u32, source: ProgramError },
-    #[error("cannot set up the aggregated maps' drain: {0}")]
-    SourceMaps(aya::maps::MapError),
-}
-
-/// Why an optional program (the peek-signal guard, the fork follower) does
-/// not run: the daemon works without it, and says why.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum OptionalProgramError {
-    #[error("peeks by signal are off")]
-    PeeksBySignalOff,
-    #[error("cannot find the kernel fields it reads: {0}")]
-    Layout(#[from] BtfError),
-    #[error("cannot read the kernel's BTF: {0}")]
-    Btf(String),
-    #[error(
-        "the kernel refused to load a BPF LSM program (EPERM): BPF LSM needs \
-         CONFIG_BPF_LSM=y and `bpf` among the active LSMs (the lsm= boot parameter), and some \
-         kernel builds refuse it even then"
-    )]
-    LsmRefused,
-    #[error("the kernel refused {program}: {reason}")]
-    Load {
-        program: &'static str,
-        reason: String,
-    },
-    #[error("cannot attach {program}: {reason}")]
-    Attach {
-        program: &'static str,
-        reason: String,
-    },
-    #[error("the eBPF object has no {0}; rebuild with `cargo xtask build`")]
-    Missing(&'static str),
-    #[error("tracefs is not there: {0}")]
-    Tracefs(String),
-    #[error("{0}")]
-    TracepointFormat(String),
-    #[error(
-        "it unwinds copied user stacks, and stack_copy_pages is 0 (user stacks are walked by \
-         frame pointers in the kernel); set stack_copy_pages above 0"
-    )]
-    NoStackCopies,
-}
-
-/// What to sample and how big the kernel's maps are.
-#[derive(Clone, Copy, Debug)]
-pub struct SamplerSettings {
-    pub frequency_hz: u32,
-    pub drain_interval: Duration,
-    /// 0 = size automatically.
-    pub max_stacks: u32,
-    /// 0 = size automatically.
-    pub max_sample_keys: u32,
-    /// Signal whose sending starts a peek; 0: none.
-    pub peek_signal: u32,
-    /// Samples per second of a peeked thread.
-    pub peek_frequency_hz: u32,
-    /// Pages of user stack each sample copies for unwinding in the daemon;
-    /// 0: user stacks are walked by frame pointers in the kernel.
-    pub stack_copy_pages: u32,
-    /// Bytes of the stack-copy ring buffer; 0 sizes it automatically.
-    pub stack_copy_buffer: u64,
-    /// Bytes of the allocation ring buffer (sampled allocations' stack
-    /// copies); 0 sizes it automatically.
-    pub alloc_stack_copy_buffer: u64,
-    /// Threads that can be off CPU and recorded at once (the pending map).
-    pub offcpu_max_pending: u32,
-}
-
-/// Capacities of the per-generation maps, and of the stack-copy ring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MapSizes {
-    pub stacks: u32,
-    pub sample_keys: u32,
-    /// Bytes.
-    pub stack_copies: u32,
-    /// Bytes of the allocation ring buffer.
-    pub alloc_stack_copies: u32,
-}
-
-/// Bytes of the off-CPU intervals ring buffer: 26,000 intervals, half a
-/// million a second at the pipeline's reading interval.
-const OFFCPU_INTERVALS_BYTES: u32 = 1 << 20;
-
-/// How long the automatically sized stack-copy ring buffer holds the
-/// samples of every CPU, peeks running, when the daemon stops reading it
-/// (four of the pipeline's reads at their usual interval; with the size
-/// rounded down to a power of two, at least half that). The daemon maps
-/// the ring twice over (its wrap-around), so it adds twice its size to the
-/// daemon's resident memory: a longer hold costs memory on every machine.
-const STACK_COPY_HOLD: Duration = Duration::from_millis(400);
-
-/// Records the automatically sized allocation ring buffer holds (with the
-/// size rounded down to a power of two, at least half): between two
-/// unwinding passes (50 ms while it fills), one profile may have this many
-/// allocations sampled, and running profiles share them. Like the
-/// stack-copy ring, it adds twice its size to the daemon's resident memory.
-const ALLOCATION_RING_RECORDS: u64 = 512;
-
-/// Bytes one record of `pages` pages of stack takes in a ring buffer
-/// (with the ring's own 8-byte header, rounded up to 8 bytes).
-pub fn stack_copy_record_bytes(pages: u32) -> u64 {
-    let record = size_of::<StackCopyHeader>() as u64 + u64::from(pages) * STACK_COPY_PAGE as u64;
-    record.next_multiple_of(8) + 8
-}
-
-impl MapSizes {
-    /// Sizes each generation for twice the samples one drain interval can
-    /// bring on `cpus` CPUs (stacks: two per sample, user and kernel), so a
-    /// late drain does not lose samples; explicit settings win.
-    pub fn for_settings(settings: &SamplerSettings, cpus: usize) -> Self {
-        // Peeks sample running threads only, so at most one per CPU at once.
-        let samples_per_drain = (f64::from(settings.frequency_hz + settings.peek_frequency_hz)
-            * cpus as f64
-            * settings.drain_interval.as_secs_f64())
-        .ceil() as u64;
-        let auto = |per_sample: u64, cap: u64| {
-            (samples_per_drain * per_sample * 2)
-                .next_power_of_two()
-                .clamp(1024, cap) as u32
-        };
-        let pick = |configured: u32, automatic: u32| {
-            if configured == 0 {
-                automatic
-            } else {
-                configured
-            }
-        };
-        let record = (size_of::<StackCopyHeader>()
-            + settings.stack_copy_pages as usize * STACK_COPY_PAGE) as f64;
-        let records = f64::from(settings.frequency_hz + settings.peek_frequency_hz)
-            * STACK_COPY_HOLD.as_secs_f64()
-            * cpus as f64;
-        let stack_copies = match settings.stack_copy_buffer {
-            0 => {
-                let wanted = ((records * record) as u64).max(1);
-                // The largest power of two not above it.
-                (1_u64 << (63 - wanted.leading_zeros())).clamp(1 << 20, 1 << 26)
-            }
-            configured => configured,
-        } as u32;
-        let alloc_stack_copies = match settings.alloc_stack_copy_buffer {
-            0 => {
-                let wanted =
-                    ALLOCATION_RING_RECORDS * stack_copy_record_bytes(settings.stack_copy_pages);
-                (1_u64 << (63 - wanted.leading_zeros())).clamp(1 << 20, 1 << 24)
-            }
-            configured => configured,
-        } as u32;
-        Self {
-            stacks: pick(settings.max_stacks, auto(2, 1 << 16)),
-            sample_keys: pick(settings.max_sample_keys, auto(1, 1 << 20)),
-            stack_copies,
-            alloc_stack_copies,
-        }
-    }
-}
 
 /// The kernel side of a peek: per-thread clocks, and the marks that make a
 /// thread's first sample its "where it was".
@@ -284,8 +87,8 @@ pub struct FamilyMaps {
     pub joins: RingBuf<MapData>,
 }
 
-/// The loaded and attached programs.
-pub struct Sampler {
+/// The loaded and attached programs, every group of them.
+pub struct LoadedPrograms {
     ebpf: Ebpf,
     cpus: Vec<u32>,
     frequency_hz: u32,
@@ -300,10 +103,11 @@ pub struct Sampler {
     alloc_stack_copies: (u32, u64),
 }
 
-impl Sampler {
+impl LoadedPrograms {
     /// Checks the kernel's requirements, loads the programs and attaches
-    /// them: the sampler on every online CPU, the process tracepoints once.
-    pub fn start(settings: &SamplerSettings) -> Result<Self, SamplingError> {
+    /// every group: the CPU-clock sampler on every online CPU, the others
+    /// once (or, for those attached on demand, only loaded).
+    pub fn start(settings: &ProgramSettings) -> Result<Self, SamplingError> {
         requirements::check()?;
         // Without tracefs, tracepoints cannot be attached: sampling and
         // peeks by request still work, so the daemon starts without them.
@@ -380,7 +184,7 @@ impl Sampler {
                  requests return empty profiles)"
             ),
         }
-        let mut ebpf = loader.load(EBPF_OBJECT).map_err(programs::load_error)?;
+        let mut ebpf = loader.load(EBPF_OBJECT).map_err(groups::load_error)?;
 
         match aya_log::EbpfLogger::init(&mut ebpf) {
             Ok(logger) => spawn_log_forwarder(logger),
@@ -466,9 +270,6 @@ impl Sampler {
         self.off.get(&group).cloned().map_or(Ok(()), Err)
     }
 
-    /// Starts sampling one thread (on whichever CPU it runs) for a peek, at
-    /// `frequency_hz` of its own CPU time; threads it starts are sampled
-    /// too. Sampling stops when the returned link is dropped.
     /// Samples every CPU at `frequency_hz` from now on (configuration
     /// reload): the old attachments go, then the new ones come, so no tick
     /// is counted twice (the few microseconds between are not sampled).
@@ -476,13 +277,13 @@ impl Sampler {
         if frequency_hz == self.frequency_hz {
             return Ok(());
         }
-        let sampler: &mut PerfEvent = programs::program(&mut self.ebpf, names::PROGRAM_SAMPLE_CPU)?;
+        let sampler: &mut PerfEvent = groups::program(&mut self.ebpf, names::PROGRAM_SAMPLE_CPU)?;
         for link in self.cpu_clocks.drain(..) {
             if let Err(err) = sampler.detach(link) {
                 warn!("detaching a CPU clock failed: {err}");
             }
         }
-        match programs::attach_cpu_clocks(sampler, &self.cpus, frequency_hz) {
+        match groups::attach_cpu_clocks(sampler, &self.cpus, frequency_hz) {
             Ok(links) => {
                 self.cpu_clocks = links;
                 self.frequency_hz = frequency_hz;
@@ -492,19 +293,22 @@ impl Sampler {
             Err(err) => {
                 // Back to the old frequency rather than not sampling at all.
                 self.cpu_clocks =
-                    programs::attach_cpu_clocks(sampler, &self.cpus, self.frequency_hz)?;
+                    groups::attach_cpu_clocks(sampler, &self.cpus, self.frequency_hz)?;
                 Err(err)
             }
         }
     }
 
+    /// Starts sampling one thread (on whichever CPU it runs) for a peek, at
+    /// `frequency_hz` of its own CPU time; threads it starts are sampled
+    /// too. Sampling stops when the returned link is dropped.
     fn sample_thread(
         &mut self,
         tid: u32,
         frequency_hz: u32,
     ) -> Result<PerfEventLink, SamplingError> {
         let sampler: &mut PerfEvent =
-            programs::program(&mut self.ebpf, names::PROGRAM_SAMPLE_PEEK)?;
+            groups::program(&mut self.ebpf, names::PROGRAM_SAMPLE_PEEK)?;
         let error = |source| SamplingError::SampleThread { tid, source };
         let link = sampler
             .attach(

@@ -17,7 +17,7 @@ use crate::kernel::announcements::{ForkLineages, ProcessAnnouncements};
 
 use super::*;
 
-impl Sampler {
+impl LoadedPrograms {
     /// Takes the map of followed processes and the ring buffer of those
     /// that join a family; why they cannot be had when forks are not
     /// followed.
