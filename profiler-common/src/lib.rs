@@ -335,7 +335,10 @@ impl Counter {
 }
 
 pub mod allocs;
+mod layout;
 pub mod offcpu;
+
+pub use layout::KernelLayout;
 
 /// The peek signal as the kernel saw it being sent, passed to the daemon
 /// through the peek ring buffer.
@@ -458,31 +461,11 @@ pub mod names {
     pub const ALLOC_READ: &str = "ALLOC_READ";
     pub const ALLOC_COUNTS: &str = "ALLOC_COUNTS";
     pub const ALLOC_SHARE: &str = "ALLOC_SHARE";
-    /// Global: `task_struct.pid` (0: unknown, off-CPU recording is off).
-    pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
     pub const FOLLOWED: &str = "FOLLOWED";
     pub const FAMILY_JOINS: &str = "FAMILY_JOINS";
-    /// Globals: where the guard finds the kernel fields it reads.
-    pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
-    pub const TASK_SIGHAND_OFFSET: &str = "TASK_SIGHAND_OFFSET";
-    pub const SIGHAND_ACTION_OFFSET: &str = "SIGHAND_ACTION_OFFSET";
-    pub const K_SIGACTION_SIZE: &str = "K_SIGACTION_SIZE";
-    pub const HANDLER_OFFSET: &str = "HANDLER_OFFSET";
-    /// Globals: where the exit tracepoint finds how a process died.
-    pub const TASK_SIGNAL_OFFSET: &str = "TASK_SIGNAL_OFFSET";
-    pub const GROUP_EXIT_CODE_OFFSET: &str = "GROUP_EXIT_CODE_OFFSET";
+    /// Global: the [`crate::KernelLayout`], set once at load time.
+    pub const KERNEL_LAYOUT: &str = "KERNEL_LAYOUT";
     pub const PEEK_SIGNALLED: &str = "PEEK_SIGNALLED";
-    /// Globals: where the sampler finds a task's credentials and
-    /// dumpability (all 0 when not found: every sample is then protected).
-    pub const TASK_REAL_CRED_OFFSET: &str = "TASK_REAL_CRED_OFFSET";
-    pub const CRED_IDS_OFFSET: &str = "CRED_IDS_OFFSET";
-    pub const TASK_MM_OFFSET: &str = "TASK_MM_OFFSET";
-    pub const MM_FLAGS_OFFSET: &str = "MM_FLAGS_OFFSET";
-    pub const MM_START_STACK_OFFSET: &str = "MM_START_STACK_OFFSET";
-    /// Globals: where the fork tracepoint finds the program layout it
-    /// records (0 when not found: nothing is recorded).
-    pub const MM_START_CODE_OFFSET: &str = "MM_START_CODE_OFFSET";
-    pub const MM_END_CODE_OFFSET: &str = "MM_END_CODE_OFFSET";
     pub const PROGRAM_RECORD_FORKS: &str = "record_forks";
     pub const PROGRAM_FORGET_FORKS_ON_EXEC: &str = "forget_forks_on_exec";
     pub const FORK_LINEAGES: &str = "FORK_LINEAGES";

@@ -8,11 +8,31 @@
 
 use aya_ebpf::programs::PerfEventContext;
 
-/// The user registers unwinding starts from (instruction, stack and frame
-/// pointer): the tick's own when it interrupted user code, else those
-/// saved when the task entered the kernel. Zeros where unknown.
+/// The user registers unwinding starts from; zeros where unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserRegisters {
+    /// The instruction pointer (x86-64: rip).
+    pub ip: u64,
+    /// The stack pointer (rsp).
+    pub sp: u64,
+    /// The frame pointer (rbp).
+    pub bp: u64,
+}
+
+impl UserRegisters {
+    /// Unknown: zeros.
+    pub const UNKNOWN: Self = Self {
+        ip: 0,
+        sp: 0,
+        bp: 0,
+    };
+}
+
+/// The user registers unwinding starts from: the tick's own when it
+/// interrupted user code, else those saved when the task entered the
+/// kernel.
 #[inline(always)]
-pub fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
+pub fn user_registers(ctx: &PerfEventContext) -> UserRegisters {
     #[cfg(bpf_target_arch = "x86_64")]
     {
         if interrupted_user_mode(ctx) {
@@ -20,7 +40,11 @@ pub fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
             // bpf_perf_event_data, whose registers programs may read.
             return unsafe {
                 let regs = &(*ctx.ctx).regs;
-                (regs.rip, regs.rsp, regs.rbp)
+                UserRegisters {
+                    ip: regs.rip,
+                    sp: regs.rsp,
+                    bp: regs.rbp,
+                }
             };
         }
         saved_user_registers()
@@ -28,14 +52,13 @@ pub fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
     #[cfg(not(bpf_target_arch = "x86_64"))]
     {
         let _ = ctx;
-        (0, 0, 0)
+        UserRegisters::UNKNOWN
     }
 }
 
-/// The user registers the current task saved when it entered the kernel
-/// (instruction, stack and frame pointer); zeros where unknown.
+/// The user registers the current task saved when it entered the kernel.
 #[inline(always)]
-pub fn saved_user_registers() -> (u64, u64, u64) {
+pub fn saved_user_registers() -> UserRegisters {
     #[cfg(bpf_target_arch = "x86_64")]
     {
         use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs};
@@ -46,16 +69,16 @@ pub fn saved_user_registers() -> (u64, u64, u64) {
     }
     #[cfg(not(bpf_target_arch = "x86_64"))]
     {
-        (0, 0, 0)
+        UserRegisters::UNKNOWN
     }
 }
 
-/// The instruction, stack and frame pointers in the `struct pt_regs` at
-/// `regs` (a kernel address from `bpf_task_pt_regs`); zeros where unknown.
+/// The registers in the `struct pt_regs` at `regs` (a kernel address, from
+/// `bpf_task_pt_regs` or a probe's context).
 #[inline(always)]
-pub fn registers_at(regs: u64) -> (u64, u64, u64) {
+pub fn registers_at(regs: u64) -> UserRegisters {
     if regs == 0 {
-        return (0, 0, 0);
+        return UserRegisters::UNKNOWN;
     }
     #[cfg(bpf_target_arch = "x86_64")]
     {
@@ -65,11 +88,15 @@ pub fn registers_at(regs: u64) -> (u64, u64, u64) {
             unsafe { aya_ebpf::helpers::bpf_probe_read_kernel((regs + offset) as *const u64) }
                 .unwrap_or(0)
         };
-        (read(PT_REGS_IP), read(PT_REGS_SP), read(PT_REGS_BP))
+        UserRegisters {
+            ip: read(PT_REGS_IP),
+            sp: read(PT_REGS_SP),
+            bp: read(PT_REGS_BP),
+        }
     }
     #[cfg(not(bpf_target_arch = "x86_64"))]
     {
-        (0, 0, 0)
+        UserRegisters::UNKNOWN
     }
 }
 

@@ -27,7 +27,7 @@ use profiler_common::{Control, STACK_COPY_PAGE, SampleKey, SampleValue, StackTra
 use tracing::{debug, info, warn};
 
 use super::{
-    btf::{BtfError, KernelTypes},
+    btf::FoundLayout,
     drain::Drainer,
     requirements,
     sources::SampleSource,
@@ -136,53 +136,16 @@ impl LoadedPrograms {
         loader.map_max_entries(names::OFFCPU_PIDS, super::offcpu::MAX_RECORDED_PIDS);
         loader.map_max_entries(names::OFFCPU_PENDING, settings.offcpu_max_pending.max(1));
         loader.map_max_entries(names::OFFCPU_INTERVALS, OFFCPU_INTERVALS_BYTES);
-        let types = KernelTypes::read();
-        let types = types.as_ref().map_err(BtfError::clone);
-        let signal_layout = types.clone().and_then(KernelTypes::signal_layout);
-        if let Ok(layout) = &signal_layout {
-            for (name, value) in [
-                (names::TASK_TGID_OFFSET, &layout.task_tgid),
-                (names::TASK_PID_OFFSET, &layout.task_pid),
-                (names::TASK_SIGHAND_OFFSET, &layout.task_sighand),
-                (names::SIGHAND_ACTION_OFFSET, &layout.sighand_action),
-                (names::K_SIGACTION_SIZE, &layout.k_sigaction_size),
-                (names::HANDLER_OFFSET, &layout.handler),
-                (names::TASK_SIGNAL_OFFSET, &layout.task_signal),
-                (names::GROUP_EXIT_CODE_OFFSET, &layout.group_exit_code),
-            ] {
-                loader.override_global(name, value, true);
-            }
-        }
-        // Without it, main threads' stack copies are not trimmed at the top
-        // of their stack: they only cost more.
-        let start_stack_offset = types.clone().and_then(KernelTypes::mm_start_stack);
-        if let Ok(offset) = &start_stack_offset {
-            loader.override_global(names::MM_START_STACK_OFFSET, offset, true);
-        }
-        // Without it, every new process has its /proc/PID/stat read to see
-        // whether it shares its parent's mappings.
-        let program_layout = types.clone().and_then(KernelTypes::program_layout);
-        if let Ok(layout) = &program_layout {
-            loader.override_global(names::MM_START_CODE_OFFSET, &layout.mm_start_code, true);
-            loader.override_global(names::MM_END_CODE_OFFSET, &layout.mm_end_code, true);
-        }
-        let credentials = types.and_then(KernelTypes::credential_layout);
-        match &credentials {
-            Ok(layout) => {
-                for (name, value) in [
-                    (names::TASK_REAL_CRED_OFFSET, &layout.task_real_cred),
-                    (names::CRED_IDS_OFFSET, &layout.cred_ids),
-                    (names::TASK_MM_OFFSET, &layout.task_mm),
-                    (names::MM_FLAGS_OFFSET, &layout.mm_flags),
-                ] {
-                    loader.override_global(name, value, true);
-                }
-            }
-            Err(err) => warn!(
+        // Set once, whatever was found: a part left 0 is one the programs
+        // do without, and the groups that cannot are left off below.
+        let found = FoundLayout::read();
+        loader.override_global(names::KERNEL_LAYOUT, &found.layout, true);
+        if let Err(err) = &found.credentials {
+            warn!(
                 "cannot find where the kernel keeps a task's credentials: {err}; every sample is \
                  treated as protected, so only root and the admin group see any (other users' \
                  requests return empty profiles)"
-            ),
+            );
         }
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(groups::load_error)?;
 
@@ -195,12 +158,8 @@ impl LoadedPrograms {
             cpus: &cpus,
             settings,
             tracefs: tracefs.as_ref(),
-            signal_layout: signal_layout.as_ref().err(),
-            process_layout: program_layout
-                .as_ref()
-                .err()
-                .or(start_stack_offset.as_ref().err())
-                .or(credentials.as_ref().err()),
+            signal_layout: found.signals.as_ref().err(),
+            process_layout: found.process_error(),
         };
         let mut cpu_clocks = Vec::new();
         let mut off = BTreeMap::new();

@@ -25,7 +25,7 @@ use profiler_common::{
 };
 
 use profiler_ebpf::{
-    registers::{interrupted_user_mode, user_registers},
+    registers::{UserRegisters, interrupted_user_mode, user_registers},
     stacks::{store_stack, store_walked},
 };
 
@@ -83,7 +83,11 @@ pub fn sample_unwind_tables(ctx: PerfEventContext) -> u32 {
 /// Walks the user stack into `stack`: its length and how the walk ended.
 #[inline(always)]
 fn walk(ctx: &PerfEventContext, process: &Process, stack: &mut StackTrace) -> (usize, u8) {
-    let (mut ip, mut sp, mut bp) = user_registers(ctx);
+    let UserRegisters {
+        mut ip,
+        mut sp,
+        mut bp,
+    } = user_registers(ctx);
     let mut len = 0;
     let mut ended = cfa::TOO_DEEP;
     for frame in 0..MAX_FRAMES {
