@@ -61,5 +61,5 @@ pub fn follow_forks(ctx: BtfTracePointContext) -> i32 {
 /// was in one.
 #[inline(always)]
 pub(crate) fn leave(pid: u32) {
-    let _ = FOLLOWED.remove(&pid);
+    let _ = FOLLOWED.remove(pid);
 }

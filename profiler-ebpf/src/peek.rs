@@ -28,7 +28,7 @@ pub fn sample_peek(ctx: PerfEventContext) -> u32 {
     count(Counter::PeekSamples);
     let tid = bpf_get_current_pid_tgid() as u32;
     let mut kind = SampleKind::Peek;
-    if let Some(first) = PEEK_THREADS.get_ptr_mut(&tid) {
+    if let Some(first) = PEEK_THREADS.get_ptr_mut(tid) {
         // SAFETY: a live entry; only this thread's ticks write it, and a
         // thread is not sampled on two CPUs at once.
         let seen = unsafe { &mut *first };
