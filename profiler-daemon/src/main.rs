@@ -158,7 +158,9 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         offcpu_intervals,
     )
     .context("cannot start the sample pipeline")?;
-    let peek_signals = programs.take_peek_signals().context("cannot set up peeks")?;
+    let peek_signals = programs
+        .take_peek_signals()
+        .context("cannot set up peeks")?;
     let targets = programs
         .take_targets()
         .context("cannot set up the sampling targets")?;

@@ -5,7 +5,9 @@
 //!
 //! Owns no map: it only takes entries out of others'.
 
-use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
+};
 
 use crate::announcements::forget_process;
 

@@ -188,16 +188,19 @@ impl FoundLayout {
     fn from_types(types: Result<KernelTypes, BtfError>) -> Self {
         let types = types.as_ref().map_err(BtfError::clone);
         let mut layout = KernelLayout::UNKNOWN;
-        let signals = types.clone().and_then(KernelTypes::signal_layout).map(|found| {
-            layout.task_tgid = found.task_tgid;
-            layout.task_pid = found.task_pid;
-            layout.task_sighand = found.task_sighand;
-            layout.sighand_action = found.sighand_action;
-            layout.k_sigaction_size = found.k_sigaction_size;
-            layout.handler = found.handler;
-            layout.task_signal = found.task_signal;
-            layout.group_exit_code = found.group_exit_code;
-        });
+        let signals = types
+            .clone()
+            .and_then(KernelTypes::signal_layout)
+            .map(|found| {
+                layout.task_tgid = found.task_tgid;
+                layout.task_pid = found.task_pid;
+                layout.task_sighand = found.task_sighand;
+                layout.sighand_action = found.sighand_action;
+                layout.k_sigaction_size = found.k_sigaction_size;
+                layout.handler = found.handler;
+                layout.task_signal = found.task_signal;
+                layout.group_exit_code = found.group_exit_code;
+            });
         let credentials = types
             .clone()
             .and_then(KernelTypes::credential_layout)
@@ -421,7 +424,10 @@ mod tests {
         );
         assert!(found.process_error().is_none());
         let layout = found.layout;
-        assert!(layout.task_pid > 0 && layout.mm_start_stack > 0, "{layout:?}");
+        assert!(
+            layout.task_pid > 0 && layout.mm_start_stack > 0,
+            "{layout:?}"
+        );
         assert_ne!(layout.task_pid, layout.task_tgid, "{layout:?}");
     }
 

@@ -120,7 +120,9 @@ pub struct KernelPeekClocks {
 
 impl KernelPeekClocks {
     /// Takes the map of peeked threads out of `programs`.
-    pub fn new(programs: std::sync::Arc<std::sync::Mutex<LoadedPrograms>>) -> Result<Self, SamplingError> {
+    pub fn new(
+        programs: std::sync::Arc<std::sync::Mutex<LoadedPrograms>>,
+    ) -> Result<Self, SamplingError> {
         let threads = take_map(&mut crate::lock(&programs).ebpf, names::PEEK_THREADS)?;
         Ok(Self {
             programs,

@@ -27,10 +27,7 @@ use profiler_common::{Control, STACK_COPY_PAGE, SampleKey, SampleValue, StackTra
 use tracing::{debug, info, warn};
 
 use super::{
-    btf::FoundLayout,
-    drain::Drainer,
-    requirements,
-    sources::SampleSource,
+    btf::FoundLayout, drain::Drainer, requirements, sources::SampleSource,
     stack_copies::StackCopies,
 };
 
@@ -54,8 +51,7 @@ use self::{
 };
 
 /// The eBPF object built by build.rs.
-static EBPF_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 /// The kernel side of a peek: per-thread clocks, and the marks that make a
 /// thread's first sample its "where it was".
@@ -266,8 +262,7 @@ impl LoadedPrograms {
         tid: u32,
         frequency_hz: u32,
     ) -> Result<PerfEventLink, SamplingError> {
-        let sampler: &mut PerfEvent =
-            groups::program(&mut self.ebpf, names::PROGRAM_SAMPLE_PEEK)?;
+        let sampler: &mut PerfEvent = groups::program(&mut self.ebpf, names::PROGRAM_SAMPLE_PEEK)?;
         let error = |source| SamplingError::SampleThread { tid, source };
         let link = sampler
             .attach(

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use super::*;
 
 fn settings(frequency_hz: u32) -> ProgramSettings {
