@@ -61,7 +61,9 @@ pub fn store_stack(
 }
 
 /// Stores the `len` frames walked into `scratch` in `stacks` (once per
-/// distinct stack), returning their key.
+/// distinct stack), returning their key. The frames past `len` must be 0
+/// (as `bpf_get_stack` leaves them): they are hashed and compared up to
+/// the end of their [`CHUNK`].
 #[inline(always)]
 pub fn store_walked(
     stacks: &HashMap<u64, StackTrace>,
@@ -110,19 +112,34 @@ pub fn store_walked(
     })
 }
 
-/// A 64-bit hash of the frames; never 0, which means "no stack".
-#[expect(
-    clippy::needless_range_loop,
-    reason = "indexed loops with a constant bound are what the verifier proves bounded"
-)]
+/// Frames hashed and compared at a time. A loop that stops at a stack's
+/// exact length leaves the verifier one path per length to follow through
+/// everything after it (the programs came within a few hundred of its
+/// million instructions); stopping only at the end of a chunk leaves it
+/// one per chunk, for a few zero frames more.
+const CHUNK: usize = 8;
+
+/// Chunks in a stack of [`MAX_STACK_DEPTH`] frames.
+const CHUNKS: usize = MAX_STACK_DEPTH.div_ceil(CHUNK);
+
+/// The frame at `chunk`'s `index`; 0 past the end of the array.
+#[inline(always)]
+fn frame(ips: &[u64; MAX_STACK_DEPTH], chunk: usize, index: usize) -> u64 {
+    ips.get(chunk * CHUNK + index).copied().unwrap_or(0)
+}
+
+/// A 64-bit hash of the frames, chunk by chunk up to `len`'s; never 0,
+/// which means "no stack".
 #[inline(always)]
 fn stack_hash(ips: &[u64; MAX_STACK_DEPTH], len: usize, user: bool) -> u64 {
     let mut hash: u64 = 0x9e37_79b9_7f4a_7c15 ^ ((len as u64) << 1) ^ (user as u64);
-    for i in 0..MAX_STACK_DEPTH {
-        if i >= len {
+    for chunk in 0..CHUNKS {
+        if chunk * CHUNK >= len {
             break;
         }
-        hash = mix(hash ^ ips[i]);
+        for index in 0..CHUNK {
+            hash = mix(hash ^ frame(ips, chunk, index));
+        }
     }
     if hash == 0 { 1 } else { hash }
 }
@@ -137,19 +154,21 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-/// Whether the stored stack holds the walked one's `len` frames (indexed
-/// with a constant bound, as the verifier proves loops bounded).
+/// Whether the stored stack holds the walked one's `len` frames, chunk by
+/// chunk (the frames past `len` are 0 in both).
 #[inline(always)]
 fn same_frames(stored: &StackTrace, walked: &StackTrace, len: usize) -> bool {
     if stored.len as usize != len {
         return false;
     }
-    for i in 0..MAX_STACK_DEPTH {
-        if i >= len {
+    for chunk in 0..CHUNKS {
+        if chunk * CHUNK >= len {
             break;
         }
-        if stored.ips[i] != walked.ips[i] {
-            return false;
+        for index in 0..CHUNK {
+            if frame(&stored.ips, chunk, index) != frame(&walked.ips, chunk, index) {
+                return false;
+            }
         }
     }
     true

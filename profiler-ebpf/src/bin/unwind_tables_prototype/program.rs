@@ -81,8 +81,11 @@ pub fn sample_unwind_tables(ctx: PerfEventContext) -> u32 {
 }
 
 /// Walks the user stack into `stack`: its length and how the walk ended.
+/// The frames past it are 0, as `store_walked` needs (those past
+/// [`MAX_FRAMES`] are never written).
 #[inline(always)]
 fn walk(ctx: &PerfEventContext, process: &Process, stack: &mut StackTrace) -> (usize, u8) {
+    stack.ips[..MAX_FRAMES].fill(0);
     let UserRegisters {
         mut ip,
         mut sp,
