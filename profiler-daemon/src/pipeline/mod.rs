@@ -238,10 +238,6 @@ impl Pipeline {
     /// their samples are drained) and its stack copies when it copies
     /// stacks (with the off-CPU intervals, when they are recorded), each
     /// part within its bound.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "each is a distinct part the pipeline joins"
-    )]
     pub fn start_with(
         source: Box<dyn SampleSource>,
         announcements: Option<ProcessAnnouncements>,
