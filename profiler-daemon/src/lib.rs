@@ -9,6 +9,9 @@
 //!   and named by [`symbols`], then into the
 //!   [`store`] (or, for a peek's samples and sampled allocations, to the
 //!   request that waits for them).
+//! - [`unwind`]: user stacks unwound from the copies the kernel took, with
+//!   each binary's unwind information (framehop); it uses only [`kernel`]
+//!   and [`profile`], and [`symbols`] and [`pipeline`] use it.
 //! - [`store`]: time-stamped buckets per thread and stack, any window of
 //!   which becomes a self-contained [`profile::Profile`].
 //! - [`report`]: pure functions from a profile to the bytes of a format.
