@@ -98,10 +98,20 @@ fn build_protos() -> Result<()> {
 /// command. Without it, rustup's `nightly` is used.
 const EBPF_TOOLCHAIN_VAR: &str = "PROFILERD_EBPF_TOOLCHAIN";
 
+/// The daemon's feature that also builds design 2's prototype, as an
+/// object of its own (`unwind_tables_prototype`, beside `profiler`).
+const PROTOTYPE_FEATURE_VAR: &str = "CARGO_FEATURE_UNWIND_TABLES_PROTOTYPE";
+
 fn build_ebpf() -> Result<()> {
+    let prototype = std::env::var_os(PROTOTYPE_FEATURE_VAR).is_some();
     let ebpf = aya_build::Package {
         name: "profiler-ebpf",
         root_dir: "../profiler-ebpf",
+        features: if prototype {
+            &["unwind-tables-prototype"]
+        } else {
+            &[]
+        },
         ..Default::default()
     };
     println!("cargo:rerun-if-env-changed={EBPF_TOOLCHAIN_VAR}");

@@ -335,7 +335,10 @@ impl Counter {
 }
 
 pub mod allocs;
+mod layout;
 pub mod offcpu;
+
+pub use layout::KernelLayout;
 
 /// The peek signal as the kernel saw it being sent, passed to the daemon
 /// through the peek ring buffer.
@@ -458,31 +461,11 @@ pub mod names {
     pub const ALLOC_READ: &str = "ALLOC_READ";
     pub const ALLOC_COUNTS: &str = "ALLOC_COUNTS";
     pub const ALLOC_SHARE: &str = "ALLOC_SHARE";
-    /// Global: `task_struct.pid` (0: unknown, off-CPU recording is off).
-    pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
     pub const FOLLOWED: &str = "FOLLOWED";
     pub const FAMILY_JOINS: &str = "FAMILY_JOINS";
-    /// Globals: where the guard finds the kernel fields it reads.
-    pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
-    pub const TASK_SIGHAND_OFFSET: &str = "TASK_SIGHAND_OFFSET";
-    pub const SIGHAND_ACTION_OFFSET: &str = "SIGHAND_ACTION_OFFSET";
-    pub const K_SIGACTION_SIZE: &str = "K_SIGACTION_SIZE";
-    pub const HANDLER_OFFSET: &str = "HANDLER_OFFSET";
-    /// Globals: where the exit tracepoint finds how a process died.
-    pub const TASK_SIGNAL_OFFSET: &str = "TASK_SIGNAL_OFFSET";
-    pub const GROUP_EXIT_CODE_OFFSET: &str = "GROUP_EXIT_CODE_OFFSET";
+    /// Global: the [`crate::KernelLayout`], set once at load time.
+    pub const KERNEL_LAYOUT: &str = "KERNEL_LAYOUT";
     pub const PEEK_SIGNALLED: &str = "PEEK_SIGNALLED";
-    /// Globals: where the sampler finds a task's credentials and
-    /// dumpability (all 0 when not found: every sample is then protected).
-    pub const TASK_REAL_CRED_OFFSET: &str = "TASK_REAL_CRED_OFFSET";
-    pub const CRED_IDS_OFFSET: &str = "CRED_IDS_OFFSET";
-    pub const TASK_MM_OFFSET: &str = "TASK_MM_OFFSET";
-    pub const MM_FLAGS_OFFSET: &str = "MM_FLAGS_OFFSET";
-    pub const MM_START_STACK_OFFSET: &str = "MM_START_STACK_OFFSET";
-    /// Globals: where the fork tracepoint finds the program layout it
-    /// records (0 when not found: nothing is recorded).
-    pub const MM_START_CODE_OFFSET: &str = "MM_START_CODE_OFFSET";
-    pub const MM_END_CODE_OFFSET: &str = "MM_END_CODE_OFFSET";
     pub const PROGRAM_RECORD_FORKS: &str = "record_forks";
     pub const PROGRAM_FORGET_FORKS_ON_EXEC: &str = "forget_forks_on_exec";
     pub const FORK_LINEAGES: &str = "FORK_LINEAGES";
@@ -510,82 +493,8 @@ pub mod names {
     pub const STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
 }
 
-/// Design 2 of user-stack unwinding, kept as a measured prototype (see
-/// BENCHMARKS.md): `.eh_frame` compiled into rows the eBPF program walks.
-pub mod unwind_table {
-    /// Mappings of one process the prototype can describe.
-    pub const MAX_MAPPINGS: usize = 16;
-    /// Frames the prototype walks per sample.
-    pub const MAX_FRAMES: usize = 32;
-    /// Steps of the binary search for a row (2^20 rows per binary).
-    pub const SEARCH_STEPS: usize = 20;
-
-    /// How a row finds the canonical frame address (CFA).
-    pub mod cfa {
-        /// CFA = sp + offset.
-        pub const SP: u8 = 0;
-        /// CFA = bp + offset.
-        pub const BP: u8 = 1;
-        /// A PLT stub: CFA = sp + 8, or + 16 past the stub's push.
-        pub const PLT: u8 = 2;
-        /// No unwind information covers the address: the walk stops short.
-        pub const NO_INFO: u8 = 3;
-        /// The outermost frame (return address undefined): the stack is whole.
-        pub const END: u8 = 4;
-        /// Only as a walk's outcome: a return address or bp could not be read.
-        pub const BAD_FRAME: u8 = 5;
-        /// Only as a walk's outcome: [`super::MAX_FRAMES`] frames walked.
-        pub const TOO_DEEP: u8 = 6;
-    }
-
-    /// One row: from `pc` (a file address) up to the next row's, the
-    /// return address is at CFA - 8 and the caller's bp at CFA +
-    /// `bp_offset` (0: bp unchanged).
-    #[repr(C)]
-    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-    pub struct Row {
-        pub pc: u64,
-        pub cfa_offset: i32,
-        pub bp_offset: i16,
-        pub cfa: u8,
-        pub _pad: u8,
-    }
-
-    /// One executable mapping and its rows in the shared rows array.
-    #[repr(C)]
-    #[derive(Clone, Copy, Debug, Default)]
-    pub struct Mapping {
-        pub start: u64,
-        pub end: u64,
-        /// Run-time address minus file address.
-        pub bias: u64,
-        pub first_row: u32,
-        pub rows: u32,
-    }
-
-    /// A process's executable mappings, sorted by nothing in particular.
-    #[repr(C)]
-    #[derive(Clone, Copy, Debug)]
-    pub struct Process {
-        pub mappings: [Mapping; MAX_MAPPINGS],
-        pub count: u32,
-        pub _pad: u32,
-    }
-
-    /// One aggregated sample: counts are kept per (thread, user stack,
-    /// kernel stack), as the production sampler does.
-    #[repr(C)]
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub struct Key {
-        pub pid: u32,
-        pub tid: u32,
-        pub user_stack: u64,
-        pub kernel_stack: u64,
-        /// The [`cfa`] rule the walk ended on (END: whole).
-        pub ended: u32,
-        pub _pad: u32,
-    }
-}
+#[cfg(feature = "unwind-tables-prototype")]
+pub mod unwind_table;
 
 #[cfg(feature = "user")]
 mod pod {
@@ -614,12 +523,6 @@ mod pod {
     unsafe impl aya::Pod for super::offcpu::Interval {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::offcpu::WaitingThread {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::unwind_table::Row {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::unwind_table::Process {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::unwind_table::Key {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::allocs::Target {}
     // SAFETY: as above.

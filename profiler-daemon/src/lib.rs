@@ -4,10 +4,14 @@
 //!
 //! - [`kernel`]: the eBPF programs sample every CPU into kernel maps; the
 //!   drain reads them out, a generation at a time, as raw samples.
-//! - [`pipeline`]: moves each drained batch on, on its own threads:
-//!   addresses normalized and named by [`symbols`], then into the
+//! - [`pipeline`]: moves each drained batch on, on its own threads: user
+//!   stacks unwound from their copies by [`unwind`], addresses normalized
+//!   and named by [`symbols`], then into the
 //!   [`store`] (or, for a peek's samples and sampled allocations, to the
 //!   request that waits for them).
+//! - [`unwind`]: user stacks unwound from the copies the kernel took, with
+//!   each binary's unwind information (framehop); it uses only [`kernel`]
+//!   and [`profile`], and [`symbols`] and [`pipeline`] use it.
 //! - [`store`]: time-stamped buckets per thread and stack, any window of
 //!   which becomes a self-contained [`profile::Profile`].
 //! - [`report`]: pure functions from a profile to the bytes of a format.
@@ -48,6 +52,7 @@ pub mod store;
 pub mod symbols;
 pub mod tasks;
 pub mod transport;
+pub mod unwind;
 
 /// Quotes what a request sent, for an error message: at most 64
 /// characters of it, and its length when it was longer, so that an error

@@ -22,9 +22,9 @@ use profilerd::{
     daemon::systemd,
     kernel::families::Families,
     kernel::offcpu::{OffCpuRecorder, RecordingMaps},
-    kernel::sampler::{
+    kernel::programs::{
         KernelAllocationProbes, KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads,
-        Sampler, SamplerSettings,
+        LoadedPrograms, ProgramSettings,
     },
     memory::Part,
     peek::{self, Peeker},
@@ -105,7 +105,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     // First, so that a second daemon fails before touching the kernel.
     let (listener, _socket_file) = listeners::bind_socket(&config.socket)?;
     tokio::spawn(profilerd::memory::trim::trim_when_idle());
-    let mut sampler = Sampler::start(&SamplerSettings {
+    let mut programs = LoadedPrograms::start(&ProgramSettings {
         frequency_hz: config.frequency_hz,
         drain_interval: config.drain_interval,
         max_stacks: config.max_stacks,
@@ -115,12 +115,11 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         stack_copy_pages: config.stack_copy_pages(),
         stack_copy_buffer: config.stack_copy_buffer.as_u64(),
         alloc_stack_copy_buffer: config.alloc_stack_copy_buffer.as_u64(),
-        source: Default::default(),
         offcpu_max_pending: config.offcpu_max_pending,
     })
     .context("cannot start sampling")?;
     let budget = config
-        .memory_budget(sampler.ring_buffer_bytes())
+        .memory_budget(programs.ring_buffer_bytes())
         .context("invalid value for `memory_budget`")?;
     info!("{}", budget.describe());
     let cgroup = profilerd::memory::cgroup::own_limits();
@@ -128,7 +127,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         warn!("{advice}");
     }
     let store = Arc::new(RwLock::new(Store::new(config.store_settings(&budget))));
-    let (offcpu_maps, offcpu_intervals) = match sampler.take_offcpu() {
+    let (offcpu_maps, offcpu_intervals) = match programs.take_offcpu() {
         Ok((maps, intervals)) => (
             Ok(Box::new(maps) as Box<dyn RecordingMaps>),
             Some(intervals),
@@ -143,11 +142,9 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     inboxes.peeks.set_limit(budget.share(Part::Peeks) / 4);
     inboxes.allocations.set_limit(budget.share(Part::Peeks) / 4);
     let pipeline = Pipeline::start(
-        &mut sampler,
+        &mut programs,
         store.clone(),
         inboxes.clone(),
-        // The exporters (Pyroscope, OpenTelemetry) will plug in here.
-        Vec::new(),
         DrainIntervals {
             every: config.drain_interval,
             watched: config.watched_drain_interval,
@@ -161,11 +158,13 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         offcpu_intervals,
     )
     .context("cannot start the sample pipeline")?;
-    let peek_signals = sampler.take_peek_signals().context("cannot set up peeks")?;
-    let targets = sampler
+    let peek_signals = programs
+        .take_peek_signals()
+        .context("cannot set up peeks")?;
+    let targets = programs
         .take_targets()
         .context("cannot set up the sampling targets")?;
-    let families = match sampler.take_families() {
+    let families = match programs.take_families() {
         Ok(maps) => {
             let families = Families::new(Ok(maps.followed));
             tokio::spawn(families.clone().follow_joins(maps.joins));
@@ -173,16 +172,16 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         }
         Err(reason) => Families::new(Err(reason)),
     };
-    let protection = peek::protection(sampler.signal_guard());
-    let (cpus, frequency_hz) = (sampler.cpus().to_vec(), sampler.frequency_hz());
+    let protection = peek::protection(programs.signal_guard());
+    let (cpus, frequency_hz) = (programs.cpus().to_vec(), programs.frequency_hz());
     let cpus_sampled = cpus.len();
-    let peek_signal_off = sampler.signal_watch().err().map(|err| err.to_string());
-    let sampler = Arc::new(Mutex::new(sampler));
-    let peek_clocks = KernelPeekClocks::new(sampler.clone()).context("cannot set up peeks")?;
-    offcpu.set_thread_source(Arc::new(KernelWaitingThreads::new(sampler.clone())));
-    offcpu.set_switch_programs(Arc::new(KernelSwitchPrograms::new(sampler.clone())));
+    let peek_signal_off = programs.signal_watch().err().map(|err| err.to_string());
+    let programs = Arc::new(Mutex::new(programs));
+    let peek_clocks = KernelPeekClocks::new(programs.clone()).context("cannot set up peeks")?;
+    offcpu.set_thread_source(Arc::new(KernelWaitingThreads::new(programs.clone())));
+    offcpu.set_switch_programs(Arc::new(KernelSwitchPrograms::new(programs.clone())));
     let allocations = AllocationProfiler::new(
-        Arc::new(KernelAllocationProbes::new(sampler.clone())),
+        Arc::new(KernelAllocationProbes::new(programs.clone())),
         inboxes.allocations.clone(),
         pipeline.handle(),
     );
@@ -275,7 +274,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         path: args.config,
         overrides: args.overrides,
         running: config.clone(),
-        sampler: sampler.clone(),
+        sampler: programs.clone(),
         store: reload_store,
         budget: budget.clone(),
         peeker: reload_peeker,
@@ -298,7 +297,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
     };
     let served = listeners::serve(service, listener, listeners, until_shutdown).await;
     drop(pipeline);
-    drop(sampler);
+    drop(programs);
     served.context("the gRPC server failed")?;
     info!("profilerd stopped");
     Ok(())

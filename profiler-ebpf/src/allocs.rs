@@ -20,7 +20,8 @@
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
-    reason = "map keys and values are passed by reference on purpose, as in the sampler"
+    reason = "map keys and values are passed by reference on purpose: copies only cost BPF \
+              stack space"
 )]
 
 use core::ffi::c_void;
@@ -38,19 +39,21 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use profiler_common::{
-    Counter, MAX_STACK_COPY_PAGES, SampleKind,
+    Counter, SampleKind,
     allocs::{
         Address, COUNT_CALLS_NOT_FOLLOWED, COUNT_RING_FULL, COUNT_RING_FULL_BYTES,
         COUNT_SHARE_FULL, COUNT_SHARE_FULL_BYTES, COUNT_UNTRACKED, COUNT_WRITTEN, Call, Function,
         INTERVAL_SHIFT, INTERVAL_TABLE_LEN, MAX_COUNTED_SIZE, MAX_PROFILED_PROCESSES,
         ProfileCounts, ReadCount, Target, mode,
     },
-    sample_flags,
 };
+use profiler_ebpf::registers::registers_at;
 
 use crate::{
-    global,
-    sampler::{STACK_COPY_PAGES, announce_process, copy_stack, count, credentials, registers_at},
+    announcements::announce_process,
+    counters::count,
+    stack_copy::{StackCopy, copy_pages, copy_stack},
+    task::current_task,
 };
 
 /// The profiled processes, by process id. Sized by the daemon.
@@ -73,7 +76,7 @@ static ALLOC_LIVE: HashMap<Address, u64> = HashMap::with_max_entries(65536, 0);
 static ALLOC_INTERVALS: Array<u32> = Array::with_max_entries(INTERVAL_TABLE_LEN, 0);
 
 /// Sampled allocations, each with its registers and a copy of the top of
-/// its user stack (as [`crate::sampler::STACK_COPIES`] holds CPU samples),
+/// its user stack (as [`crate::stack_copy::STACK_COPIES`] holds CPU samples),
 /// for the daemon to unwind. Sized by the daemon at load time.
 #[map]
 static ALLOC_STACK_COPIES: RingBuf = RingBuf::with_byte_size(4096, 0);
@@ -130,7 +133,7 @@ pub fn allocator_entry(ctx: ProbeContext) -> u32 {
     let Some(target) = (unsafe { ALLOC_TARGETS.get(&pid) }).copied() else {
         return 0;
     };
-    let (_, entry_sp, _) = registers_at(ctx.as_ptr() as u64);
+    let entry_sp = registers_at(ctx.as_ptr() as u64).sp;
     // SAFETY: the value is copied at once, while the entry is live.
     if let Some(outer) = unsafe { ALLOC_CALLS.get(&pid_tgid) }
         && outer.entry_sp >= entry_sp
@@ -167,7 +170,7 @@ pub fn allocator_return(ctx: RetProbeContext) -> u32 {
     };
     // Past the return, the stack pointer is just above the return address
     // the call entered with; any other return is a nested call's.
-    let (_, return_sp, _) = registers_at(ctx.as_ptr() as u64);
+    let return_sp = registers_at(ctx.as_ptr() as u64).sp;
     if return_sp != call.entry_sp + 8 {
         return 0;
     }
@@ -231,22 +234,23 @@ fn record(ctx: &RetProbeContext, pid_tgid: u64, size: u64, address: u64) {
     if !kept {
         add(counts, COUNT_UNTRACKED, 1);
     }
-    let (uid, gid, protected, _, main_stack_top) = credentials();
-    let flags = if protected {
-        sample_flags::PROTECTED
-    } else {
-        0
+    let task = current_task();
+    let copy = StackCopy {
+        ctx: ctx.as_ptr().cast::<c_void>(),
+        // In user code: no kernel stack.
+        walk_kernel: false,
+        pid_tgid,
+        task,
+        kind: SampleKind::Allocation,
+        flags: task.sample_flags(),
+        // Its size, its id (as in the live map), its profile's serial.
+        weight: size,
+        switched_out_ns: id,
+        tag: target.serial,
+        registers: registers_at(ctx.as_ptr() as u64),
+        pages: copy_pages(),
     };
-    let pages = global(&STACK_COPY_PAGES).min(MAX_STACK_COPY_PAGES);
-    let copied = copy_stack(
-        &ALLOC_STACK_COPIES,
-        ctx.as_ptr().cast::<c_void>(),
-        false,
-        (pid_tgid, SampleKind::Allocation as u32, flags, (uid, gid)),
-        || (size, id, target.serial),
-        || registers_at(ctx.as_ptr() as u64),
-        (pages, main_stack_top),
-    );
+    let copied = copy_stack(&ALLOC_STACK_COPIES, copy);
     if copied {
         add(counts, COUNT_WRITTEN, 1);
         count(Counter::AllocSampled);

@@ -11,13 +11,13 @@ use aya_ebpf::{
 };
 use profiler_common::FamilyJoin;
 
-use crate::global;
+use crate::{KERNEL_LAYOUT, global};
 
 /// Followed processes, by process id; the value is the family's root. The
 /// daemon adds the roots and removes the family when its session ends;
-/// members leave when they exit (`forget_on_exit`).
+/// members leave when they exit ([`leave`]).
 #[map]
-pub(crate) static FOLLOWED: HashMap<u32, u32> = HashMap::with_max_entries(4096, 0);
+static FOLLOWED: HashMap<u32, u32> = HashMap::with_max_entries(4096, 0);
 
 /// New members, for the daemon.
 #[map]
@@ -34,7 +34,7 @@ pub fn follow_forks(ctx: BtfTracePointContext) -> i32 {
     let Some(&root) = (unsafe { FOLLOWED.get(parent) }) else {
         return 0;
     };
-    let tgid_offset = global(&crate::signals::TASK_TGID_OFFSET);
+    let tgid_offset = global(&KERNEL_LAYOUT.task_tgid);
     let child: u64 = ctx.arg(1);
     if tgid_offset == 0 || child == 0 {
         return 0;
@@ -55,4 +55,11 @@ pub fn follow_forks(ctx: BtfTracePointContext) -> i32 {
         let _ = FAMILY_JOINS.output::<FamilyJoin>(&FamilyJoin { root, pid }, 0);
     }
     0
+}
+
+/// Process `pid` exits (`forget_on_exit`): it leaves its family, if it
+/// was in one.
+#[inline(always)]
+pub(crate) fn leave(pid: u32) {
+    let _ = FOLLOWED.remove(pid);
 }

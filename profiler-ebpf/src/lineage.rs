@@ -14,14 +14,7 @@ use aya_ebpf::{
 };
 use profiler_common::ForkLineage;
 
-use crate::global;
-
-/// Byte offsets of `mm_struct.start_code` and `end_code`, found by the
-/// daemon in the kernel's BTF (0: unknown, nothing is recorded).
-#[unsafe(no_mangle)]
-static MM_START_CODE_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static MM_END_CODE_OFFSET: u32 = 0;
+use crate::{KERNEL_LAYOUT, counters::count, global};
 
 /// Forks of new processes and execs, in order (sized by the daemon).
 #[map]
@@ -34,7 +27,7 @@ fn pass_on(lineage: &ForkLineage) {
         .output::<ForkLineage>(lineage, BPF_RB_NO_WAKEUP.into())
         .is_err()
     {
-        crate::sampler::count(profiler_common::Counter::LostForkRecord);
+        count(profiler_common::Counter::LostForkRecord);
     }
 }
 
@@ -42,12 +35,14 @@ fn pass_on(lineage: &ForkLineage) {
 /// the parent: records a new process's parent and program layout.
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn record_forks(ctx: BtfTracePointContext) -> i32 {
+    // Each 0 when the daemon did not find it in the kernel's BTF: nothing
+    // is recorded then.
     let offsets = [
-        global(&crate::signals::TASK_TGID_OFFSET),
-        global(&crate::sampler::TASK_MM_OFFSET),
-        global(&MM_START_CODE_OFFSET),
-        global(&MM_END_CODE_OFFSET),
-        global(&crate::sampler::MM_START_STACK_OFFSET),
+        global(&KERNEL_LAYOUT.task_tgid),
+        global(&KERNEL_LAYOUT.task_mm),
+        global(&KERNEL_LAYOUT.mm_start_code),
+        global(&KERNEL_LAYOUT.mm_end_code),
+        global(&KERNEL_LAYOUT.mm_start_stack),
     ];
     if offsets.contains(&0) {
         return 0;

@@ -14,7 +14,8 @@
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
-    reason = "map keys and values are passed by reference on purpose, as in the sampler"
+    reason = "map keys and values are passed by reference on purpose: copies only cost BPF \
+              stack space"
 )]
 
 use core::ffi::c_void;
@@ -31,25 +32,28 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use profiler_common::{
-    Counter, MAX_STACK_COPY_PAGES, SampleKind,
+    Counter, SampleKind,
     offcpu::{
         Control, FILTER_SLOTS, Interval, Pending, WaitingThread, filter_slot, flags, task_state,
     },
-    sample_flags,
 };
+use profiler_ebpf::registers::{UserRegisters, registers_at, saved_user_registers};
 
 use crate::{
+    KERNEL_LAYOUT,
+    announcements::announce_process,
+    counters::count,
     global,
-    sampler::{
-        STACK_COPIES, STACK_COPY_PAGES, announce_process, copy_stack, count, credentials,
-        saved_user_registers,
-    },
+    stack_copy::{STACK_COPIES, StackCopy, copy_pages, copy_stack},
+    task::current_task,
 };
 
 /// Byte offset of `task_struct.pid` (the thread id), from the kernel's BTF;
 /// 0 when unknown, and the daemon then leaves recording off.
-#[unsafe(no_mangle)]
-static TASK_PID_OFFSET: u32 = 0;
+#[inline(always)]
+fn task_pid_offset() -> u32 {
+    global(&KERNEL_LAYOUT.task_pid)
+}
 
 #[map]
 static OFFCPU_CONTROL: Array<Control> = Array::with_max_entries(1, 0);
@@ -185,7 +189,7 @@ fn task_id(task: u64, offset: u32) -> Option<u32> {
 /// tasks or when the offset is unknown.
 #[inline(always)]
 fn btf_task_id(task: u64) -> Option<u32> {
-    let offset = global(&TASK_PID_OFFSET);
+    let offset = task_pid_offset();
     if task == 0 || offset == 0 {
         return None;
     }
@@ -204,7 +208,7 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
     // The idle tasks, and tasks that will never run again.
     if tid == 0
         || state & (task_state::DEAD | task_state::ZOMBIE | task_state::DEAD_EXIT) != 0
-        || global(&TASK_PID_OFFSET) == 0
+        || task_pid_offset() == 0
     {
         return;
     }
@@ -236,9 +240,9 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         interval_flags |= flags::SAMPLED;
         threshold = control.sample_threshold;
     }
-    let (uid, gid, protected, user_memory, main_stack_top) = credentials();
+    let task = current_task();
     // Kernel threads only when asked for by pid, or with kernel_threads.
-    if !user_memory && !selected && control.kernel_threads == 0 {
+    if !task.user_memory && !selected && control.kernel_threads == 0 {
         return;
     }
     let now = now_ns();
@@ -275,31 +279,28 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         count_pending(tid, 1);
     }
     count(Counter::OffCpuRecorded);
-    let pages = if user_memory {
-        global(&STACK_COPY_PAGES).min(MAX_STACK_COPY_PAGES)
+    // A kernel thread's copy has its kernel stack only.
+    let (pages, registers) = if task.user_memory {
+        (copy_pages(), saved_user_registers())
     } else {
-        0
+        (0, UserRegisters::UNKNOWN)
     };
-    let flags = if protected {
-        sample_flags::PROTECTED
-    } else {
-        0
+    let copy = StackCopy {
+        ctx: ctx.as_ptr().cast::<c_void>(),
+        walk_kernel: true,
+        pid_tgid,
+        task,
+        kind,
+        flags: task.sample_flags(),
+        // The chance it was recorded with; its wait is weighed when it
+        // ends.
+        weight: u64::from(threshold),
+        switched_out_ns: now,
+        tag: 0,
+        registers,
+        pages,
     };
-    let copied = copy_stack(
-        &STACK_COPIES,
-        ctx.as_ptr().cast::<c_void>(),
-        true,
-        (pid_tgid, kind as u32, flags, (uid, gid)),
-        || (u64::from(threshold), now, 0),
-        || {
-            if user_memory {
-                saved_user_registers()
-            } else {
-                (0, 0, 0)
-            }
-        },
-        (pages, main_stack_top),
-    );
+    let copied = copy_stack(&STACK_COPIES, copy);
     if copied {
         announce_process(pid);
     } else {
@@ -397,13 +398,13 @@ pub fn read_waiting_threads(ctx: *mut c_void) -> i32 {
         return 0;
     }
     let wanted = WAITING_PID.get(0).copied().unwrap_or(0);
-    let Some(pid) = task_id(task, global(&crate::signals::TASK_TGID_OFFSET)) else {
+    let Some(pid) = task_id(task, global(&KERNEL_LAYOUT.task_tgid)) else {
         return 0;
     };
     if wanted == 0 || pid != wanted {
         return 0;
     }
-    let Some(tid) = task_id(task, global(&TASK_PID_OFFSET)) else {
+    let Some(tid) = task_id(task, task_pid_offset()) else {
         return 0;
     };
     let Some(thread) = WAITING_SCRATCH.get_ptr_mut(0) else {
@@ -415,7 +416,8 @@ pub fn read_waiting_threads(ctx: *mut c_void) -> i32 {
         (*thread).pid = pid;
         (*thread).tid = tid;
         let regs = bpf_task_pt_regs(task as *mut _) as u64;
-        ((*thread).ip, (*thread).sp, (*thread).bp) = crate::sampler::registers_at(regs);
+        let UserRegisters { ip, sp, bp } = registers_at(regs);
+        ((*thread).ip, (*thread).sp, (*thread).bp) = (ip, sp, bp);
         let walked = bpf_get_task_stack(
             task as *mut _,
             (&raw mut (*thread).kernel).cast::<c_void>(),

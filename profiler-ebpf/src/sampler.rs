@@ -1,6 +1,12 @@
-//! The CPU-clock sampling programs (system-wide and per peeked thread), the
-//! tracepoints that keep process announcements fresh, and the maps they
-//! write.
+//! The CPU-clock sampler (the sample source): `sample_cpu`, on every tick
+//! of the software CPU clock on every CPU, records the current task (if
+//! the daemon's targets include it) into the stack-copy ring buffer when
+//! it has user memory and stacks are copied, and otherwise aggregates it
+//! in the kernel, into the generation of maps the daemon selected. The
+//! peek sampler (`peek`) records its samples the same way.
+//!
+//! Owns the aggregated maps (control, recording counts, counts and stacks
+//! of both generations, the scratch room), and the targets maps.
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
@@ -9,37 +15,35 @@
               stack space"
 )]
 
-use core::{ffi::c_void, mem::size_of};
-
 use aya_ebpf::{
     EbpfContext as _,
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_probe_read_kernel,
-        generated::{bpf_get_current_task, bpf_get_stack, bpf_probe_read_user},
+        bpf_get_current_pid_tgid,
     },
-    macros::{map, perf_event, tracepoint},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
-    programs::{PerfEventContext, TracePointContext},
+    macros::{map, perf_event},
+    maps::{Array, HashMap, PerCpuArray},
+    programs::PerfEventContext,
 };
 use aya_log_ebpf::error;
 use profiler_common::{
-    COUNTER_COUNT, Control, Counter, MAX_STACK_COPY_PAGES, MAX_STACK_DEPTH, STACK_COPY_PAGE,
-    SampleKey, SampleKind, SampleValue, StackCopyHeader, StackTrace, cred_ids, sample_flags,
-    targets,
+    Control, Counter, SampleKey, SampleKind, SampleValue, StackTrace, sample_flags, targets,
+};
+use profiler_ebpf::{
+    registers::{interrupted_user_mode, user_registers},
+    stacks::{EEXIST, StoredStack, store_stack},
 };
 
 use crate::{
-    global,
-    stacks::{stack_key, store_stack},
+    announcements::announce_process,
+    counters::count,
+    stack_copy::{STACK_COPIES, StackCopy, copy_pages, copy_stack},
+    task::current_task,
 };
-
-const PAGE_BYTES: u64 = STACK_COPY_PAGE as u64;
 
 /// Sizes below are placeholders: the daemon sizes every map at load time.
 const DEFAULT_ENTRIES: u32 = 1024;
-pub(crate) const EEXIST: i32 = 17;
 
 #[map]
 static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
@@ -49,37 +53,6 @@ static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
 /// daemon reads a generation once every CPU's count is 0 after its flip.
 #[map]
 static RECORDING: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-
-/// Byte offsets of the kernel fields that say who may see a sample
-/// (`task_struct.real_cred`, `cred.uid`, `task_struct.mm`,
-/// `mm_struct.flags`), found by the daemon in the kernel's BTF; 0 when it
-/// could not find them, which makes every sample protected.
-#[unsafe(no_mangle)]
-static TASK_REAL_CRED_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static CRED_IDS_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-pub(crate) static TASK_MM_OFFSET: u32 = 0;
-#[unsafe(no_mangle)]
-static MM_FLAGS_OFFSET: u32 = 0;
-/// Byte offset of `mm_struct.start_stack` (0: unknown, copies untrimmed).
-#[unsafe(no_mangle)]
-pub(crate) static MM_START_STACK_OFFSET: u32 = 0;
-
-/// Pages of user stack each sample copies into [`STACK_COPIES`] for the
-/// daemon to unwind; 0: none (user stacks are walked by frame pointers).
-#[unsafe(no_mangle)]
-pub(crate) static STACK_COPY_PAGES: u32 = 0;
-
-/// Samples of processes with user memory, each with its registers and a
-/// copy of the top of its user stack, for the daemon to unwind with the
-/// binaries' unwind information (CPU, peek and off-CPU samples; sampled
-/// allocations have a ring of their own). Sized by the daemon at load time.
-#[map]
-pub(crate) static STACK_COPIES: RingBuf = RingBuf::with_byte_size(4096, 0);
-
-#[map]
-static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
 
 /// Per-CPU room to walk a stack into (too big for the 512-byte BPF stack).
 #[map]
@@ -93,20 +66,6 @@ static COUNTS_1: HashMap<SampleKey, SampleValue> = HashMap::with_max_entries(DEF
 static STACKS_0: HashMap<u64, StackTrace> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
 #[map]
 static STACKS_1: HashMap<u64, StackTrace> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
-
-/// Processes already announced to the daemon.
-#[map]
-static KNOWN_PIDS: LruHashMap<u32, u8> = LruHashMap::with_max_entries(DEFAULT_ENTRIES, 0);
-
-/// Pids of processes seen for the first time, so the daemon can record their
-/// memory mappings while they are alive.
-#[map]
-static NEW_PROCESSES: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
-
-/// Threads being peeked at, written by the daemon: 0 until the thread's
-/// first peek sample, which is recorded as a [`SampleKind::PeekInstant`].
-#[map]
-static PEEK_THREADS: HashMap<u32, u32> = HashMap::with_max_entries(DEFAULT_ENTRIES, 0);
 
 /// Which processes are sampled ([`targets`] bits; 0: all), set by the
 /// daemon at run time.
@@ -160,29 +119,10 @@ fn targeted() -> bool {
     false
 }
 
-/// Runs on the per-thread CPU clocks the daemon opens for a peek: only the
-/// peeked threads' ticks reach it.
-#[perf_event]
-pub fn sample_peek(ctx: PerfEventContext) -> u32 {
-    count(Counter::PeekSamples);
-    let tid = bpf_get_current_pid_tgid() as u32;
-    let mut kind = SampleKind::Peek;
-    if let Some(first) = PEEK_THREADS.get_ptr_mut(&tid) {
-        // SAFETY: a live entry; only this thread's ticks write it, and a
-        // thread is not sampled on two CPUs at once.
-        let seen = unsafe { &mut *first };
-        if *seen == 0 {
-            *seen = 1;
-            kind = SampleKind::PeekInstant;
-        }
-    }
-    // One call only: the verifier walks every inlined copy.
-    record_in_generation(&ctx, kind);
-    0
-}
-
+/// Records one sample of `kind` into the generation of maps the daemon
+/// selected (or its stacks into the stack-copy ring buffer).
 #[inline(always)]
-fn record_in_generation(ctx: &PerfEventContext, kind: SampleKind) {
+pub(crate) fn record_in_generation(ctx: &PerfEventContext, kind: SampleKind) {
     // Counted before the generation is read, with a locked add (a full
     // barrier on x86): a daemon that flipped the generation and then sees
     // 0 knows every later run reads the new one. (Looked up at each end,
@@ -230,29 +170,31 @@ fn record(
         error!(ctx, "per-CPU scratch buffer missing; sample dropped");
         return;
     };
+    // SAFETY: this CPU's scratch entry, for this run only (the program
+    // does not nest on one CPU).
+    let scratch = unsafe { &mut *scratch };
+    // SAFETY: the context of a perf_event program is a bpf_perf_event_data.
+    let period = unsafe { (*ctx.ctx).sample_period };
 
-    let (uid, gid, protected, user_memory, main_stack_top) = credentials();
-    let mut flags = if protected {
-        sample_flags::PROTECTED
-    } else {
-        0
-    };
-    let pages = global(&STACK_COPY_PAGES).min(MAX_STACK_COPY_PAGES);
+    let task = current_task();
+    let mut flags = task.sample_flags();
+    let pages = copy_pages();
     // Kernel threads and the idle tasks (pid 0) have no user memory.
-    let copy_failed = if pages != 0 && user_memory {
-        if copy_stack(
-            &STACK_COPIES,
-            ctx.as_ptr(),
-            !interrupted_user_mode(ctx),
-            (pid_tgid, kind as u32, flags, (uid, gid)),
-            || {
-                // SAFETY: the context of a perf_event program is a
-                // bpf_perf_event_data.
-                (unsafe { (*ctx.ctx).sample_period }, 0, 0)
-            },
-            || user_registers(ctx),
-            (pages, main_stack_top),
-        ) {
+    let copy_failed = if pages != 0 && task.user_memory {
+        let copy = StackCopy {
+            ctx: ctx.as_ptr(),
+            walk_kernel: !interrupted_user_mode(ctx),
+            pid_tgid,
+            task,
+            kind,
+            flags,
+            weight: period,
+            switched_out_ns: 0,
+            tag: 0,
+            registers: user_registers(ctx),
+            pages,
+        };
+        if copy_stack(&STACK_COPIES, copy) {
             count(Counter::StackCopies);
             announce_process(pid);
             return;
@@ -295,13 +237,11 @@ fn record(
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
         kind: kind as u32,
         flags,
-        uid,
-        gid,
+        uid: task.uid,
+        gid: task.gid,
         // SAFETY: a helper that only reads the current task's cgroup.
         cgroup: unsafe { bpf_get_current_cgroup_id() },
     };
-    // SAFETY: the context of a perf_event program is a bpf_perf_event_data.
-    let period = unsafe { (*ctx.ctx).sample_period };
     if !add_to(counts, &key, period) {
         let fresh = SampleValue {
             count: 1,
@@ -322,257 +262,27 @@ fn record(
     }
 }
 
-/// The current task's real user and group ids, and whether only root and
-/// the admin group may see its samples: the kernel's own rule for who may
-/// trace a task (`ptrace_may_access`) lets its owner do so only when its
-/// real, effective and saved ids are all the same and it is dumpable.
-/// Also says whether the task has user memory (false for kernel threads;
-/// true when the kernel's layout is unknown) and where the frames of its
-/// process's main thread end (`mm_struct.start_stack`; 0 if unknown).
+/// The key a sample refers to its stack by, noting in `flags` a truncated
+/// stack or (counting the loss) a lost one.
 #[inline(always)]
-pub(crate) fn credentials() -> (u32, u32, bool, bool, u64) {
-    let ids = bpf_get_current_uid_gid();
-    let (uid, gid) = (ids as u32, (ids >> 32) as u32);
-    let (cred_offset, ids_offset) = (global(&TASK_REAL_CRED_OFFSET), global(&CRED_IDS_OFFSET));
-    let (mm_offset, flags_offset) = (global(&TASK_MM_OFFSET), global(&MM_FLAGS_OFFSET));
-    if cred_offset == 0 || ids_offset == 0 || mm_offset == 0 || flags_offset == 0 {
-        return (uid, gid, true, true, 0);
-    }
-    // SAFETY: a helper without arguments.
-    let task = unsafe { bpf_get_current_task() };
-    // SAFETY: bpf_probe_read_kernel reads kernel memory and fails (rather
-    // than faulting) on a bad address; the offsets come from the kernel's BTF.
-    let Ok(cred) =
-        (unsafe { bpf_probe_read_kernel((task + u64::from(cred_offset)) as *const u64) })
-    else {
-        return (uid, gid, true, true, 0);
-    };
-    // SAFETY: as above.
-    let Ok([uid, gid, suid, sgid, euid, egid]) =
-        (unsafe { bpf_probe_read_kernel((cred + u64::from(ids_offset)) as *const [u32; 6]) })
-    else {
-        return (uid, gid, true, true, 0);
-    };
-    let mixed = uid != suid || uid != euid || gid != sgid || gid != egid;
-    // SAFETY: as above.
-    let mm = unsafe { bpf_probe_read_kernel((task + u64::from(mm_offset)) as *const u64) };
-    // A task without memory (a kernel thread, or one exiting) has no
-    // dumpability, and ptrace_may_access does not ask for one.
-    let dumpable = match mm {
-        Ok(mm) if mm != 0 => {
-            // SAFETY: as above.
-            let flags =
-                unsafe { bpf_probe_read_kernel((mm + u64::from(flags_offset)) as *const u64) };
-            flags.is_ok_and(|flags| flags & cred_ids::DUMPABLE_MASK == cred_ids::SUID_DUMP_USER)
+fn stack_key(
+    stored: Result<StoredStack, Counter>,
+    flags: &mut u32,
+    truncated_flag: u32,
+    lost_flag: u32,
+) -> u64 {
+    match stored {
+        Ok(stored) => {
+            if stored.truncated {
+                *flags |= truncated_flag;
+            }
+            stored.key
         }
-        Ok(_) => true,
-        Err(_) => false,
-    };
-    let user_memory = !matches!(mm, Ok(0));
-    let start_stack_offset = global(&MM_START_STACK_OFFSET);
-    let main_stack_top = match mm {
-        Ok(mm) if mm != 0 && start_stack_offset != 0 => {
-            // SAFETY: as above.
-            unsafe { bpf_probe_read_kernel((mm + u64::from(start_stack_offset)) as *const u64) }
-                .unwrap_or(0)
+        Err(loss) => {
+            count(loss);
+            *flags |= lost_flag;
+            0
         }
-        _ => 0,
-    };
-    (uid, gid, mixed || !dumpable, user_memory, main_stack_top)
-}
-
-/// Writes one sample into `ring` (the stack-copy ring buffer, or the
-/// allocation ring buffer): its key, weight (and for an off-CPU record,
-/// when its task was switched out; for an allocation, its id and its
-/// profile's serial), kernel stack (walked from `ctx` when `walk_kernel`),
-/// user registers and `pages` pages of user stack from the one holding the
-/// stack pointer, fewer when the main thread's frames (which end at
-/// `main_stack_top`) take fewer. False when the ring buffer is full.
-#[inline(always)]
-pub(crate) fn copy_stack(
-    ring: &RingBuf,
-    ctx: *mut c_void,
-    walk_kernel: bool,
-    (pid_tgid, kind, flags, (uid, gid)): (u64, u32, u32, (u32, u32)),
-    weights: impl FnOnce() -> (u64, u64, u64),
-    registers: impl FnOnce() -> (u64, u64, u64),
-    (pages, main_stack_top): (u32, u64),
-) -> bool {
-    const HEADER: usize = size_of::<StackCopyHeader>();
-    // `pages` comes from a frozen global: the verifier knows this size.
-    let size = HEADER + pages as usize * STACK_COPY_PAGE;
-    let Some(mut entry) = ring.reserve_bytes(size, 0) else {
-        return false;
-    };
-    let record = entry.as_mut_ptr();
-    let header = record.cast::<StackCopyHeader>();
-    let (ip, sp, bp) = registers();
-    let (weight, switched_out_ns, tag) = weights();
-    let base = sp & !(STACK_COPY_PAGE as u64 - 1);
-    // SAFETY: the reservation holds a header and `pages` pages; the ring
-    // buffer's records are 8-byte aligned.
-    unsafe {
-        (*header).key = SampleKey {
-            pid: (pid_tgid >> 32) as u32,
-            tid: pid_tgid as u32,
-            user_stack: 0,
-            kernel_stack: 0,
-            comm: bpf_get_current_comm().unwrap_or([0; 16]),
-            kind,
-            flags,
-            uid,
-            gid,
-            // SAFETY: a helper that only reads the current task's cgroup.
-            cgroup: bpf_get_current_cgroup_id(),
-        };
-        (*header).weight = weight;
-        (*header).switched_out_ns = switched_out_ns;
-        // Volatile: LLVM would merge two zero stores side by side into a
-        // call to memset, a loop the verifier walks on every path.
-        core::ptr::write_volatile(&raw mut (*header).tag, tag);
-        (*header).ip = ip;
-        (*header).sp = sp;
-        (*header).bp = bp;
-        (*header).stack_base = base;
-        (*header).kernel_len = 0;
-    }
-    if walk_kernel {
-        // SAFETY: the header's kernel array holds MAX_STACK_DEPTH u64s.
-        let walked = unsafe {
-            bpf_get_stack(
-                ctx,
-                (&raw mut (*header).kernel).cast::<c_void>(),
-                (MAX_STACK_DEPTH * size_of::<u64>()) as u32,
-                0,
-            )
-        };
-        if walked > 0 {
-            // SAFETY: as above.
-            unsafe { (*header).kernel_len = (walked as usize / size_of::<u64>()) as u32 };
-        }
-    }
-    // The main thread's frames end below its arguments: nothing above
-    // them helps unwinding (other threads' stacks are elsewhere, and copied
-    // whole).
-    let wanted = if sp < main_stack_top && main_stack_top - sp < u64::from(pages) * PAGE_BYTES {
-        ((main_stack_top + 8 - base).div_ceil(PAGE_BYTES)) as u32
-    } else {
-        pages
-    };
-    let mut copied = 0_u32;
-    for page in 0..MAX_STACK_COPY_PAGES {
-        if page >= pages || page >= wanted || sp == 0 {
-            break;
-        }
-        let offset = HEADER + page as usize * STACK_COPY_PAGE;
-        // SAFETY: `offset + STACK_COPY_PAGE <= size` since `page < pages`;
-        // bpf_probe_read_user fails (rather than faulting) on an address it
-        // cannot read, which ends the copy.
-        let failed = unsafe {
-            bpf_probe_read_user(
-                record.add(offset).cast::<c_void>(),
-                STACK_COPY_PAGE as u32,
-                (base + u64::from(page) * STACK_COPY_PAGE as u64) as *const c_void,
-            )
-        } != 0;
-        if failed {
-            break;
-        }
-        copied += STACK_COPY_PAGE as u32;
-    }
-    // SAFETY: as above.
-    unsafe { (*header).stack_len = copied };
-    entry.submit(aya_ebpf::bindings::BPF_RB_NO_WAKEUP.into());
-    true
-}
-
-/// The user registers unwinding starts from (instruction, stack and frame
-/// pointer): the tick's own when it interrupted user code, else those
-/// saved when the task entered the kernel. Zeros where unknown.
-#[inline(always)]
-pub(crate) fn user_registers(ctx: &PerfEventContext) -> (u64, u64, u64) {
-    #[cfg(bpf_target_arch = "x86_64")]
-    {
-        if interrupted_user_mode(ctx) {
-            // SAFETY: the context of a perf_event program is a
-            // bpf_perf_event_data, whose registers programs may read.
-            return unsafe {
-                let regs = &(*ctx.ctx).regs;
-                (regs.rip, regs.rsp, regs.rbp)
-            };
-        }
-        saved_user_registers()
-    }
-    #[cfg(not(bpf_target_arch = "x86_64"))]
-    {
-        let _ = ctx;
-        (0, 0, 0)
-    }
-}
-
-/// The user registers the current task saved when it entered the kernel
-/// (instruction, stack and frame pointer); zeros where unknown.
-#[inline(always)]
-pub(crate) fn saved_user_registers() -> (u64, u64, u64) {
-    #[cfg(bpf_target_arch = "x86_64")]
-    {
-        use aya_ebpf::helpers::generated::{bpf_get_current_task_btf, bpf_task_pt_regs};
-        // SAFETY: helpers that return the current task and its saved user
-        // registers (the task is current, so both stay valid).
-        let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
-        registers_at(regs)
-    }
-    #[cfg(not(bpf_target_arch = "x86_64"))]
-    {
-        (0, 0, 0)
-    }
-}
-
-/// The instruction, stack and frame pointers in the `struct pt_regs` at
-/// `regs` (a kernel address from `bpf_task_pt_regs`); zeros where unknown.
-#[inline(always)]
-pub(crate) fn registers_at(regs: u64) -> (u64, u64, u64) {
-    if regs == 0 {
-        return (0, 0, 0);
-    }
-    #[cfg(bpf_target_arch = "x86_64")]
-    {
-        let read = |offset: u64| {
-            // SAFETY: bpf_probe_read_kernel fails rather than faulting;
-            // the offsets are those of x86-64's struct pt_regs (ABI).
-            unsafe { bpf_probe_read_kernel((regs + offset) as *const u64) }.unwrap_or(0)
-        };
-        (read(PT_REGS_IP), read(PT_REGS_SP), read(PT_REGS_BP))
-    }
-    #[cfg(not(bpf_target_arch = "x86_64"))]
-    {
-        (0, 0, 0)
-    }
-}
-
-/// Offsets in x86-64's `struct pt_regs` (arch/x86/include/asm/ptrace.h).
-#[cfg(bpf_target_arch = "x86_64")]
-const PT_REGS_BP: u64 = 4 * 8;
-#[cfg(bpf_target_arch = "x86_64")]
-const PT_REGS_IP: u64 = 16 * 8;
-#[cfg(bpf_target_arch = "x86_64")]
-const PT_REGS_SP: u64 = 19 * 8;
-
-/// Whether the tick interrupted user-mode code (x86-64: the privilege level
-/// in the saved code segment). Elsewhere, assume not: the kernel walk then
-/// simply finds nothing.
-#[inline(always)]
-pub(crate) fn interrupted_user_mode(ctx: &PerfEventContext) -> bool {
-    #[cfg(bpf_target_arch = "x86_64")]
-    {
-        // SAFETY: the context of a perf_event program is a bpf_perf_event_data,
-        // whose registers the verifier lets programs read.
-        unsafe { (*ctx.ctx).regs.cs & 3 == 3 }
-    }
-    #[cfg(not(bpf_target_arch = "x86_64"))]
-    {
-        let _ = ctx;
-        false
     }
 }
 
@@ -593,53 +303,4 @@ fn add_to(counts: &HashMap<SampleKey, SampleValue>, key: &SampleKey, period: u64
         (*value).weight += period;
     }
     true
-}
-
-/// On `sched:sched_process_exec`: the process's memory map changes, so
-/// announce it again on its next sample.
-#[tracepoint]
-pub fn forget_on_exec(_ctx: TracePointContext) -> u32 {
-    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let _ = KNOWN_PIDS.remove(&pid);
-    0
-}
-
-/// On `sched:sched_process_exit` of a thread-group leader: a later process
-/// reusing the pid must be announced afresh, and does not join the family
-/// the exiting one belonged to; and the daemon is told when a peek signal
-/// is what the process dies of.
-#[tracepoint]
-pub fn forget_on_exit(_ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let pid = (pid_tgid >> 32) as u32;
-    if pid == pid_tgid as u32 {
-        let _ = KNOWN_PIDS.remove(&pid);
-        let _ = crate::families::FOLLOWED.remove(&pid);
-        crate::signals::on_exit(pid);
-    }
-    0
-}
-
-#[inline(always)]
-pub(crate) fn announce_process(pid: u32) {
-    if KNOWN_PIDS.get_ptr(&pid).is_some() {
-        return;
-    }
-    // Only the CPU whose insert wins announces the process.
-    if KNOWN_PIDS.insert(&pid, &0, BPF_NOEXIST.into()).is_err() {
-        return;
-    }
-    if NEW_PROCESSES.output::<u32>(&pid, 0).is_err() {
-        count(Counter::LostProcessNotification);
-        // Forget it, so that a later sample tries again.
-        let _ = KNOWN_PIDS.remove(&pid);
-    }
-}
-
-#[inline(always)]
-pub(crate) fn count(counter: Counter) {
-    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
-        // SAFETY: per-CPU slot; this program does not nest on one CPU.
-        unsafe { *slot += 1 };
-    }
 }

@@ -1,10 +1,14 @@
 //! Storing walked stacks: once per distinct stack, under a 64-bit hash of
-//! its frames, in the stacks map of the current generation; a collision or
-//! a full map is a counted loss, never a wrong stack.
+//! its frames, in the stacks map it is given (the current generation's);
+//! a collision or a full map is a loss (the [`Counter`] the caller
+//! counts), never a wrong stack.
+//!
+//! Owns no map; the programs hand theirs in.
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
-    reason = "map keys and values are passed by reference on purpose, as in the sampler"
+    reason = "map keys and values are passed by reference on purpose: a StackTrace by value \
+              would not fit on the 512-byte BPF stack"
 )]
 
 use core::{ffi::c_void, mem::size_of};
@@ -18,51 +22,33 @@ use aya_ebpf::{
 };
 use profiler_common::{Counter, MAX_STACK_DEPTH, StackTrace};
 
-use crate::sampler::{EEXIST, count};
+/// The kernel's EEXIST: the key is already in the map.
+pub const EEXIST: i32 = 17;
 
-/// The key a sample refers to its stack by, noting in `flags` a truncated
-/// stack or (counting the loss) a lost one.
-#[inline(always)]
-pub(crate) fn stack_key(
-    stored: Result<StoredStack, Counter>,
-    flags: &mut u32,
-    truncated_flag: u32,
-    lost_flag: u32,
-) -> u64 {
-    match stored {
-        Ok(stored) => {
-            if stored.truncated {
-                *flags |= truncated_flag;
-            }
-            stored.key
-        }
-        Err(loss) => {
-            count(loss);
-            *flags |= lost_flag;
-            0
-        }
-    }
-}
-
-pub(crate) struct StoredStack {
+pub struct StoredStack {
     /// Key in the stacks map; 0 when there is no stack of this kind.
-    pub(crate) key: u64,
-    truncated: bool,
+    pub key: u64,
+    /// It filled every slot: probably cut short at its root end.
+    pub truncated: bool,
 }
 
+/// Walks the stack `ctx` interrupted (its user part when `user`, else its
+/// kernel part) into `scratch` (room of the caller's, too big for the BPF
+/// stack) and stores it in `stacks`.
 #[inline(always)]
-pub(crate) fn store_stack(
+pub fn store_stack(
     ctx: &PerfEventContext,
     stacks: &HashMap<u64, StackTrace>,
-    scratch: *mut StackTrace,
+    scratch: &mut StackTrace,
     user: bool,
 ) -> Result<StoredStack, Counter> {
     let flags = if user { BPF_F_USER_STACK as u64 } else { 0 };
-    // SAFETY: `scratch` is this CPU's scratch entry and holds MAX_STACK_DEPTH u64s.
+    // SAFETY: `scratch.ips` holds MAX_STACK_DEPTH u64s, the most the
+    // helper writes.
     let walked = unsafe {
         bpf_get_stack(
             ctx.as_ptr(),
-            (&raw mut (*scratch).ips).cast::<c_void>(),
+            scratch.ips.as_mut_ptr().cast::<c_void>(),
             (MAX_STACK_DEPTH * size_of::<u64>()) as u32,
             flags,
         )
@@ -75,11 +61,13 @@ pub(crate) fn store_stack(
 }
 
 /// Stores the `len` frames walked into `scratch` in `stacks` (once per
-/// distinct stack), returning their key.
+/// distinct stack), returning their key. The frames past `len` must be 0
+/// (as `bpf_get_stack` leaves them): they are hashed and compared up to
+/// the end of their [`CHUNK`].
 #[inline(always)]
-pub(crate) fn store_walked(
+pub fn store_walked(
     stacks: &HashMap<u64, StackTrace>,
-    scratch: *mut StackTrace,
+    scratch: &mut StackTrace,
     len: usize,
     user: bool,
 ) -> Result<StoredStack, Counter> {
@@ -90,8 +78,6 @@ pub(crate) fn store_walked(
             truncated: false,
         });
     }
-    // SAFETY: the caller's scratch entry belongs to this CPU and this run.
-    let scratch = unsafe { &mut *scratch };
     scratch.len = len as u32;
     let key = stack_hash(&scratch.ips, len, user);
     // Most stacks recur: look first, insert only what is new.
@@ -126,19 +112,34 @@ pub(crate) fn store_walked(
     })
 }
 
-/// A 64-bit hash of the frames; never 0, which means "no stack".
-#[expect(
-    clippy::needless_range_loop,
-    reason = "indexed loops with a constant bound are what the verifier proves bounded"
-)]
+/// Frames hashed and compared at a time. A loop that stops at a stack's
+/// exact length leaves the verifier one path per length to follow through
+/// everything after it (the programs came within a few hundred of its
+/// million instructions); stopping only at the end of a chunk leaves it
+/// one per chunk, for a few zero frames more.
+const CHUNK: usize = 8;
+
+/// Chunks in a stack of [`MAX_STACK_DEPTH`] frames.
+const CHUNKS: usize = MAX_STACK_DEPTH.div_ceil(CHUNK);
+
+/// The frame at `chunk`'s `index`; 0 past the end of the array.
+#[inline(always)]
+fn frame(ips: &[u64; MAX_STACK_DEPTH], chunk: usize, index: usize) -> u64 {
+    ips.get(chunk * CHUNK + index).copied().unwrap_or(0)
+}
+
+/// A 64-bit hash of the frames, chunk by chunk up to `len`'s; never 0,
+/// which means "no stack".
 #[inline(always)]
 fn stack_hash(ips: &[u64; MAX_STACK_DEPTH], len: usize, user: bool) -> u64 {
     let mut hash: u64 = 0x9e37_79b9_7f4a_7c15 ^ ((len as u64) << 1) ^ (user as u64);
-    for i in 0..MAX_STACK_DEPTH {
-        if i >= len {
+    for chunk in 0..CHUNKS {
+        if chunk * CHUNK >= len {
             break;
         }
-        hash = mix(hash ^ ips[i]);
+        for index in 0..CHUNK {
+            hash = mix(hash ^ frame(ips, chunk, index));
+        }
     }
     if hash == 0 { 1 } else { hash }
 }
@@ -153,19 +154,21 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-/// Whether the stored stack holds the walked one's `len` frames (indexed
-/// with a constant bound, as the verifier proves loops bounded).
+/// Whether the stored stack holds the walked one's `len` frames, chunk by
+/// chunk (the frames past `len` are 0 in both).
 #[inline(always)]
 fn same_frames(stored: &StackTrace, walked: &StackTrace, len: usize) -> bool {
     if stored.len as usize != len {
         return false;
     }
-    for i in 0..MAX_STACK_DEPTH {
-        if i >= len {
+    for chunk in 0..CHUNKS {
+        if chunk * CHUNK >= len {
             break;
         }
-        if stored.ips[i] != walked.ips[i] {
-            return false;
+        for index in 0..CHUNK {
+            if frame(&stored.ips, chunk, index) != frame(&walked.ips, chunk, index) {
+                return false;
+            }
         }
     }
     true

@@ -23,6 +23,10 @@ const DAEMON_PACKAGE: &str = "profiler-daemon";
 /// The package holding the `profilerctl` binary.
 const CLI_PACKAGE: &str = "profilerctl";
 const DAEMON_BIN: &str = "profilerd";
+/// The feature that builds design 2's unwind-table prototype (its own eBPF
+/// object, never shipped): the benchmark measures it, so `bench` turns it
+/// on, and `lint` checks the code with it as well as without.
+const PROTOTYPE_FEATURE: &str = "unwind-tables-prototype";
 
 pub fn dispatch(command: Command) -> Result<()> {
     match command {
@@ -132,7 +136,8 @@ fn bench(args: BenchArgs) -> Result<()> {
     build_daemon(Profile::Debug)?;
 
     let mut cmd = workspace_cargo()?;
-    cmd.args(["bench", "--package", DAEMON_PACKAGE, "--bench", "profilerd"]);
+    cmd.args(["bench", "--package", DAEMON_PACKAGE, "--bench", "profilerd"])
+        .args(["--features", PROTOTYPE_FEATURE]);
     if privilege == Privilege::Sudo {
         println!("==> not root: the benchmark will run through sudo -E");
         cmd.arg("--config").arg(sudo_runner_config(&host_triple()?));
@@ -177,6 +182,14 @@ fn lint() -> Result<()> {
         .args(["--all-targets", "--", "-D", "warnings"]);
     println!("==> {}", process::display(&host));
     process::run(&mut host)?;
+    // The prototype's code (and the benchmark question and test that use
+    // it) compiles only with its feature.
+    let mut prototype = workspace_cargo()?;
+    prototype
+        .args(["clippy", "--package", DAEMON_PACKAGE, "--all-targets"])
+        .args(["--features", PROTOTYPE_FEATURE, "--", "-D", "warnings"]);
+    println!("==> {}", process::display(&prototype));
+    process::run(&mut prototype)?;
 
     if let Err(err) = bootstrap::ensure_component(nightly, "clippy") {
         println!(
@@ -185,7 +198,9 @@ fn lint() -> Result<()> {
         return Ok(());
     }
     let mut ebpf = in_workspace(process::rustup_run(nightly, "cargo"))?;
+    // With the prototype's feature: its object is one more binary.
     ebpf.args(["clippy", "--package", EBPF_PACKAGE, "--target", EBPF_TARGET])
+        .args(["--features", PROTOTYPE_FEATURE])
         .args(["-Z", "build-std=core", "--", "-D", "warnings"]);
     println!("==> {}", process::display(&ebpf));
     process::run(&mut ebpf)

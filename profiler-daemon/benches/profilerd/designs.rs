@@ -7,6 +7,9 @@
 //! held to. The workload is the tests' chain built `-O2
 //! -fomit-frame-pointer`: a shallow stack (main → drive → hot_leaf) and a
 //! deep one (a callback under libc's qsort).
+//!
+//! Built only with the `unwind-tables-prototype` feature, which `cargo
+//! xtask bench` turns on.
 
 use std::{
     collections::BTreeMap,
@@ -17,7 +20,7 @@ use std::{
 
 use anyhow::{Context as _, Result, ensure};
 use profiler_common::unwind_table::cfa;
-use profilerd::kernel::unwind_tables::UnwindTablePrototype;
+use profilerd::{kernel::unwind_tables::UnwindTablePrototype, unwind::table_rows};
 use profilerd_client::v1;
 
 use crate::{
@@ -177,7 +180,7 @@ async fn measure_one(
             let started = Instant::now();
             let mut prototype = UnwindTablePrototype::start(HZ, 1 << 20)?;
             for pid in busy.pids() {
-                prototype.add_process(pid)?;
+                table_rows::add_process(&mut prototype, pid)?;
             }
             let setup = started.elapsed();
             // Let the first samples warm what they touch, as for the others.
@@ -281,17 +284,8 @@ fn workload_samples(prototype: &mut UnwindTablePrototype, busy: &Busy) -> Result
 }
 
 fn whole_share((before, after): &(v1::UnwindStatus, v1::UnwindStatus)) -> f64 {
-    let (complete, unwound) = unwound_between(before, after);
+    let (complete, unwound) = crate::unwind_info::unwound_between(before, after);
     100.0 * complete as f64 / unwound.max(1) as f64
-}
-
-/// Stacks unwound whole, and stacks unwound, between two statuses.
-pub fn unwound_between(before: &v1::UnwindStatus, after: &v1::UnwindStatus) -> (u64, u64) {
-    let stopped =
-        |status: &v1::UnwindStatus| -> u64 { status.stopped.iter().map(|s| s.count).sum() };
-    let complete = after.complete.saturating_sub(before.complete);
-    let stopped = stopped(after).saturating_sub(stopped(before));
-    (complete, complete + stopped)
 }
 
 fn table(runs: &BTreeMap<(Stack, Design), Vec<Run>>) -> Table {

@@ -12,6 +12,7 @@
 //! asserts a timing: targets are reported, met or MISSED.
 
 mod allocs;
+#[cfg(feature = "unwind-tables-prototype")]
 mod designs;
 mod ebpf;
 mod machine;
@@ -226,7 +227,18 @@ fn main() -> Result<()> {
         show(overhead.unwinding);
     }
     if asked("designs") {
+        #[cfg(feature = "unwind-tables-prototype")]
         show(runtime.block_on(designs::run(&plan, &args.out_dir))?);
+        #[cfg(not(feature = "unwind-tables-prototype"))]
+        {
+            const WHY: &str = "the designs question measures design 2's prototype, built only \
+                               with the unwind-tables-prototype feature (`cargo xtask bench` \
+                               turns it on)";
+            if args.only.is_some() {
+                bail!("{WHY}");
+            }
+            println!("\nskipping designs: {WHY}");
+        }
     }
     if asked("unwind_info") {
         show(runtime.block_on(unwind_info::run(&plan, &args.out_dir))?);

@@ -13,7 +13,8 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use profilerd::symbols::unwind::UnwindSections;
+use profilerd::unwind::UnwindSections;
+use profilerd_client::v1;
 
 use crate::{
     Plan,
@@ -153,7 +154,7 @@ async fn live(plan: &Plan, out_dir: &Path, table: &mut Table) -> Result<()> {
     profiler.stop()?;
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&daemon_dir);
-    let (whole, copies_unwound) = crate::designs::unwound_between(&before, &after);
+    let (whole, copies_unwound) = unwound_between(&before, &after);
     let limit = after.limit;
     table.row(vec![
         format!("{copies} copies of python3 (distinct files), run two at a time for 0.4 s each"),
@@ -185,4 +186,13 @@ async fn live(plan: &Plan, out_dir: &Path, table: &mut Table) -> Result<()> {
          `.eh_frame`, `.eh_frame_hdr` and `.debug_frame`, copied.",
     );
     Ok(())
+}
+
+/// Stacks unwound whole, and stacks unwound, between two statuses.
+pub fn unwound_between(before: &v1::UnwindStatus, after: &v1::UnwindStatus) -> (u64, u64) {
+    let stopped =
+        |status: &v1::UnwindStatus| -> u64 { status.stopped.iter().map(|s| s.count).sum() };
+    let complete = after.complete.saturating_sub(before.complete);
+    let stopped = stopped(after).saturating_sub(stopped(before));
+    (complete, complete + stopped)
 }

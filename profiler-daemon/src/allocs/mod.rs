@@ -22,13 +22,13 @@ use std::{
 pub use self::{profile::allocation_profile, run::AllocationRun};
 use crate::{
     kernel::{
-        allocs::{MAX_PROFILED_PROCESSES, ProbeError, RESERVED_FOR_ADMINS, Sampling},
-        sampler::{KernelAllocationProbes, Profiled, RunningProfile},
+        allocs::{MAX_PROFILED_PROCESSES, ProbeError, ProbeSite, RESERVED_FOR_ADMINS, Sampling},
+        programs::{KernelAllocationProbes, Profiled, RunningProfile},
     },
     lock,
     pipeline::{PipelineHandle, SampleInbox},
     profile::Profile,
-    symbols::allocators::{AllocatorError, AllocatorSite, allocator_sites},
+    symbols::allocator_functions::{self, AllocatorError},
 };
 
 /// Why an allocation profile could not be taken.
@@ -232,12 +232,12 @@ const LOADER_GRACE: Duration = Duration::from_millis(250);
 
 /// The allocator functions of `pid`, once the loader is done: a process
 /// younger than [`LOADER_GRACE`] is read when it is that old.
-async fn sites_once_loaded(pid: u32) -> Result<Vec<AllocatorSite>, AllocsError> {
+async fn sites_once_loaded(pid: u32) -> Result<Vec<ProbeSite>, AllocsError> {
     let age = process_age(pid);
     if age < LOADER_GRACE {
         tokio::time::sleep(LOADER_GRACE - age).await;
     }
-    Ok(allocator_sites(pid)?)
+    Ok(allocator_functions::find(pid)?)
 }
 
 /// Whether process `pid` is gone or a zombie (its parent has not reaped

@@ -17,12 +17,12 @@ use tracing::info;
 use super::{AllocsError, Inner, allocation_profile, has_exited};
 use crate::{
     kernel::{
-        allocs::{KernelAllocations, Sampling},
-        sampler::Attachment,
+        allocs::{KernelAllocations, ProbeSite, Sampling},
+        programs::Attachment,
     },
     lock,
     profile::Profile,
-    symbols::{allocators::AllocatorSite, symbolizer::SymbolizedSample},
+    symbols::symbolizer::SymbolizedSample,
 };
 
 /// How often a running profile checks that its process still runs.
@@ -107,7 +107,7 @@ impl AllocationRun {
     pub(super) fn start(
         inner: Arc<Inner>,
         pid: u32,
-        sites: &[AllocatorSite],
+        sites: &[ProbeSite],
         sampling: Sampling,
         privileged: bool,
         warnings: Vec<String>,

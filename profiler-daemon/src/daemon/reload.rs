@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 
 use crate::{
     daemon::config::{Config, LIVE_KEYS, Overrides},
-    kernel::sampler::Sampler,
+    kernel::programs::LoadedPrograms,
     peek::Peeker,
     service::Service,
     store::Store,
@@ -34,7 +34,7 @@ pub struct Reloader {
     pub overrides: Overrides,
     /// The configuration the daemon runs.
     pub running: Config,
-    pub sampler: Arc<Mutex<Sampler>>,
+    pub sampler: Arc<Mutex<LoadedPrograms>>,
     pub store: Arc<RwLock<Store>>,
     /// The memory budget divided at start (`memory_budget` needs a
     /// restart; `memory_limit` reloads within it).

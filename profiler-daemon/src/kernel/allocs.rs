@@ -3,15 +3,34 @@
 //! intervals the byte sampling draws from, how much of the allocation ring
 //! buffer each profile may hold unread, and what the kernel held for a
 //! process when its probes came off (its sampled allocations still live,
-//! and what was dropped). The probes themselves are attached by
-//! [`super::sampler::KernelAllocationProbes`].
+//! and what was dropped), and where a probe goes ([`ProbeSite`], found in
+//! the process's files by `symbols::allocator_functions`). The probes
+//! themselves are attached by [`super::programs::KernelAllocationProbes`].
 //!
 //! Owns these values; it must not unwind, symbolize or aggregate.
 
-use std::collections::HashSet;
+use std::{collections::HashSet, path::PathBuf};
 
 pub use profiler_common::allocs::MAX_PROFILED_PROCESSES;
-use profiler_common::allocs::{INTERVAL_SHIFT, INTERVAL_TABLE_LEN, ProfileCounts, Target, mode};
+use profiler_common::allocs::{
+    Function, INTERVAL_SHIFT, INTERVAL_TABLE_LEN, ProfileCounts, Target, mode,
+};
+
+/// Where one allocator uprobe goes: one function of the allocator in one
+/// file the profiled process maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeSite {
+    /// The file as the daemon opens it (through the process's root, so a
+    /// container's file is found).
+    pub file: PathBuf,
+    /// The file's path in the process (for errors).
+    pub path: String,
+    pub symbol: &'static str,
+    pub function: Function,
+    /// Where the probe goes in the file: the function's offset, or just
+    /// past a leading instruction the kernel cannot emulate.
+    pub offset: u64,
+}
 
 /// Profiles kept for root and the admin group: other users together may
 /// run at most [`MAX_PROFILED_PROCESSES`] less these at once.

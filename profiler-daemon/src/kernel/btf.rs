@@ -1,15 +1,16 @@
 //! Where the kernel keeps the fields the eBPF programs read (the signal
-//! guard's signal handlers, the sampler's task credentials), from the
-//! kernel's own type information (BTF, `/sys/kernel/btf/vmlinux`): aya's
-//! eBPF programs have no CO-RE relocations, so the daemon finds the offsets
-//! and hands them to the programs as globals.
+//! guard's signal handlers, the sampler's task credentials, the fork
+//! tracepoint's program layout), from the kernel's own type information
+//! (BTF, `/sys/kernel/btf/vmlinux`): aya's eBPF programs have no CO-RE
+//! relocations, so the daemon finds the offsets ([`FoundLayout`]) and
+//! hands them to the programs as one global, a [`KernelLayout`].
 //!
 //! Owns a minimal BTF reader (structs, unions and their members); it must
 //! not load or attach anything.
 
 use std::collections::HashMap;
 
-use profiler_common::cred_ids;
+use profiler_common::{KernelLayout, cred_ids};
 
 /// Byte offsets the signal guard needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,6 +157,85 @@ impl SignalLayout {
             group_exit_code: btf
                 .member_offset(btf.struct_named("signal_struct")?, "group_exit_code")?,
         })
+    }
+}
+
+/// The kernel's layout as the programs are handed it, and why each part
+/// left 0 in it (which the programs then do without) was not found.
+#[derive(Debug)]
+pub struct FoundLayout {
+    pub layout: KernelLayout,
+    /// The signal programs' fields, and the task's process and thread ids
+    /// (the fork follower and lineages, off-CPU recording read those too).
+    pub signals: Result<(), BtfError>,
+    /// Who may see a sample: the task's credentials and dumpability
+    /// (without them every sample is protected).
+    pub credentials: Result<(), BtfError>,
+    /// Where main threads' frames end (without it their stack copies are
+    /// not trimmed).
+    pub start_stack: Result<(), BtfError>,
+    /// Where a process's program lies (without it fork lineages are not
+    /// recorded).
+    pub program: Result<(), BtfError>,
+}
+
+impl FoundLayout {
+    /// Reads the running kernel's BTF.
+    pub fn read() -> Self {
+        Self::from_types(KernelTypes::read())
+    }
+
+    fn from_types(types: Result<KernelTypes, BtfError>) -> Self {
+        let types = types.as_ref().map_err(BtfError::clone);
+        let mut layout = KernelLayout::UNKNOWN;
+        let signals = types
+            .clone()
+            .and_then(KernelTypes::signal_layout)
+            .map(|found| {
+                layout.task_tgid = found.task_tgid;
+                layout.task_pid = found.task_pid;
+                layout.task_sighand = found.task_sighand;
+                layout.sighand_action = found.sighand_action;
+                layout.k_sigaction_size = found.k_sigaction_size;
+                layout.handler = found.handler;
+                layout.task_signal = found.task_signal;
+                layout.group_exit_code = found.group_exit_code;
+            });
+        let credentials = types
+            .clone()
+            .and_then(KernelTypes::credential_layout)
+            .map(|found| {
+                layout.task_real_cred = found.task_real_cred;
+                layout.cred_ids = found.cred_ids;
+                layout.task_mm = found.task_mm;
+                layout.mm_flags = found.mm_flags;
+            });
+        let start_stack = types
+            .clone()
+            .and_then(KernelTypes::mm_start_stack)
+            .map(|offset| layout.mm_start_stack = offset);
+        let program = types.and_then(KernelTypes::program_layout).map(|found| {
+            layout.mm_start_code = found.mm_start_code;
+            layout.mm_end_code = found.mm_end_code;
+        });
+        Self {
+            layout,
+            signals,
+            credentials,
+            start_stack,
+            program,
+        }
+    }
+
+    /// Why the fork tracepoint cannot record where a process's program
+    /// lies (the task's memory descriptor and the program's layout in it),
+    /// if it cannot.
+    pub fn process_error(&self) -> Option<&BtfError> {
+        self.program
+            .as_ref()
+            .err()
+            .or(self.start_stack.as_ref().err())
+            .or(self.credentials.as_ref().err())
     }
 }
 
@@ -330,6 +410,34 @@ mod tests {
             .expect("the kernel's BTF describes the code fields");
         // `end_code` follows `start_code` (both unsigned longs).
         assert_eq!(layout.mm_end_code, layout.mm_start_code + 8, "{layout:?}");
+    }
+
+    #[test]
+    fn the_running_kernel_has_the_whole_layout() {
+        let found = FoundLayout::read();
+        assert!(
+            found.signals.is_ok()
+                && found.credentials.is_ok()
+                && found.start_stack.is_ok()
+                && found.program.is_ok(),
+            "{found:?}"
+        );
+        assert!(found.process_error().is_none());
+        let layout = found.layout;
+        assert!(
+            layout.task_pid > 0 && layout.mm_start_stack > 0,
+            "{layout:?}"
+        );
+        assert_ne!(layout.task_pid, layout.task_tgid, "{layout:?}");
+    }
+
+    #[test]
+    fn without_btf_the_layout_is_unknown_and_says_why() {
+        let missing = BtfError::Missing("struct task_struct".to_owned());
+        let found = FoundLayout::from_types(Err(missing));
+        assert_eq!(found.layout, KernelLayout::UNKNOWN);
+        assert!(found.signals.is_err() && found.credentials.is_err());
+        assert!(matches!(found.process_error(), Some(BtfError::Missing(_))));
     }
 
     #[test]

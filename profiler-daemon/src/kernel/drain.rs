@@ -22,7 +22,7 @@ use profiler_common::{
 use tracing::warn;
 
 use crate::{
-    kernel::sampler::DrainMaps,
+    kernel::programs::DrainMaps,
     profile::{LossCause, UnwindStop},
 };
 

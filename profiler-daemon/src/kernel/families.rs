@@ -16,7 +16,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
 use profiler_common::FamilyJoin;
 use tracing::{debug, warn};
 
-use super::sampler::OptionalProgramError;
+use super::programs::OptionalProgramError;
 use crate::lock;
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -1,15 +1,18 @@
 //! The kernel side, as the daemon sees it: checking that the kernel can
-//! run the eBPF programs (`requirements`), loading and attaching them in
-//! their groups (`sampler`, `programs`, with the type layout they read from
-//! `btf`), the sample source the pipeline drains (`sources`: today the
-//! aggregated maps, drained without losing or double-counting a sample by
-//! `drain` and `batch`), the stack copies the daemon unwinds
-//! (`stack_copies`, and sampled allocations' in a ring of their own,
-//! `allocation_copies`), the new processes it announces
-//! (`announcements`), and the maps the daemon writes (`targets`,
-//! `families`); `cgroups` reads the cgroup hierarchy the programs name
-//! cgroups by; `allocs` holds what allocation profiling tells the
-//! allocator uprobes and reads back.
+//! run the eBPF programs (`requirements`), loading and attaching every
+//! group of them (`programs`: [`programs::LoadedPrograms`], with the
+//! kernel's layout they read, found in its BTF by `btf`), the sample
+//! source the pipeline drains (`sources`: the aggregated maps, drained
+//! without losing or double-counting a sample by `drain` and `batch`),
+//! the stack copies the daemon unwinds (`stack_copies`, and sampled
+//! allocations' in a ring of their own, `allocation_copies`), the new
+//! processes it announces (`announcements`), off-CPU recording
+//! (`offcpu`), and the maps the daemon writes (`targets`, `families`);
+//! `cgroups` reads the cgroup hierarchy the programs name cgroups by;
+//! `allocs` holds what allocation profiling tells the allocator uprobes
+//! and reads back. With the `unwind-tables-prototype`
+//! feature, `unwind_tables` loads design 2's prototype (its own object),
+//! for the benchmark.
 //!
 //! This layer owns every BPF object; nothing above it touches one. It must
 //! not symbolize, store or report.
@@ -26,10 +29,10 @@ pub mod offcpu;
 pub mod peek_signals;
 pub mod programs;
 mod requirements;
-pub mod sampler;
 pub mod sources;
 pub mod stack_copies;
 pub mod targets;
+#[cfg(feature = "unwind-tables-prototype")]
 pub mod unwind_tables;
 
 /// The `T` at the start of `bytes` (a ring buffer record, a chunk of a

@@ -20,7 +20,7 @@ use tracing::warn;
 
 use crate::lock;
 
-/// Capacity of the map of recorded processes (the sampler sizes it so).
+/// Capacity of the map of recorded processes (the loaded programs size it so).
 pub const MAX_RECORDED_PIDS: u32 = 1 << 12;
 
 /// What a recording asks the kernel for.

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use tracing::{info, warn};
 
-use super::sampler::SamplingError;
+use super::programs::SamplingError;
 
 /// Where the kernel exposes tracefs, needed to attach tracepoints.
 pub(super) const TRACEFS: &str = "/sys/kernel/tracing";

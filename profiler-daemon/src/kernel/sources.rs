@@ -1,22 +1,17 @@
-//! Where the pipeline drains samples from: the seam between the kernel's
-//! sample sources and the pipeline. Today the one source is the aggregated
-//! maps (counts and stacks, two generations flipped by the drain); a
-//! per-sample ring buffer (registers and the top of the user stack, for
-//! unwinding in the daemon) is the next.
+//! What the pipeline drains, a batch at a time: the seam between the
+//! kernel's aggregated maps and the pipeline. In the daemon the source is
+//! the aggregated maps (counts and stacks, two generations flipped by the
+//! drain: samples without user memory, and every sample when
+//! `stack_copy_pages` is 0); the pipeline's tests feed it queued batches
+//! instead (`pipeline::testing::QueuedSource`). Samples with user memory
+//! do not come through here: they come one record each through the
+//! stack-copy ring buffer (`stack_copies`), which the pipeline reads and
+//! unwinds between drains and joins to each drain's batch.
 //!
-//! Owns the source's contract; the sources themselves live beside their
-//! maps (`drain`).
+//! Owns the source's contract; the source itself lives beside its maps
+//! (`drain`).
 
 use super::drain::{Drainer, RawBatch};
-
-/// Which source the sampling programs write to.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SampleSourceKind {
-    /// Samples aggregated in the kernel, one counts entry per distinct
-    /// thread and pair of stacks (the stacks in a map of their own).
-    #[default]
-    AggregatedMaps,
-}
 
 /// Why a source could not be drained.
 #[derive(Debug, thiserror::Error)]

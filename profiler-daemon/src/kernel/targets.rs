@@ -12,7 +12,7 @@ use profiler_common::targets;
 
 use crate::kernel::cgroups::{self, cgroup2_root};
 
-/// Capacities of the target maps (the sampler sizes them so).
+/// Capacities of the target maps (the loaded programs size them so).
 pub const MAX_PIDS: u32 = 1 << 12;
 pub const MAX_CGROUPS: u32 = 1 << 10;
 

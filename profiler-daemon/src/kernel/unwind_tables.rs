@@ -2,13 +2,15 @@
 //! measures against the daemon's stack copies (design 1) on the same
 //! workload: `sample_unwind_tables` walks the user stacks of registered
 //! processes in the kernel, with rows compiled from their binaries'
-//! `.eh_frame` (`symbols::unwind_rows`) held in BPF maps, and aggregates
-//! the stacks there.
+//! `.eh_frame` (by `unwind::table_rows`, which registers processes here)
+//! held in BPF maps, and aggregates the stacks there. Only with the
+//! `unwind-tables-prototype` feature.
 //!
-//! It owns its own load of the eBPF object, its maps and its CPU clocks;
-//! the daemon never starts it, and it must not touch the daemon's maps.
+//! It owns its own eBPF object (`unwind_tables_prototype`, built only with
+//! the feature), its maps and its CPU clocks; the daemon never starts it,
+//! and it must not touch the daemon's maps.
 
-use std::{collections::HashMap as StdHashMap, fs::File, time::Duration, time::Instant};
+use std::collections::HashMap as StdHashMap;
 
 use anyhow::{Context as _, Result, bail};
 use aya::{
@@ -19,15 +21,16 @@ use aya::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
-use procfs::process::{MMPermissions, MMapPath, Process as ProcfsProcess};
 use profiler_common::{
     StackTrace,
     unwind_table::{Key, MAX_MAPPINGS, Mapping, Process, Row},
 };
 
-use crate::symbols::{unwind::UnwindSections, unwind_rows};
-
 const PROGRAM: &str = "sample_unwind_tables";
+
+/// The prototype's eBPF object, built by build.rs with the feature.
+static PROTOTYPE_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/unwind_tables_prototype"));
 
 /// One aggregated sample of the prototype.
 #[derive(Clone, Debug)]
@@ -47,8 +50,6 @@ pub struct PrototypeSample {
 pub struct TableSize {
     pub binaries: usize,
     pub rows: u32,
-    /// Time spent compiling `.eh_frame` into rows and writing them.
-    pub compile: Duration,
 }
 
 impl TableSize {
@@ -75,8 +76,8 @@ impl UnwindTablePrototype {
         loader.map_max_entries("UNWIND_STACKS", 1 << 16);
         loader.map_max_entries("UNWIND_COUNTS", 1 << 16);
         let mut ebpf = loader
-            .load(super::sampler::EBPF_OBJECT)
-            .context("loading the eBPF object for the unwind-table prototype")?;
+            .load(PROTOTYPE_OBJECT)
+            .context("loading the unwind-table prototype's eBPF object")?;
         let program: &mut PerfEvent = ebpf
             .program_mut(PROGRAM)
             .context("the eBPF object has no sample_unwind_tables")?
@@ -104,69 +105,39 @@ impl UnwindTablePrototype {
         })
     }
 
-    /// Compiles the unwind rows of every binary `pid` maps (once per
-    /// binary) and lets the program walk its stacks.
-    pub fn add_process(&mut self, pid: u32) -> Result<()> {
-        let started = Instant::now();
-        let maps = ProcfsProcess::new(pid as i32)
-            .and_then(|process| process.maps())
-            .with_context(|| format!("reading the mappings of process {pid}"))?;
+    /// Where the rows of the binary `key` (device, inode) are: written
+    /// the first time it is asked for, compiled by `compile`; the first
+    /// row and the count.
+    pub fn binary_rows(
+        &mut self,
+        key: (u64, u64),
+        compile: impl FnOnce() -> Vec<Row>,
+    ) -> Result<(u32, u32)> {
+        if let Some(&placed) = self.binaries.get(&key) {
+            return Ok(placed);
+        }
+        let placed = self.write_rows(&compile())?;
+        self.binaries.insert(key, placed);
+        Ok(placed)
+    }
+
+    /// Lets the program walk the stacks of `pid`, through its code
+    /// `mappings` (their rows written by [`Self::binary_rows`]).
+    pub fn set_process(&mut self, pid: u32, mappings: &[Mapping]) -> Result<()> {
+        if mappings.len() > MAX_MAPPINGS {
+            bail!("process {pid} maps more than {MAX_MAPPINGS} code mappings");
+        }
         let mut process = Process {
             mappings: [Mapping::default(); MAX_MAPPINGS],
-            count: 0,
+            count: mappings.len() as u32,
             _pad: 0,
         };
-        for map in maps {
-            if !map.perms.contains(MMPermissions::EXECUTE) {
-                continue;
-            }
-            let (start, end) = map.address;
-            let sections = match &map.pathname {
-                MMapPath::Path(_) => {
-                    let path = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
-                    let file = File::open(&path).with_context(|| format!("opening {path}"))?;
-                    std::sync::Arc::new(UnwindSections::read(file))
-                }
-                MMapPath::Vdso => match UnwindSections::vdso() {
-                    Some(vdso) => vdso,
-                    None => continue,
-                },
-                _ => continue,
-            };
-            let Some(bias) = sections.load_bias(start, map.offset) else {
-                continue;
-            };
-            let key = (
-                (u64::from(map.dev.0 as u32) << 32) | u64::from(map.dev.1 as u32),
-                map.inode,
-            );
-            let (first_row, rows) = match self.binaries.get(&key) {
-                Some(&placed) => placed,
-                None => {
-                    let placed = self.write_rows(&unwind_rows::compile(&sections))?;
-                    self.binaries.insert(key, placed);
-                    placed
-                }
-            };
-            let slot = process.count as usize;
-            if slot == MAX_MAPPINGS {
-                bail!("process {pid} maps more than {MAX_MAPPINGS} code mappings");
-            }
-            process.mappings[slot] = Mapping {
-                start,
-                end,
-                bias,
-                first_row,
-                rows,
-            };
-            process.count += 1;
-        }
+        process.mappings[..mappings.len()].copy_from_slice(mappings);
         let mut processes: HashMap<&mut MapData, u32, Process> =
             HashMap::try_from(self.map_mut("UNWIND_PROCESSES")?)?;
         processes
             .insert(pid, process, 0)
             .with_context(|| format!("registering process {pid}"))?;
-        self.size.compile += started.elapsed();
         Ok(())
     }
 

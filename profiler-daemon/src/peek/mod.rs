@@ -35,7 +35,7 @@ pub use self::{
 use crate::{
     kernel::{
         offcpu::{OffCpuRecorder, Recorded, RecordingGuard},
-        sampler::PeekClocks,
+        programs::PeekClocks,
     },
     lock,
     pipeline::{PipelineHandle, SampleInbox},

@@ -14,7 +14,7 @@ use super::{
     snapshot::{self, Disposition},
 };
 use crate::{
-    kernel::{peek_signals::PeekSignals, sampler::OptionalProgramError},
+    kernel::{peek_signals::PeekSignals, programs::OptionalProgramError},
     lock,
 };
 

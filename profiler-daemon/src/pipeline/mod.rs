@@ -1,8 +1,8 @@
 //! The pipeline that moves samples one way, from the kernel to the store:
 //! the sample source (drained) → raw batch → normalized stacks (process
-//! table) → symbolized stacks (symbolizer) → time-stamped buckets (store)
-//! and every export sink, or, for the samples of peeks and sampled
-//! allocations, their inboxes.
+//! table) → symbolized stacks (symbolizer) → time-stamped buckets (store),
+//! or, for the samples of peeks and sampled allocations, their inboxes.
+//! The exporters read the store's windows (`service`), not the batches.
 //!
 //! This module owns the pipeline's threads: the drain thread (periodic and
 //! on-demand drains and, between them, the unwinding passes over the stack
@@ -22,12 +22,10 @@ use std::{
 
 use crate::kernel::announcements::{ForkLineages, ProcessAnnouncements};
 use profiler_common::{Counter, SampleKind};
-use tracing::warn;
 
 mod blocked;
 mod draining;
 mod inbox;
-mod sinks;
 mod unwinding;
 mod waits;
 mod watching;
@@ -35,7 +33,6 @@ mod watching;
 pub use self::{
     draining::DrainIntervals,
     inbox::{Inboxes, SampleInbox},
-    sinks::{ExportSink, SinkError},
     waits::WaitStats,
 };
 use self::{
@@ -44,7 +41,7 @@ use self::{
 };
 
 use crate::{
-    kernel::sampler::{Sampler, SamplingError},
+    kernel::programs::{LoadedPrograms, SamplingError},
     kernel::{
         allocation_copies::AllocationCopies,
         drain::CounterDeltas,
@@ -57,7 +54,7 @@ use crate::{
     symbols::jit_names::{JitNames, JitStats, SETTLE_WAIT},
     symbols::processes::{NormalizedBatch, ProcessStats, ProcessTable},
     symbols::symbolizer::{Symbolizer, SymbolizerStats},
-    symbols::unwind::UnwindStats,
+    unwind::UnwindStats,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -206,21 +203,20 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Takes the sampler's source and process announcements and starts
-    /// the pipeline threads; each batch goes to the store and to `sinks`.
+    /// Takes the loaded programs' source and process announcements and starts
+    /// the pipeline threads; each batch goes to the store.
     pub fn start(
-        sampler: &mut Sampler,
+        programs: &mut LoadedPrograms,
         store: Arc<RwLock<Store>>,
         inboxes: Inboxes,
-        sinks: Vec<Box<dyn ExportSink>>,
         drains: DrainIntervals,
         bounds: PipelineBounds,
         offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
     ) -> Result<Self, PipelineError> {
-        let source = sampler.take_source()?;
-        let (announcements, lineages) = sampler.take_process_announcements()?;
-        let stack_copies = sampler.take_stack_copies()?;
-        let allocation_copies = sampler.take_allocation_copies()?;
+        let source = programs.take_source()?;
+        let (announcements, lineages) = programs.take_process_announcements()?;
+        let stack_copies = programs.take_stack_copies()?;
+        let allocation_copies = programs.take_allocation_copies()?;
         Self::start_with(
             source,
             Some(announcements),
@@ -232,7 +228,6 @@ impl Pipeline {
             }),
             store,
             inboxes,
-            sinks,
             drains,
             bounds,
         )
@@ -243,17 +238,12 @@ impl Pipeline {
     /// their samples are drained) and its stack copies when it copies
     /// stacks (with the off-CPU intervals, when they are recorded), each
     /// part within its bound.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "each is a distinct part the pipeline joins"
-    )]
     pub fn start_with(
         source: Box<dyn SampleSource>,
         announcements: Option<ProcessAnnouncements>,
         stack_copies: Option<StackCopyFeed>,
         store: Arc<RwLock<Store>>,
         inboxes: Inboxes,
-        sinks: Vec<Box<dyn ExportSink>>,
         drains: DrainIntervals,
         bounds: PipelineBounds,
     ) -> Result<Self, PipelineError> {
@@ -304,9 +294,7 @@ impl Pipeline {
             let (stats, jit_names) = (stats.clone(), jit_names.clone());
             Box::new(move || {
                 let symbolizer = Symbolizer::with_limit(bounds.symbolizer);
-                symbolize_into_store(
-                    job_queue, symbolizer, &jit_names, &store, &inboxes, sinks, &stats,
-                )
+                symbolize_into_store(job_queue, symbolizer, &jit_names, &store, &inboxes, &stats)
             })
         })?);
         let handle = PipelineHandle {
@@ -371,14 +359,13 @@ pub struct StackCopyFeed {
 /// The symbolizer thread: owns the (not `Send`) symbolizer; names JIT
 /// code (waiting a little for the perf maps it was asked to read); hands
 /// peek samples and sampled allocations to their inboxes, the rest to
-/// every export sink and the store.
+/// the store.
 fn symbolize_into_store(
     jobs: mpsc::Receiver<SymbolizeJob>,
     mut symbolizer: Symbolizer,
     jit_names: &JitNames,
     store: &RwLock<Store>,
     inboxes: &Inboxes,
-    mut sinks: Vec<Box<dyn ExportSink>>,
     stats: &Mutex<PipelineStats>,
 ) {
     for mut job in jobs {
@@ -405,11 +392,6 @@ fn symbolize_into_store(
                 .iter()
                 .filter(|sample| sample.kind.is_off_cpu()),
         );
-        for sink in &mut sinks {
-            if let Err(err) = sink.export(&batch) {
-                warn!(sink = sink.name(), "exporting a batch failed: {err}");
-            }
-        }
         crate::write_lock(store).insert(batch);
         lock(stats).symbolizer = symbolizer.stats();
         for waiting in job.waiting {

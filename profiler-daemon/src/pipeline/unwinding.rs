@@ -31,7 +31,8 @@ use crate::{
     },
     lock,
     profile::UnwindStop,
-    symbols::{processes::ProcessTable, unwind::UserRegisters},
+    symbols::processes::ProcessTable,
+    unwind::UserRegisters,
 };
 
 /// A pass over the stack copies this slow is worth a warning: the ring

@@ -86,7 +86,7 @@ impl From<PeekError> for ServiceError {
 
 impl From<AllocsError> for ServiceError {
     fn from(err: AllocsError) -> Self {
-        use crate::symbols::allocators::AllocatorError;
+        use crate::symbols::allocator_functions::AllocatorError;
         let message = err.to_string();
         match err {
             AllocsError::Allocator(AllocatorError::NoProcess(_)) => Self::NotFound(message),

@@ -23,7 +23,7 @@ use super::{
 use crate::{
     kernel::{
         families::Families,
-        sampler::{OptionalProgramError, PeekClocks, SamplingError},
+        programs::{OptionalProgramError, PeekClocks, SamplingError},
         targets::{MemoryTargetMaps, TargetSet, Targets},
     },
     peek::{PeekSettings, Peeker, Protection},
@@ -67,7 +67,6 @@ fn fixture() -> Fixture {
         None,
         store.clone(),
         inboxes,
-        Vec::new(),
         DrainIntervals {
             every: Duration::from_secs(60),
             watched: Duration::from_secs(60),

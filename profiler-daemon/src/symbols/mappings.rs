@@ -15,7 +15,7 @@ use std::{
 use procfs::process::MMapPath;
 use tracing::debug;
 
-use super::unwind::{CodeMapping, SectionsSource, UnwindSections};
+use crate::unwind::{CodeMapping, LazySections, SectionsSource, UnwindSections};
 
 /// The identity of a binary file: device and inode as the kernel maps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -89,9 +89,10 @@ impl Binary {
     pub fn readable_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
     }
+}
 
-    /// Its unwind sections (none if it cannot be read or is not ELF).
-    pub fn unwind_sections(&self) -> Arc<UnwindSections> {
+impl LazySections for Binary {
+    fn unwind_sections(&self) -> Arc<UnwindSections> {
         let mut held = self.held_sections();
         held.get_or_insert_with(|| {
             // A second open: reading must not move the held file's offset.

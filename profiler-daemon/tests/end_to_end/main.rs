@@ -35,6 +35,7 @@ mod robustness;
 mod sessions;
 mod support;
 mod targets;
+#[cfg(feature = "unwind-tables-prototype")]
 mod unwind_tables;
 mod unwinding;
 mod web_view;

@@ -3,6 +3,10 @@
 //! walk over rows compiled from `.eh_frame` gives whole stacks, every frame
 //! of a known chain named, for code without frame pointers and through
 //! libc's qsort.
+//!
+//! Built only with the `unwind-tables-prototype` feature (the daemon never
+//! ships the prototype); run it with
+//! `cargo xtask test -- -p profiler-daemon --features unwind-tables-prototype --test end_to_end unwind_tables`.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -11,7 +15,10 @@ use blazesym::{
     symbolize::{Input, Symbolized, Symbolizer, source::Process, source::Source},
 };
 use profiler_common::unwind_table::cfa;
-use profilerd::kernel::unwind_tables::{PrototypeSample, UnwindTablePrototype};
+use profilerd::{
+    kernel::unwind_tables::{PrototypeSample, UnwindTablePrototype},
+    unwind::table_rows,
+};
 
 use crate::support::{Workload, build_workload_with, require_root};
 
@@ -19,7 +26,7 @@ use crate::support::{Workload, build_workload_with, require_root};
 /// (frames root first, how the walk ended, count).
 fn prototype_stacks(pid: u32, seconds: u64) -> Vec<(Vec<String>, u8, u64)> {
     let mut prototype = UnwindTablePrototype::start(499, 1 << 20).expect("the prototype loads");
-    prototype.add_process(pid).expect("the workload's tables");
+    table_rows::add_process(&mut prototype, pid).expect("the workload's tables");
     std::thread::sleep(Duration::from_secs(seconds));
     let samples: Vec<PrototypeSample> = prototype.samples().expect("the prototype's samples");
     let symbolizer = Symbolizer::new();

@@ -17,10 +17,8 @@ use tracing::debug;
 use super::{ProcessRecord, ProcessTable};
 use crate::{
     kernel::announcements::Lineage,
-    symbols::{
-        mappings::{code_mappings, mapping_of},
-        unwind::ProcessUnwinder,
-    },
+    symbols::mappings::{code_mappings, mapping_of},
+    unwind::ProcessUnwinder,
 };
 
 /// How many new processes took their parent's mappings.

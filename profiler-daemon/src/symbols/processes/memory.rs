@@ -14,8 +14,8 @@ use std::{
 use tracing::debug;
 
 use super::{BinaryKey, ProcessTable};
-use crate::symbols::{
-    mappings::{Mapping, MappingTarget},
+use crate::{
+    symbols::mappings::{Mapping, MappingTarget},
     unwind::UnwindStats,
 };
 

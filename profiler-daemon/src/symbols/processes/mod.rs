@@ -29,11 +29,11 @@ use super::{
         Mapping, MappingTarget, code_mappings, data_name, device_number, display_path, lookup,
     },
     process_files,
-    unwind::{ProcessUnwinder, UnwindCache, UnwindStats, UnwindStop, UnwoundStack, UserRegisters},
 };
 use crate::{
     kernel::drain::{CounterDeltas, RawBatch},
     profile::ThreadInfo,
+    unwind::{ProcessUnwinder, UnwindCache, UnwindStats, UnwindStop, UnwoundStack, UserRegisters},
 };
 
 /// Records unused for this long are dropped; a process sampled again later

@@ -1,9 +1,10 @@
 //! Design 2 of user-stack unwinding, kept as a measured prototype: the
 //! user stack walked in the kernel with rows compiled from the binaries'
 //! `.eh_frame` (the OpenTelemetry profiler's design), aggregated in the
-//! kernel. Only the benchmark loads `sample_unwind_tables` and fills its
-//! maps; the daemon unwinds stack copies instead (BENCHMARKS.md says why).
-//! It must stay within one program: no tail calls, bounded loops only.
+//! kernel. Only the benchmark (and the prototype's test) loads
+//! `sample_unwind_tables` and fills its maps; the daemon unwinds stack
+//! copies instead (BENCHMARKS.md says why). It must stay within one
+//! program: no tail calls, bounded loops only.
 
 #![expect(
     clippy::needless_borrows_for_generic_args,
@@ -23,8 +24,8 @@ use profiler_common::{
     unwind_table::{Key, MAX_FRAMES, MAX_MAPPINGS, Process, Row, SEARCH_STEPS, cfa},
 };
 
-use crate::{
-    sampler::{interrupted_user_mode, user_registers},
+use profiler_ebpf::{
+    registers::{UserRegisters, interrupted_user_mode, user_registers},
     stacks::{store_stack, store_walked},
 };
 
@@ -54,7 +55,8 @@ pub fn sample_unwind_tables(ctx: PerfEventContext) -> u32 {
     };
     // SAFETY: live map entries; the scratch entries belong to this CPU and
     // this run, the process entry is only replaced between runs.
-    let (len, ended) = walk(&ctx, unsafe { &*process }, unsafe { &mut *user });
+    let (process, user, kernel) = unsafe { (&*process, &mut *user, &mut *kernel) };
+    let (len, ended) = walk(&ctx, process, user);
     let user_stack = store_walked(&UNWIND_STACKS, user, len, true).map_or(0, |stored| stored.key);
     let kernel_stack = if interrupted_user_mode(&ctx) {
         0
@@ -79,9 +81,16 @@ pub fn sample_unwind_tables(ctx: PerfEventContext) -> u32 {
 }
 
 /// Walks the user stack into `stack`: its length and how the walk ended.
+/// The frames past it are 0, as `store_walked` needs (those past
+/// [`MAX_FRAMES`] are never written).
 #[inline(always)]
 fn walk(ctx: &PerfEventContext, process: &Process, stack: &mut StackTrace) -> (usize, u8) {
-    let (mut ip, mut sp, mut bp) = user_registers(ctx);
+    stack.ips[..MAX_FRAMES].fill(0);
+    let UserRegisters {
+        mut ip,
+        mut sp,
+        mut bp,
+    } = user_registers(ctx);
     let mut len = 0;
     let mut ended = cfa::TOO_DEEP;
     for frame in 0..MAX_FRAMES {

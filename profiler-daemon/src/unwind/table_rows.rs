@@ -1,18 +1,68 @@
 //! `.eh_frame` compiled into the rows the design-2 prototype walks in the
 //! kernel (`kernel::unwind_tables`): one row per change of the rules that
 //! find the caller's frame, sorted by address, with a row saying "no
-//! information" where no FDE covers the code.
+//! information" where no FDE covers the code; and a process's code
+//! mappings registered with the prototype, their binaries' rows written
+//! once. Only with the `unwind-tables-prototype` feature.
 //!
-//! Owns only that compilation; the daemon's own unwinding (`unwind`) reads
-//! the sections with framehop and never needs these rows.
+//! Owns only that compilation; the daemon's own unwinding (`unwinder`)
+//! reads the sections with framehop and never needs these rows.
 
+use std::{fs::File, sync::Arc};
+
+use anyhow::{Context as _, Result};
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext,
     UnwindSection as _, X86_64,
 };
-use profiler_common::unwind_table::{Row, cfa};
+use procfs::process::{MMPermissions, MMapPath, Process};
+use profiler_common::unwind_table::{Mapping, Row, cfa};
 
-use super::unwind::UnwindSections;
+use super::UnwindSections;
+use crate::kernel::unwind_tables::UnwindTablePrototype;
+
+/// Compiles the unwind rows of every binary `pid` maps (once per binary,
+/// for the whole prototype) and lets the prototype walk its stacks.
+pub fn add_process(prototype: &mut UnwindTablePrototype, pid: u32) -> Result<()> {
+    let maps = Process::new(pid as i32)
+        .and_then(|process| process.maps())
+        .with_context(|| format!("reading the mappings of process {pid}"))?;
+    let mut mappings = Vec::new();
+    for map in maps {
+        if !map.perms.contains(MMPermissions::EXECUTE) {
+            continue;
+        }
+        let (start, end) = map.address;
+        let sections = match &map.pathname {
+            MMapPath::Path(_) => {
+                let path = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
+                let file = File::open(&path).with_context(|| format!("opening {path}"))?;
+                Arc::new(UnwindSections::read(file))
+            }
+            MMapPath::Vdso => match UnwindSections::vdso() {
+                Some(vdso) => vdso,
+                None => continue,
+            },
+            _ => continue,
+        };
+        let Some(bias) = sections.load_bias(start, map.offset) else {
+            continue;
+        };
+        let key = (
+            (u64::from(map.dev.0 as u32) << 32) | u64::from(map.dev.1 as u32),
+            map.inode,
+        );
+        let (first_row, rows) = prototype.binary_rows(key, || compile(&sections))?;
+        mappings.push(Mapping {
+            start,
+            end,
+            bias,
+            first_row,
+            rows,
+        });
+    }
+    prototype.set_process(pid, &mappings)
+}
 
 /// The rows of a binary's `.eh_frame` (none when it has none).
 pub fn compile(sections: &UnwindSections) -> Vec<Row> {

@@ -1,7 +1,8 @@
-//! Handles into the loaded programs that outlive the sampler's start: the
-//! per-thread clocks of peeks and the task iterator that reads the threads
-//! already waiting when off-CPU recording begins. Each holds the sampler
-//! and reaches into its programs; they own nothing else.
+//! Handles into the loaded programs that outlive their start: the
+//! per-thread clocks of peeks, the off-CPU switch programs attached while
+//! something is recorded, and the task iterator that reads the threads
+//! already waiting when off-CPU recording begins. Each holds the loaded
+//! programs and reaches into them; they own nothing else.
 
 use aya::{
     maps::{HashMap, MapData},
@@ -10,26 +11,26 @@ use aya::{
 use profiler_common::names;
 use tracing::debug;
 
-use super::{PeekClocks, Sampler, SamplingError, maps::take_map};
-use crate::kernel::{offcpu, programs};
+use super::{LoadedPrograms, PeekClocks, SamplingError, groups, maps::take_map};
+use crate::kernel::offcpu;
 
 /// The task iterator that reads the threads of a process whose off-CPU
 /// recording begins.
 pub struct KernelWaitingThreads {
-    sampler: std::sync::Arc<std::sync::Mutex<Sampler>>,
+    programs: std::sync::Arc<std::sync::Mutex<LoadedPrograms>>,
 }
 
 impl KernelWaitingThreads {
-    pub fn new(sampler: std::sync::Arc<std::sync::Mutex<Sampler>>) -> Self {
-        Self { sampler }
+    pub fn new(programs: std::sync::Arc<std::sync::Mutex<LoadedPrograms>>) -> Self {
+        Self { programs }
     }
 }
 
 impl offcpu::WaitingThreadSource for KernelWaitingThreads {
     fn read(&self, pid: u32) -> Result<Vec<profiler_common::offcpu::WaitingThread>, String> {
         use std::io::Read as _;
-        let mut sampler = crate::lock(&self.sampler);
-        let ebpf = &mut sampler.ebpf;
+        let mut programs = crate::lock(&self.programs);
+        let ebpf = &mut programs.ebpf;
         let mut target: aya::maps::Array<&mut MapData, u32> = ebpf
             .map_mut(names::WAITING_PID)
             .ok_or("the eBPF object has no map of the waiting process")?
@@ -37,7 +38,7 @@ impl offcpu::WaitingThreadSource for KernelWaitingThreads {
             .map_err(|err: aya::maps::MapError| err.to_string())?;
         target.set(0, pid, 0).map_err(|err| err.to_string())?;
         let iterator: &mut aya::programs::Iter =
-            programs::program(ebpf, names::PROGRAM_READ_WAITING_THREADS)
+            groups::program(ebpf, names::PROGRAM_READ_WAITING_THREADS)
                 .map_err(|err| err.to_string())?;
         let link = iterator.attach().map_err(|err| err.to_string())?;
         let link = iterator.take_link(link).map_err(|err| err.to_string())?;
@@ -57,14 +58,14 @@ impl offcpu::WaitingThreadSource for KernelWaitingThreads {
 /// The off-CPU switch and wake-up programs, attached only while something
 /// is recorded.
 pub struct KernelSwitchPrograms {
-    sampler: std::sync::Arc<std::sync::Mutex<Sampler>>,
+    programs: std::sync::Arc<std::sync::Mutex<LoadedPrograms>>,
     links: std::sync::Mutex<Vec<(&'static str, BtfTracePointLinkId)>>,
 }
 
 impl KernelSwitchPrograms {
-    pub fn new(sampler: std::sync::Arc<std::sync::Mutex<Sampler>>) -> Self {
+    pub fn new(programs: std::sync::Arc<std::sync::Mutex<LoadedPrograms>>) -> Self {
         Self {
-            sampler,
+            programs,
             links: std::sync::Mutex::new(Vec::new()),
         }
     }
@@ -76,13 +77,13 @@ impl offcpu::SwitchPrograms for KernelSwitchPrograms {
         if attached != links.is_empty() {
             return Ok(());
         }
-        let mut sampler = crate::lock(&self.sampler);
-        let ebpf = &mut sampler.ebpf;
+        let mut programs = crate::lock(&self.programs);
+        let ebpf = &mut programs.ebpf;
         if !attached {
             return detach_all(ebpf, &mut links);
         }
         for name in [names::PROGRAM_RECORD_SWITCH, names::PROGRAM_RECORD_WAKEUP] {
-            let attach = programs::program::<BtfTracePoint>(ebpf, name)
+            let attach = groups::program::<BtfTracePoint>(ebpf, name)
                 .map_err(|err| err.to_string())
                 .and_then(|program| program.attach().map_err(|err| err.to_string()));
             match attach {
@@ -105,7 +106,7 @@ fn detach_all(
 ) -> Result<(), String> {
     for (name, link) in links.drain(..) {
         let program: &mut BtfTracePoint =
-            programs::program(ebpf, name).map_err(|err| err.to_string())?;
+            groups::program(ebpf, name).map_err(|err| err.to_string())?;
         program.detach(link).map_err(|err| err.to_string())?;
     }
     Ok(())
@@ -113,16 +114,18 @@ fn detach_all(
 
 /// The peek clocks of the loaded programs.
 pub struct KernelPeekClocks {
-    sampler: std::sync::Arc<std::sync::Mutex<Sampler>>,
+    programs: std::sync::Arc<std::sync::Mutex<LoadedPrograms>>,
     threads: std::sync::Mutex<HashMap<MapData, u32, u32>>,
 }
 
 impl KernelPeekClocks {
-    /// Takes the map of peeked threads out of `sampler`.
-    pub fn new(sampler: std::sync::Arc<std::sync::Mutex<Sampler>>) -> Result<Self, SamplingError> {
-        let threads = take_map(&mut crate::lock(&sampler).ebpf, names::PEEK_THREADS)?;
+    /// Takes the map of peeked threads out of `programs`.
+    pub fn new(
+        programs: std::sync::Arc<std::sync::Mutex<LoadedPrograms>>,
+    ) -> Result<Self, SamplingError> {
+        let threads = take_map(&mut crate::lock(&programs).ebpf, names::PEEK_THREADS)?;
         Ok(Self {
-            sampler,
+            programs,
             threads: std::sync::Mutex::new(threads),
         })
     }
@@ -147,7 +150,7 @@ impl PeekClocks for KernelPeekClocks {
     }
 
     fn sample(&self, tid: u32, frequency_hz: u32) -> Result<Box<dyn Send>, SamplingError> {
-        let link = crate::lock(&self.sampler).sample_thread(tid, frequency_hz)?;
+        let link = crate::lock(&self.programs).sample_thread(tid, frequency_hz)?;
         Ok(Box::new(link))
     }
 }

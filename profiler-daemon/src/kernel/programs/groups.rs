@@ -1,9 +1,10 @@
-//! The programs the daemon loads, in groups that load and attach
-//! together: the sample source (the CPU-clock sampler, writing the
-//! aggregated maps), the process lifecycle tracepoints, the peek sampler,
-//! the peek signal watcher and guard, and the fork follower. A required
-//! group that fails stops the daemon; an optional one is left off, and the
-//! daemon says what it cannot do without it.
+//! The programs the daemon loads, in the nine groups of [`ProgramGroup`]
+//! that load and attach together: the CPU-clock sampler, the process
+//! lifecycle tracepoints, the peek sampler, the peek signal watcher, the
+//! peek signal guard, the fork follower, the fork lineage tracepoints,
+//! off-CPU recording and the allocator uprobes. A required group that
+//! fails stops the daemon; an optional one is left off, and the daemon
+//! says what it cannot do without it.
 //!
 //! Owns how each group attaches; it must not read their maps.
 
@@ -21,19 +22,15 @@ use aya::{
 use profiler_common::{names, signal_generate};
 use tracing::{info, warn};
 
-use super::{
-    btf::BtfError,
-    requirements::TRACEFS,
-    sampler::{OptionalProgramError, SamplerSettings, SamplingError},
-    sources::SampleSourceKind,
-};
+use super::{OptionalProgramError, ProgramSettings, SamplingError};
+use crate::kernel::{btf::BtfError, requirements::TRACEFS};
 
 /// A group of programs that load and attach together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ProgramGroup {
-    /// Where samples come from: today the CPU-clock sampler on every CPU,
-    /// aggregating into the counts and stacks maps (see
-    /// [`SampleSourceKind`]).
+    /// Where samples come from: the CPU-clock sampler on every CPU,
+    /// copying user stacks into the stack-copy ring buffer and aggregating
+    /// the rest into the counts and stacks maps.
     SampleSource,
     /// The exec and exit tracepoints that keep process announcements
     /// fresh (need tracefs).
@@ -107,15 +104,13 @@ impl ProgramGroup {
         context: &AttachContext<'_>,
     ) -> Result<Attached, GroupFailure> {
         match self {
-            ProgramGroup::SampleSource => match context.settings.source {
-                SampleSourceKind::AggregatedMaps => {
-                    let sampler: &mut PerfEvent = program(ebpf, names::PROGRAM_SAMPLE_CPU)?;
-                    sampler.load().map_err(program_load_error)?;
-                    let links =
-                        attach_cpu_clocks(sampler, context.cpus, context.settings.frequency_hz)?;
-                    Ok(Attached::CpuClocks(links))
-                }
-            },
+            ProgramGroup::SampleSource => {
+                let sampler: &mut PerfEvent = program(ebpf, names::PROGRAM_SAMPLE_CPU)?;
+                sampler.load().map_err(program_load_error)?;
+                let links =
+                    attach_cpu_clocks(sampler, context.cpus, context.settings.frequency_hz)?;
+                Ok(Attached::CpuClocks(links))
+            }
             ProgramGroup::ProcessLifecycle => {
                 follow_process_lifecycle(ebpf, context.tracefs)?;
                 Ok(Attached::Done)
@@ -182,7 +177,7 @@ impl ProgramGroup {
 /// What the groups need to attach.
 pub(super) struct AttachContext<'a> {
     pub cpus: &'a [u32],
-    pub settings: &'a SamplerSettings,
+    pub settings: &'a ProgramSettings,
     /// Why tracefs is not there, when it is not.
     pub tracefs: Option<&'a SamplingError>,
     /// Why the kernel fields the signal programs read were not found.

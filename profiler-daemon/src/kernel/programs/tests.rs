@@ -1,7 +1,9 @@
+use std::time::Duration;
+
 use super::*;
 
-fn settings(frequency_hz: u32) -> SamplerSettings {
-    SamplerSettings {
+fn settings(frequency_hz: u32) -> ProgramSettings {
+    ProgramSettings {
         frequency_hz,
         drain_interval: Duration::from_secs(1),
         max_stacks: 0,
@@ -12,7 +14,6 @@ fn settings(frequency_hz: u32) -> SamplerSettings {
         stack_copy_buffer: 0,
         alloc_stack_copy_buffer: 0,
         offcpu_max_pending: 1024,
-        source: SampleSourceKind::AggregatedMaps,
     }
 }
 
@@ -23,11 +24,11 @@ fn finds_tracepoint_field_offsets() {
         \tfield:int sig;\toffset:8;\tsize:4;\tsigned:1;\n\
         \tfield:char comm[16];\toffset:20;\tsize:16;\tsigned:0;\n\
         \tfield:pid_t pid;\toffset:36;\tsize:4;\tsigned:1;\n";
-    assert_eq!(programs::field_offset(format, "sig"), Some(8));
-    assert_eq!(programs::field_offset(format, "comm"), Some(20));
-    assert_eq!(programs::field_offset(format, "pid"), Some(36));
-    assert_eq!(programs::field_offset(format, "group"), None);
-    assert_eq!(programs::field_offset(format, "common_type"), Some(0));
+    assert_eq!(groups::field_offset(format, "sig"), Some(8));
+    assert_eq!(groups::field_offset(format, "comm"), Some(20));
+    assert_eq!(groups::field_offset(format, "pid"), Some(36));
+    assert_eq!(groups::field_offset(format, "group"), None);
+    assert_eq!(groups::field_offset(format, "common_type"), Some(0));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! end (or with the daemon: the table owns the links), and the allocation
 //! maps that go with them.
 //!
-//! Holds the sampler and reaches into its programs and maps; owns the
+//! Holds the loaded programs and reaches into them and their maps; owns the
 //! table of the profiles running (their slots, links and processes),
 //! which is all that says what is attached: what the status counts and
 //! the limits use.
@@ -27,18 +27,16 @@ use profiler_common::{
 };
 use tracing::{debug, warn};
 
-use super::Sampler;
+use super::{LoadedPrograms, groups};
 use crate::{
     kernel::{
         allocation_copies::slot_of,
         allocs::{
-            KernelAllocations, MAX_PROFILED_PROCESSES, ProbeError, RESERVED_FOR_ADMINS, Sampling,
-            interval_table, ring_share,
+            KernelAllocations, MAX_PROFILED_PROCESSES, ProbeError, ProbeSite, RESERVED_FOR_ADMINS,
+            Sampling, interval_table, ring_share,
         },
-        programs,
     },
     lock,
-    symbols::allocators::AllocatorSite,
 };
 
 /// A profile's hold on its probes: detaching by it takes off that
@@ -124,7 +122,7 @@ pub enum Profiled {
 
 /// The allocator uprobes and the processes they are attached for.
 pub struct KernelAllocationProbes {
-    sampler: Arc<Mutex<Sampler>>,
+    programs: Arc<Mutex<LoadedPrograms>>,
     /// Why allocations cannot be profiled, when they cannot.
     unavailable: Option<String>,
     /// Records the allocation ring buffer holds.
@@ -134,9 +132,9 @@ pub struct KernelAllocationProbes {
 
 impl KernelAllocationProbes {
     /// Writes the interval table the byte sampling draws from.
-    pub fn new(sampler: Arc<Mutex<Sampler>>) -> Self {
+    pub fn new(programs: Arc<Mutex<LoadedPrograms>>) -> Self {
         let (unavailable, ring_records) = {
-            let mut guard = lock(&sampler);
+            let mut guard = lock(&programs);
             let ring_records = guard.allocation_ring_records();
             let unavailable = match guard.allocation_probes() {
                 Err(err) => Some(err.to_string()),
@@ -147,7 +145,7 @@ impl KernelAllocationProbes {
             (unavailable, ring_records)
         };
         Self {
-            sampler,
+            programs,
             unavailable,
             ring_records,
             slots: Mutex::new(Slots::default()),
@@ -196,7 +194,7 @@ impl KernelAllocationProbes {
     pub fn attach(
         &self,
         pid: u32,
-        sites: &[AllocatorSite],
+        sites: &[ProbeSite],
         sampling: Sampling,
         privileged: bool,
     ) -> Result<Attachment, ProbeError> {
@@ -226,8 +224,8 @@ impl KernelAllocationProbes {
         // Serials follow their slot (the ring's reader finds it by them).
         let serial = slots.round * u64::from(MAX_PROFILED_PROCESSES) + slot as u64;
         debug_assert_eq!(slot_of(serial) as usize, slot);
-        let mut sampler = lock(&self.sampler);
-        let ebpf = &mut sampler.ebpf;
+        let mut programs = lock(&self.programs);
+        let ebpf = &mut programs.ebpf;
         // The share shrinks before the new profile samples anything, which
         // starts from no count (nothing of the slot's last profile runs).
         write_share(ebpf, ring_share(self.ring_records, running + 1))
@@ -261,12 +259,12 @@ impl KernelAllocationProbes {
                     location: UProbeAttachLocation::AbsoluteOffset(site.offset),
                     cookie: (!returns).then_some(site.function as u64),
                 };
-                let link = programs::program::<UProbe>(ebpf, name)
+                let link = groups::program::<UProbe>(ebpf, name)
                     .map_err(|err| err.to_string())
                     .and_then(|probe| {
                         let id = probe
                             .attach(point, &site.file, scope)
-                            .map_err(|err| programs::error_chain(&err))?;
+                            .map_err(|err| groups::error_chain(&err))?;
                         probe.take_link(id).map_err(|err| err.to_string())
                     });
                 match link {
@@ -277,10 +275,10 @@ impl KernelAllocationProbes {
                     },
                     Err(reason) => {
                         forget_target(ebpf, pid);
-                        drop(sampler);
+                        drop(programs);
                         Links::release(vec![links]);
                         let _ = write_share(
-                            &mut lock(&self.sampler).ebpf,
+                            &mut lock(&self.programs).ebpf,
                             ring_share(self.ring_records, running),
                         );
                         return Err(ProbeError::Attach {
@@ -333,7 +331,7 @@ impl KernelAllocationProbes {
         let probes = links.len();
         // Sampling stops at once (the programs do nothing for a process not
         // in the targets, but see its frees); the probes come off after.
-        forget_target(&mut lock(&self.sampler).ebpf, attachment.pid);
+        forget_target(&mut lock(&self.programs).ebpf, attachment.pid);
         Links::release(vec![links]);
         let held = self.forget(attachment);
         debug!(
@@ -370,9 +368,9 @@ impl KernelAllocationProbes {
             (running, attachments, links)
         };
         {
-            let mut sampler = lock(&self.sampler);
+            let mut programs = lock(&self.programs);
             for attachment in &attachments {
-                forget_target(&mut sampler.ebpf, attachment.pid);
+                forget_target(&mut programs.ebpf, attachment.pid);
             }
         }
         Links::release(links);
@@ -393,14 +391,14 @@ impl KernelAllocationProbes {
     /// Once its probes are off: what the kernel held for the profile, its
     /// maps' entries taken out, its slot freed.
     fn forget(&self, attachment: &Attachment) -> KernelAllocations {
-        let held = collect(&mut lock(&self.sampler).ebpf, attachment);
+        let held = collect(&mut lock(&self.programs).ebpf, attachment);
         let running = {
             let mut slots = lock(&self.slots);
             slots.slots[attachment.slot] = None;
             slots.running().count()
         };
         if let Err(reason) = write_share(
-            &mut lock(&self.sampler).ebpf,
+            &mut lock(&self.programs).ebpf,
             ring_share(self.ring_records, running),
         ) {
             warn!("cannot widen the allocation profiles' share of their ring buffer: {reason}");

@@ -1,7 +1,10 @@
-//! Where a process's allocator lives: the functions of `malloc`'s family
-//! (libc's, or jemalloc's, mimalloc's, tcmalloc's when linked or preloaded,
-//! or those a static binary carries) in the files the process has mapped
-//! executable, each as the file offset a uprobe attaches to.
+//! Where a target process's allocator functions are: those of `malloc`'s
+//! family (libc's, or jemalloc's, mimalloc's, tcmalloc's when linked or
+//! preloaded, or those a static binary carries) in the files the process
+//! has mapped executable, each as the file offset a uprobe attaches to
+//! (a [`ProbeSite`], which the kernel layer attaches). Not to be confused
+//! with `allocs/` (allocation profiling, which asks for them) or with the
+//! tuning of the daemon's own allocator.
 //!
 //! Owns the reading of the process's mappings and of those files' symbol
 //! tables; it must not attach anything.
@@ -12,19 +15,7 @@ use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
 use procfs::process::{MMPermissions, MMapPath, Process};
 use profiler_common::allocs::Function;
 
-/// One allocator function in one file, as a uprobe attaches to it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AllocatorSite {
-    /// The file as the daemon opens it (through the process's root, so a
-    /// container's file is found).
-    pub file: PathBuf,
-    /// The file's path in the process.
-    pub path: String,
-    pub symbol: &'static str,
-    pub function: Function,
-    /// The function's offset in the file.
-    pub offset: u64,
-}
+use crate::kernel::allocs::ProbeSite;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AllocatorError {
@@ -46,7 +37,7 @@ const MAX_BINARY_BYTES: u64 = 1 << 30;
 /// The allocator functions of process `pid`, in the order of its mappings
 /// and of [`Function::SYMBOLS`]; one site per distinct address of a file
 /// (glibc's `memalign` and `aligned_alloc` are one function).
-pub fn allocator_sites(pid: u32) -> Result<Vec<AllocatorSite>, AllocatorError> {
+pub fn find(pid: u32) -> Result<Vec<ProbeSite>, AllocatorError> {
     let process = Process::new(pid as i32).map_err(|_| AllocatorError::NoProcess(pid))?;
     let maps = process.maps().map_err(|err| match err {
         procfs::ProcError::NotFound(_) => AllocatorError::NoProcess(pid),
@@ -96,7 +87,7 @@ pub fn allocator_sites(pid: u32) -> Result<Vec<AllocatorSite>, AllocatorError> {
 
 /// The allocator functions an ELF file defines (dynamic symbols first,
 /// then the symbol table of a static binary).
-fn sites_in(data: &[u8], file: &std::path::Path, path: &str) -> Vec<AllocatorSite> {
+fn sites_in(data: &[u8], file: &std::path::Path, path: &str) -> Vec<ProbeSite> {
     let Ok(elf) = object::File::parse(data) else {
         return Vec::new();
     };
@@ -117,7 +108,7 @@ fn sites_in(data: &[u8], file: &std::path::Path, path: &str) -> Vec<AllocatorSit
         };
         let offset = probe_offset(data, offset);
         if offsets.insert(offset) {
-            sites.push(AllocatorSite {
+            sites.push(ProbeSite {
                 file: file.to_owned(),
                 path: path.to_owned(),
                 symbol,
@@ -164,7 +155,7 @@ mod tests {
 
     #[test]
     fn this_process_has_libc_malloc_and_free_at_distinct_offsets() {
-        let sites = allocator_sites(std::process::id()).expect("the test binary uses libc");
+        let sites = find(std::process::id()).expect("the test binary uses libc");
         let malloc = sites.iter().find(|site| site.symbol == "malloc").unwrap();
         let free = sites.iter().find(|site| site.symbol == "free").unwrap();
         assert_eq!(malloc.function, Function::Malloc);
@@ -200,7 +191,7 @@ mod tests {
 
     #[test]
     fn a_missing_process_is_named() {
-        let err = allocator_sites(u32::MAX - 1).unwrap_err();
+        let err = find(u32::MAX - 1).unwrap_err();
         assert!(matches!(err, AllocatorError::NoProcess(_)), "{err}");
     }
 }

@@ -14,7 +14,7 @@ use crate::kernel::announcements::{ForkLineages, ProcessAnnouncements};
 
 use super::*;
 
-impl Sampler {
+impl LoadedPrograms {
     /// Takes the map of followed processes and the ring buffer of those
     /// that join a family; why they cannot be had when forks are not
     /// followed.
@@ -79,18 +79,12 @@ impl Sampler {
         Ok(crate::kernel::targets::Targets::new(Box::new(maps)))
     }
 
-    /// Takes the sample source the programs write to, for the pipeline.
+    /// Takes the sample source the programs write to, for the pipeline:
+    /// the aggregated maps, drained.
     pub fn take_source(&mut self) -> Result<Box<dyn SampleSource>, SamplingError> {
-        match self.source {
-            SampleSourceKind::AggregatedMaps => {
-                let maps = self.take_drain_maps()?;
-                let drainer = Drainer::new(maps).map_err(|error| SamplingError::SourceMaps {
-                    kind: self.source,
-                    error,
-                })?;
-                Ok(Box::new(drainer))
-            }
-        }
+        let maps = self.take_drain_maps()?;
+        let drainer = Drainer::new(maps).map_err(SamplingError::SourceMaps)?;
+        Ok(Box::new(drainer))
     }
 
     /// Takes the maps the drainer reads out of the object.

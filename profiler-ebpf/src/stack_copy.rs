@@ -1,0 +1,165 @@
+//! Stack copies: one record per sample in a ring buffer (the stack-copy
+//! ring buffer of CPU, peek and off-CPU samples, or the allocation ring
+//! buffer), with the sample's identity and weight, its kernel stack, its
+//! user registers and the pages of its user stack from the one holding
+//! the stack pointer, for the daemon to unwind with the binaries' unwind
+//! information.
+//!
+//! Owns the stack-copy ring buffer and the number of pages a copy takes
+//! (both set by the daemon); the allocation ring buffer is `allocs`'.
+
+use core::{ffi::c_void, mem::size_of};
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm,
+        generated::{bpf_get_stack, bpf_probe_read_user},
+    },
+    macros::map,
+    maps::RingBuf,
+};
+use profiler_common::{
+    MAX_STACK_COPY_PAGES, MAX_STACK_DEPTH, STACK_COPY_PAGE, SampleKey, SampleKind, StackCopyHeader,
+};
+use profiler_ebpf::registers::UserRegisters;
+
+use crate::{global, task::CurrentTask};
+
+const PAGE_BYTES: u64 = STACK_COPY_PAGE as u64;
+
+/// Pages of user stack each sample copies for the daemon to unwind; 0:
+/// none (user stacks are walked by frame pointers). Set by the daemon.
+#[unsafe(no_mangle)]
+static STACK_COPY_PAGES: u32 = 0;
+
+/// Samples of processes with user memory, each with its registers and a
+/// copy of the top of its user stack, for the daemon to unwind with the
+/// binaries' unwind information (CPU, peek and off-CPU samples; sampled
+/// allocations have a ring of their own). Sized by the daemon at load time.
+#[map]
+pub(crate) static STACK_COPIES: RingBuf = RingBuf::with_byte_size(4096, 0);
+
+/// Pages of user stack a copy takes (0: the programs copy no stacks).
+#[inline(always)]
+pub(crate) fn copy_pages() -> u32 {
+    global(&STACK_COPY_PAGES).min(MAX_STACK_COPY_PAGES)
+}
+
+/// One sample to copy into a ring buffer.
+pub(crate) struct StackCopy {
+    /// The program's context, which the kernel stack is walked from.
+    pub(crate) ctx: *mut c_void,
+    /// Whether to walk the kernel stack (not for a tick that interrupted
+    /// user mode, nor at a uprobe).
+    pub(crate) walk_kernel: bool,
+    /// The task (`bpf_get_current_pid_tgid`), its ids and who may see it.
+    pub(crate) pid_tgid: u64,
+    pub(crate) task: CurrentTask,
+    pub(crate) kind: SampleKind,
+    /// [`profiler_common::sample_flags`] bits.
+    pub(crate) flags: u32,
+    /// As [`StackCopyHeader`]'s `weight`, `switched_out_ns` and `tag`.
+    pub(crate) weight: u64,
+    pub(crate) switched_out_ns: u64,
+    pub(crate) tag: u64,
+    /// The user registers unwinding starts from.
+    pub(crate) registers: UserRegisters,
+    /// Pages of user stack to copy at most (fewer when the main thread's
+    /// frames, which end at the task's `main_stack_top`, take fewer).
+    pub(crate) pages: u32,
+}
+
+/// Writes `copy` into `ring` (the stack-copy ring buffer, or the
+/// allocation ring buffer): its key and weights, its kernel stack, its
+/// user registers and its user stack's pages. False when the ring buffer
+/// is full.
+#[inline(always)]
+pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
+    const HEADER: usize = size_of::<StackCopyHeader>();
+    let pages = copy.pages;
+    // `pages` comes from a frozen global: the verifier knows this size.
+    let size = HEADER + pages as usize * STACK_COPY_PAGE;
+    let Some(mut entry) = ring.reserve_bytes(size, 0) else {
+        return false;
+    };
+    let record = entry.as_mut_ptr();
+    let header = record.cast::<StackCopyHeader>();
+    let UserRegisters { ip, sp, bp } = copy.registers;
+    let base = sp & !(STACK_COPY_PAGE as u64 - 1);
+    // SAFETY: the reservation holds a header and `pages` pages; the ring
+    // buffer's records are 8-byte aligned.
+    unsafe {
+        (*header).key = SampleKey {
+            pid: (copy.pid_tgid >> 32) as u32,
+            tid: copy.pid_tgid as u32,
+            user_stack: 0,
+            kernel_stack: 0,
+            comm: bpf_get_current_comm().unwrap_or([0; 16]),
+            kind: copy.kind as u32,
+            flags: copy.flags,
+            uid: copy.task.uid,
+            gid: copy.task.gid,
+            // SAFETY: a helper that only reads the current task's cgroup.
+            cgroup: bpf_get_current_cgroup_id(),
+        };
+        (*header).weight = copy.weight;
+        (*header).switched_out_ns = copy.switched_out_ns;
+        // Volatile: LLVM would merge two zero stores side by side into a
+        // call to memset, a loop the verifier walks on every path.
+        core::ptr::write_volatile(&raw mut (*header).tag, copy.tag);
+        (*header).ip = ip;
+        (*header).sp = sp;
+        (*header).bp = bp;
+        (*header).stack_base = base;
+        (*header).kernel_len = 0;
+    }
+    if copy.walk_kernel {
+        // SAFETY: the header's kernel array holds MAX_STACK_DEPTH u64s.
+        let walked = unsafe {
+            bpf_get_stack(
+                copy.ctx,
+                (&raw mut (*header).kernel).cast::<c_void>(),
+                (MAX_STACK_DEPTH * size_of::<u64>()) as u32,
+                0,
+            )
+        };
+        if walked > 0 {
+            // SAFETY: as above.
+            unsafe { (*header).kernel_len = (walked as usize / size_of::<u64>()) as u32 };
+        }
+    }
+    // The main thread's frames end below its arguments: nothing above
+    // them helps unwinding (other threads' stacks are elsewhere, and copied
+    // whole).
+    let top = copy.task.main_stack_top;
+    let wanted = if sp < top && top - sp < u64::from(pages) * PAGE_BYTES {
+        ((top + 8 - base).div_ceil(PAGE_BYTES)) as u32
+    } else {
+        pages
+    };
+    let mut copied = 0_u32;
+    for page in 0..MAX_STACK_COPY_PAGES {
+        if page >= pages || page >= wanted || sp == 0 {
+            break;
+        }
+        let offset = HEADER + page as usize * STACK_COPY_PAGE;
+        // SAFETY: `offset + STACK_COPY_PAGE <= size` since `page < pages`;
+        // bpf_probe_read_user fails (rather than faulting) on an address it
+        // cannot read, which ends the copy.
+        let failed = unsafe {
+            bpf_probe_read_user(
+                record.add(offset).cast::<c_void>(),
+                STACK_COPY_PAGE as u32,
+                (base + u64::from(page) * STACK_COPY_PAGE as u64) as *const c_void,
+            )
+        } != 0;
+        if failed {
+            break;
+        }
+        copied += STACK_COPY_PAGE as u32;
+    }
+    // SAFETY: as above.
+    unsafe { (*header).stack_len = copied };
+    entry.submit(aya_ebpf::bindings::BPF_RB_NO_WAKEUP.into());
+    true
+}
