@@ -677,7 +677,7 @@ pub enum GroupBy {
 
 mod assembly;
 
-pub use assembly::ProfileAssembly;
+pub use assembly::{KeyedLocation, ProfileAssembly};
 
 #[cfg(test)]
 mod tests;
