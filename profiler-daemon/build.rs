@@ -79,13 +79,13 @@ fn build_protos() -> Result<()> {
         prost::Message::encode_to_vec(&descriptors),
     )
     .context("writing the descriptor set")?;
-    // The message types (and the client) are the client crate's; only the
-    // server is generated here, on them.
+    // The message types (and the client) are the client crate's, pprof's
+    // the report crate's; only the server is generated here, on them.
     tonic_prost_build::configure()
         .build_client(false)
         .build_server(true)
         .extern_path(".profilerd.v1", "::profilerd_client::v1")
-        .extern_path(".perftools.profiles", "::profilerd_client::pprof")
+        .extern_path(".perftools.profiles", "::profilerd_report::pprof")
         // Undecodable requests are INVALID_ARGUMENT, not INTERNAL.
         .codec_path("crate::transport::grpc::codec::ApiCodec")
         .compile_fds(descriptors)

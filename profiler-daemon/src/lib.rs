@@ -34,7 +34,15 @@
 //! - [`config_format`]: how the configuration file writes durations (a
 //!   leaf: the daemon's and the exporters' settings both read them).
 //!
-//! [`profile`] holds the domain values every layer shares.
+//! [`profile`] holds the domain values every layer shares. It and
+//! [`report`] are the crate `profilerd-report` (`profiler-daemon/report`),
+//! re-exported here: pure code, compiled without the daemon's dependencies,
+//! so that it cannot reach the store, the symbolizer or the kernel.
+
+// The pure code, a crate of its own (profiler-daemon/report): no store, no
+// kernel. Re-exported so that `crate::profile::…` and `crate::report::…`
+// name it here as before.
+pub use profilerd_report::{profile, report};
 
 pub mod allocs;
 pub mod config_format;
@@ -44,9 +52,7 @@ pub mod kernel;
 pub mod memory;
 pub mod peek;
 pub mod pipeline;
-pub mod profile;
 pub mod proto;
-pub mod report;
 pub mod service;
 pub mod store;
 pub mod symbols;

@@ -1,5 +1,5 @@
 //! The API's protobuf types (the client crate's) and the gRPC server
-//! generated on them here (see build.rs).
+//! generated on them here (see build.rs); pprof's (the report crate's).
 
 /// profilerd's gRPC API, version 1: the client crate's messages, and the
 /// `Profiler` server.
@@ -28,8 +28,9 @@ pub mod pyroscope {
     }
 }
 
-/// The pprof profile format.
-pub use profilerd_client::pprof;
+/// The pprof profile format: the report crate's messages, which the
+/// reports encode (the client crate generates its own for its users).
+pub use profilerd_report::pprof;
 
 /// The encoded descriptors of every .proto file, for server reflection.
 pub const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));

@@ -35,7 +35,7 @@ use crate::{
     kernel::drain::CounterDeltas,
     memory::counting::ThreadMeter,
     profile::UnwindStop,
-    profile::{Location, LocationKind, ThreadInfo, ThreadState},
+    profile::{KeyedLocation, Location, LocationKind, ThreadInfo, ThreadState},
     symbols::processes::{Binary, BinaryKey, NormalizedBatch, UserAddress},
 };
 
@@ -86,6 +86,20 @@ fn is_tracing_frame(location: &Location) -> bool {
 pub struct SymbolizedLocation {
     pub key: LocationKey,
     pub location: Location,
+}
+
+/// Profiles assembled outside the store (peeks, allocation profiles)
+/// number locations by their key.
+impl KeyedLocation for SymbolizedLocation {
+    type Key = LocationKey;
+
+    fn key(&self) -> &LocationKey {
+        &self.key
+    }
+
+    fn location(&self) -> &Location {
+        &self.location
+    }
 }
 
 /// Samples of one thread with one stack, symbolized.

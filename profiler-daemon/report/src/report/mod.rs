@@ -131,7 +131,7 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
 }
 
 /// Renders a profile read by the store's stack ids
-/// ([`crate::store::Store::profile_of_store_stacks`]) as [`render`] renders
+/// (the daemon's `Store::profile_of_store_stacks`) as [`render`] renders
 /// the same window read with its stacks: its stacks' words and their order
 /// come from `index`, which must be of the store's generation then, hold
 /// its stacks, and hide kernel addresses as the profile should be. The

@@ -5,26 +5,41 @@
 //! Owns only the numbering while a profile is assembled; it must not
 //! decide what a sample counts (its callers do).
 
-use std::sync::Arc;
+use std::{hash::Hash, sync::Arc};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::{Profile, Sample, ThreadInfo, ThreadState};
-use crate::symbols::symbolizer::{LocationKey, SymbolizedLocation};
+use super::{Location, Profile, Sample, ThreadInfo, ThreadState};
+
+/// A location as its source knows it: the key that makes two locations
+/// the same one (numbered once in the profile), and what the profile
+/// holds of it.
+pub trait KeyedLocation {
+    /// The identity of a location (the symbolizer's: binary and offset,
+    /// kernel address, marker…).
+    type Key: Eq + Hash;
+
+    /// This location's identity.
+    fn key(&self) -> &Self::Key;
+
+    /// What the profile holds of this location.
+    fn location(&self) -> &Location;
+}
 
 /// A profile being assembled: `profile` holds the threads, locations and
 /// stacks added so far; the samples are summed here until [`finish`].
+/// Locations are numbered by their [`KeyedLocation::Key`].
 ///
 /// [`finish`]: ProfileAssembly::finish
-pub struct ProfileAssembly<'a> {
+pub struct ProfileAssembly<'a, L: KeyedLocation> {
     profile: Profile,
     threads: HashMap<u32, u32>,
-    locations: HashMap<&'a LocationKey, u32>,
+    locations: HashMap<&'a L::Key, u32>,
     stacks: HashMap<Vec<u32>, u32>,
     samples: HashMap<(u32, u32, ThreadState), (u64, u64)>,
 }
 
-impl<'a> ProfileAssembly<'a> {
+impl<'a, L: KeyedLocation> ProfileAssembly<'a, L> {
     /// Starts from `profile`'s window, mode and settings (its tables and
     /// samples must be empty).
     pub fn new(profile: Profile) -> Self {
@@ -52,13 +67,13 @@ impl<'a> ProfileAssembly<'a> {
     }
 
     /// The index of a stack (outermost caller first), added when new.
-    pub fn stack(&mut self, stack: &'a [Arc<SymbolizedLocation>]) -> u32 {
+    pub fn stack(&mut self, stack: &'a [Arc<L>]) -> u32 {
         let locations = &mut self.profile.locations;
         let ids: Vec<u32> = stack
             .iter()
             .map(|location| {
-                *self.locations.entry(&location.key).or_insert_with(|| {
-                    locations.push(location.location.clone());
+                *self.locations.entry(location.key()).or_insert_with(|| {
+                    locations.push(location.location().clone());
                     locations.len() as u32 - 1
                 })
             })

@@ -145,8 +145,9 @@ pub struct ThreadInfo {
 }
 
 impl ThreadInfo {
-    /// The main thread of process `pid`, root's, for tests.
-    #[cfg(test)]
+    /// The main thread of process `pid`, root's, for tests (the daemon's
+    /// too, through the `test-support` feature).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn of_test(pid: u32) -> Self {
         Self {
             pid,
@@ -677,7 +678,7 @@ pub enum GroupBy {
 
 mod assembly;
 
-pub use assembly::ProfileAssembly;
+pub use assembly::{KeyedLocation, ProfileAssembly};
 
 #[cfg(test)]
 mod tests;

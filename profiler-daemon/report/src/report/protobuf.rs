@@ -70,7 +70,7 @@ mod tests {
     use prost::Message as _;
 
     use super::*;
-    use crate::proto::pprof as pb;
+    use crate::pprof as pb;
 
     #[test]
     fn varints_match_prost() {

@@ -45,8 +45,8 @@ use super::protobuf::{
     length_delimited_len, push_int_field, push_length_delimited, push_packed, push_varint,
     varint_len,
 };
+use crate::pprof as pb;
 use crate::profile::{GroupBy, Profile, ProfileMode, ReportOptions, ThreadState};
-use crate::proto::pprof as pb;
 use gzip::gzip_alongside;
 
 /// Samples encoded, then handed to compression, at a time. (The compressed

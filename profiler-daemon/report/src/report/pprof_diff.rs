@@ -15,8 +15,8 @@ use flate2::{Compression, read::GzDecoder, write::GzEncoder};
 use prost::Message as _;
 
 use super::{ReportError, pprof};
+use crate::pprof as pb;
 use crate::profile::{Profile, ReportOptions};
-use crate::proto::pprof as pb;
 
 /// The label pprof marks a merged base's samples with.
 const BASE_LABEL: &str = "pprof::base";
