@@ -1,38 +1,39 @@
 //! profilerd: an always-on, system-wide sampling profiler.
 //!
-//! One folder per layer, and the data flows one way through them:
+//! One folder per layer. Samples flow from the kernel up this list and
+//! requests come down it; each layer uses only those before it (`cargo
+//! xtask lint` fails on an import cycle between these modules):
 //!
-//! - [`kernel`]: the eBPF programs sample every CPU into kernel maps; the
-//!   drain reads them out, a generation at a time, as raw samples.
-//! - [`pipeline`]: moves each drained batch on, on its own threads: user
-//!   stacks unwound from their copies by [`unwind`], addresses normalized
-//!   and named by [`symbols`], then into the
-//!   [`store`] (or, for a peek's samples and sampled allocations, to the
-//!   request that waits for them).
+//! - [`config_format`], [`memory`], [`tasks`]: leaves every layer may use —
+//!   how the configuration writes durations; one memory budget for the
+//!   whole daemon, divided among the parts that hold memory, and what the
+//!   heap and the kernel say is used; what `/proc` says of a task
+//!   (credentials, groups, cgroups, namespace pid) and command names.
+//! - [`kernel`]: the eBPF programs sample every CPU (on CPU, off CPU,
+//!   allocations, peeks) into kernel maps and rings; the drain reads them
+//!   out, a generation at a time, as raw samples.
 //! - [`unwind`]: user stacks unwound from the copies the kernel took, with
-//!   each binary's unwind information (framehop); it uses only [`kernel`]
-//!   and [`profile`], and [`symbols`] and [`pipeline`] use it.
+//!   each binary's unwind information (framehop).
+//! - [`symbols`]: the process table (mappings, unwinders), JIT names from
+//!   perf maps and the blazesym symbolizer.
 //! - [`store`]: time-stamped buckets per thread and stack, any window of
 //!   which becomes a self-contained [`profile::Profile`].
-//! - [`report`]: pure functions from a profile to the bytes of a format.
-//! - [`peek`]: the thread-by-thread looks at one process that a signal or
-//!   a request starts.
+//! - [`pipeline`]: moves each drained batch on, on its own threads: stacks
+//!   unwound, addresses normalized and named, then into the store (or, for
+//!   a peek's samples and sampled allocations, to the request that waits
+//!   for them).
 //! - [`allocs`]: allocation profiles of one process (what it allocates and
 //!   still holds), from the allocator uprobes attached for their duration.
+//! - [`peek`]: the thread-by-thread looks at one process that a signal or
+//!   a request starts.
 //! - [`service`]: what the daemon offers (profiles, sessions, queries,
-//!   diffs, top, peeks, status), authorized and validated on domain types.
+//!   diffs, top, peeks, allocations, status), authorized and validated on
+//!   domain types.
 //! - [`transport`]: the gRPC API and the HTTP routes and web view, thin
 //!   shims over the service, and the listeners that serve them.
 //! - [`export`]: pushes the windows of the store to fleet profile stores
-//!   (Pyroscope), in the background.
+//!   (Pyroscope, OTLP), in the background, through the service.
 //! - [`daemon`]: the process itself: configuration, reloads, logs, systemd.
-//! - [`memory`]: one memory budget for the whole daemon, divided among the
-//!   parts that hold memory, and what the heap and the kernel say is used
-//!   (a leaf every layer may use).
-//! - [`tasks`]: what `/proc` says of a task (credentials, groups, cgroups,
-//!   namespace pid) and the kernel's command names (a leaf).
-//! - [`config_format`]: how the configuration file writes durations (a
-//!   leaf: the daemon's and the exporters' settings both read them).
 //!
 //! [`profile`] holds the domain values every layer shares. It and
 //! [`report`] are the crate `profilerd-report` (`profiler-daemon/report`),
