@@ -168,9 +168,14 @@ mod tests {
     #[test]
     fn a_thread_of_this_process_asleep_in_a_system_call_is_read_whole() {
         let (ready, wait) = std::sync::mpsc::channel::<()>();
+        let (named, tid) = std::sync::mpsc::channel::<u32>();
         let sleeper = std::thread::spawn(move || {
+            named
+                .send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+                .unwrap();
             let _ = wait.recv_timeout(std::time::Duration::from_secs(10));
         });
+        let tid = tid.recv().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
         let pid = std::process::id();
         let threads = blocked_threads(pid, 2, &[]);
@@ -181,8 +186,9 @@ mod tests {
         }
         let asleep = threads
             .iter()
-            .find(|thread| thread.header.key.tid != pid && !thread.stack.is_empty())
+            .find(|thread| thread.header.key.tid == tid)
             .expect("the sleeping thread is read");
+        assert!(!asleep.stack.is_empty());
         assert_eq!(asleep.header.key.kind, SampleKind::OffCpuSleeping as u32);
         assert!(asleep.header.stack_base <= asleep.header.sp);
         assert!(asleep.header.sp < asleep.header.stack_base + asleep.stack.len() as u64);
