@@ -13,12 +13,27 @@ use profilerd_client::v1;
 
 use crate::support::{self, Daemon, User, Workload, error_of, stdout_of};
 
+/// Whether process `pid` has a handler for SIGINT (`SigCgt` in its
+/// status).
+fn catches_sigint(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let mask = status
+                .lines()
+                .find_map(|line| line.strip_prefix("SigCgt:"))?;
+            u64::from_str_radix(mask.trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
     let daemon = Daemon::start().await;
     let workload = Workload::start("split", &[]);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let report = dir.path().join("cut.folded");
+    let started = Instant::now();
     let mut profilerctl = Command::new(crate::support::profilerctl_binary())
         .arg("--socket")
         .arg(&daemon.socket)
@@ -28,8 +43,24 @@ async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("profilerctl starts");
+    // It handles Ctrl-C once it has asked for the profile (until then,
+    // SIGINT would end it): the window is then opening.
+    let asking = profilerctl.id();
+    support::eventually(
+        "profilerctl catches SIGINT",
+        support::PATIENCE,
+        async || {
+            if catches_sigint(asking) {
+                Ok(())
+            } else {
+                Err("SIGINT not caught yet")
+            }
+        },
+    )
+    .await;
+    // About 2 s of profile, which the window and its samples are checked
+    // against.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let interrupted = Instant::now();
     let pid = rustix::process::Pid::from_raw(profilerctl.id() as i32).expect("a pid");
     rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT is sent");
     let output = tokio::task::spawn_blocking(move || {
@@ -42,9 +73,11 @@ async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
     .await
     .expect("finishes");
     let (status, stderr) = output;
+    // Not cut, it would have profiled its 8 s.
     assert!(
-        interrupted.elapsed() < Duration::from_secs(4),
-        "it kept profiling"
+        started.elapsed() < Duration::from_secs(8),
+        "it kept profiling ({:?})",
+        started.elapsed()
     );
     assert!(
         status
@@ -52,7 +85,7 @@ async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
             .is_some_and(|status| status.success()),
         "{stderr}"
     );
-    // The window opens once profilerctl has started and the daemon has
+    // The window opens once profilerctl has asked and the daemon has
     // drained, and closes after the interrupt's drain: about the 2 s slept.
     let cut_after = stderr
         .split_once("the window was cut short after ")
@@ -142,7 +175,6 @@ async fn output_goes_where_a_user_expects() {
     let profilerctl = crate::support::profilerctl_binary().display().to_string();
 
     // Binary to a terminal is refused before anything is waited for.
-    let started = Instant::now();
     let terminal = tokio::task::spawn_blocking({
         let command = format!("{profilerctl} --socket {socket} profile --pid {pid} -d 5s -f pprof");
         move || {
@@ -159,9 +191,11 @@ async fn output_goes_where_a_user_expects() {
         printed.contains("binary") && printed.contains("--output FILE"),
         "{printed}"
     );
+    // The daemon was never asked for the profile.
+    let metrics = stdout_of(&support::profilerctl(&daemon.socket, &["metrics"]).await);
     assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "it profiled first"
+        !metrics.contains("profilerd_rpcs_total{method=\"Profile\""),
+        "it profiled first:\n{metrics}"
     );
 
     // No colour codes where no person reads them.
@@ -228,7 +262,9 @@ async fn reports_say_what_they_count_and_whose_stacks_they_are() {
     let first = Workload::start_as("split", "report-first", &[]);
     let second = Workload::start_as("split", "report-second", &[]);
     let odd_workload = Workload::start("fake_frames", &[]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    for workload in [&first, &second, &odd_workload] {
+        workload.wait_until_running().await;
+    }
     let socket = &daemon.socket;
     let pids = |workloads: &[&Workload]| -> Vec<String> {
         workloads
@@ -339,7 +375,7 @@ async fn a_process_killed_by_the_peek_signal_is_reported_once() {
     let nobody = User::nobody(&daemon);
     let mut doomed = nobody.start("peek_threads", &["--no-handler"]);
     let pid = doomed.pid();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::wait_for_threads(pid, &support::PEEK_THREADS).await;
     let sent = nobody
         .command("kill")
         .args(["-USR1", &pid.to_string()])
@@ -347,16 +383,21 @@ async fn a_process_killed_by_the_peek_signal_is_reported_once() {
         .expect("kill runs");
     assert!(sent.success());
     doomed.wait();
+    // Past the daemon's 2 s wait for a process without a handler to die of
+    // the signal, after which it would be counted as merely gone as well.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let log = daemon.log();
-    assert_eq!(
-        log.matches(&format!(
-            "process {pid} (peek_threads) was terminated by SIGUSR1: it has no handler for it"
-        ))
-        .count(),
-        1,
-        "{log}"
-    );
+    let terminated =
+        format!("process {pid} (peek_threads) was terminated by SIGUSR1: it has no handler for it");
+    let log = support::eventually(
+        "the daemon logs the process terminated",
+        support::PATIENCE,
+        async || match daemon.log() {
+            log if log.contains(&terminated) => Ok(log),
+            log => Err(log),
+        },
+    )
+    .await;
+    assert_eq!(log.matches(&terminated).count(), 1, "{log}");
     assert!(log.contains(&format!("`profilerctl peek {pid}`")), "{log}");
     let status = stdout_of(&support::profilerctl(&daemon.socket, &["status"]).await);
     assert!(
