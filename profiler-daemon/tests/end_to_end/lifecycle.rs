@@ -85,10 +85,12 @@ async fn sigterm_ends_requests_with_a_status_and_leaves_nothing() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     daemon.signal(Signal::TERM);
-    let status = daemon
-        .exit_status(Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM:\n{}", daemon.log()));
+    let status = daemon.exit_status(PATIENCE).await.unwrap_or_else(|| {
+        panic!(
+            "still running {PATIENCE:?} after SIGTERM:\n{}",
+            daemon.log()
+        )
+    });
     assert!(status.success(), "{status}:\n{}", daemon.log());
 
     let cut_short = long_profile
@@ -125,10 +127,7 @@ async fn after_sigkill_nothing_stays_and_a_restart_works() {
     assert!(said.contains("already serving"), "{said}");
 
     daemon.signal(Signal::KILL);
-    daemon
-        .exit_status(Duration::from_secs(5))
-        .await
-        .expect("SIGKILL ends it");
+    daemon.exit_status(PATIENCE).await.expect("SIGKILL ends it");
     assert!(daemon.socket.exists(), "a killed daemon leaves its socket");
     wait_until_unloaded(&programs).await;
 
