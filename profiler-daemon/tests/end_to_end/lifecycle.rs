@@ -165,14 +165,15 @@ async fn a_daemon_started_on_a_busy_machine_loses_no_stack_copy() {
         busy
     })
     .await;
-    // Its first seconds, which must lose nothing.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut client = daemon.client().await;
-    let status = client
-        .get_status(v1::GetStatusRequest::default())
-        .await
-        .expect("the status")
-        .into_inner();
+    // Its first seconds (its first three drains, a second apart), which
+    // must lose nothing.
+    let status = eventually("three drains", PATIENCE, async || {
+        match daemon.status().await {
+            status if status.drains >= 3 => Ok(status),
+            status => Err(format!("{} drains", status.drains)),
+        }
+    })
+    .await;
     let lost: Vec<_> = status
         .samples_lost
         .iter()
