@@ -105,7 +105,9 @@ async fn go_tool_pprof_reads_the_profile_route_like_a_go_service() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn profile_endpoints_routes_profile_sessions_and_peeks() {
-    let (daemon, base) = daemon_over_http().await;
+    // Peeks by signal of its own workload only: other tests' signals would
+    // take the peeks' room.
+    let (daemon, base) = daemon_over_http_with(&["--peek-allow-commands", "http-peeked"]).await;
     let workload = Workload::start("split", &[]);
     let pid = workload.pid();
 
@@ -137,7 +139,7 @@ async fn profile_endpoints_routes_profile_sessions_and_peeks() {
     assert!(text(&body).contains("start one with /profile_start"));
 
     // A peek by signal shows in /peeks, and reads at /peeks/ID.
-    let peeked = Workload::start("peek_threads", &[]);
+    let peeked = Workload::start_as("peek_threads", "http-peeked", &[]);
     // Its handler is set once its threads are started.
     crate::support::wait_for_threads(peeked.pid(), &crate::support::PEEK_THREADS).await;
     let peeked_pid = Pid::from_raw(peeked.pid() as i32).expect("a pid");
@@ -147,11 +149,11 @@ async fn profile_endpoints_routes_profile_sessions_and_peeks() {
             let (code, body) = curl(&format!("{base}/peeks"), &[]);
             assert_eq!(code, 200, "{}", text(&body));
             let listed: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
-            listed
+            let peek = listed
                 .as_array()
                 .and_then(|peeks| peeks.iter().find(|peek| peek["pid"] == peeked.pid()))
-                .cloned()
-                .ok_or(listed)
+                .cloned();
+            peek.ok_or(format!("{listed}; {:?}", daemon.status().await.peek))
         })
         .await;
     let id = peek["id"].as_str().expect("an id");
