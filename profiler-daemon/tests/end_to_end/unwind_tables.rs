@@ -20,7 +20,6 @@ use crate::support::{Workload, build_workload_with, require_root};
 fn prototype_stacks(pid: u32, seconds: u64) -> Vec<(Vec<String>, u8, u64)> {
     let mut prototype = UnwindTablePrototype::start(499, 1 << 20).expect("the prototype loads");
     prototype.add_process(pid).expect("the workload's tables");
-    // The prototype samples for that long; its samples are read at the end.
     std::thread::sleep(Duration::from_secs(seconds));
     let samples: Vec<PrototypeSample> = prototype.samples().expect("the prototype's samples");
     let symbolizer = Symbolizer::new();
