@@ -1,7 +1,7 @@
 //! Who may ask: an unprivileged caller may profile and peek its own
 //! processes, and gets PERMISSION_DENIED for anyone else's.
 
-use crate::support::{Daemon, User, Workload};
+use crate::support::{Daemon, PEEK_THREADS, User, Workload, wait_for_threads};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_user_profiles_its_own_processes_only() {
@@ -9,7 +9,9 @@ async fn a_user_profiles_its_own_processes_only() {
     let nobody = User::nobody(&daemon);
     let own = nobody.start("peek_threads", &[]);
     let roots = Workload::start("peek_threads", &[]);
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Both at work: nobody's runs as nobody once setpriv has exec'd it.
+    wait_for_threads(own.pid(), &PEEK_THREADS).await;
+    wait_for_threads(roots.pid(), &PEEK_THREADS).await;
 
     let profile = |pid: Option<u32>| {
         let mut args: Vec<String> = ["profile", "--duration", "1s", "--format", "flat"]

@@ -15,7 +15,9 @@ use std::{
 
 use profilerd_client::v1;
 
-use crate::support::{Client, Daemon, User, Workload, folded, options, profilerctl_binary};
+use crate::support::{
+    Client, Daemon, User, Workload, folded, options, profilerctl_binary, wait_for_cpu,
+};
 
 /// The ids of the BPF links the daemon holds, as the kernel lists its file
 /// descriptors (`/proc/PID/fdinfo`, `link_id:`).
@@ -175,12 +177,17 @@ async fn killed_allocs_clients_leave_no_probe_and_another_user_is_served() {
             .stderr(Stdio::null())
             .spawn()
             .expect("profilerctl starts");
-        // Killed mid-profile: once its probes are attached.
+        // Killed mid-profile: once its probes are attached, and the status
+        // counts its profile.
         wait_for(&daemon, &format!("kill {kill}: the probes attach"), || {
             link_ids(&daemon).len() > before.len()
         })
         .await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        wait_for_async(&daemon, &format!("kill {kill}: the profile runs"), || {
+            let mut client = client.clone();
+            async move { allocation_status(&mut client).await.profiles_running == 1 }
+        })
+        .await;
         ctl.kill().expect("profilerctl is killed (SIGKILL)");
         ctl.wait().expect("profilerctl is reaped");
         // The next one is refused while this one's probes are on (one
@@ -251,7 +258,7 @@ async fn an_allocation_storm_takes_no_cpu_stack_copies_and_says_what_it_dropped(
     let storm = Workload::start("allocs", &["storm"]);
     let mut client = daemon.client().await;
     // Past the workload's first second asleep: it allocates all along.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    wait_for_cpu(storm.pid(), Duration::from_millis(50)).await;
     let before = status_of(&mut client).await;
     let reply = client
         .allocs(allocs_request(
@@ -320,7 +327,9 @@ async fn each_allocation_profile_keeps_its_share_of_the_ring() {
     let calm = Workload::start("allocs", &["ratio"]);
     let storm = Workload::start("allocs", &["storm"]);
     let client = daemon.client().await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Both past their first second asleep, allocating.
+    wait_for_cpu(calm.pid(), Duration::from_millis(50)).await;
+    wait_for_cpu(storm.pid(), Duration::from_millis(50)).await;
     let before = link_ids(&daemon);
     // The calm one first (a few dozen samples a second), then the storm
     // at rate 1.

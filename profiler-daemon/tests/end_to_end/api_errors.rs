@@ -193,7 +193,7 @@ async fn a_hundred_streams_are_bounded_per_caller() {
 
     streams.clear();
     // The server notices the closed streams when they reset.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + crate::support::PATIENCE;
     loop {
         match client.watch_peeks(v1::WatchPeeksRequest {}).await {
             Ok(_) => break,

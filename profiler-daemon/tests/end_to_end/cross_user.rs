@@ -7,7 +7,10 @@
 
 use std::time::Duration;
 
-use crate::support::{self, Daemon, User, Workload, error_of, spawn_with_pid, stdout_of};
+use crate::support::{
+    self, Daemon, PATIENCE, PEEK_THREADS, User, Workload, error_of, eventually, spawn_with_pid,
+    stdout_of, wait_for_threads,
+};
 
 /// Frames of a folded report, all of them.
 fn functions(folded: &str) -> Vec<String> {
@@ -30,16 +33,18 @@ async fn history_is_shown_by_the_uid_recorded_with_each_sample() {
     // A process that spins as root, then becomes nobody (and dumpable).
     let switching = Workload::start("switch_user", &["1.5"]);
     let pid = switching.pid().to_string();
-    tokio::time::sleep(Duration::from_millis(3000)).await;
     let query = [
         "query", "--since", "1m", "--pid", &pid, "--format", "folded",
     ];
-    let as_root = stdout_of(&support::profilerctl(socket, &query).await);
-    assert!(
-        has(&as_root, "root_phase") && has(&as_root, "nobody_phase"),
-        "root sees both phases:\n{as_root}\n{}",
-        daemon.log()
-    );
+    eventually("root sees both phases", PATIENCE, async || {
+        let as_root = stdout_of(&support::profilerctl(socket, &query).await);
+        if has(&as_root, "root_phase") && has(&as_root, "nobody_phase") {
+            Ok(())
+        } else {
+            Err(format!("{as_root}\n{}", daemon.log()))
+        }
+    })
+    .await;
     let as_nobody = stdout_of(&nobody.profilerctl(socket, &query).await);
     assert!(has(&as_nobody, "nobody_phase"), "{as_nobody}");
     assert!(
@@ -54,16 +59,23 @@ async fn history_is_shown_by_the_uid_recorded_with_each_sample() {
     roots.wait();
     let program = nobody.program("peek_threads");
     let _nobodys: Workload = spawn_with_pid(reused, || nobody.command(&program)).into();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
     let pid = reused.to_string();
     let query = [
         "query", "--since", "1m", "--pid", &pid, "--format", "folded",
     ];
-    let as_root = stdout_of(&support::profilerctl(socket, &query).await);
-    assert!(
-        has(&as_root, "hot") && has(&as_root, "spin_alpha"),
-        "root sees both processes of pid {pid}:\n{as_root}"
-    );
+    eventually(
+        &format!("root sees both processes of pid {pid}"),
+        PATIENCE,
+        async || {
+            let as_root = stdout_of(&support::profilerctl(socket, &query).await);
+            if has(&as_root, "hot") && has(&as_root, "spin_alpha") {
+                Ok(())
+            } else {
+                Err(as_root)
+            }
+        },
+    )
+    .await;
     let as_nobody = stdout_of(&nobody.profilerctl(socket, &query).await);
     assert!(has(&as_nobody, "spin_alpha"), "{as_nobody}");
     assert!(
@@ -81,23 +93,40 @@ async fn sessions_and_top_do_not_follow_a_reused_pid() {
     let own = nobody.start("peek_threads", &[]);
     let reused = own.pid();
     let pid = reused.to_string();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_threads(reused, &PEEK_THREADS).await;
+    let mut client = daemon.client().await;
+    let opened = support::unix_nanos();
     let session = stdout_of(&nobody.profilerctl(&socket, &["start", "--pid", &pid]).await);
     let session = session.trim().to_owned();
-    let top = {
-        let mut command = nobody.profilerctl_command(&socket);
-        command.args(["top", "--pid", &pid, "--interval", "500ms", "--count", "6"]);
-        tokio::task::spawn_blocking(move || command.output().expect("profilerctl runs"))
-    };
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let top = Streaming::start(nobody.profilerctl_command(&socket).args([
+        "top",
+        "--pid",
+        &pid,
+        "--interval",
+        "500ms",
+        "--count",
+        "6",
+    ]));
+    // Both saw nobody's process: top showed it, and the session's window
+    // holds it.
+    eventually("top shows nobody's process", PATIENCE, async || {
+        match top.so_far() {
+            shown if shown.contains("spin_alpha") => Ok(()),
+            shown => Err(shown),
+        }
+    })
+    .await;
+    support::wait_for_samples(&mut client, &[reused], opened, "spin_alpha", 1).await;
 
-    // Nobody's process exits; root's takes its pid.
+    // Nobody's process exits; root's takes its pid, and runs while the
+    // session and top are open.
     drop(own);
     let split = support::build_workload("split");
+    let reused_at = support::unix_nanos();
     let _roots: Workload = spawn_with_pid(reused, || std::process::Command::new(&split)).into();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    support::wait_for_samples(&mut client, &[reused], reused_at, "hot", 50).await;
 
-    let top = stdout_of(&top.await.expect("top finishes"));
+    let top = top.finish().await;
     assert!(
         top.contains("spin_alpha"),
         "top showed nobody's own:\n{top}"
@@ -139,7 +168,9 @@ async fn only_the_owner_or_an_admin_by_force_stops_a_session() {
     let root_pid = roots.pid().to_string();
     let of_first = first.start("peek_threads", &[]);
     let of_second = second.start("peek_threads", &[]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    for workload in [&roots, &of_first, &of_second] {
+        wait_for_threads(workload.pid(), &PEEK_THREADS).await;
+    }
 
     // Another user's session can be neither stopped nor read.
     let roots_session =
@@ -227,20 +258,13 @@ async fn setuid_processes_are_seen_by_root_only() {
     // setpriv execs the program: wait for the setuid program to run.
     let status =
         || std::fs::read_to_string(format!("/proc/{}/status", running.pid())).unwrap_or_default();
-    for _ in 0..100 {
-        if status().contains("Uid:\t65534\t0\t0") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        status().contains("Uid:\t65534\t0\t0"),
-        "setuid took effect:\n{}",
-        status()
-    );
+    eventually("setuid takes effect", PATIENCE, async || match status() {
+        status if status.contains("Uid:\t65534\t0\t0") => Ok(()),
+        status => Err(status),
+    })
+    .await;
     let own = nobody.start("split", &[]);
     let pid = running.pid().to_string();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
 
     for args in [
         vec!["peek", &pid],
@@ -253,35 +277,44 @@ async fn setuid_processes_are_seen_by_root_only() {
         );
     }
     // Its history is not among nobody's own, though its real uid is nobody's.
+    // Root sees it once it has been sampled.
+    let roots_query = ["query", "--since", "1m", "--pid", &pid, "-f", "folded"];
+    eventually("root sees the setuid process", PATIENCE, async || {
+        let roots = stdout_of(&support::profilerctl(&socket, &roots_query).await);
+        if has(&roots, "spin_alpha") {
+            Ok(())
+        } else {
+            Err(roots)
+        }
+    })
+    .await;
     // By process: other tests run peek_threads as nobody meanwhile, and the
     // daemon sees the whole machine.
-    let mine = stdout_of(
-        &nobody
-            .profilerctl(
-                &socket,
-                &[
-                    "query",
-                    "--since",
-                    "1m",
-                    "--uid",
-                    "65534",
-                    "--groupby",
-                    "process",
-                    "-f",
-                    "folded",
-                ],
-            )
-            .await,
-    );
-    let processes: Vec<String> = support::folded(mine.as_bytes())
-        .into_iter()
-        .filter_map(|(frames, _)| frames.into_iter().next())
-        .collect();
     let own_process = format!("split-{}", own.pid());
-    assert!(
-        processes.contains(&own_process),
-        "nobody's own process is there:\n{mine}"
-    );
+    let mine_query = [
+        "query",
+        "--since",
+        "1m",
+        "--uid",
+        "65534",
+        "--groupby",
+        "process",
+        "-f",
+        "folded",
+    ];
+    let (mine, processes) = eventually("nobody's own process is there", PATIENCE, async || {
+        let mine = stdout_of(&nobody.profilerctl(&socket, &mine_query).await);
+        let processes: Vec<String> = support::folded(mine.as_bytes())
+            .into_iter()
+            .filter_map(|(frames, _)| frames.into_iter().next())
+            .collect();
+        if processes.contains(&own_process) {
+            Ok((mine, processes))
+        } else {
+            Err(mine)
+        }
+    })
+    .await;
     let setuid_process = format!("-{pid}");
     assert!(
         !processes
@@ -289,14 +322,6 @@ async fn setuid_processes_are_seen_by_root_only() {
             .any(|process| process.ends_with(&setuid_process)),
         "the setuid process is shown to nobody:\n{mine}"
     );
-    let roots = stdout_of(
-        &support::profilerctl(
-            &socket,
-            &["query", "--since", "1m", "--pid", &pid, "-f", "folded"],
-        )
-        .await,
-    );
-    assert!(has(&roots, "spin_alpha"), "root sees it:\n{roots}");
 
     // Nobody may signal it (its real uid is nobody's): the peek happens,
     // but its report is root's only.
@@ -306,7 +331,7 @@ async fn setuid_processes_are_seen_by_root_only() {
         .status()
         .expect("kill runs");
     assert!(killed.success());
-    let report = support::next_peek_of(&mut watcher, running.pid(), Duration::from_secs(5))
+    let report = support::next_peek_of(&mut watcher, running.pid(), PATIENCE)
         .await
         .unwrap_or_else(|| panic!("no peek report:\n{}", daemon.log()));
     assert!(
@@ -336,7 +361,7 @@ async fn kernel_addresses_are_shown_only_to_who_may_read_them() {
     let socket = daemon.socket.clone();
     let syscalls = nobody.start("syscalls", &[]);
     let pid = syscalls.pid().to_string();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    syscalls.wait_until_running().await;
     // What the kernel shows nobody of its own symbols.
     let kallsyms = stdout_of(
         &nobody
@@ -419,7 +444,7 @@ async fn one_user_cannot_crowd_out_the_others_peeks() {
     // Root's own peeks and targets.
     let roots = Workload::start("peek_threads", &[]);
     let root_pid = roots.pid().to_string();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_threads(roots.pid(), &PEEK_THREADS).await;
     let mut root_reports = Vec::new();
     for _ in 0..2 {
         let report = client
@@ -440,7 +465,10 @@ async fn one_user_cannot_crowd_out_the_others_peeks() {
 
     // Nobody signals six processes of its own, three times over.
     let own: Vec<Workload> = (0..6).map(|_| nobody.start("peek_threads", &[])).collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each handles the signal once its threads are started.
+    for workload in &own {
+        wait_for_threads(workload.pid(), &PEEK_THREADS).await;
+    }
     for _ in 0..3 {
         for workload in &own {
             nobody
@@ -449,9 +477,33 @@ async fn one_user_cannot_crowd_out_the_others_peeks() {
                 .status()
                 .expect("kill runs");
         }
+        // Rounds a peek's length (1 s) and more apart: each round's
+        // signals start peeks of their own (or are dropped), rather than
+        // fold into the last round's.
         tokio::time::sleep(Duration::from_millis(1300)).await;
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = eventually(
+        "a user's peeks are dropped as too many or too often",
+        PATIENCE,
+        async || {
+            let status = stdout_of(&support::profilerctl(&socket, &["status"]).await);
+            if status.contains("triggers dropped: a user's peeks too many or too often") {
+                Ok(status)
+            } else {
+                Err(status)
+            }
+        },
+    )
+    .await;
+    // Its peeks kept: the share of a user, or fewer.
+    eventually("nobody's peeks are kept", PATIENCE, async || {
+        let nobodys = stdout_of(&nobody.profilerctl(&socket, &["peeks"]).await);
+        match nobodys.lines().count() {
+            0 => Err(nobodys),
+            _ => Ok(()),
+        }
+    })
+    .await;
 
     let listed = stdout_of(&support::profilerctl(&socket, &["peeks"]).await);
     for id in &root_reports {
@@ -465,7 +517,6 @@ async fn one_user_cannot_crowd_out_the_others_peeks() {
         (1..=3).contains(&nobodys.lines().count()),
         "nobody keeps its share, 3:\n{nobodys}"
     );
-    let status = stdout_of(&support::profilerctl(&socket, &["status"]).await);
     assert!(
         status.contains("triggers dropped: a user's peeks too many or too often"),
         "{status}"
@@ -491,4 +542,69 @@ async fn one_user_cannot_crowd_out_the_others_peeks() {
         "{refused}"
     );
     stdout_of(&support::profilerctl(&socket, &["targets", "--everything"]).await);
+}
+
+/// A command whose standard output is read as it comes (a stream such as
+/// `profilerctl top`).
+struct Streaming {
+    child: std::process::Child,
+    stdout: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Streaming {
+    fn start(command: &mut std::process::Command) -> Self {
+        let mut child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the command starts");
+        let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let reader = std::thread::spawn({
+            let (mut pipe, stdout) = (child.stdout.take().expect("piped"), stdout.clone());
+            move || {
+                let mut chunk = [0; 4096];
+                while let Ok(read @ 1..) = std::io::Read::read(&mut pipe, &mut chunk) {
+                    stdout
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&chunk[..read]));
+                }
+            }
+        });
+        Self {
+            child,
+            stdout,
+            reader,
+        }
+    }
+
+    /// What it has printed so far.
+    fn so_far(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// Waits for it to end, and returns all it printed, after checking
+    /// that it succeeded.
+    async fn finish(self) -> String {
+        let Self {
+            mut child,
+            stdout,
+            reader,
+        } = self;
+        let (status, stderr) = tokio::task::spawn_blocking(move || {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr)
+                .expect("its errors");
+            (child.wait().expect("it ends"), stderr)
+        })
+        .await
+        .expect("finishes");
+        tokio::task::spawn_blocking(move || reader.join().expect("its output is read"))
+            .await
+            .expect("finishes");
+        let stdout = stdout.lock().unwrap().clone();
+        assert!(status.success(), "{stdout}\n{stderr}");
+        stdout
+    }
 }

@@ -17,8 +17,8 @@ use profilerd_client::v1;
 use rustix::process::{Pid, Signal, kill_process};
 
 use crate::support::{
-    Client, Daemon, Workload, build_workload, folded, has_chain, options, profile,
-    samples_containing, total,
+    Client, Daemon, PATIENCE, PEEK_THREADS, Workload, build_workload, eventually, folded,
+    has_chain, options, profile, samples_containing, total, wait_for_threads,
 };
 
 /// Copies the workload `name` to `dir/comm`, the command name it runs under.
@@ -222,7 +222,7 @@ async fn a_deleted_binary_is_still_symbolized() {
     let binary = copy_workload("split", dir.path(), "fault-deleted");
     let workload = Workload::spawn(&binary, &[]);
     // Once the program runs (not the forked test binary), delete it.
-    wait_for_exe(workload.pid(), "fault-deleted");
+    workload.wait_until_running().await;
     fs::remove_file(&binary).expect("the binary is deleted");
 
     let reply = profile(
@@ -245,7 +245,7 @@ async fn a_binary_replaced_on_disk_is_symbolized_from_what_runs() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let binary = copy_workload("split", dir.path(), "fault-overwritten");
     let workload = Workload::spawn(&binary, &[]);
-    wait_for_exe(workload.pid(), "fault-overwritten");
+    workload.wait_until_running().await;
     let other = copy_workload("peek_threads", dir.path(), "other");
     fs::rename(&other, &binary).expect("another binary is renamed over it");
 
@@ -265,17 +265,6 @@ async fn a_binary_replaced_on_disk_is_symbolized_from_what_runs() {
         );
     }
     still_serving(&mut daemon).await;
-}
-
-/// Waits (up to 5 s) until `pid` runs the program named `name`.
-fn wait_for_exe(pid: u32, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !fs::read_link(format!("/proc/{pid}/exe"))
-        .is_ok_and(|exe| exe.to_string_lossy().contains(name))
-    {
-        assert!(Instant::now() < deadline, "{pid} never ran {name}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// Checks a profile of `split`: hot and cold named, with their chains.
@@ -439,11 +428,15 @@ async fn a_process_with_thousands_of_threads_is_profiled_and_peeked() {
     let binary = copy_workload("many_threads", dir.path(), "fault-threads");
     let workload = Workload::spawn(&binary, &[&THREADS.to_string(), "2"]);
     let pid = workload.pid();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while threads_of(pid) < THREADS + 1 {
-        assert!(Instant::now() < deadline, "the threads never all started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the threads all start",
+        PATIENCE,
+        async || match threads_of(pid) {
+            threads if threads > THREADS => Ok(()),
+            threads => Err(format!("{threads} threads")),
+        },
+    )
+    .await;
 
     let profiling = tokio::spawn({
         let mut client = daemon.client().await;
@@ -457,7 +450,9 @@ async fn a_process_with_thousands_of_threads_is_profiled_and_peeked() {
             .await
         }
     });
-    for _ in 0..5 {
+    // The status answers promptly all through the profile: asked every
+    // 200 ms until it ends.
+    while !profiling.is_finished() {
         status_within(&mut client, Duration::from_secs(1), &daemon).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -470,7 +465,6 @@ async fn a_process_with_thousands_of_threads_is_profiled_and_peeked() {
         "{busy:?}\n{stacks:?}"
     );
 
-    let started = Instant::now();
     let report = client
         .peek(v1::PeekRequest { pid })
         .await
@@ -504,11 +498,6 @@ async fn a_process_with_thousands_of_threads_is_profiled_and_peeked() {
         asleep >= THREADS - 2,
         "{asleep} threads asleep in pause: {head}"
     );
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "the peek took {:?}",
-        started.elapsed()
-    );
     still_serving(&mut daemon).await;
 }
 
@@ -527,7 +516,7 @@ async fn a_storm_of_short_lived_processes_is_reported() {
     let mut storm = Workload::spawn(&binary, &[&CHILDREN.to_string(), "4", "1"]);
     let storm_pid = storm.pid();
     let mut slowest = Duration::ZERO;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + PATIENCE;
     let exit = loop {
         let asked = Instant::now();
         status_within(&mut client, Duration::from_secs(2), &daemon).await;
@@ -823,26 +812,30 @@ async fn tracefs_missing_at_start_is_mounted_and_peeks_by_signal_work() {
 
     let workload = Workload::start_as("peek_threads", "fault-tracefs", &[]);
     // Past the first drains, which symbolize everything already running
-    // (slow on a busy machine).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while still_serving(&mut daemon).await.drains < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // (slow on a busy machine), and with its handler set (its threads
+    // started).
+    eventually("two drains", PATIENCE, async || {
+        match still_serving(&mut daemon).await.drains {
+            drains if drains >= 2 => Ok(()),
+            drains => Err(format!("{drains} drains")),
+        }
+    })
+    .await;
+    wait_for_threads(workload.pid(), &PEEK_THREADS).await;
     send_signal(workload.pid(), Signal::USR1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while crate::support::peeks_of(&mut client, workload.pid())
-        .await
-        .is_empty()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no peek after the signal: {:?}\n{}",
-            still_serving(&mut daemon).await.peek,
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        "a peek after the signal",
+        PATIENCE,
+        async || match crate::support::peeks_of(&mut client, workload.pid()).await {
+            peeks if !peeks.is_empty() => Ok(()),
+            _ => Err(format!(
+                "{:?}\n{}",
+                still_serving(&mut daemon).await.peek,
+                daemon.log()
+            )),
+        },
+    )
+    .await;
     still_serving(&mut daemon).await;
 }
 
@@ -960,7 +953,7 @@ async fn a_full_disk_keeps_peek_reports_in_memory_and_counts_the_failure() {
     let filler = disk.fill();
     let workload = Workload::start_as("peek_threads", "fault-disk-full", &[]);
     let pid = workload.pid();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_threads(pid, &PEEK_THREADS).await;
 
     let report = client
         .peek(v1::PeekRequest { pid })
@@ -1018,7 +1011,7 @@ fn profilerctl_child(socket: &Path, args: &[&str]) -> std::process::Child {
         .expect("profilerctl starts")
 }
 
-/// The first line `output` gives within 10 s (panics otherwise).
+/// The first line `output` gives within [`PATIENCE`] (panics otherwise).
 fn first_line(output: impl std::io::Read + Send + 'static, what: &str) -> String {
     use std::io::BufRead as _;
     let (sender, receiver) = std::sync::mpsc::channel();
@@ -1031,15 +1024,15 @@ fn first_line(output: impl std::io::Read + Send + 'static, what: &str) -> String
         let _ = std::io::copy(&mut reader, &mut std::io::sink());
     });
     receiver
-        .recv_timeout(Duration::from_secs(10))
-        .unwrap_or_else(|_| panic!("{what} printed nothing within 10 s"))
+        .recv_timeout(PATIENCE)
+        .unwrap_or_else(|_| panic!("{what} printed nothing within {PATIENCE:?}"))
 }
 
 /// Starts a streaming profilerctl command (`peeks --follow` or `top`) and
 /// returns once its stream is open (and for top, an update arrived); retries
 /// while the slot of an earlier stream is still being freed.
 fn open_stream(socket: &Path, args: &[&str]) -> std::process::Child {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         let mut child = profilerctl_child(socket, args);
         let line = if args[0] == "top" {
@@ -1091,20 +1084,18 @@ async fn clients_killed_mid_stream_free_their_slots() {
 
         killed.kill().expect("the client is killed");
         killed.wait().expect("the client is gone");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut replacement = loop {
-            match client.watch_peeks(v1::WatchPeeksRequest {}).await {
-                Ok(stream) => break stream.into_inner(),
+        let mut replacement = eventually(
+            &format!("the killed {stream} client's slot is free"),
+            PATIENCE,
+            async || match client.watch_peeks(v1::WatchPeeksRequest {}).await {
+                Ok(stream) => Ok(stream.into_inner()),
                 Err(status) => {
                     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
-                    assert!(
-                        Instant::now() < deadline,
-                        "the killed {stream} client kept its slot: {status:?}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err(format!("{status:?}"))
                 }
-            }
-        };
+            },
+        )
+        .await;
         let report = client
             .peek(v1::PeekRequest {
                 pid: workload.pid(),
@@ -1113,7 +1104,7 @@ async fn clients_killed_mid_stream_free_their_slots() {
             .expect("Peek answers")
             .into_inner();
         // Other tests' peek signals reach this daemon too: wait for ours.
-        let streamed = tokio::time::timeout(Duration::from_secs(5), async {
+        let streamed = tokio::time::timeout(PATIENCE, async {
             loop {
                 let streamed = replacement
                     .message()

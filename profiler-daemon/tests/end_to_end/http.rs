@@ -2,7 +2,7 @@
 //! pprof` itself, ProfileEndpoints' routes, the peeks, errors that say what
 //! to fix, and TLS that lets in only clients with a certificate of the CA.
 
-use std::{process::Command, time::Duration};
+use std::process::Command;
 
 use rustix::process::{Pid, Signal, kill_process};
 
@@ -105,7 +105,9 @@ async fn go_tool_pprof_reads_the_profile_route_like_a_go_service() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn profile_endpoints_routes_profile_sessions_and_peeks() {
-    let (_daemon, base) = daemon_over_http().await;
+    // Peeks by signal of its own workload only: other tests' signals would
+    // take the peeks' room.
+    let (daemon, base) = daemon_over_http_with(&["--peek-allow-commands", "http-peeked"]).await;
     let workload = Workload::start("split", &[]);
     let pid = workload.pid();
 
@@ -121,11 +123,14 @@ async fn profile_endpoints_routes_profile_sessions_and_peeks() {
     let tree = text(&body);
     assert!(tree.contains("; hot") && tree.contains("; main"), "{tree}");
 
-    // A session between /profile_start and /profile_stop.
+    // A session between /profile_start and /profile_stop, stopped once the
+    // workload has been sampled meanwhile.
+    let started = crate::support::unix_nanos();
     let (code, body) = curl(&format!("{base}/profile_start?pid={pid}"), &[]);
     assert_eq!(code, 200, "{}", text(&body));
     assert!(text(&body).contains("/profile_stop?id="), "{}", text(&body));
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let mut client = daemon.client().await;
+    crate::support::wait_for_samples(&mut client, &[pid], started, "hot", 20).await;
     let (code, body) = curl(&format!("{base}/profile_stop?pprof=false"), &[]);
     assert_eq!(code, 200, "{}", text(&body));
     assert!(text(&body).contains("; spin"), "{}", text(&body));
@@ -134,27 +139,23 @@ async fn profile_endpoints_routes_profile_sessions_and_peeks() {
     assert!(text(&body).contains("start one with /profile_start"));
 
     // A peek by signal shows in /peeks, and reads at /peeks/ID.
-    let peeked = Workload::start("peek_threads", &[]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let peeked = Workload::start_as("peek_threads", "http-peeked", &[]);
+    // Its handler is set once its threads are started.
+    crate::support::wait_for_threads(peeked.pid(), &crate::support::PEEK_THREADS).await;
     let peeked_pid = Pid::from_raw(peeked.pid() as i32).expect("a pid");
     kill_process(peeked_pid, Signal::USR1).expect("SIGUSR1 is sent");
-    let mut listed = serde_json::Value::Null;
-    for _ in 0..50 {
-        let (code, body) = curl(&format!("{base}/peeks"), &[]);
-        assert_eq!(code, 200, "{}", text(&body));
-        listed = serde_json::from_slice(&body).expect("JSON");
-        if listed
-            .as_array()
-            .is_some_and(|peeks| peeks.iter().any(|peek| peek["pid"] == peeked.pid()))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let peek = listed
-        .as_array()
-        .and_then(|peeks| peeks.iter().find(|peek| peek["pid"] == peeked.pid()))
-        .unwrap_or_else(|| panic!("the peek is not listed: {listed}"));
+    let peek =
+        crate::support::eventually("the peek is listed", crate::support::PATIENCE, async || {
+            let (code, body) = curl(&format!("{base}/peeks"), &[]);
+            assert_eq!(code, 200, "{}", text(&body));
+            let listed: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+            let peek = listed
+                .as_array()
+                .and_then(|peeks| peeks.iter().find(|peek| peek["pid"] == peeked.pid()))
+                .cloned();
+            peek.ok_or(format!("{listed}; {:?}", daemon.status().await.peek))
+        })
+        .await;
     let id = peek["id"].as_str().expect("an id");
     let (code, body) = curl(&format!("{base}/peeks/{id}"), &[]);
     assert_eq!(code, 200, "{}", text(&body));

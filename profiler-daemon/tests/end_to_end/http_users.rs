@@ -239,7 +239,16 @@ async fn plaintext_loopback_grpc_answers_each_local_user_as_the_socket_does() {
             ..Default::default()
         }
     };
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // Its own once setpriv has exec'd it; the window held once the daemon
+    // has drained.
+    own.wait_until_running().await;
+    crate::support::eventually("a drain", crate::support::PATIENCE, async || {
+        match daemon.status().await.drains {
+            0 => Err("no drain yet"),
+            _ => Ok(()),
+        }
+    })
+    .await;
     // Its own process: answered.
     let (code, message) = grpc_as(Some(&nobody), port, "Query", &window(vec![own.pid()])).await;
     assert_eq!(code, 0, "{message}");

@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, time::Duration};
 use profilerd_client::v1;
 use rustix::process::Signal;
 
-use crate::support::{Daemon, Workload};
+use crate::support::{Daemon, PATIENCE, Workload, eventually};
 
 /// The ids of the BPF programs the process `pid` holds, from its fdinfo.
 fn programs_held_by(pid: u32) -> BTreeSet<u32> {
@@ -22,22 +22,22 @@ fn programs_held_by(pid: u32) -> BTreeSet<u32> {
         .collect()
 }
 
-/// Which of `ids` the kernel still has loaded, after up to a second for it
-/// to let go of them.
-async fn still_loaded(ids: &BTreeSet<u32>) -> BTreeSet<u32> {
-    let mut loaded = BTreeSet::new();
-    for _ in 0..20 {
-        loaded = aya::programs::loaded_programs()
+/// Waits for the kernel to let go of the programs `ids`; panics naming
+/// those it still has loaded after [`PATIENCE`].
+async fn wait_until_unloaded(ids: &BTreeSet<u32>) {
+    eventually("the programs are unloaded", PATIENCE, async || {
+        let loaded: BTreeSet<u32> = aya::programs::loaded_programs()
             .filter_map(Result::ok)
             .map(|program| program.id())
             .filter(|id| ids.contains(id))
             .collect();
         if loaded.is_empty() {
-            break;
+            Ok(())
+        } else {
+            Err(format!("programs left loaded: {loaded:?}"))
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    loaded
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -80,13 +80,17 @@ async fn sigterm_ends_requests_with_a_status_and_leaves_nothing() {
         .await
         .expect("an update")
         .expect("the stream goes on");
+    // The profile, asked before Top, is under way by now; nothing shows
+    // that it is, so a moment more for it to be.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     daemon.signal(Signal::TERM);
-    let status = daemon
-        .exit_status(Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM:\n{}", daemon.log()));
+    let status = daemon.exit_status(PATIENCE).await.unwrap_or_else(|| {
+        panic!(
+            "still running {PATIENCE:?} after SIGTERM:\n{}",
+            daemon.log()
+        )
+    });
     assert!(status.success(), "{status}:\n{}", daemon.log());
 
     let cut_short = long_profile
@@ -107,11 +111,7 @@ async fn sigterm_ends_requests_with_a_status_and_leaves_nothing() {
     };
     assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
     assert!(!daemon.socket.exists(), "the socket is removed");
-    assert_eq!(
-        still_loaded(&programs).await,
-        BTreeSet::new(),
-        "programs left loaded"
-    );
+    wait_until_unloaded(&programs).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -127,16 +127,9 @@ async fn after_sigkill_nothing_stays_and_a_restart_works() {
     assert!(said.contains("already serving"), "{said}");
 
     daemon.signal(Signal::KILL);
-    daemon
-        .exit_status(Duration::from_secs(5))
-        .await
-        .expect("SIGKILL ends it");
+    daemon.exit_status(PATIENCE).await.expect("SIGKILL ends it");
     assert!(daemon.socket.exists(), "a killed daemon leaves its socket");
-    assert_eq!(
-        still_loaded(&programs).await,
-        BTreeSet::new(),
-        "programs left loaded"
-    );
+    wait_until_unloaded(&programs).await;
 
     daemon.restart().await;
     let mut client = daemon.client().await;
@@ -162,21 +155,25 @@ async fn a_daemon_started_on_a_busy_machine_loses_no_stack_copy() {
     // The load runs before sampling starts, and only while no other test
     // runs: it takes every CPU.
     let args = ["--frequency-hz", "1000", "--stack-copy-buffer", "0"];
-    let (daemon, busy) = Daemon::start_alone_after(&args, || {
+    let (daemon, busy) = Daemon::start_alone_after(&args, async || {
         let busy: Vec<Workload> = (0..cpus)
             .map(|_| Workload::start_as("many_stacks", "startbusy", &["30"]))
             .collect();
-        std::thread::sleep(Duration::from_millis(300));
+        for workload in &busy {
+            crate::support::wait_for_cpu(workload.pid(), Duration::from_millis(50)).await;
+        }
         busy
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut client = daemon.client().await;
-    let status = client
-        .get_status(v1::GetStatusRequest::default())
-        .await
-        .expect("the status")
-        .into_inner();
+    // Its first seconds (its first three drains, a second apart), which
+    // must lose nothing.
+    let status = eventually("three drains", PATIENCE, async || {
+        match daemon.status().await {
+            status if status.drains >= 3 => Ok(status),
+            status => Err(format!("{} drains", status.drains)),
+        }
+    })
+    .await;
     let lost: Vec<_> = status
         .samples_lost
         .iter()

@@ -37,7 +37,19 @@ async fn metrics_count_samples_and_rpcs_by_method_and_code() {
     let address = format!("127.0.0.1:{}", 20_000 + std::process::id() % 20_000);
     let daemon = Daemon::start_with(&["--metrics-listen", &address]).await;
     let mut client = daemon.client().await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Samples taken, and drained.
+    crate::support::eventually(
+        "samples and a drain",
+        crate::support::PATIENCE,
+        async || match daemon.status().await {
+            status if status.samples_taken > 0 && status.drains >= 1 => Ok(()),
+            status => Err(format!(
+                "{} samples, {} drains",
+                status.samples_taken, status.drains
+            )),
+        },
+    )
+    .await;
     let missing = client
         .get_peek(v1::GetPeekRequest {
             id: "no-such-peek".into(),

@@ -6,7 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use profilerd_client::v1;
 
-use crate::support::{Daemon, Workload, folded, options, selector};
+use crate::support::{
+    Daemon, PATIENCE, Workload, eventually, folded, options, selector, wait_for_cpu,
+    wait_for_drains,
+};
 
 /// Seconds of each state in folded stacks counted at `frequency_hz`.
 #[derive(Debug, Default)]
@@ -47,6 +50,36 @@ fn schedstat(pid: u32, tid: u32) -> (f64, f64) {
     let ran = fields.next().unwrap() / 1e9;
     let waited = fields.next().unwrap() / 1e9;
     (ran, waited)
+}
+
+/// Waits until thread `tid` of process `pid` waits in the kernel function
+/// `function` (its wait channel).
+async fn wait_for_wait_in(pid: u32, tid: u32, function: &str) {
+    let wchan = format!("/proc/{pid}/task/{tid}/wchan");
+    eventually(
+        &format!("thread {tid} waits in {function}"),
+        PATIENCE,
+        async || match std::fs::read_to_string(&wchan) {
+            Ok(waits) if waits.contains(function) => Ok(()),
+            Ok(waits) => Err(format!("it waits in {waits:?}")),
+            Err(err) => Err(err.to_string()),
+        },
+    )
+    .await;
+}
+
+/// Waits until the `many` mode of the workload `pid` naps in its 32
+/// threads (after its first second asleep).
+async fn wait_for_nappers(pid: u32) {
+    eventually(
+        "the workload's 32 threads nap",
+        PATIENCE,
+        async || match threads_of(pid).len() {
+            33 => Ok(()),
+            threads => Err(format!("{threads} threads")),
+        },
+    )
+    .await;
 }
 
 fn threads_of(pid: u32) -> Vec<u32> {
@@ -112,7 +145,9 @@ async fn a_thread_that_spins_and_sleeps_shows_where_its_wall_clock_went() {
     let daemon = Daemon::start_alone(&["--frequency-hz", "999"]).await;
     let workload = Workload::start("waits", &["spin-sleep"]);
     let pid = workload.pid();
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // Past its first second asleep: spinning (20 ms at a time) and
+    // sleeping.
+    wait_for_cpu(pid, Duration::from_millis(10)).await;
     let before = schedstat(pid, pid);
     let (stacks, summary) = wall_profile(&daemon, pid, Duration::from_secs(10)).await;
     let after = schedstat(pid, pid);
@@ -175,7 +210,9 @@ async fn three_spinners_on_one_cpu_wait_in_the_run_queue_as_the_kernel_counts() 
     let daemon = Daemon::start_alone(&["--frequency-hz", "999"]).await;
     let workload = Workload::start("waits", &["runqueue"]);
     let pid = workload.pid();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Recorded from within its first second asleep, before its spinners
+    // start: the profile holds their 3 s whole.
+    workload.wait_until_running().await;
     let (_, summary) = wall_profile(&daemon, pid, Duration::from_millis(4_700)).await;
     let window = (summary.start_unix_nanos, summary.end_unix_nanos);
     let spinners: Vec<u32> = threads_of(pid)
@@ -209,8 +246,6 @@ fn unix_nanos(time: SystemTime) -> i64 {
 async fn a_read_blocked_for_10_s_shows_in_every_window_once() {
     let daemon = Daemon::start_with(&["--drain-interval", "500ms"]).await;
     let workload = Workload::start("waits", &["pipe"]);
-    // The read begins a second after the workload starts.
-    let blocked_from = SystemTime::now() + Duration::from_millis(1_050);
     let pid = workload.pid();
     let mut client = daemon.client().await;
     let session = client
@@ -222,7 +257,19 @@ async fn a_read_blocked_for_10_s_shows_in_every_window_once() {
         .await
         .expect("StartProfile")
         .into_inner();
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    // The read begins a second after the workload starts (seen within
+    // 50 ms).
+    wait_for_wait_in(pid, pid, "pipe_read").await;
+    let blocked_from = SystemTime::now();
+    // The windows below, while the read is blocked, must all be past, and
+    // drained (a drain interval later).
+    let windows_end = blocked_from + Duration::from_millis(9_500 + 500);
+    tokio::time::sleep(
+        windows_end
+            .duration_since(SystemTime::now())
+            .unwrap_or_default(),
+    )
+    .await;
     let reading = |stacks: &[(Vec<String>, u64)]| -> f64 {
         stacks
             .iter()
@@ -275,8 +322,8 @@ async fn a_thread_blocked_before_recording_is_charged_from_its_start_with_its_st
     let daemon = Daemon::start().await;
     let workload = Workload::start("waits", &["pipe"]);
     let pid = workload.pid();
-    // The read blocks a second in, long before the profile asks.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The read blocks a second in, before the profile asks.
+    wait_for_wait_in(pid, pid, "pipe_read").await;
     let (stacks, summary) = wall_profile(&daemon, pid, Duration::from_secs(2)).await;
     let elapsed = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
     let hz = f64::from(crate::support::TEST_FREQUENCY_HZ);
@@ -312,7 +359,9 @@ async fn only_the_selected_process_is_recorded() {
                 .into_inner()
         }
     };
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // Both past their first second: one blocked, the other napping.
+    wait_for_wait_in(blocked.pid(), blocked.pid(), "pipe_read").await;
+    wait_for_nappers(busy.pid()).await;
     let before = recorded(status(&mut client).await);
     let (stacks, _) = wall_profile(&daemon, blocked.pid(), Duration::from_secs(1)).await;
     let after = recorded(status(&mut client).await);
@@ -341,7 +390,7 @@ async fn only_the_selected_process_is_recorded() {
 async fn a_small_pending_map_counts_what_it_cannot_hold() {
     let daemon = Daemon::start_with(&["--offcpu-max-pending", "4"]).await;
     let busy = Workload::start("waits", &["many"]);
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    wait_for_nappers(busy.pid()).await;
     let reply = daemon
         .client()
         .await
@@ -373,7 +422,7 @@ async fn a_peek_shows_where_a_blocked_thread_waits_and_how() {
     let daemon = Daemon::start().await;
     let workload = Workload::start("waits", &["pipe-spin"]);
     let pid = workload.pid();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for_wait_in(pid, pid, "pipe_read").await;
     let report = daemon
         .client()
         .await
@@ -381,7 +430,7 @@ async fn a_peek_shows_where_a_blocked_thread_waits_and_how() {
         .await
         .expect("Peek answers")
         .into_inner();
-    // The main thread's section: its second spent asleep, in the read.
+    // The main thread's section: its time spent asleep, in the read.
     let title = format!("Thread {pid} (");
     let section: Vec<&str> = report
         .text
@@ -398,7 +447,9 @@ async fn a_peek_shows_where_a_blocked_thread_waits_and_how() {
         .and_then(|rest| rest.split(" s asleep").next())
         .and_then(|seconds| seconds.parse().ok())
         .unwrap_or_else(|| panic!("no time asleep in {header:?}"));
-    assert!(within(asleep, 1.0, 0.1), "{header}");
+    // Asleep all through the peek (a second, longer on a busy machine).
+    let peeked = report.duration_ms as f64 / 1e3;
+    assert!(within(asleep, peeked, 0.1), "{header} in {peeked} s");
     assert!(
         header.contains("Total snapshots: 0. Utilization: 0%"),
         "{header}"
@@ -417,12 +468,13 @@ async fn a_wait_stops_being_counted_when_its_recording_ends() {
     let daemon = Daemon::start().await;
     let workload = Workload::start("waits", &["pipe"]);
     let pid = workload.pid();
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    wait_for_wait_in(pid, pid, "pipe_read").await;
     let (stacks, summary) = wall_profile(&daemon, pid, Duration::from_secs(1)).await;
     assert!(
         !stacks.is_empty(),
         "the blocked read is recorded while asked for"
     );
+    // Seconds of the read, still blocked, that nothing must record.
     tokio::time::sleep(Duration::from_secs(3)).await;
     // From a second after the profile to now: nothing recorded any more.
     let after = summary.end_unix_nanos + 1_000_000_000;
@@ -433,9 +485,9 @@ async fn a_wait_stops_being_counted_when_its_recording_ends() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_idle_tasks_never_wait_off_cpu() {
     let daemon = Daemon::start().await;
-    let _busy = Workload::start("waits", &["many"]);
+    let busy = Workload::start("waits", &["many"]);
     // Its threads start napping after a second.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    wait_for_nappers(busy.pid()).await;
     // The whole machine, off CPU, by process.
     let reply = daemon
         .client()
@@ -476,15 +528,19 @@ async fn at_rest_no_context_switch_runs_the_off_cpu_programs() {
             .expect("off-CPU status")
             .switches
     };
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Napping, and drained twice since: a switch counted would show.
+    wait_for_nappers(busy.pid()).await;
+    let mut client = daemon.client().await;
+    wait_for_drains(&mut client, 2).await;
     assert_eq!(switches().await, 0, "attached with nothing recorded");
     let (stacks, _) = wall_profile(&daemon, busy.pid(), Duration::from_secs(1)).await;
     assert!(!stacks.is_empty());
     // The switches up to the detach are drained with the next drain.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    wait_for_drains(&mut client, 2).await;
     let seen = switches().await;
     assert!(seen > 1_000, "{seen} switches seen while recording");
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Napping on, through two more drains.
+    wait_for_drains(&mut client, 2).await;
     assert_eq!(switches().await, seen, "still attached after the recording");
 }
 
@@ -493,11 +549,11 @@ async fn every_recorded_wait_is_charged_or_counted() {
     // A stack-copy ring of four copies: most waits lose their stack.
     let daemon = Daemon::start_with(&["--stack-copy-buffer", "64KiB"]).await;
     let busy = Workload::start("waits", &["many"]);
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    wait_for_nappers(busy.pid()).await;
     let (stacks, _) = wall_profile(&daemon, busy.pid(), Duration::from_secs(2)).await;
     assert!(!stacks.is_empty());
     // The waits under way at the end are charged with the next drains.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    wait_for_drains(&mut daemon.client().await, 2).await;
     let status = daemon
         .client()
         .await

@@ -6,10 +6,13 @@ use std::time::{Duration, Instant};
 use profilerd_client::v1;
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
 
-use crate::support::{Client, Daemon, Workload};
+use crate::support::{Client, Daemon, PATIENCE, PEEK_THREADS, Workload, eventually};
 
-/// How long the workload's threads get to start and be named.
-const SETTLE: Duration = Duration::from_millis(500);
+/// Waits until the workload `pid` has started and named its threads (and
+/// set its SIGUSR1 handler, unless told not to).
+async fn settled(pid: u32) {
+    crate::support::wait_for_threads(pid, &PEEK_THREADS).await;
+}
 
 fn send_usr1(pid: u32) {
     let pid = Pid::from_raw(pid as i32).expect("a real pid");
@@ -95,19 +98,14 @@ async fn kill_usr1_reports_each_thread_to_a_watcher() {
         .into_inner();
     // Past the daemon's first drains, which symbolize everything already
     // running and would take CPU time from the workload during the peek.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while client
-        .get_status(v1::GetStatusRequest::default())
-        .await
-        .expect("GetStatus answers")
-        .into_inner()
-        .drains
-        < 2
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(SETTLE).await;
+    eventually("two drains", PATIENCE, async || {
+        match daemon.status().await.drains {
+            drains if drains >= 2 => Ok(()),
+            drains => Err(format!("{drains} drains")),
+        }
+    })
+    .await;
+    settled(pid).await;
 
     let sent = Instant::now();
     send_usr1(pid);
@@ -209,7 +207,7 @@ async fn profilerctl_peek_spares_a_process_without_handler() {
     let daemon = Daemon::start().await;
     let workload = Workload::start_as("peek_threads", "peek-nohandler", &["--no-handler"]);
     let pid = workload.pid();
-    tokio::time::sleep(SETTLE).await;
+    settled(pid).await;
 
     let output = crate::support::profilerctl(&daemon.socket, &["peek", &pid.to_string()]).await;
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -268,40 +266,52 @@ async fn a_signal_storm_is_folded_into_one_peek() {
     let workload = Workload::start_as("peek_threads", "peek-storm", &[]);
     let pid = workload.pid();
     let mut client = daemon.client().await;
-    tokio::time::sleep(SETTLE).await;
+    settled(pid).await;
 
     let started = Instant::now();
     for _ in 0..50 {
         send_usr1(pid);
     }
     assert!(started.elapsed() < Duration::from_millis(100));
-    tokio::time::sleep(Duration::from_millis(2500)).await;
 
-    let peeks = crate::support::peeks_of(&mut client, pid).await;
+    // Every signal is in one of the peeks once they are done: its trigger
+    // or a folded one (other processes' signals may be counted in the
+    // status too).
+    let (peeks, reports, status, accounted) = eventually(
+        "the peeks account for the 50 signals",
+        PATIENCE,
+        async || {
+            let peeks = crate::support::peeks_of(&mut client, pid).await;
+            let mut reports = Vec::new();
+            for peek in &peeks {
+                reports.push(
+                    client
+                        .get_peek(v1::GetPeekRequest {
+                            id: peek.id.clone(),
+                        })
+                        .await
+                        .expect("GetPeek answers")
+                        .into_inner(),
+                );
+            }
+            let status = peek_status(&mut client).await;
+            let accounted: u64 = reports
+                .iter()
+                .map(|report| 1 + u64::from(report.folded_triggers))
+                .sum();
+            if accounted + status.dropped_in_kernel.min(50) >= 50 {
+                Ok((peeks, reports, status, accounted))
+            } else {
+                Err(format!("{accounted} in {peeks:?}; {status:?}"))
+            }
+        },
+    )
+    .await;
     assert!(
         (1..=3).contains(&peeks.len()),
         "50 signals in 100 ms should make one peek (or a few): {peeks:?}\n{}",
         daemon.log()
     );
-    // Every signal is in one of the peeks: its trigger or a folded one
-    // (other processes' signals may be counted in the status too).
-    let mut reports = Vec::new();
-    for peek in &peeks {
-        reports.push(
-            client
-                .get_peek(v1::GetPeekRequest {
-                    id: peek.id.clone(),
-                })
-                .await
-                .expect("GetPeek answers")
-                .into_inner(),
-        );
-    }
-    let status = peek_status(&mut client).await;
-    let accounted: u64 = reports
-        .iter()
-        .map(|report| 1 + u64::from(report.folded_triggers))
-        .sum();
     assert_eq!(
         accounted + status.dropped_in_kernel.min(50),
         50,
@@ -346,11 +356,20 @@ async fn kill_usr1_spares_a_process_without_handler_where_protected() {
     }
     let workload = Workload::start_as("peek_threads", "peek-guarded", &["--no-handler"]);
     let pid = workload.pid();
-    tokio::time::sleep(SETTLE).await;
+    settled(pid).await;
     send_usr1(pid);
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let peeks =
+        eventually(
+            "the process is peeked",
+            PATIENCE,
+            async || match crate::support::peeks_of(&mut client, pid).await {
+                peeks if !peeks.is_empty() => Ok(peeks),
+                _ => Err("no report".to_owned()),
+            },
+        )
+        .await;
     assert!(alive(pid), "the guard keeps the process alive");
-    assert_eq!(crate::support::peeks_of(&mut client, pid).await.len(), 1);
+    assert_eq!(peeks.len(), 1);
 }
 
 /// A signal to a process outside the allowlist is refused and counted; a
@@ -361,13 +380,19 @@ async fn the_allowlist_refuses_signals_from_outside_it() {
     let workload = Workload::start_as("peek_threads", "peek-refused", &[]);
     let pid = workload.pid();
     let mut client = daemon.client().await;
-    tokio::time::sleep(SETTLE).await;
+    settled(pid).await;
 
     let before = peek_status(&mut client).await;
     send_usr1(pid);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let status = peek_status(&mut client).await;
-    assert!(status.refused > before.refused, "{status:?}");
+    eventually(
+        "the signal is refused",
+        PATIENCE,
+        async || match peek_status(&mut client).await {
+            status if status.refused > before.refused => Ok(()),
+            status => Err(format!("{status:?}")),
+        },
+    )
+    .await;
     assert!(crate::support::peeks_of(&mut client, pid).await.is_empty());
 
     let report = client
@@ -387,7 +412,8 @@ async fn peeks_beyond_the_limit_are_dropped_and_counted() {
     let first = Workload::start_as("peek_threads", "peek-first", &[]);
     let second = Workload::start_as("peek_threads", "peek-second", &[]);
     let mut client = daemon.client().await;
-    tokio::time::sleep(SETTLE).await;
+    settled(first.pid()).await;
+    settled(second.pid()).await;
 
     let running = tokio::spawn({
         let mut client = daemon.client().await;
@@ -395,11 +421,15 @@ async fn peeks_beyond_the_limit_are_dropped_and_counted() {
         async move { client.peek(v1::PeekRequest { pid }).await }
     });
     // The first peek is under way once the status counts it.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while peek_status(&mut client).await.running == 0 {
-        assert!(Instant::now() < deadline, "the first peek never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the first peek starts",
+        PATIENCE,
+        async || match peek_status(&mut client).await.running {
+            0 => Err("none running"),
+            _ => Ok(()),
+        },
+    )
+    .await;
     let refused = client
         .peek(v1::PeekRequest { pid: second.pid() })
         .await

@@ -229,7 +229,8 @@ async fn queries_report_past_windows_and_only_them() {
         mode: v1::Mode::Cpu as i32,
     };
     // Windows more than a bucket (a drain interval) apart, so that no
-    // bucket straddles two of them.
+    // bucket straddles two of them; those before and after the workload are
+    // 2 s of time in which it did not run.
     let gap = Duration::from_millis(1500);
     let before = (now(), {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -354,12 +355,15 @@ async fn flame_graphs_and_speedscope_show_the_hot_function() {
 /// the hot path above the cold one, as the workload's 75/25 split has them.
 #[tokio::test(flavor = "multi_thread")]
 async fn callers_of_a_function_come_with_counts() {
-    let (daemon, workload, _client) = crate::support::daemon_and_workload("split", &[]).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (daemon, workload, mut client) = crate::support::daemon_and_workload("split", &[]).await;
+    // Seconds of the workload (as on a busy machine it may get little CPU
+    // time): enough samples that its 75/25 split shows.
+    let since = crate::support::unix_nanos();
+    crate::support::wait_for_samples(&mut client, &[workload.pid()], since, "main", 500).await;
     let pid = workload.pid().to_string();
     let output = crate::support::profilerctl(
         &daemon.socket,
-        &["callers", "spin", "--since", "3s", "--pid", &pid],
+        &["callers", "spin", "--since", "1m", "--pid", &pid],
     )
     .await;
     let text = String::from_utf8_lossy(&output.stdout);
@@ -393,6 +397,7 @@ async fn diff_shows_which_function_took_over() {
             .expect("after 1970")
             .as_nanos() as i64
     };
+    // Each window 1.5 s of one workload: more than a bucket.
     let base_start = now();
     let first = crate::support::Workload::start_as("split", "diff-first", &[]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -477,9 +482,7 @@ async fn a_tree_within_maxlines_keeps_the_lines_of_most_samples_and_says_so() {
     // Nearly every sample its own stack: hundreds of tree lines.
     let (_daemon, workload, client) = crate::support::daemon_and_workload("many_stacks", &[]).await;
     let start = crate::support::unix_nanos();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let end = crate::support::unix_nanos();
-    let tree = |maxlines: Option<u64>| {
+    let tree = |maxlines: Option<u64>, end: i64| {
         let mut client = client.clone();
         let pids = [workload.pid()];
         async move {
@@ -511,7 +514,20 @@ async fn a_tree_within_maxlines_keeps_the_lines_of_most_samples_and_says_so() {
             })
             .collect()
     };
-    let every = tree(Some(0)).await;
+    // A window of the workload long enough for a tree of over 100 lines.
+    let (end, every) = crate::support::eventually(
+        "a tree of over 100 lines",
+        crate::support::PATIENCE,
+        async || {
+            let end = crate::support::unix_nanos();
+            match tree(Some(0), end).await {
+                every if lines(&every).len() > 100 => Ok((end, every)),
+                every => Err(every),
+            }
+        },
+    )
+    .await;
+    let tree = |maxlines| tree(maxlines, end);
     let all = lines(&every);
     assert!(all.len() > 100, "too few lines to cut: {every}");
     assert!(!every.starts_with('#'), "nothing is cut with maxlines 0");

@@ -7,7 +7,6 @@
 use std::{
     io::Read as _,
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
 };
 
 use axum::{
@@ -21,7 +20,7 @@ use prost::Message as _;
 
 use crate::{
     remote::free_port,
-    support::{Daemon, Workload},
+    support::{Daemon, PATIENCE, Workload, eventually},
 };
 
 /// What the receiver took: each request's headers and body.
@@ -148,17 +147,16 @@ async fn every_window_goes_to_pyroscope_once_with_its_labels_and_type() {
     // A command name of its own: the machine's other processes are pushed
     // too, each under its own.
     let workload = Workload::start_as("split", "pushed-split", &[]);
-    let started = Instant::now();
-    // Five windows of the workload.
-    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    // Windows of the workload: four of them pushed.
+    eventually("four pushes", PATIENCE, async || {
+        match received.0.lock().unwrap().len() {
+            pushes if pushes >= 4 => Ok(()),
+            pushes => Err(format!("{pushes} pushes")),
+        }
+    })
+    .await;
     let used = cpu_nanos(workload.pid());
     let requests = received.0.lock().unwrap().clone();
-    assert!(
-        requests.len() >= 4,
-        "{} pushes in {:?}",
-        requests.len(),
-        started.elapsed()
-    );
 
     let mut pushed_cpu = 0_i64;
     let mut functions = std::collections::BTreeSet::new();
@@ -218,24 +216,21 @@ async fn a_target_that_is_down_is_retried_and_counted() {
     let (url, received) = receiver(2).await;
     let daemon = daemon_pushing_to(&url, dir.path()).await;
     let _workload = Workload::start("split", &[]);
-    let mut status = v1::PushTargetStatus::default();
-    for _ in 0..100 {
-        status = daemon
-            .client()
+    let status = eventually("two payloads sent", PATIENCE, async || {
+        let status = daemon
+            .status()
             .await
-            .get_status(v1::GetStatusRequest::default())
-            .await
-            .expect("GetStatus")
-            .into_inner()
             .push
             .first()
             .cloned()
             .expect("the push target in the status");
         if status.sent >= 2 {
-            break;
+            Ok(status)
+        } else {
+            Err(format!("{status:?}"))
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     assert_eq!(status.name, "pyroscope");
     assert_eq!(status.kind, "pyroscope");
     assert!(status.sent >= 2, "{status:?}");
@@ -296,16 +291,14 @@ async fn sighup_applies_push_settings_and_refuses_bad_ones() {
     let now = targets().await;
     assert_eq!(now.len(), 1, "{now:?}");
     assert_eq!(now[0].name, "central");
-    for _ in 0..50 {
-        if !received.0.lock().unwrap().is_empty() {
-            break;
+    eventually("a push after the reload", PATIENCE, async || {
+        if received.0.lock().unwrap().is_empty() {
+            Err("nothing pushed")
+        } else {
+            Ok(())
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        !received.0.lock().unwrap().is_empty(),
-        "nothing pushed after the reload"
-    );
+    })
+    .await;
 
     // A password file that cannot be read: refused, the target stays.
     std::fs::write(
@@ -384,7 +377,15 @@ async fn otlp_profiles_decode_with_opentelemetrys_own_classes() {
     .expect("written");
     let _daemon = Daemon::start_with(&["--config", &config.display().to_string()]).await;
     let workload = Workload::start_as("split", "otlp-split", &[]);
-    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    // Windows of the workload: three of them received.
+    eventually("three requests", PATIENCE, async || {
+        let text = std::fs::read_to_string(&output).unwrap_or_default();
+        match text.lines().count() {
+            requests if requests >= 3 => Ok(()),
+            requests => Err(format!("{requests} requests")),
+        }
+    })
+    .await;
     let used = cpu_nanos(workload.pid()) as i64;
     let text = std::fs::read_to_string(&output).unwrap_or_default();
     let requests: Vec<serde_json::Value> = text
@@ -532,34 +533,41 @@ async fn windows_wait_in_the_queue_and_spool_while_pyroscope_is_down() {
             .cloned()
             .expect("the push target in the status")
     };
-    // Down for 5 windows: they wait.
-    tokio::time::sleep(Duration::from_millis(5_200)).await;
-    let down = status().await;
+    // Down for windows: they wait, queued and (windows of several KiB
+    // each; the queue holds a few) the rest on disk.
+    let down = eventually(
+        "four windows waiting, some on disk",
+        PATIENCE,
+        async || match status().await {
+            down if down.queued + down.spooled >= 4 && down.spooled > 0 => Ok(down),
+            down => Err(format!("{down:?}")),
+        },
+    )
+    .await;
     assert_eq!(down.sent, 0, "{down:?}");
-    assert!(down.queued + down.spooled >= 4, "{down:?}");
     assert!(
         down.failures
             .iter()
             .any(|failure| failure.cause == "connect"),
         "{down:?}"
     );
-    // Windows of several KiB each: the queue holds a few, the rest are on
-    // disk.
-    assert!(down.spooled > 0, "{down:?}");
     let spooled = std::fs::read_dir(daemon.state_dir().join("push-spool/pyroscope"))
         .map(|files| files.count())
         .unwrap_or(0);
     assert_eq!(spooled as u64, down.spooled, "{down:?}");
     // Up again: everything goes, nothing lost or sent twice.
     let (_, received) = receiver_on(port, 0).await;
-    let mut up = status().await;
-    for _ in 0..250 {
-        up = status().await;
-        if up.sent >= down.queued + down.spooled && up.queued == 0 && up.spooled == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let up = eventually(
+        "everything waiting is sent",
+        PATIENCE,
+        async || match status().await {
+            up if up.sent >= down.queued + down.spooled && up.queued == 0 && up.spooled == 0 => {
+                Ok(up)
+            }
+            up => Err(format!("{up:?}")),
+        },
+    )
+    .await;
     assert_eq!((up.queued, up.spooled, up.dropped), (0, 0, 0), "{up:?}");
     let used = cpu_nanos(workload.pid()) as i64;
     let pushed = pushed_cpu_of(&received, "spooled-split");
@@ -660,12 +668,14 @@ async fn pushes_over_tls_with_a_client_certificate_and_a_bearer_token() {
     )
     .expect("written");
     let _daemon = Daemon::start_with(&["--config", &config.display().to_string()]).await;
-    for _ in 0..50 {
-        if !received.0.lock().unwrap().is_empty() {
-            break;
+    eventually("a push over TLS", PATIENCE, async || {
+        if received.0.lock().unwrap().is_empty() {
+            Err("nothing pushed")
+        } else {
+            Ok(())
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let requests = received.0.lock().unwrap().clone();
     let (headers, request) = requests.first().expect("a push over TLS");
     assert_eq!(headers["authorization"], "Bearer t0ken");
@@ -700,14 +710,15 @@ async fn otlp_goes_over_tls_to_a_collector_of_the_configured_ca() {
     )
     .expect("written");
     let _daemon = Daemon::start_with(&["--config", &config.display().to_string()]).await;
-    let mut text = String::new();
-    for _ in 0..60 {
-        text = std::fs::read_to_string(&output).unwrap_or_default();
-        if !text.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let text = eventually(
+        "a request over TLS",
+        PATIENCE,
+        async || match std::fs::read_to_string(&output).unwrap_or_default() {
+            text if text.contains('\n') => Ok(text),
+            _ => Err("nothing received"),
+        },
+    )
+    .await;
     let first: serde_json::Value =
         serde_json::from_str(text.lines().next().expect("a request over TLS")).expect("JSON");
     assert_eq!(first["metadata"]["x-source"], "test");

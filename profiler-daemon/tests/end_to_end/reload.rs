@@ -13,13 +13,15 @@ use crate::support::Daemon;
 pub async fn reload(daemon: &Daemon, expected: &str) {
     let before = daemon.log().matches(expected).count();
     daemon.signal(Signal::HUP);
-    for _ in 0..100 {
-        if daemon.log().matches(expected).count() > before {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no {expected:?} after SIGHUP:\n{}", daemon.log());
+    crate::support::eventually(
+        &format!("{expected:?} logged after SIGHUP"),
+        crate::support::PATIENCE,
+        async || match daemon.log() {
+            log if log.matches(expected).count() > before => Ok(()),
+            log => Err(log),
+        },
+    )
+    .await;
 }
 
 async fn status(client: &mut crate::support::Client) -> v1::StatusReply {

@@ -108,13 +108,17 @@ impl User {
 
     /// Starts the workload `name` as this user.
     pub fn start(&self, name: &str, args: &[&str]) -> Workload {
+        let program = self.program(name);
         let child = self
-            .command(self.program(name))
+            .command(&program)
             .args(args)
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|err| panic!("setpriv (util-linux) starts: {err}"));
-        Workload { child }
+        Workload {
+            child,
+            program: Some(program),
+        }
     }
 
     /// profilerctl as this user, against the daemon at `socket`.
@@ -246,15 +250,15 @@ impl Daemon {
     /// A daemon for a test that no other test's workload may compete with
     /// for CPU time while it runs.
     pub async fn start_alone(args: &[&str]) -> Self {
-        Self::start_alone_after(args, || ()).await.0
+        Self::start_alone_after(args, async || ()).await.0
     }
 
     /// A daemon started alone (see [`Daemon::start_alone`]) once `before`
     /// (e.g. a load that must already run when it starts) has run, with
     /// what `before` returned. No other test runs meanwhile.
-    pub async fn start_alone_after<T>(args: &[&str], before: impl FnOnce() -> T) -> (Self, T) {
+    pub async fn start_alone_after<T>(args: &[&str], before: impl AsyncFnOnce() -> T) -> (Self, T) {
         let share = CpuShare::Alone(CPUS.clone().write_owned().await);
-        let before = before();
+        let before = before().await;
         let mut daemon = Self::spawn(args, Launch::default(), share).await;
         daemon.wait_until_serving().await;
         (daemon, before)
@@ -384,9 +388,9 @@ impl Daemon {
         )
     }
 
-    /// Waits until the daemon answers GetStatus (at most 20 s).
+    /// Waits until the daemon answers GetStatus (at most [`PATIENCE`]).
     pub async fn wait_until_serving(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + PATIENCE;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("profilerd exited early ({status}):\n{}", self.log());
@@ -401,7 +405,7 @@ impl Daemon {
             }
             assert!(
                 Instant::now() < deadline,
-                "profilerd did not start serving within 20 s:\n{}",
+                "profilerd did not start serving within {PATIENCE:?}:\n{}",
                 self.log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -514,11 +518,16 @@ pub async fn daemon_and_workload(name: &str, args: &[&str]) -> (Daemon, Workload
 /// A running workload; killed when dropped.
 pub struct Workload {
     child: Child,
+    /// The program it runs once exec'd, when known.
+    program: Option<PathBuf>,
 }
 
 impl From<Child> for Workload {
     fn from(child: Child) -> Self {
-        Self { child }
+        Self {
+            child,
+            program: None,
+        }
     }
 }
 
@@ -543,7 +552,10 @@ impl Workload {
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|err| panic!("setpriv (util-linux) starts: {err}"));
-        Self { child }
+        Self {
+            child,
+            program: Some(binary.to_owned()),
+        }
     }
 
     /// Starts the program at `binary` with `args`.
@@ -554,11 +566,25 @@ impl Workload {
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|err| panic!("workload {name} starts: {err}"));
-        Self { child }
+        Self {
+            child,
+            program: Some(binary.to_owned()),
+        }
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Waits until the workload runs its program: until its exec, it is a
+    /// fork of the test (or `setpriv`, as another user), under another
+    /// name and perhaps another user.
+    pub async fn wait_until_running(&self) {
+        let program = self
+            .program
+            .as_deref()
+            .expect("a workload started from a program of its own");
+        wait_for_exec(self.pid(), program).await;
     }
 
     /// Its exit status if it has exited, without waiting.
@@ -639,6 +665,165 @@ pub fn build_workload_with(name: &str, output: &str, flags: &[&str]) -> PathBuf 
 pub fn unix_nanos() -> i64 {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     i64::try_from(now.expect("after 1970").as_nanos()).expect("before 2262")
+}
+
+/// How long a test waits for what a healthy daemon does within a second or
+/// two: long enough for a loaded two-CPU CI machine, so that only a real
+/// fault runs out of it.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Checks `check` every 50 ms until it gives `Ok`, and returns what it
+/// gave. After `within` it panics, naming `what` never happened and what
+/// was seen instead (the last `Err`).
+pub async fn eventually<T, E: std::fmt::Display>(
+    what: &str,
+    within: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(seen) if Instant::now() >= deadline => {
+                panic!("{what}: still not after {within:?}; last seen: {seen}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Waits until process `pid` runs `program` (has exec'd it).
+pub async fn wait_for_exec(pid: u32, program: &Path) {
+    let program = fs::canonicalize(program).unwrap_or_else(|_| program.to_owned());
+    eventually(
+        &format!("process {pid} runs {}", program.display()),
+        PATIENCE,
+        async || match fs::read_link(format!("/proc/{pid}/exe")) {
+            Ok(exe) if exe == program => Ok(()),
+            Ok(exe) => Err(format!("it runs {}", exe.display())),
+            Err(err) => Err(format!("its exe cannot be read: {err}")),
+        },
+    )
+    .await;
+}
+
+/// The names of process `pid`'s threads (none once it is gone).
+pub fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|task| fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_owned())
+        .collect()
+}
+
+/// The threads the `peek_threads` workload starts and names, once it has
+/// set its SIGUSR1 handler (unless told not to).
+pub const PEEK_THREADS: [&str; 3] = ["spin-alpha", "spin-beta", "sleeper"];
+
+/// Waits until process `pid` has threads named `names` (the workload has
+/// started them).
+pub async fn wait_for_threads(pid: u32, names: &[&str]) {
+    eventually(
+        &format!("process {pid} has threads named {names:?}"),
+        PATIENCE,
+        async || {
+            let threads = thread_names(pid);
+            if names.iter().all(|name| threads.iter().any(|t| t == name)) {
+                Ok(())
+            } else {
+                Err(format!("threads {threads:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// The CPU time process `pid`'s threads have had so far, as the kernel
+/// counts it (`/proc/PID/task/*/schedstat`).
+pub fn cpu_time(pid: u32) -> Duration {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    let nanos = tasks
+        .filter_map(|task| fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
+}
+
+/// Waits until process `pid` has had `at_least` of CPU time: more than
+/// starting a workload takes, so that one that sleeps first is past its
+/// sleep and at work.
+pub async fn wait_for_cpu(pid: u32, at_least: Duration) {
+    eventually(
+        &format!("process {pid} has run for {at_least:?}"),
+        PATIENCE,
+        async || match cpu_time(pid) {
+            ran if ran >= at_least => Ok(()),
+            ran => Err(format!("{ran:?} of CPU time")),
+        },
+    )
+    .await;
+}
+
+/// Waits until the daemon has drained the kernel's maps `count` times
+/// more than it had when asked: what the kernel counted until then has
+/// been read.
+pub async fn wait_for_drains(client: &mut Client, count: u64) {
+    let drains = async |client: &mut Client| {
+        client
+            .get_status(v1::GetStatusRequest::default())
+            .await
+            .expect("GetStatus answers")
+            .into_inner()
+            .drains
+    };
+    let before = drains(client).await;
+    eventually(
+        &format!("{count} more drains than {before}"),
+        PATIENCE,
+        async || match drains(client).await {
+            now if now >= before + count => Ok(()),
+            now => Err(format!("{now} drains")),
+        },
+    )
+    .await;
+}
+
+/// Waits until the daemon holds at least `count` samples of `pids` with
+/// `function` in their stacks from `since` (Unix nanoseconds) to now, and
+/// returns the folded stacks of that window.
+pub async fn wait_for_samples(
+    client: &mut Client,
+    pids: &[u32],
+    since: i64,
+    function: &str,
+    count: u64,
+) -> Vec<(Vec<String>, u64)> {
+    eventually(
+        &format!("{count} samples of {function} in processes {pids:?}"),
+        PATIENCE,
+        async || {
+            let reply = client
+                .query(v1::QueryRequest {
+                    start_unix_nanos: since,
+                    end_unix_nanos: 0,
+                    selector: selector(pids),
+                    options: Some(options(v1::Format::Folded)),
+                    mode: v1::Mode::Cpu as i32,
+                })
+                .await
+                .map_err(|status| format!("Query failed: {status:?}"))?;
+            let stacks = folded(&reply.into_inner().report);
+            match samples_containing(&stacks).get(function).copied() {
+                Some(seen) if seen >= count => Ok(stacks),
+                seen => Err(format!("{} samples of it", seen.unwrap_or(0))),
+            }
+        },
+    )
+    .await
 }
 
 pub fn selector(pids: &[u32]) -> Option<v1::Selector> {

@@ -282,8 +282,19 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
         .expect("node (Debian's nodejs) runs")
         .into();
     let pid = node.pid();
-    // Let V8 compile the function first.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Once V8 has compiled the function (and named its code in the perf
+    // map).
+    let map = format!("/tmp/perf-{pid}.map");
+    crate::support::eventually(
+        "V8 names the compiled function",
+        crate::support::PATIENCE,
+        async || match std::fs::read_to_string(&map) {
+            Ok(names) if names.contains("hotJavaScriptFunction") => Ok(()),
+            Ok(names) => Err(format!("{} lines in {map}", names.lines().count())),
+            Err(err) => Err(format!("{map}: {err}")),
+        },
+    )
+    .await;
     let stacks = folded_profile_of(&daemon, pid, 2).await;
     let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     let named: u64 = stacks
@@ -312,6 +323,8 @@ async fn processes_that_live_200_ms_keep_whole_chains() {
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
     let runs = tokio::task::spawn_blocking(move || {
+        // The profile below is under way by then (nothing shows that it
+        // is): the runs start after its window opens.
         std::thread::sleep(Duration::from_millis(300));
         for _ in 0..20 {
             let status = Command::new(&short).arg("0.2").status().expect("it runs");
@@ -342,6 +355,8 @@ async fn children_of_a_process_sampled_before_its_exec_keep_whole_chains() {
     let mut client = daemon.client().await;
     let storm = storm.display().to_string();
     let run = tokio::task::spawn_blocking(move || {
+        // The profile below is under way by then (nothing shows that it
+        // is): the storm starts after its window opens.
         std::thread::sleep(Duration::from_millis(300));
         Command::new(exec_spin)
             .args(["0.3", &storm, "300", "2", "15"])
@@ -372,7 +387,7 @@ async fn a_binary_only_inside_another_mount_namespace_is_named() {
         .spawn()
         .expect("unshare (util-linux) runs")
         .into();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::support::wait_for_exec(workload.pid(), &dir.path().join("nschain")).await;
     assert!(
         !dir.path().join("nschain").exists(),
         "the binary must not be visible on the host"
