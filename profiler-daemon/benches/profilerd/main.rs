@@ -15,6 +15,7 @@ mod allocs;
 #[cfg(feature = "unwind-tables-prototype")]
 mod designs;
 mod ebpf;
+mod latency;
 mod machine;
 mod measure;
 mod offcpu;

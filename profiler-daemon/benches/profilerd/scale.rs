@@ -15,7 +15,8 @@ use profilerd_client::{self as client, v1};
 
 use crate::{
     Plan,
-    measure::{self, Spread, mib, millis, percentile},
+    latency::{self, Measured},
+    measure::{self, mib, millis},
     report::{Table, verdict},
     tools::{Profiler, Tool},
     workloads::Workloads,
@@ -88,29 +89,9 @@ struct Ours {
     samples_taken: u64,
     lost: Vec<v1::LossCount>,
     cpu_per_minute: f64,
-    /// Latencies in ms and report sizes, per format.
-    latencies: Vec<(&'static str, Vec<f64>, usize)>,
-    top: TopCost,
-}
-
-/// The daemon's CPU (a share of one core) with a Top stream open and
-/// without, the storm running.
-struct TopCost {
-    span: Duration,
-    without: f64,
-    with: f64,
-    updates: u64,
-}
-
-/// The pause before each request of the rows asked as a dashboard asks.
-const DASHBOARD_PAUSE: Duration = Duration::from_secs(3);
-
-/// The rows that ask for every section (`maxsections 0`).
-const EVERY_SECTION_TREE: &str = "tree per process, every section";
-const EVERY_SECTION_FLAT: &str = "flat per process, every section";
-
-fn every_section(row: &str) -> bool {
-    row == EVERY_SECTION_TREE || row == EVERY_SECTION_FLAT
+    /// Latencies of the requests of question 5.
+    latencies: Vec<latency::Row>,
+    top: latency::TopCost,
 }
 
 async fn run_profilerd(
@@ -125,11 +106,25 @@ async fn run_profilerd(
          processes ({width} at a time, skewed paths from a pool of 10000)"
     );
     let dir = out_dir.join("runs").join("scale-profilerd");
+    // The web view's requests come over plaintext loopback HTTP.
+    let http = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port()
+    );
     let profiler = Profiler::start(
         Tool::Profilerd,
         HZ,
         &dir,
-        &["--retention".to_owned(), retention],
+        &[
+            "--retention".to_owned(),
+            retention,
+            "--http-listen".to_owned(),
+            http.clone(),
+            "--http-plaintext-loopback".to_owned(),
+            "true".to_owned(),
+        ],
     )
     .await?;
     let mut daemon = client::connect(&profiler.socket).await?;
@@ -156,118 +151,9 @@ async fn run_profilerd(
     let cpu_per_minute = cpu.seconds()? / held.as_secs_f64() * 60.0;
 
     // Report requests over everything held, the storm still running.
-    let mut latencies = Vec::new();
-    // One tree of the whole machine, as in earlier runs, then the default
-    // of tree and flat (a section per process), back to back; then two
-    // formats asked as a dashboard asks, every few seconds.
-    let back_to_back = (plan.query_requests, Duration::ZERO);
-    let dashboard = ((plan.query_requests / 2).max(3), DASHBOARD_PAUSE);
-    for (name, format, groupby, (requests, pause)) in [
-        ("tree", v1::Format::Tree, v1::GroupBy::None, back_to_back),
-        ("flat", v1::Format::Flat, v1::GroupBy::None, back_to_back),
-        (
-            "folded",
-            v1::Format::Folded,
-            v1::GroupBy::None,
-            back_to_back,
-        ),
-        ("pprof", v1::Format::Pprof, v1::GroupBy::None, back_to_back),
-        // pprof's default: a sample per thread and stack, as the pprof rows
-        // of runs before groupby applied to pprof.
-        (
-            "pprof per thread",
-            v1::Format::Pprof,
-            v1::GroupBy::Thread,
-            back_to_back,
-        ),
-        (
-            "flamegraph",
-            v1::Format::Flamegraph,
-            v1::GroupBy::None,
-            back_to_back,
-        ),
-        (
-            "speedscope",
-            v1::Format::Speedscope,
-            v1::GroupBy::None,
-            back_to_back,
-        ),
-        (
-            "tree per process",
-            v1::Format::Tree,
-            v1::GroupBy::Unspecified,
-            back_to_back,
-        ),
-        (
-            "flat per process",
-            v1::Format::Flat,
-            v1::GroupBy::Unspecified,
-            back_to_back,
-        ),
-        // The rows per process of runs before `maxsections` (2026-11-27).
-        (
-            EVERY_SECTION_TREE,
-            v1::Format::Tree,
-            v1::GroupBy::Unspecified,
-            back_to_back,
-        ),
-        (
-            EVERY_SECTION_FLAT,
-            v1::Format::Flat,
-            v1::GroupBy::Unspecified,
-            back_to_back,
-        ),
-        (
-            "tree, every 3 s",
-            v1::Format::Tree,
-            v1::GroupBy::None,
-            dashboard,
-        ),
-        (
-            "flamegraph, every 3 s",
-            v1::Format::Flamegraph,
-            v1::GroupBy::None,
-            dashboard,
-        ),
-    ] {
-        let mut times = Vec::new();
-        let mut size = 0;
-        for _ in 0..requests {
-            tokio::time::sleep(pause).await;
-            let status = daemon
-                .get_status(v1::GetStatusRequest::default())
-                .await?
-                .into_inner();
-            let oldest = status.store.unwrap_or_default().oldest_unix_nanos;
-            let asked = Instant::now();
-            let reply = daemon
-                .query(v1::QueryRequest {
-                    start_unix_nanos: oldest,
-                    end_unix_nanos: 0,
-                    selector: None,
-                    options: Some(v1::ReportOptions {
-                        format: format as i32,
-                        groupby: groupby as i32,
-                        maxsections: every_section(name).then_some(0),
-                        ..Default::default()
-                    }),
-                    mode: v1::Mode::Cpu as i32,
-                })
-                .await
-                .with_context(|| format!("querying the held window as {name}"))?;
-            times.push(millis(asked.elapsed()));
-            size = reply.into_inner().report.len();
-        }
-        println!(
-            "{name:>6}: p50 {:.1} ms over {} requests, {} KiB",
-            percentile(&sorted(&times), 50.0),
-            times.len(),
-            size / 1024
-        );
-        latencies.push((name, times, size));
-    }
+    let latencies = latency::ask_all(&mut daemon, &http, plan).await?;
 
-    let top = top_cost(&profiler, &mut daemon, plan).await?;
+    let top = latency::top_cost(&profiler, &mut daemon, plan).await?;
     println!(
         "   top: daemon {:.2}% of a core with a stream, {:.2}% without ({} updates)",
         top.with * 100.0,
@@ -298,60 +184,6 @@ async fn run_profilerd(
         cpu_per_minute,
         latencies,
         top,
-    })
-}
-
-/// The daemon's CPU while a Top stream at 1 s over the whole machine is
-/// open, against the same span without one just before and after (their
-/// mean): the storm runs throughout.
-async fn top_cost(
-    profiler: &Profiler,
-    daemon: &mut v1::profiler_client::ProfilerClient<tonic::transport::Channel>,
-    plan: &Plan,
-) -> Result<TopCost> {
-    let span = if plan.quick {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_secs(30)
-    };
-    // The stream's windows are read on threads that may end meanwhile.
-    let share = |clock: measure::CpuClock, started: Instant| -> Result<f64> {
-        Ok(clock.seconds()? / started.elapsed().as_secs_f64())
-    };
-    let clock = || measure::CpuClock::start(profiler.pid());
-    let (cpu, started) = (clock()?, Instant::now());
-    tokio::time::sleep(span).await;
-    let before = share(cpu, started)?;
-
-    let (cpu, started) = (clock()?, Instant::now());
-    let mut stream = daemon
-        .top(v1::TopRequest {
-            interval_ms: 1000,
-            ..Default::default()
-        })
-        .await
-        .context("opening a Top stream")?
-        .into_inner();
-    let mut updates = 0;
-    while started.elapsed() < span {
-        stream
-            .message()
-            .await
-            .context("reading the Top stream")?
-            .context("the Top stream ended early")?;
-        updates += 1;
-    }
-    drop(stream);
-    let with = share(cpu, started)?;
-
-    let (cpu, started) = (clock()?, Instant::now());
-    tokio::time::sleep(span).await;
-    let after = share(cpu, started)?;
-    Ok(TopCost {
-        span,
-        without: (before + after) / 2.0,
-        with,
-        updates,
     })
 }
 
@@ -561,101 +393,26 @@ fn loss_table(ours: &Ours, others: &[Other]) -> Table {
 }
 
 fn latency_table(title: &str, plan: &Plan, ours: &Ours, others: &[Other]) -> Table {
-    let mut table = Table::new(
-        title,
-        &[
-            "request",
-            "p50, ms",
-            "p99, ms",
-            "min–max, ms",
-            "report size",
-        ],
-    );
-    let mut worst_p99: f64 = 0.0;
-    for (name, times, size) in &ours.latencies {
-        let sorted = sorted(times);
-        let p99 = percentile(&sorted, 99.0);
-        if !every_section(name) {
-            worst_p99 = worst_p99.max(p99);
-        }
-        let spread = Spread::of(times);
-        table.row(vec![
-            format!("profilerd Query, {name}"),
-            format!("{:.1}", spread.median),
-            format!("{p99:.1}"),
-            format!("{:.1}–{:.1}", spread.min, spread.max),
-            format!("{} KiB", size / 1024),
-        ]);
-    }
-    for other in others {
-        if let Some(report_ms) = other.report_ms {
-            table.row(vec![
-                match other.tool {
-                    Tool::Perf => format!("perf report --stdio ({:.0} s of data)", other.seconds),
-                    _ => format!(
-                        "bpftrace printing its map at exit ({:.0} s of data)",
-                        other.seconds
-                    ),
-                },
-                format!("{report_ms:.1}"),
-                "—".to_owned(),
-                "one run".to_owned(),
-                String::new(),
-            ]);
-        }
-    }
-    table.note(format!(
-        "{} requests per format over the whole window profilerd held ({:.0} s, {} distinct \
-         stacks, every process), the storm still running; each request also drains the kernel \
-         maps first. Every format draws one tree of the whole machine (`groupby none`; pprof: \
-         one sample per stack, unlabelled) but pprof per thread (its default: a sample per \
-         thread and stack, labelled; the pprof row of runs before 2026-11-26 11:00 UTC) and \
-         the rows per process, tree and flat by default (a section per process, within the \
-         default `maxlines` of 10000 lines and, since 2026-11-27, `maxsections` of 20 \
-         sections; the rows \"every section\" ask for all of them, as those rows did before, \
-         and are shown for comparison, not held to the target). Requests follow each other \
-         at once, but those \
-         of the rows \"every 3 s\", half as many, asked as a dashboard asks: each after a \
-         pause of {} s, so each drains what came meanwhile and meets an index a refresh \
-         behind. Target: p99 under 100 ms for every format: {}.",
-        plan.query_requests,
-        ours.held.as_secs_f64(),
-        ours.distinct_stacks,
-        DASHBOARD_PAUSE.as_secs(),
-        verdict(worst_p99 < 100.0)
-    ));
-    if plan.query_requests < 100 {
-        table.note(format!(
-            "With {} requests per format, p99 is close to the slowest request.",
-            plan.query_requests
-        ));
-    }
-    let growth = ours.peak_rss as f64 / ours.peak_rss_holding.max(1) as f64;
-    table.note(format!(
-        "The daemon's peak RSS: {:.1} MiB holding the window, {:.1} MiB once these reports were \
-         served ({growth:.2}×). Target: at most 2×: {}.",
-        mib(ours.peak_rss_holding),
-        mib(ours.peak_rss),
-        verdict(growth <= 2.0)
-    ));
-    let top = &ours.top;
-    let cost = (top.with - top.without) * 100.0;
-    table.note(format!(
-        "Top at a 1 s interval over the whole machine, the storm running: the daemon used \
-         {:.2}% of a core over {:.0} s with the stream open ({} updates), {:.2}% over the same \
-         span without it (the mean of just before and just after), so the stream cost {cost:.2}% \
-         of a core. Target: at most 1%: {}.",
-        top.with * 100.0,
-        top.span.as_secs_f64(),
-        top.updates,
-        top.without * 100.0,
-        verdict(cost <= 1.0)
-    ));
-    table
-}
-
-fn sorted(values: &[f64]) -> Vec<f64> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted
+    let others: Vec<(String, f64)> = others
+        .iter()
+        .filter_map(|other| {
+            let name = match other.tool {
+                Tool::Perf => format!("perf report --stdio ({:.0} s of data)", other.seconds),
+                _ => format!(
+                    "bpftrace printing its map at exit ({:.0} s of data)",
+                    other.seconds
+                ),
+            };
+            Some((name, other.report_ms?))
+        })
+        .collect();
+    let measured = Measured {
+        held: ours.held,
+        distinct_stacks: ours.distinct_stacks,
+        rows: &ours.latencies,
+        top: &ours.top,
+        peak_rss_holding: ours.peak_rss_holding,
+        peak_rss: ours.peak_rss,
+    };
+    latency::table(title, plan, &measured, &others)
 }

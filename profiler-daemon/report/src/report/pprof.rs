@@ -6,10 +6,13 @@
 //! `[unknown]` location) and `groupby` apply; `maxdepth`, `mincount`,
 //! `noisefloor`, `sortedby` and `combine` are ignored. `groupby` says what
 //! one pprof sample stands for:
-//! - thread (and auto, the default): one profile sample, that is one stack
-//!   of one thread, labelled `pid`, `tid`, `thread_name` and `comm`;
+//! - thread: one profile sample, that is one stack of one thread, labelled
+//!   `pid`, `tid`, `thread_name` and `comm`;
 //! - process: the samples of one stack in one process (a pid and its
 //!   command), labelled `pid` and `comm`;
+//! - auto, the default: thread for a profile of one process, else process
+//!   (a whole machine's profile leaves its threads out unless asked, as Go's
+//!   own CPU profiles do: per thread, its size grows with the threads);
 //! - none: the samples of one stack in the whole profile, unlabelled: the
 //!   smallest profile, for a look at the whole machine.
 //!
@@ -64,7 +67,7 @@ const LABEL_NUM: u32 = 3;
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
     let expansion = Expansion::new(profile, options.kernel)?;
-    let grouping = Grouping::of(options.groupby);
+    let grouping = Grouping::of(options.groupby, profile);
     gzip_alongside(|out| {
         Builder::new(&expansion, profile.threads.len()).write(profile, grouping, out)
     })
@@ -79,9 +82,14 @@ enum Grouping {
 }
 
 impl Grouping {
-    fn of(groupby: GroupBy) -> Self {
+    fn of(groupby: GroupBy, profile: &Profile) -> Self {
+        let one_process = |threads: &[crate::profile::ThreadInfo]| {
+            threads.windows(2).all(|pair| pair[0].pid == pair[1].pid)
+        };
         match groupby {
-            GroupBy::Auto | GroupBy::Thread => Self::Thread,
+            GroupBy::Auto if one_process(&profile.threads) => Self::Thread,
+            GroupBy::Auto => Self::Process,
+            GroupBy::Thread => Self::Thread,
             GroupBy::Process => Self::Process,
             GroupBy::None => Self::Machine,
         }

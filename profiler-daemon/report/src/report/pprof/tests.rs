@@ -204,12 +204,26 @@ fn groupby_process_or_none_merges_the_samples_of_a_stack() {
     let profile = b.build();
     let names = |v: &[&str]| v.iter().map(|&n| n.to_owned()).collect::<Vec<_>>();
 
-    // By thread (the default): one sample per thread and stack.
-    assert_eq!(decode(&profile, true).sample.len(), 4);
+    // By thread: one sample per thread and stack.
+    assert_eq!(
+        decode_grouped(&profile, true, GroupBy::Thread).sample.len(),
+        4
+    );
+    // By default, a profile of more than one process is by process (its
+    // threads only when asked)...
     assert_eq!(
         decode(&profile, true).sample,
-        decode_grouped(&profile, true, GroupBy::Thread).sample
+        decode_grouped(&profile, true, GroupBy::Process).sample
     );
+    // ...and one of a single process by thread.
+    let mut server = profile.clone();
+    server.samples.retain(|sample| profile.threads[sample.thread as usize].pid == 1230);
+    server.threads.iter_mut().for_each(|thread| thread.pid = 1230);
+    assert_eq!(
+        decode(&server, true).sample,
+        decode_grouped(&server, true, GroupBy::Thread).sample
+    );
+    assert_eq!(decode(&server, true).sample.len(), 3);
 
     // By process: the server's two threads' `a` are one sample, labelled
     // with the process only; by process, then stack.
