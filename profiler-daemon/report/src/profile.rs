@@ -123,6 +123,17 @@ impl Profile {
     }
 }
 
+/// Nanoseconds from the Unix epoch to `time`, as the APIs and formats that
+/// carry a time write it: negative before the epoch, saturating at `i64`'s
+/// bounds (the years 1677 and 2262) rather than wrapping.
+pub fn unix_nanos(time: SystemTime) -> i64 {
+    let saturating = |nanos: u128| i64::try_from(nanos).unwrap_or(i64::MAX);
+    match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => saturating(after.as_nanos()),
+        Err(before) => -saturating(before.duration().as_nanos()),
+    }
+}
+
 /// A thread as it was named when sampled.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ThreadInfo {

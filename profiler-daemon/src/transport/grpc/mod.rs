@@ -15,6 +15,7 @@ use std::{sync::Arc, time::Duration};
 
 use tonic::{Request, Response, Status};
 
+use crate::profile::unix_nanos;
 use crate::proto::v1::{self, profiler_server::Profiler};
 use crate::service::{
     AllocsSpec, ProfileSpec, Service, ServiceError, TopSpec,
@@ -152,7 +153,7 @@ impl Profiler for GrpcApi {
             .await?;
         Ok(Response::new(v1::StartProfileReply {
             session_id: started.id,
-            start_unix_nanos: convert::unix_nanos(started.start),
+            start_unix_nanos: unix_nanos(started.start),
         }))
     }
 
@@ -204,7 +205,7 @@ impl Profiler for GrpcApi {
             .await?;
         Ok(Response::new(v1::StartProfileReply {
             session_id: started.id,
-            start_unix_nanos: convert::unix_nanos(started.start),
+            start_unix_nanos: unix_nanos(started.start),
         }))
     }
 
