@@ -68,7 +68,7 @@ impl SampleKind {
 /// Bits of [`SampleKey::flags`]: what happened to the sample's stacks.
 pub mod sample_flags {
     /// The user stack could not be stored (see the loss counters for why);
-    /// the sample is still counted, under a "[lost]" frame.
+    /// the sample is still counted, under a `[lost]` frame.
     pub const USER_STACK_LOST: u32 = 1 << 0;
     /// The kernel stack could not be stored.
     pub const KERNEL_STACK_LOST: u32 = 1 << 1;

@@ -31,7 +31,8 @@ use crate::profile::{Format, Location, LocationKind, ReportOptions};
 /// The formats an index serves, by what a frame is to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IndexedWords {
-    /// Tree lines ([`LineKey`]s): tree reports and flat ones.
+    /// Tree lines (frames told apart by file, function, line, module and
+    /// address): tree reports and flat ones.
     TreeLines,
     /// Folded tokens (a frame's name, with or without its `;`): folded,
     /// flame graph and speedscope reports.
