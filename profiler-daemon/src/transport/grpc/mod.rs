@@ -7,7 +7,6 @@
 //! It owns nothing but that translation; it must not decide what a request
 //! may do (see `service`), touch the store or the kernel.
 
-pub mod codec;
 mod convert;
 mod status;
 
