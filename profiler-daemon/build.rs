@@ -87,7 +87,7 @@ fn build_protos() -> Result<()> {
         .extern_path(".profilerd.v1", "::profilerd_client::v1")
         .extern_path(".perftools.profiles", "::profilerd_report::pprof")
         // Undecodable requests are INVALID_ARGUMENT, not INTERNAL.
-        .codec_path("crate::transport::grpc::codec::ApiCodec")
+        .codec_path("crate::proto::codec::ApiCodec")
         .compile_fds(descriptors)
         .context("generating Rust code from the .proto files")?;
     Ok(())

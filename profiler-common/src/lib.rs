@@ -68,7 +68,7 @@ impl SampleKind {
 /// Bits of [`SampleKey::flags`]: what happened to the sample's stacks.
 pub mod sample_flags {
     /// The user stack could not be stored (see the loss counters for why);
-    /// the sample is still counted, under a "[lost]" frame.
+    /// the sample is still counted, under a `[lost]` frame.
     pub const USER_STACK_LOST: u32 = 1 << 0;
     /// The kernel stack could not be stored.
     pub const KERNEL_STACK_LOST: u32 = 1 << 1;
@@ -429,68 +429,87 @@ pub mod peek_signal_result {
     pub const KILLED: i32 = 101;
 }
 
-/// Names of the maps and programs, shared so neither side spells them twice.
+/// Declares names of maps, programs and globals in an eBPF object as
+/// `pub const NAME: &str` items, and lists them all in `ALL`, so that the
+/// daemon's tests can check that the object has every name it looks up.
+macro_rules! object_names {
+    ($($(#[$attr:meta])* pub const $name:ident: &str = $value:literal;)*) => {
+        $($(#[$attr])* pub const $name: &str = $value;)*
+        /// Every name above: each is a map, a program or a global of the
+        /// object (the daemon's unit tests check that it is).
+        pub const ALL: &[&str] = &[$($name),*];
+    };
+}
+
+/// Names of the maps, programs and globals the daemon looks up in the eBPF
+/// object, shared so neither side spells them twice.
 pub mod names {
-    pub const PROGRAM_SAMPLE_CPU: &str = "sample_cpu";
-    pub const PROGRAM_FORGET_ON_EXEC: &str = "forget_on_exec";
-    pub const PROGRAM_FORGET_ON_EXIT: &str = "forget_on_exit";
-    pub const PROGRAM_SAMPLE_PEEK: &str = "sample_peek";
-    pub const PROGRAM_WATCH_SIGNALS: &str = "watch_signals";
-    pub const PROGRAM_GUARD_PEEK_SIGNAL: &str = "guard_peek_signal";
-    pub const PROGRAM_FOLLOW_FORKS: &str = "follow_forks";
-    pub const PROGRAM_RECORD_SWITCH: &str = "record_switch";
-    pub const PROGRAM_RECORD_WAKEUP: &str = "record_wakeup";
-    pub const OFFCPU_CONTROL: &str = "OFFCPU_CONTROL";
-    pub const OFFCPU_PIDS: &str = "OFFCPU_PIDS";
-    pub const OFFCPU_PENDING: &str = "OFFCPU_PENDING";
-    pub const OFFCPU_PID_SLOTS: &str = "OFFCPU_PID_SLOTS";
-    pub const OFFCPU_PENDING_SLOTS: &str = "OFFCPU_PENDING_SLOTS";
-    pub const OFFCPU_PENDING_MARKS: &str = "OFFCPU_PENDING_MARKS";
-    pub const OFFCPU_INTERVALS: &str = "OFFCPU_INTERVALS";
-    pub const PROGRAM_READ_WAITING_THREADS: &str = "read_waiting_threads";
-    pub const WAITING_PID: &str = "WAITING_PID";
-    pub const PROGRAM_ALLOCATOR_ENTRY: &str = "allocator_entry";
-    pub const PROGRAM_ALLOCATOR_RETURN: &str = "allocator_return";
-    pub const ALLOC_TARGETS: &str = "ALLOC_TARGETS";
-    pub const ALLOC_CALLS: &str = "ALLOC_CALLS";
-    pub const ALLOC_LIVE: &str = "ALLOC_LIVE";
-    pub const ALLOC_INTERVALS: &str = "ALLOC_INTERVALS";
-    /// The ring buffer of sampled allocations' stack copies (apart from
-    /// [`STACK_COPIES`], which sampled allocations never write).
-    pub const ALLOC_STACK_COPIES: &str = "ALLOC_STACK_COPIES";
-    pub const ALLOC_READ: &str = "ALLOC_READ";
-    pub const ALLOC_COUNTS: &str = "ALLOC_COUNTS";
-    pub const ALLOC_SHARE: &str = "ALLOC_SHARE";
-    pub const FOLLOWED: &str = "FOLLOWED";
-    pub const FAMILY_JOINS: &str = "FAMILY_JOINS";
-    /// Global: the [`crate::KernelLayout`], set once at load time.
-    pub const KERNEL_LAYOUT: &str = "KERNEL_LAYOUT";
-    pub const PEEK_SIGNALLED: &str = "PEEK_SIGNALLED";
-    pub const PROGRAM_RECORD_FORKS: &str = "record_forks";
-    pub const PROGRAM_FORGET_FORKS_ON_EXEC: &str = "forget_forks_on_exec";
-    pub const FORK_LINEAGES: &str = "FORK_LINEAGES";
-    /// Global: the peek signal's number (0: peeks by signal are off).
-    pub const PEEK_SIGNAL_NUMBER: &str = "PEEK_SIGNAL_NUMBER";
-    /// Global: pages of user stack each sample copies (0: none; user
-    /// stacks are then walked by frame pointers in the kernel).
-    pub const STACK_COPY_PAGES: &str = "STACK_COPY_PAGES";
-    pub const STACK_COPIES: &str = "STACK_COPIES";
-    pub const PEEK_SIGNALS: &str = "PEEK_SIGNALS";
-    pub const PEEK_THREADS: &str = "PEEK_THREADS";
-    pub const TARGETS_MODE: &str = "TARGETS_MODE";
-    pub const TARGET_PIDS: &str = "TARGET_PIDS";
-    pub const TARGET_CGROUPS: &str = "TARGET_CGROUPS";
-    pub const CONTROL: &str = "CONTROL";
-    /// Per-CPU count of sampling runs writing into a generation.
-    pub const RECORDING: &str = "RECORDING";
-    pub const COUNTERS: &str = "COUNTERS";
-    pub const SCRATCH: &str = "SCRATCH";
-    pub const KNOWN_PIDS: &str = "KNOWN_PIDS";
-    pub const NEW_PROCESSES: &str = "NEW_PROCESSES";
+    object_names! {
+        pub const PROGRAM_SAMPLE_CPU: &str = "sample_cpu";
+        pub const PROGRAM_FORGET_ON_EXEC: &str = "forget_on_exec";
+        pub const PROGRAM_FORGET_ON_EXIT: &str = "forget_on_exit";
+        pub const PROGRAM_SAMPLE_PEEK: &str = "sample_peek";
+        pub const PROGRAM_WATCH_SIGNALS: &str = "watch_signals";
+        pub const PROGRAM_GUARD_PEEK_SIGNAL: &str = "guard_peek_signal";
+        pub const PROGRAM_FOLLOW_FORKS: &str = "follow_forks";
+        pub const PROGRAM_RECORD_SWITCH: &str = "record_switch";
+        pub const PROGRAM_RECORD_WAKEUP: &str = "record_wakeup";
+        pub const OFFCPU_CONTROL: &str = "OFFCPU_CONTROL";
+        pub const OFFCPU_PIDS: &str = "OFFCPU_PIDS";
+        pub const OFFCPU_PENDING: &str = "OFFCPU_PENDING";
+        pub const OFFCPU_PID_SLOTS: &str = "OFFCPU_PID_SLOTS";
+        pub const OFFCPU_PENDING_SLOTS: &str = "OFFCPU_PENDING_SLOTS";
+        pub const OFFCPU_PENDING_MARKS: &str = "OFFCPU_PENDING_MARKS";
+        pub const OFFCPU_INTERVALS: &str = "OFFCPU_INTERVALS";
+        pub const PROGRAM_READ_WAITING_THREADS: &str = "read_waiting_threads";
+        pub const WAITING_PID: &str = "WAITING_PID";
+        pub const PROGRAM_ALLOCATOR_ENTRY: &str = "allocator_entry";
+        pub const PROGRAM_ALLOCATOR_RETURN: &str = "allocator_return";
+        pub const ALLOC_TARGETS: &str = "ALLOC_TARGETS";
+        pub const ALLOC_CALLS: &str = "ALLOC_CALLS";
+        pub const ALLOC_LIVE: &str = "ALLOC_LIVE";
+        pub const ALLOC_INTERVALS: &str = "ALLOC_INTERVALS";
+        /// The ring buffer of sampled allocations' stack copies (apart from
+        /// [`STACK_COPIES`], which sampled allocations never write).
+        pub const ALLOC_STACK_COPIES: &str = "ALLOC_STACK_COPIES";
+        pub const ALLOC_READ: &str = "ALLOC_READ";
+        pub const ALLOC_COUNTS: &str = "ALLOC_COUNTS";
+        pub const ALLOC_SHARE: &str = "ALLOC_SHARE";
+        pub const FOLLOWED: &str = "FOLLOWED";
+        pub const FAMILY_JOINS: &str = "FAMILY_JOINS";
+        /// Global: the [`crate::KernelLayout`], set once at load time.
+        pub const KERNEL_LAYOUT: &str = "KERNEL_LAYOUT";
+        pub const PEEK_SIGNALLED: &str = "PEEK_SIGNALLED";
+        pub const PROGRAM_RECORD_FORKS: &str = "record_forks";
+        pub const PROGRAM_FORGET_FORKS_ON_EXEC: &str = "forget_forks_on_exec";
+        pub const FORK_LINEAGES: &str = "FORK_LINEAGES";
+        /// Global: the peek signal's number (0: peeks by signal are off).
+        pub const PEEK_SIGNAL_NUMBER: &str = "PEEK_SIGNAL_NUMBER";
+        /// Global: pages of user stack each sample copies (0: none; user
+        /// stacks are then walked by frame pointers in the kernel).
+        pub const STACK_COPY_PAGES: &str = "STACK_COPY_PAGES";
+        pub const STACK_COPIES: &str = "STACK_COPIES";
+        pub const PEEK_SIGNALS: &str = "PEEK_SIGNALS";
+        pub const PEEK_THREADS: &str = "PEEK_THREADS";
+        pub const TARGETS_MODE: &str = "TARGETS_MODE";
+        pub const TARGET_PIDS: &str = "TARGET_PIDS";
+        pub const TARGET_CGROUPS: &str = "TARGET_CGROUPS";
+        pub const CONTROL: &str = "CONTROL";
+        /// Per-CPU count of sampling runs writing into a generation.
+        pub const RECORDING: &str = "RECORDING";
+        pub const COUNTERS: &str = "COUNTERS";
+        pub const SCRATCH: &str = "SCRATCH";
+        pub const KNOWN_PIDS: &str = "KNOWN_PIDS";
+        pub const NEW_PROCESSES: &str = "NEW_PROCESSES";
+        pub const COUNTS_0: &str = "COUNTS_0";
+        pub const COUNTS_1: &str = "COUNTS_1";
+        pub const STACKS_0: &str = "STACKS_0";
+        pub const STACKS_1: &str = "STACKS_1";
+    }
     /// Counts maps, indexed by generation.
-    pub const COUNTS: [&str; 2] = ["COUNTS_0", "COUNTS_1"];
+    pub const COUNTS: [&str; 2] = [COUNTS_0, COUNTS_1];
     /// Stacks maps, indexed by generation.
-    pub const STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
+    pub const STACKS: [&str; 2] = [STACKS_0, STACKS_1];
 }
 
 #[cfg(feature = "unwind-tables-prototype")]

@@ -4,6 +4,18 @@
 //! feature, which only the benchmark and the prototype's own test turn on:
 //! the daemon never uses these types.
 
+/// Names of the prototype's program and the maps the daemon looks up in
+/// its object (`unwind_tables_prototype`, apart from the daemon's).
+pub mod names {
+    object_names! {
+        pub const PROGRAM_SAMPLE_UNWIND_TABLES: &str = "sample_unwind_tables";
+        pub const UNWIND_PROCESSES: &str = "UNWIND_PROCESSES";
+        pub const UNWIND_ROWS: &str = "UNWIND_ROWS";
+        pub const UNWIND_STACKS: &str = "UNWIND_STACKS";
+        pub const UNWIND_COUNTS: &str = "UNWIND_COUNTS";
+    }
+}
+
 /// Mappings of one process the prototype can describe.
 pub const MAX_MAPPINGS: usize = 16;
 /// Frames the prototype walks per sample.

@@ -9,6 +9,8 @@
 //!   whole daemon, divided among the parts that hold memory, and what the
 //!   heap and the kernel say is used; what `/proc` says of a task
 //!   (credentials, groups, cgroups, namespace pid) and command names.
+//! - [`proto`]: the API's protobuf types (the client crate's) and the gRPC
+//!   server generated on them.
 //! - [`kernel`]: the eBPF programs sample every CPU (on CPU, off CPU,
 //!   allocations, peeks) into kernel maps and rings; the drain reads them
 //!   out, a generation at a time, as raw samples.

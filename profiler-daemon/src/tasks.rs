@@ -1,6 +1,6 @@
 //! What `/proc` says of a task (a process or one of its threads): its
 //! credentials, supplementary groups, pid in its own namespace and cgroups,
-//! read with procfs; and a task's command name as the kernel's records
+//! and the daemon's own capabilities, read with procfs; and a task's command name as the kernel's records
 //! carry it. A leaf every layer may use: it uses no other module of the
 //! daemon but the shared profile values.
 //!
@@ -117,6 +117,12 @@ pub struct Cgroups {
     pub v2: String,
 }
 
+/// This process's effective capabilities (`CapEff`: bit `n` for capability
+/// `n`); `None` when procfs cannot say.
+pub fn own_effective_capabilities() -> Option<u64> {
+    Some(Process::myself().ok()?.status().ok()?.capeff)
+}
+
 /// A command name as the kernel records it (`comm`: up to 16 bytes, ended
 /// by a zero byte when shorter), as text.
 pub fn command_name(comm: &[u8]) -> String {
@@ -148,6 +154,7 @@ mod tests {
         assert!(!cgroups(me).all.is_empty());
         assert!(TaskCredentials::read(u32::MAX / 2).is_none());
         assert!(cgroups(u32::MAX / 2).all.is_empty());
+        assert!(own_effective_capabilities().is_some());
     }
 
     #[test]

@@ -297,6 +297,12 @@ pub fn ago(now: SystemTime, duration: Duration) -> SystemTime {
     now.checked_sub(duration).unwrap_or(UNIX_EPOCH)
 }
 
+/// A time as the API takes it: nanoseconds since the Unix epoch, the epoch
+/// for any earlier time (the API takes none before it), saturating in 2262.
+///
+/// The daemon's own is `profilerd_report::profile::unix_nanos`, which this
+/// crate does not compile (it depends on `profilerd-client` only, so as not
+/// to build the reports' crates), hence this copy.
 pub fn unix_nanos(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |since| {
         i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)

@@ -4,6 +4,10 @@
 //! A [`Profile`] owns copies of everything it refers to (threads, stacks,
 //! locations, names), so reports are pure functions of it and never touch
 //! the store, the symbolizer or the kernel.
+//!
+//! The options live in `options`, what a profile says it lost (losses by
+//! cause, why a stack stopped short) in `losses`, and the numbering of a
+//! profile assembled outside the store in `assembly`; all re-exported here.
 
 use std::{sync::Arc, time::SystemTime};
 
@@ -120,6 +124,17 @@ impl Profile {
             stacks.push(stack.iter().map(|&location| renumbered[location as usize]));
         }
         self.stacks = stacks;
+    }
+}
+
+/// Nanoseconds from the Unix epoch to `time`, as the APIs and formats that
+/// carry a time write it: negative before the epoch, saturating at `i64`'s
+/// bounds (the years 1677 and 2262) rather than wrapping.
+pub fn unix_nanos(time: SystemTime) -> i64 {
+    let saturating = |nanos: u128| i64::try_from(nanos).unwrap_or(i64::MAX);
+    match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => saturating(after.as_nanos()),
+        Err(before) => -saturating(before.duration().as_nanos()),
     }
 }
 
@@ -434,251 +449,15 @@ pub struct Frame {
     pub inlined: bool,
 }
 
-/// Why an unwound stack does not reach its thread's first function; shown
-/// as a frame `[unwind stopped: …]` at the root end of the stack.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum UnwindStop {
-    /// The next caller is in a binary without unwind information (its
-    /// `.eh_frame` was stripped, say).
-    NoUnwindInfo(Arc<str>),
-    /// The stack is deeper than the bytes the sampler copied
-    /// (`stack_copy`).
-    StackCopyTooShort,
-    /// The sampler could not copy any of the stack.
-    NoStackCopy,
-    /// A return address fell outside every mapping of the process.
-    Unmapped,
-    /// The process was gone before its mappings could be read.
-    UnknownProcess,
-    /// The unwind information led to an impossible frame (a stack address
-    /// below the copy, a loop, a null return address).
-    BadFrame,
-    /// More than [`profiler_common::MAX_STACK_DEPTH`] frames.
-    TooDeep,
-}
-
-impl UnwindStop {
-    /// What the stop frame says.
-    pub fn reason(&self) -> String {
-        match self {
-            Self::NoUnwindInfo(binary) => format!("no unwind info in {binary}"),
-            Self::StackCopyTooShort => "stack copy too short".to_owned(),
-            Self::NoStackCopy => "no stack copy".to_owned(),
-            Self::Unmapped => "return address outside every mapping".to_owned(),
-            Self::UnknownProcess => "process gone before its mappings were read".to_owned(),
-            Self::BadFrame => "bad frame".to_owned(),
-            Self::TooDeep => format!("deeper than {} frames", profiler_common::MAX_STACK_DEPTH),
-        }
-    }
-
-    /// A short name for counters and metrics.
-    pub fn counter_name(&self) -> &'static str {
-        match self {
-            Self::NoUnwindInfo(_) => "no_unwind_info",
-            Self::StackCopyTooShort => "stack_copy_too_short",
-            Self::NoStackCopy => "no_stack_copy",
-            Self::Unmapped => "unmapped",
-            Self::UnknownProcess => "unknown_process",
-            Self::BadFrame => "bad_frame",
-            Self::TooDeep => "too_deep",
-        }
-    }
-}
-
-/// Why samples or stacks were lost. Stable names are part of the API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LossCause {
-    CountsMapFull,
-    StackMapFull,
-    StackCollision,
-    StackWalkError,
-    NoScratch,
-    ProcessNotification,
-    /// Stacks lost because the stack-copy ring buffer was full.
-    StackCopyBufferFull,
-    /// Off-CPU intervals not recorded: the pending map was full.
-    OffCpuPendingFull,
-    /// Off-CPU intervals lost with their stack (the stack-copy ring buffer
-    /// was full).
-    OffCpuStackLost,
-    /// Off-CPU intervals lost at their end (the intervals ring buffer was
-    /// full).
-    OffCpuIntervalsFull,
-    /// Dropped by the daemon to stay under its memory ceiling.
-    MemoryCeiling,
-    /// Sampled allocations lost with their stack (the allocation ring
-    /// buffer was full).
-    AllocStackLost,
-    /// Allocator calls not followed: the map of calls under way was full.
-    AllocCallsFull,
-    /// Sampled allocations dropped because their profile's records the
-    /// daemon had not read yet filled its share of the allocation ring.
-    AllocShareFull,
-}
-
-impl LossCause {
-    pub const ALL: [LossCause; 14] = [
-        LossCause::CountsMapFull,
-        LossCause::StackMapFull,
-        LossCause::StackCollision,
-        LossCause::StackWalkError,
-        LossCause::NoScratch,
-        LossCause::ProcessNotification,
-        LossCause::StackCopyBufferFull,
-        LossCause::OffCpuPendingFull,
-        LossCause::OffCpuStackLost,
-        LossCause::OffCpuIntervalsFull,
-        LossCause::MemoryCeiling,
-        LossCause::AllocStackLost,
-        LossCause::AllocCallsFull,
-        LossCause::AllocShareFull,
-    ];
-
-    /// Whether it counts sampled allocations (said in the allocation
-    /// profiles they belong to, never in windows of CPU samples).
-    pub fn is_allocation(self) -> bool {
-        matches!(
-            self,
-            LossCause::AllocStackLost | LossCause::AllocCallsFull | LossCause::AllocShareFull
-        )
-    }
-
-    /// The identifier used in the API and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            LossCause::CountsMapFull => "counts_map_full",
-            LossCause::StackMapFull => "stack_map_full",
-            LossCause::StackCollision => "stack_collision",
-            LossCause::StackWalkError => "stack_walk_error",
-            LossCause::NoScratch => "no_scratch_buffer",
-            LossCause::ProcessNotification => "process_notification_dropped",
-            LossCause::StackCopyBufferFull => "stack_copy_buffer_full",
-            LossCause::OffCpuPendingFull => "offcpu_pending_full",
-            LossCause::OffCpuStackLost => "offcpu_stack_copy_buffer_full",
-            LossCause::OffCpuIntervalsFull => "offcpu_intervals_full",
-            LossCause::MemoryCeiling => "memory_ceiling",
-            LossCause::AllocStackLost => "alloc_stack_copy_buffer_full",
-            LossCause::AllocCallsFull => "alloc_calls_full",
-            LossCause::AllocShareFull => "alloc_share_full",
-        }
-    }
-}
-
-/// The layout of a report: the knobs of Julia's `Profile.print`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ReportOptions {
-    pub format: Format,
-    /// Deepest call depth shown (tree) or kept (folded); `None`: no limit.
-    pub maxdepth: Option<u32>,
-    /// Hide lines with fewer samples than this.
-    pub mincount: u64,
-    /// Tree only: hide a frame with `n` samples when `n <= noisefloor * √N`,
-    /// `N` being its caller's samples.
-    pub noisefloor: f64,
-    pub sortedby: SortedBy,
-    pub groupby: GroupBy,
-    /// Show kernel frames; when false each run of kernel frames becomes one
-    /// `"[kernel]"` frame.
-    pub kernel: bool,
-    /// Merge the different addresses of one source line.
-    pub combine: bool,
-    /// Tree and flat: the most lines a report prints (0: no limit). When
-    /// more would pass the other filters, the lines of fewest samples are
-    /// left out, and the report says so.
-    pub maxlines: u64,
-    /// Tree and flat, grouped: the most sections (processes or threads) a
-    /// report prints, those of most samples (0: no limit). The others are
-    /// counted in a line of their own, and the report says so.
-    pub maxsections: u64,
-}
-
-/// The lines a tree or flat report prints unless asked otherwise: more
-/// than a person reads, and a few megabytes at most.
-pub const DEFAULT_MAXLINES: u64 = 10_000;
-
-/// The sections a grouped tree or flat report prints unless asked
-/// otherwise: the busiest processes of a machine, as a screen of `top` shows them.
-/// An hour of a busy machine holds thousands of short-lived processes;
-/// printing them all costs reading every one's stacks.
-pub const DEFAULT_MAXSECTIONS: u64 = 20;
-
-impl Default for ReportOptions {
-    fn default() -> Self {
-        Self {
-            format: Format::Tree,
-            maxdepth: None,
-            mincount: 0,
-            noisefloor: 0.0,
-            sortedby: SortedBy::FileFuncLine,
-            groupby: GroupBy::Auto,
-            kernel: true,
-            combine: true,
-            maxlines: DEFAULT_MAXLINES,
-            maxsections: DEFAULT_MAXSECTIONS,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    Tree,
-    Flat,
-    Folded,
-    Pprof,
-    Flamegraph,
-    Speedscope,
-    /// The folded lines a flame graph draws (the web view's): the samples
-    /// through a frame too narrow to draw (under inferno's `min_width`,
-    /// 0.01% of the samples) are its caller's. Not offered by the gRPC API
-    /// nor the CLI, whose folded report is whole.
-    DrawnFolded,
-}
-
-impl Format {
-    pub const ALL: [Format; 6] = [
-        Format::Tree,
-        Format::Flat,
-        Format::Folded,
-        Format::Pprof,
-        Format::Flamegraph,
-        Format::Speedscope,
-    ];
-
-    /// The format's name, as the CLI and the API spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Tree => "tree",
-            Format::Flat => "flat",
-            Format::Folded => "folded",
-            Format::Pprof => "pprof",
-            Format::Flamegraph => "flamegraph",
-            Format::Speedscope => "speedscope",
-            Format::DrawnFolded => "drawn folded",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SortedBy {
-    FileFuncLine,
-    Count,
-    Overhead,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GroupBy {
-    /// Tree and flat: one section per process when the profile holds more
-    /// than one (so every stack is seen under its process), else none.
-    /// Other formats: none.
-    Auto,
-    None,
-    Thread,
-    Process,
-}
-
 mod assembly;
+mod losses;
+mod options;
 
 pub use assembly::{KeyedLocation, ProfileAssembly};
+pub use losses::{LossCause, UnwindStop};
+pub use options::{
+    DEFAULT_MAXLINES, DEFAULT_MAXSECTIONS, Format, GroupBy, ReportOptions, SortedBy,
+};
 
 #[cfg(test)]
 mod tests;

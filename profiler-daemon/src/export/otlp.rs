@@ -33,7 +33,7 @@ use super::{
     naming,
     settings::{PushSettings, PushTarget},
 };
-use crate::profile::Profile;
+use crate::profile::{Profile, unix_nanos};
 
 /// The request for a window: every process's samples (the idle tasks,
 /// pid 0, are left out).
@@ -65,7 +65,8 @@ pub fn encode(profile: &Profile, settings: &PushSettings, host: &str) -> Vec<u8>
             timestamps_unix_nano: Vec::new(),
         });
     }
-    let start = unix_nanos(profile.start);
+    // OTLP's times are unsigned: a start before the epoch is the epoch.
+    let start = u64::try_from(unix_nanos(profile.start)).unwrap_or(0);
     let duration = profile
         .end
         .duration_since(profile.start)
@@ -151,11 +152,6 @@ fn key_value(key: &str, value: Value) -> KeyValue {
         value: Some(AnyValue { value: Some(value) }),
         ..KeyValue::default()
     }
-}
-
-fn unix_nanos(time: std::time::SystemTime) -> u64 {
-    time.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos() as u64)
 }
 
 /// The shared tables, each entry once, entry 0 the empty value.

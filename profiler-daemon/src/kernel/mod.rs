@@ -44,3 +44,41 @@ pub(crate) fn plain_record<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
     // alignment.
     Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
 }
+
+/// Those of `names` that the eBPF object `object` has as neither a map, a
+/// program nor a global: none, for the names the daemon looks up in an
+/// object it embeds (each object's tests check theirs).
+#[cfg(test)]
+pub(crate) fn missing_names<'a>(object: &[u8], names: &[&'a str]) -> Vec<&'a str> {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
+    let elf = object::File::parse(object).expect("an eBPF object");
+    let found: std::collections::HashSet<&str> = elf
+        .symbols()
+        .filter(|symbol| symbol.is_global() && symbol.is_definition())
+        .filter(|symbol| {
+            let section = symbol
+                .section_index()
+                .map(|index| elf.section_by_index(index));
+            let Some(Ok(section)) = section else {
+                return false;
+            };
+            match (symbol.kind(), section.name().unwrap_or_default()) {
+                // Programs: functions in a section of their own
+                // (`perf_event`, `tracepoint`, …); `.text` holds helpers.
+                (SymbolKind::Text, section) => section != ".text",
+                // Maps, then globals.
+                (SymbolKind::Data, section) => {
+                    matches!(section, "maps" | ".maps" | ".data" | ".bss")
+                        || section.starts_with(".rodata")
+                }
+                _ => false,
+            }
+        })
+        .filter_map(|symbol| symbol.name().ok())
+        .collect();
+    names
+        .iter()
+        .copied()
+        .filter(|name| !found.contains(name))
+        .collect()
+}

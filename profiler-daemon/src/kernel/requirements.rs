@@ -45,15 +45,8 @@ fn privileged() -> bool {
     const CAP_SYS_ADMIN: u32 = 21;
     const CAP_PERFMON: u32 = 38;
     const CAP_BPF: u32 = 39;
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+    let Some(effective) = crate::tasks::own_effective_capabilities() else {
         // Cannot tell: let the kernel decide.
-        return true;
-    };
-    let effective = status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
-    let Some(effective) = effective else {
         return true;
     };
     let has = |capability: u32| effective & (1 << capability) != 0;

@@ -23,10 +23,10 @@ use aya::{
 };
 use profiler_common::{
     StackTrace,
-    unwind_table::{Key, MAX_MAPPINGS, Mapping, Process, Row},
+    unwind_table::{Key, MAX_MAPPINGS, Mapping, Process, Row, names},
 };
 
-const PROGRAM: &str = "sample_unwind_tables";
+const PROGRAM: &str = names::PROGRAM_SAMPLE_UNWIND_TABLES;
 
 /// The prototype's eBPF object, built by build.rs with the feature.
 static PROTOTYPE_OBJECT: &[u8] =
@@ -72,9 +72,9 @@ impl UnwindTablePrototype {
     /// every online CPU at `frequency_hz`.
     pub fn start(frequency_hz: u32, max_rows: u32) -> Result<Self> {
         let mut loader = EbpfLoader::new();
-        loader.map_max_entries("UNWIND_ROWS", max_rows);
-        loader.map_max_entries("UNWIND_STACKS", 1 << 16);
-        loader.map_max_entries("UNWIND_COUNTS", 1 << 16);
+        loader.map_max_entries(names::UNWIND_ROWS, max_rows);
+        loader.map_max_entries(names::UNWIND_STACKS, 1 << 16);
+        loader.map_max_entries(names::UNWIND_COUNTS, 1 << 16);
         let mut ebpf = loader
             .load(PROTOTYPE_OBJECT)
             .context("loading the unwind-table prototype's eBPF object")?;
@@ -134,7 +134,7 @@ impl UnwindTablePrototype {
         };
         process.mappings[..mappings.len()].copy_from_slice(mappings);
         let mut processes: HashMap<&mut MapData, u32, Process> =
-            HashMap::try_from(self.map_mut("UNWIND_PROCESSES")?)?;
+            HashMap::try_from(self.map_mut(names::UNWIND_PROCESSES)?)?;
         processes
             .insert(pid, process, 0)
             .with_context(|| format!("registering process {pid}"))?;
@@ -151,7 +151,8 @@ impl UnwindTablePrototype {
                 count
             );
         }
-        let mut array: Array<&mut MapData, Row> = Array::try_from(self.map_mut("UNWIND_ROWS")?)?;
+        let mut array: Array<&mut MapData, Row> =
+            Array::try_from(self.map_mut(names::UNWIND_ROWS)?)?;
         for (index, row) in (first..).zip(rows) {
             array.set(index, row, 0).context("writing an unwind row")?;
         }
@@ -174,7 +175,7 @@ impl UnwindTablePrototype {
     pub fn samples(&mut self) -> Result<Vec<PrototypeSample>> {
         let stacks: HashMap<&MapData, u64, StackTrace> = HashMap::try_from(
             self.ebpf
-                .map("UNWIND_STACKS")
+                .map(names::UNWIND_STACKS)
                 .context("the eBPF object has no map UNWIND_STACKS")?,
         )?;
         let frames = |key: u64| -> Vec<u64> {
@@ -188,7 +189,7 @@ impl UnwindTablePrototype {
         };
         let counts: HashMap<&MapData, Key, u64> = HashMap::try_from(
             self.ebpf
-                .map("UNWIND_COUNTS")
+                .map(names::UNWIND_COUNTS)
                 .context("the eBPF object has no map UNWIND_COUNTS")?,
         )?;
         counts
@@ -205,5 +206,18 @@ impl UnwindTablePrototype {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_prototypes_object_has_every_name_the_daemon_looks_up() {
+        let names = super::names::ALL;
+        let missing = super::super::missing_names(super::PROTOTYPE_OBJECT, names);
+        assert!(
+            missing.is_empty(),
+            "the prototype's object has no {missing:?}"
+        );
     }
 }

@@ -15,11 +15,14 @@ pub struct CgroupLimits {
 
 /// The limits of the cgroup (v2) this process runs in.
 pub fn own_limits() -> CgroupLimits {
-    let Ok(membership) = std::fs::read_to_string("/proc/self/cgroup") else {
-        return CgroupLimits::default();
-    };
-    // cgroup v2: the single line "0::/path".
-    let Some(path) = membership.lines().find_map(|line| line.strip_prefix("0::")) else {
+    // cgroup v2's is hierarchy 0 (the line "0::/path" of /proc/self/cgroup).
+    // With procfs itself, not `tasks::cgroups`: this module is a leaf.
+    let groups = procfs::process::Process::myself().and_then(|process| process.cgroups());
+    let Some(path) = groups.ok().and_then(|groups| {
+        (groups.0.into_iter())
+            .find(|group| group.hierarchy == 0)
+            .map(|group| group.pathname)
+    }) else {
         return CgroupLimits::default();
     };
     let directory = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));

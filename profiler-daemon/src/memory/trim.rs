@@ -49,8 +49,8 @@ pub fn after_report() {
     REPORTED.notify_one();
 }
 
-/// Gives free memory back to the system [`IDLE_BEFORE_TRIM`] after the
-/// last report, and at least every [`TRIM_INTERVAL`], for the daemon's
+/// Gives free memory back to the system `IDLE_BEFORE_TRIM` after the
+/// last report, and at least every `TRIM_INTERVAL`, for the daemon's
 /// life.
 pub async fn trim_when_idle() {
     loop {

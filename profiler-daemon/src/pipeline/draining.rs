@@ -63,7 +63,7 @@ pub struct DrainIntervals {
     /// The drain interval.
     pub every: Duration,
     /// The interval while reports of windows up to now are asked for (when
-    /// shorter), for [`WATCHED_FOR`] after one: so that the next finds at
+    /// shorter), for `WATCHED_FOR` after one: so that the next finds at
     /// most this much backlog to unwind and symbolize. Under the scale
     /// run's storm, a second's backlog made a report wait 15-60 ms for its
     /// drain.

@@ -1,5 +1,5 @@
 //! The reports' indexes of the store's stacks, kept from report to report
-//! while they are asked for (see [`report::StackIndex`]): which are kept,
+//! while they are asked for (see [`crate::report::StackIndex`]): which are kept,
 //! brought up to the store's stacks, and let go of when idle or for memory.
 //!
 //! Owns the indexes and their bound; it must not render reports (see
@@ -28,7 +28,7 @@ pub const STACK_INDEX_REFRESH: Duration = Duration::from_secs(1);
 /// [`StackIndexes::keep_current`]).
 pub const STACK_INDEX_LAG: usize = 64;
 
-/// The reports' indexes of the store's stacks (see [`report::StackIndex`]),
+/// The reports' indexes of the store's stacks (see [`crate::report::StackIndex`]),
 /// one per kind of words, `kernel` and `combine` options and sight of
 /// kernel addresses that reports ask for, kept from report to report while
 /// they are asked for (the warm ones always).
@@ -147,7 +147,7 @@ impl StackIndexes {
         }
     }
 
-    /// Drops the indexes left unused for [`STACK_INDEX_IDLE`], and has the
+    /// Drops the indexes left unused for `STACK_INDEX_IDLE`, and has the
     /// others follow the store's compactions and take in the stacks added
     /// once they are a [`STACK_INDEX_LAG`]th of those held, so that a report
     /// asking for one finds few to add. (An extension moves every held

@@ -123,3 +123,19 @@ fn every_thread_state_is_listed_at_its_number() {
     // A state added to the enum but not to the list fails here.
     assert_eq!(ThreadState::ALL.len(), ThreadState::Held as usize + 1);
 }
+
+#[test]
+fn unix_nanos_is_signed_and_saturates() {
+    use std::time::Duration;
+    let epoch = SystemTime::UNIX_EPOCH;
+    assert_eq!(unix_nanos(epoch), 0);
+    assert_eq!(unix_nanos(epoch + Duration::from_secs(1)), 1_000_000_000);
+    assert_eq!(unix_nanos(epoch - Duration::from_nanos(5)), -5);
+    let far = Duration::from_secs(u64::from(u32::MAX) * 1000);
+    if let Some(after) = epoch.checked_add(far) {
+        assert_eq!(unix_nanos(after), i64::MAX);
+    }
+    if let Some(before) = epoch.checked_sub(far) {
+        assert_eq!(unix_nanos(before), -i64::MAX);
+    }
+}

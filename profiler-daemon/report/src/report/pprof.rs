@@ -37,7 +37,7 @@
 //! bytes depend on) takes most of the time, so it runs on other threads
 //! while the samples are encoded (`gzip`).
 
-use std::{borrow::Cow, io::Write, ops::Range, time::SystemTime};
+use std::{borrow::Cow, io::Write, ops::Range};
 
 use prost::Message as _;
 use rustc_hash::FxHashMap;
@@ -49,7 +49,7 @@ use super::protobuf::{
     varint_len,
 };
 use crate::pprof as pb;
-use crate::profile::{GroupBy, Profile, ProfileMode, ReportOptions, ThreadState};
+use crate::profile::{GroupBy, Profile, ProfileMode, ReportOptions, ThreadState, unix_nanos};
 use gzip::gzip_alongside;
 
 /// Samples encoded, then handed to compression, at a time. (The compressed
@@ -507,14 +507,6 @@ impl<'e, 'a> Builder<'e, 'a> {
 
 fn saturating_i64(n: impl TryInto<i64>) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
-}
-
-/// Nanoseconds since the Unix epoch, negative before it.
-fn unix_nanos(time: SystemTime) -> i64 {
-    match time.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(after) => saturating_i64(after.as_nanos()),
-        Err(before) => -saturating_i64(before.duration().as_nanos()),
-    }
 }
 
 mod gzip;

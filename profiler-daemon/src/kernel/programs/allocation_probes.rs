@@ -344,7 +344,7 @@ impl KernelAllocationProbes {
     }
 
     /// Takes off the probes of every profile (the daemon is stopping),
-    /// and waits for those already coming off (at most [`DETACH_WAIT`]);
+    /// and waits for those already coming off (at most `DETACH_WAIT`);
     /// returns how many profiles ran. Blocks as [`Self::detach`] does.
     pub fn detach_all(&self) -> usize {
         let (running, attachments, links) = {

@@ -82,3 +82,19 @@ fn the_allocation_ring_holds_its_records_whatever_the_cpus() {
         1 << 21
     );
 }
+
+#[test]
+fn the_object_has_every_name_the_daemon_looks_up() {
+    let missing = super::super::missing_names(EBPF_OBJECT, names::ALL);
+    assert!(missing.is_empty(), "the eBPF object has no {missing:?}");
+}
+
+#[test]
+fn names_not_among_the_objects_maps_programs_or_globals_are_missing() {
+    // The license's section, a helper in `.text`, a name nowhere.
+    let names = ["LICENSE", "memcpy", "NO_SUCH_MAP", names::CONTROL];
+    assert_eq!(
+        super::super::missing_names(EBPF_OBJECT, &names),
+        ["LICENSE", "memcpy", "NO_SUCH_MAP"]
+    );
+}

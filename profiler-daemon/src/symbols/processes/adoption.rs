@@ -91,7 +91,7 @@ impl Parentage {
 impl ProcessTable {
     /// Gives a new process its parent's mappings when its parent is
     /// recorded with the program laid out where the child's is (an exec
-    /// would have moved it: [`ImageLayout`], as both were when read). An
+    /// would have moved it: `ImageLayout`, as both were when read). An
     /// address outside them later (a library the child loaded itself) has
     /// the child's own read at once. Returns whether it did.
     ///

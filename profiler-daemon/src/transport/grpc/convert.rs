@@ -11,7 +11,7 @@ use tonic::Status;
 use crate::{
     kernel::{allocs::Sampling, targets::TargetSet},
     peek::{PeekReport, PeekSummary, TriggerSource},
-    profile::{Format, GroupBy, LossCause, ProfileMode, ReportOptions, SortedBy},
+    profile::{Format, GroupBy, LossCause, ProfileMode, ReportOptions, SortedBy, unix_nanos},
     proto::v1,
     service::{
         CallersResult, DiffResult, DiffSpec, PastWindow, ServiceError, TopUpdate,
@@ -187,12 +187,6 @@ pub fn past_window(start_unix_nanos: i64, end_unix_nanos: i64) -> Result<PastWin
             nanos => Some(time(nanos, "the window's end (end_unix_nanos)")?),
         },
     })
-}
-
-pub fn unix_nanos(time: SystemTime) -> i64 {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|since| since.as_nanos() as i64)
-        .unwrap_or(0)
 }
 
 pub(super) fn loss_counts(lost: impl IntoIterator<Item = (LossCause, u64)>) -> Vec<v1::LossCount> {

@@ -7,7 +7,6 @@
 //! It owns nothing but that translation; it must not decide what a request
 //! may do (see `service`), touch the store or the kernel.
 
-pub mod codec;
 mod convert;
 mod status;
 
@@ -15,6 +14,7 @@ use std::{sync::Arc, time::Duration};
 
 use tonic::{Request, Response, Status};
 
+use crate::profile::unix_nanos;
 use crate::proto::v1::{self, profiler_server::Profiler};
 use crate::service::{
     AllocsSpec, ProfileSpec, Service, ServiceError, TopSpec,
@@ -152,7 +152,7 @@ impl Profiler for GrpcApi {
             .await?;
         Ok(Response::new(v1::StartProfileReply {
             session_id: started.id,
-            start_unix_nanos: convert::unix_nanos(started.start),
+            start_unix_nanos: unix_nanos(started.start),
         }))
     }
 
@@ -204,7 +204,7 @@ impl Profiler for GrpcApi {
             .await?;
         Ok(Response::new(v1::StartProfileReply {
             session_id: started.id,
-            start_unix_nanos: convert::unix_nanos(started.start),
+            start_unix_nanos: unix_nanos(started.start),
         }))
     }
 

@@ -6,8 +6,8 @@
 
 use profiler_common::Counter;
 
-use super::convert::{loss_counts, targets, unix_nanos};
-use crate::{kernel::drain, proto::v1, service::DaemonStatus};
+use super::convert::{loss_counts, targets};
+use crate::{kernel::drain, profile::unix_nanos, proto::v1, service::DaemonStatus};
 
 fn push_status(target: &crate::service::TargetStatus) -> v1::PushTargetStatus {
     let stats = &target.stats;

@@ -390,9 +390,4 @@ fn huge_values_saturate() {
     let decoded = decode(&p, true);
     assert_eq!(decoded.sample[0].value, [i64::MAX, i64::MAX]);
     assert_eq!(decoded.period, i64::MAX);
-    assert_eq!(unix_nanos(SystemTime::UNIX_EPOCH), 0);
-    assert_eq!(
-        unix_nanos(SystemTime::UNIX_EPOCH - std::time::Duration::from_nanos(5)),
-        -5
-    );
 }

@@ -1,7 +1,7 @@
 //! The API's protobuf codec: prost's, except that a message that does not
 //! decode is the sender's fault (INVALID_ARGUMENT), not the daemon's
-//! (prost's codec says INTERNAL). The generated service and client code use
-//! it (see build.rs).
+//! (prost's codec says INTERNAL). The generated server uses it (see
+//! build.rs).
 
 use std::marker::PhantomData;
 
