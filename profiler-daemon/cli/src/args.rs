@@ -341,7 +341,7 @@ pub struct ReportArgs {
     /// One section per thread or per process [default: per process when the
     /// report holds more than one, else none]; pprof: one sample per stack
     /// of a thread, of a process, or of the whole machine (none: the
-    /// smallest) [default: per thread for one process, else per process]
+    /// smallest) [default: per thread for one process, else per command]
     #[arg(long, value_enum)]
     pub groupby: Option<GroupByArg>,
     /// Show kernel frames (default)

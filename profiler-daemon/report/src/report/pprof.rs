@@ -10,9 +10,11 @@
 //!   `pid`, `tid`, `thread_name` and `comm`;
 //! - process: the samples of one stack in one process (a pid and its
 //!   command), labelled `pid` and `comm`;
-//! - auto, the default: thread for a profile of one process, else process
-//!   (a whole machine's profile leaves its threads out unless asked, as Go's
-//!   own CPU profiles do: per thread, its size grows with the threads);
+//! - auto, the default: thread for a profile of one process; for more, the
+//!   samples of one stack in the processes of one command, labelled `comm`
+//!   (a whole machine's threads and pids only when asked, as Go's own CPU
+//!   profiles leave threads out: the many short-lived processes of one
+//!   program, as a build or a job runner starts, stay one group);
 //! - none: the samples of one stack in the whole profile, unlabelled: the
 //!   smallest profile, for a look at the whole machine.
 //!
@@ -78,6 +80,8 @@ pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u
 enum Grouping {
     Thread,
     Process,
+    /// The processes of one command (auto, over more than one process).
+    Command,
     Machine,
 }
 
@@ -88,17 +92,20 @@ impl Grouping {
         };
         match groupby {
             GroupBy::Auto if one_process(&profile.threads) => Self::Thread,
-            GroupBy::Auto => Self::Process,
+            GroupBy::Auto => Self::Command,
             GroupBy::Thread => Self::Thread,
             GroupBy::Process => Self::Process,
             GroupBy::None => Self::Machine,
         }
     }
 
-    /// The expansion's samples merged as `self` asks, by group (in the
-    /// order of the profile's threads), then stack, then state: the same
-    /// whatever the order of the profile's samples. Each stands for its
-    /// group by the thread of its first sample.
+    /// The expansion's samples merged as `self` asks, in an order that
+    /// depends only on the profile: those of groups of one thread each (by
+    /// thread, or processes of one thread) as they are; in CPU mode, one
+    /// sum per group and stack, by group (in the order of the profile's
+    /// threads), then stack; otherwise those of a group of one thread as
+    /// they are, then the others summed by group, stack and state. A sum
+    /// stands for its group by the thread of its first sample.
     fn merge<'s>(self, expansion: &'s Expansion<'_>) -> Cow<'s, [StackSample]> {
         // A sum of samples that stands for its group by `first`'s thread.
         let empty = |first: &StackSample| StackSample {
@@ -114,6 +121,7 @@ impl Grouping {
             let mut states = expansion.samples.iter().map(|sample| sample.state);
             states.all(|state| state == ThreadState::Cpu)
         };
+        let threads = expansion.threads().len();
         let group_of_thread: Vec<u32> = match self {
             Self::Thread => return Cow::Borrowed(&expansion.samples),
             Self::Machine if on_cpu() => {
@@ -127,23 +135,41 @@ impl Grouping {
                 }
                 return Cow::Owned(sums.into_iter().flatten().collect());
             }
-            Self::Machine => vec![0; expansion.threads().len()],
-            Self::Process => {
+            Self::Machine => vec![0; threads],
+            Self::Process | Self::Command => {
                 let mut groups = FxHashMap::default();
                 expansion
                     .threads()
                     .iter()
                     .map(|thread| {
                         let next = groups.len() as u32;
-                        *groups
-                            .entry((thread.pid, &*thread.process_name))
-                            .or_insert(next)
+                        let pid = match self {
+                            Self::Process => thread.pid,
+                            _ => 0,
+                        };
+                        *groups.entry((pid, &*thread.process_name)).or_insert(next)
                     })
                     .collect()
             }
         };
+        let mut group_threads = vec![0_u32; threads];
+        for &group in &group_of_thread {
+            group_threads[group as usize] += 1;
+        }
+        let alone = |thread: u32| group_threads[group_of_thread[thread as usize] as usize] == 1;
+        if (0..threads as u32).all(alone) {
+            return Cow::Borrowed(&expansion.samples);
+        }
+        if on_cpu() {
+            return Cow::Owned(sum_by_group_and_stack(expansion, &group_of_thread));
+        }
+        let mut kept = Vec::new();
         let mut sums: FxHashMap<(u32, StackId, ThreadState), StackSample> = FxHashMap::default();
         for sample in expansion.samples.iter() {
+            if alone(sample.thread) {
+                kept.push(*sample);
+                continue;
+            }
             let key = (
                 group_of_thread[sample.thread as usize],
                 sample.stack,
@@ -153,8 +179,65 @@ impl Grouping {
         }
         let mut merged: Vec<_> = sums.into_iter().collect();
         merged.sort_unstable_by_key(|&(key, _)| key);
-        Cow::Owned(merged.into_iter().map(|(_, sample)| sample).collect())
+        kept.extend(merged.into_iter().map(|(_, sample)| sample));
+        Cow::Owned(kept)
     }
+}
+
+/// The CPU samples of `expansion` summed per group (`group_of_thread`) and
+/// stack, by group, then stack: a counting sort by group, then one slot per
+/// stack reused from group to group (no hashing: a whole machine's window
+/// holds a million samples).
+fn sum_by_group_and_stack(expansion: &Expansion<'_>, group_of_thread: &[u32]) -> Vec<StackSample> {
+    let groups = group_of_thread
+        .iter()
+        .max()
+        .map_or(0, |&max| max as usize + 1);
+    let group_of = |sample: &StackSample| group_of_thread[sample.thread as usize] as usize;
+    // Where each group's samples start in `by_group`.
+    let mut starts = vec![0_usize; groups + 1];
+    for sample in expansion.samples.iter() {
+        starts[group_of(sample) + 1] += 1;
+    }
+    for group in 0..groups {
+        starts[group + 1] += starts[group];
+    }
+    let mut next = starts.clone();
+    let mut by_group = vec![0_u32; expansion.samples.len()];
+    for (index, sample) in (0..).zip(expansion.samples.iter()) {
+        let place = &mut next[group_of(sample)];
+        by_group[*place] = index;
+        *place += 1;
+    }
+    let mut sums: Vec<Option<StackSample>> = vec![None; expansion.stack_count()];
+    let mut touched: Vec<StackId> = Vec::new();
+    let mut merged = Vec::new();
+    for group in 0..groups {
+        for &index in &by_group[starts[group]..starts[group + 1]] {
+            let sample = &expansion.samples[index as usize];
+            let sum = &mut sums[sample.stack as usize];
+            let sum = match sum {
+                Some(sum) => sum,
+                None => {
+                    touched.push(sample.stack);
+                    sum.insert(StackSample {
+                        count: 0,
+                        weight: 0,
+                        ..*sample
+                    })
+                }
+            };
+            sum.count = sum.count.saturating_add(sample.count);
+            sum.weight = sum.weight.saturating_add(sample.weight);
+        }
+        touched.sort_unstable();
+        merged.extend(
+            touched
+                .drain(..)
+                .filter_map(|stack| sums[stack as usize].take()),
+        );
+    }
+    merged
 }
 
 /// The strings of the label keys of the samples, as their grouping has them.
@@ -164,6 +247,8 @@ enum LabelKeys {
     Thread([i64; 4]),
     /// `pid`, `comm`.
     Process([i64; 2]),
+    /// `comm`.
+    Command(i64),
     None,
 }
 
@@ -260,6 +345,7 @@ impl<'e, 'a> Builder<'e, 'a> {
                 LabelKeys::Thread(["pid", "tid", "thread_name", "comm"].map(|key| self.string(key)))
             }
             Grouping::Process => LabelKeys::Process(["pid", "comm"].map(|key| self.string(key))),
+            Grouping::Command => LabelKeys::Command(self.string("comm")),
             Grouping::Machine => LabelKeys::None,
         };
         out.write_all(
@@ -399,6 +485,7 @@ impl<'e, 'a> Builder<'e, 'a> {
                 (pid, 0, thread.pid),
                 (comm, self.string(&thread.process_name), 0),
             ],
+            LabelKeys::Command(comm) => vec![(comm, self.string(&thread.process_name), 0)],
             LabelKeys::None => Vec::new(),
         };
         let start = self.encoded.len();

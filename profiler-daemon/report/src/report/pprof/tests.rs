@@ -209,16 +209,42 @@ fn groupby_process_or_none_merges_the_samples_of_a_stack() {
         decode_grouped(&profile, true, GroupBy::Thread).sample.len(),
         4
     );
-    // By default, a profile of more than one process is by process (its
-    // threads only when asked)...
+    // By default, a profile of more than one process is by command,
+    // labelled `comm` only (threads and pids only when asked)...
+    let by_command = decode(&profile, true);
     assert_eq!(
-        decode(&profile, true).sample,
-        decode_grouped(&profile, true, GroupBy::Process).sample
+        stacks(&by_command),
+        stacks(&decode_grouped(&profile, true, GroupBy::Process))
+    );
+    let mut commands: Vec<_> = by_command
+        .sample
+        .iter()
+        .map(|sample| labels(&by_command, sample))
+        .collect();
+    commands.sort();
+    commands.dedup();
+    let comm = |name: &str| vec![("comm".to_owned(), name.to_owned())];
+    assert_eq!(commands, [comm("cron"), comm("server")]);
+    // ...the processes of one command together...
+    let mut two_servers = profile.clone();
+    two_servers.threads[other as usize].process_name = "server".into();
+    let p = decode(&two_servers, true);
+    assert_eq!(
+        stacks(&p),
+        [
+            (names(&["a", "main"]), vec![77, 770_000_000]),
+            (names(&["b", "main"]), vec![29, 290_000_000]),
+        ]
     );
     // ...and one of a single process by thread.
     let mut server = profile.clone();
-    server.samples.retain(|sample| profile.threads[sample.thread as usize].pid == 1230);
-    server.threads.iter_mut().for_each(|thread| thread.pid = 1230);
+    server
+        .samples
+        .retain(|sample| profile.threads[sample.thread as usize].pid == 1230);
+    server
+        .threads
+        .iter_mut()
+        .for_each(|thread| thread.pid = 1230);
     assert_eq!(
         decode(&server, true).sample,
         decode_grouped(&server, true, GroupBy::Thread).sample
