@@ -439,6 +439,7 @@ pub fn table(title: &str, plan: &Plan, ours: &Measured, others: &[(String, f64)]
             format!("{:.1}–{:.1}", spread.min, spread.max),
             match row.size {
                 0 => "—".to_owned(),
+                size if size < 10 << 10 => format!("{:.1} KiB", size as f64 / 1024.0),
                 size => format!("{} KiB", size / 1024),
             },
             match (row.target.millis(row.size), row.met()) {
@@ -467,8 +468,8 @@ pub fn table(title: &str, plan: &Plan, ours: &Measured, others: &[(String, f64)]
          process within the default `maxlines` (10000) and `maxsections` (20), the rows \
          \"every section\" all of them (for comparison, held to nothing); the web view's flame \
          graph is what its page asks (`/api/query?since=…&format=folded&groupby=process&drawn=true`, \
-         over HTTP); pprof is its default over a whole machine (a sample per process and \
-         stack), then one per stack (`none`) and per thread. Targets (issue 41): text reports, \
+         over HTTP); pprof is its default over a whole machine (a sample per command and \
+         stack, labelled `comm`), then one per stack (`none`) and per thread. Targets (issue 41): text reports, \
          the web view's flame graph, callers and Top's updates p99 ≤ 100 ms; folded, pprof, \
          speedscope and the SVG p99 ≤ 100 ms + 5 ms per MB of reply. {}",
         plan.query_requests,
