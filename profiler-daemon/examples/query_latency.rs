@@ -171,6 +171,8 @@ fn main() {
         ("flamegraph+index", Some(Format::Flamegraph), true),
         ("speedscope", Some(Format::Speedscope), false),
         ("speedscope+index", Some(Format::Speedscope), true),
+        // What the web view asks for its flame graph.
+        ("drawn/process+index", Some(Format::DrawnFolded), true),
     ];
     for (name, format, indexed) in formats {
         let format_name = name.split(['+', '/']).next().unwrap_or(name);
@@ -179,9 +181,10 @@ fn main() {
         }
         let options = format.map(|format| ReportOptions {
             format,
-            groupby: match name.contains("/none") {
-                true => GroupBy::None,
-                false => GroupBy::Auto,
+            groupby: match () {
+                _ if name.contains("/none") => GroupBy::None,
+                _ if name.contains("/process") => GroupBy::Process,
+                _ => GroupBy::Auto,
             },
             maxsections: args.maxsections,
             ..ReportOptions::default()

@@ -16,61 +16,88 @@
 //! consecutive lines. Owns that prefix tree of the lines; it must not
 //! decide the lines' order or text (the parent module's).
 
-use super::{Folded, ReportError, digits, push_decimal, small_id};
+use super::{Folded, ReportError, digits, push_decimal};
 
-/// A frame of consecutive lines: a node of their prefix tree, in line order.
-struct Node {
-    /// Samples of the lines through it, and of those ending at it.
-    count: u64,
-    overhead: u64,
-    /// One past the last node of its subtree.
-    end: u32,
-    /// The first line through it, and its depth there (1: the first
-    /// level).
-    line: u32,
-    depth: u32,
-}
+/// A frame drawn: the first line through it, and its depth there (1: the
+/// first level).
+type NodeAt = (usize, u32);
 
 /// Writes the lines of `folded`, the samples through a frame of fewer
 /// than `narrowest` samples on a line ending at its parent (cut after it
 /// at the first level).
+///
+/// The frames are visited depth first, each a run of consecutive lines
+/// with its name at its depth; a frame's samples are a difference of
+/// running sums, so that the lines below a narrow frame are never looked
+/// at: a window of a million lines, most of them in narrow frames, is
+/// written in a few passes over the lines of the frames drawn.
 pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, ReportError> {
-    let nodes = prefix_tree(folded)?;
-    // The group's text is one level of the tree (empty when ungrouped).
-    let skipped = usize::from(!grouped(folded));
+    let grouped = grouped(folded);
+    let groups = folded.groups.texts.len() as u32;
+    let names = &folded.tokens.names;
+    // The key of `line` at `depth`: a group's rank, or past it a frame's
+    // name; none past the line's last frame.
+    let key = |line: usize, depth: u32| -> Option<u32> {
+        let ((group, stack), _) = folded.lines[line];
+        let level = depth as usize - 1;
+        let level = match grouped {
+            true if level == 0 => return Some(group),
+            true => level - 1,
+            false => level,
+        };
+        let token = *folded.stacks.get(stack).get(level)?;
+        Some(groups + names[token as usize])
+    };
+    // The samples of the lines before each.
+    let mut before = Vec::with_capacity(folded.lines.len() + 1);
+    before.push(0_u64);
+    for &(_, count) in folded.lines {
+        let sum = before.last().copied().unwrap_or(0);
+        before.push(sum.saturating_add(count));
+    }
     let mut lines = Lines {
         out: String::new(),
         folded,
-        nodes: &nodes,
-        skipped,
+        skipped: usize::from(!grouped),
         pending: None,
     };
-    // The frames drawn around the node visited, root first.
-    let mut ancestors: Vec<usize> = Vec::new();
-    let mut id = 0;
-    while let Some(node) = nodes.get(id) {
-        while ancestors
-            .last()
-            .is_some_and(|&ancestor| nodes[ancestor].end as usize <= id)
-        {
-            ancestors.pop();
+    // The frames whose children are being visited, innermost last: the
+    // next line to look at, one past their last, the children's depth, and
+    // the frame.
+    let mut open: Vec<(usize, usize, u32, Option<NodeAt>)> = vec![(0, folded.lines.len(), 1, None)];
+    while let Some(&mut (ref mut next, end, depth, parent)) = open.last_mut() {
+        if *next == end {
+            open.pop();
+            continue;
         }
-        if (node.count as f64) < narrowest {
+        let first = *next;
+        let Some(name) = key(first, depth) else {
+            // A line ending at the parent: counted as its own samples.
+            *next += 1;
+            continue;
+        };
+        let mut last = first + 1;
+        while last < end && key(last, depth) == Some(name) {
+            last += 1;
+        }
+        *next = last;
+        let node = (first, depth);
+        let count = before[last] - before[first];
+        if (count as f64) < narrowest {
             // Too narrow to draw, with everything below it.
-            match ancestors.last() {
-                Some(&parent) => lines.add(parent, node.count),
-                None => lines.add(id, node.count),
-            }
-            id = node.end as usize;
+            lines.add(parent.unwrap_or(node), count);
             continue;
         }
         // The line ending at a frame comes first among the lines through
         // it.
-        if node.overhead > 0 {
-            lines.add(id, node.overhead);
+        let own: u64 = (first..last)
+            .filter(|&line| key(line, depth + 1).is_none())
+            .map(|line| folded.lines[line].1)
+            .fold(0, u64::saturating_add);
+        if own > 0 {
+            lines.add(node, own);
         }
-        ancestors.push(id);
-        id += 1;
+        open.push((first, last, depth + 1, Some(node)));
     }
     lines.flush();
     Ok(lines.out)
@@ -81,15 +108,14 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
 struct Lines<'a> {
     out: String,
     folded: &'a Folded<'a>,
-    nodes: &'a [Node],
     skipped: usize,
-    /// The last line: the node it ends at and its samples so far.
-    pending: Option<(usize, u64)>,
+    /// The last line: the frame it ends at and its samples so far.
+    pending: Option<(NodeAt, u64)>,
 }
 
 impl Lines<'_> {
-    /// Adds `count` samples on a line ending at node `id`.
-    fn add(&mut self, id: usize, count: u64) {
+    /// Adds `count` samples on a line ending at frame `id`.
+    fn add(&mut self, id: NodeAt, count: u64) {
         match &mut self.pending {
             Some((last, samples)) if *last == id => *samples = samples.saturating_add(count),
             _ => {
@@ -101,26 +127,23 @@ impl Lines<'_> {
 
     fn flush(&mut self) {
         if let Some((id, count)) = self.pending.take() {
-            write_line(
-                &mut self.out,
-                self.folded,
-                self.skipped,
-                &self.nodes[id],
-                count,
-            );
+            write_line(&mut self.out, self.folded, self.skipped, id, count);
         }
     }
 }
 
-/// The line of `node`'s frames, root first, with `count`; `skipped` is 1
-/// when lines have no group level (its empty text is skipped).
-fn write_line(out: &mut String, folded: &Folded<'_>, skipped: usize, node: &Node, count: u64) {
-    let (line, _) = folded.lines[node.line as usize];
-    for text in folded
-        .texts_of(line)
-        .skip(skipped)
-        .take(node.depth as usize)
-    {
+/// The line of frame `(line, depth)`'s frames, root first, with `count`;
+/// `skipped` is 1 when lines have no group level (its empty text is
+/// skipped).
+fn write_line(
+    out: &mut String,
+    folded: &Folded<'_>,
+    skipped: usize,
+    (line, depth): NodeAt,
+    count: u64,
+) {
+    let (line, _) = folded.lines[line];
+    for text in folded.texts_of(line).skip(skipped).take(depth as usize) {
         out.push_str(text);
     }
     // The last frame without the `;` that follows it.
@@ -138,69 +161,5 @@ fn grouped(folded: &Folded<'_>) -> bool {
     folded.groups.texts.iter().any(|text| !text.is_empty())
 }
 
-/// The prefix tree of the lines, nodes in line order: lines through a node
-/// are consecutive, a node's subtree is `nodes[id..end]`.
-fn prefix_tree(folded: &Folded<'_>) -> Result<Vec<Node>, ReportError> {
-    let grouped = grouped(folded);
-    let names = &folded.tokens.names;
-    // A level's key: a group's rank, or past them a frame's name.
-    let groups = folded.groups.texts.len() as u32;
-    let mut nodes: Vec<Node> = Vec::new();
-    let mut path: Vec<u32> = Vec::new();
-    let (mut keys, mut previous): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
-    for (index, &((group, stack), count)) in folded.lines.iter().enumerate() {
-        keys.clear();
-        if grouped {
-            keys.push(group);
-        }
-        keys.extend(
-            folded
-                .stacks
-                .get(stack)
-                .iter()
-                .map(|&token| groups + names[token as usize]),
-        );
-        let common = previous
-            .iter()
-            .zip(&keys)
-            .take_while(|(a, b)| a == b)
-            .count();
-        close(&mut nodes, &mut path, common)?;
-        // Depths are at most a line's frames, whose number fits 32 bits.
-        for depth in common as u32 + 1..=keys.len() as u32 {
-            path.push(small_id(nodes.len(), "flame graph frames")?);
-            nodes.push(Node {
-                count: 0,
-                overhead: 0,
-                end: 0,
-                line: small_id(index, "folded lines")?,
-                depth,
-            });
-        }
-        if let Some(&leaf) = path.last() {
-            let leaf = &mut nodes[leaf as usize];
-            leaf.count = leaf.count.saturating_add(count);
-            leaf.overhead = leaf.overhead.saturating_add(count);
-        }
-        std::mem::swap(&mut keys, &mut previous);
-    }
-    close(&mut nodes, &mut path, 0)?;
-    Ok(nodes)
-}
-
-/// Ends the nodes of `path` past its first `depth`: their subtrees end
-/// here, and their samples go to their parents.
-fn close(nodes: &mut [Node], path: &mut Vec<u32>, depth: usize) -> Result<(), ReportError> {
-    let end = small_id(nodes.len(), "flame graph frames")?;
-    while path.len() > depth {
-        let Some(id) = path.pop() else { break };
-        let node = &mut nodes[id as usize];
-        node.end = end;
-        let count = node.count;
-        if let Some(&parent) = path.last() {
-            let parent = &mut nodes[parent as usize];
-            parent.count = parent.count.saturating_add(count);
-        }
-    }
-    Ok(())
-}
+#[cfg(test)]
+mod tests;
