@@ -137,18 +137,18 @@ pub struct Report {
 }
 
 /// Reads `query`'s profile from the store (the kernel addresses taken out
-/// unless `kernel_addresses`), and hands it to `make`, off the async
-/// threads.
+/// unless `kernel_addresses`) summed by `sum_by`, and hands it to `make`,
+/// off the async threads.
 pub async fn read_profile<T: Send + 'static>(
     gate: &ReportGate,
     store: Arc<RwLock<Store>>,
-    query: Query,
+    (query, sum_by): (Query, SumBy),
     kernel_addresses: bool,
     make: impl FnOnce(&Profile) -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, ServiceError> {
     gate.run(move || {
         let started = Instant::now();
-        let profile = window_profile(&store, &query, kernel_addresses, SumBy::ThreadAndStack);
+        let profile = window_profile(&store, &query, kernel_addresses, sum_by);
         let read = started.elapsed();
         let made = make(&profile);
         log_answer(&profile, started, read);

@@ -24,7 +24,7 @@ use super::{
 use crate::{
     pipeline::PipelineHandle,
     report::{self, TopFunction},
-    store::{Query, Selector, Store, WindowHolds},
+    store::{Query, Selector, Store, SumBy, WindowHolds},
 };
 
 const INTERVAL_RANGE: std::ops::RangeInclusive<Duration> =
@@ -199,7 +199,7 @@ async fn update(
     answers::read_profile(
         &sources.report_gate,
         sources.store.clone(),
-        query,
+        (query, SumBy::ThreadAndStack),
         sources.sight.kernel_addresses,
         move |profile| {
             let (functions, _) = report::top(profile, limit, kernel);

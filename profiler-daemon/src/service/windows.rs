@@ -22,7 +22,7 @@ use crate::{
     kernel::offcpu::{Recorded, RecordingGuard},
     profile::ReportOptions,
     quote, report,
-    store::{Query, Selector},
+    store::{Query, Selector, SumBy},
 };
 
 /// A Profile: the next `duration`, selected and laid out as asked.
@@ -292,10 +292,11 @@ impl Service {
         let (start, end) = self.past_window(window).await?;
         let sight = Sight::of(asker.caller);
         let query = self.query_of(start, end, selector, ProfileMode::Cpu, sight);
+        // Callers are counted per stack, whatever its threads.
         answers::read_profile(
             &self.report_gate,
             self.store.clone(),
-            query,
+            (query, SumBy::Stack),
             sight.kernel_addresses,
             move |profile| {
                 let (callers, total) = report::callers(profile, &function);

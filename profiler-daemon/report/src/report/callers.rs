@@ -32,18 +32,42 @@ pub fn callers(profile: &Profile, function: &str) -> (Vec<CallerCount>, u64) {
         line: 0,
         inlined: false,
     };
-    let mut counts: HashMap<Site, u64> = HashMap::new();
-    let mut total = 0;
+    // Each stack once, with the samples of all its threads: a window of a
+    // whole machine holds a million samples of a few hundred thousand
+    // stacks.
+    let mut stack_counts: Vec<u64> = vec![0; profile.stacks.len()];
     for sample in &profile.samples {
-        let Some(stack) = profile.stacks.get(sample.stack) else {
+        if let Some(count) = stack_counts.get_mut(sample.stack as usize) {
+            *count = count.saturating_add(sample.count);
+        }
+    }
+    // Whether each location has a frame of the function: names compared
+    // once per location, not once per stack it is in.
+    let has_function: Vec<bool> = profile
+        .locations
+        .iter()
+        .map(|location| location.frames.iter().any(&matches))
+        .collect();
+    let mut counts: HashMap<Site, u64> = HashMap::new();
+    let mut total: u64 = 0;
+    let mut frames: Vec<&Frame> = Vec::new();
+    let mut seen = Vec::new();
+    for (stack, &count) in stack_counts.iter().enumerate() {
+        let Some(stack) = profile.stacks.get(stack as u32).filter(|_| count > 0) else {
             continue;
         };
-        let frames: Vec<&Frame> = stack
-            .iter()
-            .filter_map(|&location| profile.locations.get(location as usize))
-            .flat_map(|location| location.frames.iter())
-            .collect();
-        let mut seen = Vec::new();
+        let known = |&location: &u32| has_function.get(location as usize).copied();
+        if !stack.iter().any(|location| known(location) == Some(true)) {
+            continue;
+        }
+        frames.clear();
+        frames.extend(
+            stack
+                .iter()
+                .filter_map(|&location| profile.locations.get(location as usize))
+                .flat_map(|location| location.frames.iter()),
+        );
+        seen.clear();
         for (index, frame) in frames.iter().enumerate() {
             if !matches(frame) {
                 continue;
@@ -55,10 +79,11 @@ pub fn callers(profile: &Profile, function: &str) -> (Vec<CallerCount>, u64) {
             }
         }
         if !seen.is_empty() {
-            total += sample.count;
+            total = total.saturating_add(count);
         }
-        for key in seen {
-            *counts.entry(key).or_default() += sample.count;
+        for key in seen.drain(..) {
+            let sum = counts.entry(key).or_default();
+            *sum = sum.saturating_add(count);
         }
     }
     let mut callers: Vec<CallerCount> = counts
