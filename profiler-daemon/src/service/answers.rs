@@ -142,7 +142,8 @@ pub struct Report {
 pub async fn read_profile<T: Send + 'static>(
     gate: &ReportGate,
     store: Arc<RwLock<Store>>,
-    (query, sum_by): (Query, SumBy),
+    query: Query,
+    sum_by: SumBy,
     kernel_addresses: bool,
     make: impl FnOnce(&Profile) -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, ServiceError> {

@@ -199,7 +199,8 @@ async fn update(
     answers::read_profile(
         &sources.report_gate,
         sources.store.clone(),
-        (query, SumBy::ThreadAndStack),
+        query,
+        SumBy::ThreadAndStack,
         sources.sight.kernel_addresses,
         move |profile| {
             let (functions, _) = report::top(profile, limit, kernel);

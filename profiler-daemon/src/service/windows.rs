@@ -296,7 +296,8 @@ impl Service {
         answers::read_profile(
             &self.report_gate,
             self.store.clone(),
-            (query, SumBy::Stack),
+            query,
+            SumBy::Stack,
             sight.kernel_addresses,
             move |profile| {
                 let (callers, total) = report::callers(profile, &function);

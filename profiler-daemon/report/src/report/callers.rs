@@ -56,8 +56,8 @@ pub fn callers(profile: &Profile, function: &str) -> (Vec<CallerCount>, u64) {
         let Some(stack) = profile.stacks.get(stack as u32).filter(|_| count > 0) else {
             continue;
         };
-        let known = |&location: &u32| has_function.get(location as usize).copied();
-        if !stack.iter().any(|location| known(location) == Some(true)) {
+        let has = |&location: &u32| has_function.get(location as usize) == Some(&true);
+        if !stack.iter().any(has) {
             continue;
         }
         frames.clear();

@@ -101,7 +101,8 @@ impl Grouping {
 
     /// The expansion's samples merged as `self` asks, in an order that
     /// depends only on the profile: those of groups of one thread each (by
-    /// thread, or processes of one thread) as they are; in CPU mode, one
+    /// thread, or processes of one thread, never the machine) as they
+    /// are; in CPU mode, one
     /// sum per group and stack, by group (in the order of the profile's
     /// threads), then stack; otherwise those of a group of one thread as
     /// they are, then the others summed by group, stack and state. A sum
@@ -124,17 +125,6 @@ impl Grouping {
         let threads = expansion.threads().len();
         let group_of_thread: Vec<u32> = match self {
             Self::Thread => return Cow::Borrowed(&expansion.samples),
-            Self::Machine if on_cpu() => {
-                // One sum per stack, in stack order: no hashing or sorting.
-                let mut sums: Vec<Option<StackSample>> = vec![None; expansion.stack_count()];
-                for sample in expansion.samples.iter() {
-                    add_up(
-                        sums[sample.stack as usize].get_or_insert(empty(sample)),
-                        sample,
-                    );
-                }
-                return Cow::Owned(sums.into_iter().flatten().collect());
-            }
             Self::Machine => vec![0; threads],
             Self::Process | Self::Command => {
                 let mut groups = FxHashMap::default();
@@ -157,7 +147,8 @@ impl Grouping {
             group_threads[group as usize] += 1;
         }
         let alone = |thread: u32| group_threads[group_of_thread[thread as usize] as usize] == 1;
-        if (0..threads as u32).all(alone) {
+        // (A whole machine's samples are always summed per stack.)
+        if self != Self::Machine && (0..threads as u32).all(alone) {
             return Cow::Borrowed(&expansion.samples);
         }
         if on_cpu() {
@@ -230,12 +221,19 @@ fn sum_by_group_and_stack(expansion: &Expansion<'_>, group_of_thread: &[u32]) ->
             sum.count = sum.count.saturating_add(sample.count);
             sum.weight = sum.weight.saturating_add(sample.weight);
         }
-        touched.sort_unstable();
-        merged.extend(
-            touched
-                .drain(..)
-                .filter_map(|stack| sums[stack as usize].take()),
-        );
+        // In stack order: by the slots themselves when many are used (a
+        // whole machine's one group), else by the used ones sorted.
+        if touched.len() >= sums.len() / 8 {
+            merged.extend(sums.iter_mut().filter_map(Option::take));
+            touched.clear();
+        } else {
+            touched.sort_unstable();
+            merged.extend(
+                touched
+                    .drain(..)
+                    .filter_map(|stack| sums[stack as usize].take()),
+            );
+        }
     }
     merged
 }
