@@ -166,8 +166,15 @@ async fn run_profilerd(
         .await?
         .into_inner();
     let peak_rss = measure::peak_rss_bytes(profiler.pid())?;
+    print_memory_parts(status.memory.as_ref());
     let processes = storm.stop()?;
-    profiler.stop()?;
+    let stopped = profiler.stop()?;
+    let let_go = stopped
+        .output
+        .lines()
+        .filter(|line| line.contains("let go of"))
+        .count();
+    println!("   the daemon logged {let_go} lines letting go of something for memory");
     let _ = std::fs::remove_dir_all(&dir);
     let store = status.store.unwrap_or_default();
     Ok(Ours {
@@ -185,6 +192,22 @@ async fn run_profilerd(
         latencies,
         top,
     })
+}
+
+/// Prints each part of the daemon's memory against its share, after the
+/// report requests: which part held what, and what it let go of.
+fn print_memory_parts(memory: Option<&v1::MemoryStatus>) {
+    let Some(memory) = memory else { return };
+    for part in &memory.parts {
+        println!(
+            "   memory: {:<15} {:>7.1} of {:>6.1} MiB, let go of {} {}",
+            part.name,
+            mib(part.held_bytes),
+            mib(part.share_bytes),
+            part.evicted,
+            part.evicted_unit
+        );
+    }
 }
 
 /// What perf or bpftrace did with the same storm.

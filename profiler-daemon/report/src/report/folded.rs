@@ -26,7 +26,7 @@ use rustc_hash::FxHashMap;
 use super::frames::{Expansion, FrameView, StackId, UNKNOWN_MARKER, small_id};
 use super::sequences::Sequences;
 use super::stack_index::{Ranked, StackIndex, TokenTexts};
-use super::{ReportError, digits, push_decimal};
+use super::{ReportError, digits, push_decimal, radix};
 use crate::profile::{GroupBy, LocationKind, Profile, ReportOptions, ThreadInfo};
 
 pub(super) fn render(
@@ -382,7 +382,13 @@ fn count_lines(
             let group = groups.thread_ranks[sample.thread as usize];
             ((group, stack_ranks[sample.stack as usize]), sample.count)
         }));
-        lines.sort_unstable_by_key(|&(line, _)| line);
+        // Ranks are below the number of stacks, group ranks below the
+        // number of groups.
+        let ranks = stack_count as u64;
+        let bits = radix::bits_below(groups.texts.len() as u64 * ranks);
+        radix::sort_by_key(&mut lines, bits, |&((group, rank), _)| {
+            u64::from(group) * ranks + u64::from(rank)
+        });
         lines.dedup_by(|(line, count), (kept_line, kept_count)| {
             let same = line == kept_line;
             if same {

@@ -44,6 +44,7 @@ mod parallel;
 mod pprof;
 mod pprof_diff;
 mod protobuf;
+mod radix;
 mod sections;
 mod sequences;
 mod stack_index;

@@ -22,7 +22,7 @@
 
 use super::ReportError;
 use super::frames::{KERNEL_MARKER, LineKey, UNKNOWN_MARKER, small_id};
-use super::sequences::{Gathered, Sequences, sort_by_sequence};
+use super::sequences::{Gathered, Sequences, grow_closely, sort_by_sequence};
 use crate::profile::{Format, Location, LocationKind, ReportOptions};
 use words::{Word, WordTable};
 
@@ -118,6 +118,7 @@ fn insert_in_place<T: Copy + Default>(
 ) {
     let held = items.len();
     let mut shift = inserts.len();
+    grow_closely(items, held + shift);
     items.resize(held + shift, T::default());
     let mut block_end = held;
     for (place, item) in inserts.rev() {
@@ -316,6 +317,7 @@ impl StackIndex {
 
     /// Ranks every stack by its place in the order.
     fn rank_stacks(&mut self) {
+        grow_closely(&mut self.ranks, self.order.len());
         self.ranks.resize(self.order.len(), 0);
         let mut first = 0;
         for (place, (&id, &tied)) in (0..).zip(self.order.iter().zip(&self.tied)) {

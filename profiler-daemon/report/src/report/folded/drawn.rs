@@ -35,9 +35,11 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
     let grouped = grouped(folded);
     let groups = folded.groups.texts.len() as u32;
     let names = &folded.tokens.names;
-    // The key of `line` at `depth`: a group's rank, or past it a frame's
-    // name; none past the line's last frame.
-    let key = |line: usize, depth: u32| -> Option<u32> {
+    // The token of `line` at `depth`: a group's rank, or past it a frame's
+    // token (numbered in string order, so that within a frame the lines'
+    // tokens at the next depth never decrease, the lines ending at the
+    // frame first); none past the line's last frame.
+    let token = |line: usize, depth: u32| -> Option<u32> {
         let ((group, stack), _) = folded.lines[line];
         let level = depth as usize - 1;
         let level = match grouped {
@@ -45,8 +47,20 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
             true => level - 1,
             false => level,
         };
-        let token = *folded.stacks.get(stack).get(level)?;
-        Some(groups + names[token as usize])
+        folded
+            .stacks
+            .get(stack)
+            .get(level)
+            .map(|&token| groups + token)
+    };
+    // What inferno merges at a depth: a group, or a frame's name (its
+    // tokens with and without the `;` that follows it).
+    let name = |line: usize, depth: u32| -> Option<u32> {
+        let token = token(line, depth)?;
+        Some(match grouped && depth == 1 {
+            true => token,
+            false => groups + names[(token - groups) as usize],
+        })
     };
     // The samples of the lines before each.
     let mut before = Vec::with_capacity(folded.lines.len() + 1);
@@ -71,14 +85,16 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
             continue;
         }
         let first = *next;
-        let Some(name) = key(first, depth) else {
+        let Some(frame) = name(first, depth) else {
             // A line ending at the parent: counted as its own samples.
             *next += 1;
             continue;
         };
-        let mut last = first + 1;
-        while last < end && key(last, depth) == Some(name) {
-            last += 1;
+        // The frame's lines: runs of one token each, while the name holds.
+        let mut last = first;
+        while last < end && name(last, depth) == Some(frame) {
+            let run = token(last, depth);
+            last = run_end(last, end, |line| token(line, depth) == run);
         }
         *next = last;
         let node = (first, depth);
@@ -88,19 +104,48 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
             lines.add(parent.unwrap_or(node), count);
             continue;
         }
-        // The line ending at a frame comes first among the lines through
+        // The lines ending at a frame come first among the lines through
         // it.
-        let own: u64 = (first..last)
-            .filter(|&line| key(line, depth + 1).is_none())
-            .map(|line| folded.lines[line].1)
-            .fold(0, u64::saturating_add);
+        let own_end = match token(first, depth + 1) {
+            None => run_end(first, last, |line| token(line, depth + 1).is_none()),
+            Some(_) => first,
+        };
+        let own = before[own_end] - before[first];
         if own > 0 {
             lines.add(node, own);
         }
-        open.push((first, last, depth + 1, Some(node)));
+        open.push((own_end, last, depth + 1, Some(node)));
     }
     lines.flush();
     Ok(lines.out)
+}
+
+/// The end of the run of lines from `first` (which is in it) to before
+/// `end` that `in_run` holds for, when it holds for a first part of them
+/// only: found by galloping, so that a short run costs a few looks and a
+/// long one a few dozen, never a look at every line.
+fn run_end(first: usize, end: usize, in_run: impl Fn(usize) -> bool) -> usize {
+    // `low` is in the run; `high` is not, or is `end`.
+    let (mut low, mut step) = (first, 1);
+    let mut high = loop {
+        let probe = low + step;
+        if probe >= end {
+            break end;
+        }
+        if !in_run(probe) {
+            break probe;
+        }
+        low = probe;
+        step *= 2;
+    };
+    while high - low > 1 {
+        let middle = low + (high - low) / 2;
+        match in_run(middle) {
+            true => low = middle,
+            false => high = middle,
+        }
+    }
+    high
 }
 
 /// The lines written, the last one held back while the next may end at

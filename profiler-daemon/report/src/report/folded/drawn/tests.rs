@@ -130,7 +130,7 @@ fn the_lines_drawn_are_the_reference_s() {
             b.thread(pid, 1000 + index, "t", &format!("p{}", pid % 7))
         })
         .collect();
-    let sites: Vec<u32> = ["a", "b", "c", "k:d", "f", "f b", "f2", "g"]
+    let sites: Vec<u32> = ["a", "b", "c", "k:d", "f", "f b", "f-x", "f2", "g"]
         .iter()
         .map(|name| b.named(name))
         .collect();
