@@ -224,12 +224,21 @@ pub async fn ask_all(
                 .with_context(|| format!("asking for the held window's {}", request.name))?;
             row.times.push(millis(asked.elapsed()));
         }
+        // Which requests raise the daemon's peak RSS, and what they leave.
+        let memory = daemon
+            .get_status(v1::GetStatusRequest::default())
+            .await?
+            .into_inner()
+            .memory
+            .unwrap_or_default();
         println!(
-            "{:>40}: p50 {:.1} ms over {} requests, {} KiB",
+            "{:>40}: p50 {:.1} ms over {} requests, {} KiB; RSS {:.1} MiB, peak {:.1} MiB",
             row.name,
             Spread::of(&row.times).median,
             row.times.len(),
-            row.size / 1024
+            row.size / 1024,
+            measure::mib(memory.resident_bytes),
+            measure::mib(memory.resident_peak_bytes)
         );
         rows.push(row);
     }
