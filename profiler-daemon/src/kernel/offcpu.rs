@@ -298,6 +298,7 @@ impl RecorderState {
             kernel_threads: 0,
         };
         let active = control.active();
+        let mut released = false;
         if let Ok(maps) = &mut self.maps {
             if active && let Some(programs) = &self.programs {
                 programs
@@ -316,13 +317,15 @@ impl RecorderState {
                 // Nothing will end these waits now; the next recording
                 // starts afresh.
                 self.dropped += maps.clear_pending();
+                released = true;
             }
         }
-        crate::write_lock(&self.recorded).change_to(
-            everything || control.sample_threshold != 0,
-            pids,
-            monotonic_now_ns(),
-        );
+        let now_ns = monotonic_now_ns();
+        let mut recorded = crate::write_lock(&self.recorded);
+        recorded.change_to(everything || control.sample_threshold != 0, pids, now_ns);
+        if released {
+            recorded.released_ns = now_ns;
+        }
         Ok(())
     }
 }
@@ -341,6 +344,9 @@ pub struct RecordedNow {
     /// [`ENDINGS_KEPT_NS`] (the pipeline ends their waits at its next
     /// drain).
     pids_ended_ns: BTreeMap<u32, u64>,
+    /// When the kernel last let go of every pending wait (monotonic ns; 0:
+    /// never): the waits the pipeline began before then will not end.
+    released_ns: u64,
 }
 
 /// How long the end of a process's recording is remembered.
@@ -375,6 +381,12 @@ impl RecordedNow {
         }
         self.everything = everything;
         self.pids = pids;
+    }
+
+    /// When the kernel last let go of every pending wait (monotonic ns; 0:
+    /// never).
+    pub fn released_ns(&self) -> u64 {
+        self.released_ns
     }
 
     pub fn is_nothing(&self) -> bool {

@@ -19,6 +19,8 @@ use crate::kernel::{
 pub struct QueuedSource {
     pub queue: Arc<Mutex<VecDeque<Vec<RawSample>>>>,
     last: Arc<Mutex<Option<SystemTime>>>,
+    /// How long the next drain takes (once), as a slow pass would.
+    pub next_drain_takes: Arc<Mutex<std::time::Duration>>,
 }
 
 impl SampleSource for QueuedSource {
@@ -27,6 +29,7 @@ impl SampleSource for QueuedSource {
     }
 
     fn drain(&mut self) -> Result<RawBatch, SourceError> {
+        std::thread::sleep(std::mem::take(&mut *crate::lock(&self.next_drain_takes)));
         let end = SystemTime::now();
         let start = crate::lock(&self.last).replace(end).unwrap_or(end);
         Ok(RawBatch {

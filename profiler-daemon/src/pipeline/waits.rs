@@ -19,6 +19,9 @@ use crate::kernel::offcpu::{OffCpuIntervals, RecordedProcesses};
 #[derive(Debug)]
 struct Wait<I> {
     identity: I,
+    /// When it began (its switch-out, or when recording began for a
+    /// thread found waiting).
+    began_ns: u64,
     /// Up to when its time was charged already.
     credited_ns: u64,
     /// What its time is multiplied by: 1 when recorded in full, the
@@ -91,11 +94,17 @@ impl<I: WaitIdentity> Waits<I> {
 
     /// A thread left the CPU with this stack at `switched_out_ns`.
     pub fn begin(&mut self, identity: I, switched_out_ns: u64, scale: f64) {
+        if switched_out_ns < self.drop_stale() {
+            // Read after the recording it was part of ended, the kernel's
+            // pending wait gone with it: nothing will end it.
+            return;
+        }
         let tid = identity.tid();
         self.under_way.insert(
             (tid, switched_out_ns),
             Wait {
                 identity,
+                began_ns: switched_out_ns,
                 credited_ns: switched_out_ns,
                 scale,
                 unconfirmed: 0,
@@ -106,6 +115,7 @@ impl<I: WaitIdentity> Waits<I> {
     /// A thread found waiting (in procfs) when recording began at `now_ns`:
     /// the kernel ends its wait with an interval of unknown start.
     pub fn begin_already_waiting(&mut self, identity: I, now_ns: u64) {
+        self.drop_stale();
         let tid = identity.tid();
         if self.under_way.keys().any(|&(waiting, _)| waiting == tid) {
             return;
@@ -116,6 +126,7 @@ impl<I: WaitIdentity> Waits<I> {
             (tid, 0),
             Wait {
                 identity,
+                began_ns: now_ns,
                 credited_ns: now_ns,
                 scale: 1.0,
                 unconfirmed: 0,
@@ -155,6 +166,7 @@ impl<I: WaitIdentity> Waits<I> {
     /// lost) and ending those of processes no longer recorded (credited up
     /// to the end of their recording, when that came before).
     pub fn credit_until(&mut self, now_ns: u64, mut charge: impl FnMut(I, u64)) {
+        self.drop_stale();
         let recorded = crate::read_lock(&self.recorded).clone();
         if recorded.is_nothing() {
             self.intervals.clear_marks();
@@ -215,6 +227,25 @@ impl<I: WaitIdentity> Waits<I> {
     pub fn stats(&self) -> WaitStats {
         self.stats
     }
+
+    /// Ends the waits begun before the kernel last let go of its pending
+    /// waits (recording stopped and the switch programs came off): no
+    /// interval will end them, and the time they were credited up to the
+    /// last cut is all theirs. A recording that starts again at once (two
+    /// wall profiles back to back) must find no wait of a thread it finds
+    /// waiting, or the thread is never charged. Returns when the kernel
+    /// last let go (monotonic ns; 0: never).
+    fn drop_stale(&mut self) -> u64 {
+        let released_ns = crate::read_lock(&self.recorded).released_ns();
+        let before = self.under_way.len();
+        self.under_way
+            .retain(|_, wait| wait.began_ns >= released_ns);
+        // Charged up to the last cut of their recording; what came after
+        // it belongs to no window.
+        self.stats.charged += (before - self.under_way.len()) as u64;
+        self.stats.under_way = self.under_way.len() as u64;
+        released_ns
+    }
 }
 
 /// Charges what is left of a wait: its own kind up to the wake-up, the run
@@ -273,6 +304,7 @@ mod tests {
     fn wait(credited_ns: u64) -> Wait<Id> {
         Wait {
             identity: Id(1, SampleKind::OffCpuSleeping),
+            began_ns: credited_ns,
             credited_ns,
             scale: 1.0,
             unconfirmed: 0,

@@ -3,7 +3,7 @@
 //! peek clocks that refuse, and callers of every kind.
 
 use std::{
-    sync::{Arc, RwLock},
+    sync::{Arc, Mutex, RwLock},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -49,6 +49,8 @@ impl PeekClocks for NoClocks {
 struct Fixture {
     service: Service,
     store: Arc<RwLock<Store>>,
+    /// How long the source's next drain takes.
+    next_drain_takes: Arc<Mutex<Duration>>,
     _pipeline: Pipeline,
     _state: tempfile::TempDir,
 }
@@ -61,8 +63,10 @@ fn fixture() -> Fixture {
     })));
     let inboxes = Inboxes::default();
     let inbox = inboxes.peeks.clone();
+    let source = QueuedSource::default();
+    let next_drain_takes = source.next_drain_takes.clone();
     let pipeline = Pipeline::start_with(
-        Box::new(QueuedSource::default()),
+        Box::new(source),
         None,
         None,
         store.clone(),
@@ -126,6 +130,7 @@ fn fixture() -> Fixture {
     Fixture {
         service,
         store,
+        next_drain_takes,
         _pipeline: pipeline,
         _state: state,
     }
@@ -374,6 +379,42 @@ async fn a_profile_cut_short_reports_what_it_has_and_says_so() {
         .expect("it reports");
     assert!(report.summary.cut_short);
     assert!(!fixture.service.cut_profile(ROOT, "cut-me").unwrap());
+}
+
+#[tokio::test]
+async fn a_profile_whose_window_opens_late_is_as_long_as_asked_and_says_so() {
+    let fixture = fixture();
+    *crate::lock(&fixture.next_drain_takes) = Duration::from_millis(1500);
+    let spec = ProfileSpec {
+        duration: Duration::from_secs(1),
+        selector: SelectorSpec {
+            pids: vec![0],
+            ..SelectorSpec::default()
+        },
+        mode: ProfileMode::Cpu,
+        options: flat(true),
+        cut_token: None,
+    };
+    let report = fixture
+        .service
+        .profile(ROOT, spec)
+        .await
+        .expect("it reports");
+    let summary = &report.summary;
+    let covered = summary
+        .end
+        .unwrap()
+        .duration_since(summary.start.unwrap())
+        .unwrap();
+    assert!(covered >= Duration::from_millis(990), "{covered:?}");
+    assert!(
+        summary
+            .warnings
+            .iter()
+            .any(|warning| warning.starts_with("the window began 1s")),
+        "{:?}",
+        summary.warnings
+    );
 }
 
 #[tokio::test]

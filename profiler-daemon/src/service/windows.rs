@@ -25,6 +25,11 @@ use crate::{
     store::{Query, Selector, SumBy},
 };
 
+/// A Profile's window opening later than this after it was asked for is
+/// said in its summary (a drain pass under way takes up to a few hundred
+/// milliseconds on a loaded machine).
+const LATE_OPEN: Duration = Duration::from_millis(500);
+
 /// A Profile: the next `duration`, selected and laid out as asked.
 #[derive(Clone, Debug)]
 pub struct ProfileSpec {
@@ -121,11 +126,14 @@ impl Service {
         };
 
         let _recording = self.record_off_cpu(spec.mode, &selector, false)?;
-        let started = Instant::now();
+        let asked = Instant::now();
         let _hold = self.holds.hold(SystemTime::now());
         let start = self.pipeline.open_window().await?;
+        // The window is as long as asked from its open cut, however late
+        // that came (a drain under way, a backlog): it is said, not hidden.
+        let opened = Instant::now();
         let cut_short = tokio::select! {
-            () = tokio::time::sleep_until((started + duration).into()) => false,
+            () = tokio::time::sleep_until((opened + duration).into()) => false,
             () = async {
                 match &cut {
                     Some((notify, _)) => notify.notified().await,
@@ -141,6 +149,16 @@ impl Service {
             .report(start, end, selector, spec.mode, spec.options, sight)
             .await?;
         report.summary.cut_short = cut_short;
+        let late = opened.duration_since(asked);
+        if late > LATE_OPEN {
+            report.summary.warnings.push(format!(
+                "the window began {} after it was asked for: the daemon was behind in reading \
+                 the kernel's samples (see `profilerctl status`); it covers the {} asked from \
+                 then",
+                humantime::format_duration(Duration::from_millis(late.as_millis() as u64)),
+                humantime::format_duration(duration),
+            ));
+        }
         Ok(report)
     }
 

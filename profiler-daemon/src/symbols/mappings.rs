@@ -129,6 +129,23 @@ pub enum UserAddress {
     /// No mapping of the process covers it (or the process was never seen
     /// alive).
     Unmapped { address: u64 },
+    /// A signal handler's frame: the code below it (toward the root) was
+    /// interrupted by a signal, and the frame above it is the handler.
+    Signal,
+}
+
+impl UserAddress {
+    /// Whether the frame at `depth` of `user` (leaf first) is a return
+    /// address, looked up by the call before it: all but the sampled
+    /// instruction (unless the sample was taken in the kernel, whose entry
+    /// a system call returns from) and the instruction a signal
+    /// interrupted.
+    pub fn returns(user: &[UserAddress], depth: usize, in_kernel: bool) -> bool {
+        match depth.checked_sub(1) {
+            None => in_kernel,
+            Some(above) => !matches!(user.get(above), Some(UserAddress::Signal)),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -194,6 +211,9 @@ pub(super) fn mapping_of(mappings: &[Mapping], address: u64) -> Option<&Mapping>
 }
 
 pub(super) fn lookup(mappings: &[Mapping], address: u64) -> UserAddress {
+    if address == crate::unwind::SIGNAL_FRAME {
+        return UserAddress::Signal;
+    }
     let Some(mapping) = mapping_of(mappings, address) else {
         return UserAddress::Unmapped { address };
     };

@@ -8,7 +8,8 @@
 //! (`symbolizer`). Every file read on behalf of a process is opened by
 //! `process_files`, which refuses what a hostile user may put there.
 //! `allocator_functions` finds the allocator functions a target process
-//! maps, where the allocation uprobes go.
+//! maps, where the allocation uprobes go. `vdso` names the vDSO's
+//! functions from the daemon's own copy of it.
 //!
 //! This layer owns what it knows of processes and binaries; it must not
 //! read kernel maps, store samples or report.
@@ -19,3 +20,4 @@ pub mod mappings;
 pub mod process_files;
 pub mod processes;
 pub mod symbolizer;
+pub mod vdso;

@@ -26,10 +26,10 @@ pub mod table_rows;
 mod unwinder;
 
 pub use self::{
-    sections::{SectionBytes, UnwindSections},
+    sections::{SectionBytes, UnwindSections, own_vdso_image},
     unwinder::{
-        CodeMapping, LazySections, ProcessUnwinder, SectionsSource, UnwindCache, UnwindStats,
-        UnwoundStack, UserRegisters,
+        CodeMapping, LazySections, ProcessUnwinder, SIGNAL_FRAME, SectionsSource, UnwindCache,
+        UnwindStats, UnwoundStack, UserRegisters,
     },
 };
 pub use crate::profile::UnwindStop;

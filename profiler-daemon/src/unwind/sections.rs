@@ -45,10 +45,16 @@ pub struct UnwindSections {
     text: Option<Range<u64>>,
     got: Option<Range<u64>>,
     segments: Vec<Segment>,
+    /// Its signal return trampolines, found the first time a stack asks.
+    signal_trampolines: OnceLock<Vec<Range<u64>>>,
 }
 
 /// Largest unwind section read; a larger one is not believed.
 const MAX_SECTION_BYTES: u64 = 256 << 20;
+
+/// Largest a compressed unwind section may inflate to: Go's `.debug_frame`
+/// of a 100 MB binary is a few MiB.
+const MAX_INFLATED_BYTES: u64 = 64 << 20;
 
 impl UnwindSections {
     /// Reads the unwind sections of an ELF file: its headers and those
@@ -63,11 +69,8 @@ impl UnwindSections {
     /// process of this kernel maps the same image.
     pub fn vdso() -> Option<Arc<Self>> {
         static VDSO: OnceLock<Option<Arc<UnwindSections>>> = OnceLock::new();
-        VDSO.get_or_init(|| {
-            let image = read_own_vdso()?;
-            Self::parse(&image[..]).map(Arc::new)
-        })
-        .clone()
+        VDSO.get_or_init(|| Self::parse(own_vdso_image()?).map(Arc::new))
+            .clone()
     }
 
     fn parse<'data, R: object::ReadRef<'data>>(bytes: R) -> Option<Self> {
@@ -83,9 +86,22 @@ impl UnwindSections {
             {
                 return None;
             }
-            // Compressed sections (`.debug_frame` of some builds) are
-            // inflated; the rest are copied as they are.
-            let data = section.uncompressed_data().ok()?;
+            // Compressed sections (Go's `.debug_frame`, of some C builds
+            // too) are inflated, unless they say they inflate past
+            // MAX_INFLATED_BYTES (a few KiB of a hostile file must not
+            // take the daemon's memory); the rest are copied as they are.
+            let compressed = section.compressed_data().ok()?;
+            if compressed.format != object::CompressionFormat::None
+                && compressed.uncompressed_size > MAX_INFLATED_BYTES
+            {
+                tracing::debug!(
+                    section = section.name().unwrap_or("?"),
+                    bytes = compressed.uncompressed_size,
+                    "an unwind section inflates past the most believed; left unread"
+                );
+                return None;
+            }
+            let data = compressed.decompress().ok()?;
             (!data.is_empty()).then(|| SectionBytes(Arc::from(&*data)))
         };
         let eh_frame = section(".eh_frame").and_then(|(s, r)| Some((r, data(&s)?)));
@@ -109,12 +125,65 @@ impl UnwindSections {
             text: section(".text").map(|(_, r)| r),
             got: section(".got").map(|(_, r)| r),
             segments,
+            signal_trampolines: OnceLock::new(),
         })
     }
 
     /// Whether there is anything to unwind with.
     pub fn has_unwind_info(&self) -> bool {
         self.eh_frame.is_some() || self.debug_frame.is_some()
+    }
+
+    /// Whether `address` (as linked) is in one of the binary's signal
+    /// return trampolines: the code a signal handler returns to (glibc's
+    /// `__restore_rt`, which calls `rt_sigreturn`), known by its FDE's CIE
+    /// (augmentation `S`). framehop cannot step out of one (its CFA is an
+    /// expression that reads memory); the unwinder reads the interrupted
+    /// registers from the signal frame itself.
+    pub fn in_signal_trampoline(&self, address: u64) -> bool {
+        let trampolines = self
+            .signal_trampolines
+            .get_or_init(|| self.read_signal_trampolines());
+        trampolines.iter().any(|range| range.contains(&address))
+    }
+
+    /// The ranges of the FDEs of `.eh_frame` whose CIE says they are signal
+    /// trampolines: a walk over its CIEs, and over its FDEs only when one
+    /// of them does (libc's; most binaries have none).
+    fn read_signal_trampolines(&self) -> Vec<Range<u64>> {
+        let Some((range, bytes)) = &self.eh_frame else {
+            return Vec::new();
+        };
+        use gimli::UnwindSection as _;
+        let eh_frame = gimli::EhFrame::new(&bytes[..], gimli::LittleEndian);
+        let mut bases = gimli::BaseAddresses::default().set_eh_frame(range.start);
+        if let Some(text) = &self.text {
+            bases = bases.set_text(text.start);
+        }
+        if let Some(got) = &self.got {
+            bases = bases.set_got(got.start);
+        }
+        let mut entries = eh_frame.entries(&bases);
+        let mut any = false;
+        while let Ok(Some(entry)) = entries.next() {
+            if let gimli::CieOrFde::Cie(cie) = entry
+                && cie.is_signal_trampoline()
+            {
+                any = true;
+                break;
+            }
+        }
+        let mut trampolines = Vec::new();
+        let mut entries = eh_frame.entries(&bases);
+        while any && let Ok(Some(entry)) = entries.next() {
+            if let gimli::CieOrFde::Fde(partial) = entry
+                && let Ok(fde) = partial.parse(gimli::UnwindSection::cie_from_offset)
+                && fde.cie().is_signal_trampoline()
+            {
+                trampolines.push(fde.initial_address()..fde.end_address());
+            }
+        }
+        trampolines
     }
 
     /// `.eh_frame`'s address in the file and its bytes.
@@ -188,7 +257,13 @@ impl UnwindSections {
     }
 }
 
-/// The daemon's own vDSO image.
+/// The daemon's own vDSO image (a few KiB, read once): every 64-bit
+/// process of this kernel maps the same.
+pub fn own_vdso_image() -> Option<&'static [u8]> {
+    static IMAGE: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    IMAGE.get_or_init(read_own_vdso).as_deref()
+}
+
 fn read_own_vdso() -> Option<Vec<u8>> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let line = maps.lines().find(|line| line.ends_with("[vdso]"))?;
@@ -267,6 +342,91 @@ mod tests {
             shared_page.load_bias(0x5568_d235_2000, 0x16000),
             Some(0x5568_d233_b000)
         );
+    }
+
+    /// A small C binary whose `.debug_frame` is zlib-compressed, as Go
+    /// writes its own, and where that section's header is in the file.
+    fn binary_with_compressed_debug_frame(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
+        let source = dir.join("leaf.c");
+        std::fs::write(
+            &source,
+            "int leaf(int x) { return x * 3; }\nint main(void) { return leaf(1); }\n",
+        )
+        .unwrap();
+        let binary = dir.join("leaf");
+        let run = |program: &str, args: &[&std::ffi::OsStr]| {
+            let output = std::process::Command::new(program)
+                .args(args)
+                .output()
+                .unwrap_or_else(|err| panic!("{program} runs: {err}"));
+            assert!(output.status.success(), "{program}: {output:?}");
+        };
+        run(
+            "gcc",
+            &[
+                "-g".as_ref(),
+                "-fno-asynchronous-unwind-tables".as_ref(),
+                "-o".as_ref(),
+                binary.as_os_str(),
+                source.as_os_str(),
+            ],
+        );
+        run(
+            "objcopy",
+            &[
+                "--compress-debug-sections=zlib".as_ref(),
+                binary.as_os_str(),
+            ],
+        );
+        let bytes = std::fs::read(&binary).unwrap();
+        let file = object::File::parse(&*bytes).unwrap();
+        let section = file
+            .section_by_name(".debug_frame")
+            .expect("a .debug_frame");
+        let compressed = section.compressed_data().unwrap();
+        assert_eq!(compressed.format, object::CompressionFormat::Zlib);
+        // The compressed bytes follow their Elf64_Chdr (24 bytes).
+        let data = section.compressed_file_range().unwrap().offset;
+        (binary, data - 24)
+    }
+
+    #[test]
+    fn a_compressed_debug_frame_is_inflated_unless_it_claims_too_much() {
+        let dir = tempfile::tempdir().unwrap();
+        let (binary, header) = binary_with_compressed_debug_frame(dir.path());
+        let sections = UnwindSections::read(File::open(&binary).unwrap());
+        let debug_frame = sections.debug_frame.expect("the .debug_frame is read");
+        // A CIE's length, then its id (0xffffffff in .debug_frame).
+        assert_eq!(debug_frame[4..8], [0xff; 4]);
+        // Elf64_Chdr: type, reserved, then the inflated size.
+        let mut bytes = std::fs::read(&binary).unwrap();
+        let size = header as usize + 8;
+        bytes[size..size + 8].copy_from_slice(&(1_u64 << 40).to_le_bytes());
+        std::fs::write(&binary, bytes).unwrap();
+        let bomb = UnwindSections::read(File::open(&binary).unwrap());
+        assert!(bomb.debug_frame.is_none());
+    }
+
+    #[test]
+    fn libc_s_signal_trampoline_is_found_by_its_fde() {
+        let libc = [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        ]
+        .into_iter()
+        .find_map(|path| File::open(path).ok())
+        .expect("the machine's libc");
+        let sections = UnwindSections::read(libc);
+        let trampolines = sections
+            .signal_trampolines
+            .get_or_init(|| sections.read_signal_trampolines())
+            .clone();
+        assert_eq!(trampolines.len(), 1, "{trampolines:x?}");
+        // The FDE starts a byte before __restore_rt, on a nop.
+        assert!(sections.in_signal_trampoline(trampolines[0].start + 1));
+        assert!(!sections.in_signal_trampoline(trampolines[0].end));
+        let own = UnwindSections::read(File::open("/proc/self/exe").unwrap());
+        assert!(!own.in_signal_trampoline(own.text.clone().unwrap().start));
     }
 
     #[test]

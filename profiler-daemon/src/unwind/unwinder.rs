@@ -9,7 +9,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use framehop::{
-    Error as UnwindError, Unwinder as _,
+    Error as UnwindError, FrameAddress, Unwinder as _,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
 use profiler_common::MAX_STACK_DEPTH;
@@ -203,7 +203,6 @@ impl ProcessUnwinder {
                 stop: Some(UnwindStop::BadFrame),
             });
         }
-        let stack_end = stack_base + stack.len() as u64;
         let mut read_stack = |address: u64| -> Result<u64, ()> {
             let offset =
                 usize::try_from(address.checked_sub(stack_base).ok_or(())?).map_err(|_| ())?;
@@ -212,60 +211,133 @@ impl ProcessUnwinder {
                 .ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let mut iter = self.unwinder.iter_frames(
-            registers.ip,
-            UnwindRegsX86_64::new(registers.ip, registers.sp, registers.bp),
-            &mut cache.0,
-            &mut read_stack,
-        );
+        let mut regs = UnwindRegsX86_64::new(registers.ip, registers.sp, registers.bp);
+        let mut address = FrameAddress::from_instruction_pointer(registers.ip);
         let stop = loop {
-            match iter.next() {
-                Ok(Some(frame)) => {
-                    let address = frame.address();
-                    match self.mapping(address) {
-                        // A return address outside every code mapping is
-                        // not one: left out. The sampled instruction is
-                        // kept (code mapped after the process was recorded).
-                        None if !frames.is_empty() => break Some(UnwindStop::Unmapped),
-                        None => {
-                            frames.push(address);
-                            break Some(UnwindStop::Unmapped);
-                        }
-                        Some(index) => {
-                            let Some(sections) = &self.added[index] else {
-                                return Attempt::Add(index);
-                            };
-                            frames.push(address);
-                            if let Some(sections) = sections
-                                && !sections.has_unwind_info()
-                            {
-                                break Some(UnwindStop::NoUnwindInfo(
-                                    self.mappings[index].name.clone(),
-                                ));
-                            }
+            let pc = address.address();
+            let index = match self.mapping(pc) {
+                // A return address outside every code mapping is not one:
+                // left out. The sampled instruction is kept (code mapped
+                // after the process was recorded).
+                None if !frames.is_empty() => break Some(UnwindStop::Unmapped),
+                None => {
+                    frames.push(pc);
+                    break Some(UnwindStop::Unmapped);
+                }
+                Some(index) => index,
+            };
+            let Some(sections) = &self.added[index] else {
+                return Attempt::Add(index);
+            };
+            if let Some(sections) = sections
+                && !sections.has_unwind_info()
+            {
+                frames.push(pc);
+                break Some(UnwindStop::NoUnwindInfo(self.mappings[index].name.clone()));
+            }
+            if let Some(sections) = sections
+                && self.in_signal_trampoline(index, sections, address)
+            {
+                // A signal handler returned here: the interrupted code goes
+                // on from the registers the kernel saved in the signal
+                // frame, an instruction pointer (not a return address).
+                frames.push(SIGNAL_FRAME);
+                match interrupted_registers(regs.sp(), &mut read_stack) {
+                    Ok(interrupted) if interrupted.ip != 0 && interrupted.sp > regs.sp() => {
+                        regs =
+                            UnwindRegsX86_64::new(interrupted.ip, interrupted.sp, interrupted.bp);
+                        address = FrameAddress::from_instruction_pointer(interrupted.ip);
+                    }
+                    Ok(_) => break Some(UnwindStop::BadFrame),
+                    Err(at) => break Some(stop_reading(at, stack_base, stack)),
+                }
+            } else {
+                frames.push(pc);
+                match self
+                    .unwinder
+                    .unwind_frame(address, &mut regs, &mut cache.0, &mut read_stack)
+                {
+                    Ok(Some(return_address)) => {
+                        match FrameAddress::from_return_address(return_address) {
+                            Some(next) => address = next,
+                            None => break Some(UnwindStop::BadFrame),
                         }
                     }
-                    if frames.len() >= MAX_STACK_DEPTH {
-                        break Some(UnwindStop::TooDeep);
+                    Ok(None) => break None,
+                    Err(UnwindError::CouldNotReadStack(at)) => {
+                        break Some(stop_reading(at, stack_base, stack));
+                    }
+                    Err(err) => {
+                        debug!(%err, frames = frames.len(), "unwinding stopped at a bad frame");
+                        break Some(UnwindStop::BadFrame);
                     }
                 }
-                Ok(None) => break None,
-                Err(UnwindError::CouldNotReadStack(address)) => {
-                    break Some(if stack.is_empty() {
-                        UnwindStop::NoStackCopy
-                    } else if address >= stack_end {
-                        UnwindStop::StackCopyTooShort
-                    } else {
-                        debug!(address, stack_base, "unwinding read below the stack copy");
-                        UnwindStop::BadFrame
-                    });
-                }
-                Err(err) => {
-                    debug!(%err, frames = frames.len(), "unwinding stopped at a bad frame");
-                    break Some(UnwindStop::BadFrame);
-                }
+            }
+            if frames.len() >= MAX_STACK_DEPTH {
+                break Some(UnwindStop::TooDeep);
             }
         };
         Attempt::Done(UnwoundStack { frames, stop })
+    }
+
+    /// Whether `address` of mapping `index` is in a signal return
+    /// trampoline of its binary (looked up as framehop would: a return
+    /// address by the call before it).
+    fn in_signal_trampoline(
+        &self,
+        index: usize,
+        sections: &UnwindSections,
+        address: FrameAddress,
+    ) -> bool {
+        let mapping = &self.mappings[index];
+        sections
+            .load_bias(mapping.start, mapping.file_offset)
+            .and_then(|bias| address.address_for_lookup().checked_sub(bias))
+            .is_some_and(|linked| sections.in_signal_trampoline(linked))
+    }
+}
+
+/// The frame address standing for a signal handler's frame, between the
+/// handler's caller (the trampoline it returns to, left out) and the
+/// interrupted code: no user address is this high.
+pub const SIGNAL_FRAME: u64 = u64::MAX;
+
+/// Where the kernel's signal frame keeps the interrupted registers, from
+/// the stack pointer at the signal return trampoline: the handler's
+/// return popped `rt_sigframe.pretcode`, leaving `rt_sigframe.uc`, whose
+/// `uc_mcontext` (a `struct sigcontext`) starts 40 bytes in (after
+/// `uc_flags`, `uc_link` and `uc_stack`); rbp, rsp and rip are its 11th,
+/// 16th and 17th words (glibc's oRBP, oRSP and oRIP).
+const SIGCONTEXT_RBP: u64 = 40 + 10 * 8;
+const SIGCONTEXT_RSP: u64 = 40 + 15 * 8;
+const SIGCONTEXT_RIP: u64 = 40 + 16 * 8;
+
+/// The registers of the code a signal interrupted, from the signal frame
+/// at `sp`; or the address that could not be read.
+fn interrupted_registers(
+    sp: u64,
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Result<UserRegisters, u64> {
+    let mut read = |offset: u64| {
+        let at = sp.checked_add(offset).ok_or(u64::MAX)?;
+        read_stack(at).map_err(|()| at)
+    };
+    Ok(UserRegisters {
+        bp: read(SIGCONTEXT_RBP)?,
+        sp: read(SIGCONTEXT_RSP)?,
+        ip: read(SIGCONTEXT_RIP)?,
+    })
+}
+
+/// Why a walk that could not read `address` of the stack stops.
+fn stop_reading(address: u64, stack_base: u64, stack: &[u8]) -> UnwindStop {
+    let stack_end = stack_base + stack.len() as u64;
+    if stack.is_empty() {
+        UnwindStop::NoStackCopy
+    } else if address >= stack_end {
+        UnwindStop::StackCopyTooShort
+    } else {
+        debug!(address, stack_base, "unwinding read below the stack copy");
+        UnwindStop::BadFrame
     }
 }

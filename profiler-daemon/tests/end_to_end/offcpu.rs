@@ -343,6 +343,49 @@ async fn a_thread_blocked_before_recording_is_charged_from_its_start_with_its_st
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn profiles_back_to_back_each_see_the_whole_wait() {
+    // The recording of one profile ends and the next begins before any
+    // drain: the thread, blocked all along, must be found waiting anew
+    // each time (the second window once came back empty).
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("waits", &["pipe"]);
+    let pid = workload.pid();
+    wait_for_wait_in(pid, pid, "pipe_read").await;
+    let hz = f64::from(crate::support::TEST_FREQUENCY_HZ);
+    for (round, mode) in [
+        v1::Mode::Wall,
+        v1::Mode::Offcpu,
+        v1::Mode::Wall,
+        v1::Mode::Wall,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let reply = daemon
+            .client()
+            .await
+            .profile(v1::ProfileRequest {
+                duration_ms: 1500,
+                selector: selector(&[pid]),
+                options: Some(options(v1::Format::Folded)),
+                mode: mode as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|status| panic!("Profile {round} failed: {status:?}"))
+            .into_inner();
+        let summary = reply.summary.expect("a summary");
+        let stacks = folded(&reply.report);
+        let elapsed = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
+        let reading = Time::of(&stacks, hz).sleeping;
+        assert!(
+            within(reading, elapsed, 0.05),
+            "profile {round} ({mode:?}): {reading:.3} s asleep of {elapsed:.3} s: {stacks:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn only_the_selected_process_is_recorded() {
     let daemon = Daemon::start().await;
     let blocked = Workload::start("waits", &["pipe"]);

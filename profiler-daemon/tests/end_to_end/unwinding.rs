@@ -234,6 +234,133 @@ async fn a_rust_release_build_without_frame_pointers_unwinds_whole() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_go_program_unwinds_through_its_compressed_debug_frame() {
+    // Go writes no .eh_frame; its .debug_frame is zlib-compressed (section
+    // flag C) unless linked with -compressdwarf=false.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/go_chain.go");
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let binary = tmp.join("workload-go-chain");
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .env("GOCACHE", tmp.join("go-cache"))
+        .env("GOPATH", tmp.join("go-path"))
+        .env("GO111MODULE", "off")
+        .env("GOFLAGS", "")
+        .output()
+        .expect("go runs (xtask's bootstrap installs golang-go)");
+    assert!(
+        built.status.success(),
+        "go build failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&binary, &["20"]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 3).await;
+    let (with_leaf, _) = whole_chains(&stacks, "main.goLeaf", &[]);
+    let through_main: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            frames.iter().any(|frame| frame == "main.goLeaf")
+                && has_chain(
+                    frames,
+                    &["runtime.main", "main.main", "main.goDrive", "main.goLeaf"],
+                )
+                && !frames
+                    .iter()
+                    .any(|frame| frame.starts_with("[unwind stopped"))
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert!(with_leaf >= 50, "too few samples: {stacks:#?}");
+    assert!(
+        through_main as f64 >= 0.95 * with_leaf as f64,
+        "{through_main} of {with_leaf} samples of main.goLeaf reach runtime.main: {stacks:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vdso_code_and_short_c_names_are_named_as_they_are() {
+    let daemon = Daemon::start().await;
+    let binary = build_workload_with("vdso_clock", "vdso-clock", &["-O2", "-g"]);
+    let workload = Workload::spawn(&binary, &[]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
+    let in_vdso: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|frame| frame.starts_with("[vdso]")))
+        .map(|(_, count)| count)
+        .sum();
+    assert_eq!(in_vdso, 0, "vDSO frames left unnamed: {stacks:#?}");
+    let (with_leaf, whole) = whole_chains(&stacks, "__vdso_clock_gettime", &C_ROOT);
+    assert!(with_leaf >= 30, "too few samples in the vDSO: {stacks:#?}");
+    let through_rd: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            frames.iter().any(|frame| frame == "__vdso_clock_gettime")
+                && has_chain(frames, &["main", "rd"])
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        whole as f64 >= 0.9 * with_leaf as f64 && through_rd as f64 >= 0.9 * with_leaf as f64,
+        "{whole} of {with_leaf} samples in the vDSO start at _start, {through_rd} come \
+         through main;rd: {stacks:#?}"
+    );
+    assert!(
+        !stacks
+            .iter()
+            .any(|(frames, _)| frames.iter().any(|frame| frame.contains("restrict"))),
+        "a C name demangled as C++: {stacks:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signal_handler_s_stacks_go_on_in_the_code_it_interrupted() {
+    let daemon = Daemon::start().await;
+    // Without frame pointers, and with them (a frame-pointer walk through
+    // the handler's frame must not be taken for the way out).
+    for (output, flags) in [
+        ("signal-spin-o2", &["-O2", "-g"][..]),
+        (
+            "signal-spin-fp",
+            &["-O0", "-g", "-fno-omit-frame-pointer"][..],
+        ),
+    ] {
+        let binary = build_workload_with("signal_spin", output, flags);
+        let workload = Workload::spawn(&binary, &[]);
+        let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
+        let chain = [
+            "main",
+            "outer",
+            "interrupted_work",
+            "[signal handler]",
+            "on_alarm",
+            "spin_in_handler",
+        ];
+        let (with_leaf, whole) = whole_chains(&stacks, "spin_in_handler", &C_ROOT);
+        let through_the_signal: u64 = stacks
+            .iter()
+            .filter(|(frames, _)| {
+                frames.iter().any(|frame| plain(frame) == "spin_in_handler")
+                    && has_chain(frames, &chain)
+            })
+            .map(|(_, count)| count)
+            .sum();
+        assert!(
+            with_leaf >= 50,
+            "{output}: too few samples in the handler: {stacks:#?}"
+        );
+        assert!(
+            whole as f64 >= 0.95 * with_leaf as f64
+                && through_the_signal as f64 >= 0.95 * with_leaf as f64,
+            "{output}: of {with_leaf} samples in the handler, {whole} start at _start and \
+             {through_the_signal} go through the signal frame: {stacks:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn debians_xz_reaches_its_main() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let data = dir.path().join("data");

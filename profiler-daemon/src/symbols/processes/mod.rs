@@ -512,10 +512,7 @@ impl ProcessTable {
             }
             None => {
                 complete = stack.is_empty();
-                stack
-                    .iter()
-                    .map(|&address| UserAddress::Unmapped { address })
-                    .collect()
+                stack.iter().map(|&address| lookup(&[], address)).collect()
             }
         };
         (frames, complete)

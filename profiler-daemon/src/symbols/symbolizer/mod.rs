@@ -186,7 +186,7 @@ impl Symbolizer {
         let blazesym = Blazesym::builder()
             .enable_code_info(true)
             .enable_inlined_fns(true)
-            .enable_demangling(true)
+            .enable_demangling(false)
             .enable_auto_reload(true)
             .build();
         Self {
@@ -302,7 +302,8 @@ impl Symbolizer {
             let in_kernel = !sample.kernel.is_empty();
             for (depth, address) in sample.user.iter().enumerate() {
                 if let UserAddress::File { binary, offset } = address {
-                    let offset = code_address(*offset, depth > 0 || in_kernel);
+                    let returns = UserAddress::returns(&sample.user, depth, in_kernel);
+                    let offset = code_address(*offset, returns);
                     let cached = self
                         .locations
                         .contains_key(&LocationKey::User(binary.key, offset));
@@ -431,7 +432,7 @@ impl Symbolizer {
         }
         let in_kernel = !kernel.is_empty();
         for (depth, address) in user.iter().enumerate().rev() {
-            let returns = depth > 0 || in_kernel;
+            let returns = UserAddress::returns(user, depth, in_kernel);
             stack.push(self.user_location(address, returns));
         }
         if flags & sample_flags::KERNEL_STACK_LOST != 0 {
@@ -453,7 +454,14 @@ impl Symbolizer {
             UserAddress::Special { name, offset } | UserAddress::Anonymous { name, offset, .. } => {
                 let offset = code_address(*offset, returns);
                 let key = LocationKey::Special(name.clone(), offset);
-                let function = format!("{name}+{offset:#x}");
+                let vdso_function = match &**name {
+                    "[vdso]" => crate::symbols::vdso::function_at(offset),
+                    _ => None,
+                };
+                let function = match vdso_function {
+                    Some(function) => function.to_string(),
+                    None => format!("{name}+{offset:#x}"),
+                };
                 self.uncacheable(key, LocationKind::User, name.clone(), offset, function)
             }
             UserAddress::Jit { function, address } => {
@@ -468,6 +476,7 @@ impl Symbolizer {
                     function.to_string(),
                 )
             }
+            UserAddress::Signal => self.marker("[signal handler]"),
             UserAddress::Unmapped { address } => {
                 // No mapping held it: only the address says where it was
                 // (as it was: stepping back into a call means nothing here).

@@ -1,8 +1,9 @@
 //! Interned names: the many frames of one function share one string.
+//! Names mangled as C++ or Rust are demangled here, and only those.
 //!
 //! Owns the strings; it must not symbolize.
 
-use std::sync::Arc;
+use std::{borrow::Cow, sync::Arc};
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -47,7 +48,7 @@ impl Names {
         let mut frames = Vec::with_capacity(1 + sym.inlined.len());
         let (file, line) = self.code_info(sym.code_info.as_deref());
         frames.push(Frame {
-            function: self.get(&sym.name),
+            function: self.get(&demangled(&sym.name)),
             file,
             line,
             inlined: false,
@@ -55,7 +56,7 @@ impl Names {
         for inlined in &sym.inlined {
             let (file, line) = self.code_info(inlined.code_info.as_ref());
             frames.push(Frame {
-                function: self.get(&inlined.name),
+                function: self.get(&demangled(&inlined.name)),
                 file,
                 line,
                 inlined: true,
@@ -85,5 +86,47 @@ impl Names {
             line: 0,
             inlined: false,
         }
+    }
+}
+
+/// `name` demangled when it is mangled: C++ (Itanium ABI, `_Z…`) or Rust
+/// (`_R…`, or the legacy `_ZN…17h<hash>E`, shown without its hash). Any
+/// other name is left as it is: a short C name such as `rd` would
+/// otherwise parse as a mangled type (`double restrict`).
+pub(super) fn demangled(name: &str) -> Cow<'_, str> {
+    if !(name.starts_with("_Z") || name.starts_with("_R")) {
+        return Cow::Borrowed(name);
+    }
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return Cow::Owned(format!("{rust:#}"));
+    }
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|symbol| symbol.demangle().ok())
+        .map_or(Cow::Borrowed(name), Cow::Owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::demangled;
+
+    #[test]
+    fn only_mangled_names_are_demangled() {
+        // C names that parse as mangled types stay as they are.
+        for plain in ["rd", "main", "Dv", "St", "i", "frobnicate"] {
+            assert_eq!(demangled(plain), plain);
+        }
+        assert_eq!(
+            demangled("_ZN4core9panicking9panic_fmt17h5f1a6fd39197ad62E"),
+            "core::panicking::panic_fmt"
+        );
+        assert_eq!(demangled("_RNvCs1234_7mycrate4main"), "mycrate::main");
+        assert_eq!(demangled("_Z3fooi"), "foo(int)");
+        assert_eq!(
+            demangled("_ZNSt6vectorIiSaIiEE9push_backERKi"),
+            "std::vector<int, std::allocator<int> >::push_back(int const&)"
+        );
+        // Mangled-looking but not valid: left as it is.
+        assert_eq!(demangled("_Zgarbage"), "_Zgarbage");
     }
 }
