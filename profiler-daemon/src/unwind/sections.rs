@@ -147,6 +147,46 @@ impl UnwindSections {
         trampolines.iter().any(|range| range.contains(&address))
     }
 
+    /// The file offset where the function holding file offset `offset`
+    /// starts, as its unwind entry (FDE, found through `.eh_frame_hdr`'s
+    /// table) says: what names a function the binary has no symbol for,
+    /// so that its samples stay together rather than split by address.
+    pub fn function_start(&self, offset: u64) -> Option<u64> {
+        use gimli::UnwindSection as _;
+        let (eh_frame_range, eh_frame) = self.eh_frame.as_ref()?;
+        let (hdr_range, hdr) = self.eh_frame_hdr.as_ref()?;
+        let address = self.linked_address(offset)?;
+        let eh_frame = gimli::EhFrame::new(&eh_frame[..], gimli::LittleEndian);
+        let mut bases = gimli::BaseAddresses::default()
+            .set_eh_frame_hdr(hdr_range.start)
+            .set_eh_frame(eh_frame_range.start);
+        if let Some(text) = &self.text {
+            bases = bases.set_text(text.start);
+        }
+        if let Some(got) = &self.got {
+            bases = bases.set_got(got.start);
+        }
+        let hdr = gimli::EhFrameHdr::new(&hdr[..], gimli::LittleEndian)
+            .parse(&bases, 8)
+            .ok()?;
+        let fde = hdr
+            .table()?
+            .fde_for_address(&eh_frame, &bases, address, gimli::EhFrame::cie_from_offset)
+            .ok()?;
+        let start = fde.initial_address();
+        // The function's start, in the segment of the address.
+        offset.checked_sub(address.checked_sub(start)?)
+    }
+
+    /// The address (as linked) of file offset `offset` of a loadable
+    /// segment.
+    fn linked_address(&self, offset: u64) -> Option<u64> {
+        let segment = self.segments.iter().find(|segment| {
+            segment.file_offset <= offset && offset - segment.file_offset < segment.file_size
+        })?;
+        Some(segment.address + (offset - segment.file_offset))
+    }
+
     /// The ranges of the FDEs of `.eh_frame` whose CIE says they are signal
     /// trampolines: a walk over its CIEs, and over its FDEs only when one
     /// of them does (libc's; most binaries have none).
@@ -427,6 +467,41 @@ mod tests {
         assert!(!sections.in_signal_trampoline(trampolines[0].end));
         let own = UnwindSections::read(File::open("/proc/self/exe").unwrap());
         assert!(!own.in_signal_trampoline(own.text.clone().unwrap().start));
+    }
+
+    #[test]
+    fn a_function_without_a_symbol_is_found_by_its_unwind_entry() {
+        // This very test's function: its start, by the symbol table, is
+        // what the FDE gives for any address inside it.
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*exe).unwrap();
+        let symbol = object::Object::symbols(&file)
+            .find(|symbol| {
+                object::ObjectSymbol::name(symbol).is_ok_and(|name| {
+                    name.contains("a_function_without_a_symbol_is_found_by_its_unwind_entry")
+                }) && object::ObjectSymbol::size(symbol) > 8
+            })
+            .expect("the test's own symbol");
+        let sections = UnwindSections::read(File::open("/proc/self/exe").unwrap());
+        let start = object::ObjectSymbol::address(&symbol);
+        let size = object::ObjectSymbol::size(&symbol);
+        // Addresses to file offsets, through their segment.
+        let offset = |address: u64| {
+            let segment = sections
+                .segments
+                .iter()
+                .find(|s| s.address <= address && address - s.address < s.file_size)
+                .unwrap();
+            segment.file_offset + (address - segment.address)
+        };
+        for inside in [start, start + 1, start + size / 2, start + size - 1] {
+            assert_eq!(sections.function_start(offset(inside)), Some(offset(start)));
+        }
+        assert_eq!(
+            sections.function_start(0),
+            None,
+            "the ELF header is no function"
+        );
     }
 
     #[test]

@@ -342,7 +342,7 @@ fn function_ranges(binary: &Path) -> HashMap<String, std::ops::Range<u64>> {
 }
 
 /// 3. A stripped binary: its frames are `binary+0xoffset`, at the offsets
-/// of the functions that ran, and the profile keeps every sample.
+/// where the functions that ran start, and the profile keeps every sample.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stripped_binary_shows_module_and_offset() {
     let mut daemon = Daemon::start().await;
@@ -392,6 +392,12 @@ async fn a_stripped_binary_shows_module_and_offset() {
         {
             in_hot_or_cold += count;
         }
+        // Named by where its function starts (its unwind entry's), not
+        // split by address.
+        assert!(
+            functions.values().any(|function| function.start == offset),
+            "{leaf} is no function's start ({functions:?})"
+        );
     }
     assert!(
         in_binary * 10 >= samples * 9,

@@ -359,10 +359,19 @@ impl Symbolizer {
             });
         let parsed_and_answered = parsing.net();
         let basename = basename(&binary.path);
+        let unwind = binary.unwind_sections_held();
         for (index, &offset) in offsets.iter().enumerate() {
             let frames = match results.get(index) {
                 Some(Symbolized::Sym(sym)) => self.names.frames(sym),
-                _ => vec![self.names.unknown_frame(&format!("{basename}+{offset:#x}"))],
+                // No symbol: named by where its function starts (as its
+                // unwind entry says), so that its samples stay together.
+                _ => {
+                    let start = unwind
+                        .as_ref()
+                        .and_then(|unwind| unwind.function_start(offset))
+                        .unwrap_or(offset);
+                    vec![self.names.unknown_frame(&format!("{basename}+{start:#x}"))]
+                }
             };
             let key = LocationKey::User(binary.key, offset);
             let location = Location {
