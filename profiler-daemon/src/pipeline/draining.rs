@@ -229,11 +229,14 @@ pub(super) fn drain_and_unwind(
 /// How soon batches waiting for the symbolizer are offered again.
 const BACKLOG_RETRY: Duration = Duration::from_millis(50);
 
-/// Batches the symbolizer had no room for, merged into one (the samples of
-/// several drains in one bucket), with every request waiting for them.
+/// Batches the symbolizer had no room for, in order, merged where that
+/// moves no window's edge: a batch that answered a request (a window's
+/// cut, a report's drain) ends its bucket where the request was told, so
+/// nothing later merges into it; the samples of the drains between two
+/// requests go into one bucket.
 #[derive(Default)]
 struct Backlog {
-    waiting: Option<Job>,
+    waiting: std::collections::VecDeque<Job>,
     /// When the symbolizer fell behind, for the log.
     since: Option<Instant>,
     merged: u64,
@@ -241,58 +244,59 @@ struct Backlog {
 
 impl Backlog {
     fn is_empty(&self) -> bool {
-        self.waiting.is_none()
+        self.waiting.is_empty()
     }
 
-    /// Adds a drain's batch, merged into those already waiting.
+    /// Adds a drain's batch, merged into the last one waiting unless that
+    /// one answered a request. (Merged into one that did not, a batch's
+    /// request is told the merged batch's end, its own: the merged samples
+    /// all came after the request before.)
     fn push(&mut self, job: Job) {
-        self.waiting = Some(match self.waiting.take() {
-            None => job,
-            Some(mut waiting) => {
-                let batch = &mut waiting.batch;
+        match self.waiting.back_mut() {
+            Some(last) if last.waiting.is_empty() => {
+                let batch = &mut last.batch;
                 batch.end = job.batch.end;
                 batch.samples.extend(job.batch.samples);
                 for (total, delta) in batch.counters.iter_mut().zip(job.batch.counters) {
                     *total += delta;
                 }
-                waiting.waiting.extend(job.waiting);
+                last.waiting.extend(job.waiting);
                 self.merged += 1;
-                waiting
             }
-        });
+            _ => self.waiting.push_back(job),
+        }
     }
 
-    /// Offers what waits to the symbolizer without waiting for it; false
-    /// when the symbolizer has stopped.
+    /// Offers what waits to the symbolizer, oldest first, without waiting
+    /// for it; false when the symbolizer has stopped.
     fn hand_on(&mut self, jobs: &mpsc::SyncSender<Job>) -> bool {
-        let Some(job) = self.waiting.take() else {
-            return true;
-        };
-        match jobs.try_send(job) {
-            Ok(()) => {
-                if let Some(since) = self.since.take() {
-                    warn!(
-                        behind_ms = since.elapsed().as_millis() as u64,
-                        batches_merged = self.merged,
-                        "the symbolizer caught up; the drains it was behind on are stored as one"
-                    );
-                    self.merged = 0;
+        while let Some(job) = self.waiting.pop_front() {
+            match jobs.try_send(job) {
+                Ok(()) => {}
+                Err(mpsc::TrySendError::Full(job)) => {
+                    if self.since.is_none() {
+                        self.since = Some(Instant::now());
+                        warn!(
+                            "the symbolizer is behind (a large binary being parsed?); drained \
+                             batches wait for it, merged between windows' cuts, and draining \
+                             goes on"
+                        );
+                    }
+                    self.waiting.push_front(job);
+                    return true;
                 }
-                true
+                Err(mpsc::TrySendError::Disconnected(_)) => return false,
             }
-            Err(mpsc::TrySendError::Full(job)) => {
-                if self.since.is_none() {
-                    self.since = Some(Instant::now());
-                    warn!(
-                        "the symbolizer is behind (a large binary being parsed?); drained \
-                         batches wait for it, merged, and draining goes on"
-                    );
-                }
-                self.waiting = Some(job);
-                true
-            }
-            Err(mpsc::TrySendError::Disconnected(_)) => false,
         }
+        if let Some(since) = self.since.take() {
+            warn!(
+                behind_ms = since.elapsed().as_millis() as u64,
+                batches_merged = self.merged,
+                "the symbolizer caught up; the drains it was behind on are stored merged"
+            );
+            self.merged = 0;
+        }
+        true
     }
 }
 
@@ -383,10 +387,11 @@ fn drain_once(
 mod tests {
     use super::*;
 
-    fn job(start: u64, end: u64, samples: usize) -> Job {
+    /// A drain's batch of `samples` over seconds `start..end`, answering
+    /// `requests` requests.
+    fn job(start: u64, end: u64, samples: usize, requests: usize) -> Job {
         use crate::symbols::processes::NormalizedBatch;
         let at = |secs| std::time::UNIX_EPOCH + Duration::from_secs(secs);
-        let (done, _) = tokio::sync::oneshot::channel();
         Job {
             batch: NormalizedBatch {
                 start: at(start),
@@ -397,8 +402,19 @@ mod tests {
                 ],
                 counters: Default::default(),
             },
-            waiting: vec![done],
+            waiting: (0..requests)
+                .map(|_| tokio::sync::oneshot::channel().0)
+                .collect(),
         }
+    }
+
+    fn seconds(job: &Job) -> (u64, u64) {
+        let secs = |time: std::time::SystemTime| {
+            time.duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+        };
+        (secs(job.batch.start), secs(job.batch.end))
     }
 
     #[test]
@@ -406,23 +422,28 @@ mod tests {
         let (jobs, queue) = mpsc::sync_channel(1);
         let mut backlog = Backlog::default();
         // The symbolizer's queue is full: the drain goes on.
-        jobs.try_send(job(0, 1, 1)).unwrap();
-        backlog.push(job(1, 2, 2));
+        jobs.try_send(job(0, 1, 1, 0)).unwrap();
+        backlog.push(job(1, 2, 2, 1));
         assert!(backlog.hand_on(&jobs));
-        backlog.push(job(2, 3, 3));
+        backlog.push(job(2, 3, 3, 0));
+        backlog.push(job(3, 4, 1, 2));
         assert!(backlog.hand_on(&jobs));
         assert!(!backlog.is_empty());
-        // Room again: the waiting batches go on as one, every request
-        // waiting for them with it.
+        // Room again: the waiting batches go on in order, the first alone
+        // (it answered a request: its window's edge is its end), the next
+        // two merged (their requests told the merged end, their own).
         queue.recv().unwrap();
+        assert!(backlog.hand_on(&jobs));
+        let first = queue.recv().unwrap();
+        assert_eq!(seconds(&first), (1, 2));
+        assert_eq!((first.batch.samples.len(), first.waiting.len()), (2, 1));
         assert!(backlog.hand_on(&jobs));
         assert!(backlog.is_empty());
         let merged = queue.recv().unwrap();
-        let at = |secs| std::time::UNIX_EPOCH + Duration::from_secs(secs);
-        assert_eq!((merged.batch.start, merged.batch.end), (at(1), at(3)));
-        assert_eq!((merged.batch.samples.len(), merged.waiting.len()), (5, 2));
+        assert_eq!(seconds(&merged), (2, 4));
+        assert_eq!((merged.batch.samples.len(), merged.waiting.len()), (4, 2));
         drop(queue);
-        backlog.push(job(3, 4, 1));
+        backlog.push(job(4, 5, 1, 0));
         assert!(!backlog.hand_on(&jobs), "the symbolizer stopped");
     }
 
