@@ -1,8 +1,8 @@
 //! Stack copies: one record per sample in a ring buffer (the stack-copy
 //! ring buffer of CPU, peek and off-CPU samples, or the allocation ring
 //! buffer), with the sample's identity and weight, its kernel stack, its
-//! user registers and the pages of its user stack from the one holding
-//! the stack pointer, for the daemon to unwind with the binaries' unwind
+//! user registers and its user stack from the stack pointer up, a page's
+//! worth at a time, for the daemon to unwind with the binaries' unwind
 //! information.
 //!
 //! Owns the stack-copy ring buffer and the number of pages a copy takes
@@ -26,6 +26,9 @@ use profiler_ebpf::registers::UserRegisters;
 use crate::{global, task::CurrentTask};
 
 const PAGE_BYTES: u64 = STACK_COPY_PAGE as u64;
+
+/// The x86-64 ABI's red zone below the stack pointer.
+const RED_ZONE: u64 = 128;
 
 /// Pages of user stack each sample copies for the daemon to unwind; 0:
 /// none (user stacks are walked by frame pointers). Set by the daemon.
@@ -85,7 +88,11 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     let record = entry.as_mut_ptr();
     let header = record.cast::<StackCopyHeader>();
     let UserRegisters { ip, sp, bp } = copy.registers;
-    let base = sp & !(STACK_COPY_PAGE as u64 - 1);
+    // The copy starts at the stack pointer's red zone (128 bytes below
+    // it, where a leaf function may keep data and where glibc's vfork
+    // keeps its return address while the child runs): nothing further
+    // below is a frame.
+    let base = sp.saturating_sub(RED_ZONE);
     // SAFETY: the reservation holds a header and `pages` pages; the ring
     // buffer's records are 8-byte aligned.
     unsafe {
@@ -132,31 +139,64 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     // them helps unwinding (other threads' stacks are elsewhere, and copied
     // whole).
     let top = copy.task.main_stack_top;
-    let wanted = if sp < top && top - sp < u64::from(pages) * PAGE_BYTES {
-        ((top + 8 - base).div_ceil(PAGE_BYTES)) as u32
+    // The main thread's copy ends just above its frames (the last read
+    // takes what is left up to there); other threads' go on a page's
+    // worth at a time until a read fails.
+    let (wanted, last_read) = if sp < top && top - sp < u64::from(pages) * PAGE_BYTES {
+        let bytes = top + 8 - base;
+        let wanted = bytes.div_ceil(PAGE_BYTES);
+        (wanted as u32, (bytes - (wanted - 1) * PAGE_BYTES) as u32)
     } else {
-        pages
+        (pages, STACK_COPY_PAGE as u32)
     };
+    // A page's worth from the stack pointer on crosses into the next page
+    // of memory: where that one cannot be read (above a thread's stack),
+    // what is left of the readable one is copied instead.
+    let to_page_end = (PAGE_BYTES - (base & (PAGE_BYTES - 1))) as u32;
     let mut copied = 0_u32;
     for page in 0..MAX_STACK_COPY_PAGES {
         if page >= pages || page >= wanted || sp == 0 {
             break;
         }
         let offset = HEADER + page as usize * STACK_COPY_PAGE;
-        // SAFETY: `offset + STACK_COPY_PAGE <= size` since `page < pages`;
-        // bpf_probe_read_user fails (rather than faulting) on an address it
-        // cannot read, which ends the copy.
+        let from = base + u64::from(page) * PAGE_BYTES;
+        let len = if page + 1 == wanted {
+            last_read
+        } else {
+            STACK_COPY_PAGE as u32
+        };
+        // 1 to 4096 bytes, masked so that the verifier sees the bound.
+        let len = ((len.wrapping_sub(1)) & (STACK_COPY_PAGE as u32 - 1)) + 1;
+        // SAFETY: `offset + STACK_COPY_PAGE <= size` since `page < pages`,
+        // and `len <= STACK_COPY_PAGE`; bpf_probe_read_user fails (rather
+        // than faulting) on an address it cannot read.
         let failed = unsafe {
             bpf_probe_read_user(
                 record.add(offset).cast::<c_void>(),
-                STACK_COPY_PAGE as u32,
-                (base + u64::from(page) * STACK_COPY_PAGE as u64) as *const c_void,
+                len,
+                from as *const c_void,
             )
         } != 0;
         if failed {
+            let rest = ((to_page_end.wrapping_sub(1)) & (STACK_COPY_PAGE as u32 - 1)) + 1;
+            // SAFETY: as above, and `rest <= STACK_COPY_PAGE`.
+            let read = rest < len
+                && unsafe {
+                    bpf_probe_read_user(
+                        record.add(offset).cast::<c_void>(),
+                        rest,
+                        from as *const c_void,
+                    )
+                } == 0;
+            if read {
+                copied += rest;
+            }
             break;
         }
-        copied += STACK_COPY_PAGE as u32;
+        copied += len;
+        if len < STACK_COPY_PAGE as u32 {
+            break;
+        }
     }
     // SAFETY: as above.
     unsafe { (*header).stack_len = copied };

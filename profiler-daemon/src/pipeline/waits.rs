@@ -96,7 +96,10 @@ impl<I: WaitIdentity> Waits<I> {
     pub fn begin(&mut self, identity: I, switched_out_ns: u64, scale: f64) {
         if switched_out_ns < self.drop_stale() {
             // Read after the recording it was part of ended, the kernel's
-            // pending wait gone with it: nothing will end it.
+            // pending wait gone with it: nothing will end it, and it began
+            // after that recording's last cut, in no window. Counted as
+            // the waits of a recording that ended are.
+            self.stats.charged += 1;
             return;
         }
         let tid = identity.tid();

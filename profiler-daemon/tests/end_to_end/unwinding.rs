@@ -361,6 +361,61 @@ async fn a_signal_handler_s_stacks_go_on_in_the_code_it_interrupted() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_thread_s_stack_copy_holds_as_many_frames_wherever_its_stack_pointer_is() {
+    // The copy (16 KiB) starts at the stack pointer: one that started at
+    // its page's start held up to 4 KiB less, three 1 KiB frames here.
+    let daemon = Daemon::start().await;
+    let binary = build_workload_with("deep_threads", "deep-threads", &["-O1", "-g"]);
+    let workload = Workload::spawn(&binary, &[]);
+    let mut by_thread = options(v1::Format::Folded);
+    by_thread.groupby = v1::GroupBy::Thread as i32;
+    let mut client = daemon.client().await;
+    let reply = profile(
+        &mut client,
+        &[workload.pid()],
+        Duration::from_secs(2),
+        by_thread,
+    )
+    .await;
+    let stacks = folded(&reply.report);
+    // Per thread: samples in deep_leaf by how many recurse frames they hold.
+    let mut depths: std::collections::BTreeMap<String, std::collections::BTreeMap<usize, u64>> =
+        Default::default();
+    for (frames, count) in &stacks {
+        if frames.last().map(String::as_str) != Some("deep_leaf") {
+            continue;
+        }
+        let Some(thread) = frames.get(1).and_then(|frame| frame.rsplit_once('-')) else {
+            continue;
+        };
+        let recursions = frames
+            .iter()
+            .filter(|frame| plain(frame) == "recurse")
+            .count();
+        *depths
+            .entry(thread.0.to_owned())
+            .or_default()
+            .entry(recursions)
+            .or_default() += count;
+    }
+    let modal: Vec<(String, usize)> = depths
+        .iter()
+        .filter(|(_, by_depth)| by_depth.values().sum::<u64>() >= 20)
+        .map(|(thread, by_depth)| {
+            let (&depth, _) = by_depth.iter().max_by_key(|&(_, count)| count).unwrap();
+            (thread.clone(), depth)
+        })
+        .collect();
+    assert_eq!(modal.len(), 4, "every thread sampled: {depths:?}");
+    let least = modal.iter().map(|&(_, depth)| depth).min().unwrap();
+    let most = modal.iter().map(|&(_, depth)| depth).max().unwrap();
+    assert!(
+        most - least <= 1 && least >= 12,
+        "recurse frames held per thread: {modal:?} ({depths:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn debians_xz_reaches_its_main() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let data = dir.path().join("data");

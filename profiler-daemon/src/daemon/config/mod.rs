@@ -137,8 +137,7 @@ pub struct Config {
     /// automatically like `max_stacks`.
     pub max_sample_keys: u32,
     /// Bytes of user stack each sample copies for unwinding in the daemon
-    /// (whole pages, from the page holding the stack pointer; at most
-    /// 64 KiB); 0 walks frame pointers in the kernel instead, which loses
+    /// (from the stack pointer's red zone up; at most 64 KiB); 0 walks frame pointers in the kernel instead, which loses
     /// the callers of leaf functions and of code built without them.
     pub stack_copy: ByteSize,
     /// Size of the ring buffer the stack copies go through; 0 sizes it from
