@@ -82,6 +82,16 @@ async fn wait_for_nappers(pid: u32) {
     .await;
 }
 
+/// A daemon, and a workload whose main thread is blocked reading an empty
+/// pipe (its read blocks a second in); its pid.
+async fn blocked_reader() -> (Daemon, Workload, u32) {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("waits", &["pipe"]);
+    let pid = workload.pid();
+    wait_for_wait_in(pid, pid, "pipe_read").await;
+    (daemon, workload, pid)
+}
+
 fn threads_of(pid: u32) -> Vec<u32> {
     let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("the process's threads are listed")
@@ -96,6 +106,17 @@ async fn wall_profile(
     pid: u32,
     duration: Duration,
 ) -> (Vec<(Vec<String>, u64)>, v1::ProfileSummary) {
+    profile_in(daemon, pid, duration, v1::Mode::Wall).await
+}
+
+/// The folded profile of `pid` over the next `duration` in `mode`, and its
+/// summary.
+async fn profile_in(
+    daemon: &Daemon,
+    pid: u32,
+    duration: Duration,
+    mode: v1::Mode,
+) -> (Vec<(Vec<String>, u64)>, v1::ProfileSummary) {
     let reply = daemon
         .client()
         .await
@@ -103,7 +124,7 @@ async fn wall_profile(
             duration_ms: duration.as_millis() as u64,
             selector: selector(&[pid]),
             options: Some(options(v1::Format::Folded)),
-            mode: v1::Mode::Wall as i32,
+            mode: mode as i32,
             ..Default::default()
         })
         .await
@@ -319,11 +340,8 @@ async fn a_read_blocked_for_10_s_shows_in_every_window_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thread_blocked_before_recording_is_charged_from_its_start_with_its_stack() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("waits", &["pipe"]);
-    let pid = workload.pid();
     // The read blocks a second in, before the profile asks.
-    wait_for_wait_in(pid, pid, "pipe_read").await;
+    let (daemon, _workload, pid) = blocked_reader().await;
     let (stacks, summary) = wall_profile(&daemon, pid, Duration::from_secs(2)).await;
     let elapsed = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
     let hz = f64::from(crate::support::TEST_FREQUENCY_HZ);
@@ -347,10 +365,7 @@ async fn profiles_back_to_back_each_see_the_whole_wait() {
     // The recording of one profile ends and the next begins before any
     // drain: the thread, blocked all along, must be found waiting anew
     // each time (the second window once came back empty).
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("waits", &["pipe"]);
-    let pid = workload.pid();
-    wait_for_wait_in(pid, pid, "pipe_read").await;
+    let (daemon, _workload, pid) = blocked_reader().await;
     let hz = f64::from(crate::support::TEST_FREQUENCY_HZ);
     for (round, mode) in [
         v1::Mode::Wall,
@@ -361,21 +376,7 @@ async fn profiles_back_to_back_each_see_the_whole_wait() {
     .into_iter()
     .enumerate()
     {
-        let reply = daemon
-            .client()
-            .await
-            .profile(v1::ProfileRequest {
-                duration_ms: 1500,
-                selector: selector(&[pid]),
-                options: Some(options(v1::Format::Folded)),
-                mode: mode as i32,
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|status| panic!("Profile {round} failed: {status:?}"))
-            .into_inner();
-        let summary = reply.summary.expect("a summary");
-        let stacks = folded(&reply.report);
+        let (stacks, summary) = profile_in(&daemon, pid, Duration::from_millis(1500), mode).await;
         let elapsed = (summary.end_unix_nanos - summary.start_unix_nanos) as f64 / 1e9;
         let reading = Time::of(&stacks, hz).sleeping;
         assert!(
@@ -508,10 +509,7 @@ async fn a_peek_shows_where_a_blocked_thread_waits_and_how() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wait_stops_being_counted_when_its_recording_ends() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("waits", &["pipe"]);
-    let pid = workload.pid();
-    wait_for_wait_in(pid, pid, "pipe_read").await;
+    let (daemon, _workload, pid) = blocked_reader().await;
     let (stacks, summary) = wall_profile(&daemon, pid, Duration::from_secs(1)).await;
     assert!(
         !stacks.is_empty(),

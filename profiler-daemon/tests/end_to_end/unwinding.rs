@@ -52,6 +52,35 @@ fn whole_chains(stacks: &[(Vec<String>, u64)], leaf: &str, chain: &[&str]) -> (u
     (with_leaf, whole)
 }
 
+/// Runs a build command (`tool`, for the message) and checks it succeeded.
+fn build(command: &mut Command, tool: &str) {
+    let built = command
+        .output()
+        .unwrap_or_else(|err| panic!("{tool} runs: {err}"));
+    assert!(
+        built.status.success(),
+        "{tool} failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+}
+
+/// Samples whose stack holds `leaf` and `chain` (consecutive frames,
+/// anywhere) and did not stop short.
+fn samples_through(stacks: &[(Vec<String>, u64)], leaf: &str, chain: &[&str]) -> u64 {
+    stacks
+        .iter()
+        .filter(|(frames, _)| {
+            let plain_frames: Vec<String> = frames.iter().map(|f| plain(f).to_owned()).collect();
+            plain_frames.iter().any(|frame| frame == leaf)
+                && has_chain(&plain_frames, chain)
+                && !frames
+                    .iter()
+                    .any(|frame| frame.starts_with("[unwind stopped"))
+        })
+        .map(|(_, count)| count)
+        .sum()
+}
+
 fn assert_share(stacks: &[(Vec<String>, u64)], leaf: &str, chain: &[&str], percent: f64) {
     let (with_leaf, whole) = whole_chains(stacks, leaf, chain);
     assert!(
@@ -196,16 +225,12 @@ async fn a_callback_of_libc_qsort_reaches_main_through_qsort() {
 async fn a_rust_release_build_without_frame_pointers_unwinds_whole() {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/rust_chain.rs");
     let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workload-rust-chain");
-    let built = Command::new("rustc")
-        .args(["-O", "-C", "debuginfo=1", "--edition", "2021", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .output()
-        .expect("rustc runs");
-    assert!(
-        built.status.success(),
-        "rustc failed: {}",
-        String::from_utf8_lossy(&built.stderr)
+    build(
+        Command::new("rustc")
+            .args(["-O", "-C", "debuginfo=1", "--edition", "2021", "-o"])
+            .arg(&binary)
+            .arg(&source),
+        "rustc",
     );
     let daemon = Daemon::start().await;
     let workload = Workload::spawn(&binary, &["20"]);
@@ -240,39 +265,26 @@ async fn a_go_program_unwinds_through_its_compressed_debug_frame() {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/go_chain.go");
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let binary = tmp.join("workload-go-chain");
-    let built = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .env("GOCACHE", tmp.join("go-cache"))
-        .env("GOPATH", tmp.join("go-path"))
-        .env("GO111MODULE", "off")
-        .env("GOFLAGS", "")
-        .output()
-        .expect("go runs (xtask's bootstrap installs golang-go)");
-    assert!(
-        built.status.success(),
-        "go build failed: {}",
-        String::from_utf8_lossy(&built.stderr)
+    build(
+        Command::new("go")
+            .args(["build", "-o"])
+            .arg(&binary)
+            .arg(&source)
+            .env("GOCACHE", tmp.join("go-cache"))
+            .env("GOPATH", tmp.join("go-path"))
+            .env("GO111MODULE", "off")
+            .env("GOFLAGS", ""),
+        "go (xtask's bootstrap installs golang-go)",
     );
     let daemon = Daemon::start().await;
     let workload = Workload::spawn(&binary, &["20"]);
     let stacks = folded_profile_of(&daemon, workload.pid(), 3).await;
     let (with_leaf, _) = whole_chains(&stacks, "main.goLeaf", &[]);
-    let through_main: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| {
-            frames.iter().any(|frame| frame == "main.goLeaf")
-                && has_chain(
-                    frames,
-                    &["runtime.main", "main.main", "main.goDrive", "main.goLeaf"],
-                )
-                && !frames
-                    .iter()
-                    .any(|frame| frame.starts_with("[unwind stopped"))
-        })
-        .map(|(_, count)| count)
-        .sum();
+    let through_main = samples_through(
+        &stacks,
+        "main.goLeaf",
+        &["runtime.main", "main.main", "main.goDrive", "main.goLeaf"],
+    );
     assert!(with_leaf >= 50, "too few samples: {stacks:#?}");
     assert!(
         through_main as f64 >= 0.95 * with_leaf as f64,
@@ -294,14 +306,7 @@ async fn vdso_code_and_short_c_names_are_named_as_they_are() {
     assert_eq!(in_vdso, 0, "vDSO frames left unnamed: {stacks:#?}");
     let (with_leaf, whole) = whole_chains(&stacks, "__vdso_clock_gettime", &C_ROOT);
     assert!(with_leaf >= 30, "too few samples in the vDSO: {stacks:#?}");
-    let through_rd: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| {
-            frames.iter().any(|frame| frame == "__vdso_clock_gettime")
-                && has_chain(frames, &["main", "rd"])
-        })
-        .map(|(_, count)| count)
-        .sum();
+    let through_rd = samples_through(&stacks, "__vdso_clock_gettime", &["main", "rd"]);
     assert!(
         whole as f64 >= 0.9 * with_leaf as f64 && through_rd as f64 >= 0.9 * with_leaf as f64,
         "{whole} of {with_leaf} samples in the vDSO start at _start, {through_rd} come \
@@ -339,14 +344,7 @@ async fn a_signal_handler_s_stacks_go_on_in_the_code_it_interrupted() {
             "spin_in_handler",
         ];
         let (with_leaf, whole) = whole_chains(&stacks, "spin_in_handler", &C_ROOT);
-        let through_the_signal: u64 = stacks
-            .iter()
-            .filter(|(frames, _)| {
-                frames.iter().any(|frame| plain(frame) == "spin_in_handler")
-                    && has_chain(frames, &chain)
-            })
-            .map(|(_, count)| count)
-            .sum();
+        let through_the_signal = samples_through(&stacks, "spin_in_handler", &chain);
         assert!(
             with_leaf >= 50,
             "{output}: too few samples in the handler: {stacks:#?}"
