@@ -58,7 +58,7 @@ pub fn top(update: &v1::TopUpdate) -> String {
         plural(u64::from(summary.threads), "thread"),
     );
     for loss in &summary.lost {
-        let _ = writeln!(text, "lost: {} {}", loss.count, loss.cause);
+        let _ = writeln!(text, "lost machine-wide: {} {}", loss.count, loss.cause);
     }
     text.push_str(" self%  total%    self   total  function  (module)\n");
     for function in &update.functions {
@@ -88,7 +88,7 @@ pub fn summary(summary: &v1::ProfileSummary, output: Option<&Path>) -> String {
         .map(|loss| format!("{}={}", loss.cause, loss.count))
         .collect();
     let mut text = format!(
-        "window of {seconds:.1}s at {} Hz: {} ({:.2} CPU-seconds{}), {}, {}; lost: {}",
+        "window of {seconds:.1}s at {} Hz: {} ({:.2} CPU-seconds{}), {}, {}; lost{}",
         summary.frequency_hz,
         plural(summary.samples, "sample"),
         summary.cpu_nanos as f64 / 1e9,
@@ -99,10 +99,22 @@ pub fn summary(summary: &v1::ProfileSummary, output: Option<&Path>) -> String {
         },
         plural(u64::from(summary.processes), "process"),
         plural(u64::from(summary.threads), "thread"),
+        // A time profile's losses are the whole machine's in the window (a
+        // selection's own samples kept without their stacks show as
+        // `[lost]` frames); an allocation profile's (`alloc_…`) its own.
         if lost.is_empty() {
-            "none".to_owned()
+            ": none".to_owned()
+        } else if summary
+            .lost
+            .iter()
+            .all(|loss| loss.cause.starts_with("alloc_"))
+        {
+            format!(": {}", lost.join(", "))
         } else {
-            lost.join(", ")
+            format!(
+                " machine-wide: {} (samples kept without their stacks show as [lost] frames)",
+                lost.join(", ")
+            )
         }
     );
     if let Some(path) = output {
@@ -239,6 +251,26 @@ mod tests {
             line,
             "window of 2.0s at 99 Hz: 1 sample (0.01 CPU-seconds), 1 process, 2 threads; lost: \
              none; report written to /tmp/x\nwarning: cut"
+        );
+        // Losses are the whole machine's, and said to be.
+        let lossy = summary(
+            &v1::ProfileSummary {
+                end_unix_nanos: 1_000_000_000,
+                frequency_hz: 99,
+                lost: vec![v1::LossCount {
+                    cause: "stack_copy_buffer_full".into(),
+                    count: 567,
+                }],
+                ..Default::default()
+            },
+            None,
+        );
+        assert!(
+            lossy.ends_with(
+                "; lost machine-wide: stack_copy_buffer_full=567 (samples kept without their \
+                 stacks show as [lost] frames)"
+            ),
+            "{lossy}"
         );
         let now = UNIX_EPOCH + Duration::from_secs(100);
         let listed = sessions(

@@ -346,7 +346,10 @@ fn write_summary(out: &mut String, profile: &Profile, total: u64) -> Result<(), 
     Ok(())
 }
 
-/// The `# ` lines that open tree and flat reports: warnings, then losses.
+/// The `# ` lines that open tree and flat reports: warnings, then losses
+/// (a time profile's are the whole machine's in the window: a selection's
+/// own samples kept without their stacks show as `[lost]` frames; an
+/// allocation profile's are its own).
 fn write_comments(out: &mut String, profile: &Profile) -> Result<(), ReportError> {
     for warning in &profile.warnings {
         // A warning must not break out of its comment line.
@@ -355,7 +358,12 @@ fn write_comments(out: &mut String, profile: &Profile) -> Result<(), ReportError
     }
     for (cause, count) in &profile.lost {
         if *count > 0 {
-            writeln!(out, "# lost: {}={count}", cause.name())?;
+            let whose = if cause.is_allocation() {
+                ""
+            } else {
+                " machine-wide"
+            };
+            writeln!(out, "# lost{whose}: {}={count}", cause.name())?;
         }
     }
     Ok(())
@@ -464,8 +472,14 @@ mod tests {
         write_comments(&mut out, &p).expect("writes");
         assert_eq!(
             out,
-            "# warning: stacks truncated at 127 frames\n# lost: stack_map_full=3\n"
+            "# warning: stacks truncated at 127 frames\n# lost machine-wide: stack_map_full=3\n"
         );
+        // An allocation profile's drops are its own.
+        p.warnings.clear();
+        p.lost = vec![(LossCause::AllocShareFull, 4)];
+        out.clear();
+        write_comments(&mut out, &p).expect("writes");
+        assert_eq!(out, "# lost: alloc_share_full=4\n");
     }
 
     #[test]

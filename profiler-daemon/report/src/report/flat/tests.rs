@@ -266,7 +266,7 @@ fn groupby_process_titles_each_table() {
     assert_eq!(
         flat(&p, options),
         format!(
-            "# lost: counts_map_full=2\n\
+            "# lost machine-wide: counts_map_full=2\n\
              Process 1230 \"server\"  Total snapshots: 150. Utilization: 150%\n\
              {HEADER}   \
              150       150 app.c     10 main\n\

@@ -498,7 +498,7 @@ fn warnings_and_losses_come_first() {
     p.lost.push((LossCause::StackMapFull, 3));
     let text = default_tree(&p);
     assert!(text.starts_with(
-        "# warning: kernel symbols unavailable\n# lost: stack_map_full=3\nOverhead ╎"
+        "# warning: kernel symbols unavailable\n# lost machine-wide: stack_map_full=3\nOverhead ╎"
     ));
     assert!(text.contains(&format!("\n{0}╎{0} app.c:10; main\n", u64::MAX)));
 }
