@@ -94,10 +94,12 @@ impl UnwindSections {
             if compressed.format != object::CompressionFormat::None
                 && compressed.uncompressed_size > MAX_INFLATED_BYTES
             {
-                tracing::debug!(
+                tracing::warn!(
                     section = section.name().unwrap_or("?"),
                     bytes = compressed.uncompressed_size,
-                    "an unwind section inflates past the most believed; left unread"
+                    most = MAX_INFLATED_BYTES,
+                    "a binary's compressed unwind section says it inflates past the most \
+                     believed; left unread (its stacks stop there, saying so)"
                 );
                 return None;
             }
