@@ -448,13 +448,17 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
         &script,
         "function hotJavaScriptFunction(n) { let s = 0; \
          for (let i = 0; i < n; i++) { s += Math.sqrt(i) * i; } return s; }\n\
-         const end = Date.now() + 20000; let t = 0;\n\
-         while (Date.now() < end) { t += hotJavaScriptFunction(1e6); }\n",
+         function callerOfTheHotOne(end) { let t = 0; \
+         while (Date.now() < end) { t += hotJavaScriptFunction(1e6); } return t; }\n\
+         callerOfTheHotOne(Date.now() + 20000);\n",
     )
     .expect("the script is written");
     let daemon = Daemon::start().await;
+    // Interpreted JavaScript has frames of its own only with
+    // --interpreted-frames-native-stack (each gets a trampoline named in
+    // the perf map); without it the hot function's callers are missing.
     let node: Workload = Command::new("node")
-        .arg("--perf-basic-prof")
+        .args(["--perf-basic-prof", "--interpreted-frames-native-stack"])
         .arg(&script)
         // V8 writes its isolate logs into the working directory.
         .current_dir(dir.path())
@@ -483,15 +487,20 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
             let js = frames
                 .iter()
                 .position(|f| f.contains("hotJavaScriptFunction"));
-            // Native frames below it: node's own, down to _start.
-            js.is_some_and(|at| frames[..at].iter().any(|f| f.starts_with("node::")))
-                && frames.first().is_some_and(|f| f == "_start")
+            // Its interpreted caller right below it, then node's own
+            // frames, down to _start.
+            js.is_some_and(|at| {
+                at > 0
+                    && frames[at - 1].contains("callerOfTheHotOne")
+                    && frames[..at].iter().any(|f| f.starts_with("node::"))
+            }) && frames.first().is_some_and(|f| f == "_start")
         })
         .map(|(_, count)| count)
         .sum();
     assert!(
         named as f64 >= 0.5 * total(&stacks) as f64,
-        "{named} of {} samples name the hot JavaScript function above node's frames: {stacks:#?}",
+        "{named} of {} samples name the hot JavaScript function above its interpreted caller \
+         and node's frames: {stacks:#?}",
         total(&stacks)
     );
 }
