@@ -52,6 +52,9 @@ pub struct UnwindSections {
 /// Largest unwind section read; a larger one is not believed.
 const MAX_SECTION_BYTES: u64 = 256 << 20;
 
+/// Largest `.eh_frame` walked for signal return trampolines.
+const MAX_TRAMPOLINE_SCAN_BYTES: u64 = 8 << 20;
+
 /// Largest a compressed unwind section may inflate to: Go's `.debug_frame`
 /// of a 100 MB binary is a few MiB.
 const MAX_INFLATED_BYTES: u64 = 64 << 20;
@@ -196,6 +199,12 @@ impl UnwindSections {
         let Some((range, bytes)) = &self.eh_frame else {
             return Vec::new();
         };
+        // The walk runs on the drain thread: a binary's file is its user's,
+        // so its length bounds the walk (libc's `.eh_frame` is a few
+        // hundred KiB; the binaries with large ones have no trampoline).
+        if bytes.len() as u64 > MAX_TRAMPOLINE_SCAN_BYTES {
+            return Vec::new();
+        }
         use gimli::UnwindSection as _;
         let eh_frame = gimli::EhFrame::new(&bytes[..], gimli::LittleEndian);
         let mut bases = gimli::BaseAddresses::default().set_eh_frame(range.start);
