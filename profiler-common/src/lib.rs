@@ -83,6 +83,10 @@ pub mod sample_flags {
     /// that changed users), so do its group ids, or it is not dumpable; or
     /// the sampler could not read its credentials.
     pub const PROTECTED: u32 = 1 << 4;
+    /// Both stacks were lost because the stack-copy ring buffer was full
+    /// (the daemon was behind): the sample is counted under one
+    /// `[lost: stack copy ring full]` frame.
+    pub const STACK_COPY_RING_FULL: u32 = 1 << 5;
 }
 
 /// Bytes of user stack copied per page read: `bpf_probe_read_user` fails

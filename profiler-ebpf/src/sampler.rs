@@ -206,7 +206,9 @@ fn record(
         false
     };
     let (user_stack, kernel_stack) = if copy_failed {
-        flags |= sample_flags::USER_STACK_LOST | sample_flags::KERNEL_STACK_LOST;
+        flags |= sample_flags::USER_STACK_LOST
+            | sample_flags::KERNEL_STACK_LOST
+            | sample_flags::STACK_COPY_RING_FULL;
         (0, 0)
     } else {
         let user_stack = stack_key(

@@ -1135,3 +1135,48 @@ async fn clients_killed_mid_stream_free_their_slots() {
         still_serving(&mut daemon).await;
     }
 }
+
+/// A sample counted without its stacks because the stack-copy ring was
+/// full says so in its own stack, so that a selection's report shows its
+/// own losses by cause (the summary's are the whole machine's).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sample_lost_to_a_full_ring_says_so_in_its_stack() {
+    // A ring of a few copies, at 999 Hz: the unwinding passes cannot keep up.
+    let daemon =
+        Daemon::start_with(&["--stack-copy-buffer", "64KiB", "--frequency-hz", "999"]).await;
+    let mut client = daemon.client().await;
+    let binary =
+        crate::support::build_workload_with("deep_threads", "deep-threads", &["-O1", "-g"]);
+    let busy = Workload::spawn(&binary, &[]);
+    let pids = [busy.pid()];
+    set_targets(&mut client, &pids).await;
+    let reply = profile(
+        &mut client,
+        &pids,
+        Duration::from_millis(2000),
+        options(v1::Format::Folded),
+    )
+    .await;
+    let summary = reply.summary.clone().expect("a summary");
+    let machine_wide = lost(&summary.lost, "stack_copy_buffer_full");
+    let stacks = folded(&reply.report);
+    let own = samples_containing(&stacks)
+        .get("[lost: stack copy ring full]")
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        own > 0 && own <= machine_wide,
+        "{own} samples say the ring was full, the window lost {machine_wide}: {summary:?} \
+         {stacks:?}"
+    );
+    // Said once, not as two [lost] frames.
+    assert!(
+        !stacks.iter().any(|(frames, _)| {
+            frames
+                .first()
+                .is_some_and(|f| f.starts_with("[lost: stack copy"))
+                && frames.len() > 1
+        }),
+        "{stacks:?}"
+    );
+}

@@ -149,7 +149,11 @@ async fn folded_profile_of_comm(
 fn without_lost_stacks(stacks: Vec<(Vec<String>, u64)>) -> Vec<(Vec<String>, u64)> {
     stacks
         .into_iter()
-        .filter(|(frames, _)| frames.first().is_none_or(|frame| frame != "[lost]"))
+        .filter(|(frames, _)| {
+            frames
+                .first()
+                .is_none_or(|frame| !frame.starts_with("[lost"))
+        })
         .collect()
 }
 

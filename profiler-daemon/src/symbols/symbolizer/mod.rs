@@ -50,6 +50,10 @@ const LOCATION_CACHE_SHARE: u64 = 2;
 /// How often idle binaries are looked for.
 const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The frame of a sample counted without its stacks because the
+/// stack-copy ring buffer was full.
+pub const RING_FULL_MARKER: &str = "[lost: stack copy ring full]";
+
 /// The name of a kernel function kallsyms does not know (a module's
 /// without symbols, a BPF program's).
 const UNKNOWN_KERNEL_FUNCTION: &str = "[unknown kernel function]";
@@ -436,7 +440,12 @@ impl Symbolizer {
         if let Some(stop) = user_stop {
             stack.push(self.marker(&format!("[unwind stopped: {}]", stop.reason())));
         }
-        if flags & sample_flags::USER_STACK_LOST != 0 {
+        // Both stacks lost for one reason the sample can carry: said once,
+        // with it (a selection's own losses by cause).
+        let ring_full = flags & sample_flags::STACK_COPY_RING_FULL != 0;
+        if ring_full {
+            stack.push(self.marker(RING_FULL_MARKER));
+        } else if flags & sample_flags::USER_STACK_LOST != 0 {
             stack.push(self.marker("[lost]"));
         }
         let in_kernel = !kernel.is_empty();
@@ -444,7 +453,7 @@ impl Symbolizer {
             let returns = UserAddress::returns(user, depth, in_kernel);
             stack.push(self.user_location(address, returns));
         }
-        if flags & sample_flags::KERNEL_STACK_LOST != 0 {
+        if flags & sample_flags::KERNEL_STACK_LOST != 0 && !ring_full {
             stack.push(self.marker("[lost]"));
         }
         for (depth, &address) in kernel.iter().enumerate().rev() {

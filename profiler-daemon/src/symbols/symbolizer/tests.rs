@@ -181,6 +181,15 @@ fn what_cannot_be_named_says_where_it_was() {
         sample_flags::USER_STACK_LOST,
     ));
     assert_eq!(names(&symbolized), ["[lost]", "[unmapped] 0x10"]);
+    // Both stacks lost as the stack-copy ring was full: one frame, saying so.
+    let symbolized = symbolizer.symbolize(batch(
+        Vec::new(),
+        &[],
+        sample_flags::USER_STACK_LOST
+            | sample_flags::KERNEL_STACK_LOST
+            | sample_flags::STACK_COPY_RING_FULL,
+    ));
+    assert_eq!(names(&symbolized), [RING_FULL_MARKER]);
     // A kernel address kallsyms does not know: the address stays in
     // the location, out of the name.
     let symbolized = symbolizer.symbolize(batch(Vec::new(), &[0x1], 0));
