@@ -146,10 +146,17 @@ impl UnwindSections {
     /// expression that reads memory); the unwinder reads the interrupted
     /// registers from the signal frame itself.
     pub fn in_signal_trampoline(&self, address: u64) -> bool {
-        let trampolines = self
-            .signal_trampolines
-            .get_or_init(|| self.read_signal_trampolines());
-        trampolines.iter().any(|range| range.contains(&address))
+        self.signal_trampolines()
+            .iter()
+            .any(|range| range.contains(&address))
+    }
+
+    /// The ranges (as linked) of the binary's signal return trampolines
+    /// (see [`UnwindSections::in_signal_trampoline`]): none for all but
+    /// libc, so that a walk asks no more of other binaries' frames.
+    pub fn signal_trampolines(&self) -> &[Range<u64>] {
+        self.signal_trampolines
+            .get_or_init(|| self.read_signal_trampolines())
     }
 
     /// The file offset where the function holding file offset `offset`

@@ -289,6 +289,9 @@ impl ProcessUnwinder {
         sections: &UnwindSections,
         address: FrameAddress,
     ) -> bool {
+        if sections.signal_trampolines().is_empty() {
+            return false;
+        }
         let mapping = &self.mappings[index];
         sections
             .load_bias(mapping.start, mapping.file_offset)
