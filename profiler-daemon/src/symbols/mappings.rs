@@ -137,12 +137,15 @@ pub enum UserAddress {
 impl UserAddress {
     /// Whether the frame at `depth` of `user` (leaf first) is a return
     /// address, looked up by the call before it: all but the sampled
-    /// instruction (unless the sample was taken in the kernel, whose entry
-    /// a system call returns from) and the instruction a signal
-    /// interrupted.
-    pub fn returns(user: &[UserAddress], depth: usize, in_kernel: bool) -> bool {
+    /// instruction and the instruction a signal interrupted. The sampled
+    /// instruction is looked up as itself even when the sample was taken in
+    /// the kernel: an interrupt or a fault (a page fault in the middle of a
+    /// loop) left it to be run next, and the one before it may be another
+    /// function's; after a system call it is the instruction following
+    /// `syscall`, in the same function.
+    pub fn returns(user: &[UserAddress], depth: usize) -> bool {
         match depth.checked_sub(1) {
-            None => in_kernel,
+            None => false,
             Some(above) => !matches!(user.get(above), Some(UserAddress::Signal)),
         }
     }

@@ -38,13 +38,22 @@ async fn hot_and_cold_functions_get_their_shares_with_full_chains() {
         "cold has {cold:.1}% of {samples} samples, expected 25% ± 5"
     );
 
+    // hot's own instructions (its push/mov prologue, pop/ret epilogue) are
+    // outside hot_loop: a sample may land there once in millions of
+    // instructions, so one in a hundred of hot's samples may lack it, not
+    // more (without inlined frames all of them would).
+    let (hot_samples, without_hot_loop) = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|frame| frame == "hot"))
+        .fold((0, 0), |(all, without), (frames, count)| {
+            let lacking = !has_chain(frames, &["hot", "hot_loop_[i]"]);
+            (all + count, without + if lacking { *count } else { 0 })
+        });
+    assert!(
+        without_hot_loop * 100 <= hot_samples,
+        "{without_hot_loop} of {hot_samples} samples of hot lack hot_loop, inlined into it:\n{stacks:?}"
+    );
     for (frames, count) in &stacks {
-        if frames.iter().any(|frame| frame == "hot") {
-            assert!(
-                has_chain(frames, &["hot", "hot_loop_[i]"]),
-                "{count} samples of hot lack hot_loop, inlined into it: {frames:?}"
-            );
-        }
         // Every frame from the process's first function down to the hot
         // ones, each named.
         for function in ["hot", "cold"] {

@@ -303,10 +303,9 @@ impl Symbolizer {
         let mut by_binary: HashMap<BinaryKey, (Arc<Binary>, Vec<u64>)> = HashMap::default();
         let mut kernel = Vec::new();
         for sample in &batch.samples {
-            let in_kernel = !sample.kernel.is_empty();
             for (depth, address) in sample.user.iter().enumerate() {
                 if let UserAddress::File { binary, offset } = address {
-                    let returns = UserAddress::returns(&sample.user, depth, in_kernel);
+                    let returns = UserAddress::returns(&sample.user, depth);
                     let offset = code_address(*offset, returns);
                     let cached = self
                         .locations
@@ -448,9 +447,8 @@ impl Symbolizer {
         } else if flags & sample_flags::USER_STACK_LOST != 0 {
             stack.push(self.marker("[lost]"));
         }
-        let in_kernel = !kernel.is_empty();
         for (depth, address) in user.iter().enumerate().rev() {
-            let returns = UserAddress::returns(user, depth, in_kernel);
+            let returns = UserAddress::returns(user, depth);
             stack.push(self.user_location(address, returns));
         }
         if flags & sample_flags::KERNEL_STACK_LOST != 0 && !ring_full {
