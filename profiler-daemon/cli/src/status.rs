@@ -241,6 +241,12 @@ fn unwinding_status(unwinding: Option<&v1::UnwindStatus>) -> String {
             .collect();
         text.push_str(&format!(" ({})", reasons.join(", ")));
     }
+    if unwinding.without_unwind_info > 0 {
+        text.push_str(&format!(
+            "; {} with frames walked without unwind info (frame pointers, call stubs)",
+            unwinding.without_unwind_info
+        ));
+    }
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     text.push_str(&format!(
         "; unwind info of {} binaries held ({:.1} MiB",

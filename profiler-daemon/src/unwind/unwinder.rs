@@ -32,6 +32,9 @@ pub struct UserRegisters {
 pub struct UnwoundStack {
     pub frames: Vec<u64>,
     pub stop: Option<UnwindStop>,
+    /// Whether a frame was walked without unwind information (by its
+    /// frame pointer, or as a call stub without a frame).
+    pub without_unwind_info: bool,
 }
 
 /// Unwind outcomes since the daemon started, and the unwind information
@@ -40,6 +43,9 @@ pub struct UnwoundStack {
 pub struct UnwindStats {
     /// Stacks unwound to their first function.
     pub complete: u64,
+    /// Stacks with a frame walked without unwind information (by frame
+    /// pointers, or as a call stub), whole or not.
+    pub without_unwind_info: u64,
     /// Stacks that stopped short, by [`UnwindStop::counter_name`].
     pub stopped: BTreeMap<&'static str, u64>,
     /// Binaries whose unwind sections are held, and their bytes.
@@ -104,6 +110,16 @@ pub struct ProcessUnwinder {
     mappings: Vec<CodeMapping>,
     /// Per mapping, once added: its sections (`None`: frame pointers).
     added: Vec<Option<Option<Arc<UnwindSections>>>>,
+}
+
+/// One frame walked without unwind information.
+enum FallbackStep {
+    /// On to the caller at this return address.
+    Next(FrameAddress),
+    /// The outermost frame.
+    End,
+    /// Nothing to believe.
+    Stop,
 }
 
 /// One attempt at a stack: done, or stopped at a mapping to add first.
@@ -201,6 +217,7 @@ impl ProcessUnwinder {
             return Attempt::Done(UnwoundStack {
                 frames,
                 stop: Some(UnwindStop::BadFrame),
+                without_unwind_info: false,
             });
         }
         let mut read_stack = |address: u64| -> Result<u64, ()> {
@@ -213,6 +230,7 @@ impl ProcessUnwinder {
         };
         let mut regs = UnwindRegsX86_64::new(registers.ip, registers.sp, registers.bp);
         let mut address = FrameAddress::from_instruction_pointer(registers.ip);
+        let mut without_unwind_info = false;
         let stop = loop {
             let pc = address.address();
             let index = match self.mapping(pc) {
@@ -230,12 +248,6 @@ impl ProcessUnwinder {
                 return Attempt::Add(index);
             };
             if let Some(sections) = sections
-                && !sections.has_unwind_info()
-            {
-                frames.push(pc);
-                break Some(UnwindStop::NoUnwindInfo(self.mappings[index].name.clone()));
-            }
-            if let Some(sections) = sections
                 && self.in_signal_trampoline(index, sections, address)
             {
                 // A signal handler returned here: the interrupted code goes
@@ -251,7 +263,7 @@ impl ProcessUnwinder {
                     Ok(_) => break Some(UnwindStop::BadFrame),
                     Err(at) => break Some(stop_reading(at, stack_base, stack)),
                 }
-            } else {
+            } else if sections.as_ref().is_some_and(|s| s.has_unwind_info()) {
                 frames.push(pc);
                 match self
                     .unwinder
@@ -272,12 +284,98 @@ impl ProcessUnwinder {
                         break Some(UnwindStop::BadFrame);
                     }
                 }
+            } else {
+                // Code without unwind information: a binary without any,
+                // or anonymous code (JIT).
+                let first = frames.is_empty();
+                frames.push(pc);
+                let stop_here = || match sections {
+                    Some(_) => UnwindStop::NoUnwindInfo(self.mappings[index].name.clone()),
+                    None => UnwindStop::BadFrame,
+                };
+                match self.step_without_unwind_info(
+                    index,
+                    address,
+                    first,
+                    &mut regs,
+                    cache,
+                    &mut read_stack,
+                ) {
+                    FallbackStep::Next(next) => {
+                        without_unwind_info = true;
+                        address = next;
+                    }
+                    FallbackStep::End => break None,
+                    FallbackStep::Stop => break Some(stop_here()),
+                }
             }
             if frames.len() >= MAX_STACK_DEPTH {
                 break Some(UnwindStop::TooDeep);
             }
         };
-        Attempt::Done(UnwoundStack { frames, stop })
+        Attempt::Done(UnwoundStack {
+            frames,
+            stop,
+            without_unwind_info,
+        })
+    }
+
+    /// One frame of code without unwind information, walked by its frame
+    /// pointer when it looks like one (it moves up the stack, into code).
+    /// Failing that, a call stub without a frame
+    /// of its own (CPython's perf trampolines, `sub $8,%rsp; call *%rcx`)
+    /// keeps its caller's return address one word above the stack
+    /// pointer, believed only in anonymous code, never for the sampled
+    /// instruction, and only when it returns into a binary (whose unwind
+    /// information then checks the next frame).
+    fn step_without_unwind_info(
+        &self,
+        index: usize,
+        address: FrameAddress,
+        first: bool,
+        regs: &mut UnwindRegsX86_64,
+        cache: &mut UnwindCache,
+        read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+    ) -> FallbackStep {
+        let before = *regs;
+        let anonymous = matches!(self.mappings[index].sections, SectionsSource::FramePointers);
+        // No framehop module covers this mapping: its rule is the frame
+        // pointer.
+        match self
+            .unwinder
+            .unwind_frame(address, regs, &mut cache.0, read_stack)
+        {
+            // Believed when it returns into code; from anonymous code also
+            // when it does not, stopping the walk as unmapped: JIT code may
+            // have been mapped since the process was recorded.
+            Ok(Some(return_address)) if anonymous || self.mapping(return_address).is_some() => {
+                if let Some(next) = FrameAddress::from_return_address(return_address) {
+                    return FallbackStep::Next(next);
+                }
+            }
+            // The outermost frame's frame pointer is 0; the sampled
+            // instruction's frame pointer may be anything.
+            Ok(None) if !first => return FallbackStep::End,
+            _ => {}
+        }
+        *regs = before;
+        if !anonymous || first {
+            return FallbackStep::Stop;
+        }
+        let sp = regs.sp();
+        let Some(return_address) = sp.checked_add(8).and_then(|at| read_stack(at).ok()) else {
+            return FallbackStep::Stop;
+        };
+        let into_binary = self.mapping(return_address).is_some_and(|caller| {
+            matches!(self.mappings[caller].sections, SectionsSource::Binary(_))
+        });
+        match FrameAddress::from_return_address(return_address) {
+            Some(next) if into_binary => {
+                *regs = UnwindRegsX86_64::new(return_address, sp + 16, regs.bp());
+                FallbackStep::Next(next)
+            }
+            _ => FallbackStep::Stop,
+        }
     }
 
     /// Whether `address` of mapping `index` is in a signal return

@@ -19,6 +19,7 @@ mod history;
 mod http;
 mod http_guard;
 mod http_users;
+mod interpreted;
 mod lifecycle;
 mod memory_budget;
 mod metrics;

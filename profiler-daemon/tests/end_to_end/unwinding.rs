@@ -1,6 +1,6 @@
 //! User stacks are whole: unwound with each binary's own unwind
 //! information, whatever the build flags, through libc, in Rust release
-//! builds, in Debian's own programs, through JIT code, for processes that
+//! builds, in Debian's own programs, for processes that
 //! live 200 ms, for binaries that exist only in another mount namespace or
 //! keep their symbols in a separate debug file; and a stack that cannot be
 //! completed says why.
@@ -110,7 +110,7 @@ fn assert_share(stacks: &[(Vec<String>, u64)], leaf: &str, chain: &[&str], perce
 /// lost (counted by cause in the summary: when the machine is too busy
 /// for the daemon to keep up, the kernel keeps the count but not the
 /// stack), which say nothing about unwinding.
-async fn folded_profile_of(daemon: &Daemon, pid: u32, seconds: u64) -> Vec<(Vec<String>, u64)> {
+pub async fn folded_profile_of(daemon: &Daemon, pid: u32, seconds: u64) -> Vec<(Vec<String>, u64)> {
     let mut client = daemon.client().await;
     let reply = profile(
         &mut client,
@@ -445,71 +445,6 @@ async fn debians_xz_reaches_its_main() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn javascript_functions_are_named_from_nodes_perf_map() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let script = dir.path().join("hot.js");
-    std::fs::write(
-        &script,
-        "function hotJavaScriptFunction(n) { let s = 0; \
-         for (let i = 0; i < n; i++) { s += Math.sqrt(i) * i; } return s; }\n\
-         function callerOfTheHotOne(end) { let t = 0; \
-         while (Date.now() < end) { t += hotJavaScriptFunction(1e6); } return t; }\n\
-         callerOfTheHotOne(Date.now() + 20000);\n",
-    )
-    .expect("the script is written");
-    let daemon = Daemon::start().await;
-    // Interpreted JavaScript has frames of its own only with
-    // --interpreted-frames-native-stack (each gets a trampoline named in
-    // the perf map); without it the hot function's callers are missing.
-    let node: Workload = Command::new("node")
-        .args(["--perf-basic-prof", "--interpreted-frames-native-stack"])
-        .arg(&script)
-        // V8 writes its isolate logs into the working directory.
-        .current_dir(dir.path())
-        .spawn()
-        .expect("node (Debian's nodejs) runs")
-        .into();
-    let pid = node.pid();
-    // Once V8 has compiled the function (and named its code in the perf
-    // map).
-    let map = format!("/tmp/perf-{pid}.map");
-    crate::support::eventually(
-        "V8 names the compiled function",
-        crate::support::PATIENCE,
-        async || match std::fs::read_to_string(&map) {
-            Ok(names) if names.contains("hotJavaScriptFunction") => Ok(()),
-            Ok(names) => Err(format!("{} lines in {map}", names.lines().count())),
-            Err(err) => Err(format!("{map}: {err}")),
-        },
-    )
-    .await;
-    let stacks = folded_profile_of(&daemon, pid, 2).await;
-    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
-    let named: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| {
-            let js = frames
-                .iter()
-                .position(|f| f.contains("hotJavaScriptFunction"));
-            // Its interpreted caller right below it, then node's own
-            // frames, down to _start.
-            js.is_some_and(|at| {
-                at > 0
-                    && frames[at - 1].contains("callerOfTheHotOne")
-                    && frames[..at].iter().any(|f| f.starts_with("node::"))
-            }) && frames.first().is_some_and(|f| f == "_start")
-        })
-        .map(|(_, count)| count)
-        .sum();
-    assert!(
-        named as f64 >= 0.5 * total(&stacks) as f64,
-        "{named} of {} samples name the hot JavaScript function above its interpreted caller \
-         and node's frames: {stacks:#?}",
-        total(&stacks)
-    );
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn processes_that_live_200_ms_keep_whole_chains() {
     let binary = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
     let short = private_copy(&binary, "shortchain");
@@ -670,10 +605,9 @@ async fn a_stripped_binary_is_named_from_its_debug_file_by_build_id() {
     assert!(tree.contains("drive"), "{tree}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_binary_without_unwind_sections_says_so_at_the_end_of_its_stacks() {
-    let built = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
-    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workload-chain-nounwind");
+/// `built` without its unwind sections, as `name`.
+fn without_unwind_sections(built: &Path, name: &str) -> PathBuf {
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let output = Command::new("objcopy")
         .args([
             "--remove-section",
@@ -681,14 +615,31 @@ async fn a_binary_without_unwind_sections_says_so_at_the_end_of_its_stacks() {
             "--remove-section",
             ".eh_frame_hdr",
         ])
-        .arg(&built)
+        .arg(built)
         .arg(&binary)
         .output()
         .expect("objcopy runs");
-    assert!(output.status.success());
+    assert!(output.status.success(), "{output:?}");
+    binary
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_binary_without_unwind_sections_is_walked_by_frame_pointers_or_says_so() {
+    // Built without frame pointers: nothing to walk it with, said at the
+    // end of its stacks.
+    let built = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let binary = without_unwind_sections(&built, "workload-chain-nounwind");
+    // Built with them (a leaf's too): walked by them, and counted so.
+    let built = chain_binary(
+        "chain-o0-fp",
+        // (At -O1, gcc gives hot_leaf no frame of its own whatever the flags.)
+        &["-O0", "-g", "-fno-omit-frame-pointer"],
+    );
+    let with_frame_pointers = without_unwind_sections(&built, "workload-chain-nounwind-fp");
     let daemon = Daemon::start().await;
     let workload = Workload::spawn(&binary, &["20"]);
     let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
+    drop(workload);
     let samples = total(&stacks);
     let reason = "[unwind stopped: no unwind info in ";
     let with_reason: u64 = stacks
@@ -701,24 +652,39 @@ async fn a_binary_without_unwind_sections_says_so_at_the_end_of_its_stacks() {
         with_reason as f64 >= 0.95 * samples as f64,
         "{with_reason} of {samples} stacks end with the reason: {stacks:#?}"
     );
-    let status = daemon
-        .client()
-        .await
-        .get_status(v1::GetStatusRequest::default())
-        .await
-        .expect("Status")
-        .into_inner();
-    let unwinding = status.unwinding.expect("the status says how stacks unwind");
-    let counted = unwinding
+    let mut client = daemon.client().await;
+    let unwinding =
+        |status: v1::StatusReply| status.unwinding.expect("the status says how stacks unwind");
+    let before = unwinding(
+        client
+            .get_status(v1::GetStatusRequest::default())
+            .await
+            .expect("Status")
+            .into_inner(),
+    );
+    let counted = before
         .stopped
         .iter()
         .find(|stop| stop.reason == "no_unwind_info")
         .map_or(0, |stop| stop.count);
-    assert!(counted > 0, "{unwinding:?}");
-    assert_eq!(unwinding.stack_copy_bytes, 16 * 1024);
+    assert!(counted > 0, "{before:?}");
+    assert_eq!(before.stack_copy_bytes, 16 * 1024);
+    assert!(before.binaries > 0 && before.bytes > 0, "{before:?}");
+
+    let workload = Workload::spawn(&with_frame_pointers, &["20"]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
+    let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
+    assert_share(&stacks, "hot_leaf", &chain, 99.0);
+    let after = unwinding(
+        client
+            .get_status(v1::GetStatusRequest::default())
+            .await
+            .expect("Status")
+            .into_inner(),
+    );
     assert!(
-        unwinding.binaries > 0 && unwinding.bytes > 0,
-        "{unwinding:?}"
+        after.without_unwind_info >= before.without_unwind_info + 50,
+        "the stacks walked by frame pointers are counted: {before:?} then {after:?}"
     );
 }
 

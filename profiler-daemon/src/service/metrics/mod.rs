@@ -130,6 +130,12 @@ impl Collector for Snapshot {
             "User stacks unwound from copies to their first function",
             unwinding.complete,
         )?;
+        counter(
+            out,
+            "stacks_unwound_without_unwind_info",
+            "User stacks with a frame walked without unwind information (frame pointers, call stubs)",
+            unwinding.without_unwind_info,
+        )?;
         labelled_counters(
             out,
             "stacks_unwound_stopped",

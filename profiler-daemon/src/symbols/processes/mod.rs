@@ -311,6 +311,7 @@ impl ProcessTable {
         if unwound.stop == Some(UnwindStop::Unmapped) && stale && self.record(pid).is_ok() {
             unwound = self.unwind_recorded(pid, registers, stack_base, stack);
         }
+        self.unwind_stats.without_unwind_info += u64::from(unwound.without_unwind_info);
         match &unwound.stop {
             None => self.unwind_stats.complete += 1,
             Some(stop) => {
@@ -337,6 +338,7 @@ impl ProcessTable {
             return UnwoundStack {
                 frames: vec![registers.ip],
                 stop: Some(UnwindStop::UnknownProcess),
+                without_unwind_info: false,
             };
         };
         record.last_used = Instant::now();

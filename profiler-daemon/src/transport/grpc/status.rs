@@ -197,6 +197,7 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
             unwind_ms: pipeline.unwinding.busy.as_millis() as u64,
             limit: pipeline.unwinding.limit,
             binaries_evicted: pipeline.unwinding.binaries_evicted,
+            without_unwind_info: pipeline.unwinding.without_unwind_info,
         }),
         offcpu: Some(offcpu_status(&status)),
         push: status.push.iter().map(push_status).collect(),

@@ -1,0 +1,186 @@
+//! Frames of interpreted and JIT-compiled code: named from the perf maps
+//! their runtimes write, with the interpreter's own frames around them and
+//! the chain of calls whole: node's JavaScript (`--perf-basic-prof
+//! --interpreted-frames-native-stack`), CPython 3.12's `-X perf`
+//! trampolines (call stubs without a frame, in anonymous memory).
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use crate::{
+    support::{Daemon, Workload, total},
+    unwinding::folded_profile_of,
+};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn javascript_functions_are_named_from_nodes_perf_map() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("hot.js");
+    std::fs::write(
+        &script,
+        "function hotJavaScriptFunction(n) { let s = 0; \
+         for (let i = 0; i < n; i++) { s += Math.sqrt(i) * i; } return s; }\n\
+         function callerOfTheHotOne(end) { let t = 0; \
+         while (Date.now() < end) { t += hotJavaScriptFunction(1e6); } return t; }\n\
+         callerOfTheHotOne(Date.now() + 20000);\n",
+    )
+    .expect("the script is written");
+    let daemon = Daemon::start().await;
+    // Interpreted JavaScript has frames of its own only with
+    // --interpreted-frames-native-stack (each gets a trampoline named in
+    // the perf map); without it the hot function's callers are missing.
+    let node: Workload = Command::new("node")
+        .args(["--perf-basic-prof", "--interpreted-frames-native-stack"])
+        .arg(&script)
+        // V8 writes its isolate logs into the working directory.
+        .current_dir(dir.path())
+        .spawn()
+        .expect("node (Debian's nodejs) runs")
+        .into();
+    let pid = node.pid();
+    // Once V8 has compiled the function (and named its code in the perf
+    // map).
+    let map = format!("/tmp/perf-{pid}.map");
+    crate::support::eventually(
+        "V8 names the compiled function",
+        crate::support::PATIENCE,
+        async || match std::fs::read_to_string(&map) {
+            Ok(names) if names.contains("hotJavaScriptFunction") => Ok(()),
+            Ok(names) => Err(format!("{} lines in {map}", names.lines().count())),
+            Err(err) => Err(format!("{map}: {err}")),
+        },
+    )
+    .await;
+    let stacks = folded_profile_of(&daemon, pid, 2).await;
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let named: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            let js = frames
+                .iter()
+                .position(|f| f.contains("hotJavaScriptFunction"));
+            // Its interpreted caller right below it, then node's own
+            // frames, down to _start.
+            js.is_some_and(|at| {
+                at > 0
+                    && frames[at - 1].contains("callerOfTheHotOne")
+                    && frames[..at].iter().any(|f| f.starts_with("node::"))
+            }) && frames.first().is_some_and(|f| f == "_start")
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        named as f64 >= 0.5 * total(&stacks) as f64,
+        "{named} of {} samples name the hot JavaScript function above its interpreted caller \
+         and node's frames: {stacks:#?}",
+        total(&stacks)
+    );
+}
+
+/// A CPython of 3.12 or later (the first with `-X perf`): on the PATH, or
+/// installed by pyenv.
+fn python_with_perf_trampolines() -> Option<PathBuf> {
+    let pyenv_root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".pyenv")));
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for minor in 12..=16 {
+        let name = format!("python3.{minor}");
+        if let Some(path) = std::env::var_os("PATH") {
+            candidates.extend(std::env::split_paths(&path).map(|dir| dir.join(&name)));
+        }
+        if let Some(root) = &pyenv_root
+            && let Ok(versions) = std::fs::read_dir(root.join("versions"))
+        {
+            candidates.extend(versions.flatten().map(|v| v.path().join("bin").join(&name)));
+        }
+    }
+    // A pyenv shim on the PATH fails unless its version is chosen: each is
+    // asked whether it runs and has the trampolines.
+    candidates.into_iter().find(|python| {
+        python.is_file()
+            && Command::new(python)
+                .args([
+                    "-c",
+                    "import sys; sys.exit(not hasattr(sys, 'activate_stack_trampoline'))",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_functions_under_x_perf_keep_their_whole_chain_of_calls() {
+    let Some(python) = python_with_perf_trampolines() else {
+        eprintln!(
+            "SKIPPED: no CPython 3.12 or later on the PATH or under pyenv (-X perf came with 3.12)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("hot.py");
+    std::fs::write(
+        &script,
+        "import time\n\
+         def leaf(n):\n    s = 0\n    for i in range(n):\n        s += i * i\n    return s\n\
+         def middle(n):\n    return leaf(n)\n\
+         def top(seconds):\n    end = time.time() + seconds\n    while time.time() < end:\n        middle(100000)\n\
+         top(20)\n",
+    )
+    .expect("the script is written");
+    let daemon = Daemon::start().await;
+    let workload: Workload = Command::new(&python)
+        .args(["-X", "perf"])
+        .arg(&script)
+        .spawn()
+        .expect("python runs")
+        .into();
+    let pid = workload.pid();
+    let map = format!("/tmp/perf-{pid}.map");
+    crate::support::eventually(
+        "CPython names its trampoline for leaf",
+        crate::support::PATIENCE,
+        async || match std::fs::read_to_string(&map) {
+            Ok(names) if names.contains("py::leaf:") => Ok(()),
+            Ok(names) => Err(format!("{} lines in {map}", names.lines().count())),
+            Err(err) => Err(format!("{map}: {err}")),
+        },
+    )
+    .await;
+    let stacks = folded_profile_of(&daemon, pid, 2).await;
+    let _ = std::fs::remove_file(&map);
+    // Each Python function's trampoline (a call stub without a frame, in
+    // anonymous memory) between the interpreter's frames: the script's
+    // calls in order, under CPython's own frames down to _start.
+    let expected = ["py::<module>:", "py::top:", "py::middle:", "py::leaf:"];
+    let in_leaf: Vec<_> = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f.starts_with("py::leaf:")))
+        .collect();
+    let leaf_samples: u64 = in_leaf.iter().map(|(_, count)| count).sum();
+    let whole: u64 = in_leaf
+        .iter()
+        .filter(|(frames, _)| {
+            let python: Vec<&String> = frames.iter().filter(|f| f.starts_with("py::")).collect();
+            frames.first().is_some_and(|f| f == "_start")
+                && python.len() == expected.len()
+                && python.iter().zip(expected).all(|(f, e)| f.starts_with(e))
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        leaf_samples as f64 >= 0.9 * total(&stacks) as f64,
+        "{leaf_samples} of {} samples in leaf: {stacks:#?}",
+        total(&stacks)
+    );
+    assert!(
+        whole as f64 >= 0.99 * leaf_samples as f64,
+        "{whole} of {leaf_samples} samples in leaf carry <module>, top, middle, leaf from _start \
+         ({}): {stacks:#?}",
+        python.display()
+    );
+}
