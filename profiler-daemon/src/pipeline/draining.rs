@@ -24,7 +24,7 @@ use tracing::{debug, error, warn};
 
 use super::{
     PipelineStats, SymbolizeJob,
-    unwinding::StackCopyUnwinder,
+    unwinding::{NEW_PROGRAMS_LATELY, StackCopyUnwinder},
     watching::{Announced, ProcessWatcher},
 };
 use crate::{
@@ -123,6 +123,8 @@ impl DrainSchedule {
 pub(super) struct Unwinding<'a> {
     pub copies: &'a Mutex<StackCopyUnwinder>,
     pub watcher: Option<ProcessWatcher>,
+    /// When a pass last found a new program announced.
+    pub new_program_at: Option<Instant>,
 }
 
 impl Unwinding<'_> {
@@ -144,7 +146,13 @@ impl Unwinding<'_> {
             ?announced,
             "an unwinding pass"
         );
-        Instant::now() + found.next_in(announced)
+        if announced.own_programs > 0 {
+            self.new_program_at = Some(started);
+        }
+        let new_programs = self
+            .new_program_at
+            .is_some_and(|at| at.elapsed() < NEW_PROGRAMS_LATELY);
+        Instant::now() + found.next_in(new_programs)
     }
 }
 

@@ -307,9 +307,11 @@ impl Pipeline {
         threads.push(spawn("drain", {
             let jit_names = jit_names.clone();
             Box::new(move || {
-                let unwinding = stack_copies
-                    .as_deref()
-                    .map(|copies| Unwinding { copies, watcher });
+                let unwinding = stack_copies.as_deref().map(|copies| Unwinding {
+                    copies,
+                    watcher,
+                    new_program_at: None,
+                });
                 let outlets = Outlets {
                     jobs: &jobs,
                     processes: &processes,

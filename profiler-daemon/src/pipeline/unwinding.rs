@@ -19,8 +19,8 @@ use tracing::warn;
 
 use profiler_common::offcpu::WaitingThread;
 
+use super::blocked;
 use super::waits::{WaitIdentity, WaitStats, Waits};
-use super::{blocked, watching::Announced};
 use crate::{
     kernel::announcements::ForkLineages,
     kernel::{
@@ -56,9 +56,18 @@ pub struct Pass {
 /// Passes while new programs start: a process forked without exec is
 /// unwound with its parent's mappings whenever its copies are read, but one
 /// that exec'd must be recorded (its mappings read from procfs) before it
-/// exits, so a short-lived one is unwound whole only if it lives this long
-/// after its first sample. The ring buffer holds two to four of these.
-const NEW_PROGRAMS_PASS_INTERVAL: Duration = Duration::from_millis(100);
+/// exits or execs again, so a short-lived one is unwound whole only if it
+/// lives this long after its first sample (a process that execs itself
+/// every 50 ms lost most of its programs to passes every 100 ms). A pass
+/// costs a wake-up on top of its work, which is the same however it is
+/// split: 40 a second only while new programs keep starting.
+const NEW_PROGRAMS_PASS_INTERVAL: Duration = Duration::from_millis(25);
+
+/// How long after a pass that found a new program announced the passes
+/// keep coming at [`NEW_PROGRAMS_PASS_INTERVAL`]: a program is announced
+/// once (at its exec, or its first sample), so a process execing every
+/// 50 ms has passes with none between those with one.
+pub const NEW_PROGRAMS_LATELY: Duration = Duration::from_millis(500);
 
 /// Passes while the ring buffers fill fast (off-CPU recording, peeks,
 /// allocation profiling): the buffers are read twice as often.
@@ -77,12 +86,13 @@ const PRESSED_FILL: f64 = 0.4;
 
 impl Pass {
     /// How long to wait before the next pass, given what this one found
-    /// and what the process watcher found announced meanwhile.
-    pub fn next_in(&self, announced: Announced) -> Duration {
-        if self.fill >= PRESSED_FILL || self.intervals > 0 {
-            PRESSED_PASS_INTERVAL
-        } else if announced.own_programs > 0 {
+    /// and whether new programs were announced lately (see
+    /// [`NEW_PROGRAMS_LATELY`]).
+    pub fn next_in(&self, new_programs: bool) -> Duration {
+        if new_programs {
             NEW_PROGRAMS_PASS_INTERVAL
+        } else if self.fill >= PRESSED_FILL || self.intervals > 0 {
+            PRESSED_PASS_INTERVAL
         } else {
             QUIET_PASS_INTERVAL
         }
@@ -367,26 +377,16 @@ mod tests {
             fill: 0.1,
             intervals: 0,
         };
-        let forks_only = Announced {
-            processes: 40,
-            own_programs: 0,
-        };
-        let a_new_program = Announced {
-            processes: 40,
-            own_programs: 1,
-        };
-        assert_eq!(busy.next_in(forks_only), QUIET_PASS_INTERVAL);
-        assert_eq!(
-            Pass::default().next_in(Announced::default()),
-            QUIET_PASS_INTERVAL
-        );
-        assert_eq!(busy.next_in(a_new_program), NEW_PROGRAMS_PASS_INTERVAL);
+        assert_eq!(busy.next_in(false), QUIET_PASS_INTERVAL);
+        assert_eq!(Pass::default().next_in(false), QUIET_PASS_INTERVAL);
+        assert_eq!(busy.next_in(true), NEW_PROGRAMS_PASS_INTERVAL);
         let filling = Pass { fill: 0.5, ..busy };
-        assert_eq!(filling.next_in(forks_only), PRESSED_PASS_INTERVAL);
+        assert_eq!(filling.next_in(false), PRESSED_PASS_INTERVAL);
         let waits = Pass {
             intervals: 3,
             ..busy
         };
-        assert_eq!(waits.next_in(a_new_program), PRESSED_PASS_INTERVAL);
+        assert_eq!(waits.next_in(false), PRESSED_PASS_INTERVAL);
+        assert_eq!(waits.next_in(true), NEW_PROGRAMS_PASS_INTERVAL);
     }
 }

@@ -184,8 +184,8 @@ impl Service {
             usage(
                 Part::Processes,
                 pipeline.processes.bytes,
-                pipeline.processes.evicted,
-                "records",
+                pipeline.processes.evicted + pipeline.processes.earlier_maps_dropped,
+                "records and earlier memory maps",
             ),
             usage(
                 Part::Peeks,

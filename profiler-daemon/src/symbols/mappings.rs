@@ -167,6 +167,25 @@ pub(super) struct Mapping {
     pub(super) code: bool,
 }
 
+/// Whether two memory maps lay out the same code the same way (a process
+/// read again with nothing new mapped): same code mappings, same targets.
+pub(super) fn same_code_layout(a: &[Mapping], b: &[Mapping]) -> bool {
+    let code = |mappings: &[Mapping]| -> Vec<(u64, u64, u64, Option<BinaryKey>)> {
+        mappings
+            .iter()
+            .filter(|mapping| mapping.code)
+            .map(|mapping| {
+                let key = match &mapping.target {
+                    MappingTarget::File(binary) => Some(binary.key),
+                    MappingTarget::Special(_) => None,
+                };
+                (mapping.start, mapping.end, mapping.file_offset, key)
+            })
+            .collect()
+    };
+    code(a) == code(b)
+}
+
 /// The code mappings of a process as its unwinder sees them: binaries
 /// with their unwind sections, the vDSO with the daemon's own, anonymous
 /// code (JIT) without any (unwound by frame pointers).

@@ -499,6 +499,29 @@ async fn children_of_a_process_sampled_before_its_exec_keep_whole_chains() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_process_that_execs_itself_100_times_keeps_its_programs_apart() {
+    // Each program runs 50 ms, then execs itself (same process, a new
+    // memory map each time): samples of a program are unwound after
+    // several more execs, with the memory map they were taken in.
+    let binary = build_workload_with("reexec", "reexec", &["-O1", "-g"]);
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&binary, &["100", "50"]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 3).await;
+    let chain = [&C_ROOT[..], &["exec_busy"]].concat();
+    assert_share(&stacks, "exec_busy", &chain, 99.0);
+    let unmapped: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f.contains("unmapped")))
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        unmapped * 100 <= total(&stacks),
+        "{unmapped} of {} samples unmapped: {stacks:#?}",
+        total(&stacks)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_binary_only_inside_another_mount_namespace_is_named() {
     let binary = chain_binary("chain-o1", &["-O1", "-g", "-fno-omit-frame-pointer"]);
     let dir = tempfile::tempdir().expect("a temporary directory");

@@ -27,6 +27,7 @@ pub use super::mappings::{Binary, BinaryKey, UserAddress};
 use super::{
     mappings::{
         Mapping, MappingTarget, code_mappings, data_name, device_number, display_path, lookup,
+        same_code_layout,
     },
     process_files,
 };
@@ -40,10 +41,15 @@ use crate::{
 /// is simply recorded again.
 const RECORD_IDLE_LIMIT: Duration = Duration::from_secs(60);
 
-/// How many earlier memory maps of a process are kept: an exec is often
-/// recorded twice (once while the new program is still being loaded), and
-/// samples of the old program may be drained after both.
-const EARLIER_MAPS_KEPT: usize = 3;
+/// How many earlier memory maps of a process are kept, and how many
+/// mappings they may hold in all: an exec is often recorded twice (once
+/// while the new program is still being loaded), samples of the old
+/// program may be drained after both, and a process that execs itself over
+/// and over (a shell loop, a supervisor) runs many programs between a
+/// sample and its symbolizing. Bounded by mappings (about 64 bytes each),
+/// so that a process of many mappings keeps fewer maps.
+const EARLIER_MAPS_KEPT: usize = 128;
+const EARLIER_MAPPINGS_KEPT: usize = 4096;
 
 #[derive(Debug)]
 struct ProcessRecord {
@@ -143,6 +149,10 @@ pub struct ProcessStats {
     pub bytes: u64,
     pub limit: u64,
     pub evicted: u64,
+    /// Earlier memory maps (of programs a process ran before an exec) let
+    /// go of to keep within [`EARLIER_MAPS_KEPT`] and
+    /// [`EARLIER_MAPPINGS_KEPT`] per process.
+    pub earlier_maps_dropped: u64,
 }
 
 /// The records of every process sampled recently.
@@ -163,6 +173,8 @@ pub struct ProcessTable {
     unwind_info_limit: u64,
     /// Most bytes the records hold (0: no limit), and records let go of
     /// to stay within it.
+    /// Earlier memory maps let go of (see [`ProcessStats`]).
+    earlier_maps_dropped: u64,
     limit: u64,
     evicted: u64,
 }
@@ -240,9 +252,25 @@ impl ProcessTable {
         match self.processes.remove(&pid) {
             Some(previous) => {
                 record.earlier = previous.earlier;
-                if !previous.mappings.is_empty() {
+                // Read again with no new code: the earlier map would only
+                // push out older ones.
+                if !previous.mappings.is_empty()
+                    && !same_code_layout(&previous.mappings, &record.mappings)
+                {
                     record.earlier.insert(0, previous.mappings);
-                    record.earlier.truncate(EARLIER_MAPS_KEPT);
+                    let mut mappings = 0;
+                    let kept = record
+                        .earlier
+                        .iter()
+                        .take(EARLIER_MAPS_KEPT)
+                        .take_while(|earlier| {
+                            mappings += earlier.len();
+                            mappings <= EARLIER_MAPPINGS_KEPT
+                        })
+                        .count()
+                        .max(1);
+                    self.earlier_maps_dropped += (record.earlier.len() - kept) as u64;
+                    record.earlier.truncate(kept);
                 }
             }
             None => {
@@ -354,15 +382,25 @@ impl ProcessTable {
         }
         // The sampled instruction is in none of the current mappings: a
         // sample taken before an exec, unwound after it. The mappings it
-        // ran with are among the earlier ones (rare: built as needed).
+        // ran with are among the earlier ones (rare: built as needed); one
+        // recorded while its program was still being loaded may lack the
+        // libraries of the stack's callers: a map holding the whole stack
+        // is looked for.
+        let mut best = unwound;
         for earlier in &record.earlier {
+            if matches!(lookup(earlier, registers.ip), UserAddress::Unmapped { .. }) {
+                continue;
+            }
             let mut unwinder = ProcessUnwinder::new(code_mappings(earlier));
             let again = unwinder.unwind(&mut self.unwind_cache, registers, stack_base, stack);
-            if again.stop != Some(UnwindStop::Unmapped) || again.frames.len() > 1 {
+            if again.stop != Some(UnwindStop::Unmapped) {
                 return again;
             }
+            if again.frames.len() > best.frames.len() {
+                best = again;
+            }
         }
-        unwound
+        best
     }
 
     /// The binaries a recorded process maps code from.
@@ -500,13 +538,17 @@ impl ProcessTable {
                     .iter()
                     .map(|&address| match lookup(&record.mappings, address) {
                         UserAddress::Unmapped { .. } => {
-                            complete = false;
-                            record
+                            let found = record
                                 .earlier
                                 .iter()
                                 .map(|earlier| lookup(earlier, address))
                                 .find(|found| !matches!(found, UserAddress::Unmapped { .. }))
-                                .unwrap_or(UserAddress::Unmapped { address })
+                                .unwrap_or(UserAddress::Unmapped { address });
+                            // Found in an earlier map (of a program run
+                            // before an exec): reading the process again
+                            // would not find it.
+                            complete &= !matches!(found, UserAddress::Unmapped { .. });
+                            found
                         }
                         found => found,
                     })
@@ -549,6 +591,7 @@ impl ProcessTable {
             bytes: self.bytes(),
             limit: self.limit,
             evicted: self.evicted,
+            earlier_maps_dropped: self.earlier_maps_dropped,
         }
     }
 }

@@ -173,6 +173,16 @@ fn a_child_forked_without_exec_takes_its_parents_mappings_and_an_exec_does_not()
     let _ = execed.wait();
 }
 
+/// Makes `pid`'s current record look like another program's (its first
+/// code mapping moved), as after an exec.
+fn as_if_another_program(table: &mut ProcessTable, pid: u32, shift: u64) {
+    let record = table.processes.get_mut(&pid).unwrap();
+    let mut mappings = record.mappings.to_vec();
+    let first = mappings.iter_mut().find(|mapping| mapping.code).unwrap();
+    first.start += shift;
+    record.mappings = Arc::from(mappings);
+}
+
 #[test]
 fn earlier_maps_survive_two_records() {
     let mut table = ProcessTable::new();
@@ -183,14 +193,52 @@ fn earlier_maps_survive_two_records() {
     table.record(pid).unwrap();
     table.record(pid).unwrap();
     let record = &table.processes[&pid];
-    assert_eq!(record.earlier.len(), 1, "an empty map is not kept");
+    assert_eq!(
+        record.earlier.len(),
+        0,
+        "neither an empty map nor the same one again is kept"
+    );
+    as_if_another_program(&mut table, pid, 0x1000);
+    table.record(pid).unwrap();
+    let record = &table.processes[&pid];
+    assert_eq!(record.earlier.len(), 1);
     // Code is mapped as it was (data comes and goes with the test threads).
     let code = |mappings: &[Mapping]| mappings.iter().filter(|mapping| mapping.code).count();
     assert_eq!(code(&record.earlier[0]), code(&first));
+    for shift in 2..5 {
+        as_if_another_program(&mut table, pid, shift * 0x1000);
+        table.record(pid).unwrap();
+    }
+    assert_eq!(table.processes[&pid].earlier.len(), 4);
+    assert_eq!(table.stats().earlier_maps_dropped, 0);
+}
+
+#[test]
+fn earlier_maps_are_kept_within_their_count_and_mappings() {
+    let mut table = ProcessTable::new();
+    let pid = std::process::id();
     table.record(pid).unwrap();
-    table.record(pid).unwrap();
-    table.record(pid).unwrap();
-    assert_eq!(table.processes[&pid].earlier.len(), EARLIER_MAPS_KEPT);
+    let records = EARLIER_MAPS_KEPT + 10;
+    for shift in 1..=records as u64 {
+        as_if_another_program(&mut table, pid, shift * 0x1000);
+        table.record(pid).unwrap();
+    }
+    let earlier = &table.processes[&pid].earlier;
+    let mappings: usize = earlier.iter().map(|map| map.len()).sum();
+    let one = earlier[0].len();
+    assert!(
+        mappings <= EARLIER_MAPPINGS_KEPT,
+        "{mappings} mappings kept"
+    );
+    assert!(
+        earlier.len() == EARLIER_MAPS_KEPT || mappings + 2 * one > EARLIER_MAPPINGS_KEPT,
+        "as many maps kept as fit: {} of {one} mappings each",
+        earlier.len()
+    );
+    assert_eq!(
+        table.stats().earlier_maps_dropped,
+        (records - earlier.len()) as u64
+    );
 }
 
 #[test]
