@@ -97,6 +97,25 @@ pub const STACK_COPY_PAGE: usize = 4096;
 /// Most pages of user stack one sample may copy (`stack_copy_pages`).
 pub const MAX_STACK_COPY_PAGES: u32 = 16;
 
+/// A thread whose stack was found deeper than its copy (a "deep thread",
+/// named to the programs by the daemon) has copies this many times larger,
+/// up to [`MAX_STACK_COPY_PAGES`], ending at the top of its stack.
+pub const DEEP_THREAD_COPY_FACTOR: u32 = 4;
+
+/// How many deep threads the programs know at once (the least recently
+/// named is forgotten first).
+pub const DEEP_THREADS_ENTRIES: u32 = 1024;
+
+/// The pages a deep thread's copy takes, given the copies' `pages`.
+pub const fn deep_thread_pages(pages: u32) -> u32 {
+    let deep = pages.saturating_mul(DEEP_THREAD_COPY_FACTOR);
+    if deep < MAX_STACK_COPY_PAGES {
+        deep
+    } else {
+        MAX_STACK_COPY_PAGES
+    }
+}
+
 /// Where a process forked without exec came from, as the fork tracepoint
 /// writes it into the [`names::FORK_LINEAGES`] ring buffer: the new
 /// process, the process that forked it, and where the program they share
@@ -493,6 +512,9 @@ pub mod names {
         /// stacks are then walked by frame pointers in the kernel).
         pub const STACK_COPY_PAGES: &str = "STACK_COPY_PAGES";
         pub const STACK_COPIES: &str = "STACK_COPIES";
+        /// Threads whose stacks are deeper than a copy: thread id to the
+        /// top of its stack (the end of the mapping holding it).
+        pub const DEEP_THREADS: &str = "DEEP_THREADS";
         pub const PEEK_SIGNALS: &str = "PEEK_SIGNALS";
         pub const PEEK_THREADS: &str = "PEEK_THREADS";
         pub const TARGETS_MODE: &str = "TARGETS_MODE";

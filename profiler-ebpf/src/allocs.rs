@@ -249,6 +249,8 @@ fn record(ctx: &RetProbeContext, pid_tgid: u64, size: u64, address: u64) {
         tag: target.serial,
         registers: registers_at(ctx.as_ptr() as u64),
         pages: copy_pages(),
+        // Its ring's records are counted per profile at one size.
+        deep_allowed: false,
     };
     let copied = copy_stack(&ALLOC_STACK_COPIES, copy);
     if copied {

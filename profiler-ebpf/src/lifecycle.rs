@@ -3,7 +3,8 @@
 //! the peek signal watcher), so that its next program or a later process
 //! with its pid is announced afresh.
 //!
-//! Owns no map: it only takes entries out of others'.
+//! Owns no map: it only takes entries out of others' (a deep thread's
+//! too, when it exits).
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
@@ -20,7 +21,8 @@ pub fn forget_on_exec(_ctx: TracePointContext) -> u32 {
     0
 }
 
-/// On `sched:sched_process_exit` of a thread-group leader: a later process
+/// On `sched:sched_process_exit`: an exiting thread is no deep thread any
+/// more. Of a thread-group leader: a later process
 /// reusing the pid must be announced afresh, and does not join the family
 /// the exiting one belonged to; and the daemon is told when a peek signal
 /// is what the process dies of.
@@ -28,6 +30,8 @@ pub fn forget_on_exec(_ctx: TracePointContext) -> u32 {
 pub fn forget_on_exit(_ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
+    // Any thread: a later thread with its id has a stack of its own.
+    crate::stack_copy::forget_deep_thread(pid_tgid as u32);
     if pid == pid_tgid as u32 {
         forget_process(pid);
         crate::families::leave(pid);

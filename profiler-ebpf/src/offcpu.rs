@@ -299,6 +299,7 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         tag: 0,
         registers,
         pages,
+        deep_allowed: true,
     };
     let copied = copy_stack(&STACK_COPIES, copy);
     if copied {

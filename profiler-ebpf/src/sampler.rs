@@ -193,6 +193,7 @@ fn record(
             tag: 0,
             registers: user_registers(ctx),
             pages,
+            deep_allowed: true,
         };
         if copy_stack(&STACK_COPIES, copy) {
             count(Counter::StackCopies);

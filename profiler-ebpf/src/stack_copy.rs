@@ -16,10 +16,11 @@ use aya_ebpf::{
         generated::{bpf_get_stack, bpf_probe_read_user},
     },
     macros::map,
-    maps::RingBuf,
+    maps::{LruHashMap, RingBuf},
 };
 use profiler_common::{
-    MAX_STACK_COPY_PAGES, MAX_STACK_DEPTH, STACK_COPY_PAGE, SampleKey, SampleKind, StackCopyHeader,
+    DEEP_THREADS_ENTRIES, MAX_STACK_COPY_PAGES, MAX_STACK_DEPTH, STACK_COPY_PAGE, SampleKey,
+    SampleKind, StackCopyHeader, deep_thread_pages,
 };
 use profiler_ebpf::registers::UserRegisters;
 
@@ -41,6 +42,21 @@ static STACK_COPY_PAGES: u32 = 0;
 /// allocations have a ring of their own). Sized by the daemon at load time.
 #[map]
 pub(crate) static STACK_COPIES: RingBuf = RingBuf::with_byte_size(4096, 0);
+
+/// Threads whose stacks the daemon found deeper than a copy, and the top
+/// of each one's stack (the end of the mapping holding it): their copies
+/// take [`deep_thread_pages`] and end there. Named by the daemon;
+/// forgotten when the thread exits, or when the least recently named of
+/// more than [`DEEP_THREADS_ENTRIES`].
+#[map]
+pub(crate) static DEEP_THREADS: LruHashMap<u32, u64> =
+    LruHashMap::with_max_entries(DEEP_THREADS_ENTRIES, 0);
+
+/// Forgets thread `tid` as a deep thread (it exits).
+#[inline(always)]
+pub(crate) fn forget_deep_thread(tid: u32) {
+    let _ = DEEP_THREADS.remove(&tid);
+}
 
 /// Pages of user stack a copy takes (0: the programs copy no stacks).
 #[inline(always)]
@@ -70,6 +86,9 @@ pub(crate) struct StackCopy {
     /// Pages of user stack to copy at most (fewer when the main thread's
     /// frames, which end at the task's `main_stack_top`, take fewer).
     pub(crate) pages: u32,
+    /// Whether a deep thread's copy may be larger (not in the allocation
+    /// ring, whose records are all of one size).
+    pub(crate) deep_allowed: bool,
 }
 
 /// Writes `copy` into `ring` (the stack-copy ring buffer, or the
@@ -79,8 +98,26 @@ pub(crate) struct StackCopy {
 #[inline(always)]
 pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     const HEADER: usize = size_of::<StackCopyHeader>();
-    let pages = copy.pages;
-    // `pages` comes from a frozen global: the verifier knows this size.
+    let tid = copy.pid_tgid as u32;
+    // A deep thread's copy is larger and ends at its stack's top; the main
+    // thread's ends above its frames.
+    let deep = if copy.deep_allowed {
+        DEEP_THREADS.get_ptr(&tid)
+    } else {
+        None
+    };
+    let (pages, top) = match deep {
+        // SAFETY: a value of the map, read at once.
+        Some(top) if copy.pages != 0 => (deep_thread_pages(copy.pages), unsafe { *top }),
+        _ => (copy.pages, copy.task.main_stack_top),
+    };
+    let top = if (copy.pid_tgid >> 32) as u32 == tid {
+        copy.task.main_stack_top
+    } else {
+        top
+    };
+    // `pages` comes from a frozen global (either way): the verifier knows
+    // this size on each path.
     let size = HEADER + pages as usize * STACK_COPY_PAGE;
     let Some(mut entry) = ring.reserve_bytes(size, 0) else {
         return false;
@@ -135,13 +172,11 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
             unsafe { (*header).kernel_len = (walked as usize / size_of::<u64>()) as u32 };
         }
     }
-    // The main thread's frames end below its arguments: nothing above
-    // them helps unwinding (other threads' stacks are elsewhere, and copied
-    // whole).
-    let top = copy.task.main_stack_top;
-    // The main thread's copy ends just above its frames (the last read
-    // takes what is left up to there); other threads' go on a page's
-    // worth at a time until a read fails.
+    // The main thread's frames end below its arguments, a deep thread's
+    // at its stack's top: nothing above them helps unwinding. The copy
+    // ends just above them (the last read takes what is left up to
+    // there); other threads' go on a page's worth at a time until a read
+    // fails.
     let (wanted, last_read) = if sp < top && top - sp < u64::from(pages) * PAGE_BYTES {
         let bytes = top + 8 - base;
         let wanted = bytes.div_ceil(PAGE_BYTES);

@@ -241,6 +241,19 @@ fn unwinding_status(unwinding: Option<&v1::UnwindStatus>) -> String {
             .collect();
         text.push_str(&format!(" ({})", reasons.join(", ")));
     }
+    if unwinding.deep_threads > 0 {
+        text.push_str(&format!(
+            "; {} threads deeper than a copy given copies of up to {} KiB (at most {} at once{})",
+            unwinding.deep_threads,
+            unwinding.deep_copy_bytes / 1024,
+            unwinding.deep_threads_limit,
+            if unwinding.deep_threads_refused > 0 {
+                format!(", {} refused by the kernel", unwinding.deep_threads_refused)
+            } else {
+                String::new()
+            }
+        ));
+    }
     if unwinding.without_unwind_info > 0 {
         text.push_str(&format!(
             "; {} with frames walked without unwind info (frame pointers, call stubs)",

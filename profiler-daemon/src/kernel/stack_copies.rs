@@ -3,14 +3,14 @@
 //! user registers and a copy of the top of its user stack (see
 //! [`StackCopyHeader`]).
 //!
-//! This module owns the ring buffer and the decoding of its records; it
-//! must not unwind (the symbols layer does, with the binaries' unwind
+//! This module owns the ring buffer and the decoding of its records, and
+//! the map of threads whose copies are larger; it must not unwind (the symbols layer does, with the binaries' unwind
 //! information) nor aggregate.
 
-use std::mem::size_of;
+use std::{collections::HashSet, mem::size_of};
 
-use aya::maps::{MapData, RingBuf};
-use profiler_common::StackCopyHeader;
+use aya::maps::{HashMap, MapData, RingBuf};
+use profiler_common::{DEEP_THREADS_ENTRIES, STACK_COPY_PAGE, StackCopyHeader, deep_thread_pages};
 
 /// One record, borrowed from the ring buffer while it is visited.
 #[derive(Debug)]
@@ -73,5 +73,70 @@ impl StackCopies {
         }
         self.last_fill = bytes as f64 / self.capacity as f64;
         visited
+    }
+}
+
+/// The threads the daemon names deep to the sampling programs: those whose
+/// stacks were found deeper than a copy get copies
+/// [`profiler_common::DEEP_THREAD_COPY_FACTOR`] times larger, ending at the
+/// top of their stack (see [`profiler_common::deep_thread_pages`]).
+pub struct DeepThreads {
+    /// An LRU hash map (aya's `HashMap` reads both kinds).
+    map: HashMap<MapData, u32, u64>,
+    /// Threads named (and not since forgotten by the daemon's own count):
+    /// each is named once, until the map may have let go of it.
+    named: HashSet<u32>,
+    stats: DeepThreadStats,
+}
+
+/// What [`DeepThreads`] did since the daemon started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeepThreadStats {
+    /// Threads named deep, and how many the programs know at most (the
+    /// least recently named is forgotten first, an exiting one at once).
+    pub named: u64,
+    pub limit: u64,
+    /// Bytes a deep thread's copy takes at most.
+    pub copy_bytes: u64,
+    /// Names the kernel refused (the map's update failed).
+    pub failed: u64,
+}
+
+impl DeepThreads {
+    /// `pages`: what a copy takes (`stack_copy`).
+    pub fn new(map: HashMap<MapData, u32, u64>, pages: u32) -> Self {
+        Self {
+            map,
+            named: HashSet::new(),
+            stats: DeepThreadStats {
+                limit: u64::from(DEEP_THREADS_ENTRIES),
+                copy_bytes: u64::from(deep_thread_pages(pages)) * STACK_COPY_PAGE as u64,
+                ..DeepThreadStats::default()
+            },
+        }
+    }
+
+    /// Names thread `tid`, whose stack ends at `stack_top`, deep (once).
+    pub fn name(&mut self, tid: u32, stack_top: u64) {
+        if self.named.len() >= 2 * DEEP_THREADS_ENTRIES as usize {
+            // The map forgot the oldest long ago: name anew as needed.
+            self.named.clear();
+        }
+        if !self.named.insert(tid) {
+            return;
+        }
+        // The programs read up to 8 bytes past `top` (a return address at
+        // the frame's top): the mapping's last word.
+        match self.map.insert(tid, stack_top.saturating_sub(8), 0) {
+            Ok(()) => self.stats.named += 1,
+            Err(err) => {
+                self.stats.failed += 1;
+                tracing::debug!(tid, %err, "the kernel refused a deep thread");
+            }
+        }
+    }
+
+    pub fn stats(&self) -> DeepThreadStats {
+        self.stats
     }
 }

@@ -47,7 +47,7 @@ use crate::{
         drain::CounterDeltas,
         offcpu::{OffCpuIntervals, OffCpuRecorder, Recorded, RecordedProcesses, RecordingGuard},
         sources::SampleSource,
-        stack_copies::StackCopies,
+        stack_copies::{DeepThreadStats, DeepThreads, StackCopies},
     },
     lock,
     store::Store,
@@ -87,6 +87,8 @@ pub struct PipelineStats {
     pub waits: Option<WaitStats>,
     /// The JIT code names held and the perf maps read.
     pub jit: JitStats,
+    /// Threads named deep (`None`: no stack copies).
+    pub deep_threads: Option<DeepThreadStats>,
 }
 
 /// The most bytes each part of the pipeline holds (0: no bound), shares
@@ -217,6 +219,7 @@ impl Pipeline {
         let (announcements, lineages) = programs.take_process_announcements()?;
         let stack_copies = programs.take_stack_copies()?;
         let allocation_copies = programs.take_allocation_copies()?;
+        let deep_threads = programs.take_deep_threads()?;
         Self::start_with(
             source,
             Some(announcements),
@@ -225,6 +228,7 @@ impl Pipeline {
                 allocation_copies,
                 offcpu_intervals,
                 lineages,
+                deep_threads,
             }),
             store,
             inboxes,
@@ -288,6 +292,7 @@ impl Pipeline {
                 feed.allocation_copies,
                 feed.offcpu_intervals,
                 feed.lineages,
+                feed.deep_threads,
             )))
         });
         threads.push(spawn("symbolize", {
@@ -356,6 +361,9 @@ pub struct StackCopyFeed {
     pub allocation_copies: Option<AllocationCopies>,
     pub offcpu_intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
     pub lineages: Option<Arc<ForkLineages>>,
+    /// The threads whose copies are larger, named as their stacks are
+    /// found deeper than a copy.
+    pub deep_threads: Option<DeepThreads>,
 }
 
 /// The symbolizer thread: owns the (not `Send`) symbolizer; names JIT

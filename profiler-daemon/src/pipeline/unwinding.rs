@@ -27,7 +27,7 @@ use crate::{
         allocation_copies::AllocationCopies,
         drain::{RawSample, ThreadNames},
         offcpu::{OffCpuIntervals, RecordedProcesses, monotonic_now_ns, sample_scale},
-        stack_copies::{StackCopies, StackCopy},
+        stack_copies::{DeepThreadStats, DeepThreads, StackCopies, StackCopy},
     },
     lock,
     profile::UnwindStop,
@@ -150,6 +150,9 @@ pub struct StackCopyUnwinder {
     lineages: Option<Arc<ForkLineages>>,
     /// When the unwind information held was last checked against its limit.
     unwind_info_checked: Instant,
+    /// The threads whose copies are larger: those whose stacks a copy
+    /// could not hold are named as they are met.
+    deep_threads: Option<DeepThreads>,
 }
 
 impl StackCopyUnwinder {
@@ -158,9 +161,11 @@ impl StackCopyUnwinder {
         allocation_copies: Option<AllocationCopies>,
         intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
         lineages: Option<Arc<ForkLineages>>,
+        deep_threads: Option<DeepThreads>,
     ) -> Self {
         Self {
             copies,
+            deep_threads,
             allocation_copies,
             pending: HashMap::default(),
             allocations: Vec::new(),
@@ -169,6 +174,11 @@ impl StackCopyUnwinder {
             lineages,
             unwind_info_checked: Instant::now(),
         }
+    }
+
+    /// The threads named deep, when stacks are copied.
+    pub fn deep_thread_stats(&self) -> Option<DeepThreadStats> {
+        self.deep_threads.as_ref().map(DeepThreads::stats)
     }
 
     /// What became of the off-CPU waits, when they are recorded.
@@ -215,6 +225,7 @@ impl StackCopyUnwinder {
         let allocations = &mut self.allocations;
         let waits = &mut self.waits;
         let lineages = self.lineages.as_deref();
+        let deep_threads = &mut self.deep_threads;
         let mut table = None;
         let mut visit = |copy: StackCopy<'_>| {
             let table = table.get_or_insert_with(|| {
@@ -224,6 +235,14 @@ impl StackCopyUnwinder {
                 table
             });
             let (identity, weight) = unwind(table, &copy, lineages);
+            // A stack deeper than its copy: the thread's next copies are
+            // larger, up to the top of the mapping its stack is in.
+            if identity.user_stop == Some(UnwindStop::StackCopyTooShort)
+                && let Some(deep_threads) = deep_threads.as_mut()
+                && let Some(top) = table.stack_top(identity.pid, copy.header.sp)
+            {
+                deep_threads.name(identity.tid, top);
+            }
             let kind = SampleKind::from_raw(identity.kind);
             let off_cpu = kind.is_some_and(SampleKind::is_off_cpu);
             match waits {

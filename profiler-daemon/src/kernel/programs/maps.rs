@@ -116,6 +116,19 @@ impl LoadedPrograms {
         )))
     }
 
+    /// Takes the map of deep threads, when the programs copy stacks.
+    pub fn take_deep_threads(
+        &mut self,
+    ) -> Result<Option<crate::kernel::stack_copies::DeepThreads>, SamplingError> {
+        if self.stack_copies.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(crate::kernel::stack_copies::DeepThreads::new(
+            take_map(&mut self.ebpf, names::DEEP_THREADS)?,
+            self.stack_copy_pages,
+        )))
+    }
+
     /// Takes the allocation ring buffer and the map of how many of each
     /// profile's records were read, when allocations can be profiled.
     pub fn take_allocation_copies(

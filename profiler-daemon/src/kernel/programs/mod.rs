@@ -95,6 +95,8 @@ pub struct LoadedPrograms {
     /// Bytes of the stack-copy ring buffer, when the programs copy user
     /// stacks for unwinding in the daemon.
     stack_copies: Option<u32>,
+    /// Pages of user stack each copy takes.
+    stack_copy_pages: u32,
     /// Bytes of the allocation ring buffer, and of each of its records.
     alloc_stack_copies: (u32, u64),
 }
@@ -191,6 +193,7 @@ impl LoadedPrograms {
             cpu_clocks,
             off,
             stack_copies: (settings.stack_copy_pages != 0).then_some(map_sizes.stack_copies),
+            stack_copy_pages: settings.stack_copy_pages,
             alloc_stack_copies: (
                 map_sizes.alloc_stack_copies,
                 stack_copy_record_bytes(settings.stack_copy_pages),

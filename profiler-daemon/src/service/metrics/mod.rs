@@ -136,6 +136,20 @@ impl Collector for Snapshot {
             "User stacks with a frame walked without unwind information (frame pointers, call stubs)",
             unwinding.without_unwind_info,
         )?;
+        if let Some(deep) = pipeline.deep_threads {
+            counter(
+                out,
+                "deep_threads_named",
+                "Threads found deeper than a stack copy, given larger copies",
+                deep.named,
+            )?;
+            gauge(
+                out,
+                "deep_threads_limit",
+                "Most deep threads the kernel knows at once (least recently named forgotten first)",
+                deep.limit,
+            )?;
+        }
         labelled_counters(
             out,
             "stacks_unwound_stopped",

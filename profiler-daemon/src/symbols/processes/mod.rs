@@ -27,7 +27,7 @@ pub use super::mappings::{Binary, BinaryKey, UserAddress};
 use super::{
     mappings::{
         Mapping, MappingTarget, code_mappings, data_name, device_number, display_path, lookup,
-        same_code_layout,
+        mapping_of, same_code_layout,
     },
     process_files,
 };
@@ -401,6 +401,16 @@ impl ProcessTable {
             }
         }
         best
+    }
+
+    /// The end of the mapping of `pid` that holds `sp` (a thread's stack
+    /// pointer): the top of that thread's stack. None when no writable
+    /// data mapping recorded holds it.
+    pub fn stack_top(&self, pid: u32, sp: u64) -> Option<u64> {
+        let record = self.processes.get(&pid)?;
+        mapping_of(&record.mappings, sp)
+            .filter(|mapping| !mapping.code)
+            .map(|mapping| mapping.end)
     }
 
     /// The binaries a recorded process maps code from.
