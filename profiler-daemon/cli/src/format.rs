@@ -99,21 +99,29 @@ pub fn summary(summary: &v1::ProfileSummary, output: Option<&Path>) -> String {
         },
         plural(u64::from(summary.processes), "process"),
         plural(u64::from(summary.threads), "thread"),
-        // A time profile's losses are the whole machine's in the window (a
-        // selection's own samples kept without their stacks show as
-        // `[lost]` frames); an allocation profile's (`alloc_…`) its own.
-        if lost.is_empty() {
+        // A time profile's losses are the whole machine's in the window,
+        // and its own samples kept without their stacks (under `[lost…]`
+        // frames); an allocation profile's (`alloc_…`) its own.
+        if lost.is_empty() && summary.own_lost.is_empty() {
             ": none".to_owned()
+        } else if lost.is_empty() {
+            format!(": {}", own_losses(summary))
         } else if summary
             .lost
             .iter()
             .all(|loss| loss.cause.starts_with("alloc_"))
         {
             format!(": {}", lost.join(", "))
+        } else if summary.own_lost.is_empty() {
+            format!(
+                " machine-wide: {}; of these samples, none kept without their stacks",
+                lost.join(", ")
+            )
         } else {
             format!(
-                " machine-wide: {} (samples kept without their stacks show as [lost] frames)",
-                lost.join(", ")
+                " machine-wide: {}; {}",
+                lost.join(", "),
+                own_losses(summary)
             )
         }
     );
@@ -124,6 +132,19 @@ pub fn summary(summary: &v1::ProfileSummary, output: Option<&Path>) -> String {
         let _ = write!(text, "\nwarning: {warning}");
     }
     text
+}
+
+/// The report's own samples kept without their stacks, by cause.
+fn own_losses(summary: &v1::ProfileSummary) -> String {
+    let own: Vec<String> = summary
+        .own_lost
+        .iter()
+        .map(|loss| format!("{}={}", loss.cause, loss.count))
+        .collect();
+    format!(
+        "of these samples, kept without their stacks (under [lost…] frames): {}",
+        own.join(", ")
+    )
 }
 
 /// The summary of an allocation profile, for standard error.
@@ -267,10 +288,44 @@ mod tests {
         );
         assert!(
             lossy.ends_with(
-                "; lost machine-wide: stack_copy_buffer_full=567 (samples kept without their \
-                 stacks show as [lost] frames)"
+                "; lost machine-wide: stack_copy_buffer_full=567; of these samples, none kept \
+                 without their stacks"
             ),
             "{lossy}"
+        );
+        // And the report's own samples kept without their stacks, by cause.
+        let own = v1::LossCount {
+            cause: "stack_copy_ring_full".into(),
+            count: 12,
+        };
+        let own_lossy = summary(
+            &v1::ProfileSummary {
+                own_lost: vec![own.clone()],
+                lost: vec![v1::LossCount {
+                    cause: "stack_copy_buffer_full".into(),
+                    count: 567,
+                }],
+                ..Default::default()
+            },
+            None,
+        );
+        assert!(
+            own_lossy.ends_with(
+                "; lost machine-wide: stack_copy_buffer_full=567; of these samples, kept without \
+                 their stacks (under [lost…] frames): stack_copy_ring_full=12"
+            ),
+            "{own_lossy}"
+        );
+        let only_own = summary(
+            &v1::ProfileSummary {
+                own_lost: vec![own],
+                ..Default::default()
+            },
+            None,
+        );
+        assert!(
+            only_own.ends_with("; lost: of these samples, kept without their stacks (under [lost…] frames): stack_copy_ring_full=12"),
+            "{only_own}"
         );
         let now = UNIX_EPOCH + Duration::from_secs(100);
         let listed = sessions(

@@ -32,6 +32,9 @@ pub struct Profile {
     pub samples: Vec<Sample>,
     /// Samples or stacks lost system-wide during the window, by cause.
     pub lost: Vec<(LossCause, u64)>,
+    /// The profile's own samples kept without their user stacks, by cause
+    /// ([`OWN_LOSS_MARKERS`]' names), those with counts only.
+    pub own_lost: Vec<(&'static str, u64)>,
     /// What makes this profile less than complete, in plain words.
     pub warnings: Vec<String>,
     /// Threads whose CPU samples were summed but not read per stack (a
@@ -72,6 +75,7 @@ impl Profile {
             lost: Vec::new(),
             warnings: Vec::new(),
             unread: Vec::new(),
+            own_lost: Vec::new(),
         }
     }
 
@@ -454,7 +458,7 @@ mod losses;
 mod options;
 
 pub use assembly::{KeyedLocation, ProfileAssembly};
-pub use losses::{LossCause, UnwindStop};
+pub use losses::{LossCause, OWN_LOSS_MARKERS, UnwindStop, own_loss_of};
 pub use options::{
     DEFAULT_MAXLINES, DEFAULT_MAXSECTIONS, Format, GroupBy, ReportOptions, SortedBy,
 };

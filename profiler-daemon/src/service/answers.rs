@@ -55,6 +55,9 @@ pub struct Summary {
     pub threads: u32,
     /// Samples or stacks lost system-wide during the window, by cause.
     pub lost: Vec<(LossCause, u64)>,
+    /// Samples of the report itself kept without their stacks, by cause
+    /// (see [`crate::profile::OWN_LOSS_MARKERS`]).
+    pub own_lost: Vec<(&'static str, u64)>,
     pub warnings: Vec<String>,
     /// The window was ended early and is shorter than asked for.
     pub cut_short: bool,
@@ -120,6 +123,7 @@ impl Summary {
             processes: processes.len() as u32,
             threads: profile.threads.len() as u32,
             lost: profile.lost.clone(),
+            own_lost: profile.own_lost.clone(),
             warnings: profile.warnings.clone(),
             cut_short: false,
             memory,

@@ -9,8 +9,8 @@ use super::{Bucket, Store, aggregate, tables::Renumbering};
 use crate::{
     kernel::drain::losses,
     profile::{
-        LossCause, Owner, Profile, ProfileMode, Sample, Stacks, ThreadInfo, ThreadState,
-        UnreadThread,
+        LossCause, OWN_LOSS_MARKERS, Owner, Profile, ProfileMode, Sample, Stacks, ThreadInfo,
+        ThreadState, UnreadThread, own_loss_of,
     },
 };
 
@@ -270,6 +270,7 @@ impl Store {
                 .collect(),
             warnings: Vec::new(),
             unread: Vec::new(),
+            own_lost: Vec::new(),
         };
         // Samples refer to the store's stacks until the stacks they use are
         // copied, then in the store's order: reading its stacks front to
@@ -321,11 +322,34 @@ impl Store {
                 weight,
             });
         }
+        profile.own_lost = self.own_losses(&profile.samples);
         if copy_stacks {
             self.copy_stacks(&used, &mut profile);
         }
         self.add_coverage_warnings(query, &mut profile);
         profile
+    }
+
+    /// Of `samples` (of the store's stack ids), those kept without their
+    /// user stacks, by cause: their stacks start with a loss marker.
+    fn own_losses(&self, samples: &[Sample]) -> Vec<(&'static str, u64)> {
+        let mut counts = [0_u64; OWN_LOSS_MARKERS.len()];
+        for sample in samples {
+            let cause = self
+                .stacks
+                .get(sample.stack)
+                .first()
+                .and_then(|&root| own_loss_of(self.location(root)));
+            if let Some(cause) = cause {
+                counts[cause] = counts[cause].saturating_add(sample.count);
+            }
+        }
+        OWN_LOSS_MARKERS
+            .iter()
+            .zip(counts)
+            .filter(|&(_, count)| count > 0)
+            .map(|(&(_, cause), count)| (cause, count))
+            .collect()
     }
 
     /// The CPU samples of the window of `buckets` summed per stack, as

@@ -1137,8 +1137,8 @@ async fn clients_killed_mid_stream_free_their_slots() {
 }
 
 /// A sample counted without its stacks because the stack-copy ring was
-/// full says so in its own stack, so that a selection's report shows its
-/// own losses by cause (the summary's are the whole machine's).
+/// full says so in its own stack, and the report's summary counts it among
+/// its own losses by cause (beside the whole machine's).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sample_lost_to_a_full_ring_says_so_in_its_stack() {
     // A ring of a few copies, at 999 Hz: the unwinding passes cannot keep up.
@@ -1164,10 +1164,19 @@ async fn a_sample_lost_to_a_full_ring_says_so_in_its_stack() {
         .get("[lost: stack copy ring full]")
         .copied()
         .unwrap_or(0);
+    // (The machine's counters are read at each drain, the samples as they
+    // are flipped out: one sampled as a drain began may fall in the
+    // neighbouring window of the two.)
     assert!(
-        own > 0 && own <= machine_wide,
+        own > 0 && own <= machine_wide + machine_wide / 100 + 2,
         "{own} samples say the ring was full, the window lost {machine_wide}: {summary:?} \
          {stacks:?}"
+    );
+    // The summary counts them, as the report's own losses.
+    assert_eq!(
+        lost(&summary.own_lost, "stack_copy_ring_full"),
+        own,
+        "{summary:?}"
     );
     // Said once, not as two [lost] frames.
     assert!(

@@ -5,6 +5,26 @@
 
 use std::sync::Arc;
 
+/// The markers a stack kept without its user stack starts with (its
+/// root), and the cause each stands for: a profile counts its own samples
+/// so kept ([`super::Profile::own_lost`]); its samples lost whole (the
+/// kernel's counts-map or ring losses) are only known machine-wide.
+pub const OWN_LOSS_MARKERS: [(&str, &str); 2] = [
+    ("[lost: stack copy ring full]", "stack_copy_ring_full"),
+    ("[lost]", "user_stack_lost"),
+];
+
+/// The index into [`OWN_LOSS_MARKERS`] of the marker a stack whose root
+/// is `root` starts with, if it does.
+pub fn own_loss_of(root: &super::Location) -> Option<usize> {
+    if root.kind != super::LocationKind::Marker {
+        return None;
+    }
+    OWN_LOSS_MARKERS
+        .iter()
+        .position(|&(marker, _)| *root.module == *marker)
+}
+
 /// Why an unwound stack does not reach its thread's first function; shown
 /// as a frame `[unwind stopped: …]` at the root end of the stack.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

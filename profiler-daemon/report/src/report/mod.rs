@@ -347,9 +347,9 @@ fn write_summary(out: &mut String, profile: &Profile, total: u64) -> Result<(), 
 }
 
 /// The `# ` lines that open tree and flat reports: warnings, then losses
-/// (a time profile's are the whole machine's in the window: a selection's
-/// own samples kept without their stacks show as `[lost]` frames; an
-/// allocation profile's are its own).
+/// (a time profile's are the whole machine's in the window, an allocation
+/// profile's its own), then the profile's own samples kept without their
+/// stacks (under `[lost…]` frames), by cause.
 fn write_comments(out: &mut String, profile: &Profile) -> Result<(), ReportError> {
     for warning in &profile.warnings {
         // A warning must not break out of its comment line.
@@ -365,6 +365,12 @@ fn write_comments(out: &mut String, profile: &Profile) -> Result<(), ReportError
             };
             writeln!(out, "# lost{whose}: {}={count}", cause.name())?;
         }
+    }
+    for (cause, count) in &profile.own_lost {
+        writeln!(
+            out,
+            "# kept without their stacks, of these samples: {cause}={count}"
+        )?;
     }
     Ok(())
 }
@@ -480,6 +486,15 @@ mod tests {
         out.clear();
         write_comments(&mut out, &p).expect("writes");
         assert_eq!(out, "# lost: alloc_share_full=4\n");
+        // The profile's own samples kept without their stacks.
+        p.lost.clear();
+        p.own_lost = vec![("stack_copy_ring_full", 12)];
+        out.clear();
+        write_comments(&mut out, &p).expect("writes");
+        assert_eq!(
+            out,
+            "# kept without their stacks, of these samples: stack_copy_ring_full=12\n"
+        );
     }
 
     #[test]

@@ -116,11 +116,26 @@ impl LoadedPrograms {
         )))
     }
 
-    /// Takes the map of deep threads, when the programs copy stacks.
+    /// Takes the map of deep threads, when the programs copy stacks into
+    /// a ring that holds at least 16 of a deep thread's larger copies
+    /// (in a smaller one they would crowd out every other sample).
     pub fn take_deep_threads(
         &mut self,
     ) -> Result<Option<crate::kernel::stack_copies::DeepThreads>, SamplingError> {
-        if self.stack_copies.is_none() {
+        const DEEP_COPIES_PER_RING: u64 = 16;
+        let Some(ring_bytes) = self.stack_copies else {
+            return Ok(None);
+        };
+        let deep_copy = super::settings::stack_copy_record_bytes(
+            profiler_common::deep_thread_pages(self.stack_copy_pages),
+        );
+        if u64::from(ring_bytes) < DEEP_COPIES_PER_RING * deep_copy {
+            tracing::info!(
+                ring_bytes,
+                deep_copy,
+                "threads deeper than a stack copy keep copies of stack_copy's size: the \
+                 stack-copy ring buffer is too small for larger ones"
+            );
             return Ok(None);
         }
         Ok(Some(crate::kernel::stack_copies::DeepThreads::new(

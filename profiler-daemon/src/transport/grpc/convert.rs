@@ -210,6 +210,14 @@ pub fn summary(summary: Summary) -> v1::ProfileSummary {
         processes: summary.processes,
         threads: summary.threads,
         lost: loss_counts(summary.lost),
+        own_lost: summary
+            .own_lost
+            .into_iter()
+            .map(|(cause, count)| v1::LossCount {
+                cause: cause.to_owned(),
+                count,
+            })
+            .collect(),
         warnings: summary.warnings,
         cut_short: summary.cut_short,
         allocated_bytes: memory.allocated_bytes,
