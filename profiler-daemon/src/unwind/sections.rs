@@ -49,6 +49,10 @@ pub struct UnwindSections {
     signal_trampolines: OnceLock<Vec<Range<u64>>>,
 }
 
+/// `.eh_frame` as gimli reads it from held bytes, and one of its entries.
+type EhFrame<'a> = gimli::EhFrame<gimli::EndianSlice<'a, gimli::LittleEndian>>;
+type Fde<'a> = gimli::FrameDescriptionEntry<gimli::EndianSlice<'a, gimli::LittleEndian>>;
+
 /// Largest unwind section read; a larger one is not believed.
 const MAX_SECTION_BYTES: u64 = 256 << 20;
 
@@ -164,10 +168,42 @@ impl UnwindSections {
     /// table) says: what names a function the binary has no symbol for,
     /// so that its samples stay together rather than split by address.
     pub fn function_start(&self, offset: u64) -> Option<u64> {
+        let address = self.linked_address(offset)?;
+        let (_, _, fde) = self.fde_at(address)?;
+        let start = fde.initial_address();
+        // The function's start, in the segment of the address.
+        offset.checked_sub(address.checked_sub(start)?)
+    }
+
+    /// Whether a stack whose walk ended at `address` (as linked, looked up
+    /// as the walk did) ends there by its unwind entry's word: the entry's
+    /// return address is undefined (`_start`, a thread's first function).
+    /// A walk that ended because a return address read as 0 elsewhere
+    /// read a frame that was not one (a frame the C++ unwinder was
+    /// rewriting, say). True where no `.eh_frame_hdr` entry covers it: a
+    /// frame-pointer walk ends at a frame pointer of 0 by convention.
+    pub fn ends_stack(&self, address: u64) -> bool {
+        let Some((eh_frame, bases, fde)) = self.fde_at(address) else {
+            return true;
+        };
+        let mut context = gimli::UnwindContext::new();
+        match fde.unwind_info_for_address(&eh_frame, &bases, &mut context, address) {
+            // No rule for it is undefined too (as framehop reads it).
+            Ok(row) => matches!(
+                row.register(gimli::X86_64::RA),
+                None | Some(gimli::RegisterRule::Undefined)
+            ),
+            Err(_) => true,
+        }
+    }
+
+    /// The unwind entry (FDE) covering linked address `address`, found
+    /// through `.eh_frame_hdr`'s table, with the section and the bases it
+    /// is read by.
+    fn fde_at(&self, address: u64) -> Option<(EhFrame<'_>, gimli::BaseAddresses, Fde<'_>)> {
         use gimli::UnwindSection as _;
         let (eh_frame_range, eh_frame) = self.eh_frame.as_ref()?;
         let (hdr_range, hdr) = self.eh_frame_hdr.as_ref()?;
-        let address = self.linked_address(offset)?;
         let eh_frame = gimli::EhFrame::new(&eh_frame[..], gimli::LittleEndian);
         let mut bases = gimli::BaseAddresses::default()
             .set_eh_frame_hdr(hdr_range.start)
@@ -185,9 +221,7 @@ impl UnwindSections {
             .table()?
             .fde_for_address(&eh_frame, &bases, address, gimli::EhFrame::cie_from_offset)
             .ok()?;
-        let start = fde.initial_address();
-        // The function's start, in the segment of the address.
-        offset.checked_sub(address.checked_sub(start)?)
+        Some((eh_frame, bases, fde))
     }
 
     /// The address (as linked) of file offset `offset` of a loadable

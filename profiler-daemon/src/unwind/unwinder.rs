@@ -263,7 +263,9 @@ impl ProcessUnwinder {
                     Ok(_) => break Some(UnwindStop::BadFrame),
                     Err(at) => break Some(stop_reading(at, stack_base, stack)),
                 }
-            } else if sections.as_ref().is_some_and(|s| s.has_unwind_info()) {
+            } else if let Some(sections) = sections
+                && sections.has_unwind_info()
+            {
                 frames.push(pc);
                 match self
                     .unwinder
@@ -275,7 +277,11 @@ impl ProcessUnwinder {
                             None => break Some(UnwindStop::BadFrame),
                         }
                     }
-                    Ok(None) => break None,
+                    // The walk ends: where the unwind entry says so, or at
+                    // a return address of 0 read from a frame that was
+                    // not one.
+                    Ok(None) if self.ends_stack(index, sections, address) => break None,
+                    Ok(None) => break Some(UnwindStop::BadFrame),
                     Err(UnwindError::CouldNotReadStack(at)) => {
                         break Some(stop_reading(at, stack_base, stack));
                     }
@@ -376,6 +382,17 @@ impl ProcessUnwinder {
             }
             _ => FallbackStep::Stop,
         }
+    }
+
+    /// Whether a walk that ended at `address` of mapping `index` ends
+    /// there by its binary's unwind entry (see
+    /// [`UnwindSections::ends_stack`]).
+    fn ends_stack(&self, index: usize, sections: &UnwindSections, address: FrameAddress) -> bool {
+        let mapping = &self.mappings[index];
+        sections
+            .load_bias(mapping.start, mapping.file_offset)
+            .and_then(|bias| address.address_for_lookup().checked_sub(bias))
+            .is_none_or(|linked| sections.ends_stack(linked))
     }
 
     /// Whether `address` of mapping `index` is in a signal return

@@ -39,4 +39,5 @@ mod targets;
 #[cfg(feature = "unwind-tables-prototype")]
 mod unwind_tables;
 mod unwinding;
+mod unwinding_lives;
 mod web_view;
