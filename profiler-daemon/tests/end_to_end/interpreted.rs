@@ -42,19 +42,9 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
     let pid = node.pid();
     // Once V8 has compiled the function (and named its code in the perf
     // map).
-    let map = format!("/tmp/perf-{pid}.map");
-    crate::support::eventually(
-        "V8 names the compiled function",
-        crate::support::PATIENCE,
-        async || match std::fs::read_to_string(&map) {
-            Ok(names) if names.contains("hotJavaScriptFunction") => Ok(()),
-            Ok(names) => Err(format!("{} lines in {map}", names.lines().count())),
-            Err(err) => Err(format!("{map}: {err}")),
-        },
-    )
-    .await;
+    let map = perf_map_naming(pid, "hotJavaScriptFunction").await;
     let stacks = folded_profile_of(&daemon, pid, 2).await;
-    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let _ = std::fs::remove_file(map);
     let named: u64 = stacks
         .iter()
         .filter(|(frames, _)| {
@@ -77,6 +67,23 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
          and node's frames: {stacks:#?}",
         total(&stacks)
     );
+}
+
+/// The perf map of process `pid`, once it names `name` (its runtime has
+/// compiled that function).
+async fn perf_map_naming(pid: u32, name: &str) -> String {
+    let map = format!("/tmp/perf-{pid}.map");
+    crate::support::eventually(
+        &format!("the perf map names {name}"),
+        crate::support::PATIENCE,
+        async || match std::fs::read_to_string(&map) {
+            Ok(names) if names.contains(name) => Ok(()),
+            Ok(names) => Err(format!("{} lines in {map}", names.lines().count())),
+            Err(err) => Err(format!("{map}: {err}")),
+        },
+    )
+    .await;
+    map
 }
 
 /// A CPython of 3.12 or later (the first with `-X perf`): on the PATH, or
@@ -140,19 +147,9 @@ async fn python_functions_under_x_perf_keep_their_whole_chain_of_calls() {
         .expect("python runs")
         .into();
     let pid = workload.pid();
-    let map = format!("/tmp/perf-{pid}.map");
-    crate::support::eventually(
-        "CPython names its trampoline for leaf",
-        crate::support::PATIENCE,
-        async || match std::fs::read_to_string(&map) {
-            Ok(names) if names.contains("py::leaf:") => Ok(()),
-            Ok(names) => Err(format!("{} lines in {map}", names.lines().count())),
-            Err(err) => Err(format!("{map}: {err}")),
-        },
-    )
-    .await;
+    let map = perf_map_naming(pid, "py::leaf:").await;
     let stacks = folded_profile_of(&daemon, pid, 2).await;
-    let _ = std::fs::remove_file(&map);
+    let _ = std::fs::remove_file(map);
     // Each Python function's trampoline (a call stub without a frame, in
     // anonymous memory) between the interpreter's frames: the script's
     // calls in order, under CPython's own frames down to _start.
