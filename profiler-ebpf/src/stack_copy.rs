@@ -55,7 +55,7 @@ pub(crate) static DEEP_THREADS: LruHashMap<u32, u64> =
 /// Forgets thread `tid` as a deep thread (it exits).
 #[inline(always)]
 pub(crate) fn forget_deep_thread(tid: u32) {
-    let _ = DEEP_THREADS.remove(&tid);
+    let _ = DEEP_THREADS.remove(tid);
 }
 
 /// Pages of user stack a copy takes (0: the programs copy no stacks).
@@ -102,7 +102,7 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     // A deep thread's copy is larger and ends at its stack's top; the main
     // thread's ends above its frames.
     let deep = if copy.deep_allowed {
-        DEEP_THREADS.get_ptr(&tid)
+        DEEP_THREADS.get_ptr(tid)
     } else {
         None
     };
