@@ -243,8 +243,12 @@ fn unwinding_status(unwinding: Option<&v1::UnwindStatus>) -> String {
     }
     if unwinding.deep_threads > 0 {
         text.push_str(&format!(
-            "; {} threads deeper than a copy given copies of up to {} KiB (at most {} at once{})",
-            unwinding.deep_threads,
+            "; {} deeper than a copy given copies of up to {} KiB (at most {} at once{})",
+            if unwinding.deep_threads == 1 {
+                "1 thread".to_owned()
+            } else {
+                format!("{} threads", unwinding.deep_threads)
+            },
             unwinding.deep_copy_bytes / 1024,
             unwinding.deep_threads_limit,
             if unwinding.deep_threads_refused > 0 {
