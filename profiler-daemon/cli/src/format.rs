@@ -273,60 +273,43 @@ mod tests {
             "window of 2.0s at 99 Hz: 1 sample (0.01 CPU-seconds), 1 process, 2 threads; lost: \
              none; report written to /tmp/x\nwarning: cut"
         );
-        // Losses are the whole machine's, and said to be.
-        let lossy = summary(
-            &v1::ProfileSummary {
-                end_unix_nanos: 1_000_000_000,
-                frequency_hz: 99,
-                lost: vec![v1::LossCount {
-                    cause: "stack_copy_buffer_full".into(),
-                    count: 567,
-                }],
-                ..Default::default()
-            },
-            None,
-        );
-        assert!(
-            lossy.ends_with(
+        // Losses are the whole machine's, and said to be; and the report's
+        // own samples kept without their stacks, by cause.
+        let count = |cause: &str, count| v1::LossCount {
+            cause: cause.into(),
+            count,
+        };
+        let line = |lost: Vec<v1::LossCount>, own_lost: Vec<v1::LossCount>| {
+            summary(
+                &v1::ProfileSummary {
+                    end_unix_nanos: 1_000_000_000,
+                    frequency_hz: 99,
+                    lost,
+                    own_lost,
+                    ..Default::default()
+                },
+                None,
+            )
+        };
+        let machine = || vec![count("stack_copy_buffer_full", 567)];
+        let own = || vec![count("stack_copy_ring_full", 12)];
+        let own_said = "of these samples, kept without their stacks (under [lost…] frames): \
+                        stack_copy_ring_full=12";
+        for (text, expected) in [
+            (
+                line(machine(), vec![]),
                 "; lost machine-wide: stack_copy_buffer_full=567; of these samples, none kept \
                  without their stacks"
+                    .to_owned(),
             ),
-            "{lossy}"
-        );
-        // And the report's own samples kept without their stacks, by cause.
-        let own = v1::LossCount {
-            cause: "stack_copy_ring_full".into(),
-            count: 12,
-        };
-        let own_lossy = summary(
-            &v1::ProfileSummary {
-                own_lost: vec![own.clone()],
-                lost: vec![v1::LossCount {
-                    cause: "stack_copy_buffer_full".into(),
-                    count: 567,
-                }],
-                ..Default::default()
-            },
-            None,
-        );
-        assert!(
-            own_lossy.ends_with(
-                "; lost machine-wide: stack_copy_buffer_full=567; of these samples, kept without \
-                 their stacks (under [lost…] frames): stack_copy_ring_full=12"
+            (
+                line(machine(), own()),
+                format!("; lost machine-wide: stack_copy_buffer_full=567; {own_said}"),
             ),
-            "{own_lossy}"
-        );
-        let only_own = summary(
-            &v1::ProfileSummary {
-                own_lost: vec![own],
-                ..Default::default()
-            },
-            None,
-        );
-        assert!(
-            only_own.ends_with("; lost: of these samples, kept without their stacks (under [lost…] frames): stack_copy_ring_full=12"),
-            "{only_own}"
-        );
+            (line(vec![], own()), format!("; lost: {own_said}")),
+        ] {
+            assert!(text.ends_with(&expected), "{text}");
+        }
         let now = UNIX_EPOCH + Duration::from_secs(100);
         let listed = sessions(
             &[v1::SessionInfo {
