@@ -458,7 +458,9 @@ mod losses;
 mod options;
 
 pub use assembly::{KeyedLocation, ProfileAssembly};
-pub use losses::{LossCause, OWN_LOSS_MARKERS, UnwindStop, own_loss_of};
+pub use losses::{
+    LOST_MARKER, LossCause, OWN_LOSS_MARKERS, RING_FULL_MARKER, UnwindStop, own_loss_of,
+};
 pub use options::{
     DEFAULT_MAXLINES, DEFAULT_MAXSECTIONS, Format, GroupBy, ReportOptions, SortedBy,
 };

@@ -47,6 +47,9 @@ pub struct UnwindSections {
     segments: Vec<Segment>,
     /// Its signal return trampolines, found the first time a stack asks.
     signal_trampolines: OnceLock<Vec<Range<u64>>>,
+    /// [`UnwindSections::ends_stack`]'s answers: every whole stack asks
+    /// it at its last frame, one of a few addresses per binary.
+    stack_ends: std::sync::Mutex<std::collections::HashMap<u64, bool>>,
 }
 
 /// `.eh_frame` as gimli reads it from held bytes, and one of its entries.
@@ -135,6 +138,7 @@ impl UnwindSections {
             got: section(".got").map(|(_, r)| r),
             segments,
             signal_trampolines: OnceLock::new(),
+            stack_ends: Default::default(),
         })
     }
 
@@ -183,6 +187,25 @@ impl UnwindSections {
     /// rewriting, say). True where no `.eh_frame_hdr` entry covers it: a
     /// frame-pointer walk ends at a frame pointer of 0 by convention.
     pub fn ends_stack(&self, address: u64) -> bool {
+        /// Addresses answered at most; then the answers start again.
+        const KEPT: usize = 64;
+        let mut ends = self
+            .stack_ends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(&ends_here) = ends.get(&address) {
+            return ends_here;
+        }
+        if ends.len() >= KEPT {
+            ends.clear();
+        }
+        let ends_here = self.read_ends_stack(address);
+        ends.insert(address, ends_here);
+        ends_here
+    }
+
+    /// [`UnwindSections::ends_stack`], read from the unwind entry.
+    fn read_ends_stack(&self, address: u64) -> bool {
         let Some((eh_frame, bases, fde)) = self.fde_at(address) else {
             return true;
         };

@@ -10,9 +10,17 @@ use std::sync::Arc;
 /// so kept ([`super::Profile::own_lost`]); its samples lost whole (the
 /// kernel's counts-map or ring losses) are only known machine-wide.
 pub const OWN_LOSS_MARKERS: [(&str, &str); 2] = [
-    ("[lost: stack copy ring full]", "stack_copy_ring_full"),
-    ("[lost]", "user_stack_lost"),
+    (RING_FULL_MARKER, "stack_copy_ring_full"),
+    (LOST_MARKER, "user_stack_lost"),
 ];
+
+/// The one frame of a sample counted without its stacks because the
+/// stack-copy ring buffer was full (the daemon was behind).
+pub const RING_FULL_MARKER: &str = "[lost: stack copy ring full]";
+
+/// The frame standing for a user or kernel stack the kernel could not
+/// keep (a full stack map, a hash collision).
+pub const LOST_MARKER: &str = "[lost]";
 
 /// The index into [`OWN_LOSS_MARKERS`] of the marker a stack whose root
 /// is `root` starts with, if it does.

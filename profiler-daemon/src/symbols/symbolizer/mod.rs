@@ -50,9 +50,7 @@ const LOCATION_CACHE_SHARE: u64 = 2;
 /// How often idle binaries are looked for.
 const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The frame of a sample counted without its stacks because the
-/// stack-copy ring buffer was full.
-pub const RING_FULL_MARKER: &str = "[lost: stack copy ring full]";
+pub use crate::profile::{LOST_MARKER, RING_FULL_MARKER};
 
 /// The name of a kernel function kallsyms does not know (a module's
 /// without symbols, a BPF program's).
@@ -445,14 +443,14 @@ impl Symbolizer {
         if ring_full {
             stack.push(self.marker(RING_FULL_MARKER));
         } else if flags & sample_flags::USER_STACK_LOST != 0 {
-            stack.push(self.marker("[lost]"));
+            stack.push(self.marker(LOST_MARKER));
         }
         for (depth, address) in user.iter().enumerate().rev() {
             let returns = UserAddress::returns(user, depth);
             stack.push(self.user_location(address, returns));
         }
         if flags & sample_flags::KERNEL_STACK_LOST != 0 && !ring_full {
-            stack.push(self.marker("[lost]"));
+            stack.push(self.marker(LOST_MARKER));
         }
         for (depth, &address) in kernel.iter().enumerate().rev() {
             let key = LocationKey::Kernel(code_address(address, depth > 0));
