@@ -74,14 +74,27 @@ impl ProcessTable {
         bytes + binaries + self.unrecorded.len() as u64 * 32
     }
 
-    /// Lets go of the records of the processes sampled least recently
-    /// (none sampled in the last [`UNWIND_INFO_IN_USE`]) until the records
-    /// are within three quarters of the limit.
+    /// Lets go of the earlier memory maps of every record but the newest,
+    /// then of the records of the processes sampled least recently (none
+    /// sampled in the last [`UNWIND_INFO_IN_USE`]) until the records are
+    /// within three quarters of the limit.
     pub(super) fn enforce_limit(&mut self) {
         if self.limit == 0 {
             return;
         }
         let mut bytes = self.bytes();
+        if bytes <= self.limit {
+            return;
+        }
+        // Earlier memory maps first (a process that execs over and over
+        // is never idle): each record keeps its newest one.
+        for record in self.processes.values_mut() {
+            if record.earlier.len() > 1 {
+                self.earlier_maps_dropped += (record.earlier.len() - 1) as u64;
+                record.earlier.truncate(1);
+            }
+        }
+        bytes = self.bytes();
         if bytes <= self.limit {
             return;
         }

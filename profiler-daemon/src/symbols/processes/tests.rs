@@ -263,3 +263,22 @@ fn device_numbers_match_stat() {
     let minor = ((dev >> 12) & 0xffffff00) | (dev & 0xff);
     assert_eq!(device_number((major as i32, minor as i32)), dev);
 }
+
+#[test]
+fn earlier_maps_go_first_when_the_records_are_over_their_limit() {
+    let mut table = ProcessTable::new();
+    let pid = std::process::id();
+    table.record(pid).unwrap();
+    for shift in 1..=20 {
+        as_if_another_program(&mut table, pid, shift * 0x1000);
+        table.record(pid).unwrap();
+    }
+    let with_earlier = table.bytes();
+    table.limit = with_earlier - 1;
+    table.enforce_limit();
+    // The process was sampled just now: its record stays, with its newest
+    // earlier map.
+    assert_eq!(table.processes[&pid].earlier.len(), 1);
+    assert_eq!(table.stats().earlier_maps_dropped, 19);
+    assert!(table.bytes() < with_earlier);
+}
