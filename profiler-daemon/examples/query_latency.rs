@@ -38,9 +38,10 @@ use clap::Parser;
 use profiler_common::{COUNTER_COUNT, SampleKind};
 use profilerd::{
     profile::{
-        Format, Frame, GroupBy, Location, LocationKind, ReportOptions, SortedBy, ThreadInfo,
+        Format, Frame, GroupBy, Location, LocationKind, Profile, ReportOptions, SortedBy,
+        ThreadInfo,
     },
-    report,
+    report::{self, OwnersShown},
     store::{Query, SampleAccess, Selector, Store, StoreSettings, SumBy},
     symbols::processes::BinaryKey,
     symbols::symbolizer::{LocationKey, SymbolizedBatch, SymbolizedLocation, SymbolizedSample},
@@ -389,8 +390,14 @@ fn print_digests(store: &Store, query: &Query) {
     for (window, query) in [("whole", query), ("selected", &selected)] {
         let profile = store.profile(query);
         let by_ids = store.profile_of_store_stacks(query, SumBy::ThreadAndStack);
-        let summed = store.profile_summed(query, SumBy::Stack);
-        let summed_by_ids = store.profile_of_store_stacks(query, SumBy::Stack);
+        // Read summed as far as each report allows (see `owners_shown`).
+        let sums: Vec<(SumBy, Profile, Profile)> = [SumBy::Stack, SumBy::CommandAndStack]
+            .into_iter()
+            .map(|sum_by| {
+                let summed = store.profile_summed(query, sum_by);
+                (sum_by, summed, store.profile_of_store_stacks(query, sum_by))
+            })
+            .collect();
         for (name, options) in &variants {
             for format in Format::ALL {
                 let options = ReportOptions {
@@ -398,11 +405,16 @@ fn print_digests(store: &Store, query: &Query) {
                     ..options.clone()
                 };
                 let bytes = report::render(&profile, &options).expect("renders");
-                let shows_threads = report::shows_threads(&options);
-                if !shows_threads {
+                let summed_as = match report::owners_shown(&options) {
+                    OwnersShown::Threads | OwnersShown::Processes => None,
+                    OwnersShown::Nobody => Some(SumBy::Stack),
+                    OwnersShown::CommandsOrThreads => Some(SumBy::CommandAndStack),
+                };
+                let sums = sums.iter().find(|(sum_by, ..)| Some(*sum_by) == summed_as);
+                if let Some((sum_by, summed, _)) = sums {
                     assert!(
-                        report::render(&summed, &options).expect("renders") == bytes,
-                        "{window} {name} {format:?}: the report of per-stack sums differs"
+                        report::render(summed, &options).expect("renders") == bytes,
+                        "{window} {name} {format:?}: the report of sums {sum_by:?} differs"
                     );
                 }
                 if let Some(key) = report::StackIndexKey::of(&options, false) {
@@ -418,11 +430,11 @@ fn print_digests(store: &Store, query: &Query) {
                         indexed.expect("renders") == bytes,
                         "{window} {name} {format:?}: the report from the index differs"
                     );
-                    if !shows_threads {
-                        let indexed = report::render_indexed(&summed_by_ids, &options, index);
+                    if let Some((sum_by, _, summed_by_ids)) = sums {
+                        let indexed = report::render_indexed(summed_by_ids, &options, index);
                         assert!(
                             indexed.expect("renders") == bytes,
-                            "{window} {name} {format:?}: the report of per-stack sums from the \
+                            "{window} {name} {format:?}: the report of sums {sum_by:?} from the \
                              index differs"
                         );
                     }

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     profile::{Format, LossCause, Profile, ReportOptions, ThreadInfo, ThreadState},
-    report::{self, StackIndexKey},
+    report::{self, OwnersShown, StackIndexKey},
     service::access::Caller,
     store::{Query, SampleAccess, Store, SumBy},
 };
@@ -241,7 +241,9 @@ fn log_answer(profile: &Profile, started: Instant, read: Duration) {
 }
 
 /// The window's profile a report made as `options` ask is made of: summed
-/// per stack when it shows no threads; per thread and stack otherwise, but
+/// per stack when it shows no threads, per command and stack when it shows
+/// no more (see [`report::owners_shown`]); per thread and stack otherwise,
+/// but
 /// for a tree or flat report that may leave sections out (`maxsections`),
 /// only the threads of those it shows (the others only counted). Its stacks
 /// are copied, or left as the store's ids for a report from an index.
@@ -251,9 +253,12 @@ pub fn report_profile(
     copy_stacks: bool,
     options: &ReportOptions,
 ) -> Profile {
-    let sum_by = match report::shows_threads(options) {
-        true => SumBy::ThreadAndStack,
-        false => SumBy::Stack,
+    let sum_by = match report::owners_shown(options) {
+        // Summing per process would send most entries through a map where
+        // processes run the same program (see `cpu_totals_per_owner`).
+        OwnersShown::Threads | OwnersShown::Processes => SumBy::ThreadAndStack,
+        OwnersShown::CommandsOrThreads => SumBy::CommandAndStack,
+        OwnersShown::Nobody => SumBy::Stack,
     };
     if sum_by == SumBy::ThreadAndStack && report::may_leave_out_sections(options) {
         let pick = |threads: &[(&ThreadInfo, u64)]| report::threads_shown(options, threads);

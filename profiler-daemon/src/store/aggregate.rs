@@ -200,6 +200,87 @@ pub(super) fn cpu_totals_per_stack(
     }
 }
 
+/// The owner of a thread [`cpu_totals_per_owner`] does not read.
+pub(super) const NOT_SELECTED: u32 = u32::MAX;
+
+/// The CPU samples of `buckets` summed per owner and stack, `owner_of`
+/// giving each thread's owner (a number; [`NOT_SELECTED`] for the threads
+/// left out): each sum goes to `add`, naming the owner's least thread with
+/// samples of it, in (thread, stack) order (stack order when there is one
+/// owner). `threads_seen` and `stacks` as
+/// [`cpu_totals_per_stack`] takes them. One pass over each bucket: each
+/// stack's first owner is summed in a table by stack, the rare others
+/// (a stack in the code of more than one owner) in a map: for owners whose
+/// code differs (commands), not for owners running the same code
+/// (processes of one program), whose entries would mostly go to the map.
+pub(super) fn cpu_totals_per_owner(
+    buckets: &[&Bucket],
+    owner_of: &[u32],
+    stacks: usize,
+    threads_seen: &mut [bool],
+    add: impl FnMut(Total),
+) {
+    let owner = |thread: u32| {
+        owner_of
+            .get(thread as usize)
+            .copied()
+            .unwrap_or(NOT_SELECTED)
+    };
+    let mut owners = owner_of.iter().filter(|&&owner| owner != NOT_SELECTED);
+    let first_owner = owners.next();
+    if owners.all(|owner| Some(owner) == first_owner) {
+        // One owner: its sums are the sums per stack.
+        let selected = |thread: u32| owner(thread) != NOT_SELECTED;
+        return cpu_totals_per_stack(buckets, selected, stacks, threads_seen, add);
+    }
+    /// An owner's samples of a stack: (owner, least thread, count, weight).
+    type Sum = (u32, u32, u64, u64);
+    let empty: Sum = (NOT_SELECTED, u32::MAX, 0, 0);
+    let mut firsts: Vec<Sum> = vec![empty; stacks];
+    let mut others: HashMap<(u32, u32), Sum> = HashMap::default();
+    for bucket in buckets {
+        // A bucket's entries come thread by thread: ask once per thread.
+        let mut current = (u32::MAX, NOT_SELECTED);
+        for samples in bucket.cpu.iter() {
+            if current.0 != samples.thread {
+                current = (samples.thread, owner(samples.thread));
+            }
+            let owner = current.1;
+            if owner == NOT_SELECTED {
+                continue;
+            }
+            threads_seen[samples.thread as usize] = true;
+            let first = &mut firsts[samples.stack as usize];
+            let sum = match first.0 {
+                NOT_SELECTED => {
+                    first.0 = owner;
+                    first
+                }
+                first_owner if first_owner == owner => first,
+                _ => others.entry((samples.stack, owner)).or_insert(empty),
+            };
+            sum.0 = owner;
+            sum.1 = sum.1.min(samples.thread);
+            sum.2 += u64::from(samples.count);
+            sum.3 += u64::from(samples.count) * bucket.period_ns;
+        }
+    }
+    let mut totals: Vec<Total> = (0..)
+        .zip(firsts)
+        .filter(|&(_, (owner, ..))| owner != NOT_SELECTED)
+        .chain(others.into_iter().map(|((stack, _), sum)| (stack, sum)))
+        .map(|(stack, (_, thread, count, weight))| Total {
+            thread,
+            stack,
+            count,
+            weight,
+            state: ThreadState::Cpu,
+        })
+        .collect();
+    totals.sort_unstable_by_key(|total| (total.thread, total.stack));
+    totals.into_iter().for_each(add);
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
@@ -318,6 +399,81 @@ mod tests {
             },
         );
         assert_eq!(totals, vec![(3, 0, 7, 70), (7, 1, 5, 50)]);
+    }
+
+    #[test]
+    fn sums_per_owner_are_the_per_thread_sums_added_up_by_owner() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut random = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n) as u32
+        };
+        let buckets: Vec<Bucket> = (0..40)
+            .map(|_| {
+                let mut seen = std::collections::BTreeMap::new();
+                for _ in 0..150 {
+                    seen.insert((random(24), random(60)), 1 + random(5));
+                }
+                let entries: Vec<(u32, u32, u32)> =
+                    seen.into_iter().map(|((t, s), c)| (t, s, c)).collect();
+                bucket(u64::from(1 + random(3)), &entries)
+            })
+            .collect();
+        let buckets: Vec<&Bucket> = buckets.iter().collect();
+        // Owners of one thread and of several, some threads left out; and
+        // every thread of one owner.
+        let spread: Vec<u32> = (0..24)
+            .map(|thread| match thread % 7 {
+                0 => NOT_SELECTED,
+                1 | 2 => 100 + thread,
+                other => other,
+            })
+            .collect();
+        let one_owner: Vec<u32> = (0..24)
+            .map(|thread| u32::from(thread % 5 == 0) * 7)
+            .collect();
+        for owner_of in [spread, one_owner] {
+            // The reference: a map by (owner, stack) of the per-thread sums.
+            let mut expected = std::collections::BTreeMap::<(u32, u32), Total>::new();
+            cpu_totals(
+                &buckets,
+                |thread| owner_of[thread as usize] != NOT_SELECTED,
+                |total| {
+                    let owner = owner_of[total.thread as usize];
+                    let sum = expected.entry((owner, total.stack)).or_insert(Total {
+                        count: 0,
+                        weight: 0,
+                        ..total
+                    });
+                    sum.thread = sum.thread.min(total.thread);
+                    sum.count += total.count;
+                    sum.weight += total.weight;
+                },
+            );
+            let mut expected: Vec<Total> = expected.into_values().collect();
+            expected.sort_unstable_by_key(|total| (total.thread, total.stack));
+            let seen_expected: Vec<bool> = (0..24)
+                .map(|thread| {
+                    owner_of[thread] != NOT_SELECTED
+                        && buckets.iter().any(|bucket| {
+                            bucket
+                                .cpu
+                                .iter()
+                                .any(|samples| samples.thread as usize == thread)
+                        })
+                })
+                .collect();
+            let mut by_stack_table = Vec::new();
+            let mut seen = vec![false; 24];
+            cpu_totals_per_owner(&buckets, &owner_of, 60, &mut seen, |total| {
+                by_stack_table.push(total);
+            });
+            by_stack_table.sort_unstable_by_key(|total| (total.thread, total.stack));
+            assert_eq!(by_stack_table, expected);
+            assert_eq!(seen, seen_expected);
+        }
     }
 
     #[test]

@@ -113,6 +113,12 @@ pub enum SumBy {
     /// cost (no merging of every thread's entries across buckets). Other
     /// modes are read per thread.
     Stack,
+    /// In CPU mode, one sample per command name and stack, naming the
+    /// command's least thread with samples of it, when the window's samples
+    /// are of more than one process; per thread and stack when they are of
+    /// one (pprof's default shows threads then). The profile's threads are
+    /// still every thread with samples. Other modes are read per thread.
+    CommandAndStack,
 }
 
 impl Store {
@@ -220,18 +226,28 @@ impl Store {
         }
 
         let selected = |thread: u32| thread_matches[thread as usize];
-        let per_stack = (sum_by == SumBy::Stack && query.mode == ProfileMode::Cpu).then(|| {
-            if let Some(summed) = self.cpu_totals_from_held(query, &buckets, &thread_matches) {
-                return summed;
-            }
-            let mut seen = vec![false; thread_matches.len()];
-            let mut totals = Vec::new();
-            let stacks = self.stacks.len();
-            aggregate::cpu_totals_per_stack(&buckets, selected, stacks, &mut seen, |total| {
-                totals.push(total);
-            });
-            (totals, seen)
-        });
+        // Summed over threads: the totals, and every thread with samples.
+        let per_stack = match sum_by {
+            _ if query.mode != ProfileMode::Cpu => None,
+            SumBy::ThreadAndStack => None,
+            SumBy::Stack => Some(
+                self.cpu_totals_from_held(query, &buckets, &thread_matches)
+                    .unwrap_or_else(|| {
+                        let mut seen = vec![false; thread_matches.len()];
+                        let mut totals = Vec::new();
+                        let stacks = self.stacks.len();
+                        aggregate::cpu_totals_per_stack(
+                            &buckets,
+                            selected,
+                            stacks,
+                            &mut seen,
+                            |total| totals.push(total),
+                        );
+                        (totals, seen)
+                    }),
+            ),
+            SumBy::CommandAndStack => self.cpu_totals_per_command(query, &buckets, &thread_matches),
+        };
         // At most one sample per entry: reserved, never grown and copied.
         let capacity = per_stack.as_ref().map(|(totals, _)| totals.len());
         let capacity = capacity.unwrap_or_else(|| {
@@ -385,6 +401,46 @@ impl Store {
                 state: ThreadState::Cpu,
             })
             .collect();
+        Some((totals, seen))
+    }
+
+    /// The CPU samples of the window of `buckets` of the threads
+    /// `thread_matches` selects, summed per command name and stack (see
+    /// [`SumBy::CommandAndStack`]), with the threads seen; `None` when they
+    /// are of one process, to be read per thread.
+    fn cpu_totals_per_command(
+        &self,
+        query: &Query,
+        buckets: &[&Bucket],
+        thread_matches: &[bool],
+    ) -> Option<(Vec<aggregate::Total>, Vec<bool>)> {
+        let threads = self.threads.values();
+        let counts = self.cpu_thread_totals(query, buckets, threads.len());
+        let mut pids = (threads.iter().zip(counts).zip(thread_matches))
+            .filter(|&((_, (count, _)), &matches)| matches && count > 0)
+            .map(|((thread, _), _)| thread.pid);
+        let first = pids.next();
+        if pids.all(|pid| Some(pid) == first) {
+            return None;
+        }
+        // Each thread's command, numbered (`aggregate::NOT_SELECTED` if the
+        // thread is not selected).
+        let mut commands: rustc_hash::FxHashMap<&str, u32> = Default::default();
+        let command_of: Vec<u32> = (threads.iter().zip(thread_matches))
+            .map(|(thread, &matches)| match matches {
+                false => aggregate::NOT_SELECTED,
+                true => {
+                    let next = commands.len() as u32;
+                    *commands.entry(&thread.process_name).or_insert(next)
+                }
+            })
+            .collect();
+        let mut seen = vec![false; thread_matches.len()];
+        let mut totals = Vec::new();
+        let stacks = self.stacks.len();
+        aggregate::cpu_totals_per_owner(buckets, &command_of, stacks, &mut seen, |total| {
+            totals.push(total);
+        });
         Some((totals, seen))
     }
 

@@ -291,17 +291,55 @@ const PERCENT_WIDTH: usize = 6;
 /// Room for what follows a section's body: its blank line or the summary.
 const SECTION_END_BYTES: usize = 128;
 
-/// Whether a report made as `options` ask shows threads or processes (a
-/// section, a frame or a label of its own): a report that does not is the
-/// same made of each stack's samples summed over all threads.
-pub fn shows_threads(options: &ReportOptions) -> bool {
-    match options.format {
+/// Whose samples a report tells apart: the coarsest sums of a window it
+/// can be made from. A report is the same made of a window read per thread
+/// and stack as of one read summed this far (each sum standing for its
+/// owners by the least of their threads, every thread with samples still
+/// listed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnersShown {
+    /// Each thread's: tree and flat sections, pprof per thread.
+    Threads,
+    /// Each process's (its pid and command name): folded stacks, flame
+    /// graphs, speedscope and pprof grouped by process.
+    Processes,
+    /// Each command's (its name) when the samples are of more than one
+    /// process, each thread's when they are of one: pprof's default.
+    CommandsOrThreads,
+    /// Nobody's: the whole machine's samples per stack.
+    Nobody,
+}
+
+/// Whose samples a report made as `options` ask tells apart (a section, a
+/// frame or a label of their own).
+pub fn owners_shown(options: &ReportOptions) -> OwnersShown {
+    match (options.format, options.groupby) {
+        (_, GroupBy::None) => OwnersShown::Nobody,
         // `Auto` is per process when there is more than one.
-        Format::Tree | Format::Flat | Format::Pprof => options.groupby != GroupBy::None,
-        Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded => {
-            !matches!(options.groupby, GroupBy::None | GroupBy::Auto)
-        }
+        (Format::Tree | Format::Flat, _) => OwnersShown::Threads,
+        (Format::Pprof, GroupBy::Auto) => OwnersShown::CommandsOrThreads,
+        (Format::Pprof, GroupBy::Thread) => OwnersShown::Threads,
+        (Format::Pprof, GroupBy::Process) => OwnersShown::Processes,
+        (
+            Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded,
+            GroupBy::Auto,
+        ) => OwnersShown::Nobody,
+        (
+            Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded,
+            GroupBy::Process,
+        ) => OwnersShown::Processes,
+        (
+            Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded,
+            GroupBy::Thread,
+        ) => OwnersShown::Threads,
     }
+}
+
+/// Whether a report made as `options` ask shows threads or processes: a
+/// report that does not is the same made of each stack's samples summed
+/// over all threads.
+pub fn shows_threads(options: &ReportOptions) -> bool {
+    owners_shown(options) != OwnersShown::Nobody
 }
 
 /// `samples` as a rounded percentage of one CPU's `ticks`, e.g. `98%`.
