@@ -63,6 +63,11 @@ struct Args {
     /// report's and the refresher's cost when the store has grown).
     #[arg(long)]
     extensions: bool,
+    /// Time a compaction instead: the retention cut to the last tenth of
+    /// the window (what falls out dropped, the tables rebuilt), as the
+    /// daemon's store does at most once a minute, its lock held.
+    #[arg(long)]
+    compaction: bool,
     /// Also write each format's report (default options) into this
     /// directory.
     #[arg(long)]
@@ -137,6 +142,27 @@ fn main() {
     }
     if args.extensions {
         print_extensions(&store, args.reps);
+        return;
+    }
+    if args.compaction {
+        let mut store = store;
+        // A minute after the store was made (compactions are a minute
+        // apart), the first tenth of the window past the retention.
+        let now = SystemTime::now() + Duration::from_secs(61);
+        let horizon = start + Duration::from_secs(args.seconds / 10);
+        let settings = StoreSettings {
+            retention: now.duration_since(horizon).unwrap_or_default(),
+            resolution: Duration::from_secs(10),
+            memory_limit: 64 << 20,
+        };
+        let stacks = store.stats().distinct_stacks;
+        let started = Instant::now();
+        store.set_settings(settings, now);
+        println!(
+            "compaction: {:.1} ms, {stacks} -> {} distinct stacks",
+            started.elapsed().as_secs_f64() * 1e3,
+            store.stats().distinct_stacks
+        );
         return;
     }
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|only| only == name);

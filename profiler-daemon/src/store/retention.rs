@@ -7,9 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, info};
 
-use rustc_hash::FxHashMap as HashMap;
-
-use super::{Bucket, Eviction, Store, StoreSettings, sort_cpu_samples, sort_waits};
+use super::{Bucket, Eviction, Store, StoreSettings};
 
 /// The new id of what a compaction dropped, in a [`Renumbering`].
 pub const GONE: u32 = u32::MAX;
@@ -233,6 +231,7 @@ impl Store {
     /// [`RENUMBERINGS_KEPT`] compactions ([`Store::renumberings_from`]): what
     /// an index of the stacks needs to follow them rather than start anew.
     pub(super) fn compact(&mut self, now: SystemTime) {
+        let started = std::time::Instant::now();
         self.last_compaction = now;
         self.dropped_since_compaction = false;
         let old_threads = std::mem::take(&mut self.threads);
@@ -240,10 +239,16 @@ impl Store {
         let old_stacks = std::mem::take(&mut self.stacks);
         let before = old_stacks.len();
         let mut used = vec![false; before];
+        let mut used_threads = vec![false; old_threads.values().len()];
         for bucket in &self.buckets {
-            let stacks = bucket.cpu.iter().map(|samples| samples.stack);
-            for stack in stacks.chain(bucket.waits.iter().map(|wait| wait.stack)) {
+            let cpu = bucket
+                .cpu
+                .iter()
+                .map(|samples| (samples.thread, samples.stack));
+            let waits = bucket.waits.iter().map(|wait| (wait.thread, wait.stack));
+            for (thread, stack) in cpu.chain(waits) {
                 used[stack as usize] = true;
+                used_threads[thread as usize] = true;
             }
         }
         let mut stacks = vec![GONE; before];
@@ -269,25 +274,34 @@ impl Store {
             // Old stacks are distinct: each gets the next id.
             *new = self.stacks.intern(&ids);
         }
-        let mut threads: HashMap<u32, u32> = HashMap::default();
-        let mut thread = |store: &mut Store, old: u32| {
-            *threads
-                .entry(old)
-                .or_insert_with(|| store.intern_thread(old_threads.get(old).clone()))
-        };
+        // Old threads are distinct too: new ids in the order of the old
+        // ones, so that renumbered entries keep their (thread, stack) order.
+        let threads: Vec<u32> = (0..)
+            .zip(&used_threads)
+            .map(|(old, &used)| match used {
+                true => self.intern_thread(old_threads.get(old).clone()),
+                false => GONE,
+            })
+            .collect();
         let mut buckets = std::mem::take(&mut self.buckets);
         for bucket in &mut buckets {
             for samples in bucket.cpu.iter_mut() {
-                samples.thread = thread(self, samples.thread);
+                samples.thread = threads[samples.thread as usize];
                 samples.stack = stacks[samples.stack as usize];
             }
             for wait in bucket.waits.iter_mut() {
-                wait.thread = thread(self, wait.thread);
+                wait.thread = threads[wait.thread as usize];
                 wait.stack = stacks[wait.stack as usize];
             }
-            // Renumbered: sorted again.
-            sort_cpu_samples(&mut bucket.cpu);
-            sort_waits(&mut bucket.waits);
+            debug_assert!(
+                bucket
+                    .cpu
+                    .is_sorted_by_key(|samples| (samples.thread, samples.stack))
+                    && bucket
+                        .waits
+                        .is_sorted_by_key(|wait| (wait.thread, wait.stack)),
+                "renumbered in order, entries stay sorted"
+            );
         }
         self.held = super::held::HeldSums::of(&buckets);
         self.buckets = buckets;
@@ -303,6 +317,7 @@ impl Store {
         debug!(
             stacks_before = before,
             stacks_after = self.stacks.len(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
             "compacted the profile store"
         );
     }
