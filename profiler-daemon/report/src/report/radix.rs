@@ -20,32 +20,33 @@ pub(super) fn sort_by_key<T: Copy>(items: &mut Vec<T>, bits: u32, key: impl Fn(&
             .all(|item| bits >= 64 || key(item) >> bits == 0)
     );
     let mut from = std::mem::take(items);
-    let mut to: Vec<T> = Vec::with_capacity(from.len());
+    // Every place is written by each pass: filled once.
+    let mut to: Vec<T> = from.clone();
     let digits = 1_usize << DIGIT_BITS;
-    let mut counts = vec![0_usize; digits];
-    let mut shift = 0;
-    while shift < bits {
-        let digit = |item: &T| ((key(item) >> shift) as usize) & (digits - 1);
-        counts.iter_mut().for_each(|count| *count = 0);
-        for item in &from {
-            counts[digit(item)] += 1;
+    let passes = bits.div_ceil(DIGIT_BITS) as usize;
+    // Each pass's counts, all taken in one read of the items.
+    let mut counts = vec![0_usize; digits * passes];
+    let digit =
+        |item: &T, pass: usize| ((key(item) >> (pass as u32 * DIGIT_BITS)) as usize) & (digits - 1);
+    for item in &from {
+        for pass in 0..passes {
+            counts[pass * digits + digit(item, pass)] += 1;
         }
+    }
+    for (pass, counts) in counts.chunks_mut(digits).enumerate() {
         // Each digit's first place.
         let mut place = 0;
-        for count in &mut counts {
+        for count in counts.iter_mut() {
             let items = *count;
             *count = place;
             place += items;
         }
-        to.clear();
-        to.resize(from.len(), from[0]);
         for item in &from {
-            let slot = &mut counts[digit(item)];
+            let slot = &mut counts[digit(item, pass)];
             to[*slot] = *item;
             *slot += 1;
         }
         std::mem::swap(&mut from, &mut to);
-        shift += DIGIT_BITS;
     }
     *items = from;
 }
