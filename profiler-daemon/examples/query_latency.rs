@@ -166,6 +166,23 @@ fn main() {
         return;
     }
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|only| only == name);
+    if wanted("callers") {
+        // As the Callers request makes them: per stack, with its stacks.
+        let times: Vec<Duration> = (0..args.reps)
+            .map(|_| {
+                let started = Instant::now();
+                let profile = store.profile_summed(&query, SumBy::Stack);
+                black_box(report::callers(&profile, "main"));
+                started.elapsed()
+            })
+            .collect();
+        println!(
+            "callers of main: {} (min {}, max {})",
+            ms(median(&times)),
+            ms(*times.iter().min().unwrap()),
+            ms(*times.iter().max().unwrap())
+        );
+    }
     println!(
         "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>13}",
         "request",

@@ -41,17 +41,36 @@ pub fn callers(profile: &Profile, function: &str) -> (Vec<CallerCount>, u64) {
             *count = count.saturating_add(sample.count);
         }
     }
-    // Whether each location has a frame of the function: names compared
-    // once per location, not once per stack it is in.
-    let has_function: Vec<bool> = profile
+    // Every frame's site numbered once per location, with whether it is
+    // the function: names compared and hashed once per location, not once
+    // per stack it is in.
+    let mut site_ids: HashMap<Site, u32> = HashMap::new();
+    let mut sites: Vec<Site> = Vec::new();
+    let mut site_of = |frame: &Frame| -> u32 {
+        let key = (frame.function.clone(), frame.file.clone(), frame.line);
+        *site_ids.entry(key).or_insert_with_key(|key| {
+            sites.push(key.clone());
+            // Fewer sites than frames of locations, whose ids are 32-bit.
+            (sites.len() - 1) as u32
+        })
+    };
+    let root = site_of(&root);
+    // Per location: its frames as (site, is the function), root first.
+    let frames_of: Vec<Vec<(u32, bool)>> = profile
         .locations
         .iter()
-        .map(|location| location.frames.iter().any(&matches))
+        .map(|location| {
+            (location.frames.iter())
+                .map(|frame| (site_of(frame), matches(frame)))
+                .collect()
+        })
         .collect();
-    let mut counts: HashMap<Site, u64> = HashMap::new();
+    let has_function: Vec<bool> = (frames_of.iter())
+        .map(|frames| frames.iter().any(|&(_, is)| is))
+        .collect();
+    let mut counts: Vec<u64> = vec![0; sites.len()];
     let mut total: u64 = 0;
-    let mut frames: Vec<&Frame> = Vec::new();
-    let mut seen = Vec::new();
+    let mut seen: Vec<u32> = Vec::new();
     for (stack, &count) in stack_counts.iter().enumerate() {
         let Some(stack) = profile.stacks.get(stack as u32).filter(|_| count > 0) else {
             continue;
@@ -60,34 +79,25 @@ pub fn callers(profile: &Profile, function: &str) -> (Vec<CallerCount>, u64) {
         if !stack.iter().any(has) {
             continue;
         }
-        frames.clear();
-        frames.extend(
-            stack
-                .iter()
-                .filter_map(|&location| profile.locations.get(location as usize))
-                .flat_map(|location| location.frames.iter()),
-        );
         seen.clear();
-        for (index, frame) in frames.iter().enumerate() {
-            if !matches(frame) {
-                continue;
+        let mut caller = root;
+        let frames = (stack.iter()).filter_map(|&location| frames_of.get(location as usize));
+        for &(site, is_function) in frames.flatten() {
+            if is_function && !seen.contains(&caller) {
+                seen.push(caller);
             }
-            let caller = index.checked_sub(1).map_or(&root, |caller| frames[caller]);
-            let key = (caller.function.clone(), caller.file.clone(), caller.line);
-            if !seen.contains(&key) {
-                seen.push(key);
-            }
+            caller = site;
         }
         if !seen.is_empty() {
             total = total.saturating_add(count);
         }
-        for key in seen.drain(..) {
-            let sum = counts.entry(key).or_default();
+        for &caller in &seen {
+            let sum = &mut counts[caller as usize];
             *sum = sum.saturating_add(count);
         }
     }
-    let mut callers: Vec<CallerCount> = counts
-        .into_iter()
+    let mut callers: Vec<CallerCount> = (sites.into_iter().zip(counts))
+        .filter(|&(_, count)| count > 0)
         .map(|((function, file, line), count)| CallerCount {
             function,
             file,
