@@ -892,3 +892,84 @@ fn the_timeline_gives_each_held_bucket_and_its_samples() {
         [4, 0, 3]
     );
 }
+
+/// A window read as per-command sums makes pprof's default report as the
+/// window read per thread does, over processes and threads sharing
+/// commands and stacks; over one process it is the window read per thread.
+#[test]
+fn per_command_sums_make_pprof_s_default_report() {
+    use crate::profile::{Format, GroupBy, ReportOptions};
+    use crate::report::{self, OwnersShown};
+    use crate::service::answers::Summary;
+
+    let mut store = store(600, 1 << 30);
+    let paths: [&[&str]; 3] = [&["main", "a", "b"], &["main", "c"], &["main", "a", "d"]];
+    // (pid, tid, command): two processes of `worker` (one of two
+    // threads), one of `db`.
+    let threads = [
+        (10, 10, "worker"),
+        (10, 11, "worker"),
+        (20, 20, "worker"),
+        (30, 30, "db"),
+    ];
+    for second in 0..20_u64 {
+        let mut batch = batch(second, &[]);
+        batch.samples = (0..8_u64)
+            .map(|n| {
+                let (pid, tid, command) = threads[((second + n) % 4) as usize];
+                SymbolizedSample {
+                    thread: thread(pid, tid, command),
+                    kind: SampleKind::CpuClock,
+                    stack: paths[((second * 5 + n) % 3) as usize]
+                        .iter()
+                        .map(|name| location(name))
+                        .collect(),
+                    count: 1 + n % 2,
+                    weight: (1 + n % 2) * 10,
+                    allocation_id: 0,
+                }
+            })
+            .collect();
+        store.insert(batch);
+    }
+    let options = ReportOptions {
+        format: Format::Pprof,
+        groupby: GroupBy::Auto,
+        kernel: true,
+        ..ReportOptions::default()
+    };
+    assert_eq!(
+        report::owners_shown(&options),
+        OwnersShown::CommandsOrThreads
+    );
+    for pids in [vec![], vec![10, 30], vec![10]] {
+        let window = query(
+            0,
+            40,
+            Selector {
+                pids: pids.clone(),
+                ..Selector::default()
+            },
+        );
+        let per_thread = store.profile(&window);
+        let per_command = store.profile_summed(&window, SumBy::CommandAndStack);
+        assert_eq!(
+            Summary::of(&per_command),
+            Summary::of(&per_thread),
+            "{pids:?}"
+        );
+        assert_eq!(per_command.threads, per_thread.threads, "{pids:?}");
+        match pids.len() {
+            // One process: read per thread.
+            1 => assert_eq!(per_command.samples, per_thread.samples),
+            // Stacks shared by the threads of a command: fewer samples.
+            _ => assert!(
+                per_command.samples.len() < per_thread.samples.len(),
+                "{pids:?}"
+            ),
+        }
+        let expected = report::render(&per_thread, &options).expect("renders");
+        let summed = report::render(&per_command, &options).expect("renders");
+        assert!(expected == summed, "{pids:?}");
+    }
+}
