@@ -310,6 +310,34 @@ mod tests {
         }
     }
 
+    /// `count` buckets of up to `entries` random entries each, of
+    /// `threads` threads and `stacks` stacks, periods of 1 to 3.
+    fn random_buckets(
+        seed: u64,
+        count: usize,
+        entries: usize,
+        (threads, stacks): (u64, u64),
+    ) -> Vec<Bucket> {
+        let mut state = seed;
+        let mut random = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n) as u32
+        };
+        (0..count)
+            .map(|_| {
+                let mut seen = std::collections::BTreeMap::new();
+                for _ in 0..entries {
+                    seen.insert((random(threads), random(stacks)), 1 + random(5));
+                }
+                let entries: Vec<(u32, u32, u32)> =
+                    seen.into_iter().map(|((t, s), c)| (t, s, c)).collect();
+                bucket(u64::from(1 + random(3)), &entries)
+            })
+            .collect()
+    }
+
     fn totals(buckets: &[Bucket], selected: impl Fn(u32) -> bool) -> Vec<(u32, u32, u64, u64)> {
         let buckets: Vec<&Bucket> = buckets.iter().collect();
         let mut totals = Vec::new();
@@ -403,24 +431,7 @@ mod tests {
 
     #[test]
     fn sums_per_owner_are_the_per_thread_sums_added_up_by_owner() {
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut random = |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n) as u32
-        };
-        let buckets: Vec<Bucket> = (0..40)
-            .map(|_| {
-                let mut seen = std::collections::BTreeMap::new();
-                for _ in 0..150 {
-                    seen.insert((random(24), random(60)), 1 + random(5));
-                }
-                let entries: Vec<(u32, u32, u32)> =
-                    seen.into_iter().map(|((t, s), c)| (t, s, c)).collect();
-                bucket(u64::from(1 + random(3)), &entries)
-            })
-            .collect();
+        let buckets = random_buckets(0x2545_f491_4f6c_dd1d, 40, 150, (24, 60));
         let buckets: Vec<&Bucket> = buckets.iter().collect();
         // Owners of one thread and of several, some threads left out; and
         // every thread of one owner.
@@ -478,24 +489,7 @@ mod tests {
 
     #[test]
     fn matches_a_map_on_many_buckets() {
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut random = |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n) as u32
-        };
-        let buckets: Vec<Bucket> = (0..50)
-            .map(|_| {
-                let mut seen = std::collections::BTreeMap::new();
-                for _ in 0..200 {
-                    seen.insert((random(30), random(100)), 1 + random(5));
-                }
-                let entries: Vec<(u32, u32, u32)> =
-                    seen.into_iter().map(|((t, s), c)| (t, s, c)).collect();
-                bucket(u64::from(1 + random(3)), &entries)
-            })
-            .collect();
+        let buckets = random_buckets(0x9e37_79b9_7f4a_7c15, 50, 200, (30, 100));
         let mut expected = std::collections::BTreeMap::<(u32, u32), (u64, u64)>::new();
         for bucket in &buckets {
             for samples in bucket.cpu.iter() {
