@@ -257,9 +257,10 @@ pub(super) fn cpu_totals_per_owner(
                     first
                 }
                 first_owner if first_owner == owner => first,
-                _ => others.entry((samples.stack, owner)).or_insert(empty),
+                _ => others
+                    .entry((samples.stack, owner))
+                    .or_insert((owner, u32::MAX, 0, 0)),
             };
-            sum.0 = owner;
             sum.1 = sum.1.min(samples.thread);
             sum.2 += u64::from(samples.count);
             sum.3 += u64::from(samples.count) * bucket.period_ns;

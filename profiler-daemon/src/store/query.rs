@@ -227,7 +227,7 @@ impl Store {
 
         let selected = |thread: u32| thread_matches[thread as usize];
         // Summed over threads: the totals, and every thread with samples.
-        let per_stack = match sum_by {
+        let summed = match sum_by {
             _ if query.mode != ProfileMode::Cpu => None,
             SumBy::ThreadAndStack => None,
             SumBy::Stack => Some(
@@ -246,10 +246,10 @@ impl Store {
                         (totals, seen)
                     }),
             ),
-            SumBy::CommandAndStack => self.cpu_totals_per_command(query, &buckets, &thread_matches),
+            SumBy::CommandAndStack => self.cpu_totals_per_command(&buckets, &thread_matches),
         };
         // At most one sample per entry: reserved, never grown and copied.
-        let capacity = per_stack.as_ref().map(|(totals, _)| totals.len());
+        let capacity = summed.as_ref().map(|(totals, _)| totals.len());
         let capacity = capacity.unwrap_or_else(|| {
             buckets
                 .iter()
@@ -292,7 +292,7 @@ impl Store {
         // copied, then in the store's order: reading its stacks front to
         // back costs a fraction of reading them in the samples' order.
         let mut threads = Renumbering::new(self.threads.values().len());
-        if let Some((_, seen)) = &per_stack {
+        if let Some((_, seen)) = &summed {
             // Every thread with samples, in the order a read per thread
             // lists them, though samples name only some.
             for (thread, _) in (0..).zip(seen).filter(|&(_, &seen)| seen) {
@@ -317,7 +317,7 @@ impl Store {
                 state: total.state,
             });
         };
-        match per_stack {
+        match summed {
             Some((totals, _)) => totals.into_iter().for_each(&mut add),
             None if query.mode.includes(ThreadState::Cpu) => {
                 aggregate::cpu_totals(&buckets, selected, &mut add);
@@ -410,19 +410,10 @@ impl Store {
     /// are of one process, to be read per thread.
     fn cpu_totals_per_command(
         &self,
-        query: &Query,
         buckets: &[&Bucket],
         thread_matches: &[bool],
     ) -> Option<(Vec<aggregate::Total>, Vec<bool>)> {
         let threads = self.threads.values();
-        let counts = self.cpu_thread_totals(query, buckets, threads.len());
-        let mut pids = (threads.iter().zip(counts).zip(thread_matches))
-            .filter(|&((_, (count, _)), &matches)| matches && count > 0)
-            .map(|((thread, _), _)| thread.pid);
-        let first = pids.next();
-        if pids.all(|pid| Some(pid) == first) {
-            return None;
-        }
         // Each thread's command, numbered (`aggregate::NOT_SELECTED` if the
         // thread is not selected).
         let mut commands: rustc_hash::FxHashMap<&str, u32> = Default::default();
@@ -441,6 +432,15 @@ impl Store {
         aggregate::cpu_totals_per_owner(buckets, &command_of, stacks, &mut seen, |total| {
             totals.push(total);
         });
+        // Of one process: read again per thread (a process's own window,
+        // small beside a machine's).
+        let mut pids = (threads.iter().zip(&seen))
+            .filter(|&(_, &seen)| seen)
+            .map(|(thread, _)| thread.pid);
+        let first = pids.next();
+        if pids.all(|pid| Some(pid) == first) {
+            return None;
+        }
         Some((totals, seen))
     }
 
