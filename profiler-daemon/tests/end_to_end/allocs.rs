@@ -7,7 +7,7 @@ use std::time::Duration;
 use profilerd_client::v1;
 
 use crate::support::{
-    Client, Daemon, Workload, decode_pprof, folded, go_pprof_top, has_chain, options,
+    Client, Daemon, Workload, decode_pprof, folded, go_pprof_top, has_chain, options, samples_where,
 };
 
 fn bytes(sample_bytes: u64) -> Option<v1::AllocSampling> {
@@ -46,11 +46,7 @@ async fn allocs(
 
 /// Bytes per stack whose leaf-most frames hold `site`.
 fn bytes_at(stacks: &[(Vec<String>, u64)], site: &str) -> u64 {
-    stacks
-        .iter()
-        .filter(|(frames, _)| frames.iter().any(|frame| frame == site))
-        .map(|(_, count)| count)
-        .sum()
+    samples_where(stacks, |frames| frames.iter().any(|frame| frame == site))
 }
 
 /// Profiles the allocations of the `ratio` workload for 3 s and checks
@@ -91,11 +87,9 @@ async fn allocated_bytes_split_three_to_one_between_two_named_sites() {
     let (reply, stacks, (three, one)) = three_to_one(&daemon, &workload).await;
     // Every stack of each site goes through its whole chain from main.
     for (site, want) in [("site_three_quarters", three), ("site_one_quarter", one)] {
-        let whole: u64 = stacks
-            .iter()
-            .filter(|(frames, _)| has_chain(frames, &["main", "churn_round", site]))
-            .map(|(_, count)| count)
-            .sum();
+        let whole: u64 = samples_where(&stacks, |frames| {
+            has_chain(frames, &["main", "churn_round", site])
+        });
         assert_eq!(
             whole, want,
             "not every {site} stack is main;churn_round;{site}: {stacks:?}"
@@ -133,11 +127,9 @@ async fn inuse_names_only_the_site_that_keeps_its_bytes() {
         "site_keep holds {kept} bytes (want {truth} ± 10%): {stacks:?}"
     );
     assert_eq!(churned, 0, "site_churn frees all it allocates: {stacks:?}");
-    let kept_whole: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| has_chain(frames, &["main", "keep_and_churn", "site_keep"]))
-        .map(|(_, count)| count)
-        .sum();
+    let kept_whole: u64 = samples_where(&stacks, |frames| {
+        has_chain(frames, &["main", "keep_and_churn", "site_keep"])
+    });
     assert_eq!(
         kept_whole, kept,
         "every site_keep stack is whole: {stacks:?}"

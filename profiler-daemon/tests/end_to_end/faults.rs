@@ -18,7 +18,7 @@ use rustix::process::{Pid, Signal, kill_process};
 
 use crate::support::{
     Client, Daemon, PATIENCE, PEEK_THREADS, Workload, build_workload, eventually, folded,
-    has_chain, options, profile, samples_containing, total, wait_for_threads,
+    has_chain, options, profile, samples_containing, samples_where, total, wait_for_threads,
 };
 
 /// Copies the workload `name` to `dir/comm`, the command name it runs under.
@@ -85,11 +85,9 @@ fn owners_of(stacks: &[(Vec<String>, u64)], function: &str) -> HashMap<(String, 
 
 /// Samples with an unsymbolized user frame.
 fn unknown_samples(stacks: &[(Vec<String>, u64)]) -> u64 {
-    stacks
-        .iter()
-        .filter(|(frames, _)| frames.iter().any(|frame| frame.contains("[unknown]")))
-        .map(|(_, count)| count)
-        .sum()
+    samples_where(stacks, |frames| {
+        frames.iter().any(|frame| frame.contains("[unknown]"))
+    })
 }
 
 fn send_signal(pid: u32, signal: Signal) {

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use profilerd_client::v1;
 
 use crate::support::{
-    Daemon, PATIENCE, Workload, eventually, folded, options, selector, wait_for_cpu,
+    Daemon, PATIENCE, Workload, eventually, folded, options, samples_where, selector, wait_for_cpu,
     wait_for_drains,
 };
 
@@ -421,11 +421,7 @@ async fn only_the_selected_process_is_recorded() {
     );
     // With the busy one selected, its waits are.
     let (stacks, _) = wall_profile(&daemon, busy.pid(), Duration::from_secs(1)).await;
-    let napping: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| frames.iter().any(|f| f == "napper"))
-        .map(|(_, count)| count)
-        .sum();
+    let napping: u64 = samples_where(&stacks, |frames| frames.iter().any(|f| f == "napper"));
     assert!(napping > 0, "{stacks:#?}");
     assert!(recorded(status(&mut client).await) - after > 1_000);
 }

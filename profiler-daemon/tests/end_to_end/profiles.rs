@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use profilerd_client::v1;
 
-use crate::support::{folded, has_chain, options, profile, samples_containing, total};
+use crate::support::{
+    folded, has_chain, options, profile, samples_containing, samples_where, total,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hot_and_cold_functions_get_their_shares_with_full_chains() {
@@ -98,11 +100,9 @@ async fn kernel_frames_sit_under_user_frames_and_can_be_hidden() {
         .await
         .report,
     );
-    let in_kernel: u64 = with_kernel
-        .iter()
-        .filter(|(frames, _)| frames.iter().any(|frame| frame.ends_with("_[k]")))
-        .map(|(_, count)| count)
-        .sum();
+    let in_kernel: u64 = samples_where(&with_kernel, |frames| {
+        frames.iter().any(|frame| frame.ends_with("_[k]"))
+    });
     assert!(
         in_kernel * 2 > total(&with_kernel),
         "a loop reading /dev/zero should spend most samples in the kernel: {with_kernel:?}"
@@ -176,11 +176,9 @@ async fn a_process_that_exits_mid_profile_is_still_symbolized() {
     );
     // Samples taken between the fork and the exec, in the test's own image,
     // are few; the workload's own must all be named.
-    let unknown: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| frames.iter().any(|frame| frame.contains("[unknown]")))
-        .map(|(_, count)| count)
-        .sum();
+    let unknown: u64 = samples_where(&stacks, |frames| {
+        frames.iter().any(|frame| frame.contains("[unknown]"))
+    });
     assert!(
         unknown * 50 < total(&stacks),
         "{unknown} of {} samples of the exited process are unsymbolized: {stacks:?}",

@@ -901,6 +901,14 @@ pub fn total(stacks: &[(Vec<String>, u64)]) -> u64 {
     stacks.iter().map(|(_, count)| count).sum()
 }
 
+/// The samples of the stacks whose frames (root first) `wanted` accepts.
+pub fn samples_where(stacks: &[(Vec<String>, u64)], wanted: impl Fn(&[String]) -> bool) -> u64 {
+    (stacks.iter())
+        .filter(|(frames, _)| wanted(frames))
+        .map(|(_, count)| count)
+        .sum()
+}
+
 /// What `go tool pprof -top` prints for the gzipped profile `bytes`
 /// (panics, showing its error, when it cannot read them).
 pub fn go_pprof_top(bytes: &[u8]) -> String {

@@ -15,7 +15,8 @@ use std::{
 use profilerd_client::v1;
 
 use crate::support::{
-    Daemon, Workload, build_workload_with, folded, has_chain, options, private_copy, profile, total,
+    Daemon, Workload, build_workload_with, folded, has_chain, options, private_copy, profile,
+    samples_where, total,
 };
 
 /// The frames every whole stack of a C program starts with.
@@ -316,11 +317,9 @@ async fn vdso_code_and_short_c_names_are_named_as_they_are() {
     let binary = build_workload_with("vdso_clock", "vdso-clock", &["-O2", "-g"]);
     let workload = Workload::spawn(&binary, &[]);
     let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
-    let in_vdso: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| frames.iter().any(|frame| frame.starts_with("[vdso]")))
-        .map(|(_, count)| count)
-        .sum();
+    let in_vdso: u64 = samples_where(&stacks, |frames| {
+        frames.iter().any(|frame| frame.starts_with("[vdso]"))
+    });
     assert_eq!(in_vdso, 0, "vDSO frames left unnamed: {stacks:#?}");
     let (with_leaf, whole) = whole_chains(&stacks, "__vdso_clock_gettime", &C_ROOT);
     assert!(with_leaf >= 30, "too few samples in the vDSO: {stacks:#?}");
@@ -397,11 +396,9 @@ async fn c_plus_plus_exceptions_unwind_whole_or_say_where_they_stop() {
         unexplained.is_empty(),
         "stacks neither whole nor saying why they stop: {unexplained:#?}"
     );
-    let in_loop: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| frames.iter().any(|f| f.starts_with("catcher_loop")))
-        .map(|(_, count)| count)
-        .sum();
+    let in_loop: u64 = samples_where(&stacks, |frames| {
+        frames.iter().any(|f| f.starts_with("catcher_loop"))
+    });
     let whole: u64 = stacks
         .iter()
         .filter(|(frames, _)| {
@@ -561,11 +558,9 @@ async fn a_binary_without_unwind_sections_is_walked_by_frame_pointers_or_says_so
     drop(workload);
     let samples = total(&stacks);
     let reason = "[unwind stopped: no unwind info in ";
-    let with_reason: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| frames.first().is_some_and(|f| f.starts_with(reason)))
-        .map(|(_, count)| count)
-        .sum();
+    let with_reason: u64 = samples_where(&stacks, |frames| {
+        frames.first().is_some_and(|f| f.starts_with(reason))
+    });
     assert!(samples >= 50, "{stacks:#?}");
     assert!(
         with_reason as f64 >= 0.95 * samples as f64,
@@ -611,11 +606,9 @@ async fn a_binary_without_unwind_sections_is_walked_by_frame_pointers_or_says_so
 /// below main in every whole stack of a program linked with glibc).
 fn reaching_main(stacks: &[(Vec<String>, u64)]) -> f64 {
     let samples = total(stacks);
-    let reaching: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| frames.iter().any(|f| f == "__libc_start_call_main"))
-        .map(|(_, count)| count)
-        .sum();
+    let reaching: u64 = samples_where(stacks, |frames| {
+        frames.iter().any(|f| f == "__libc_start_call_main")
+    });
     assert!(samples >= 50, "too few samples: {stacks:#?}");
     reaching as f64 / samples as f64
 }

@@ -9,7 +9,8 @@ use profilerd_client::v1;
 
 use crate::{
     support::{
-        Daemon, Workload, build_workload_with, folded, options, private_copy, profile, total,
+        Daemon, Workload, build_workload_with, folded, options, private_copy, profile,
+        samples_where, total,
     },
     unwinding::{
         C_ROOT, assert_share, chain_binary, folded_profile_of, folded_profile_of_comm, plain,
@@ -180,11 +181,9 @@ async fn a_process_that_execs_itself_100_times_keeps_its_programs_apart() {
     let stacks = folded_profile_of(&daemon, workload.pid(), 3).await;
     let chain = [&C_ROOT[..], &["exec_busy"]].concat();
     assert_share(&stacks, "exec_busy", &chain, 99.0);
-    let unmapped: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| frames.iter().any(|f| f.contains("unmapped")))
-        .map(|(_, count)| count)
-        .sum();
+    let unmapped: u64 = samples_where(&stacks, |frames| {
+        frames.iter().any(|f| f.contains("unmapped"))
+    });
     // Samples of a program the daemon could not read before it exec'd
     // again are unmapped: none on a quiet machine, up to a fifth with the
     // other tests running beside it (the drain thread gets less of the

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::{
     http::{curl, daemon_over_http},
     remote::{Authority, TlsFiles, free_port},
-    support::{Daemon, Workload, decode_pprof, folded, parse_svg, require_root},
+    support::{Daemon, Workload, decode_pprof, folded, parse_svg, require_root, samples_where},
 };
 
 /// The browsers the web view is tested in, as view.mjs names them.
@@ -304,11 +304,9 @@ async fn the_web_view_works_in(browser: Browser) {
         Some(total),
         "the page's samples are not the report's"
     );
-    let hot_self: u64 = stacks
-        .iter()
-        .filter(|(frames, _)| frames.last().is_some_and(|leaf| leaf == "hot_leaf"))
-        .map(|(_, count)| count)
-        .sum();
+    let hot_self: u64 = samples_where(&stacks, |frames| {
+        frames.last().is_some_and(|leaf| leaf == "hot_leaf")
+    });
     let functions = seen["functions"].as_array().expect("functions");
     let hot_row = functions
         .iter()
