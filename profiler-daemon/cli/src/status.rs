@@ -274,6 +274,10 @@ fn unwinding_status(unwinding: Option<&v1::UnwindStatus>) -> String {
         text.push_str(&format!(" of at most {:.0} MiB", mib(unwinding.limit)));
     }
     text.push(')');
+    text.push_str(&format!(
+        "; {} of at most {} caches of unwind rules ({} emptied for another process)",
+        unwinding.rule_caches, unwinding.rule_caches_limit, unwinding.rule_caches_emptied
+    ));
     if unwinding.binaries_evicted > 0 {
         text.push_str(&format!(
             "; {} let go of to stay under the limit (raise unwind_info_limit if this grows fast)",

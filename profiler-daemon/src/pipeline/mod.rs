@@ -403,10 +403,26 @@ fn symbolize_into_store(
                 .filter(|sample| sample.kind.is_off_cpu()),
         );
         crate::write_lock(store).insert(batch);
+        compact_if_due(store);
         lock(stats).symbolizer = symbolizer.stats();
         for waiting in job.waiting {
             let _ = waiting.send(cut);
         }
+    }
+}
+
+/// Compacts the store's tables when due, rebuilding them under the read
+/// lock (reports go on reading) and taking the write lock only to put them
+/// in place: this thread is the store's only writer but for a
+/// configuration reload, and a plan that a reload made stale is dropped.
+fn compact_if_due(store: &RwLock<Store>) {
+    let now = std::time::SystemTime::now();
+    if !crate::read_lock(store).compaction_due(now) {
+        return;
+    }
+    let plan = crate::read_lock(store).plan_compaction();
+    if !crate::write_lock(store).apply_compaction(plan, now) {
+        tracing::debug!("a compaction was planned on tables that changed meanwhile; dropped");
     }
 }
 

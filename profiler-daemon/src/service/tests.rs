@@ -644,6 +644,37 @@ async fn warm_indexes_are_built_before_reports_ask() {
     assert_eq!(indexes.bytes(), warm);
 }
 
+/// The refresher lets a warm index no report asks for fall further behind
+/// the store (an eighth of its stacks) than one asked for (a 64th).
+#[test]
+fn warm_indexes_nobody_asks_for_are_refreshed_less_often() {
+    use super::stack_indexes::{STACK_INDEX_IDLE, STACK_INDEX_IDLE_LAG, STACK_INDEX_LAG};
+    let indexes = super::stack_indexes::StackIndexes::warmed();
+    let lags = |at: Instant| -> Vec<usize> {
+        let mut lags: Vec<usize> = (indexes.live_with_lag(at).into_iter())
+            .map(|(_, lag)| lag)
+            .collect();
+        lags.sort_unstable();
+        lags
+    };
+    let now = Instant::now();
+    assert_eq!(lags(now), [STACK_INDEX_IDLE_LAG; 2], "never asked for");
+    let tree = ReportOptions {
+        format: Format::Tree,
+        groupby: GroupBy::None,
+        ..ReportOptions::default()
+    };
+    let key = crate::report::StackIndexKey::of(&tree, false).expect("the tree has an index");
+    indexes.get(key, 0).expect("the warm tree index");
+    assert_eq!(lags(now), [STACK_INDEX_IDLE_LAG, STACK_INDEX_LAG]);
+    let later = now + STACK_INDEX_IDLE * 2;
+    assert_eq!(
+        lags(later),
+        [STACK_INDEX_IDLE_LAG; 2],
+        "not asked for since"
+    );
+}
+
 /// Indexes past their share of the memory budget are let go of, and not
 /// built again (reports are made without them) until the store holds half
 /// the stacks it held then.

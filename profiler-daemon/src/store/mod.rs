@@ -28,7 +28,7 @@ use self::tables::{HeapBytes, Interner, StackTable};
 pub use self::{
     holds::{WindowHold, WindowHolds},
     query::{CommPattern, Query, SampleAccess, Selector, SumBy, ThreadPick},
-    retention::{GONE, Renumbering},
+    retention::{CompactionPlan, GONE, Renumbering},
 };
 use crate::{
     kernel::drain::CounterDeltas,
@@ -242,6 +242,8 @@ pub struct Store {
     first_sample: Option<SystemTime>,
     /// The CPU samples of the buckets held, per stack and per thread.
     held: held::HeldSums,
+    /// Batches taken: a compaction planned before the last one is stale.
+    inserts: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -271,12 +273,14 @@ impl Store {
             renumberings: VecDeque::new(),
             first_sample: None,
             held: held::HeldSums::default(),
+            inserts: 0,
         }
     }
 
     /// Adds a batch as one bucket, merges the buckets of spans now complete,
     /// then enforces retention and the ceiling.
     pub fn insert(&mut self, batch: SymbolizedBatch) {
+        self.inserts += 1;
         let mut counts: HashMap<(u32, u32), u32> = HashMap::default();
         let mut waits = Vec::new();
         let (mut samples, mut weight) = (0_u64, 0_u64);

@@ -7,7 +7,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, info};
 
-use super::{Bucket, Eviction, Store, StoreSettings};
+use super::{
+    Bucket, Eviction, Store, StoreSettings,
+    tables::{Interner, StackTable},
+};
+use crate::{
+    profile::ThreadInfo,
+    symbols::symbolizer::{LocationKey, SymbolizedLocation},
+};
 
 /// The new id of what a compaction dropped, in a [`Renumbering`].
 pub const GONE: u32 = u32::MAX;
@@ -27,6 +34,22 @@ impl Renumbering {
     pub fn to(&self) -> u64 {
         self.from + 1
     }
+}
+
+/// A compaction planned under the store's read lock, to be applied under
+/// its write lock ([`Store::plan_compaction`]): the new tables, and each
+/// old id's new one (or [`GONE`]).
+#[derive(Debug)]
+pub struct CompactionPlan {
+    /// The store's (generation, batches taken) it was planned at.
+    of: (u64, u64),
+    threads: (Interner<ThreadInfo, ThreadInfo>, Vec<u32>),
+    locations: (
+        Interner<LocationKey, std::sync::Arc<SymbolizedLocation>>,
+        Vec<u32>,
+    ),
+    stacks: (StackTable, Vec<u32>),
+    planned_in: std::time::Duration,
 }
 
 /// Renumberings kept ([`super::Store::renumberings_from`]): a store at its
@@ -111,13 +134,19 @@ impl Store {
         {
             self.evictions.pop_front();
         }
-        if self.dropped_since_compaction
+    }
+
+    /// Whether the tables are due to be compacted (buckets went since the
+    /// last compaction, at least [`COMPACTION_INTERVAL`] ago): the caller
+    /// plans it under a read lock and applies it under the write lock
+    /// ([`Store::plan_compaction`], [`Store::apply_compaction`]), so that
+    /// reports read on while the tables are rebuilt. (At the memory
+    /// ceiling the store compacts at once, on its own.)
+    pub fn compaction_due(&self, now: SystemTime) -> bool {
+        self.dropped_since_compaction
             && now
                 .duration_since(self.last_compaction)
                 .is_ok_and(|since| since >= COMPACTION_INTERVAL)
-        {
-            self.compact(now);
-        }
     }
 
     /// Keeps the store under the ceiling: first by compacting the tables,
@@ -225,21 +254,23 @@ impl Store {
         bucket
     }
 
-    /// Rebuilds the intern tables with only what buckets still refer to.
-    /// The stacks kept keep their order (new ids are given in the order of
-    /// the old ones), and how ids changed is kept for the next
-    /// [`RENUMBERINGS_KEPT`] compactions ([`Store::renumberings_from`]): what
-    /// an index of the stacks needs to follow them rather than start anew.
+    /// Rebuilds the intern tables with only what buckets still refer to,
+    /// at once ([`Store::plan_compaction`] then [`Store::apply_compaction`]).
     pub(super) fn compact(&mut self, now: SystemTime) {
+        let plan = self.plan_compaction();
+        let applied = self.apply_compaction(plan, now);
+        debug_assert!(applied, "nothing changed the store in between");
+    }
+
+    /// The intern tables with only what buckets still refer to, and how
+    /// ids change: the expensive part of a compaction, which only reads the
+    /// store. The stacks kept keep their order (new ids are given in the
+    /// order of the old ones), as do the threads.
+    pub fn plan_compaction(&self) -> CompactionPlan {
         let started = std::time::Instant::now();
-        self.last_compaction = now;
-        self.dropped_since_compaction = false;
-        let old_threads = std::mem::take(&mut self.threads);
-        let old_locations = std::mem::take(&mut self.locations);
-        let old_stacks = std::mem::take(&mut self.stacks);
-        let before = old_stacks.len();
+        let before = self.stacks.len();
         let mut used = vec![false; before];
-        let mut used_threads = vec![false; old_threads.values().len()];
+        let mut used_threads = vec![false; self.threads.values().len()];
         for bucket in &self.buckets {
             let cpu = bucket
                 .cpu
@@ -251,40 +282,76 @@ impl Store {
                 used_threads[thread as usize] = true;
             }
         }
+        let (mut new_locations, mut new_stacks) = (Interner::default(), StackTable::default());
         let mut stacks = vec![GONE; before];
-        let mut locations = vec![GONE; old_locations.values().len()];
+        let mut locations = vec![GONE; self.locations.values().len()];
         for (old, new) in (0..).zip(&mut stacks) {
             if !used[old as usize] {
                 continue;
             }
-            let ids: Vec<u32> = old_stacks
+            let ids: Vec<u32> = self
+                .stacks
                 .get(old)
                 .iter()
                 .map(|&id| {
                     let slot = &mut locations[id as usize];
                     if *slot == GONE {
-                        let location = old_locations.get(id);
-                        *slot = self
-                            .locations
-                            .intern(location.key.clone(), || location.clone());
+                        let location = self.locations.get(id);
+                        *slot = new_locations.intern(location.key.clone(), || location.clone());
                     }
                     *slot
                 })
                 .collect();
             // Old stacks are distinct: each gets the next id.
-            *new = self.stacks.intern(&ids);
+            *new = new_stacks.intern(&ids);
         }
         // Old threads are distinct too: new ids in the order of the old
         // ones, so that renumbered entries keep their (thread, stack) order.
+        let mut new_threads = Interner::default();
         let threads: Vec<u32> = (0..)
             .zip(&used_threads)
             .map(|(old, &used)| match used {
-                true => self.intern_thread(old_threads.get(old).clone()),
+                true => {
+                    let thread = self.threads.get(old);
+                    new_threads.intern(thread.clone(), || thread.clone())
+                }
                 false => GONE,
             })
             .collect();
-        let mut buckets = std::mem::take(&mut self.buckets);
-        for bucket in &mut buckets {
+        CompactionPlan {
+            of: (self.generation, self.inserts),
+            threads: (new_threads, threads),
+            locations: (new_locations, locations),
+            stacks: (new_stacks, stacks),
+            planned_in: started.elapsed(),
+        }
+    }
+
+    /// Puts a compaction's tables in place and renumbers the buckets'
+    /// entries, unless the store took a batch or compacted since it was
+    /// planned (then nothing is done and `false` returned: its tables would
+    /// miss what came). Keeps how ids changed for the next
+    /// [`RENUMBERINGS_KEPT`] compactions ([`Store::renumberings_from`]): what
+    /// an index of the stacks needs to follow them rather than start anew.
+    pub fn apply_compaction(&mut self, plan: CompactionPlan, now: SystemTime) -> bool {
+        if plan.of != (self.generation, self.inserts) {
+            return false;
+        }
+        let started = std::time::Instant::now();
+        let CompactionPlan {
+            threads: (new_threads, threads),
+            locations: (new_locations, locations),
+            stacks: (new_stacks, stacks),
+            planned_in,
+            ..
+        } = plan;
+        let before = self.stacks.len();
+        self.last_compaction = now;
+        self.dropped_since_compaction = false;
+        self.threads = new_threads;
+        self.locations = new_locations;
+        self.stacks = new_stacks;
+        for bucket in &mut self.buckets {
             for samples in bucket.cpu.iter_mut() {
                 samples.thread = threads[samples.thread as usize];
                 samples.stack = stacks[samples.stack as usize];
@@ -303,8 +370,7 @@ impl Store {
                 "renumbered in order, entries stay sorted"
             );
         }
-        self.held = super::held::HeldSums::of(&buckets);
-        self.buckets = buckets;
+        self.held = super::held::HeldSums::of(&self.buckets);
         if self.renumberings.len() == RENUMBERINGS_KEPT {
             self.renumberings.pop_front();
         }
@@ -317,9 +383,11 @@ impl Store {
         debug!(
             stacks_before = before,
             stacks_after = self.stacks.len(),
-            ms = started.elapsed().as_secs_f64() * 1e3,
+            planned_ms = planned_in.as_secs_f64() * 1e3,
+            applied_ms = started.elapsed().as_secs_f64() * 1e3,
             "compacted the profile store"
         );
+        true
     }
 
     /// Changes retention, resolution and ceiling (configuration reload):

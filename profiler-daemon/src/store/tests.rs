@@ -353,6 +353,33 @@ fn compaction_preserves_profiles() {
     assert_eq!(before, after);
 }
 
+/// A compaction planned under the read lock is put in place only if no
+/// batch came meanwhile: a batch may use again a stack the plan left out.
+#[test]
+fn a_compaction_planned_before_a_batch_is_dropped() {
+    let mut store = store(3, 1 << 30);
+    store.insert(batch(0, &[(1, &["main", "old"], 3)]));
+    for second in 1..8 {
+        store.insert(batch(second, &[(1, &["main", "new"], 1)]));
+    }
+    let later = SystemTime::now() + Duration::from_secs(61);
+    assert!(store.compaction_due(later), "the first bucket expired");
+    let stale = store.plan_compaction();
+    // The stack the plan leaves out comes back.
+    store.insert(batch(8, &[(1, &["main", "old"], 2)]));
+    let before = counts_by_leaf(&store.profile(&query(0, 9, Selector::default())));
+    assert!(!store.apply_compaction(stale, later));
+    assert_eq!(store.generation(), 0);
+    assert!(store.compaction_due(later));
+    let plan = store.plan_compaction();
+    assert!(store.apply_compaction(plan, later));
+    assert_eq!(store.generation(), 1);
+    assert!(!store.compaction_due(later), "done");
+    let after = counts_by_leaf(&store.profile(&query(0, 9, Selector::default())));
+    assert_eq!(before, after);
+    assert!(after.contains(&("old".to_owned(), 2)), "{after:?}");
+}
+
 #[test]
 fn complete_spans_are_merged_at_the_resolution() {
     let mut store = Store::new(StoreSettings {

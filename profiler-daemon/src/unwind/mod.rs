@@ -8,6 +8,7 @@
 //!
 //! `sections` reads a binary's unwind sections; `unwinder` holds a
 //! process's unwinder built from its code mappings and walks one copy;
+//! `rule_caches` lends framehop's caches of unwind rules to unwinders;
 //! with the `unwind-tables-prototype` feature, `table_rows` compiles
 //! `.eh_frame` into the rows design 2's prototype walks in the kernel.
 //! The process table (`symbols::processes`) decides which mappings a
@@ -20,16 +21,18 @@
 //! other way round (nothing here imports `symbols`, `pipeline`,
 //! `service` or `store`).
 
+mod rule_caches;
 mod sections;
 #[cfg(feature = "unwind-tables-prototype")]
 pub mod table_rows;
 mod unwinder;
 
 pub use self::{
+    rule_caches::{RULE_CACHES, UnwindCache},
     sections::{SectionBytes, UnwindSections, own_vdso_image},
     unwinder::{
-        CodeMapping, LazySections, ProcessUnwinder, SIGNAL_FRAME, SectionsSource, UnwindCache,
-        UnwindStats, UnwoundStack, UserRegisters,
+        CodeMapping, LazySections, ProcessUnwinder, SIGNAL_FRAME, SectionsSource, UnwindStats,
+        UnwoundStack, UserRegisters,
     },
 };
 pub use crate::profile::UnwindStop;

@@ -2,8 +2,8 @@
 //! given to framehop the first time a stack passes through it, and the
 //! walk of one stack copy from its registers.
 //!
-//! Owns each process's framehop unwinder and the cache of unwind rules
-//! they share; it must not decide which mappings a process has (the
+//! Owns each process's framehop unwinder (the caches of unwind rules are
+//! lent by `rule_caches`); it must not decide which mappings a process has (the
 //! process table does) nor symbolize.
 
 use std::{collections::BTreeMap, sync::Arc};
@@ -15,7 +15,7 @@ use framehop::{
 use profiler_common::MAX_STACK_DEPTH;
 use tracing::debug;
 
-use super::{SectionBytes, UnwindSections, UnwindStop};
+use super::{SectionBytes, UnwindCache, UnwindSections, UnwindStop, rule_caches};
 
 /// The registers a user stack is unwound from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,6 +58,11 @@ pub struct UnwindStats {
     /// Bytes of stack copies unwound, and the time spent unwinding them.
     pub stack_bytes: u64,
     pub busy: std::time::Duration,
+    /// framehop's caches of unwind rules held (at most
+    /// [`super::RULE_CACHES`]), and how many times one was emptied to serve
+    /// another process's unwinder (see `rule_caches`).
+    pub rule_caches: u64,
+    pub rule_caches_emptied: u64,
 }
 
 /// One code mapping of a process, as the unwinder sees it.
@@ -106,6 +111,8 @@ impl SectionsSource {
 /// that appear in stacks have their unwind information read and held).
 pub struct ProcessUnwinder {
     unwinder: UnwinderX86_64<SectionBytes>,
+    /// Its number, for the cache of unwind rules it is lent.
+    id: u64,
     /// Sorted by start.
     mappings: Vec<CodeMapping>,
     /// Per mapping, once added: its sections (`None`: frame pointers).
@@ -136,27 +143,14 @@ impl std::fmt::Debug for ProcessUnwinder {
     }
 }
 
-/// The unwinder's cache of unwind rules, shared by every process.
-pub struct UnwindCache(Box<CacheX86_64>);
-
-impl Default for UnwindCache {
-    fn default() -> Self {
-        Self(Box::new(CacheX86_64::new()))
-    }
-}
-
-impl std::fmt::Debug for UnwindCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("UnwindCache")
-    }
-}
-
 impl ProcessUnwinder {
     pub fn new(mut mappings: Vec<CodeMapping>) -> Self {
         mappings.sort_by_key(|mapping| mapping.start);
         let added = vec![None; mappings.len()];
+        rule_caches::moved_generation();
         Self {
             unwinder: UnwinderX86_64::new(),
+            id: rule_caches::next_unwinder(),
             mappings,
             added,
         }
@@ -183,6 +177,7 @@ impl ProcessUnwinder {
             )
         {
             self.unwinder.add_module(module);
+            rule_caches::moved_generation();
         }
         self.added[index] = Some(sections);
     }
@@ -198,7 +193,7 @@ impl ProcessUnwinder {
         stack: &[u8],
     ) -> UnwoundStack {
         loop {
-            match self.attempt(cache, registers, stack_base, stack) {
+            match self.attempt(cache.of(self.id), registers, stack_base, stack) {
                 Attempt::Done(unwound) => return unwound,
                 Attempt::Add(index) => self.add(index),
             }
@@ -207,7 +202,7 @@ impl ProcessUnwinder {
 
     fn attempt(
         &self,
-        cache: &mut UnwindCache,
+        cache: &mut CacheX86_64,
         registers: UserRegisters,
         stack_base: u64,
         stack: &[u8],
@@ -269,7 +264,7 @@ impl ProcessUnwinder {
                 frames.push(pc);
                 match self
                     .unwinder
-                    .unwind_frame(address, &mut regs, &mut cache.0, &mut read_stack)
+                    .unwind_frame(address, &mut regs, cache, &mut read_stack)
                 {
                     Ok(Some(return_address)) => {
                         match FrameAddress::from_return_address(return_address) {
@@ -340,17 +335,14 @@ impl ProcessUnwinder {
         address: FrameAddress,
         first: bool,
         regs: &mut UnwindRegsX86_64,
-        cache: &mut UnwindCache,
+        cache: &mut CacheX86_64,
         read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
     ) -> FallbackStep {
         let before = *regs;
         let anonymous = matches!(self.mappings[index].sections, SectionsSource::FramePointers);
         // No framehop module covers this mapping: its rule is the frame
         // pointer.
-        match self
-            .unwinder
-            .unwind_frame(address, regs, &mut cache.0, read_stack)
-        {
+        match self.unwinder.unwind_frame(address, regs, cache, read_stack) {
             // Believed when it returns into code; from anonymous code also
             // when it does not, stopping the walk as unmapped: JIT code may
             // have been mapped since the process was recorded.

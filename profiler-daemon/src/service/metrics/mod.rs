@@ -196,6 +196,24 @@ impl Collector for Snapshot {
             "Binaries whose unwind information was let go of to stay under unwind_info_limit",
             unwinding.binaries_evicted,
         )?;
+        gauge(
+            out,
+            "unwind_rule_caches",
+            "Caches of unwind rules held, each serving one process's unwinder at a time",
+            unwinding.rule_caches,
+        )?;
+        gauge(
+            out,
+            "unwind_rule_caches_limit",
+            "Most caches of unwind rules held",
+            crate::unwind::RULE_CACHES as u64,
+        )?;
+        counter(
+            out,
+            "unwind_rule_caches_emptied",
+            "Times a cache of unwind rules was emptied to serve another process",
+            unwinding.rule_caches_emptied,
+        )?;
         counter(
             out,
             "offcpu_switches",

@@ -196,6 +196,8 @@ impl ProcessTable {
     pub fn unwind_stats(&self) -> UnwindStats {
         let mut stats = self.unwind_stats.clone();
         stats.limit = self.unwind_info_limit;
+        let (caches, emptied) = self.unwind_cache.counts();
+        (stats.rule_caches, stats.rule_caches_emptied) = (caches as u64, emptied);
         for (_, bytes) in self.unwind_info_held() {
             stats.binaries += 1;
             stats.bytes += bytes;
