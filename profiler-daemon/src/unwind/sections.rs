@@ -45,6 +45,8 @@ pub struct UnwindSections {
     text: Option<Range<u64>>,
     got: Option<Range<u64>>,
     segments: Vec<Segment>,
+    /// Its entry point (as linked; none if 0).
+    entry: Option<u64>,
     /// Its signal return trampolines, found the first time a stack asks.
     signal_trampolines: OnceLock<Vec<Range<u64>>>,
     /// [`UnwindSections::ends_stack`]'s answers: every whole stack asks
@@ -61,6 +63,11 @@ const MAX_SECTION_BYTES: u64 = 256 << 20;
 
 /// Largest `.eh_frame` walked for signal return trampolines.
 const MAX_TRAMPOLINE_SCAN_BYTES: u64 = 8 << 20;
+
+/// How far past its entry point a binary's first function is believed to
+/// reach where no unwind entry covers it: ld.so's `_start` and
+/// `_dl_start_user` (61 bytes, no FDE), musl's `_start`.
+const ENTRY_FUNCTION_BYTES: u64 = 64;
 
 /// Largest a compressed unwind section may inflate to: Go's `.debug_frame`
 /// of a 100 MB binary is a few MiB.
@@ -137,6 +144,7 @@ impl UnwindSections {
             text: section(".text").map(|(_, r)| r),
             got: section(".got").map(|(_, r)| r),
             segments,
+            entry: Some(file.entry()).filter(|&entry| entry != 0),
             signal_trampolines: OnceLock::new(),
             stack_ends: Default::default(),
         })
@@ -202,6 +210,18 @@ impl UnwindSections {
         let ends_here = self.read_ends_stack(address);
         ends.insert(address, ends_here);
         ends_here
+    }
+
+    /// Whether `address` (as linked, looked up as the walk did) is in the
+    /// function at the binary's entry point, where no unwind entry covers
+    /// it: the first function the kernel ran, so the stack's outermost,
+    /// though it says nothing of its caller (ld.so's `_start`, which calls
+    /// `_dl_start` and then `_dl_init`, has no FDE; musl's has none either).
+    pub fn in_entry_function_without_unwind_entry(&self, address: u64) -> bool {
+        self.entry.is_some_and(|entry| {
+            (entry..entry + ENTRY_FUNCTION_BYTES).contains(&address)
+                && self.fde_at(address).is_none()
+        })
     }
 
     /// [`UnwindSections::ends_stack`], read from the unwind entry.
@@ -577,6 +597,29 @@ mod tests {
             None,
             "the ELF header is no function"
         );
+    }
+
+    /// ld.so's first function has no unwind entry: a stack that reaches
+    /// it (its start-up, constructors run by `_dl_init`) ends there whole.
+    #[test]
+    fn ld_so_s_entry_function_is_known_without_an_unwind_entry() {
+        let ld_so = File::open("/lib64/ld-linux-x86-64.so.2").expect("the machine's ld.so");
+        let sections = UnwindSections::read(ld_so);
+        let entry = sections.entry.expect("ld.so has an entry point");
+        // The returns from `call _dl_start` and `call _dl_init`, looked up
+        // by the call before them.
+        for after_call in [8, 48] {
+            assert!(
+                sections.in_entry_function_without_unwind_entry(entry + after_call - 1),
+                "{entry:#x} + {after_call}"
+            );
+        }
+        assert!(!sections.in_entry_function_without_unwind_entry(entry + ENTRY_FUNCTION_BYTES));
+        // The daemon's own `_start` has an unwind entry (its return address
+        // undefined): not this case.
+        let own = UnwindSections::read(File::open("/proc/self/exe").unwrap());
+        let own_entry = own.entry.expect("an entry point");
+        assert!(!own.in_entry_function_without_unwind_entry(own_entry + 4));
     }
 
     #[test]

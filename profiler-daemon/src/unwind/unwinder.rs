@@ -277,6 +277,9 @@ impl ProcessUnwinder {
                     // not one.
                     Ok(None) if self.ends_stack(index, sections, address) => break None,
                     Ok(None) => break Some(UnwindStop::BadFrame),
+                    // The first function the kernel ran (ld.so's `_start`):
+                    // outermost, though no unwind entry says so.
+                    Err(_) if self.at_entry_function(index, sections, address) => break None,
                     Err(UnwindError::CouldNotReadStack(at)) => {
                         break Some(stop_reading(at, stack_base, stack));
                     }
@@ -380,11 +383,35 @@ impl ProcessUnwinder {
     /// there by its binary's unwind entry (see
     /// [`UnwindSections::ends_stack`]).
     fn ends_stack(&self, index: usize, sections: &UnwindSections, address: FrameAddress) -> bool {
+        self.linked(index, sections, address)
+            .is_none_or(|linked| sections.ends_stack(linked))
+    }
+
+    /// Whether `address` of mapping `index` is in its binary's first
+    /// function, without an unwind entry (see
+    /// [`UnwindSections::in_entry_function_without_unwind_entry`]).
+    fn at_entry_function(
+        &self,
+        index: usize,
+        sections: &UnwindSections,
+        address: FrameAddress,
+    ) -> bool {
+        self.linked(index, sections, address)
+            .is_some_and(|linked| sections.in_entry_function_without_unwind_entry(linked))
+    }
+
+    /// `address` of mapping `index` as its binary links it (looked up as
+    /// framehop would: a return address by the call before it).
+    fn linked(
+        &self,
+        index: usize,
+        sections: &UnwindSections,
+        address: FrameAddress,
+    ) -> Option<u64> {
         let mapping = &self.mappings[index];
         sections
             .load_bias(mapping.start, mapping.file_offset)
             .and_then(|bias| address.address_for_lookup().checked_sub(bias))
-            .is_none_or(|linked| sections.ends_stack(linked))
     }
 
     /// Whether `address` of mapping `index` is in a signal return
@@ -399,10 +426,7 @@ impl ProcessUnwinder {
         if sections.signal_trampolines().is_empty() {
             return false;
         }
-        let mapping = &self.mappings[index];
-        sections
-            .load_bias(mapping.start, mapping.file_offset)
-            .and_then(|bias| address.address_for_lookup().checked_sub(bias))
+        self.linked(index, sections, address)
             .is_some_and(|linked| sections.in_signal_trampoline(linked))
     }
 }
