@@ -65,7 +65,8 @@ struct Args {
     extensions: bool,
     /// Time a compaction instead: the retention cut to the last tenth of
     /// the window (what falls out dropped, the tables rebuilt), as the
-    /// daemon's store does at most once a minute, its lock held.
+    /// daemon's store does at most once a minute: the tables rebuilt (the
+    /// store read-locked, reports go on) and put in place (write-locked).
     #[arg(long)]
     compaction: bool,
     /// Also write each format's report (default options) into this
