@@ -56,7 +56,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          sampling:   {cpus} CPUs at {hz} Hz; {taken} samples taken, {drains} drains (at most {gap} apart)\n\
          targets:    {targets} ({outside} ticks outside them)\n\
          lost:       {lost}\n\
-         processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them\n\
+         processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them; {map_records}\n\
          symbolizer: {binaries} binaries parsed ({released} let go of when idle, {evicted_binaries} for memory; {symbols_only} named from their symbol tables only, their debug information too large for memory_budget), {user} user and {kernel} kernel addresses cached\n\
          unwinding:  {unwinding}\n\
          off-CPU:    {offcpu}\n\
@@ -83,6 +83,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         allocs = allocation_status(status.allocations.as_ref()),
         tracked = symbolizer.processes_tracked,
         adopted = symbolizer.processes_adopted,
+        map_records = memory_map_records_status(symbolizer.memory_map_records.as_ref()),
         binaries = symbolizer.binaries,
         released = symbolizer.binaries_released,
         evicted_binaries = symbolizer.binaries_evicted,
@@ -109,6 +110,26 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         verbose,
     ));
     text
+}
+
+/// What the kernel's records of memory maps hold (the processes gone before
+/// procfs was read are recorded from them).
+fn memory_map_records_status(records: Option<&v1::MemoryMapRecordsStatus>) -> String {
+    let Some(records) = records else {
+        return "memory maps not followed as they are made (programs that exit within ~25 ms \
+                show as [unmapped]; see the log)"
+            .to_owned();
+    };
+    format!(
+        "memory maps as made: {} mappings of at most {} ({} processes; {} recorded from them, \
+         {} let go of, {} records lost)",
+        records.mappings,
+        records.mapping_limit,
+        records.processes,
+        records.processes_recalled,
+        records.processes_evicted,
+        records.records_lost
+    )
 }
 
 /// A push target's line: where, what went through, what waits or failed.

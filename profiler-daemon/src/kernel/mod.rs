@@ -25,6 +25,7 @@ pub mod btf;
 pub mod cgroups;
 pub mod drain;
 pub mod families;
+pub mod mapping_records;
 pub mod offcpu;
 pub mod peek_signals;
 pub mod programs;

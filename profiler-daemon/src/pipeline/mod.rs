@@ -21,6 +21,7 @@ use std::{
 };
 
 use crate::kernel::announcements::{ForkLineages, ProcessAnnouncements};
+use crate::kernel::mapping_records::MappingRecords;
 use profiler_common::{Counter, SampleKind};
 
 mod blocked;
@@ -220,7 +221,12 @@ impl Pipeline {
         let stack_copies = programs.take_stack_copies()?;
         let allocation_copies = programs.take_allocation_copies()?;
         let deep_threads = programs.take_deep_threads()?;
-        Self::start_with(
+        // Without them, programs that exit before procfs is read show as
+        // `[unmapped]`; the daemon runs on.
+        let mapping_records = MappingRecords::open(programs.cpus())
+            .inspect_err(|err| tracing::warn!("{err}"))
+            .ok();
+        let pipeline = Self::start_with(
             source,
             Some(announcements),
             stack_copies.map(|copies| StackCopyFeed {
@@ -234,7 +240,11 @@ impl Pipeline {
             inboxes,
             drains,
             bounds,
-        )
+        )?;
+        if let Some(records) = mapping_records {
+            lock(&pipeline.handle.processes).follow_mapping_records(records);
+        }
+        Ok(pipeline)
     }
 
     /// Starts the pipeline threads on `source`, with the kernel's process

@@ -81,6 +81,9 @@ impl ProcessWatcher {
     /// run a program of their own.
     pub fn pass(&mut self, processes: &Mutex<ProcessTable>, recorded_since: Instant) -> Announced {
         self.announcements.take(&mut self.announced);
+        // First, so that a process gone before procfs is read is recorded
+        // from them (and so that their rings do not fill).
+        lock(processes).read_mapping_records();
         let mut announced = Announced {
             processes: self.announced.len(),
             own_programs: 0,

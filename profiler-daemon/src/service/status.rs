@@ -184,8 +184,13 @@ impl Service {
             usage(
                 Part::Processes,
                 pipeline.processes.bytes,
-                pipeline.processes.evicted + pipeline.processes.earlier_maps_dropped,
-                "records and earlier memory maps",
+                pipeline.processes.evicted
+                    + pipeline.processes.earlier_maps_dropped
+                    + pipeline
+                        .processes
+                        .journal
+                        .map_or(0, |journal| journal.evicted),
+                "records, earlier memory maps and recorded ones",
             ),
             usage(
                 Part::Peeks,

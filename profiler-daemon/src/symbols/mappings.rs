@@ -261,11 +261,7 @@ pub(super) fn lookup(mappings: &[Mapping], address: u64) -> UserAddress {
 
 /// The kernel's `dev_t` encoding of a major:minor pair, as `stat` reports it.
 pub(super) fn device_number((major, minor): (i32, i32)) -> u64 {
-    let (major, minor) = (major as u64, minor as u64);
-    ((major & 0xfffff000) << 32)
-        | ((major & 0xfff) << 8)
-        | ((minor & 0xffffff00) << 12)
-        | (minor & 0xff)
+    rustix::fs::makedev(major as u32, minor as u32)
 }
 
 /// What a mapping that holds no code is called in frames: a file's name,

@@ -114,11 +114,30 @@ pub fn open_mapped(
     Ok(file)
 }
 
+/// Opens a binary that a process now gone mapped (known from the kernel's
+/// records of its memory maps), by `path` in the daemon's own root: only
+/// on a local filesystem (as the daemon's mount table says), only as a
+/// regular file, and only when it is the file of device and inode
+/// `identity` (a process in another mount namespace named a path of its
+/// own: whatever lies at that path here is not taken for it).
+pub fn open_left_behind(path: &Path, identity: (u64, u64)) -> Result<File, Refused> {
+    let filesystem = filesystem_of("self", path)?;
+    if !LOCAL_FILESYSTEMS.contains(&filesystem.as_str()) {
+        return Err(Refused::Filesystem(filesystem));
+    }
+    let fd = rustix::fs::open(path, open_flags(), Mode::empty()).map_err(Refused::from_errno)?;
+    let (file, stat) = regular(fd)?;
+    if (stat.st_dev, stat.st_ino) != identity {
+        return Err(Refused::Replaced);
+    }
+    Ok(file)
+}
+
 /// Opens the file a process writes for others to read (its perf map),
 /// `path` as the process sees it: inside its root, on a local
 /// filesystem, owned by one of the process's user ids.
 pub fn open_written_by(pid: u32, path: &Path) -> Result<File, Refused> {
-    let filesystem = filesystem_of(pid, path)?;
+    let filesystem = filesystem_of(&pid.to_string(), path)?;
     if !LOCAL_FILESYSTEMS.contains(&filesystem.as_str()) {
         return Err(Refused::Filesystem(filesystem));
     }
@@ -160,9 +179,10 @@ const LOCAL_FILESYSTEMS: &[&str] = &[
 /// thousands of mounts in a namespace of its own).
 const MOUNTINFO_LIMIT: u64 = 4 << 20;
 
-/// The type of the filesystem `path` lies on, as process `pid` sees it:
-/// that of its mount whose mount point is the longest prefix of `path`.
-fn filesystem_of(pid: u32, path: &Path) -> Result<String, Refused> {
+/// The type of the filesystem `path` lies on, as process `pid` (a number,
+/// or `self`) sees it: that of its mount whose mount point is the longest
+/// prefix of `path`.
+fn filesystem_of(pid: &str, path: &Path) -> Result<String, Refused> {
     use std::io::Read as _;
     let mut text = String::new();
     File::open(format!("/proc/{pid}/mountinfo"))

@@ -1,5 +1,5 @@
 //! Whole stacks across processes' lives and threads' depths: processes
-//! that live 200 ms, children sampled before their parent's exec, a process
+//! that live 200 ms or 2 ms, children sampled before their parent's exec, a process
 //! that execs itself over and over, a binary only inside another mount
 //! namespace; threads whose stacks are deeper than a copy.
 
@@ -135,6 +135,53 @@ async fn processes_that_live_200_ms_keep_whole_chains() {
     runs.await.expect("the runs finish");
     let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
     assert_share(&stacks, "hot_leaf", &chain, 95.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn programs_that_live_2_ms_keep_whole_chains() {
+    // Gone long before any pass could read /proc/PID/maps (83% of their
+    // samples were [unmapped] before the kernel's records of memory maps
+    // were followed): known from those records.
+    let binary = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let short = private_copy(&binary, "blinkchain");
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let runs = tokio::task::spawn_blocking(move || {
+        // The profile below is under way by then (nothing shows that it
+        // is): the runs start after its window opens.
+        std::thread::sleep(Duration::from_millis(300));
+        for _ in 0..400 {
+            let status = Command::new(&short).arg("0.002").status().expect("it runs");
+            assert!(status.success());
+        }
+    });
+    let stacks = folded_profile_of_comm(&mut client, "blinkchain", 4_000).await;
+    runs.await.expect("the runs finish");
+    let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
+    assert_share(&stacks, "hot_leaf", &chain, 95.0);
+    // Those in exec itself (the old program's stack) are the only ones
+    // outside every mapping known.
+    let unmapped = samples_where(&stacks, |frames| {
+        frames.iter().any(|frame| frame.starts_with("[unmapped]"))
+    });
+    assert!(
+        unmapped * 20 <= total(&stacks),
+        "{unmapped} of {} samples unmapped: {stacks:#?}",
+        total(&stacks)
+    );
+    let status = client
+        .get_status(v1::GetStatusRequest::default())
+        .await
+        .expect("Status")
+        .into_inner();
+    let records = status
+        .symbolizer
+        .and_then(|symbolizer| symbolizer.memory_map_records)
+        .expect("the status says the memory-map records are followed");
+    assert!(
+        records.processes_recalled > 0 && records.mappings <= records.mapping_limit,
+        "{records:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -293,6 +293,8 @@ impl LoadedPrograms {
             + u64::from(self.alloc_stack_copies.0)
             + u64::from(OFFCPU_INTERVALS_BYTES)
             + SMALL_RINGS)
+            // The memory-map records' perf rings, mapped once.
+            + crate::kernel::mapping_records::MappingRecords::bytes_for(self.cpus.len())
     }
 
     pub fn cpus(&self) -> &[u32] {

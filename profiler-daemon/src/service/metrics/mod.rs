@@ -123,6 +123,38 @@ impl Collector for Snapshot {
             "New processes that took the memory map of the process that forked them",
             pipeline.processes.adopted.children,
         )?;
+        if let Some(journal) = pipeline.processes.journal {
+            gauge(
+                out,
+                "memory_map_records_mappings",
+                "Code mappings held from the kernel's records of memory maps",
+                journal.mappings,
+            )?;
+            gauge(
+                out,
+                "memory_map_records_mappings_limit",
+                "The most code mappings held from the kernel's records of memory maps",
+                journal.limit,
+            )?;
+            counter(
+                out,
+                "memory_map_records_processes_evicted",
+                "Processes whose recorded memory maps were let go of to stay within the limit",
+                journal.evicted,
+            )?;
+            counter(
+                out,
+                "memory_map_records_processes_recalled",
+                "Processes recorded from the kernel's records of memory maps (gone before procfs was read)",
+                journal.recalled,
+            )?;
+            counter(
+                out,
+                "memory_map_records_lost",
+                "Records of memory maps the kernel dropped, a ring full",
+                journal.lost,
+            )?;
+        }
         let unwinding = &pipeline.unwinding;
         counter(
             out,

@@ -42,14 +42,17 @@ impl ProcessTable {
 
     /// Keeps the records within `bytes` (0: no limit), letting go of those
     /// of the processes sampled least recently (recorded again when next
-    /// sampled).
+    /// sampled); the journal of the kernel's records of memory maps takes
+    /// a quarter of them at most.
     pub fn with_limit(mut self, bytes: u64) -> Self {
         self.limit = bytes;
+        self.journal.within(bytes);
         self
     }
 
     /// Bytes the records hold, roughly: each record, its mappings (those
-    /// shared with adopted children once), its unwinder, and the binaries.
+    /// shared with adopted children once), its unwinder, the binaries, and
+    /// the journal of the kernel's records of memory maps.
     pub fn bytes(&self) -> u64 {
         let mut shared = std::collections::HashSet::new();
         let mut bytes = 0;
@@ -71,7 +74,7 @@ impl ProcessTable {
             .values()
             .map(|binary| BINARY_BYTES + binary.path.len() as u64)
             .sum();
-        bytes + binaries + self.unrecorded.len() as u64 * 32
+        bytes + binaries + self.unrecorded.len() as u64 * 32 + self.journal.bytes()
     }
 
     /// Lets go of the earlier memory maps of every record but the newest,

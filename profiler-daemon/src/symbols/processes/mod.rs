@@ -9,6 +9,7 @@
 //! symbolize.
 
 mod adoption;
+mod journal;
 mod memory;
 
 use std::{
@@ -19,6 +20,8 @@ use std::{
 
 pub use adoption::AdoptionStats;
 use adoption::ImageLayout;
+pub use journal::JournalStats;
+use journal::{JournalMapping, MapJournal};
 use procfs::process::{MMPermissions, MMapPath, Process};
 use profiler_common::{SampleKind, sample_flags};
 use tracing::debug;
@@ -32,7 +35,10 @@ use super::{
     process_files,
 };
 use crate::{
-    kernel::drain::{CounterDeltas, RawBatch},
+    kernel::{
+        drain::{CounterDeltas, RawBatch},
+        mapping_records::{MappingRecord, MappingRecords},
+    },
     profile::ThreadInfo,
     unwind::{ProcessUnwinder, UnwindCache, UnwindStats, UnwindStop, UnwoundStack, UserRegisters},
 };
@@ -153,6 +159,9 @@ pub struct ProcessStats {
     /// go of to keep within [`EARLIER_MAPS_KEPT`] and
     /// [`EARLIER_MAPPINGS_KEPT`] per process.
     pub earlier_maps_dropped: u64,
+    /// The memory maps the kernel's records made (of processes gone
+    /// before procfs was read); `None` when they are not followed.
+    pub journal: Option<JournalStats>,
 }
 
 /// The records of every process sampled recently.
@@ -177,6 +186,11 @@ pub struct ProcessTable {
     earlier_maps_dropped: u64,
     limit: u64,
     evicted: u64,
+    /// The kernel's records of memory maps as they are made, when
+    /// followed, and what they made of each process.
+    mapping_records: Option<MappingRecords>,
+    journal: MapJournal,
+    records_read: Vec<MappingRecord>,
 }
 
 impl ProcessTable {
@@ -184,10 +198,36 @@ impl ProcessTable {
         Self::default()
     }
 
-    /// Records (or re-records) a live process's name and mappings. Fails
-    /// when the process is gone; an existing record is then kept, as it is
-    /// when the process has no mappings left (it is exiting).
+    /// Follows the kernel's records of memory maps as they are made: a
+    /// process gone before procfs could be read is recorded from them.
+    pub fn follow_mapping_records(&mut self, records: MappingRecords) {
+        self.mapping_records = Some(records);
+    }
+
+    /// Reads the kernel's records of memory maps written so far into the
+    /// journal (at every pass, so that their rings do not fill).
+    pub fn read_mapping_records(&mut self) {
+        if let Some(records) = &mut self.mapping_records {
+            records.read(&mut self.records_read);
+            self.journal.note(self.records_read.drain(..));
+        }
+    }
+
+    /// Records (or re-records) a process's name and mappings: read from
+    /// procfs while it lives, else from the kernel's records of its memory
+    /// maps (when followed). Fails when the process is gone and neither
+    /// knows it; an existing record is then kept, as it is when the process
+    /// has no mappings left (it is exiting).
     pub fn record(&mut self, pid: u32) -> procfs::ProcResult<()> {
+        match self.record_from_procfs(pid) {
+            Err(_) if self.record_from_journal(pid) => Ok(()),
+            recorded => recorded,
+        }
+    }
+
+    /// Records a live process from procfs (one without mappings left from
+    /// the kernel's records when they know it).
+    fn record_from_procfs(&mut self, pid: u32) -> procfs::ProcResult<()> {
         // The layout is read before the mappings: an exec in between leaves
         // an older layout beside newer mappings, which only stops children
         // from adopting them, never makes them adopt the wrong ones.
@@ -235,15 +275,94 @@ impl ProcessTable {
         let now = Instant::now();
         // A process that is exiting (or a zombie) has already lost its
         // memory map: keep what was recorded while it lived.
-        if mappings.is_empty()
-            && let Some(record) = self.processes.get_mut(&pid)
-            && !record.mappings.is_empty()
-        {
-            record.recorded_at = now;
-            return Ok(());
+        if mappings.is_empty() {
+            if let Some(record) = self.processes.get_mut(&pid)
+                && !record.mappings.is_empty()
+            {
+                record.recorded_at = now;
+                return Ok(());
+            }
+            if self.record_from_journal(pid) {
+                return Ok(());
+            }
         }
         self.insert(pid, ProcessRecord::new(name.into(), mappings.into(), image));
         Ok(())
+    }
+
+    /// Records a process from the kernel's records of its memory maps (its
+    /// current program's, with those it ran before as earlier ones); false
+    /// when they hold none.
+    fn record_from_journal(&mut self, pid: u32) -> bool {
+        self.read_mapping_records();
+        let Some(entry) = self.journal.recall(pid) else {
+            return false;
+        };
+        let name = entry.command.clone().unwrap_or_else(|| "[exited]".into());
+        // Newest first.
+        let programs: Vec<Vec<JournalMapping>> = entry
+            .programs
+            .iter()
+            .rev()
+            .filter(|program| !program.is_empty())
+            .cloned()
+            .collect();
+        let mut programs = programs
+            .into_iter()
+            .map(|program| self.mappings_recorded(pid, program))
+            .collect::<Vec<_>>()
+            .into_iter();
+        let Some(current) = programs.next() else {
+            return false;
+        };
+        self.insert(pid, ProcessRecord::new(name, current, None));
+        let record = self.processes.get_mut(&pid).expect("just inserted");
+        let mut at = 0;
+        for older in programs {
+            let known = std::iter::once(&record.mappings)
+                .chain(&record.earlier)
+                .any(|known| same_code_layout(known, &older));
+            if !known {
+                record.earlier.insert(at, older);
+                at += 1;
+            }
+        }
+        true
+    }
+
+    /// The mappings the kernel recorded for one program of `pid`, each
+    /// binary opened as procfs's would be (or, the process gone, by its
+    /// path).
+    fn mappings_recorded(&mut self, pid: u32, program: Vec<JournalMapping>) -> Arc<[Mapping]> {
+        let mut mappings: Vec<Mapping> = program
+            .into_iter()
+            .map(|recorded| {
+                let target = match &*recorded.path {
+                    path if path.starts_with('/') => {
+                        let key = BinaryKey {
+                            device: recorded.device,
+                            inode: recorded.inode,
+                        };
+                        let path = std::path::Path::new(path);
+                        match self.binary(pid, key, path, recorded.start, recorded.end) {
+                            Some(binary) => MappingTarget::File(binary),
+                            None => MappingTarget::Special(display_path(path).into()),
+                        }
+                    }
+                    "//anon" => MappingTarget::Special("[anon]".into()),
+                    name => MappingTarget::Special(name.into()),
+                };
+                Mapping {
+                    start: recorded.start,
+                    end: recorded.end,
+                    file_offset: recorded.file_offset,
+                    target,
+                    code: true,
+                }
+            })
+            .collect();
+        mappings.sort_by_key(|mapping| mapping.start);
+        mappings.into()
     }
 
     /// Puts `record` in place of the process's previous one, whose
@@ -296,14 +415,19 @@ impl ProcessTable {
         }
         // Exactly the mapped file (its device and inode), opened safely:
         // the process's user chooses what lies at its paths.
-        let file =
-            match process_files::open_mapped(pid, (start, end), path, (key.device, key.inode)) {
-                Ok(file) => file,
-                Err(refused) => {
-                    debug!(pid, path = %path.display(), "not reading a mapped binary: {refused}");
-                    return None;
-                }
-            };
+        let identity = (key.device, key.inode);
+        let opened = match process_files::open_mapped(pid, (start, end), path, identity) {
+            // Gone: known from the kernel's records of its memory maps.
+            Err(process_files::Refused::Missing) => process_files::open_left_behind(path, identity),
+            opened => opened,
+        };
+        let file = match opened {
+            Ok(file) => file,
+            Err(refused) => {
+                debug!(pid, path = %path.display(), "not reading a mapped binary: {refused}");
+                return None;
+            }
+        };
         let binary = Arc::new(Binary::from_file(key, display_path(path).into(), file));
         self.binaries.insert(key, binary.clone());
         Some(binary)
@@ -433,6 +557,7 @@ impl ProcessTable {
     /// mappings, is recorded (again) if it is still alive, once per batch.
     pub fn normalize_batch(&mut self, batch: RawBatch) -> NormalizedBatch {
         let started = Instant::now();
+        self.read_mapping_records();
         let mut unrecordable = std::collections::HashSet::new();
         let mut orphans = std::collections::HashSet::new();
         let mut try_record = |table: &mut Self, pid: u32| {
@@ -602,6 +727,10 @@ impl ProcessTable {
             limit: self.limit,
             evicted: self.evicted,
             earlier_maps_dropped: self.earlier_maps_dropped,
+            journal: self.mapping_records.as_ref().map(|records| JournalStats {
+                lost: records.lost(),
+                ..self.journal.stats()
+            }),
         }
     }
 }

@@ -282,3 +282,76 @@ fn earlier_maps_go_first_when_the_records_are_over_their_limit() {
     assert_eq!(table.stats().earlier_maps_dropped, 19);
     assert!(table.bytes() < with_earlier);
 }
+
+#[test]
+fn a_process_gone_before_procfs_is_recorded_from_the_kernel_s_records() {
+    use std::os::unix::fs::MetadataExt as _;
+    // A process id no process can have (above the kernel's pid_max limit):
+    // procfs never knows it, the records do.
+    let pid = 1 << 23;
+    let exe = std::env::current_exe().unwrap();
+    let metadata = std::fs::metadata(&exe).unwrap();
+    let here =
+        a_process_gone_before_procfs_is_recorded_from_the_kernel_s_records as *const () as u64;
+    // This test's own code, mapped where it is mapped here.
+    let own = Process::myself().unwrap().maps().unwrap();
+    let code = own
+        .iter()
+        .find(|map| map.address.0 <= here && here < map.address.1)
+        .expect("this code is mapped");
+    let mapped = |start, end, file_offset, path: &str, (device, inode)| MappingRecord::Mapped {
+        pid,
+        time_ns: 0,
+        start,
+        end,
+        file_offset,
+        device,
+        inode,
+        path: path.into(),
+    };
+    let mut table = ProcessTable::new();
+    table.journal.note([
+        MappingRecord::Exec {
+            pid,
+            time_ns: 0,
+            command: "gone".into(),
+        },
+        mapped(
+            code.address.0,
+            code.address.1,
+            code.offset,
+            exe.to_str().unwrap(),
+            (metadata.dev(), metadata.ino()),
+        ),
+        mapped(0x1000, 0x2000, 0, "[vdso]", (0, 0)),
+        // Not this file, though at its path: not taken for it.
+        mapped(
+            0x3000,
+            0x4000,
+            0,
+            exe.to_str().unwrap(),
+            (metadata.dev(), 1),
+        ),
+    ]);
+    table.record(pid).expect("recorded from the records");
+    let (frames, _) = table.normalize(pid, &[here, 0x1100, 0x3100]);
+    match &frames[0] {
+        UserAddress::File { binary, .. } => {
+            assert_eq!(&*binary.path, exe.to_str().unwrap());
+        }
+        other => panic!("expected a file-backed address, got {other:?}"),
+    }
+    assert!(
+        matches!(&frames[1], UserAddress::Special { name, .. } if &**name == "[vdso]"),
+        "{frames:?}"
+    );
+    assert!(
+        !matches!(&frames[2], UserAddress::File { .. }),
+        "another inode at the same path is not opened for it: {frames:?}"
+    );
+    assert_eq!(table.processes[&pid].name.as_ref(), "gone");
+    assert!(
+        table.record(pid + 1).is_err(),
+        "neither procfs nor the records know it"
+    );
+}

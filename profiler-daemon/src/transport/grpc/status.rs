@@ -159,6 +159,16 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
             binaries_symbols_only: pipeline.symbolizer.binaries_symbols_only,
             binaries_evicted: pipeline.symbolizer.binaries_evicted,
             cache_clears: pipeline.symbolizer.cache_clears,
+            memory_map_records: pipeline.processes.journal.map(|journal| {
+                v1::MemoryMapRecordsStatus {
+                    processes: journal.processes,
+                    mappings: journal.mappings,
+                    mapping_limit: journal.limit,
+                    processes_evicted: journal.evicted,
+                    processes_recalled: journal.recalled,
+                    records_lost: journal.lost,
+                }
+            }),
         }),
         store: Some(v1::StoreStatus {
             memory_bytes: store.memory_bytes,
