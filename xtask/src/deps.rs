@@ -50,6 +50,11 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
         name: "nodejs",
         provides: "node",
     },
+    // A static musl binary, whose libc has no unwind tables.
+    AptPackage {
+        name: "musl-tools",
+        provides: "musl-gcc",
+    },
     // The allocation tests' C++ workload (operator new and delete).
     AptPackage {
         name: "g++",

@@ -224,6 +224,14 @@ impl UnwindSections {
         })
     }
 
+    /// Whether an unwind entry (FDE) covers `address` (as linked, looked up
+    /// as the walk did): a binary's functions built without unwind tables
+    /// (musl's libc in a static binary) have none, though the binary has
+    /// others.
+    pub fn has_unwind_entry(&self, address: u64) -> bool {
+        self.fde_at(address).is_some()
+    }
+
     /// [`UnwindSections::ends_stack`], read from the unwind entry.
     fn read_ends_stack(&self, address: u64) -> bool {
         let Some((eh_frame, bases, fde)) = self.fde_at(address) else {

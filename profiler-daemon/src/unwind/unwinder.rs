@@ -276,12 +276,21 @@ impl ProcessUnwinder {
                     // a return address of 0 read from a frame that was
                     // not one.
                     Ok(None) if self.ends_stack(index, sections, address) => break None,
+                    // A function without an unwind entry in a binary with
+                    // others (musl's libc in a static binary): no rule to
+                    // go on with, not a frame that was not one.
+                    Ok(None) if !self.has_unwind_entry(index, sections, address) => {
+                        break Some(self.no_unwind_info(index));
+                    }
                     Ok(None) => break Some(UnwindStop::BadFrame),
                     // The first function the kernel ran (ld.so's `_start`):
                     // outermost, though no unwind entry says so.
                     Err(_) if self.at_entry_function(index, sections, address) => break None,
                     Err(UnwindError::CouldNotReadStack(at)) => {
                         break Some(stop_reading(at, stack_base, stack));
+                    }
+                    Err(_) if !self.has_unwind_entry(index, sections, address) => {
+                        break Some(self.no_unwind_info(index));
                     }
                     Err(err) => {
                         debug!(%err, frames = frames.len(), "unwinding stopped at a bad frame");
@@ -294,7 +303,7 @@ impl ProcessUnwinder {
                 let first = frames.is_empty();
                 frames.push(pc);
                 let stop_here = || match sections {
-                    Some(_) => UnwindStop::NoUnwindInfo(self.mappings[index].name.clone()),
+                    Some(_) => self.no_unwind_info(index),
                     None => UnwindStop::BadFrame,
                 };
                 match self.step_without_unwind_info(
@@ -398,6 +407,23 @@ impl ProcessUnwinder {
     ) -> bool {
         self.linked(index, sections, address)
             .is_some_and(|linked| sections.in_entry_function_without_unwind_entry(linked))
+    }
+
+    /// Whether an unwind entry covers `address` of mapping `index`.
+    fn has_unwind_entry(
+        &self,
+        index: usize,
+        sections: &UnwindSections,
+        address: FrameAddress,
+    ) -> bool {
+        self.linked(index, sections, address)
+            .is_none_or(|linked| sections.has_unwind_entry(linked))
+    }
+
+    /// The stop of a walk at code of mapping `index` without unwind
+    /// information.
+    fn no_unwind_info(&self, index: usize) -> UnwindStop {
+        UnwindStop::NoUnwindInfo(self.mappings[index].name.clone())
     }
 
     /// `address` of mapping `index` as its binary links it (looked up as

@@ -40,4 +40,5 @@ mod targets;
 mod unwind_tables;
 mod unwinding;
 mod unwinding_lives;
+mod unwinding_sparse;
 mod web_view;

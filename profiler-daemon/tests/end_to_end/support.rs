@@ -629,13 +629,25 @@ pub fn build_workload(name: &str) -> PathBuf {
 /// Compiles the workload `name` with `flags` into a binary named
 /// `workload-{output}`, once per test run.
 pub fn build_workload_with(name: &str, output: &str, flags: &[&str]) -> PathBuf {
+    build_workload_by(None, name, output, flags)
+}
+
+/// [`build_workload_with`] by `compiler` (gcc for C, g++ for C++ when
+/// `None`).
+pub fn build_workload_by(
+    compiler: Option<&str>,
+    name: &str,
+    output: &str,
+    flags: &[&str],
+) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     // C, or C++ when there is no C source of that name.
     let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads");
-    let (source, compiler) = match workloads.join(format!("{name}.c")) {
+    let (source, default_compiler) = match workloads.join(format!("{name}.c")) {
         c if c.exists() => (c, "gcc"),
         _ => (workloads.join(format!("{name}.cpp")), "g++"),
     };
+    let compiler = compiler.unwrap_or(default_compiler);
     let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workload-{output}"));
     let mut built = BUILT
         .lock()

@@ -2,9 +2,9 @@
 //! information, whatever the build flags, through libc, in Rust release
 //! builds, Go programs, Debian's own programs, signal handlers and C++
 //! exceptions, for binaries that keep their symbols in a separate debug
-//! file, by frame pointers where a binary has no unwind information; and a
-//! stack that cannot be completed says why. (Processes' lives and threads'
-//! depths: `unwinding_lives`.)
+//! file; and a stack that cannot be completed says why. (Processes' lives
+//! and threads' depths: `unwinding_lives`; binaries with little or no
+//! unwind information: `unwinding_sparse`.)
 
 use std::{
     path::{Path, PathBuf},
@@ -519,87 +519,6 @@ async fn a_stripped_binary_is_named_from_its_debug_file_by_build_id() {
         "hot_leaf is named with its file and line:\n{tree}"
     );
     assert!(tree.contains("drive"), "{tree}");
-}
-
-/// `built` without its unwind sections, as `name`.
-fn without_unwind_sections(built: &Path, name: &str) -> PathBuf {
-    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let output = Command::new("objcopy")
-        .args([
-            "--remove-section",
-            ".eh_frame",
-            "--remove-section",
-            ".eh_frame_hdr",
-        ])
-        .arg(built)
-        .arg(&binary)
-        .output()
-        .expect("objcopy runs");
-    assert!(output.status.success(), "{output:?}");
-    binary
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_binary_without_unwind_sections_is_walked_by_frame_pointers_or_says_so() {
-    // Built without frame pointers: nothing to walk it with, said at the
-    // end of its stacks.
-    let built = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
-    let binary = without_unwind_sections(&built, "workload-chain-nounwind");
-    // Built with them (a leaf's too): walked by them, and counted so.
-    let built = chain_binary(
-        "chain-o0-fp",
-        // (At -O1, gcc gives hot_leaf no frame of its own whatever the flags.)
-        &["-O0", "-g", "-fno-omit-frame-pointer"],
-    );
-    let with_frame_pointers = without_unwind_sections(&built, "workload-chain-nounwind-fp");
-    let daemon = Daemon::start().await;
-    let workload = Workload::spawn(&binary, &["20"]);
-    let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
-    drop(workload);
-    let samples = total(&stacks);
-    let reason = "[unwind stopped: no unwind info in ";
-    let with_reason: u64 = samples_where(&stacks, |frames| {
-        frames.first().is_some_and(|f| f.starts_with(reason))
-    });
-    assert!(samples >= 50, "{stacks:#?}");
-    assert!(
-        with_reason as f64 >= 0.95 * samples as f64,
-        "{with_reason} of {samples} stacks end with the reason: {stacks:#?}"
-    );
-    let mut client = daemon.client().await;
-    let unwinding =
-        |status: v1::StatusReply| status.unwinding.expect("the status says how stacks unwind");
-    let before = unwinding(
-        client
-            .get_status(v1::GetStatusRequest::default())
-            .await
-            .expect("Status")
-            .into_inner(),
-    );
-    let counted = before
-        .stopped
-        .iter()
-        .find(|stop| stop.reason == "no_unwind_info")
-        .map_or(0, |stop| stop.count);
-    assert!(counted > 0, "{before:?}");
-    assert_eq!(before.stack_copy_bytes, 16 * 1024);
-    assert!(before.binaries > 0 && before.bytes > 0, "{before:?}");
-
-    let workload = Workload::spawn(&with_frame_pointers, &["20"]);
-    let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
-    let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
-    assert_share(&stacks, "hot_leaf", &chain, 99.0);
-    let after = unwinding(
-        client
-            .get_status(v1::GetStatusRequest::default())
-            .await
-            .expect("Status")
-            .into_inner(),
-    );
-    assert!(
-        after.without_unwind_info >= before.without_unwind_info + 50,
-        "the stacks walked by frame pointers are counted: {before:?} then {after:?}"
-    );
 }
 
 /// Of `stacks`, the share that reach `__libc_start_call_main` (the frame

@@ -231,12 +231,14 @@ async fn a_process_that_execs_itself_100_times_keeps_its_programs_apart() {
     let unmapped: u64 = samples_where(&stacks, |frames| {
         frames.iter().any(|f| f.contains("unmapped"))
     });
-    // Samples of a program the daemon could not read before it exec'd
-    // again are unmapped: none on a quiet machine, up to a fifth with the
-    // other tests running beside it (the drain thread gets less of the
-    // CPU); most of them (78-92%) without earlier maps kept.
+    // A program the daemon could not read from procfs before it exec'd
+    // again is known from the kernel's records of its memory maps (without
+    // them: none unmapped on a quiet machine, up to a fifth with the other
+    // tests running beside it, the drain thread getting less of the CPU;
+    // 78-92% without earlier maps kept): only samples inside execve itself,
+    // whose user stack is the old program's, may be unmapped.
     assert!(
-        unmapped * 3 <= total(&stacks),
+        unmapped * 20 <= total(&stacks),
         "{unmapped} of {} samples unmapped: {stacks:#?}",
         total(&stacks)
     );

@@ -22,8 +22,9 @@ const FEWEST_MAPPINGS: usize = 1 << 10;
 /// What a mapping costs with its path, for the limit.
 const MAPPING_BYTES: u64 = 112;
 /// Programs kept per process: the current one and those it ran before
-/// (samples taken before an exec are unwound after it).
-const PROGRAMS_KEPT: usize = 4;
+/// (samples taken before an exec are unwound after it, perhaps several
+/// execs later).
+const PROGRAMS_KEPT: usize = 16;
 
 /// A code mapping as the kernel recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,6 +173,11 @@ impl MapJournal {
             .filter(|entry| entry.programs.iter().any(|program| !program.is_empty()))?;
         self.recalled += 1;
         Some(entry)
+    }
+
+    /// What the journal holds of `pid`, not counted.
+    pub fn held(&self, pid: u32) -> Option<&JournalEntry> {
+        self.processes.get(&pid)
     }
 
     pub fn stats(&self) -> JournalStats {

@@ -287,6 +287,7 @@ impl ProcessTable {
             }
         }
         self.insert(pid, ProcessRecord::new(name.into(), mappings.into(), image));
+        self.add_earlier_from_journal(pid);
         Ok(())
     }
 
@@ -299,24 +300,44 @@ impl ProcessTable {
             return false;
         };
         let name = entry.command.clone().unwrap_or_else(|| "[exited]".into());
-        // Newest first.
-        let programs: Vec<Vec<JournalMapping>> = entry
-            .programs
-            .iter()
-            .rev()
-            .filter(|program| !program.is_empty())
-            .cloned()
-            .collect();
-        let mut programs = programs
-            .into_iter()
-            .map(|program| self.mappings_recorded(pid, program))
-            .collect::<Vec<_>>()
-            .into_iter();
+        let programs = newest_first(entry);
+        let mut programs = programs.into_iter();
         let Some(current) = programs.next() else {
             return false;
         };
+        let current = self.mappings_recorded(pid, current);
         self.insert(pid, ProcessRecord::new(name, current, None));
-        let record = self.processes.get_mut(&pid).expect("just inserted");
+        self.add_earlier_recorded(pid, programs.collect());
+        true
+    }
+
+    /// After `pid` was read from procfs: the programs it ran before this
+    /// one since it was last read, which only the kernel's records saw (a
+    /// process that execs over and over), kept as earlier maps.
+    fn add_earlier_from_journal(&mut self, pid: u32) {
+        self.read_mapping_records();
+        let Some(entry) = self.journal.held(pid) else {
+            return;
+        };
+        // One program: the one procfs just gave. With more, the newest may
+        // be it, or an exec since: those procfs gave are left out by their
+        // layout.
+        let programs = newest_first(entry);
+        if programs.len() >= 2 {
+            self.add_earlier_recorded(pid, programs);
+        }
+    }
+
+    /// Adds `programs` (newest first) in front of the earlier maps of
+    /// `pid`'s record, but those already known by their code's layout.
+    fn add_earlier_recorded(&mut self, pid: u32, programs: Vec<Vec<JournalMapping>>) {
+        let programs: Vec<_> = programs
+            .into_iter()
+            .map(|program| self.mappings_recorded(pid, program))
+            .collect();
+        let Some(record) = self.processes.get_mut(&pid) else {
+            return;
+        };
         let mut at = 0;
         for older in programs {
             let known = std::iter::once(&record.mappings)
@@ -327,7 +348,9 @@ impl ProcessTable {
                 at += 1;
             }
         }
-        true
+        let kept = record.earlier.len().min(EARLIER_MAPS_KEPT);
+        self.earlier_maps_dropped += (record.earlier.len() - kept) as u64;
+        record.earlier.truncate(kept);
     }
 
     /// The mappings the kernel recorded for one program of `pid`, each
@@ -733,6 +756,17 @@ impl ProcessTable {
             }),
         }
     }
+}
+
+/// The programs of a journal entry that hold code, newest first.
+fn newest_first(entry: &journal::JournalEntry) -> Vec<Vec<JournalMapping>> {
+    entry
+        .programs
+        .iter()
+        .rev()
+        .filter(|program| !program.is_empty())
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]
