@@ -219,10 +219,11 @@ impl MapJournal {
     }
 
     /// Lets go of the processes written to least recently until the
-    /// mappings are within the limit; keeps the order's
+    /// mappings (and the processes, whose execs alone make entries) are
+    /// within the limit; keeps the order's
     /// stale places within a few times the processes.
     fn enforce_limit(&mut self) {
-        while self.mappings > self.limit
+        while (self.mappings > self.limit || self.processes.len() > self.limit)
             && let Some((written, pid)) = self.order.pop_front()
         {
             if self
