@@ -409,15 +409,17 @@ impl ProcessUnwinder {
             .is_some_and(|linked| sections.in_entry_function_without_unwind_entry(linked))
     }
 
-    /// Whether an unwind entry covers `address` of mapping `index`.
+    /// Whether an unwind entry covers `address` of mapping `index` (taken
+    /// as covered where its linked address is unknown).
     fn has_unwind_entry(
         &self,
         index: usize,
         sections: &UnwindSections,
         address: FrameAddress,
     ) -> bool {
-        self.linked(index, sections, address)
-            .is_none_or(|linked| sections.has_unwind_entry(linked))
+        !self
+            .linked(index, sections, address)
+            .is_some_and(|linked| !sections.has_unwind_entry(linked))
     }
 
     /// The stop of a walk at code of mapping `index` without unwind

@@ -116,23 +116,39 @@ async fn a_thread_deeper_than_its_copy_gets_larger_copies() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn processes_that_live_200_ms_keep_whole_chains() {
+/// The folded profile, over `window_ms`, of `runs` runs one after another
+/// of the chain workload (as `comm`), each working `seconds`.
+async fn chain_runs(
+    client: &mut crate::support::Client,
+    comm: &str,
+    seconds: &'static str,
+    runs: usize,
+    window_ms: u64,
+) -> Vec<(Vec<String>, u64)> {
     let binary = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
-    let short = private_copy(&binary, "shortchain");
-    let daemon = Daemon::start().await;
-    let mut client = daemon.client().await;
-    let runs = tokio::task::spawn_blocking(move || {
+    let program = private_copy(&binary, comm);
+    let running = tokio::task::spawn_blocking(move || {
         // The profile below is under way by then (nothing shows that it
         // is): the runs start after its window opens.
         std::thread::sleep(Duration::from_millis(300));
-        for _ in 0..20 {
-            let status = Command::new(&short).arg("0.2").status().expect("it runs");
+        for _ in 0..runs {
+            let status = Command::new(&program)
+                .arg(seconds)
+                .status()
+                .expect("it runs");
             assert!(status.success());
         }
     });
-    let stacks = folded_profile_of_comm(&mut client, "shortchain", 5_000).await;
-    runs.await.expect("the runs finish");
+    let stacks = folded_profile_of_comm(client, comm, window_ms).await;
+    running.await.expect("the runs finish");
+    stacks
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn processes_that_live_200_ms_keep_whole_chains() {
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let stacks = chain_runs(&mut client, "shortchain", "0.2", 20, 5_000).await;
     let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
     assert_share(&stacks, "hot_leaf", &chain, 95.0);
 }
@@ -142,21 +158,9 @@ async fn programs_that_live_2_ms_keep_whole_chains() {
     // Gone long before any pass could read /proc/PID/maps (83% of their
     // samples were [unmapped] before the kernel's records of memory maps
     // were followed): known from those records.
-    let binary = chain_binary("chain-o2", &["-O2", "-g", "-fomit-frame-pointer"]);
-    let short = private_copy(&binary, "blinkchain");
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
-    let runs = tokio::task::spawn_blocking(move || {
-        // The profile below is under way by then (nothing shows that it
-        // is): the runs start after its window opens.
-        std::thread::sleep(Duration::from_millis(300));
-        for _ in 0..400 {
-            let status = Command::new(&short).arg("0.002").status().expect("it runs");
-            assert!(status.success());
-        }
-    });
-    let stacks = folded_profile_of_comm(&mut client, "blinkchain", 4_000).await;
-    runs.await.expect("the runs finish");
+    let stacks = chain_runs(&mut client, "blinkchain", "0.002", 400, 4_000).await;
     let chain = [&C_ROOT[..], &["drive", "hot_leaf"]].concat();
     assert_share(&stacks, "hot_leaf", &chain, 95.0);
     // Those in exec itself (the old program's stack) are the only ones
