@@ -417,9 +417,8 @@ impl ProcessUnwinder {
         sections: &UnwindSections,
         address: FrameAddress,
     ) -> bool {
-        !self
-            .linked(index, sections, address)
-            .is_some_and(|linked| !sections.has_unwind_entry(linked))
+        self.linked(index, sections, address)
+            .is_none_or(|linked| sections.has_unwind_entry(linked))
     }
 
     /// The stop of a walk at code of mapping `index` without unwind
