@@ -1000,3 +1000,62 @@ fn per_command_sums_make_pprof_s_default_report() {
         assert!(expected == summed, "{pids:?}");
     }
 }
+
+#[test]
+fn samples_kept_without_their_stacks_are_counted_by_cause() {
+    let marker = |name: &str| {
+        let name: Arc<str> = Arc::from(name);
+        Arc::new(SymbolizedLocation {
+            key: LocationKey::Marker(name.clone()),
+            location: Location {
+                kind: LocationKind::Marker,
+                module: name.clone(),
+                address: 0,
+                frames: vec![Frame {
+                    function: name,
+                    file: None,
+                    line: 0,
+                    inlined: false,
+                }]
+                .into(),
+            },
+        })
+    };
+    let mut store = store(600, 1 << 30);
+    // No marker anywhere: nothing lost.
+    store.insert(batch(0, &[(1, &["main", "a"], 3)]));
+    assert!(
+        store
+            .profile(&query(0, 1, Selector::default()))
+            .own_lost
+            .is_empty()
+    );
+    let mut lossy = batch(1, &[(1, &["main", "b"], 2), (2, &["main"], 1)]);
+    for (pid, root, count) in [
+        (1, crate::profile::RING_FULL_MARKER, 4),
+        (2, crate::profile::RING_FULL_MARKER, 5),
+        (2, crate::profile::LOST_MARKER, 6),
+    ] {
+        lossy.samples.push(SymbolizedSample {
+            thread: thread(pid, pid, &format!("p{pid}")),
+            kind: SampleKind::CpuClock,
+            stack: vec![marker(root), location("a")],
+            count,
+            weight: count * 10,
+            allocation_id: 0,
+        });
+    }
+    store.insert(lossy);
+    // A marker that is not a stack's root says nothing.
+    store.insert(batch(2, &[(1, &["main", crate::profile::LOST_MARKER], 7)]));
+    for sum_by in [SumBy::ThreadAndStack, SumBy::Stack, SumBy::CommandAndStack] {
+        let profile = store.profile_summed(&query(0, 3, Selector::default()), sum_by);
+        assert_eq!(
+            profile.own_lost,
+            [("stack_copy_ring_full", 9), ("user_stack_lost", 6)],
+            "{sum_by:?}"
+        );
+        let first = store.profile_summed(&query(0, 1, Selector::default()), sum_by);
+        assert!(first.own_lost.is_empty(), "{sum_by:?}");
+    }
+}
