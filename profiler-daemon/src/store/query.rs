@@ -302,13 +302,20 @@ impl Store {
                 });
             }
         }
-        let mut used = vec![false; self.stacks.len()];
+        // Totals come thread by thread: the last thread's number is kept.
+        let mut last_thread: Option<(u32, u32)> = None;
         let mut add = |total: aggregate::Total| {
-            let thread = threads.get_or_add(total.thread, || {
-                profile.threads.push(self.threads.get(total.thread).clone());
-                profile.threads.len() - 1
-            });
-            used[total.stack as usize] = true;
+            let thread = match last_thread {
+                Some((id, thread)) if id == total.thread => thread,
+                _ => {
+                    let thread = threads.get_or_add(total.thread, || {
+                        profile.threads.push(self.threads.get(total.thread).clone());
+                        profile.threads.len() - 1
+                    });
+                    last_thread = Some((total.thread, thread));
+                    thread
+                }
+            };
             profile.samples.push(Sample {
                 thread,
                 stack: total.stack,
@@ -340,7 +347,7 @@ impl Store {
         }
         profile.own_lost = self.own_losses(&profile.samples);
         if copy_stacks {
-            self.copy_stacks(&used, &mut profile);
+            self.copy_stacks(&mut profile);
         }
         self.add_coverage_warnings(query, &mut profile);
         profile
@@ -518,15 +525,19 @@ impl Store {
         self.buckets.iter().filter(move |bucket| !inside(bucket))
     }
 
-    /// Copies the stacks `used` marks (and their locations) into `profile`,
-    /// whose samples refer to store ids until then.
-    fn copy_stacks(&self, used: &[bool], profile: &mut Profile) {
+    /// Copies the stacks of `profile`'s samples (and their locations) into
+    /// it, whose samples refer to store ids until then.
+    fn copy_stacks(&self, profile: &mut Profile) {
+        let mut used = vec![false; self.stacks.len()];
+        for sample in &profile.samples {
+            used[sample.stack as usize] = true;
+        }
         let mut stacks = Renumbering::new(self.stacks.len());
         let mut locations = Renumbering::new(self.locations.values().len());
         // Store ids are 32-bit.
         let used: Vec<u32> = (0..)
             .zip(used)
-            .filter_map(|(stack, &used)| used.then_some(stack))
+            .filter_map(|(stack, used)| used.then_some(stack))
             .collect();
         let frames = used.iter().map(|&stack| self.stacks.get(stack).len()).sum();
         profile.stacks = Stacks::with_capacity(used.len(), frames);
