@@ -218,7 +218,7 @@ pub(super) fn cpu_totals_per_owner(
     owner_of: &[u32],
     stacks: usize,
     threads_seen: &mut [bool],
-    add: impl FnMut(Total),
+    mut add: impl FnMut(Total),
 ) {
     let owner = |thread: u32| {
         owner_of
@@ -266,20 +266,50 @@ pub(super) fn cpu_totals_per_owner(
             sum.3 += u64::from(samples.count) * bucket.period_ns;
         }
     }
-    let mut totals: Vec<Total> = (0..)
+    let total = |stack: u32, (_, thread, count, weight): Sum| Total {
+        thread,
+        stack,
+        count,
+        weight,
+        state: ThreadState::Cpu,
+    };
+    // Each stack's first owner's sum, in stack order, then placed by a
+    // count per thread (keeping that order): in (thread, stack) order
+    // without sorting them (a machine's window holds a few hundred
+    // thousand). Selected threads are below `owner_of.len()`.
+    let firsts: Vec<Total> = (0..)
         .zip(firsts)
         .filter(|&(_, (owner, ..))| owner != NOT_SELECTED)
-        .chain(others.into_iter().map(|((stack, _), sum)| (stack, sum)))
-        .map(|(stack, (_, thread, count, weight))| Total {
-            thread,
-            stack,
-            count,
-            weight,
-            state: ThreadState::Cpu,
-        })
+        .map(|(stack, sum)| total(stack, sum))
         .collect();
-    totals.sort_unstable_by_key(|total| (total.thread, total.stack));
-    totals.into_iter().for_each(add);
+    let mut starts = vec![0_usize; owner_of.len() + 1];
+    for first in &firsts {
+        starts[first.thread as usize + 1] += 1;
+    }
+    for thread in 1..starts.len() {
+        starts[thread] += starts[thread - 1];
+    }
+    let mut by_thread = firsts.clone();
+    for first in firsts {
+        let place = &mut starts[first.thread as usize];
+        by_thread[*place] = first;
+        *place += 1;
+    }
+    // The other owners' sums sorted apart, then merged in: a thread is of
+    // one owner, so no two sums have the same thread and stack.
+    let mut others: Vec<Total> = (others.into_iter())
+        .map(|((stack, _), sum)| total(stack, sum))
+        .collect();
+    others.sort_unstable_by_key(|total| (total.thread, total.stack));
+    let key = |total: &Total| (total.thread, total.stack);
+    let mut others = others.into_iter().peekable();
+    for first in by_thread {
+        while let Some(other) = others.next_if(|other| key(other) < key(&first)) {
+            add(other);
+        }
+        add(first);
+    }
+    others.for_each(add);
 }
 
 #[cfg(test)]
@@ -446,7 +476,7 @@ mod tests {
         let one_owner: Vec<u32> = (0..24)
             .map(|thread| u32::from(thread % 5 == 0) * 7)
             .collect();
-        for owner_of in [spread, one_owner] {
+        for (owner_of, many_owners) in [(spread, true), (one_owner, false)] {
             // The reference: a map by (owner, stack) of the per-thread sums.
             let mut expected = std::collections::BTreeMap::<(u32, u32), Total>::new();
             cpu_totals(
@@ -482,6 +512,11 @@ mod tests {
             cpu_totals_per_owner(&buckets, &owner_of, 60, &mut seen, |total| {
                 by_stack_table.push(total);
             });
+            // In (thread, stack) order as given, but for one owner's (in
+            // stack order).
+            if many_owners {
+                assert_eq!(by_stack_table, expected);
+            }
             by_stack_table.sort_unstable_by_key(|total| (total.thread, total.stack));
             assert_eq!(by_stack_table, expected);
             assert_eq!(seen, seen_expected);
