@@ -12,6 +12,7 @@ mod held;
 mod holds;
 mod query;
 mod retention;
+mod selection;
 mod tables;
 
 use std::{
@@ -27,8 +28,9 @@ use rustc_hash::FxHashMap as HashMap;
 use self::tables::{HeapBytes, Interner, StackTable};
 pub use self::{
     holds::{WindowHold, WindowHolds},
-    query::{CommPattern, Query, SampleAccess, Selector, SumBy, ThreadPick},
+    query::{Query, SumBy, ThreadPick},
     retention::{CompactionPlan, GONE, Renumbering},
+    selection::{CommPattern, SampleAccess, Selector},
 };
 use crate::{
     kernel::drain::CounterDeltas,

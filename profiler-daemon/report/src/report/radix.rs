@@ -1,6 +1,6 @@
 //! Sorting many items by a small integer key in a few passes over them
-//! (least significant digit first), for the reports' lines: a million
-//! (group, stack) lines of a busy window sort several times faster this
+//! (least significant digit first), for the reports' lines: the lines of
+//! each group of a busy window (thousands of stack ranks) sort faster this
 //! way than by comparing them.
 //!
 //! Owns the sort; it must not know what the keys mean.
