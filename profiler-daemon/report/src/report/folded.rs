@@ -23,7 +23,7 @@ mod drawn;
 
 use rustc_hash::FxHashMap;
 
-use super::frames::{Expansion, FrameView, StackId, UNKNOWN_MARKER, small_id};
+use super::frames::{Expansion, FrameView, StackId, StackSample, UNKNOWN_MARKER, small_id};
 use super::sequences::Sequences;
 use super::stack_index::{Ranked, StackIndex, TokenTexts};
 use super::{ReportError, digits, push_decimal, radix};
@@ -378,17 +378,39 @@ fn count_lines(
                 .map(|(rank, count)| ((0, rank), count)),
         );
     } else {
-        lines.extend(samples.iter().map(|sample| {
-            let group = groups.thread_ranks[sample.thread as usize];
-            ((group, stack_ranks[sample.stack as usize]), sample.count)
-        }));
-        // Ranks are below the number of stacks, group ranks below the
-        // number of groups.
-        let ranks = stack_count as u64;
-        let bits = radix::bits_below(groups.texts.len() as u64 * ranks);
-        radix::sort_by_key(&mut lines, bits, |&((group, rank), _)| {
-            u64::from(group) * ranks + u64::from(rank)
-        });
+        // The lines of each group together (placed by a count per group),
+        // then each group's sorted by rank: a group's lines are sorted in
+        // the cache, where sorting all of them by (group, rank) scattered a
+        // million lines over the whole array at each pass. Equal lines are
+        // merged after, so their order among themselves does not matter.
+        let group_of = |sample: &StackSample| groups.thread_ranks[sample.thread as usize];
+        let mut starts = vec![0_usize; groups.texts.len() + 1];
+        for sample in samples.iter() {
+            starts[group_of(sample) as usize + 1] += 1;
+        }
+        for group in 1..starts.len() {
+            starts[group] += starts[group - 1];
+        }
+        lines.resize(samples.len(), ((0, 0), 0));
+        let mut next = starts.clone();
+        for sample in samples.iter() {
+            let group = group_of(sample);
+            let place = &mut next[group as usize];
+            lines[*place] = ((group, stack_ranks[sample.stack as usize]), sample.count);
+            *place += 1;
+        }
+        // Ranks are below the number of stacks.
+        let bits = radix::bits_below(stack_count as u64);
+        let mut scratch = Vec::new();
+        for group in starts.windows(2) {
+            let lines = &mut lines[group[0]..group[1]];
+            let rank = |&((_, rank), _): &((u32, u32), u64)| rank;
+            match lines.len() {
+                // Too few for the radix sort's counters to pay.
+                ..SMALL_GROUP => lines.sort_unstable_by_key(rank),
+                _ => radix::sort_by_key(lines, &mut scratch, bits, |line| u64::from(rank(line))),
+            }
+        }
         lines.dedup_by(|(line, count), (kept_line, kept_count)| {
             let same = line == kept_line;
             if same {
@@ -399,6 +421,9 @@ fn count_lines(
     }
     lines
 }
+
+/// Lines of a group sorted by comparing them rather than by the radix sort.
+const SMALL_GROUP: usize = 1024;
 
 /// The frames `groupby` puts above every stack of `thread`.
 fn group_frames(thread: &ThreadInfo, groupby: GroupBy) -> Vec<String> {

@@ -10,7 +10,14 @@
 const DIGIT_BITS: u32 = 11;
 
 /// Sorts `items` by `key`, stably; every key must be below `2^bits`.
-pub(super) fn sort_by_key<T: Copy>(items: &mut Vec<T>, bits: u32, key: impl Fn(&T) -> u64) {
+/// `scratch` is overwritten: a caller sorting many runs passes the same
+/// one, so that they are sorted with one allocation.
+pub(super) fn sort_by_key<T: Copy>(
+    items: &mut [T],
+    scratch: &mut Vec<T>,
+    bits: u32,
+    key: impl Fn(&T) -> u64,
+) {
     if items.len() < 2 || bits == 0 {
         return;
     }
@@ -19,16 +26,16 @@ pub(super) fn sort_by_key<T: Copy>(items: &mut Vec<T>, bits: u32, key: impl Fn(&
             .iter()
             .all(|item| bits >= 64 || key(item) >> bits == 0)
     );
-    let mut from = std::mem::take(items);
     // Every place is written by each pass: filled once.
-    let mut to: Vec<T> = from.clone();
+    scratch.clear();
+    scratch.extend_from_slice(items);
     let digits = 1_usize << DIGIT_BITS;
     let passes = bits.div_ceil(DIGIT_BITS) as usize;
     // Each pass's counts, all taken in one read of the items.
     let mut counts = vec![0_usize; digits * passes];
     let digit =
         |item: &T, pass: usize| ((key(item) >> (pass as u32 * DIGIT_BITS)) as usize) & (digits - 1);
-    for item in &from {
+    for item in items.iter() {
         for pass in 0..passes {
             counts[pass * digits + digit(item, pass)] += 1;
         }
@@ -41,14 +48,22 @@ pub(super) fn sort_by_key<T: Copy>(items: &mut Vec<T>, bits: u32, key: impl Fn(&
             *count = place;
             place += items;
         }
-        for item in &from {
-            let slot = &mut counts[digit(item, pass)];
-            to[*slot] = *item;
-            *slot += 1;
+        let mut scatter = |from: &[T], to: &mut [T]| {
+            for item in from {
+                let slot = &mut counts[digit(item, pass)];
+                to[*slot] = *item;
+                *slot += 1;
+            }
+        };
+        // The items go back and forth between `items` and `scratch`.
+        match pass % 2 {
+            0 => scatter(items, scratch),
+            _ => scatter(scratch, items),
         }
-        std::mem::swap(&mut from, &mut to);
     }
-    *items = from;
+    if passes % 2 == 1 {
+        items.copy_from_slice(scratch);
+    }
 }
 
 /// Bits needed to write every number below `bound`.
@@ -64,6 +79,8 @@ mod tests {
     #[test]
     fn sorts_as_a_stable_sort_does() {
         let mut random = Random::new(7);
+        // One scratch for every sort, whatever it held before.
+        let mut scratch = Vec::new();
         for round in 0..50 {
             let bound = 1 + random.below(1 << (round % 30)) as u64;
             let items: Vec<(u64, usize)> = (0..random.below(5000))
@@ -72,7 +89,9 @@ mod tests {
             let mut expected = items.clone();
             expected.sort_by_key(|&(key, _)| key);
             let mut sorted = items;
-            sort_by_key(&mut sorted, bits_below(bound), |&(key, _)| key);
+            sort_by_key(&mut sorted, &mut scratch, bits_below(bound), |&(key, _)| {
+                key
+            });
             assert_eq!(sorted, expected, "bound {bound}");
         }
     }
