@@ -20,14 +20,16 @@
 //! only written once, into the output.
 
 mod drawn;
+mod group_lines;
 
 use rustc_hash::FxHashMap;
 
-use super::frames::{Expansion, FrameView, StackId, StackSample, UNKNOWN_MARKER, small_id};
+use super::frames::{Expansion, FrameView, StackId, UNKNOWN_MARKER, small_id};
 use super::sequences::Sequences;
 use super::stack_index::{Ranked, StackIndex, TokenTexts};
 use super::{ReportError, digits, push_decimal, radix};
 use crate::profile::{GroupBy, LocationKind, Profile, ReportOptions, ThreadInfo};
+use group_lines::{GroupRuns, Line};
 
 pub(super) fn render(
     profile: &Profile,
@@ -75,17 +77,9 @@ fn render_lines(
     index: Option<&StackIndex>,
     narrowest: Option<f64>,
 ) -> Result<String, ReportError> {
-    with_lines(profile, options, index, |folded| match narrowest {
-        None => Ok(folded.write()),
-        Some(min_width) => {
-            let total = folded
-                .lines
-                .iter()
-                .fold(0_u64, |total, &(_, count)| total.saturating_add(count));
-            // Inferno's own arithmetic, so that it decides alike.
-            let narrowest = min_width / (100.0 / total as f64);
-            drawn::write(folded, narrowest)
-        }
+    with_source(profile, options, index, |source| match narrowest {
+        None => source.write_lines(|folded| Ok(folded.write())),
+        Some(min_width) => source.write_drawn(min_width),
     })
 }
 
@@ -98,11 +92,29 @@ fn with_lines<T>(
     index: Option<&StackIndex>,
     write: impl FnOnce(&Folded<'_>) -> Result<T, ReportError>,
 ) -> Result<T, ReportError> {
+    with_source(profile, options, index, |source| source.write_lines(write))
+}
+
+/// Calls `make` with what the report's lines are counted from: their
+/// stacks' tokens and order from the index when there is one (as
+/// [`with_lines`]).
+fn with_source<T>(
+    profile: &Profile,
+    options: &ReportOptions,
+    index: Option<&StackIndex>,
+    make: impl FnOnce(&LineSource<'_>) -> Result<T, ReportError>,
+) -> Result<T, ReportError> {
     if let Some(index) = index {
         let expansion = Expansion::without_sites(profile, index.len())?;
-        let report = (profile, &expansion, options);
         let stacks = Ranked::Index(index);
-        return write_lines(report, &stacks, index.ranks(), index.tokens(), write);
+        return make(&LineSource {
+            profile,
+            expansion: &expansion,
+            options,
+            stacks: &stacks,
+            stack_ranks: index.ranks(),
+            tokens: index.tokens(),
+        });
     }
     let expansion = Expansion::new(profile, options.kernel)?;
     let tokens = Tokens::new(&expansion)?;
@@ -114,40 +126,106 @@ fn with_lines<T>(
     let (stacks, stack_ranks) =
         stack_tokens(&expansion, &tokens, depth)?.sorted(tokens.texts.len());
     let stacks = Ranked::Sorted(stacks);
-    let texts = TokenTexts {
-        texts: &tokens.texts,
-        names: &tokens.names,
-    };
-    let report = (profile, &expansion, options);
-    write_lines(report, &stacks, &stack_ranks, texts, write)
+    make(&LineSource {
+        profile,
+        expansion: &expansion,
+        options,
+        stacks: &stacks,
+        stack_ranks: &stack_ranks,
+        tokens: TokenTexts {
+            texts: &tokens.texts,
+            names: &tokens.names,
+        },
+    })
+}
+
+/// What a report's lines are counted from: the window's samples, the rank
+/// of each of their stacks, and the ranked stacks' tokens.
+struct LineSource<'a> {
+    profile: &'a Profile,
+    expansion: &'a Expansion<'a>,
+    options: &'a ReportOptions,
+    stacks: &'a Ranked<'a>,
+    stack_ranks: &'a [u32],
+    tokens: TokenTexts<'a>,
 }
 
 /// The lines of a report, in output order, and what their text is made of.
 struct Folded<'a> {
     /// (group rank, stack rank) and samples, with at least `mincount`.
-    lines: &'a [((u32, u32), u64)],
+    lines: &'a [Line],
     groups: &'a Groups,
     stacks: &'a Ranked<'a>,
     tokens: TokenTexts<'a>,
 }
 
-/// Counts the report's lines and calls `write` with them.
-fn write_lines<T>(
-    (profile, expansion, options): (&Profile, &Expansion<'_>, &ReportOptions),
-    stacks: &Ranked<'_>,
-    stack_ranks: &[u32],
-    tokens: TokenTexts<'_>,
-    write: impl FnOnce(&Folded<'_>) -> Result<T, ReportError>,
-) -> Result<T, ReportError> {
-    let groups = Groups::new(profile, expansion, options.groupby);
-    let mut lines = count_lines(expansion, &groups, stack_ranks, stacks.len());
-    lines.retain(|&(_, count)| count >= options.mincount);
-    write(&Folded {
-        lines: &lines,
-        groups: &groups,
-        stacks,
-        tokens,
-    })
+impl LineSource<'_> {
+    /// Counts the report's lines and calls `write` with them.
+    fn write_lines<T>(
+        &self,
+        write: impl FnOnce(&Folded<'_>) -> Result<T, ReportError>,
+    ) -> Result<T, ReportError> {
+        let groups = Groups::new(self.profile, self.expansion, self.options.groupby);
+        let mut lines = count_lines(self.expansion, &groups, self.stack_ranks, self.stacks.len());
+        lines.retain(|&(_, count)| count >= self.options.mincount);
+        write(&self.folded(&lines, &groups))
+    }
+
+    /// The lines a flame graph draws when frames with less than
+    /// `min_width` percent of all samples are too narrow to be drawn (see
+    /// [`render_drawn`]). A group's lines are drawn apart from the others'
+    /// (its frame is the lines' first): with many groups, one group's
+    /// lines are counted and drawn at a time, when which lines are kept
+    /// (`mincount`) does not change the samples in all.
+    fn write_drawn(&self, min_width: f64) -> Result<String, ReportError> {
+        // Inferno's own arithmetic, so that it decides alike.
+        let narrowest = |total: u64| min_width / (100.0 / total as f64);
+        let groups = Groups::new(self.profile, self.expansion, self.options.groupby);
+        let samples = &self.expansion.samples;
+        if groups.texts.len() <= 1 || self.options.mincount > 1 {
+            let mut lines =
+                count_lines(self.expansion, &groups, self.stack_ranks, self.stacks.len());
+            lines.retain(|&(_, count)| count >= self.options.mincount);
+            let total = lines
+                .iter()
+                .fold(0_u64, |total, &(_, count)| total.saturating_add(count));
+            return drawn::write(&self.folded(&lines, &groups), narrowest(total));
+        }
+        // Every line keeps its samples (each sample has some): they are
+        // all the samples, the stacks' counts added up.
+        let total = (self.expansion.stack_counts.iter())
+            .fold(0_u64, |total, &count| total.saturating_add(count));
+        let narrowest = narrowest(total);
+        let runs = GroupRuns::new(samples, groups.texts.len(), |sample| {
+            groups.thread_ranks[sample.thread as usize]
+        });
+        let rank_bits = radix::bits_below(self.stacks.len() as u64);
+        let (mut out, mut lines, mut scratch) = (String::new(), Vec::new(), Vec::new());
+        // Group ranks are 32-bit.
+        for group in 0..groups.texts.len() as u32 {
+            lines.clear();
+            runs.add_lines(
+                group,
+                samples,
+                self.stack_ranks,
+                rank_bits,
+                &mut lines,
+                &mut scratch,
+            );
+            lines.retain(|&(_, count)| count >= self.options.mincount);
+            drawn::write_into(&mut out, &self.folded(&lines, &groups), narrowest);
+        }
+        Ok(out)
+    }
+
+    fn folded<'f>(&'f self, lines: &'f [Line], groups: &'f Groups) -> Folded<'f> {
+        Folded {
+            lines,
+            groups,
+            stacks: self.stacks,
+            tokens: self.tokens,
+        }
+    }
 }
 
 impl Folded<'_> {
@@ -361,9 +439,9 @@ fn count_lines(
     groups: &Groups,
     stack_ranks: &[u32],
     stack_count: usize,
-) -> Vec<((u32, u32), u64)> {
+) -> Vec<Line> {
     let samples = &expansion.samples;
-    let mut lines: Vec<((u32, u32), u64)> = Vec::with_capacity(samples.len());
+    let mut lines: Vec<Line> = Vec::with_capacity(samples.len());
     if groups.texts.len() <= 1 {
         // One group: counting per stack rank beats sorting the samples.
         let mut counts = vec![0u64; stack_count];
@@ -378,52 +456,27 @@ fn count_lines(
                 .map(|(rank, count)| ((0, rank), count)),
         );
     } else {
-        // The lines of each group together (placed by a count per group),
-        // then each group's sorted by rank: a group's lines are sorted in
-        // the cache, where sorting all of them by (group, rank) scattered a
-        // million lines over the whole array at each pass. Equal lines are
-        // merged after, so their order among themselves does not matter.
-        let group_of = |sample: &StackSample| groups.thread_ranks[sample.thread as usize];
-        let mut starts = vec![0_usize; groups.texts.len() + 1];
-        for sample in samples.iter() {
-            starts[group_of(sample) as usize + 1] += 1;
-        }
-        for group in 1..starts.len() {
-            starts[group] += starts[group - 1];
-        }
-        lines.resize(samples.len(), ((0, 0), 0));
-        let mut next = starts.clone();
-        for sample in samples.iter() {
-            let group = group_of(sample);
-            let place = &mut next[group as usize];
-            lines[*place] = ((group, stack_ranks[sample.stack as usize]), sample.count);
-            *place += 1;
-        }
-        // Ranks are below the number of stacks.
-        let bits = radix::bits_below(stack_count as u64);
-        let mut scratch = Vec::new();
-        for group in starts.windows(2) {
-            let lines = &mut lines[group[0]..group[1]];
-            let rank = |&((_, rank), _): &((u32, u32), u64)| rank;
-            match lines.len() {
-                // Too few for the radix sort's counters to pay.
-                ..SMALL_GROUP => lines.sort_unstable_by_key(rank),
-                _ => radix::sort_by_key(lines, &mut scratch, bits, |line| u64::from(rank(line))),
-            }
-        }
-        lines.dedup_by(|(line, count), (kept_line, kept_count)| {
-            let same = line == kept_line;
-            if same {
-                *kept_count = kept_count.saturating_add(*count);
-            }
-            same
+        // A group's lines after another's, each group's sorted apart.
+        let runs = GroupRuns::new(samples, groups.texts.len(), |sample| {
+            groups.thread_ranks[sample.thread as usize]
         });
+        // Ranks are below the number of stacks.
+        let rank_bits = radix::bits_below(stack_count as u64);
+        let mut scratch = Vec::new();
+        // Group ranks are 32-bit.
+        for group in 0..groups.texts.len() as u32 {
+            runs.add_lines(
+                group,
+                samples,
+                stack_ranks,
+                rank_bits,
+                &mut lines,
+                &mut scratch,
+            );
+        }
     }
     lines
 }
-
-/// Lines of a group sorted by comparing them rather than by the radix sort.
-const SMALL_GROUP: usize = 1024;
 
 /// The frames `groupby` puts above every stack of `thread`.
 fn group_frames(thread: &ThreadInfo, groupby: GroupBy) -> Vec<String> {

@@ -22,16 +22,23 @@ use super::{Folded, ReportError, digits, push_decimal};
 /// first level).
 type NodeAt = (usize, u32);
 
-/// Writes the lines of `folded`, the samples through a frame of fewer
-/// than `narrowest` samples on a line ending at its parent (cut after it
-/// at the first level).
+/// The lines of `folded`, the samples through a frame of fewer than
+/// `narrowest` samples on a line ending at its parent (cut after it at the
+/// first level).
+pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, ReportError> {
+    let mut out = String::new();
+    write_into(&mut out, folded, narrowest);
+    Ok(out)
+}
+
+/// Appends the lines of [`write`] to `out`.
 ///
 /// The frames are visited depth first, each a run of consecutive lines
 /// with its name at its depth; a frame's samples are a difference of
 /// running sums, so that the lines below a narrow frame are never looked
 /// at: a window of a million lines, most of them in narrow frames, is
 /// written in a few passes over the lines of the frames drawn.
-pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, ReportError> {
+pub(super) fn write_into(out: &mut String, folded: &Folded<'_>, narrowest: f64) {
     let grouped = grouped(folded);
     let groups = folded.groups.texts.len() as u32;
     let names = &folded.tokens.names;
@@ -70,7 +77,7 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
         before.push(sum.saturating_add(count));
     }
     let mut lines = Lines {
-        out: String::new(),
+        out,
         folded,
         skipped: usize::from(!grouped),
         pending: None,
@@ -117,7 +124,6 @@ pub(super) fn write(folded: &Folded<'_>, narrowest: f64) -> Result<String, Repor
         open.push((own_end, last, depth + 1, Some(node)));
     }
     lines.flush();
-    Ok(lines.out)
 }
 
 /// The end of the run of lines from `first` (which is in it) to before
@@ -151,7 +157,7 @@ fn run_end(first: usize, end: usize, in_run: impl Fn(usize) -> bool) -> usize {
 /// The lines written, the last one held back while the next may end at
 /// the same frame (its samples then added to it).
 struct Lines<'a> {
-    out: String,
+    out: &'a mut String,
     folded: &'a Folded<'a>,
     skipped: usize,
     /// The last line: the frame it ends at and its samples so far.
@@ -172,7 +178,7 @@ impl Lines<'_> {
 
     fn flush(&mut self) {
         if let Some((id, count)) = self.pending.take() {
-            write_line(&mut self.out, self.folded, self.skipped, id, count);
+            write_line(self.out, self.folded, self.skipped, id, count);
         }
     }
 }

@@ -19,8 +19,9 @@ struct Node {
 
 fn reference(folded: &Folded<'_>, narrowest: f64) -> String {
     let nodes = prefix_tree(folded).expect("a tree");
+    let mut out = String::new();
     let mut lines = Lines {
-        out: String::new(),
+        out: &mut out,
         folded,
         skipped: usize::from(!grouped(folded)),
         pending: None,
@@ -50,7 +51,7 @@ fn reference(folded: &Folded<'_>, narrowest: f64) -> String {
         id += 1;
     }
     lines.flush();
-    lines.out
+    out
 }
 
 /// The prefix tree of the lines, nodes in line order: lines through a node
@@ -164,6 +165,58 @@ fn the_lines_drawn_are_the_reference_s() {
                 })
                 .unwrap();
                 assert_eq!(drawn, expected, "{groupby:?} {maxdepth:?} {narrowest}");
+                compared += usize::from(!drawn.is_empty());
+            }
+        }
+    }
+    assert!(compared > 30);
+}
+
+#[test]
+fn lines_drawn_a_group_at_a_time_are_those_of_every_line_at_once() {
+    let mut random = Random::new(0x2545_f491_4f6c_dd1d);
+    let mut b = Builder::new();
+    // Threads of one process each, of several, of processes of one name.
+    let threads: Vec<u32> = (0..60)
+        .map(|index| {
+            let pid = 100 + index / (1 + index % 4);
+            b.thread(pid, 1000 + index, "t", &format!("p{}", pid % 9))
+        })
+        .collect();
+    let sites: Vec<u32> = ["a", "b", "c", "k:d", "f", "f b", "g"]
+        .iter()
+        .map(|name| b.named(name))
+        .collect();
+    for _ in 0..8000 {
+        let length = 1 + random.below(10);
+        let stack = (0..length)
+            .map(|_| sites[random.below(sites.len())])
+            .collect();
+        let count = match random.below(40) {
+            0 => 1 + random.below(3_000) as u64,
+            _ => 1 + random.below(3) as u64,
+        };
+        b.sample(threads[random.below(threads.len())], stack, count);
+    }
+    let profile = b.build();
+    let mut compared = 0;
+    for groupby in [GroupBy::None, GroupBy::Process, GroupBy::Thread] {
+        for mincount in [0, 1, 3] {
+            let options = ReportOptions {
+                format: Format::DrawnFolded,
+                groupby,
+                mincount,
+                ..ReportOptions::default()
+            };
+            for min_width in [0.0, 0.01, 0.1, 1.0, 30.0] {
+                let drawn =
+                    super::super::render_drawn(&profile, &options, None, min_width).unwrap();
+                let expected = with_lines(&profile, &options, None, |folded| {
+                    let total = folded.lines.iter().map(|&(_, count)| count).sum::<u64>();
+                    write(folded, min_width / (100.0 / total as f64))
+                })
+                .unwrap();
+                assert_eq!(drawn, expected, "{groupby:?} {mincount} {min_width}");
                 compared += usize::from(!drawn.is_empty());
             }
         }
