@@ -204,3 +204,51 @@ fn lines_sort_bytewise_whatever_the_names() {
         }
     }
 }
+
+#[test]
+fn groups_of_many_lines_interleaved_by_rank_keep_every_sample() {
+    // Two processes (one of two threads, as a process that execs keeps its
+    // thread under another name) whose samples come in runs, each process
+    // with more lines than are sorted by comparison, their stacks' ranks
+    // interleaved: every line has all of its samples.
+    let mut random = Random::new(0x51_7cc1_b7_2722_0a95);
+    let mut b = Builder::new();
+    let threads = [
+        0,
+        b.thread(1230, 1230, "exec-b", "exec-b"),
+        b.thread(1230, 1231, "helper", "exec-b"),
+        b.thread(77, 77, "other", "other"),
+    ];
+    let names: Vec<String> = (0..40).map(|index| format!("f{index:02}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut stacks = Vec::new();
+    for _ in 0..3000 {
+        let length = 1 + random.below(5);
+        let stack: Vec<&str> = (0..length)
+            .map(|_| names[random.below(names.len())])
+            .collect();
+        stacks.push(stack);
+    }
+    for (index, stack) in stacks.iter().enumerate() {
+        b.stacks(threads[index % threads.len()], &[(stack, 1)]);
+    }
+    let mut p = b.build();
+    let stack_count = p.stacks.len() as u32;
+    for _ in 0..20_000 {
+        let sample = &p.samples[random.below(p.samples.len())];
+        let mut sample = sample.clone();
+        sample.thread = threads[random.below(threads.len())];
+        sample.stack = random.below(stack_count as usize) as u32;
+        p.samples.push(sample);
+    }
+    for groupby in [GroupBy::Process, GroupBy::Thread] {
+        for mincount in [0, 4] {
+            let options = ReportOptions {
+                groupby,
+                mincount,
+                ..ReportOptions::default()
+            };
+            assert_eq!(folded(&p, options.clone()), reference(&p, &options));
+        }
+    }
+}
