@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap;
 use super::frames::{Expansion, FrameView, StackId, UNKNOWN_MARKER, small_id};
 use super::sequences::Sequences;
 use super::stack_index::{Ranked, StackIndex, TokenTexts};
-use super::{ReportError, digits, push_decimal, radix};
+use super::{ReportError, digits, parallel, push_decimal, radix};
 use crate::profile::{GroupBy, LocationKind, Profile, ReportOptions, ThreadInfo};
 use group_lines::{GroupRuns, Line};
 
@@ -200,20 +200,25 @@ impl LineSource<'_> {
             groups.thread_ranks[sample.thread as usize]
         });
         let rank_bits = radix::bits_below(self.stacks.len() as u64);
-        let (mut out, mut lines, mut scratch) = (String::new(), Vec::new(), Vec::new());
-        // Group ranks are 32-bit.
-        for group in 0..groups.texts.len() as u32 {
-            lines.clear();
-            runs.add_lines(
-                group,
-                samples,
-                self.stack_ranks,
-                rank_bits,
-                &mut lines,
-                &mut scratch,
-            );
-            lines.retain(|&(_, count)| count >= self.options.mincount);
-            drawn::write_into(&mut out, &self.folded(&lines, &groups), narrowest);
+        // Group ranks are 32-bit. A group's lines are drawn apart from the
+        // others': groups are drawn on more than one core when many.
+        let ranks: Vec<u32> = (0..groups.texts.len() as u32).collect();
+        let (drawn, _) = parallel::map_in_order(
+            &ranks,
+            |&group| runs.samples_in(group),
+            || (Vec::new(), Vec::new()),
+            |(lines, scratch), &group| {
+                lines.clear();
+                runs.add_lines(group, samples, self.stack_ranks, rank_bits, lines, scratch);
+                lines.retain(|&(_, count)| count >= self.options.mincount);
+                let mut out = String::new();
+                drawn::write_into(&mut out, &self.folded(lines, &groups), narrowest);
+                out
+            },
+        );
+        let mut out = String::with_capacity(drawn.iter().map(String::len).sum());
+        for group in drawn {
+            out.push_str(&group);
         }
         Ok(out)
     }

@@ -63,6 +63,13 @@ impl GroupRuns {
         Self { runs, firsts }
     }
 
+    /// The samples of `group` (one per (thread, stack) pair or more).
+    pub fn samples_in(&self, group: u32) -> usize {
+        let group = group as usize;
+        let runs = &self.runs[self.firsts[group]..self.firsts[group + 1]];
+        runs.iter().map(|&(first, end)| end - first).sum()
+    }
+
     /// Appends the lines of `group` to `lines`: its samples' stacks by
     /// rank (`stack_ranks`, each below `2^rank_bits`), in rank order,
     /// those of equal rank merged. `scratch` is the sort's.
