@@ -211,7 +211,7 @@ fn groups_of_many_lines_interleaved_by_rank_keep_every_sample() {
     // thread under another name) whose samples come in runs, each process
     // with more lines than are sorted by comparison, their stacks' ranks
     // interleaved: every line has all of its samples.
-    let mut random = Random::new(0x51_7cc1_b7_2722_0a95);
+    let mut random = Random::new(0x517c_c1b7_2722_0a95);
     let mut b = Builder::new();
     let threads = [
         0,
@@ -235,8 +235,7 @@ fn groups_of_many_lines_interleaved_by_rank_keep_every_sample() {
     let mut p = b.build();
     let stack_count = p.stacks.len() as u32;
     for _ in 0..20_000 {
-        let sample = &p.samples[random.below(p.samples.len())];
-        let mut sample = sample.clone();
+        let mut sample = p.samples[random.below(p.samples.len())];
         sample.thread = threads[random.below(threads.len())];
         sample.stack = random.below(stack_count as usize) as u32;
         p.samples.push(sample);
