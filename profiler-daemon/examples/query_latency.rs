@@ -916,6 +916,8 @@ fn fill_store(args: &Args) -> (Store, SystemTime) {
             samples,
             counters: [0; COUNTER_COUNT as usize],
         });
+        // At the ceiling, the compaction the daemon's pipeline makes next.
+        store.compact_when_due(SystemTime::now());
     }
     (store, start)
 }

@@ -425,14 +425,22 @@ fn symbolize_into_store(
 /// lock (reports go on reading) and taking the write lock only to put them
 /// in place: this thread is the store's only writer but for a
 /// configuration reload, and a plan that a reload made stale is dropped.
+/// At the memory ceiling the store asks for a compaction at once (its
+/// insert only drops buckets) and may drop more once the compaction shows
+/// what it freed: as [`Store::compact_when_due`], with the locks.
 fn compact_if_due(store: &RwLock<Store>) {
-    let now = std::time::SystemTime::now();
-    if !crate::read_lock(store).compaction_due(now) {
-        return;
-    }
-    let plan = crate::read_lock(store).plan_compaction();
-    if !crate::write_lock(store).apply_compaction(plan, now) {
-        tracing::debug!("a compaction was planned on tables that changed meanwhile; dropped");
+    for _ in 0..crate::store::CEILING_ROUNDS {
+        let now = std::time::SystemTime::now();
+        if !crate::read_lock(store).compaction_due(now) {
+            return;
+        }
+        let plan = crate::read_lock(store).plan_compaction();
+        let mut store = crate::write_lock(store);
+        if !store.apply_compaction(plan, now) {
+            tracing::debug!("a compaction was planned on tables that changed meanwhile; dropped");
+            return;
+        }
+        store.enforce_ceiling();
     }
 }
 

@@ -29,7 +29,7 @@ use self::tables::{HeapBytes, Interner, StackTable};
 pub use self::{
     holds::{WindowHold, WindowHolds},
     query::{Query, SumBy, ThreadPick},
-    retention::{CompactionPlan, GONE, Renumbering},
+    retention::{CEILING_ROUNDS, CompactionPlan, GONE, Renumbering},
     selection::{CommPattern, SampleAccess, Selector},
 };
 use crate::{
@@ -233,6 +233,9 @@ pub struct Store {
     /// Whether a bucket went since the last compaction: only then can a
     /// compaction free anything.
     dropped_since_compaction: bool,
+    /// Whether the store is over its ceiling until the tables are
+    /// compacted: a compaction is due at once, not at its interval.
+    compaction_for_memory: bool,
     /// How many times the tables were compacted: stack and location ids
     /// are of one generation (ids only grow between compactions).
     generation: u64,
@@ -271,6 +274,7 @@ impl Store {
             evictions: VecDeque::new(),
             last_compaction: SystemTime::now(),
             dropped_since_compaction: false,
+            compaction_for_memory: false,
             generation: 0,
             renumberings: VecDeque::new(),
             first_sample: None,

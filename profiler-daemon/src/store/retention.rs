@@ -65,6 +65,10 @@ const COMPACTION_INTERVAL: Duration = Duration::from_secs(60);
 /// beyond what is over, so that the next drains do not come back at once.
 const CEILING_MARGIN: u64 = 10;
 
+/// Compactions in a row at the memory ceiling, each followed by dropping
+/// more buckets if it freed less than counted on, before the next insert.
+pub const CEILING_ROUNDS: usize = 4;
+
 /// At the memory ceiling, the oldest buckets are merged into buckets of up
 /// to this many times the resolution before any are dropped.
 pub(super) const MAX_COARSENING: u32 = 6;
@@ -136,60 +140,79 @@ impl Store {
         }
     }
 
-    /// Whether the tables are due to be compacted (buckets went since the
-    /// last compaction, at least [`COMPACTION_INTERVAL`] ago): the caller
-    /// plans it under a read lock and applies it under the write lock
+    /// Whether the tables are due to be compacted: buckets went since the
+    /// last compaction, at least [`COMPACTION_INTERVAL`] ago, or at once
+    /// when the store is over its ceiling until they are. The caller plans
+    /// it under a read lock and applies it under the write lock
     /// ([`Store::plan_compaction`], [`Store::apply_compaction`]), so that
-    /// reports read on while the tables are rebuilt. (At the memory
-    /// ceiling the store compacts at once, on its own.)
+    /// reports read on while the tables are rebuilt, then calls
+    /// [`Store::enforce_ceiling`] again (see [`Store::compact_when_due`]).
     pub fn compaction_due(&self, now: SystemTime) -> bool {
         self.dropped_since_compaction
-            && now
-                .duration_since(self.last_compaction)
-                .is_ok_and(|since| since >= COMPACTION_INTERVAL)
+            && (self.compaction_for_memory
+                || now
+                    .duration_since(self.last_compaction)
+                    .is_ok_and(|since| since >= COMPACTION_INTERVAL))
     }
 
-    /// Keeps the store under the ceiling: first by compacting the tables,
-    /// then by coarsening the oldest buckets, then by dropping them (counted,
-    /// never silently) down to a margin under the ceiling ([`CEILING_MARGIN`]).
+    /// Compacts the tables at once while due, the ceiling enforced again
+    /// after each compaction, at most [`CEILING_ROUNDS`] times: what the
+    /// daemon's pipeline does after each insert with the store's locks
+    /// (planning under the read lock), for a store no other thread reads
+    /// (a reload, tests, benchmarks).
+    pub fn compact_when_due(&mut self, now: SystemTime) {
+        for _ in 0..CEILING_ROUNDS {
+            if !self.compaction_due(now) {
+                return;
+            }
+            self.compact(now);
+            self.enforce_ceiling();
+        }
+    }
+
+    /// Keeps the store under the ceiling: first by coarsening the oldest
+    /// buckets, then by dropping them (counted, never silently) down to a
+    /// margin under the ceiling ([`CEILING_MARGIN`]), and by asking for a
+    /// compaction of the tables ([`Store::compaction_due`]).
     ///
-    /// A dropped bucket's stacks leave the tables only at the next
-    /// compaction, and the tables are most of a store of many distinct
-    /// stacks: so the oldest buckets are dropped until their share of the
-    /// store would free enough, then the tables compacted, and again while
-    /// that was not enough. Counting on the buckets' own bytes alone would
-    /// drop most of the history to free what a few buckets hold.
-    pub(super) fn enforce_ceiling(&mut self) {
+    /// It never compacts itself: it runs under the store's write lock at
+    /// every insert, and a compaction of a busy window's tables (tens of
+    /// milliseconds) would keep every report waiting. A dropped bucket's
+    /// stacks leave the tables only at the next compaction, and the tables
+    /// are most of a store of many distinct stacks: so the oldest buckets
+    /// are dropped until their share of the tables (by their entries) and
+    /// their own bytes would bring the store under the margin, and the
+    /// compaction asked for frees the tables' part. While buckets dropped
+    /// before (for memory or by age) still wait for theirs, nothing more is
+    /// dropped: the compaction may free enough, and the caller enforces the
+    /// ceiling again after it. Counting on the buckets' own bytes alone
+    /// would drop most of the history to free what a few buckets hold.
+    pub fn enforce_ceiling(&mut self) {
         let limit = self.settings.memory_limit;
         if self.memory_bytes() <= limit {
             return;
-        }
-        // Only dropped buckets free table entries: at the ceiling a store
-        // coarsens at every drain (several a second), and compacting each
-        // time re-interned every stack, the store locked, to free nothing.
-        if self.dropped_since_compaction {
-            self.compact(SystemTime::now());
         }
         self.coarsen_for_memory();
         if self.memory_bytes() <= limit {
             return;
         }
-        let target = limit - limit / CEILING_MARGIN;
-        while self.memory_bytes() > target && self.buckets.len() > 1 {
-            let over = self.memory_bytes() - target;
-            // A bucket's share of the tables, by its entries: at most what
-            // compacting frees of them once it is gone (buckets share stacks).
-            let tables = self.table_bytes() as u128;
-            let entries: usize = self.buckets.iter().map(Bucket::entries).sum();
-            let mut freed = 0_u64;
-            while freed < over && self.buckets.len() > 1 {
-                let oldest = &self.buckets[0];
-                let share = tables * oldest.entries() as u128 / entries.max(1) as u128;
-                freed += oldest.bytes() as u64 + share as u64;
-                self.evict_oldest();
-            }
-            self.compact(SystemTime::now());
+        if self.dropped_since_compaction {
+            self.compaction_for_memory = true;
+            return;
         }
+        let target = limit - limit / CEILING_MARGIN;
+        // A bucket's share of the tables, by its entries: at most what
+        // compacting frees of them once it is gone (buckets share stacks).
+        let tables = u128::from(self.table_bytes());
+        let entries: usize = self.buckets.iter().map(Bucket::entries).sum();
+        let mut tables_freed = 0_u64;
+        while self.memory_bytes().saturating_sub(tables_freed) > target && self.buckets.len() > 1 {
+            let oldest = &self.buckets[0];
+            let share = tables * oldest.entries() as u128 / entries.max(1) as u128;
+            tables_freed += share as u64;
+            self.evict_oldest();
+        }
+        self.compaction_for_memory = self.dropped_since_compaction;
     }
 
     /// Drops the oldest bucket for memory, counted and remembered for the
@@ -348,6 +371,7 @@ impl Store {
         let before = self.stacks.len();
         self.last_compaction = now;
         self.dropped_since_compaction = false;
+        self.compaction_for_memory = false;
         self.threads = new_threads;
         self.locations = new_locations;
         self.stacks = new_stacks;
@@ -397,5 +421,6 @@ impl Store {
         self.settings = settings;
         self.expire(now);
         self.enforce_ceiling();
+        self.compact_when_due(now);
     }
 }

@@ -106,9 +106,9 @@ fn counts_by_leaf(profile: &Profile) -> Vec<(String, u64)> {
 #[test]
 fn windows_select_whole_buckets_and_aggregate() {
     let mut store = store(600, 1 << 30);
-    store.insert(batch(0, &[(1, &["main", "a"], 3)]));
-    store.insert(batch(1, &[(1, &["main", "a"], 2), (1, &["main", "b"], 1)]));
-    store.insert(batch(2, &[(1, &["main", "b"], 7)]));
+    store.insert_and_compact(batch(0, &[(1, &["main", "a"], 3)]));
+    store.insert_and_compact(batch(1, &[(1, &["main", "a"], 2), (1, &["main", "b"], 1)]));
+    store.insert_and_compact(batch(2, &[(1, &["main", "b"], 7)]));
     let all = store.profile(&query(0, 3, Selector::default()));
     assert_eq!(counts_by_leaf(&all), [("a".into(), 5), ("b".into(), 8)]);
     assert_eq!(all.samples.iter().map(|s| s.weight).sum::<u64>(), 130);
@@ -140,8 +140,8 @@ fn waits_are_kept_in_nanoseconds_and_reported_by_mode() {
         SampleKind::RunQueue,
         4_000_000,
     ));
-    store.insert(batch(0, &[(1, &["main", "spin"], 2)]));
-    store.insert(second);
+    store.insert_and_compact(batch(0, &[(1, &["main", "spin"], 2)]));
+    store.insert_and_compact(second);
     // The same wait credited again in the next drain adds up.
     let mut third = batch(2, &[]);
     third.samples.push(wait(
@@ -149,7 +149,7 @@ fn waits_are_kept_in_nanoseconds_and_reported_by_mode() {
         SampleKind::OffCpuSleeping,
         6_000_000,
     ));
-    store.insert(third);
+    store.insert_and_compact(third);
     let by_mode = |store: &Store, mode| {
         let profile = store.profile(&Query {
             mode,
@@ -187,7 +187,7 @@ fn waits_are_kept_in_nanoseconds_and_reported_by_mode() {
 #[test]
 fn selectors_filter_threads() {
     let mut store = store(600, 1 << 30);
-    store.insert(batch(0, &[(1, &["x"], 1), (2, &["y"], 2), (3, &["z"], 4)]));
+    store.insert_and_compact(batch(0, &[(1, &["x"], 1), (2, &["y"], 2), (3, &["z"], 4)]));
     let by_pid = Selector {
         pids: vec![2, 3],
         ..Selector::default()
@@ -250,7 +250,7 @@ fn selectors_by_pattern_uid_and_cgroup() {
 fn retention_expires_old_buckets_and_says_so() {
     let mut store = store(10, 1 << 30);
     for second in 0..30 {
-        store.insert(batch(second, &[(1, &["main"], 1)]));
+        store.insert_and_compact(batch(second, &[(1, &["main"], 1)]));
     }
     assert_eq!(store.stats().buckets, 11);
     let profile = store.profile(&query(0, 30, Selector::default()));
@@ -267,7 +267,7 @@ fn retention_expires_old_buckets_and_says_so() {
 #[test]
 fn a_window_from_before_the_start_says_so() {
     let mut store = store(600, 1 << 30);
-    store.insert(batch(10, &[(1, &["main"], 1)]));
+    store.insert_and_compact(batch(10, &[(1, &["main"], 1)]));
     let profile = store.profile(&query(0, 11, Selector::default()));
     assert_eq!(profile.total_samples(), 1);
     assert!(
@@ -283,7 +283,7 @@ fn memory_ceiling_holds_and_counts_what_it_drops() {
     for second in 0..200 {
         let names: Vec<String> = (0..20).map(|i| format!("f{second}_{i}")).collect();
         let stack: Vec<&str> = names.iter().map(String::as_str).collect();
-        store.insert(batch(second, &[(second as u32, &stack, 1)]));
+        store.insert_and_compact(batch(second, &[(second as u32, &stack, 1)]));
         assert!(store.memory_bytes() <= 64 * 1024 || store.stats().buckets == 1);
     }
     let stats = store.stats();
@@ -315,7 +315,7 @@ fn the_ceiling_drops_no_more_history_than_it_must() {
             .collect();
         let samples: Vec<(u32, &[&str], u64)> =
             stacks.iter().map(|stack| (1, &stack[..], 1)).collect();
-        store.insert(batch(second, &samples));
+        store.insert_and_compact(batch(second, &samples));
     };
     let mut store = store(3600, 1 << 30);
     for second in 0..30 {
@@ -345,8 +345,8 @@ fn the_ceiling_drops_no_more_history_than_it_must() {
 #[test]
 fn compaction_preserves_profiles() {
     let mut store = store(600, 1 << 30);
-    store.insert(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 1)]));
-    store.insert(batch(1, &[(1, &["main", "b"], 2)]));
+    store.insert_and_compact(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 1)]));
+    store.insert_and_compact(batch(1, &[(1, &["main", "b"], 2)]));
     let before = counts_by_leaf(&store.profile(&query(0, 2, Selector::default())));
     store.compact(at(2));
     let after = counts_by_leaf(&store.profile(&query(0, 2, Selector::default())));
@@ -358,15 +358,15 @@ fn compaction_preserves_profiles() {
 #[test]
 fn a_compaction_planned_before_a_batch_is_dropped() {
     let mut store = store(3, 1 << 30);
-    store.insert(batch(0, &[(1, &["main", "old"], 3)]));
+    store.insert_and_compact(batch(0, &[(1, &["main", "old"], 3)]));
     for second in 1..8 {
-        store.insert(batch(second, &[(1, &["main", "new"], 1)]));
+        store.insert_and_compact(batch(second, &[(1, &["main", "new"], 1)]));
     }
     let later = SystemTime::now() + Duration::from_secs(61);
     assert!(store.compaction_due(later), "the first bucket expired");
     let stale = store.plan_compaction();
     // The stack the plan leaves out comes back.
-    store.insert(batch(8, &[(1, &["main", "old"], 2)]));
+    store.insert_and_compact(batch(8, &[(1, &["main", "old"], 2)]));
     let before = counts_by_leaf(&store.profile(&query(0, 9, Selector::default())));
     assert!(!store.apply_compaction(stale, later));
     assert_eq!(store.generation(), 0);
@@ -390,11 +390,11 @@ fn complete_spans_are_merged_at_the_resolution() {
     let hold = store.holds().hold(at(5));
     for second in 0..25 {
         let leaf = if second < 10 { "a" } else { "b" };
-        store.insert(batch(second, &[(1, &["main", leaf], 2), (2, &["main"], 1)]));
+        store.insert_and_compact(batch(second, &[(1, &["main", leaf], 2), (2, &["main"], 1)]));
     }
     assert_eq!(store.stats().buckets, 25, "an open window holds them");
     drop(hold);
-    store.insert(batch(25, &[(1, &["main", "b"], 2), (2, &["main"], 1)]));
+    store.insert_and_compact(batch(25, &[(1, &["main", "b"], 2), (2, &["main"], 1)]));
     // Spans [0, 10) and [10, 20) are complete: one bucket each.
     let stats = store.stats();
     assert_eq!(stats.buckets, 2 + 6, "{stats:?}");
@@ -417,20 +417,49 @@ fn complete_spans_are_merged_at_the_resolution() {
 }
 
 #[test]
+fn at_the_ceiling_an_insert_drops_buckets_and_leaves_the_compaction_to_its_caller() {
+    // Under the write lock, an insert must not rebuild the tables (tens of
+    // milliseconds of a busy window's stacks, every report waiting): it
+    // drops the oldest buckets and asks for a compaction at once.
+    let mut store = store(3600, 1 << 30);
+    let stack_of =
+        |second: u64| -> Vec<String> { (0..10).map(|i| format!("h{second}_{i}")).collect() };
+    for second in 0..30 {
+        let names = stack_of(second);
+        let stack: Vec<&str> = names.iter().map(String::as_str).collect();
+        store.insert_and_compact(batch(second, &[(1, &stack, 1)]));
+    }
+    // A quarter less than the 30 seconds hold: more than coarsening frees.
+    store.settings.memory_limit = store.memory_bytes() / 4 * 3;
+    let now = SystemTime::now();
+    let generation = store.generation();
+    let names = stack_of(30);
+    let stack: Vec<&str> = names.iter().map(String::as_str).collect();
+    store.insert(batch(30, &[(1, &stack, 1)]));
+    assert_eq!(store.generation(), generation, "the insert compacted");
+    assert!(store.stats().buckets_evicted_for_memory > 0);
+    assert!(store.compaction_due(now), "a compaction is due at once");
+    store.compact_when_due(now);
+    assert_eq!(store.generation(), generation + 1);
+    assert!(store.memory_bytes() <= store.settings.memory_limit);
+    assert!(!store.compaction_due(now));
+}
+
+#[test]
 fn the_ceiling_coarsens_before_it_drops() {
     let threads: Vec<(u32, &[&str], u64)> = (0..200)
         .map(|pid| (pid, &["main", "work"][..], 1))
         .collect();
     let mut store = store(3600, 1 << 30);
-    store.insert(batch(0, &threads));
+    store.insert_and_compact(batch(0, &threads));
     let first = store.memory_bytes();
-    store.insert(batch(1, &threads));
+    store.insert_and_compact(batch(1, &threads));
     let one_bucket = store.memory_bytes() - first;
     // Room for 70 buckets of these, not 100: merging the older half (up
     // to 6 into one) keeps them all.
     store.settings.memory_limit = first + one_bucket * 70;
     for second in 2..100 {
-        store.insert(batch(second, &threads));
+        store.insert_and_compact(batch(second, &threads));
         assert!(store.memory_bytes() <= store.settings.memory_limit);
     }
     let stats = store.stats();
@@ -470,7 +499,7 @@ fn a_stack_index_follows_a_compaction() {
             .zip(&stacks)
             .map(|(pid, stack)| (1 + pid % 2, stack.as_slice(), 1 + second % 3))
             .collect();
-        store.insert(batch(second, &samples));
+        store.insert_and_compact(batch(second, &samples));
     };
     for second in 0..20 {
         insert(&mut store, second);
@@ -652,7 +681,7 @@ fn per_stack_sums_make_the_reports_that_show_no_threads() {
                 (pid, paths[((second * 3 + n) % 4) as usize], 1 + n % 3)
             })
             .collect();
-        store.insert(batch(second, &samples));
+        store.insert_and_compact(batch(second, &samples));
     }
     let selections = [
         Selector::default(),
@@ -733,7 +762,7 @@ fn held_sums_follow_the_buckets(memory_limit: u64) {
             .iter()
             .map(|(pid, stack, count)| (*pid, stack.as_slice(), *count))
             .collect();
-        store.insert(batch(second, &samples));
+        store.insert_and_compact(batch(second, &samples));
         assert!(held_as_recounted(&store), "after second {second}");
         // Whole windows and most of them, from the held sums, against the
         // samples of each (thread, stack) added up.
@@ -780,12 +809,12 @@ fn last_renumbering(store: &Store) -> &super::Renumbering {
 #[test]
 fn a_window_read_for_some_threads_counts_the_others() {
     let mut store = store(600, 1 << 30);
-    store.insert(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 4)]));
-    store.insert(batch(
+    store.insert_and_compact(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 4)]));
+    store.insert_and_compact(batch(
         1,
         &[(2, &["main", "b"], 1), (3, &["c"], 2), (4, &["d"], 9)],
     ));
-    store.insert(batch(2, &[(1, &["main", "b"], 5), (2, &["x"], 6)]));
+    store.insert_and_compact(batch(2, &[(1, &["main", "b"], 5), (2, &["x"], 6)]));
     let not_four = Selector {
         pids: vec![1, 2, 3],
         ..Selector::default()
@@ -859,8 +888,8 @@ fn the_timeline_gives_each_held_bucket_and_its_samples() {
     let mut store = store(600, 1 << 30);
     let whole = query(0, 3, Selector::default());
     assert!(store.timeline(&whole).is_empty());
-    store.insert(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 4)]));
-    store.insert(batch(1, &[(3, &["c"], 2)]));
+    store.insert_and_compact(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 4)]));
+    store.insert_and_compact(batch(1, &[(3, &["c"], 2)]));
     let mut last = batch(2, &[(1, &["main", "b"], 5), (4, &["d"], 9)]);
     // 25 ms asleep: 2.5 periods of 10 ms at 100 Hz, 3 rounded.
     last.samples.push(SymbolizedSample {
@@ -871,7 +900,7 @@ fn the_timeline_gives_each_held_bucket_and_its_samples() {
         weight: 25_000_000,
         allocation_id: 0,
     });
-    store.insert(last);
+    store.insert_and_compact(last);
     let spans = |query: &Query| -> Vec<(SystemTime, SystemTime, u64)> {
         let timeline = store.timeline(query);
         timeline
@@ -957,7 +986,7 @@ fn per_command_sums_make_pprof_s_default_report() {
                 }
             })
             .collect();
-        store.insert(batch);
+        store.insert_and_compact(batch);
     }
     let options = ReportOptions {
         format: Format::Pprof,
@@ -1023,7 +1052,7 @@ fn samples_kept_without_their_stacks_are_counted_by_cause() {
     };
     let mut store = store(600, 1 << 30);
     // No marker anywhere: nothing lost.
-    store.insert(batch(0, &[(1, &["main", "a"], 3)]));
+    store.insert_and_compact(batch(0, &[(1, &["main", "a"], 3)]));
     assert!(
         store
             .profile(&query(0, 1, Selector::default()))
@@ -1045,9 +1074,9 @@ fn samples_kept_without_their_stacks_are_counted_by_cause() {
             allocation_id: 0,
         });
     }
-    store.insert(lossy);
+    store.insert_and_compact(lossy);
     // A marker that is not a stack's root says nothing.
-    store.insert(batch(2, &[(1, &["main", crate::profile::LOST_MARKER], 7)]));
+    store.insert_and_compact(batch(2, &[(1, &["main", crate::profile::LOST_MARKER], 7)]));
     for sum_by in [SumBy::ThreadAndStack, SumBy::Stack, SumBy::CommandAndStack] {
         let profile = store.profile_summed(&query(0, 3, Selector::default()), sum_by);
         assert_eq!(
@@ -1057,5 +1086,14 @@ fn samples_kept_without_their_stacks_are_counted_by_cause() {
         );
         let first = store.profile_summed(&query(0, 1, Selector::default()), sum_by);
         assert!(first.own_lost.is_empty(), "{sum_by:?}");
+    }
+}
+
+impl Store {
+    /// An insert as the daemon's pipeline makes it: the compaction the
+    /// store asks for (at its ceiling, at once) follows.
+    fn insert_and_compact(&mut self, batch: SymbolizedBatch) {
+        self.insert(batch);
+        self.compact_when_due(SystemTime::now());
     }
 }
