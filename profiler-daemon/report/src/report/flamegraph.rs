@@ -257,18 +257,8 @@ mod tests {
             0x9000,
             vec![frame("a", Some("app.c"), 11, false)],
         )));
-        for _ in 0..3000 {
-            let length = 1 + random.below(10);
-            let stack = (0..length)
-                .map(|_| sites[random.below(sites.len())])
-                .collect();
-            // Mostly a sample or two, some wide ones.
-            let count = match random.below(100) {
-                0 => 1 + random.below(50_000) as u64,
-                _ => 1 + random.below(3) as u64,
-            };
-            b.sample(threads[random.below(threads.len())], stack, count);
-        }
+        // Mostly a sample or two, some wide ones.
+        b.random_samples(&mut random, (&threads, &sites), 3000, (100, 50_000));
         let p = b.build();
         let mut narrowed = 0;
         for groupby in [GroupBy::None, GroupBy::Process, GroupBy::Thread] {

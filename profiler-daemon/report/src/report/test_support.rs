@@ -140,6 +140,29 @@ impl Builder {
         }
     }
 
+    /// Adds `count` random stacks of 1 to 10 of `sites` to random
+    /// `threads`: mostly a sample or a few each, one in `wide_one_in` up to
+    /// `widest` samples (a flame graph's wide frames among narrow ones).
+    pub fn random_samples(
+        &mut self,
+        random: &mut Random,
+        (threads, sites): (&[u32], &[u32]),
+        count: usize,
+        (wide_one_in, widest): (usize, usize),
+    ) {
+        for _ in 0..count {
+            let length = 1 + random.below(10);
+            let stack = (0..length)
+                .map(|_| sites[random.below(sites.len())])
+                .collect();
+            let samples = match random.below(wide_one_in) {
+                0 => 1 + random.below(widest) as u64,
+                _ => 1 + random.below(3) as u64,
+            };
+            self.sample(threads[random.below(threads.len())], stack, samples);
+        }
+    }
+
     /// Adds stacks of frame specs, root first, to `thread`.
     pub fn stacks(&mut self, thread: u32, stacks: &[(&[&str], u64)]) {
         for (specs, count) in stacks {

@@ -187,17 +187,7 @@ fn lines_drawn_a_group_at_a_time_are_those_of_every_line_at_once() {
         .iter()
         .map(|name| b.named(name))
         .collect();
-    for _ in 0..8000 {
-        let length = 1 + random.below(10);
-        let stack = (0..length)
-            .map(|_| sites[random.below(sites.len())])
-            .collect();
-        let count = match random.below(40) {
-            0 => 1 + random.below(3_000) as u64,
-            _ => 1 + random.below(3) as u64,
-        };
-        b.sample(threads[random.below(threads.len())], stack, count);
-    }
+    b.random_samples(&mut random, (&threads, &sites), 8000, (40, 3_000));
     let profile = b.build();
     let mut compared = 0;
     for groupby in [GroupBy::None, GroupBy::Process, GroupBy::Thread] {
