@@ -118,11 +118,23 @@ impl Peeker {
             lock(&self.inner.stats).self_sent += 1;
             return;
         }
-        if !intercepted && snapshot::disposition(pid, signal.signal) == Disposition::Default {
-            // The kernel's default action ends the process: there will be
-            // nothing to peek at.
-            self.await_death(pid, "it has no handler for the peek signal".to_owned());
-            return;
+        if !intercepted {
+            let dying = match snapshot::disposition(pid, signal.signal) {
+                // The kernel's default action ends the process: there will
+                // be nothing to peek at.
+                Disposition::Default => Some("it has no handler for the peek signal"),
+                // Gone between the two reads (a process without a handler
+                // dying of the signal, the daemon slower than it): the
+                // kernel's notice of its death may still be on its way.
+                Disposition::Unknown if snapshot::process_of(signal.target).is_err() => {
+                    Some("it was gone before its handling of the signal could be read")
+                }
+                _ => None,
+            };
+            if let Some(why) = dying {
+                self.await_death(pid, why.to_owned());
+                return;
+            }
         }
         let source = TriggerSource::Signal {
             signal: signal.signal,
