@@ -83,7 +83,8 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         allocs = allocation_status(status.allocations.as_ref()),
         tracked = symbolizer.processes_tracked,
         adopted = symbolizer.processes_adopted,
-        map_records = memory_map_records_status(symbolizer.memory_map_records.as_ref()),
+        map_records =
+            memory_map_records_status(symbolizer.memory_map_records.as_ref(), status.drains),
         binaries = symbolizer.binaries,
         released = symbolizer.binaries_released,
         evicted_binaries = symbolizer.binaries_evicted,
@@ -113,8 +114,12 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
 }
 
 /// What the kernel's records of memory maps hold (the processes gone before
-/// procfs was read are recorded from them).
-fn memory_map_records_status(records: Option<&v1::MemoryMapRecordsStatus>) -> String {
+/// procfs was read are recorded from them). The daemon says so from its
+/// first drain on: before it, nothing is known either way.
+fn memory_map_records_status(records: Option<&v1::MemoryMapRecordsStatus>, drains: u64) -> String {
+    if records.is_none() && drains == 0 {
+        return "memory maps as made: not known before the first drain".to_owned();
+    }
     let Some(records) = records else {
         return "memory maps not followed as they are made (programs that exit within ~25 ms \
                 show as [unmapped]; see the log)"
@@ -454,6 +459,17 @@ pub fn jit_status(jit: Option<&v1::JitStatus>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_maps_unknown_before_the_first_drain_are_not_said_unfollowed() {
+        assert!(memory_map_records_status(None, 0).contains("not known before the first drain"));
+        assert!(memory_map_records_status(None, 3).contains("not followed"));
+        let records = v1::MemoryMapRecordsStatus {
+            mappings: 7,
+            ..Default::default()
+        };
+        assert!(memory_map_records_status(Some(&records), 0).starts_with("memory maps as made: 7"));
+    }
 
     fn status_reply() -> v1::StatusReply {
         v1::StatusReply {
