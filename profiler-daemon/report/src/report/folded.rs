@@ -24,7 +24,7 @@ mod group_lines;
 
 use rustc_hash::FxHashMap;
 
-use super::frames::{Expansion, FrameView, StackId, UNKNOWN_MARKER, small_id};
+use super::frames::{Expansion, FrameView, StackId, StackSample, UNKNOWN_MARKER, small_id};
 use super::sequences::Sequences;
 use super::stack_index::{Ranked, StackIndex, TokenTexts};
 use super::{ReportError, digits, parallel, push_decimal, radix};
@@ -174,9 +174,10 @@ impl LineSource<'_> {
     /// The lines a flame graph draws when frames with less than
     /// `min_width` percent of all samples are too narrow to be drawn (see
     /// [`render_drawn`]). A group's lines are drawn apart from the others'
-    /// (its frame is the lines' first): with many groups, one group's
-    /// lines are counted and drawn at a time, when which lines are kept
-    /// (`mincount`) does not change the samples in all.
+    /// (its frame is the lines' first): with many groups, each group's
+    /// lines are counted and drawn on their own, on the report workers,
+    /// when which lines are kept (`mincount`) does not change the samples
+    /// in all.
     fn write_drawn(&self, min_width: f64) -> Result<String, ReportError> {
         // Inferno's own arithmetic, so that it decides alike.
         let narrowest = |total: u64| min_width / (100.0 / total as f64);
@@ -196,12 +197,9 @@ impl LineSource<'_> {
         let total = (self.expansion.stack_counts.iter())
             .fold(0_u64, |total, &count| total.saturating_add(count));
         let narrowest = narrowest(total);
-        let runs = GroupRuns::new(samples, groups.texts.len(), |sample| {
-            groups.thread_ranks[sample.thread as usize]
-        });
+        let runs = groups.runs(samples);
         let rank_bits = radix::bits_below(self.stacks.len() as u64);
-        // Group ranks are 32-bit. A group's lines are drawn apart from the
-        // others': groups are drawn on more than one core when many.
+        // Group ranks are 32-bit.
         let ranks: Vec<u32> = (0..groups.texts.len() as u32).collect();
         let (drawn, _) = parallel::map_in_order(
             &ranks,
@@ -216,11 +214,7 @@ impl LineSource<'_> {
                 out
             },
         );
-        let mut out = String::with_capacity(drawn.iter().map(String::len).sum());
-        for group in drawn {
-            out.push_str(&group);
-        }
-        Ok(out)
+        Ok(drawn.concat())
     }
 
     fn folded<'f>(&'f self, lines: &'f [Line], groups: &'f Groups) -> Folded<'f> {
@@ -435,6 +429,13 @@ impl Groups {
                 .collect(),
         }
     }
+
+    /// Where each group's samples are among `samples`.
+    fn runs(&self, samples: &[StackSample]) -> GroupRuns {
+        GroupRuns::new(samples, self.texts.len(), |sample| {
+            self.thread_ranks[sample.thread as usize]
+        })
+    }
 }
 
 /// The samples per line, (group rank, stack rank) -> count, in output
@@ -462,9 +463,7 @@ fn count_lines(
         );
     } else {
         // A group's lines after another's, each group's sorted apart.
-        let runs = GroupRuns::new(samples, groups.texts.len(), |sample| {
-            groups.thread_ranks[sample.thread as usize]
-        });
+        let runs = groups.runs(samples);
         // Ranks are below the number of stacks.
         let rank_bits = radix::bits_below(stack_count as u64);
         let mut scratch = Vec::new();
