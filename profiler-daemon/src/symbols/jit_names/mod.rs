@@ -300,13 +300,19 @@ impl JitNames {
                 return Some(next);
             }
             // Nothing to do now: tails and scans held back by their
-            // intervals fall due by themselves.
-            state = self
-                .shared
-                .work
-                .wait_timeout(state, TAIL_INTERVAL)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
+            // intervals fall due by themselves, and processes idle too
+            // long are let go of. With no process at all, nothing falls
+            // due: the thread sleeps until asked (a wake-up costs an idle
+            // daemon more than anything it would do).
+            let work = &self.shared.work;
+            state = if state.processes.is_empty() {
+                work.wait(state)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            } else {
+                work.wait_timeout(state, TAIL_INTERVAL)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0
+            };
         }
     }
 }
