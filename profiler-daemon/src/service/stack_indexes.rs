@@ -177,13 +177,31 @@ impl StackIndexes {
             // store is locked, is what keeps this from deadlocking with a
             // report, which locks the index first.
             let store = crate::read_lock(store);
-            if let Ok(mut index) = index.try_write() {
-                let behind = store.stack_count().saturating_sub(index.len());
-                if index.generation() != store.generation() || behind > index.len() / lag {
-                    extend_index(&store, &mut index);
-                }
+            if let Ok(mut index) = index.try_write()
+                && behind(&index, &store, lag)
+            {
+                extend_index(&store, &mut index);
             }
         }
+    }
+
+    /// Whether [`StackIndexes::keep_current`] would extend an index now,
+    /// found without waiting for a lock (a lock someone holds says yes):
+    /// cheap enough for an async thread, so that a refresh with nothing to
+    /// do costs no blocking thread's wake-ups. First lets go of the
+    /// indexes over the limit, as `keep_current` does.
+    pub fn refresh_due(&self, store: &RwLock<Store>) -> bool {
+        let Ok(store) = store.try_read() else {
+            return true;
+        };
+        self.keep_within_limit(store.stack_count());
+        self.live_with_lag(Instant::now())
+            .iter()
+            .any(|(index, lag)| {
+                index
+                    .try_read()
+                    .is_ok_and(|index| behind(&index, &store, *lag))
+            })
     }
 
     /// Bytes the indexes hold, roughly.
@@ -257,6 +275,13 @@ impl StackIndexes {
             }
         }
     }
+}
+
+/// Whether `index` is behind `store` by more than 1 in `lag` of its stacks
+/// (or a compaction since).
+fn behind(index: &StackIndex, store: &Store, lag: usize) -> bool {
+    let behind = store.stack_count().saturating_sub(index.len());
+    index.generation() != store.generation() || behind > index.len() / lag
 }
 
 /// Brings `index` up to the store's stacks: follows the store's last

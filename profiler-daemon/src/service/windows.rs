@@ -415,6 +415,9 @@ impl Service {
                 _ = every.tick() => {}
                 () = self.stopping.wait() => return,
             }
+            if !self.stack_indexes.refresh_due(&self.store) {
+                continue;
+            }
             let (indexes, store) = (self.stack_indexes.clone(), self.store.clone());
             let kept = tokio::task::spawn_blocking(move || indexes.keep_current(&store)).await;
             if let Err(err) = kept {
