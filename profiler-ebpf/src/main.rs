@@ -31,7 +31,8 @@
 //! per-CPU loss and sample counters), `task` (what the programs read of
 //! the current task: ids, who may see it, its memory), `stack_copy` (one
 //! sample's stacks copied into a ring buffer for the daemon to unwind),
-//! `announcements` (processes seen for the first time); the library holds
+//! `announcements` (processes seen for the first time), `ring_wake` (when
+//! a ring buffer's reader is woken); the library holds
 //! what the prototype's object shares too (`registers`, `stacks`). The
 //! kernel's layout comes as one global, [`KERNEL_LAYOUT`].
 //!
@@ -65,6 +66,8 @@ mod lineage;
 mod offcpu;
 #[cfg(target_arch = "bpf")]
 mod peek;
+#[cfg(target_arch = "bpf")]
+mod ring_wake;
 #[cfg(target_arch = "bpf")]
 mod sampler;
 #[cfg(target_arch = "bpf")]

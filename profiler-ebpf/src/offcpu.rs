@@ -44,6 +44,7 @@ use crate::{
     announcements::announce_process,
     counters::count,
     global,
+    ring_wake::wake_flags,
     stack_copy::{STACK_COPIES, StackCopy, copy_pages, copy_stack},
     task::current_task,
 };
@@ -347,7 +348,12 @@ fn hand_over(pending: &Pending, switched_in_ns: u64) {
         woken_ns: pending.woken_ns,
         switched_in_ns,
     };
-    if OFFCPU_INTERVALS.output::<Interval>(&interval, 0).is_err() {
+    // Woken once a quarter of the ring waits (the daemon reads it at its
+    // passes, every 50 ms while waits are recorded).
+    if OFFCPU_INTERVALS
+        .output::<Interval>(&interval, wake_flags(&OFFCPU_INTERVALS))
+        .is_err()
+    {
         count(Counter::OffCpuIntervalsFull);
         // Without its stack copy either, the daemon never hears of it.
         if pending.flags & flags::STACK_LOST != 0 {

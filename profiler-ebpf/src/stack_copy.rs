@@ -24,7 +24,7 @@ use profiler_common::{
 };
 use profiler_ebpf::registers::UserRegisters;
 
-use crate::{global, task::CurrentTask};
+use crate::{global, ring_wake::wake_flags, task::CurrentTask};
 
 const PAGE_BYTES: u64 = STACK_COPY_PAGE as u64;
 
@@ -235,6 +235,6 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     }
     // SAFETY: as above.
     unsafe { (*header).stack_len = copied };
-    entry.submit(aya_ebpf::bindings::BPF_RB_NO_WAKEUP.into());
+    entry.submit(wake_flags(ring));
     true
 }

@@ -137,6 +137,14 @@ pub struct ProcessAnnouncements {
     lineages: Option<Arc<ForkLineages>>,
 }
 
+impl std::os::fd::AsFd for ProcessAnnouncements {
+    /// The announcements' ring buffer's file: readable once an
+    /// announcement wakes its reader (the first after each read).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.ring)
+    }
+}
+
 impl ProcessAnnouncements {
     pub fn new(ring: RingBuf<MapData>, lineages: Option<Arc<ForkLineages>>) -> Self {
         Self { ring, lineages }

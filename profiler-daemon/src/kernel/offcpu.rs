@@ -446,6 +446,13 @@ pub struct OffCpuIntervals {
     pub malformed: u64,
 }
 
+impl std::os::fd::AsFd for OffCpuIntervals {
+    /// The ring buffer's file: readable once its writers wake its reader.
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.ring)
+    }
+}
+
 impl OffCpuIntervals {
     pub fn new(
         ring: RingBuf<MapData>,

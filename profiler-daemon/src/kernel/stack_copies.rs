@@ -32,6 +32,13 @@ pub struct StackCopies {
     pub malformed: u64,
 }
 
+impl std::os::fd::AsFd for StackCopies {
+    /// The ring buffer's file: readable once its writers wake its reader.
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.ring)
+    }
+}
+
 impl StackCopies {
     pub fn new(ring: RingBuf<MapData>, capacity: u64) -> Self {
         Self {

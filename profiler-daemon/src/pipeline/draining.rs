@@ -24,7 +24,8 @@ use tracing::{debug, error, warn};
 
 use super::{
     PipelineStats, SymbolizeJob,
-    unwinding::{NEW_PROGRAMS_LATELY, StackCopyUnwinder},
+    unwinding::{NEW_PROGRAMS_LATELY, NEW_PROGRAMS_PASS_INTERVAL, StackCopyUnwinder},
+    wakeups::{Ring, Wakeups},
     watching::{Announced, ProcessWatcher},
 };
 use crate::{
@@ -174,13 +175,14 @@ pub(super) fn drain_and_unwind(
     mut source: Box<dyn SampleSource>,
     mut unwinding: Option<Unwinding<'_>>,
     intervals: DrainIntervals,
-    wakes: &mpsc::Receiver<Wake>,
+    wakes: &Wakeups<Wake>,
     outlets: &Outlets<'_>,
 ) {
     let mut drains = DrainSchedule::new(intervals, Instant::now());
     let mut backlog = Backlog::default();
     // The first pass at once: sampling has started, and copies wait.
     let mut next_pass = unwinding.as_ref().map(|_| Instant::now());
+    let mut last_pass = Instant::now();
     let early = if unwinding.is_some() {
         DRAIN_EARLY
     } else {
@@ -197,16 +199,27 @@ pub(super) fn drain_and_unwind(
             .into_iter()
             .flatten()
             .fold(drains.next, Instant::min);
+        let woken = wakes.wait_until(wake_at);
         let mut waiting = Vec::new();
-        match wakes.recv_timeout(wake_at.saturating_duration_since(Instant::now())) {
-            Ok(Wake::Drain(request)) => waiting.push(request),
-            Ok(Wake::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        for wake in wakes.try_iter() {
+        for wake in woken.messages {
             match wake {
                 Wake::Drain(request) => waiting.push(request),
                 Wake::Stop => return,
+            }
+        }
+        if woken.disconnected && waiting.is_empty() {
+            return;
+        }
+        // A ring a quarter full is read at once; a new process waits for
+        // the passes' shortest interval since the last (a storm of new
+        // processes wakes the thread once a pass, not once a process).
+        if let Some(pass) = &mut next_pass {
+            for ring in woken.rings {
+                let soonest = match ring {
+                    Ring::Filling => Instant::now(),
+                    Ring::Announcements => last_pass + NEW_PROGRAMS_PASS_INTERVAL,
+                };
+                *pass = (*pass).min(soonest);
             }
         }
         let now = Instant::now();
@@ -225,11 +238,13 @@ pub(super) fn drain_and_unwind(
             // The drain unwound every copy; the watcher's pass follows.
             if let Some(unwinding) = &mut unwinding {
                 next_pass = Some(unwinding.pass(outlets.processes));
+                last_pass = now;
             }
         } else if let (Some(unwinding), Some(pass)) = (&mut unwinding, &mut next_pass)
             && now >= *pass
         {
             *pass = unwinding.pass(outlets.processes);
+            last_pass = now;
         }
     }
 }

@@ -29,7 +29,10 @@ mod draining;
 mod inbox;
 mod unwinding;
 mod waits;
+mod wakeups;
 mod watching;
+
+use wakeups::Ring;
 
 pub use self::{
     draining::DrainIntervals,
@@ -64,6 +67,11 @@ pub enum PipelineError {
     Maps(#[from] SamplingError),
     #[error("cannot start the {0} thread: {1}")]
     Thread(&'static str, std::io::Error),
+    #[error(
+        "cannot set up what wakes the drain thread (an eventfd and an epoll set): {0}; \
+         raise the daemon's open-files limit (LimitNOFILE) if it is reached"
+    )]
+    Wakeups(std::io::Error),
     #[error("the sample pipeline has stopped; the daemon is shutting down or failed (see its log)")]
     Stopped,
 }
@@ -120,7 +128,7 @@ struct SymbolizeJob {
 /// Cheap to clone; used by the API to cut windows and read statistics.
 #[derive(Clone)]
 pub struct PipelineHandle {
-    requests: mpsc::Sender<Wake>,
+    requests: wakeups::WakeSender<Wake>,
     stats: Arc<Mutex<PipelineStats>>,
     stack_copies: Option<Arc<Mutex<unwinding::StackCopyUnwinder>>>,
     processes: Arc<Mutex<ProcessTable>>,
@@ -199,7 +207,7 @@ impl PipelineHandle {
 pub struct Pipeline {
     handle: PipelineHandle,
     /// Wakes the drain thread to stop it.
-    wake: mpsc::Sender<Wake>,
+    wake: wakeups::WakeSender<Wake>,
     jit_names: JitNames,
     stopping: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -266,7 +274,7 @@ impl Pipeline {
         let processes = Arc::new(Mutex::new(
             ProcessTable::with_unwind_info_limit(bounds.unwind_info).with_limit(bounds.processes),
         ));
-        let (requests, request_queue) = mpsc::channel();
+        let (requests, mut request_queue) = wakeups::wakeups().map_err(PipelineError::Wakeups)?;
         let wake = requests.clone();
         // Room for half a minute of drains at the default interval, so that a
         // slow first symbolization of a large binary does not hold up
@@ -319,6 +327,17 @@ impl Pipeline {
             processes: processes.clone(),
             jit_names: jit_names.clone(),
         };
+        // Between drains, the drain thread sleeps until a ring it reads
+        // wakes it (a new process announced, a ring a quarter full).
+        if let Some(copies) = &stack_copies {
+            for ring in lock(copies).rings() {
+                (request_queue.watch(ring, Ring::Filling)).map_err(PipelineError::Wakeups)?;
+            }
+            if let Some(watcher) = &watcher {
+                let ring = watcher.announcements();
+                (request_queue.watch(ring, Ring::Announcements)).map_err(PipelineError::Wakeups)?;
+            }
+        }
         threads.push(spawn("drain", {
             let jit_names = jit_names.clone();
             Box::new(move || {

@@ -61,7 +61,7 @@ pub struct Pass {
 /// every 50 ms lost most of its programs to passes every 100 ms). A pass
 /// costs a wake-up on top of its work, which is the same however it is
 /// split: 40 a second only while new programs keep starting.
-const NEW_PROGRAMS_PASS_INTERVAL: Duration = Duration::from_millis(25);
+pub const NEW_PROGRAMS_PASS_INTERVAL: Duration = Duration::from_millis(25);
 
 /// How long after a pass that found a new program announced the passes
 /// keep coming at [`NEW_PROGRAMS_PASS_INTERVAL`]: a program is announced
@@ -75,10 +75,14 @@ const PRESSED_PASS_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Passes when the last found no new program starting (an idle machine,
 /// or one whose new processes are forked from those it knows, as a
-/// server's workers or `perf bench sched messaging`'s are): a wake-up costs
-/// this 2-CPU VM tens of microseconds, most of a lightly loaded daemon's
-/// CPU. A program that starts after such a pass waits up to this long.
-const QUIET_PASS_INTERVAL: Duration = Duration::from_millis(150);
+/// server's workers or `perf bench sched messaging`'s are): no pass but
+/// the drain's own. A wake-up costs this 2-CPU VM tens of microseconds,
+/// most of a lightly loaded daemon's CPU (at 150 ms, an idle daemon spent
+/// 0.27% of a core, half of it on passes). Nothing waits for it: a new
+/// process's announcement wakes the drain thread (for a pass within
+/// [`NEW_PROGRAMS_PASS_INTERVAL`] of the last), and so does a ring buffer a
+/// quarter full (the eBPF programs' `ring_wake`; see `wakeups`).
+const QUIET_PASS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The share of the ring buffer filled between two passes from which they
 /// come at [`PRESSED_PASS_INTERVAL`].
@@ -174,6 +178,17 @@ impl StackCopyUnwinder {
             lineages,
             unwind_info_checked: Instant::now(),
         }
+    }
+
+    /// The ring buffers read at each pass (stack copies, allocations',
+    /// off-CPU intervals): their writers wake the reader once one is a
+    /// quarter full, so the drain thread sleeps on them between passes.
+    pub fn rings(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        let mut rings = vec![self.copies.as_fd()];
+        rings.extend(self.allocation_copies.as_ref().map(AsFd::as_fd));
+        rings.extend(self.waits.as_ref().map(Waits::intervals_ring));
+        rings
     }
 
     /// The threads named deep, when stacks are copied.

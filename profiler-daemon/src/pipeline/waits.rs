@@ -85,6 +85,13 @@ impl<I: WaitIdentity> Waits<I> {
         }
     }
 
+    /// The intervals' ring buffer (see [`StackCopyUnwinder::rings`]).
+    ///
+    /// [`StackCopyUnwinder::rings`]: super::unwinding::StackCopyUnwinder::rings
+    pub fn intervals_ring(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.intervals)
+    }
+
     /// The intervals ended so far; read them before the stack copies, so
     /// that every interval's switch-out copy has been read when it is
     /// applied.

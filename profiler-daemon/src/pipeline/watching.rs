@@ -72,6 +72,13 @@ impl ProcessWatcher {
         }
     }
 
+    /// The announcements' ring buffer, readable once an announcement
+    /// wakes its reader: what the drain thread sleeps on besides its
+    /// schedule.
+    pub fn announcements(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.announcements)
+    }
+
     /// Records the processes announced since the last pass, and reads again
     /// those due a second look. A process recorded at `recorded_since` or
     /// later (by the unwinding pass that just ran, from the same sample's
