@@ -106,16 +106,25 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     } else {
         None
     };
+    let main_thread = (copy.pid_tgid >> 32) as u32 == tid;
+    let main_top = copy.task.main_stack_top;
+    // A main thread's frames end at its arguments, known here: one deeper
+    // than a copy takes a deep thread's at once, from its first sample (a
+    // short-lived program deep from its start, as Python while it imports,
+    // would lose its samples to a too short copy until the daemon named it
+    // deep).
+    let deep_main = main_thread
+        && copy.deep_allowed
+        && copy.registers.sp != 0
+        && main_top > copy.registers.sp
+        && main_top - copy.registers.sp >= u64::from(copy.pages) * PAGE_BYTES;
     let (pages, top) = match deep {
         // SAFETY: a value of the map, read at once.
         Some(top) if copy.pages != 0 => (deep_thread_pages(copy.pages), unsafe { *top }),
-        _ => (copy.pages, copy.task.main_stack_top),
+        _ if deep_main && copy.pages != 0 => (deep_thread_pages(copy.pages), main_top),
+        _ => (copy.pages, main_top),
     };
-    let top = if (copy.pid_tgid >> 32) as u32 == tid {
-        copy.task.main_stack_top
-    } else {
-        top
-    };
+    let top = if main_thread { main_top } else { top };
     // `pages` comes from a frozen global (either way): the verifier knows
     // this size on each path.
     let size = HEADER + pages as usize * STACK_COPY_PAGE;

@@ -1,7 +1,8 @@
 //! Whole stacks across processes' lives and threads' depths: processes
 //! that live 200 ms or 2 ms, children sampled before their parent's exec, a process
 //! that execs itself over and over, a binary only inside another mount
-//! namespace; threads whose stacks are deeper than a copy.
+//! namespace; threads whose stacks are deeper than a copy, main threads
+//! deep from their start.
 
 use std::{process::Command, time::Duration};
 
@@ -113,6 +114,46 @@ async fn a_thread_deeper_than_its_copy_gets_larger_copies() {
     assert!(
         unwinding.deep_threads >= 1 && unwinding.deep_copy_bytes == 64 * 1024,
         "{unwinding:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_deep_in_its_main_thread_from_its_start_is_whole_from_its_first_sample() {
+    // Programs that live 20 ms, 100 frames of about 224 bytes deep in their
+    // main thread from the start: deeper than a 16 KiB copy, as Python is
+    // while it imports. A main thread's frames end where the kernel put
+    // its arguments, known to the sampler: a copy too short for them takes
+    // a deep thread's size at once. Before, each program's first samples
+    // ended `[unwind stopped: stack copy too short]` until a pass named
+    // the thread deep (20% of a `python3 -c pass` loop's samples).
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let built = build_workload_with("deep_recursion", "deep-recursion", &["-O1", "-g"]);
+    let program = private_copy(&built, "deepmain");
+    let running = tokio::task::spawn_blocking(move || {
+        // The profile below is under way by then.
+        std::thread::sleep(Duration::from_millis(300));
+        for _ in 0..60 {
+            let status = Command::new(&program)
+                .args(["main", "0.02"])
+                .status()
+                .expect("it runs");
+            assert!(status.success());
+        }
+    });
+    let stacks = folded_profile_of_comm(&mut client, "deepmain", 4_000).await;
+    running.await.expect("the runs finish");
+    let in_leaf = |frames: &[String]| frames.iter().any(|frame| frame == "recursion_leaf");
+    let leaf = samples_where(&stacks, in_leaf);
+    let whole = samples_where(&stacks, |frames| {
+        in_leaf(frames)
+            && frames.iter().any(|frame| frame == "main")
+            && frames.iter().filter(|frame| *frame == "descend").count() == 101
+    });
+    assert!(leaf >= 200, "too few samples: {stacks:#?}");
+    assert!(
+        whole as f64 >= 0.99 * leaf as f64,
+        "{whole} of {leaf} samples reach main through 101 descend frames: {stacks:#?}"
     );
 }
 

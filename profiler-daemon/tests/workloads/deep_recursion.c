@@ -1,15 +1,37 @@
 /* A thread (not the main one) recursing 300 levels deep in frames of about
  * 224 bytes (67 KiB of stack, more than a 16 KiB copy holds), spinning in
- * recursion_leaf at the bottom. Runs until killed. */
+ * recursion_leaf at the bottom. Runs until killed.
+ *
+ * `deep_recursion main SECONDS`: the main thread itself recurses 100
+ * levels (22 KiB, more than a copy, less than a deep thread's) and spins
+ * SECONDS there, then exits: a short-lived program deep from its start, as
+ * Python is while it imports. */
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile unsigned long sink;
+static double spin_seconds = -1;
+
+static double now(void)
+{
+	struct timespec at;
+	clock_gettime(CLOCK_MONOTONIC, &at);
+	return at.tv_sec + at.tv_nsec / 1e9;
+}
 
 __attribute__((noinline, noclone)) void recursion_leaf(void)
 {
-	for (;;)
-		sink++;
+	if (spin_seconds < 0) {
+		for (;;)
+			sink++;
+	}
+	double until = now() + spin_seconds;
+	while (now() < until)
+		for (int i = 0; i < 1000; i++)
+			sink++;
 }
 
 __attribute__((noinline, noclone)) void descend(int depth)
@@ -31,8 +53,13 @@ static void *deep_thread(void *arg)
 	return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "main") == 0) {
+		spin_seconds = atof(argv[2]);
+		descend(100);
+		return 0;
+	}
 	pthread_t thread;
 	if (pthread_create(&thread, NULL, deep_thread, NULL) != 0)
 		return 1;
