@@ -301,6 +301,7 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         registers,
         pages,
         deep_allowed: true,
+        wakes_reader: true,
     };
     let copied = copy_stack(&STACK_COPIES, copy);
     if copied {

@@ -194,6 +194,7 @@ fn record(
             registers: user_registers(ctx),
             pages,
             deep_allowed: true,
+            wakes_reader: true,
         };
         if copy_stack(&STACK_COPIES, copy) {
             count(Counter::StackCopies);

@@ -89,6 +89,10 @@ pub(crate) struct StackCopy {
     /// Whether a deep thread's copy may be larger (not in the allocation
     /// ring, whose records are all of one size).
     pub(crate) deep_allowed: bool,
+    /// Whether a ring a quarter full wakes its reader (`ring_wake`); not
+    /// the allocation ring's, whose profiles' shares assume the daemon
+    /// reads it at its own pace.
+    pub(crate) wakes_reader: bool,
 }
 
 /// Writes `copy` into `ring` (the stack-copy ring buffer, or the
@@ -244,6 +248,11 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     }
     // SAFETY: as above.
     unsafe { (*header).stack_len = copied };
-    entry.submit(wake_flags(ring));
+    let flags = if copy.wakes_reader {
+        wake_flags(ring)
+    } else {
+        aya_ebpf::bindings::BPF_RB_NO_WAKEUP.into()
+    };
+    entry.submit(flags);
     true
 }

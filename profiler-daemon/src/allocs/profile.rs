@@ -13,8 +13,8 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::{
     kernel::allocs::{KernelAllocations, Sampling},
+    pipeline::Delivered,
     profile::{LossCause, Profile, ProfileAssembly, ProfileMode, ThreadState},
-    symbols::symbolizer::SymbolizedSample,
 };
 
 /// The profile of `samples` (the sampled allocations of one process, each
@@ -22,13 +22,22 @@ use crate::{
 /// which are still live. Its samples are `Allocated` and `Held`, counting
 /// bytes and weighing objects; its mode is [`ProfileMode::Allocated`].
 pub fn allocation_profile(
-    samples: &[SymbolizedSample],
+    delivered: &Delivered,
     held: &KernelAllocations,
     sampling: Sampling,
     (start, end): (SystemTime, SystemTime),
     mut warnings: Vec<String>,
 ) -> Profile {
+    let samples = &delivered.samples;
     let dropped = &held.dropped;
+    if delivered.dropped > 0 {
+        warnings.push(format!(
+            "{} sampled allocations were read but dropped, and the estimates miss them: the \
+             daemon's room for the samples of allocation profiles under way (a share of \
+             memory_budget) was full; sample less often, or raise memory_budget",
+            delivered.dropped
+        ));
+    }
     if dropped.share_full > 0 {
         warnings.push(format!(
             "{} sampled allocations ({} bytes) were dropped, and the estimates miss them: the \
@@ -67,6 +76,7 @@ pub fn allocation_profile(
         (LossCause::AllocShareFull, dropped.share_full),
         (LossCause::AllocStackLost, dropped.ring_full),
         (LossCause::AllocCallsFull, held.calls_not_followed),
+        (LossCause::AllocInboxFull, delivered.dropped),
     ]
     .into_iter()
     .filter(|&(_, count)| count > 0)
@@ -116,7 +126,7 @@ mod tests {
     use super::*;
     use crate::{
         profile::{Location, LocationKind, ThreadInfo},
-        symbols::symbolizer::{LocationKey, SymbolizedLocation},
+        symbols::symbolizer::{LocationKey, SymbolizedLocation, SymbolizedSample},
     };
 
     fn location(name: &str) -> Arc<SymbolizedLocation> {
@@ -135,6 +145,14 @@ mod tests {
                 .into(),
             },
         })
+    }
+
+    /// Every sample delivered, none dropped.
+    fn all(samples: Vec<SymbolizedSample>) -> Delivered {
+        Delivered {
+            samples,
+            dropped: 0,
+        }
     }
 
     fn allocation(site: &str, size: u64, id: u64) -> SymbolizedSample {
@@ -169,8 +187,13 @@ mod tests {
             ..KernelAllocations::default()
         };
         let now = SystemTime::now();
-        let profile =
-            allocation_profile(&samples, &held, Sampling::Rate(0.5), (now, now), Vec::new());
+        let profile = allocation_profile(
+            &all(samples),
+            &held,
+            Sampling::Rate(0.5),
+            (now, now),
+            Vec::new(),
+        );
         let by_state = |state| -> Vec<(u64, u64)> {
             profile
                 .samples
@@ -189,7 +212,7 @@ mod tests {
     fn byte_sampling_scales_small_allocations_to_the_mean_interval() {
         let now = SystemTime::now();
         let profile = allocation_profile(
-            &[allocation("site", 16, 1)],
+            &all(vec![allocation("site", 16, 1)]),
             &KernelAllocations::default(),
             Sampling::Bytes(1 << 20),
             (now, now),
@@ -216,23 +239,36 @@ mod tests {
             calls_not_followed: 5,
             ..KernelAllocations::default()
         };
-        let profile = allocation_profile(&[], &held, Sampling::DEFAULT, (now, now), Vec::new());
-        assert_eq!(profile.warnings.len(), 4, "{:?}", profile.warnings);
-        assert!(profile.warnings[0].contains("3 sampled allocations (300 bytes)"));
-        assert!(profile.warnings[0].contains("share"));
-        assert!(profile.warnings[1].contains("4 sampled allocations (400 bytes)"));
-        assert!(profile.warnings[2].contains("5 allocator calls"));
+        let read_but_dropped = Delivered {
+            samples: Vec::new(),
+            dropped: 6,
+        };
+        let profile = allocation_profile(
+            &read_but_dropped,
+            &held,
+            Sampling::DEFAULT,
+            (now, now),
+            Vec::new(),
+        );
+        assert_eq!(profile.warnings.len(), 5, "{:?}", profile.warnings);
+        assert!(profile.warnings[0].contains("6 sampled allocations were read but dropped"));
+        let warnings = &profile.warnings[1..];
+        assert!(warnings[0].contains("3 sampled allocations (300 bytes)"));
+        assert!(warnings[0].contains("share"));
+        assert!(warnings[1].contains("4 sampled allocations (400 bytes)"));
+        assert!(warnings[2].contains("5 allocator calls"));
         assert_eq!(
             profile.lost,
             [
                 (LossCause::AllocShareFull, 3),
                 (LossCause::AllocStackLost, 4),
-                (LossCause::AllocCallsFull, 5)
+                (LossCause::AllocCallsFull, 5),
+                (LossCause::AllocInboxFull, 6)
             ]
         );
         // Nothing dropped, nothing said.
         let clean = allocation_profile(
-            &[],
+            &Delivered::default(),
             &KernelAllocations::default(),
             Sampling::DEFAULT,
             (now, now),

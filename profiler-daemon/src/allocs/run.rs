@@ -21,8 +21,8 @@ use crate::{
         programs::Attachment,
     },
     lock,
+    pipeline::Delivered,
     profile::Profile,
-    symbols::symbolizer::SymbolizedSample,
 };
 
 /// How often a running profile checks that its process still runs.
@@ -68,12 +68,13 @@ impl Hold {
             .flatten()
     }
 
-    /// Stops collecting the process's samples (once) and hands them over.
-    fn close_inbox(&mut self) -> Vec<SymbolizedSample> {
+    /// Stops collecting the process's samples (once) and hands them over,
+    /// with how many did not fit.
+    fn close_inbox(&mut self) -> Delivered {
         if !std::mem::take(&mut self.inbox_open) {
-            return Vec::new();
+            return Delivered::default();
         }
-        self.inner.inbox.close(self.pid)
+        self.inner.inbox.take(self.pid)
     }
 }
 
@@ -193,7 +194,7 @@ impl AllocationRun {
             self.take_probes_off().await;
         }
         let cut = self.hold.inner.pipeline.close_window().await;
-        let samples = self.hold.close_inbox();
+        let delivered = self.hold.close_inbox();
         cut.map_err(|_| AllocsError::Stopped)?;
         let mut warnings = std::mem::take(&mut self.warnings);
         if let Some((elapsed, why)) = &self.ended_early {
@@ -204,7 +205,7 @@ impl AllocationRun {
         }
         let held = self.held.take().unwrap_or_default();
         Ok(allocation_profile(
-            &samples,
+            &delivered,
             &held,
             self.sampling,
             (self.started, self.started + elapsed),

@@ -67,13 +67,16 @@ pub struct Delivered {
 
 impl Open {
     /// Files `sample` under `pid` if it is collected and fits; says
-    /// whether it was collected.
+    /// whether it was collected. Each process collected for has an equal
+    /// share of `limit`, so that one request's storm of samples takes no
+    /// room from another's.
     fn file(&mut self, sample: SymbolizedSample, limit: u64) -> bool {
         let bytes = sample_bytes(&sample);
+        let share = limit / (self.by_process.len() as u64).max(1);
         let Some(collected) = self.by_process.get_mut(&sample.thread.pid) else {
             return false;
         };
-        if limit > 0 && self.bytes + bytes > limit {
+        if limit > 0 && (self.bytes + bytes > limit || collected.bytes + bytes > share) {
             collected.dropped += sample.count;
             self.dropped += sample.count;
             return true;
@@ -203,5 +206,19 @@ mod tests {
         let delivered = inbox.take(1);
         assert_eq!((delivered.samples.len(), delivered.dropped), (3, 2));
         assert_eq!(inbox.usage(), (0, 2));
+    }
+
+    #[test]
+    fn each_process_collected_for_keeps_its_share_of_the_inbox() {
+        let inbox = SampleInbox::default();
+        let one = sample_bytes(&sample(1));
+        inbox.set_limit(one * 4);
+        inbox.open(1);
+        inbox.open(2);
+        // A storm of process 1's samples first: it fills its half only.
+        inbox.deliver((0..10).map(|_| sample(1)).chain((0..2).map(|_| sample(2))));
+        let (storm, calm) = (inbox.take(1), inbox.take(2));
+        assert_eq!((storm.samples.len(), storm.dropped), (2, 8));
+        assert_eq!((calm.samples.len(), calm.dropped), (2, 0));
     }
 }

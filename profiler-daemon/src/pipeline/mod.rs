@@ -36,7 +36,7 @@ use wakeups::Ring;
 
 pub use self::{
     draining::DrainIntervals,
-    inbox::{Inboxes, SampleInbox},
+    inbox::{Delivered, Inboxes, SampleInbox},
     waits::WaitStats,
 };
 use self::{

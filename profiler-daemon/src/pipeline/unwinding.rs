@@ -51,6 +51,10 @@ pub struct Pass {
     pub fill: f64,
     /// Off-CPU intervals read.
     pub intervals: usize,
+    /// Sampled allocations read: while allocation profiles run, passes
+    /// come at [`PRESSED_PASS_INTERVAL`], the pace their shares of the
+    /// allocation ring are sized for.
+    pub allocations: usize,
 }
 
 /// Passes while new programs start: a process forked without exec is
@@ -70,7 +74,7 @@ pub const NEW_PROGRAMS_PASS_INTERVAL: Duration = Duration::from_millis(25);
 pub const NEW_PROGRAMS_LATELY: Duration = Duration::from_millis(500);
 
 /// Passes while the ring buffers fill fast (off-CPU recording, peeks,
-/// allocation profiling): the buffers are read twice as often.
+/// allocation profiling).
 const PRESSED_PASS_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Passes when the last found no new program starting (an idle machine,
@@ -95,7 +99,7 @@ impl Pass {
     pub fn next_in(&self, new_programs: bool) -> Duration {
         if new_programs {
             NEW_PROGRAMS_PASS_INTERVAL
-        } else if self.fill >= PRESSED_FILL || self.intervals > 0 {
+        } else if self.fill >= PRESSED_FILL || self.intervals > 0 || self.allocations > 0 {
             PRESSED_PASS_INTERVAL
         } else {
             QUIET_PASS_INTERVAL
@@ -180,13 +184,14 @@ impl StackCopyUnwinder {
         }
     }
 
-    /// The ring buffers read at each pass (stack copies, allocations',
-    /// off-CPU intervals): their writers wake the reader once one is a
-    /// quarter full, so the drain thread sleeps on them between passes.
+    /// The ring buffers whose writers wake the reader once one is a
+    /// quarter full (stack copies, off-CPU intervals), so the drain thread
+    /// sleeps on them between passes. Not the allocation ring: its
+    /// profiles' shares are sized for the passes' pace (see
+    /// [`Pass::allocations`]).
     pub fn rings(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
         let mut rings = vec![self.copies.as_fd()];
-        rings.extend(self.allocation_copies.as_ref().map(AsFd::as_fd));
         rings.extend(self.waits.as_ref().map(Waits::intervals_ring));
         rings
     }
@@ -273,8 +278,10 @@ impl StackCopyUnwinder {
         };
         let mut count = self.copies.read(&mut visit);
         let mut fill = self.copies.last_fill();
+        let mut allocations = 0;
         if let Some(allocation_copies) = &mut self.allocation_copies {
-            count += allocation_copies.read(&mut visit);
+            allocations = allocation_copies.read(&mut visit);
+            count += allocations;
             fill = fill.max(allocation_copies.last_fill());
         }
         if let (Some(waits), Some(intervals)) = (waits, intervals) {
@@ -289,6 +296,7 @@ impl StackCopyUnwinder {
         let pass = Pass {
             fill,
             intervals: intervals_read,
+            allocations,
         };
         let took = started.elapsed();
         tracing::trace!(
@@ -410,6 +418,7 @@ mod tests {
         let busy = Pass {
             fill: 0.1,
             intervals: 0,
+            allocations: 0,
         };
         assert_eq!(busy.next_in(false), QUIET_PASS_INTERVAL);
         assert_eq!(Pass::default().next_in(false), QUIET_PASS_INTERVAL);
@@ -422,5 +431,10 @@ mod tests {
         };
         assert_eq!(waits.next_in(false), PRESSED_PASS_INTERVAL);
         assert_eq!(waits.next_in(true), NEW_PROGRAMS_PASS_INTERVAL);
+        let allocating = Pass {
+            allocations: 1,
+            ..busy
+        };
+        assert_eq!(allocating.next_in(false), PRESSED_PASS_INTERVAL);
     }
 }

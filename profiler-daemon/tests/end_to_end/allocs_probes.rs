@@ -308,9 +308,10 @@ async fn an_allocation_storm_takes_no_cpu_stack_copies_and_says_what_it_dropped(
         );
     }
     // Every allocation copied was unwound into the report (at rate 1, one
-    // object each).
+    // object each), or said dropped: read faster than a storm can fill its
+    // share, they may overflow the daemon's room for them.
     assert_eq!(
-        summary.allocated_objects,
+        summary.allocated_objects + count_of(&summary.lost, "alloc_inbox_full"),
         allocs_after.sampled - allocs_before.sampled,
         "{summary:?}"
     );

@@ -113,10 +113,14 @@ pub enum LossCause {
     /// Sampled allocations dropped because their profile's records the
     /// daemon had not read yet filled its share of the allocation ring.
     AllocShareFull,
+    /// Sampled allocations read but dropped because the daemon's room for
+    /// the samples of allocation profiles under way (a share of
+    /// `memory_budget`) was full.
+    AllocInboxFull,
 }
 
 impl LossCause {
-    pub const ALL: [LossCause; 14] = [
+    pub const ALL: [LossCause; 15] = [
         LossCause::CountsMapFull,
         LossCause::StackMapFull,
         LossCause::StackCollision,
@@ -131,6 +135,7 @@ impl LossCause {
         LossCause::AllocStackLost,
         LossCause::AllocCallsFull,
         LossCause::AllocShareFull,
+        LossCause::AllocInboxFull,
     ];
 
     /// Whether it counts sampled allocations (said in the allocation
@@ -138,7 +143,10 @@ impl LossCause {
     pub fn is_allocation(self) -> bool {
         matches!(
             self,
-            LossCause::AllocStackLost | LossCause::AllocCallsFull | LossCause::AllocShareFull
+            LossCause::AllocStackLost
+                | LossCause::AllocCallsFull
+                | LossCause::AllocShareFull
+                | LossCause::AllocInboxFull
         )
     }
 
@@ -159,6 +167,7 @@ impl LossCause {
             LossCause::AllocStackLost => "alloc_stack_copy_buffer_full",
             LossCause::AllocCallsFull => "alloc_calls_full",
             LossCause::AllocShareFull => "alloc_share_full",
+            LossCause::AllocInboxFull => "alloc_inbox_full",
         }
     }
 }
