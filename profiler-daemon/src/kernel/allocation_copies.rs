@@ -21,13 +21,6 @@ pub struct AllocationCopies {
     counts: ReadCounts,
 }
 
-impl std::os::fd::AsFd for AllocationCopies {
-    /// The ring buffer's file: readable once its writers wake its reader.
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        std::os::fd::AsFd::as_fd(&self.copies)
-    }
-}
-
 impl AllocationCopies {
     pub fn new(copies: StackCopies, read: Array<MapData, ReadCount>) -> Self {
         Self {

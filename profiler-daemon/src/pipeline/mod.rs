@@ -32,8 +32,6 @@ mod waits;
 mod wakeups;
 mod watching;
 
-use wakeups::Ring;
-
 pub use self::{
     draining::DrainIntervals,
     inbox::{Delivered, Inboxes, SampleInbox},
@@ -41,6 +39,7 @@ pub use self::{
 };
 use self::{
     draining::{DrainRequest, Outlets, Unwinding, Wake},
+    wakeups::Ring,
     watching::ProcessWatcher,
 };
 
