@@ -179,6 +179,24 @@ async fn hostile_perf_maps_neither_freeze_reports_nor_show_what_nobody_may_not_r
     assert_within_budget(&status, &daemon);
 }
 
+/// Profiles `jit` in rounds of 5 s until its code is named; fails after
+/// 90 s.
+async fn named_within_90_s(daemon: &Daemon, jit: &Jit) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let frames = folded_within_a_minute(daemon, vec![jit.pid()], 5).await;
+        if frames.iter().any(|frame| frame == "JIT:jit_hot_loop") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {}'s JIT code is not named after 90 s: {frames:?}\n{:?}",
+            jit.pid(),
+            daemon.status().await.jit
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn four_64_mib_perf_maps_stay_within_the_budget_and_their_names_appear() {
     let daemon = Daemon::start_with(BUDGETED).await;
@@ -189,16 +207,15 @@ async fn four_64_mib_perf_maps_stay_within_the_budget_and_their_names_appear() {
         let size = std::fs::metadata(jit.perf_map()).expect("a perf map").len();
         assert!(size >= 64 << 20, "{size} bytes");
     }
-    let of = |jit: &Jit| folded_within_a_minute(&daemon, vec![jit.pid()], 10);
-    let (first, second, third, fourth) =
-        tokio::join!(of(&jits[0]), of(&jits[1]), of(&jits[2]), of(&jits[3]));
-    for (jit, frames) in jits.iter().zip([first, second, third, fourth]) {
-        assert!(
-            frames.iter().any(|frame| frame == "JIT:jit_hot_loop"),
-            "process {}'s JIT code is named: {frames:?}",
-            jit.pid()
-        );
-    }
+    // Each map's line is 32 MiB in and the four are read together within
+    // the reader's rate: a few seconds on an idle machine, more beside
+    // other tests. A name found late names only the samples after it.
+    tokio::join!(
+        named_within_90_s(&daemon, &jits[0]),
+        named_within_90_s(&daemon, &jits[1]),
+        named_within_90_s(&daemon, &jits[2]),
+        named_within_90_s(&daemon, &jits[3]),
+    );
     let status = daemon.status().await;
     let jit_names = memory_part(&status, "jit_names");
     assert!(
