@@ -11,6 +11,13 @@
 /// defaults to 127); deeper stacks are truncated at the root end.
 pub const MAX_STACK_DEPTH: usize = 127;
 
+/// Deepest user stack the daemon unwinds from a stack copy; deeper ones end
+/// with an `[unwind stopped: deeper than … frames]` frame. Larger than
+/// [`MAX_STACK_DEPTH`]: the daemon's own walk is not the kernel's, and a
+/// deep thread's 64 KiB copy holds several hundred frames (a start-up
+/// Python imports past 127). It bounds one sample's work.
+pub const MAX_USER_FRAMES: usize = 512;
+
 /// Length of a task's command name, including the terminating NUL.
 pub const TASK_COMM_LEN: usize = 16;
 

@@ -17,7 +17,8 @@ use crate::{
     store::{CommPattern, Selector},
 };
 
-/// Deepest `maxdepth` accepted: two stacks of 127 frames, each frame with
+/// Deepest `maxdepth` accepted: a user stack of 512 frames and a kernel
+/// stack of 127, each frame with
 /// its inlined functions, stay far below it.
 const MAX_DEPTH: u32 = 4096;
 

@@ -12,7 +12,7 @@ use framehop::{
     Error as UnwindError, FrameAddress, Unwinder as _,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
-use profiler_common::MAX_STACK_DEPTH;
+use profiler_common::MAX_USER_FRAMES;
 use tracing::debug;
 
 use super::{SectionBytes, UnwindCache, UnwindSections, UnwindStop, rule_caches};
@@ -322,7 +322,7 @@ impl ProcessUnwinder {
                     FallbackStep::Stop => break Some(stop_here()),
                 }
             }
-            if frames.len() >= MAX_STACK_DEPTH {
+            if frames.len() >= MAX_USER_FRAMES {
                 break Some(UnwindStop::TooDeep);
             }
         };

@@ -77,31 +77,32 @@ async fn a_thread_s_stack_copy_holds_as_many_frames_wherever_its_stack_pointer_i
 async fn a_thread_deeper_than_its_copy_gets_larger_copies() {
     // 300 frames of about 224 bytes in a thread of its own: a 16 KiB copy
     // held 65 of them (perf's 16 KiB, 74). Found too deep, the thread's
-    // copies take 64 KiB, ending at its stack's top: as many frames as a
-    // stack may have (127), the rest said to be cut.
+    // copies take 64 KiB, ending at its stack's top: the whole thread,
+    // from `clone3` to the leaf (the daemon walks up to 512 frames; it
+    // stopped at 127 before). A stack cut short says why.
     let daemon = Daemon::start().await;
     let binary = build_workload_with("deep_recursion", "deep-recursion", &["-O1", "-g"]);
     let workload = Workload::spawn(&binary, &[]);
     let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
     let mut by_depth: std::collections::BTreeMap<usize, u64> = Default::default();
-    let mut without_stop = 0;
+    let mut cut_without_reason = 0;
     for (frames, count) in &stacks {
         if frames.last().map(String::as_str) != Some("recursion_leaf") {
             continue;
         }
         let depth = frames.iter().filter(|frame| *frame == "descend").count();
         *by_depth.entry(depth).or_default() += count;
-        if !frames[0].starts_with("[unwind stopped: ") {
-            without_stop += count;
+        if frames[0] != "clone3" && !frames[0].starts_with("[unwind stopped: ") {
+            cut_without_reason += count;
         }
     }
     let samples: u64 = by_depth.values().sum();
-    let deep: u64 = by_depth.range(120..).map(|(_, count)| count).sum();
+    let deep: u64 = by_depth.range(300..).map(|(_, count)| count).sum();
     assert!(samples >= 50, "too few samples: {stacks:#?}");
-    assert_eq!(without_stop, 0, "a cut stack says why: {stacks:#?}");
+    assert_eq!(cut_without_reason, 0, "a cut stack says why: {stacks:#?}");
     assert!(
         deep as f64 >= 0.9 * samples as f64,
-        "{deep} of {samples} samples hold 120 descend frames or more: {by_depth:?}"
+        "{deep} of {samples} samples hold all 300 descend frames: {by_depth:?}"
     );
     let status = daemon
         .client()
@@ -114,6 +115,37 @@ async fn a_thread_deeper_than_its_copy_gets_larger_copies() {
     assert!(
         unwinding.deep_threads >= 1 && unwinding.deep_copy_bytes == 64 * 1024,
         "{unwinding:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stack_deeper_than_the_frames_walked_says_so() {
+    // 800 frames of about 48 bytes in a thread of its own: its deep copies
+    // hold them all, and the daemon walks 512 of them (the leaf and 511
+    // descents), then
+    // says where it stopped.
+    let daemon = Daemon::start().await;
+    let binary = build_workload_with("deep_recursion", "deep-recursion", &["-O1", "-g"]);
+    let workload = Workload::spawn(&binary, &["narrow"]);
+    let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
+    let (mut cut, mut samples) = (0, 0);
+    for (frames, count) in &stacks {
+        if frames.last().map(String::as_str) != Some("recursion_leaf") {
+            continue;
+        }
+        samples += count;
+        let descents = frames
+            .iter()
+            .filter(|frame| *frame == "narrow_descend")
+            .count();
+        if frames[0] == "[unwind stopped: deeper than 512 frames]" && descents == 511 {
+            cut += count;
+        }
+    }
+    assert!(samples >= 50, "too few samples: {stacks:#?}");
+    assert!(
+        cut as f64 >= 0.9 * samples as f64,
+        "{cut} of {samples} samples walk 512 frames and say they stop there: {stacks:#?}"
     );
 }
 

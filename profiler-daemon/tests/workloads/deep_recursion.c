@@ -5,7 +5,11 @@
  * `deep_recursion main SECONDS`: the main thread itself recurses 100
  * levels (22 KiB, more than a copy, less than a deep thread's) and spins
  * SECONDS there, then exits: a short-lived program deep from its start, as
- * Python is while it imports. */
+ * Python is while it imports.
+ *
+ * `deep_recursion narrow`: the thread recurses 800 levels in frames of
+ * about 48 bytes (38 KiB, within a deep thread's copy), deeper than the
+ * frames the daemon walks. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,10 +50,26 @@ __attribute__((noinline, noclone)) void descend(int depth)
 	sink += pad[0] + pad[191];
 }
 
+__attribute__((noinline, noclone)) void narrow_descend(int depth)
+{
+	volatile char pad[16];
+	pad[0] = (char)depth;
+	if (depth == 0)
+		recursion_leaf();
+	else
+		narrow_descend(depth - 1);
+	sink += pad[0];
+}
+
+static int narrow;
+
 static void *deep_thread(void *arg)
 {
 	(void)arg;
-	descend(300);
+	if (narrow)
+		narrow_descend(800);
+	else
+		descend(300);
 	return NULL;
 }
 
@@ -60,6 +80,7 @@ int main(int argc, char **argv)
 		descend(100);
 		return 0;
 	}
+	narrow = argc == 2 && strcmp(argv[1], "narrow") == 0;
 	pthread_t thread;
 	if (pthread_create(&thread, NULL, deep_thread, NULL) != 0)
 		return 1;

@@ -52,7 +52,7 @@ pub enum UnwindStop {
     /// The unwind information led to an impossible frame (a stack address
     /// below the copy, a loop, a null return address).
     BadFrame,
-    /// More than [`profiler_common::MAX_STACK_DEPTH`] frames.
+    /// More than [`profiler_common::MAX_USER_FRAMES`] frames.
     TooDeep,
 }
 
@@ -66,7 +66,7 @@ impl UnwindStop {
             Self::Unmapped => "return address outside every mapping".to_owned(),
             Self::UnknownProcess => "process gone before its mappings were read".to_owned(),
             Self::BadFrame => "bad frame".to_owned(),
-            Self::TooDeep => format!("deeper than {} frames", profiler_common::MAX_STACK_DEPTH),
+            Self::TooDeep => format!("deeper than {} frames", profiler_common::MAX_USER_FRAMES),
         }
     }
 
