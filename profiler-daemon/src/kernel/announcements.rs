@@ -11,7 +11,6 @@
 use std::{
     collections::VecDeque,
     sync::{Arc, Mutex},
-    time::Duration,
 };
 
 use aya::maps::{MapData, RingBuf};
@@ -148,23 +147,6 @@ impl std::os::fd::AsFd for ProcessAnnouncements {
 impl ProcessAnnouncements {
     pub fn new(ring: RingBuf<MapData>, lineages: Option<Arc<ForkLineages>>) -> Self {
         Self { ring, lineages }
-    }
-
-    /// Waits at most `timeout` (under a second) for an announcement.
-    pub fn wait(&self, timeout: Duration) -> rustix::io::Result<()> {
-        use rustix::event::{PollFd, PollFlags, Timespec, poll};
-        let timeout = Timespec {
-            tv_sec: 0,
-            tv_nsec: timeout
-                .min(Duration::from_millis(999))
-                .subsec_nanos()
-                .into(),
-        };
-        let mut fds = [PollFd::new(&self.ring, PollFlags::IN)];
-        match poll(&mut fds, Some(&timeout)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
-            Err(err) => Err(err),
-        }
     }
 
     /// Appends the processes announced since the last call to `into` (and

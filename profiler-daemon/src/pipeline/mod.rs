@@ -11,11 +11,7 @@
 //! on a thread of its own. It must not answer queries.
 
 use std::{
-    sync::{
-        Arc, Mutex, RwLock,
-        atomic::{AtomicBool, Ordering},
-        mpsc,
-    },
+    sync::{Arc, Mutex, RwLock, mpsc},
     thread::JoinHandle,
     time::{Duration, SystemTime},
 };
@@ -40,7 +36,7 @@ pub use self::{
 use self::{
     draining::{DrainRequest, Outlets, Unwinding, Wake},
     wakeups::Ring,
-    watching::ProcessWatcher,
+    watching::{ProcessWatcher, StopWatching},
 };
 
 use crate::{
@@ -208,7 +204,8 @@ pub struct Pipeline {
     /// Wakes the drain thread to stop it.
     wake: wakeups::WakeSender<Wake>,
     jit_names: JitNames,
-    stopping: Arc<AtomicBool>,
+    /// Ends the process watcher's own thread, when it has one.
+    watcher_stop: Option<wakeups::WakeSender<StopWatching>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -268,7 +265,6 @@ impl Pipeline {
         drains: DrainIntervals,
         bounds: PipelineBounds,
     ) -> Result<Self, PipelineError> {
-        let stopping = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(PipelineStats::default()));
         let processes = Arc::new(Mutex::new(
             ProcessTable::with_unwind_info_limit(bounds.unwind_info).with_limit(bounds.processes),
@@ -295,12 +291,15 @@ impl Pipeline {
         } else {
             ProcessWatcher::alone
         });
+        let mut watcher_stop = None;
         if stack_copies.is_none()
             && let Some(watcher) = watcher.take()
         {
+            let (stop, wakes) = wakeups::wakeups().map_err(PipelineError::Wakeups)?;
+            watcher_stop = Some(stop);
             threads.push(spawn("watch", {
-                let (processes, stopping) = (processes.clone(), stopping.clone());
-                Box::new(move || watcher.run(&processes, &stopping))
+                let processes = processes.clone();
+                Box::new(move || watcher.run(&processes, wakes))
             })?);
         }
         let stack_copies = stack_copies.map(|feed| {
@@ -359,7 +358,7 @@ impl Pipeline {
             handle,
             wake,
             jit_names,
-            stopping,
+            watcher_stop,
             threads,
         })
     }
@@ -371,8 +370,10 @@ impl Pipeline {
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
-        self.stopping.store(true, Ordering::Relaxed);
         let _ = self.wake.send(Wake::Stop);
+        if let Some(stop) = &self.watcher_stop {
+            let _ = stop.send(StopWatching);
+        }
         self.jit_names.stop();
         for thread in self.threads.drain(..) {
             let _ = thread.join();

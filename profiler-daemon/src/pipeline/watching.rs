@@ -8,23 +8,22 @@
 //! just recorded there (by their first stack copy), and cost the watcher
 //! nothing more, nor a thread's wake-ups; nor is a second look needed, as
 //! the unwinder reads a live process's mappings again when a stack leaves
-//! them. Without stack copies it has a thread of its own that wakes on
-//! announcements, and looks twice.
+//! them. Without stack copies it has a thread of its own that sleeps until
+//! an announcement, a second look due or a second's end (the kernel's
+//! records of memory maps are read at least that often), and looks twice.
 //!
 //! This module owns the announcements and the second looks due; it must not
 //! unwind or symbolize.
 
 use std::{
     collections::VecDeque,
-    sync::{
-        Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
 use tracing::{debug, error};
 
+use super::wakeups::{Ring, Wakeups};
 use crate::{kernel::announcements::ProcessAnnouncements, lock, symbols::processes::ProcessTable};
 
 /// A process is announced at its first sample, which can come while the
@@ -32,6 +31,13 @@ use crate::{kernel::announcements::ProcessAnnouncements, lock, symbols::processe
 /// much later, so that a process that exits before the next drain is still
 /// symbolized whole.
 const SECOND_LOOK: Duration = Duration::from_millis(250);
+
+/// The watcher on its own thread reads the kernel's records of memory maps
+/// at least this often, announcements or not (their rings would fill).
+const LONGEST_SLEEP: Duration = Duration::from_secs(1);
+
+/// Ends the watcher's own thread (see [`ProcessWatcher::run`]).
+pub(super) struct StopWatching;
 
 /// What a pass of the watcher found announced.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -135,23 +141,23 @@ impl ProcessWatcher {
     }
 
     /// The watcher on a thread of its own (when no unwinding pass runs):
-    /// wakes at an announcement or a second look due, until `stopping`.
-    pub fn run(mut self, processes: &Mutex<ProcessTable>, stopping: &AtomicBool) {
+    /// sleeps on `wakes` until an announcement, a second look due or
+    /// [`LONGEST_SLEEP`], and ends at a [`StopWatching`] (or when its
+    /// sender is gone).
+    pub(super) fn run(mut self, processes: &Mutex<ProcessTable>, mut wakes: Wakeups<StopWatching>) {
         // After a wake-up, announcements gather this long before the next:
         // a burst of new processes (a build, a server's workers) costs a
         // wake-up per batch, not per process, and a lone one is read at once.
         const GATHER: Duration = Duration::from_millis(50);
-        const LONGEST_WAIT: Duration = Duration::from_millis(200);
-        while !stopping.load(Ordering::Relaxed) {
-            let wait = self
-                .second_looks
-                .front()
-                .map_or(LONGEST_WAIT, |(due, _)| {
-                    due.saturating_duration_since(Instant::now())
-                })
-                .min(LONGEST_WAIT);
-            if let Err(err) = self.announcements.wait(wait) {
-                error!("cannot wait for process announcements: {err}");
+        if let Err(err) = wakes.watch(self.announcements(), Ring::Announcements) {
+            error!("cannot wait for process announcements: {err}");
+            return;
+        }
+        loop {
+            let quiet_end = Instant::now() + LONGEST_SLEEP;
+            let due = self.second_looks.front().map(|&(due, _)| due);
+            let woken = wakes.wait_until(due.map_or(quiet_end, |due| due.min(quiet_end)));
+            if woken.disconnected || !woken.messages.is_empty() {
                 return;
             }
             if self.pass(processes, Instant::now()).processes > 0 {
