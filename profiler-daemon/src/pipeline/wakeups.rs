@@ -1,9 +1,9 @@
-//! What wakes the drain thread, and nothing else: a request (a window's
-//! cut, the pipeline's end) through its queue and a doorbell rung beside
-//! it, a ring buffer whose writer wakes its reader (the kernel's
-//! announcement of a new process; a ring of stack copies or off-CPU
-//! intervals a quarter full, as the eBPF programs' `ring_wake` decides),
-//! or its own schedule. All in one epoll set, so the thread sleeps through
+//! What wakes the drain thread (and, without stack copies, the process
+//! watcher's own thread), and nothing else: a request (a window's cut, the
+//! pipeline's end) through its queue and a doorbell rung beside it, a
+//! ring buffer whose writer wakes its reader (the kernel's announcement of
+//! a new process; a ring of stack copies or off-CPU intervals a quarter
+//! full, as the eBPF programs' `ring_wake` decides), or its own schedule. All in one epoll set, so the thread sleeps through
 //! an idle second: a wake-up costs this kind of virtual machine tens of
 //! microseconds, more than an idle daemon's work.
 //!
