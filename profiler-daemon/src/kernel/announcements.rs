@@ -50,6 +50,17 @@ impl ForkLineages {
         book.of(pid)
     }
 
+    /// The fork lineage `pid` had before its last exec, when it exec'd
+    /// lately (one of the last [`EXECS_KEPT`]) after a fork recorded: a
+    /// sample it took before the exec, unwound after it, ran its parent's
+    /// program. Every fork and exec written so far is read first.
+    pub fn before_exec(&self, pid: u32) -> Option<ForkLineage> {
+        let mut guard = crate::lock(&self.0);
+        let (ring, book) = &mut *guard;
+        read_into(ring, book);
+        book.before_exec(pid)
+    }
+
     /// Reads every fork and exec written so far (at every pass of the
     /// watcher, so that the ring does not fill while no new process is
     /// sampled).
@@ -72,9 +83,15 @@ fn read_into(ring: &mut RingBuf<MapData>, book: &mut LineageBook) {
 /// (their children's mappings are then read from procfs).
 const LINEAGES_KEPT: usize = 1 << 15;
 
+/// Processes that exec'd after a fork recorded whose lineage is kept (the
+/// latest execs): their samples from before the exec are unwound at the
+/// pass after it, well within this many execs on any machine.
+const EXECS_KEPT: usize = 4096;
+
 /// The processes forked without exec, by process id, from the fork and exec
 /// records in the order the kernel wrote them; at most `capacity`, the
-/// least recently forked let go of first.
+/// least recently forked let go of first. Also the lineages of the last
+/// [`EXECS_KEPT`] forked processes that exec'd.
 #[derive(Debug)]
 pub(crate) struct LineageBook {
     forked: HashMap<u32, (ForkLineage, u64)>,
@@ -83,6 +100,11 @@ pub(crate) struct LineageBook {
     order: VecDeque<(u32, u64)>,
     noted: u64,
     capacity: usize,
+    /// Lineages left by an exec, with when they were noted; the oldest
+    /// first in `execs` (a place whose time no longer matches was
+    /// superseded by a later fork and exec of the same process id).
+    exec_left: HashMap<u32, (ForkLineage, u64)>,
+    execs: VecDeque<(u32, u64)>,
 }
 
 impl LineageBook {
@@ -92,17 +114,24 @@ impl LineageBook {
             order: VecDeque::new(),
             noted: 0,
             capacity: capacity.max(1),
+            exec_left: HashMap::default(),
+            execs: VecDeque::new(),
         }
     }
 
     /// Takes in one record: a fork (the child is now known forked) or an
     /// exec (`parent` 0: its program is its own).
     pub(crate) fn note(&mut self, record: ForkLineage) {
+        self.noted += 1;
         if record.parent == 0 {
-            self.forked.remove(&record.child);
+            if let Some((lineage, _)) = self.forked.remove(&record.child) {
+                self.keep_exec_left(lineage);
+            }
             return;
         }
-        self.noted += 1;
+        // A process id used again: what its previous process left is not
+        // its own.
+        self.exec_left.remove(&record.child);
         self.forked.insert(record.child, (record, self.noted));
         self.order.push_back((record.child, self.noted));
         while self.forked.len() > self.capacity
@@ -125,6 +154,28 @@ impl LineageBook {
         match self.forked.get(&pid) {
             Some(&(lineage, _)) => Lineage::Forked(lineage),
             None => Lineage::OwnProgram,
+        }
+    }
+
+    pub(crate) fn before_exec(&self, pid: u32) -> Option<ForkLineage> {
+        self.exec_left.get(&pid).map(|&(lineage, _)| lineage)
+    }
+
+    fn keep_exec_left(&mut self, lineage: ForkLineage) {
+        let pid = lineage.child;
+        self.exec_left.insert(pid, (lineage, self.noted));
+        self.execs.push_back((pid, self.noted));
+        while self.exec_left.len() > EXECS_KEPT
+            && let Some((pid, noted)) = self.execs.pop_front()
+        {
+            if self.exec_left.get(&pid).is_some_and(|&(_, at)| at == noted) {
+                self.exec_left.remove(&pid);
+            }
+        }
+        if self.execs.len() > 2 * EXECS_KEPT {
+            let left = &self.exec_left;
+            self.execs
+                .retain(|(pid, noted)| left.get(pid).is_some_and(|(_, at)| at == noted));
         }
     }
 }
@@ -198,9 +249,17 @@ mod tests {
         assert_eq!(book.of(10), Lineage::Forked(fork(10, 1)));
         book.note(exec(10));
         assert_eq!(book.of(10), Lineage::OwnProgram);
+        // What it ran before the exec is still known.
+        assert_eq!(book.before_exec(10), Some(fork(10, 1)));
+        book.note(exec(10));
+        assert_eq!(book.before_exec(10), Some(fork(10, 1)));
         // An exec of a process never seen forked changes nothing.
         book.note(exec(11));
         assert_eq!(book.of(11), Lineage::OwnProgram);
+        assert_eq!(book.before_exec(11), None);
+        // A process id used again starts afresh.
+        book.note(fork(10, 2));
+        assert_eq!(book.before_exec(10), None);
     }
 
     #[test]
@@ -245,5 +304,10 @@ mod tests {
         assert!(book.order.len() <= 8, "{} places kept", book.order.len());
         assert_eq!(book.forked.len(), 1);
         assert!(matches!(book.of(2), Lineage::Forked(_)));
+        // Only the last execs' lineages are kept.
+        assert_eq!(book.exec_left.len(), EXECS_KEPT);
+        assert!(book.execs.len() <= 2 * EXECS_KEPT + 1);
+        assert_eq!(book.before_exec(9_999), Some(fork(9_999, 2)));
+        assert_eq!(book.before_exec(10), None);
     }
 }

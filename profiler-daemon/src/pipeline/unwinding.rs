@@ -390,7 +390,14 @@ fn unwind(
         sp: header.sp,
         bp: header.bp,
     };
-    let unwound = table.unwind(key.pid, registers, header.stack_base, copy.stack);
+    let before_exec = || lineages.and_then(|lineages| lineages.before_exec(key.pid));
+    let unwound = table.unwind(
+        key.pid,
+        registers,
+        header.stack_base,
+        copy.stack,
+        before_exec,
+    );
     (
         SampleIdentity {
             pid: key.pid,

@@ -295,6 +295,43 @@ async fn children_of_a_process_sampled_before_its_exec_keep_whole_chains() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn children_that_work_before_their_exec_keep_whole_chains() {
+    // Each child works 4 ms, then execs /bin/true (a shell's child between
+    // its fork and its command): most of its samples are unwound after the
+    // exec, when its own memory map is another program's, or gone with it.
+    // They ran their parent's program, which the kernel's fork records say
+    // (before, 85% of the storm's samples were `[unmapped]`, child_work
+    // nowhere in them).
+    let built = build_workload_with(
+        "fork_storm",
+        "fork_storm-o2",
+        &["-O2", "-g", "-fomit-frame-pointer"],
+    );
+    let storm = private_copy(&built, "prexecstorm");
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let run = tokio::task::spawn_blocking(move || {
+        // The profile below is under way by then.
+        std::thread::sleep(Duration::from_millis(300));
+        Command::new(storm)
+            .args(["400", "2", "4", "/bin/true"])
+            .status()
+            .expect("the storm runs")
+    });
+    let stacks = folded_profile_of_comm(&mut client, "prexecstorm", 5_000).await;
+    let exit = run.await.expect("the storm finishes");
+    assert!(exit.success(), "the storm and its children exited cleanly");
+    let chain = [&C_ROOT[..], &["child_work"]].concat();
+    assert_share(&stacks, "child_work", &chain, 95.0);
+    let stopped = samples_where(&stacks, |frames| frames[0].starts_with("[unwind stopped: "));
+    assert!(
+        stopped * 20 <= total(&stacks),
+        "{stopped} of {} samples stopped short: {stacks:#?}",
+        total(&stacks)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_process_that_execs_itself_100_times_keeps_its_programs_apart() {
     // Each program runs 50 ms, then execs itself (same process, a new
     // memory map each time): samples of a program are unwound after

@@ -1,7 +1,9 @@
 /* Process storm: forks argv[1] children in all (bounded to 5000), at most
  * argv[2] at a time (bounded to 64); each spins in child_work for about
- * argv[3] milliseconds of wall time and exits. Exits once every child is
- * reaped, with status 0 if they all exited cleanly. */
+ * argv[3] milliseconds of wall time and exits, or, given a program as
+ * argv[4], execs it (as a shell's child works a little before it runs its
+ * command). Exits once every child is reaped, with status 0 if they all
+ * exited cleanly. */
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -43,6 +45,10 @@ int main(int argc, char **argv)
 			return 1;
 		if (pid == 0) {
 			child_work(seconds);
+			if (argc > 4) {
+				execv(argv[4], argv + 4);
+				_exit(127);
+			}
 			_exit(0);
 		}
 		running++;

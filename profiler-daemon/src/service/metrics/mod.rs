@@ -123,6 +123,12 @@ impl Collector for Snapshot {
             "New processes that took the memory map of the process that forked them",
             pipeline.processes.adopted.children,
         )?;
+        counter(
+            out,
+            "stacks_unwound_before_exec",
+            "Stacks sampled between a fork and an exec, unwound with the forking process's memory map",
+            pipeline.processes.adopted.before_exec,
+        )?;
         if let Some(journal) = pipeline.processes.journal {
             gauge(
                 out,

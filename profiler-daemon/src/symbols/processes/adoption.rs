@@ -14,11 +14,13 @@ use std::sync::{Arc, Mutex};
 use procfs::{FromRead, process::Stat};
 use tracing::debug;
 
+use profiler_common::ForkLineage;
+
 use super::{ProcessRecord, ProcessTable};
 use crate::{
     kernel::announcements::Lineage,
-    symbols::mappings::{code_mappings, mapping_of},
-    unwind::ProcessUnwinder,
+    symbols::mappings::{Mapping, code_mappings, mapping_of, same_code_layout},
+    unwind::{ProcessUnwinder, UnwoundStack, UserRegisters},
 };
 
 /// How many new processes took their parent's mappings.
@@ -29,6 +31,9 @@ pub struct AdoptionStats {
     /// Of those, the ones whose parent and layout the kernel's fork
     /// tracepoint gave (the others' were read from procfs).
     pub as_announced: u64,
+    /// Stacks sampled between a process's fork and its exec, unwound after
+    /// the exec with the mappings of the process that forked it.
+    pub before_exec: u64,
 }
 
 /// Where a process's program is laid out (`start_code`, `end_code` and
@@ -47,6 +52,16 @@ impl ImageLayout {
             start_code: stat.startcode,
             end_code: stat.endcode,
             start_stack: stat.startstack,
+        })
+    }
+
+    /// Whether `mappings` map a program laid out so: one of their code
+    /// mappings holds its executable's code (`start_code..end_code`, where
+    /// the loader put its executable segment), which another program, or
+    /// another run of the same one, would hardly have at the same place.
+    fn holds_code_of(&self, mappings: &[Mapping]) -> bool {
+        mappings.iter().any(|mapping| {
+            mapping.code && mapping.start <= self.start_code && self.end_code <= mapping.end
         })
     }
 }
@@ -109,21 +124,7 @@ impl ProcessTable {
             },
         };
         let Parentage { parent, image } = parentage;
-        // A parent not recorded, or recorded laid out otherwise (before its
-        // own exec, say, with the mappings of the process that forked it),
-        // is read again when it is now laid out as its child.
-        let stale = self
-            .processes
-            .get(&parent)
-            .is_none_or(|record| record.image != Some(image));
-        if stale && Parentage::read(parent).is_some_and(|own| own.image == image) {
-            let _ = self.record(parent);
-        }
-        let Some(donor) = self
-            .processes
-            .get(&parent)
-            .filter(|record| !record.mappings.is_empty() && record.image == Some(image))
-        else {
+        let Some(laid_out) = self.program_laid_out(parent, image) else {
             return false;
         };
         // Adopted already (its first sample's unwinding and its
@@ -131,17 +132,122 @@ impl ProcessTable {
         if self
             .processes
             .get(&pid)
-            .is_some_and(|record| record.adopted && Arc::ptr_eq(&record.mappings, &donor.mappings))
+            .is_some_and(|record| record.adopted && Arc::ptr_eq(&record.mappings, &laid_out))
         {
             return true;
         }
-        let name = donor.name.clone();
-        self.adopt(pid, name, parent, Some(image));
+        self.adopt_program(pid, parent, laid_out, image);
         self.adoption_stats.children += 1;
         if as_announced {
             self.adoption_stats.as_announced += 1;
         }
         true
+    }
+
+    /// The mappings of `parent` in which its program was laid out as
+    /// `image`: those of its current program, or of one it ran before an
+    /// exec since (its earlier maps: a shell script's interpreter forks
+    /// subshells, then execs the command it was started for). A parent
+    /// not recorded, or recorded laid out otherwise (before its own exec,
+    /// say, with the mappings of the process that forked it), is read
+    /// again when it is now laid out so; one whose programs hold none is
+    /// given those the kernel's records of memory maps know.
+    fn program_laid_out(&mut self, parent: u32, image: ImageLayout) -> Option<Arc<[Mapping]>> {
+        // The current program by its whole layout when it was read from
+        // procfs; by its code's place when the kernel's records gave it,
+        // as the earlier ones.
+        let find = |table: &Self| {
+            let record = table.processes.get(&parent)?;
+            match record.image {
+                Some(recorded) if recorded == image && !record.mappings.is_empty() => {
+                    return Some(record.mappings.clone());
+                }
+                None if image.holds_code_of(&record.mappings) => {
+                    return Some(record.mappings.clone());
+                }
+                _ => {}
+            }
+            record
+                .earlier
+                .iter()
+                .find(|mappings| image.holds_code_of(mappings))
+                .cloned()
+        };
+        if let Some(found) = find(self) {
+            return Some(found);
+        }
+        let recorded = self.processes.contains_key(&parent);
+        if !recorded || Parentage::read(parent).is_some_and(|own| own.image == image) {
+            let _ = self.record(parent);
+        } else {
+            self.add_earlier_from_journal(parent);
+        }
+        find(self)
+    }
+
+    /// Records `pid` with `mappings`, a program of `parent` (its current
+    /// one: with its unwinder too).
+    fn adopt_program(
+        &mut self,
+        pid: u32,
+        parent: u32,
+        mappings: Arc<[Mapping]>,
+        image: ImageLayout,
+    ) {
+        let Some(donor) = self.processes.get(&parent) else {
+            return;
+        };
+        if Arc::ptr_eq(&donor.mappings, &mappings) {
+            self.adopt(pid, donor.name.clone(), parent, Some(image));
+        } else {
+            let mut record = ProcessRecord::new(donor.name.clone(), mappings, Some(image));
+            record.adopted = true;
+            self.insert(pid, record);
+        }
+    }
+
+    /// Unwinds a stack of `pid` sampled before its exec (and unwound
+    /// after it, when its own mappings are its new program's, or gone
+    /// with it): between its fork and its exec it ran the program of the
+    /// process that forked it, laid out as `forked` recorded (a shell's
+    /// child between `fork` and `execve`). With that program's mappings,
+    /// when the parent's are known; they become the earliest of the
+    /// child's own (its record, when it had none), so that its addresses
+    /// are named. None when they are not.
+    pub(super) fn unwind_before_exec(
+        &mut self,
+        pid: u32,
+        forked: ForkLineage,
+        registers: UserRegisters,
+        stack_base: u64,
+        stack: &[u8],
+    ) -> Option<UnwoundStack> {
+        let Some(Some(Parentage { parent, image })) =
+            Parentage::announced(&Lineage::Forked(forked), pid)
+        else {
+            return None;
+        };
+        let laid_out = self.program_laid_out(parent, image)?;
+        let unwound = match self.processes.get_mut(&pid) {
+            None => {
+                self.adopt_program(pid, parent, laid_out, image);
+                self.unwind_recorded(pid, registers, stack_base, stack)
+            }
+            Some(record) => {
+                let known = std::iter::once(&record.mappings)
+                    .chain(&record.earlier)
+                    .any(|known| {
+                        Arc::ptr_eq(known, &laid_out) || same_code_layout(known, &laid_out)
+                    });
+                if !known && record.earlier.len() < super::EARLIER_MAPS_KEPT {
+                    record.earlier.push(laid_out.clone());
+                }
+                let mut unwinder = ProcessUnwinder::new(code_mappings(&laid_out));
+                unwinder.unwind(&mut self.unwind_cache, registers, stack_base, stack)
+            }
+        };
+        self.adoption_stats.before_exec += 1;
+        Some(unwound)
     }
 
     /// Gives a process that could not be recorded (it exited first, or is a

@@ -23,7 +23,7 @@ use adoption::ImageLayout;
 pub use journal::JournalStats;
 use journal::{JournalMapping, MapJournal};
 use procfs::process::{MMPermissions, MMapPath, Process};
-use profiler_common::{SampleKind, sample_flags};
+use profiler_common::{ForkLineage, SampleKind, sample_flags};
 use tracing::debug;
 
 pub use super::mappings::{Binary, BinaryKey, UserAddress};
@@ -460,13 +460,17 @@ impl ProcessTable {
     /// (`stack`, the user memory from `stack_base` on) with the unwind
     /// information of the binaries the process maps. A process not yet
     /// recorded is recorded first; one whose code moved since it was
-    /// recorded (a library loaded later) is recorded again.
+    /// recorded (a library loaded later) is recorded again. A stack none
+    /// of its mappings hold may have been sampled before an exec that
+    /// followed its fork: `before_exec` says who forked it then (see
+    /// [`ProcessTable::unwind_before_exec`]).
     pub fn unwind(
         &mut self,
         pid: u32,
         registers: UserRegisters,
         stack_base: u64,
         stack: &[u8],
+        before_exec: impl FnOnce() -> Option<ForkLineage>,
     ) -> UnwoundStack {
         let started = Instant::now();
         if !self.processes.contains_key(&pid)
@@ -485,6 +489,16 @@ impl ProcessTable {
         });
         if unwound.stop == Some(UnwindStop::Unmapped) && stale && self.record(pid).is_ok() {
             unwound = self.unwind_recorded(pid, registers, stack_base, stack);
+        }
+        let program_unknown = matches!(
+            unwound.stop,
+            Some(UnwindStop::Unmapped | UnwindStop::UnknownProcess)
+        );
+        if program_unknown
+            && let Some(forked) = before_exec()
+            && let Some(again) = self.unwind_before_exec(pid, forked, registers, stack_base, stack)
+        {
+            unwound = again;
         }
         self.unwind_stats.without_unwind_info += u64::from(unwound.without_unwind_info);
         match &unwound.stop {

@@ -173,6 +173,63 @@ fn a_child_forked_without_exec_takes_its_parents_mappings_and_an_exec_does_not()
     let _ = execed.wait();
 }
 
+#[test]
+fn a_child_of_a_parent_that_exec_d_since_takes_the_program_it_was_forked_in() {
+    // This process as the parent, recorded, then as if it exec'd another
+    // program (its record replaced, the old mappings kept as earlier
+    // ones): a child forked before that exec, as the fork record says.
+    let mut table = ProcessTable::new();
+    let parent = std::process::id();
+    table.record(parent).unwrap();
+    let forked_in = table.processes[&parent].mappings.clone();
+    let stat = Stat::from_file(format!("/proc/{parent}/stat")).unwrap();
+    let forked = ForkLineage {
+        child: u32::MAX - 5,
+        parent,
+        start_code: stat.startcode,
+        end_code: stat.endcode,
+        start_stack: stat.startstack,
+    };
+    let mut after_exec = stat.clone();
+    after_exec.startcode += 1 << 30;
+    after_exec.endcode += 1 << 30;
+    let record = table.processes.get_mut(&parent).unwrap();
+    record.image = ImageLayout::of(&after_exec);
+    let moved: Vec<Mapping> = forked_in
+        .iter()
+        .map(|mapping| Mapping {
+            start: mapping.start.saturating_add(1 << 30),
+            end: mapping.end.saturating_add(1 << 30),
+            ..mapping.clone()
+        })
+        .collect();
+    record
+        .earlier
+        .insert(0, std::mem::replace(&mut record.mappings, moved.into()));
+    record.unwinder = None;
+
+    // Announced before its own exec: it takes the program it was forked in.
+    assert!(table.adopt_forked(forked.child, Lineage::Forked(forked)));
+    assert!(Arc::ptr_eq(
+        &table.processes[&forked.child].mappings,
+        &forked_in
+    ));
+    let here = a_child_of_a_parent_that_exec_d_since_takes_the_program_it_was_forked_in as *const ()
+        as u64;
+    let (frames, complete) = table.normalize(forked.child, &[here]);
+    assert!(
+        complete && matches!(frames[0], UserAddress::File { .. }),
+        "{frames:?}"
+    );
+
+    // Another program at that place in none of them: not adopted.
+    let mut elsewhere = forked;
+    elsewhere.child -= 1;
+    elsewhere.start_code += 1 << 40;
+    elsewhere.end_code += 1 << 40;
+    assert!(!table.adopt_forked(elsewhere.child, Lineage::Forked(elsewhere)));
+}
+
 /// Makes `pid`'s current record look like another program's (its first
 /// code mapping moved), as after an exec.
 fn as_if_another_program(table: &mut ProcessTable, pid: u32, shift: u64) {

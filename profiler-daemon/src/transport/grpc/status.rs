@@ -156,6 +156,7 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
             binaries_released: pipeline.symbolizer.binaries_released,
             processes_adopted: pipeline.processes.adopted.children,
             processes_adopted_as_announced: pipeline.processes.adopted.as_announced,
+            stacks_unwound_before_exec: pipeline.processes.adopted.before_exec,
             binaries_symbols_only: pipeline.symbolizer.binaries_symbols_only,
             binaries_evicted: pipeline.symbolizer.binaries_evicted,
             cache_clears: pipeline.symbolizer.cache_clears,
