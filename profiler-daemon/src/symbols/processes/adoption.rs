@@ -12,9 +12,8 @@
 use std::sync::{Arc, Mutex};
 
 use procfs::{FromRead, process::Stat};
-use tracing::debug;
-
 use profiler_common::ForkLineage;
+use tracing::debug;
 
 use super::{ProcessRecord, ProcessTable};
 use crate::{
