@@ -261,6 +261,28 @@ async fn programs_that_live_2_ms_keep_whole_chains() {
     );
 }
 
+/// fork_storm built with -O2 and without frame pointers, copied as `name`
+/// (the command its samples are found by).
+fn fork_storm_named(name: &str) -> std::path::PathBuf {
+    let built = build_workload_with(
+        "fork_storm",
+        "fork_storm-o2",
+        &["-O2", "-g", "-fomit-frame-pointer"],
+    );
+    private_copy(&built, name)
+}
+
+/// Runs `command` 300 ms from now, off the async threads: a profile asked
+/// for meanwhile is under way by then (nothing shows that it is).
+fn run_once_the_window_opens(
+    mut command: Command,
+) -> tokio::task::JoinHandle<std::process::ExitStatus> {
+    tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        command.status().expect("the workload runs")
+    })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn children_of_a_process_sampled_before_its_exec_keep_whole_chains() {
     // The storm's parent runs exec_spin first (sampled, and recorded as
@@ -268,25 +290,14 @@ async fn children_of_a_process_sampled_before_its_exec_keep_whole_chains() {
     // children, which live 15 ms, do the work: as under `perf record`,
     // whose child waits before it execs the workload. The children must
     // not take the parent's record of before its exec, nor go without.
-    let built = build_workload_with(
-        "fork_storm",
-        "fork_storm-o2",
-        &["-O2", "-g", "-fomit-frame-pointer"],
-    );
-    let storm = private_copy(&built, "execstorm");
+    let storm = fork_storm_named("execstorm");
     let exec_spin = build_workload_with("exec_spin", "exec_spin", &["-O1", "-g"]);
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
-    let storm = storm.display().to_string();
-    let run = tokio::task::spawn_blocking(move || {
-        // The profile below is under way by then (nothing shows that it
-        // is): the storm starts after its window opens.
-        std::thread::sleep(Duration::from_millis(300));
-        Command::new(exec_spin)
-            .args(["0.3", &storm, "300", "2", "15"])
-            .status()
-            .expect("exec_spin runs")
-    });
+    let mut command = Command::new(exec_spin);
+    command.args(["0.3".as_ref(), storm.as_os_str()]);
+    command.args(["300", "2", "15"]);
+    let run = run_once_the_window_opens(command);
     let stacks = folded_profile_of_comm(&mut client, "execstorm", 5_000).await;
     let exit = run.await.expect("the storm finishes");
     assert!(exit.success(), "the storm and its children exited cleanly");
@@ -302,22 +313,12 @@ async fn children_that_work_before_their_exec_keep_whole_chains() {
     // They ran their parent's program, which the kernel's fork records say
     // (before, 85% of the storm's samples were `[unmapped]`, child_work
     // nowhere in them).
-    let built = build_workload_with(
-        "fork_storm",
-        "fork_storm-o2",
-        &["-O2", "-g", "-fomit-frame-pointer"],
-    );
-    let storm = private_copy(&built, "prexecstorm");
+    let storm = fork_storm_named("prexecstorm");
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
-    let run = tokio::task::spawn_blocking(move || {
-        // The profile below is under way by then.
-        std::thread::sleep(Duration::from_millis(300));
-        Command::new(storm)
-            .args(["400", "2", "4", "/bin/true"])
-            .status()
-            .expect("the storm runs")
-    });
+    let mut command = Command::new(storm);
+    command.args(["400", "2", "4", "/bin/true"]);
+    let run = run_once_the_window_opens(command);
     let stacks = folded_profile_of_comm(&mut client, "prexecstorm", 5_000).await;
     let exit = run.await.expect("the storm finishes");
     assert!(exit.success(), "the storm and its children exited cleanly");
