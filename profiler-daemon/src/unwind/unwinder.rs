@@ -35,6 +35,10 @@ pub struct UnwoundStack {
     /// Whether a frame was walked without unwind information (by its
     /// frame pointer, or as a call stub without a frame).
     pub without_unwind_info: bool,
+    /// Whether the walk stopped at code without unwind information whose
+    /// frame pointer led to an address no mapping holds: a library mapped
+    /// since the process was recorded (its loader at work), or no frame.
+    pub unmapped_return: bool,
 }
 
 /// Unwind outcomes since the daemon started, and the unwind information
@@ -125,8 +129,9 @@ enum FallbackStep {
     Next(FrameAddress),
     /// The outermost frame.
     End,
-    /// Nothing to believe.
-    Stop,
+    /// Nothing to believe; `unmapped_return` when the frame pointer led to
+    /// an address no mapping holds.
+    Stop { unmapped_return: bool },
 }
 
 /// One attempt at a stack: done, or stopped at a mapping to add first.
@@ -213,6 +218,7 @@ impl ProcessUnwinder {
                 frames,
                 stop: Some(UnwindStop::BadFrame),
                 without_unwind_info: false,
+                unmapped_return: false,
             });
         }
         let mut read_stack = |address: u64| -> Result<u64, ()> {
@@ -226,6 +232,7 @@ impl ProcessUnwinder {
         let mut regs = UnwindRegsX86_64::new(registers.ip, registers.sp, registers.bp);
         let mut address = FrameAddress::from_instruction_pointer(registers.ip);
         let mut without_unwind_info = false;
+        let mut unmapped_return = false;
         let stop = loop {
             let pc = address.address();
             let index = match self.mapping(pc) {
@@ -319,7 +326,12 @@ impl ProcessUnwinder {
                         address = next;
                     }
                     FallbackStep::End => break None,
-                    FallbackStep::Stop => break Some(stop_here()),
+                    FallbackStep::Stop {
+                        unmapped_return: unmapped,
+                    } => {
+                        unmapped_return = unmapped;
+                        break Some(stop_here());
+                    }
                 }
             }
             if frames.len() >= MAX_USER_FRAMES {
@@ -330,6 +342,7 @@ impl ProcessUnwinder {
             frames,
             stop,
             without_unwind_info,
+            unmapped_return,
         })
     }
 
@@ -354,6 +367,7 @@ impl ProcessUnwinder {
         let anonymous = matches!(self.mappings[index].sections, SectionsSource::FramePointers);
         // No framehop module covers this mapping: its rule is the frame
         // pointer.
+        let mut unmapped_return = false;
         match self.unwinder.unwind_frame(address, regs, cache, read_stack) {
             // Believed when it returns into code; from anonymous code also
             // when it does not, stopping the walk as unmapped: JIT code may
@@ -363,18 +377,20 @@ impl ProcessUnwinder {
                     return FallbackStep::Next(next);
                 }
             }
+            Ok(Some(_)) => unmapped_return = true,
             // The outermost frame's frame pointer is 0; the sampled
             // instruction's frame pointer may be anything.
             Ok(None) if !first => return FallbackStep::End,
             _ => {}
         }
         *regs = before;
+        let stop = FallbackStep::Stop { unmapped_return };
         if !anonymous || first {
-            return FallbackStep::Stop;
+            return stop;
         }
         let sp = regs.sp();
         let Some(return_address) = sp.checked_add(8).and_then(|at| read_stack(at).ok()) else {
-            return FallbackStep::Stop;
+            return stop;
         };
         let into_binary = self.mapping(return_address).is_some_and(|caller| {
             matches!(self.mappings[caller].sections, SectionsSource::Binary(_))
@@ -384,7 +400,7 @@ impl ProcessUnwinder {
                 *regs = UnwindRegsX86_64::new(return_address, sp + 16, regs.bp());
                 FallbackStep::Next(next)
             }
-            _ => FallbackStep::Stop,
+            _ => stop,
         }
     }
 

@@ -55,6 +55,10 @@ const RECORD_IDLE_LIMIT: Duration = Duration::from_secs(60);
 /// sample and its symbolizing. Bounded by mappings (about 64 bytes each),
 /// so that a process of many mappings keeps fewer maps.
 const EARLIER_MAPS_KEPT: usize = 128;
+
+/// How long after a program was first recorded a frame pointer that leads
+/// out of its mappings has them read again (see [`ProcessTable::unwind`]).
+const PROGRAM_LOADING: Duration = Duration::from_secs(1);
 const EARLIER_MAPPINGS_KEPT: usize = 4096;
 
 #[derive(Debug)]
@@ -69,6 +73,10 @@ struct ProcessRecord {
     /// fall there.
     earlier: Vec<Arc<[Mapping]>>,
     recorded_at: Instant,
+    /// When its current program (its layout, see `image`) was first
+    /// recorded: for a moment after, its loader may still have been
+    /// mapping libraries.
+    program_recorded_at: Instant,
     last_used: Instant,
     /// Built from `mappings` when its first stack copy is unwound (or a
     /// child adopts them), and shared with the children that adopt them.
@@ -88,6 +96,7 @@ impl ProcessRecord {
             mappings,
             earlier: Vec::new(),
             recorded_at: now,
+            program_recorded_at: now,
             last_used: now,
             unwinder: None,
             adopted: false,
@@ -394,6 +403,9 @@ impl ProcessTable {
         match self.processes.remove(&pid) {
             Some(previous) => {
                 record.earlier = previous.earlier;
+                if previous.image.is_some() && previous.image == record.image {
+                    record.program_recorded_at = previous.program_recorded_at;
+                }
                 // Read again with no new code: the earlier map would only
                 // push out older ones.
                 if !previous.mappings.is_empty()
@@ -483,11 +495,17 @@ impl ProcessTable {
         // A process recorded at its first sample may have been recorded
         // while the dynamic loader was still mapping its libraries: read
         // its mappings again (at most every 10 ms; at once when they were
-        // its parent's).
-        let stale = self.processes.get(&pid).is_some_and(|record| {
-            record.adopted || record.recorded_at.elapsed() > Duration::from_millis(10)
+        // its parent's) when a return address is in none of them, or, in
+        // its program's first second, when a frame pointer led out of them
+        // (code without unwind information into a library not yet seen).
+        let read_again = self.processes.get(&pid).is_some_and(|record| {
+            let stale = record.adopted || record.recorded_at.elapsed() > Duration::from_millis(10);
+            let loading = record.program_recorded_at.elapsed() < PROGRAM_LOADING;
+            stale
+                && (unwound.stop == Some(UnwindStop::Unmapped)
+                    || (unwound.unmapped_return && loading))
         });
-        if unwound.stop == Some(UnwindStop::Unmapped) && stale && self.record(pid).is_ok() {
+        if read_again && self.record(pid).is_ok() {
             unwound = self.unwind_recorded(pid, registers, stack_base, stack);
         }
         let program_unknown = matches!(
@@ -528,6 +546,7 @@ impl ProcessTable {
                 frames: vec![registers.ip],
                 stop: Some(UnwindStop::UnknownProcess),
                 without_unwind_info: false,
+                unmapped_return: false,
             };
         };
         record.last_used = Instant::now();
