@@ -56,7 +56,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          sampling:   {cpus} CPUs at {hz} Hz; {taken} samples taken, {drains} drains (at most {gap} apart)\n\
          targets:    {targets} ({outside} ticks outside them)\n\
          lost:       {lost}\n\
-         processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them; {map_records}\n\
+         processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them ({before_exec} stacks from before an exec unwound with them); {map_records}\n\
          symbolizer: {binaries} binaries parsed ({released} let go of when idle, {evicted_binaries} for memory; {symbols_only} named from their symbol tables only, their debug information too large for memory_budget), {user} user and {kernel} kernel addresses cached\n\
          unwinding:  {unwinding}\n\
          off-CPU:    {offcpu}\n\
@@ -83,6 +83,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         allocs = allocation_status(status.allocations.as_ref()),
         tracked = symbolizer.processes_tracked,
         adopted = symbolizer.processes_adopted,
+        before_exec = symbolizer.stacks_unwound_before_exec,
         map_records =
             memory_map_records_status(symbolizer.memory_map_records.as_ref(), status.drains),
         binaries = symbolizer.binaries,
