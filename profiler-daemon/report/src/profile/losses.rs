@@ -45,6 +45,10 @@ pub enum UnwindStop {
     StackCopyTooShort,
     /// The sampler could not copy any of the stack.
     NoStackCopy,
+    /// Sampled inside `execve` once the program it replaces had lost its
+    /// memory: the registers still point into the old program (where it
+    /// called `execve`, the one user frame), its stack is gone.
+    InExecve,
     /// A return address fell outside every mapping of the process.
     Unmapped,
     /// The process was gone before its mappings could be read.
@@ -63,6 +67,7 @@ impl UnwindStop {
             Self::NoUnwindInfo(binary) => format!("no unwind info in {binary}"),
             Self::StackCopyTooShort => "stack copy too short".to_owned(),
             Self::NoStackCopy => "no stack copy".to_owned(),
+            Self::InExecve => "in execve, the old program's stack gone".to_owned(),
             Self::Unmapped => "return address outside every mapping".to_owned(),
             Self::UnknownProcess => "process gone before its mappings were read".to_owned(),
             Self::BadFrame => "bad frame".to_owned(),
@@ -76,6 +81,7 @@ impl UnwindStop {
             Self::NoUnwindInfo(_) => "no_unwind_info",
             Self::StackCopyTooShort => "stack_copy_too_short",
             Self::NoStackCopy => "no_stack_copy",
+            Self::InExecve => "in_execve",
             Self::Unmapped => "unmapped",
             Self::UnknownProcess => "unknown_process",
             Self::BadFrame => "bad_frame",

@@ -71,6 +71,15 @@ pub enum LocationKey {
     Marker(Arc<str>),
 }
 
+/// Whether a kernel location is `execve`'s own work (loading the new
+/// program), where the old program's memory may be gone.
+fn in_execve(location: &Location) -> bool {
+    location.kind == LocationKind::Kernel
+        && location.frames.iter().any(|frame| {
+            &*frame.function == "bprm_execve" || frame.function.starts_with("do_execveat_common")
+        })
+}
+
 /// Whether a kernel location is the tracing machinery that ran the switch
 /// program (`bpf_prog_*_record_switch`, `bpf_trace_run4`,
 /// `__bpf_trace_sched_switch`), not the code that waited.
@@ -434,6 +443,20 @@ impl Symbolizer {
         if flags & sample_flags::USER_STACK_TRUNCATED != 0 {
             stack.push(self.marker("[truncated]"));
         }
+        let kernel: Vec<_> = (kernel.iter().enumerate().rev())
+            .map(|(depth, &address)| {
+                let key = LocationKey::Kernel(code_address(address, depth > 0));
+                self.cached(key, LocationKind::Kernel, "[kernel]")
+            })
+            .collect();
+        // No copy of a stack that `execve` took away: said so, not as if
+        // the copy had failed.
+        let user_stop = match user_stop {
+            Some(UnwindStop::NoStackCopy) if kernel.iter().any(|at| in_execve(&at.location)) => {
+                Some(&UnwindStop::InExecve)
+            }
+            stop => stop,
+        };
         if let Some(stop) = user_stop {
             stack.push(self.marker(&format!("[unwind stopped: {}]", stop.reason())));
         }
@@ -452,10 +475,7 @@ impl Symbolizer {
         if flags & sample_flags::KERNEL_STACK_LOST != 0 && !ring_full {
             stack.push(self.marker(LOST_MARKER));
         }
-        for (depth, &address) in kernel.iter().enumerate().rev() {
-            let key = LocationKey::Kernel(code_address(address, depth > 0));
-            stack.push(self.cached(key, LocationKind::Kernel, "[kernel]"));
-        }
+        stack.extend(kernel);
         stack
     }
 

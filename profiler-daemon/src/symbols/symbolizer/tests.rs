@@ -201,6 +201,36 @@ fn what_cannot_be_named_says_where_it_was() {
 }
 
 #[test]
+fn a_stack_execve_took_away_says_so() {
+    // `bprm_execve` as the kernel names it (root reads its addresses).
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
+    let Some(address) = kallsyms.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+        (fields.nth(1)? == "bprm_execve" && address != 0).then_some(address)
+    }) else {
+        panic!("bprm_execve is not in /proc/kallsyms (run as root)");
+    };
+    let mut symbolizer = Symbolizer::new();
+    let in_execve = |stop: UnwindStop, kernel: &[u64]| {
+        let mut sampled = batch(vec![UserAddress::Unmapped { address: 0x10 }], kernel, 0);
+        sampled.samples[0].user_stop = Some(stop);
+        sampled
+    };
+    // The return address into it, from the function below it.
+    let symbolized = symbolizer.symbolize(in_execve(UnwindStop::NoStackCopy, &[0x1, address + 16]));
+    assert_eq!(
+        names(&symbolized)[0],
+        "[unwind stopped: in execve, the old program's stack gone]",
+        "{:?}",
+        names(&symbolized)
+    );
+    // Elsewhere, a copy that failed says so.
+    let symbolized = symbolizer.symbolize(in_execve(UnwindStop::NoStackCopy, &[0x1]));
+    assert_eq!(names(&symbolized)[0], "[unwind stopped: no stack copy]");
+}
+
+#[test]
 fn return_addresses_step_back_into_their_call() {
     assert_eq!(code_address(0x1000, true), 0xfff);
     assert_eq!(code_address(0x1000, false), 0x1000);
