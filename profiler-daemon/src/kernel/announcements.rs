@@ -53,8 +53,12 @@ impl ForkLineages {
     /// The fork lineage `pid` had before its last exec, when it exec'd
     /// lately (one of the last [`EXECS_KEPT`]) after a fork recorded: a
     /// sample it took before the exec, unwound after it, ran its parent's
-    /// program. Every fork and exec written so far is read first.
-    pub fn before_exec(&self, pid: u32) -> Option<ForkLineage> {
+    /// program; or, forked without exec since, the lineage it has. Then
+    /// its parent's own lineage, and so on, while each ran
+    /// that same program (a subshell's child: the subshell never mapped
+    /// the program it runs, the shell that forked it did), at most
+    /// [`ANCESTRY_DEPTH`]. Every fork and exec written so far is read first.
+    pub fn before_exec(&self, pid: u32) -> Vec<ForkLineage> {
         let mut guard = crate::lock(&self.0);
         let (ring, book) = &mut *guard;
         read_into(ring, book);
@@ -82,6 +86,10 @@ fn read_into(ring: &mut RingBuf<MapData>, book: &mut LineageBook) {
 /// Processes forked without exec kept in the book; the oldest go first
 /// (their children's mappings are then read from procfs).
 const LINEAGES_KEPT: usize = 1 << 15;
+
+/// The most forks followed back from a process to the one that mapped its
+/// program.
+const ANCESTRY_DEPTH: usize = 8;
 
 /// Processes that exec'd after a fork recorded whose lineage is kept (the
 /// latest execs): their samples from before the exec are unwound at the
@@ -157,8 +165,25 @@ impl LineageBook {
         }
     }
 
-    pub(crate) fn before_exec(&self, pid: u32) -> Option<ForkLineage> {
-        self.exec_left.get(&pid).map(|&(lineage, _)| lineage)
+    pub(crate) fn before_exec(&self, pid: u32) -> Vec<ForkLineage> {
+        let Some(&(first, _)) = self.exec_left.get(&pid).or_else(|| self.forked.get(&pid)) else {
+            return Vec::new();
+        };
+        let mut ancestry = vec![first];
+        while ancestry.len() < ANCESTRY_DEPTH {
+            let last = ancestry[ancestry.len() - 1];
+            let parent = self
+                .forked
+                .get(&last.parent)
+                .or_else(|| self.exec_left.get(&last.parent));
+            match parent {
+                Some(&(up, _)) if up.start_code == last.start_code && up.parent != last.child => {
+                    ancestry.push(up);
+                }
+                _ => break,
+            }
+        }
+        ancestry
     }
 
     fn keep_exec_left(&mut self, lineage: ForkLineage) {
@@ -250,16 +275,35 @@ mod tests {
         book.note(exec(10));
         assert_eq!(book.of(10), Lineage::OwnProgram);
         // What it ran before the exec is still known.
-        assert_eq!(book.before_exec(10), Some(fork(10, 1)));
+        assert_eq!(book.before_exec(10), [fork(10, 1)]);
         book.note(exec(10));
-        assert_eq!(book.before_exec(10), Some(fork(10, 1)));
+        assert_eq!(book.before_exec(10), [fork(10, 1)]);
         // An exec of a process never seen forked changes nothing.
         book.note(exec(11));
         assert_eq!(book.of(11), Lineage::OwnProgram);
-        assert_eq!(book.before_exec(11), None);
+        assert_eq!(book.before_exec(11), []);
         // A process id used again starts afresh.
         book.note(fork(10, 2));
-        assert_eq!(book.before_exec(10), None);
+        assert_eq!(book.before_exec(10), [fork(10, 2)]);
+        book.note(exec(10));
+        assert_eq!(book.before_exec(10), [fork(10, 2)]);
+    }
+
+    #[test]
+    fn a_subshell_s_child_goes_back_to_the_shell_that_mapped_the_program() {
+        let mut book = LineageBook::new(8);
+        // Shell 1 forks subshell 2, which forks 3, which execs: 3 ran
+        // shell 1's program (2 never mapped it). 1's own fork is another
+        // program's (a different layout).
+        let subshell = |child: u32, parent: u32| ForkLineage {
+            start_code: 1 << 12,
+            ..fork(child, parent)
+        };
+        book.note(fork(1, 99));
+        book.note(subshell(2, 1));
+        book.note(subshell(3, 2));
+        book.note(exec(3));
+        assert_eq!(book.before_exec(3), [subshell(3, 2), subshell(2, 1)]);
     }
 
     #[test]
@@ -307,7 +351,9 @@ mod tests {
         // Only the last execs' lineages are kept.
         assert_eq!(book.exec_left.len(), EXECS_KEPT);
         assert!(book.execs.len() <= 2 * EXECS_KEPT + 1);
-        assert_eq!(book.before_exec(9_999), Some(fork(9_999, 2)));
-        assert_eq!(book.before_exec(10), None);
+        assert_eq!(book.before_exec(9_999), [fork(9_999, 2)]);
+        assert_eq!(book.before_exec(10), []);
+        // Forked without exec: its own lineage, then its parent's.
+        assert_eq!(book.before_exec(2), [fork(2, 1)]);
     }
 }

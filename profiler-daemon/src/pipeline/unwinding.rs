@@ -390,7 +390,7 @@ fn unwind(
         sp: header.sp,
         bp: header.bp,
     };
-    let before_exec = || lineages.and_then(|lineages| lineages.before_exec(key.pid));
+    let before_exec = || lineages.map_or_else(Vec::new, |lineages| lineages.before_exec(key.pid));
     let unwound = table.unwind(
         key.pid,
         registers,

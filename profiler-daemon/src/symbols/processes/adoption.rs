@@ -208,25 +208,30 @@ impl ProcessTable {
     /// Unwinds a stack of `pid` sampled before its exec (and unwound
     /// after it, when its own mappings are its new program's, or gone
     /// with it): between its fork and its exec it ran the program of the
-    /// process that forked it, laid out as `forked` recorded (a shell's
-    /// child between `fork` and `execve`). With that program's mappings,
-    /// when the parent's are known; they become the earliest of the
-    /// child's own (its record, when it had none), so that its addresses
-    /// are named. None when they are not.
+    /// process that forked it, laid out as `ancestry[0]` recorded (a
+    /// shell's child between `fork` and `execve`), or of the one that
+    /// forked that one while it ran the same program (`ancestry[1]`, …: a
+    /// subshell's child). With that program's mappings, when one of them
+    /// is known; they become the earliest of the child's own (its record,
+    /// when it had none), so that its addresses are named. None when none
+    /// is.
     pub(super) fn unwind_before_exec(
         &mut self,
         pid: u32,
-        forked: ForkLineage,
+        ancestry: &[ForkLineage],
         registers: UserRegisters,
         stack_base: u64,
         stack: &[u8],
     ) -> Option<UnwoundStack> {
-        let Some(Some(Parentage { parent, image })) =
-            Parentage::announced(&Lineage::Forked(forked), pid)
-        else {
-            return None;
-        };
-        let laid_out = self.program_laid_out(parent, image)?;
+        let (parent, image, laid_out) = ancestry.iter().find_map(|&forked| {
+            let Some(Some(Parentage { parent, image })) =
+                Parentage::announced(&Lineage::Forked(forked), forked.child)
+            else {
+                return None;
+            };
+            let laid_out = self.program_laid_out(parent, image)?;
+            Some((parent, image, laid_out))
+        })?;
         let unwound = match self.processes.get_mut(&pid) {
             None => {
                 self.adopt_program(pid, parent, laid_out, image);

@@ -474,7 +474,8 @@ impl ProcessTable {
     /// recorded is recorded first; one whose code moved since it was
     /// recorded (a library loaded later) is recorded again. A stack none
     /// of its mappings hold may have been sampled before an exec that
-    /// followed its fork: `before_exec` says who forked it then (see
+    /// followed its fork: `before_exec` says who forked it then, and who
+    /// forked that one while it ran the same program (see
     /// [`ProcessTable::unwind_before_exec`]).
     pub fn unwind(
         &mut self,
@@ -482,7 +483,7 @@ impl ProcessTable {
         registers: UserRegisters,
         stack_base: u64,
         stack: &[u8],
-        before_exec: impl FnOnce() -> Option<ForkLineage>,
+        before_exec: impl FnOnce() -> Vec<ForkLineage>,
     ) -> UnwoundStack {
         let started = Instant::now();
         if !self.processes.contains_key(&pid)
@@ -512,11 +513,13 @@ impl ProcessTable {
             unwound.stop,
             Some(UnwindStop::Unmapped | UnwindStop::UnknownProcess)
         );
-        if program_unknown
-            && let Some(forked) = before_exec()
-            && let Some(again) = self.unwind_before_exec(pid, forked, registers, stack_base, stack)
-        {
-            unwound = again;
+        if program_unknown {
+            let ancestry = before_exec();
+            if let Some(again) =
+                self.unwind_before_exec(pid, &ancestry, registers, stack_base, stack)
+            {
+                unwound = again;
+            }
         }
         self.unwind_stats.without_unwind_info += u64::from(unwound.without_unwind_info);
         match &unwound.stop {
