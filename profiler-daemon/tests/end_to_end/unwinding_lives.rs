@@ -333,6 +333,33 @@ async fn children_that_work_before_their_exec_keep_whole_chains() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn grandchildren_whose_parent_is_gone_keep_whole_chains() {
+    // Each child forks a grandchild and exits at once: the grandchild runs
+    // the program its grandparent mapped, its own parent gone before any
+    // of its samples is unwound (a subshell's child). The fork records
+    // lead back to the grandparent (before, most of these samples stopped
+    // with the process gone, or unmapped).
+    let built = build_workload_with("orphan_storm", "orphan_storm-o2", &["-O2", "-g"]);
+    let storm = private_copy(&built, "orphanstorm");
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    let mut command = Command::new(storm);
+    command.args(["300", "4", "0.5"]);
+    let run = run_once_the_window_opens(command);
+    let stacks = folded_profile_of_comm(&mut client, "orphanstorm", 5_000).await;
+    let exit = run.await.expect("the storm finishes");
+    assert!(exit.success(), "the storm ran");
+    let chain = [&C_ROOT[..], &["grandchild_work"]].concat();
+    assert_share(&stacks, "grandchild_work", &chain, 95.0);
+    let stopped = samples_where(&stacks, |frames| frames[0].starts_with("[unwind stopped: "));
+    assert!(
+        stopped * 20 <= total(&stacks),
+        "{stopped} of {} samples stopped short: {stacks:#?}",
+        total(&stacks)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_process_that_execs_itself_100_times_keeps_its_programs_apart() {
     // Each program runs 50 ms, then execs itself (same process, a new
     // memory map each time): samples of a program are unwound after
