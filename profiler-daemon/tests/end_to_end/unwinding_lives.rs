@@ -313,23 +313,7 @@ async fn children_that_work_before_their_exec_keep_whole_chains() {
     // They ran their parent's program, which the kernel's fork records say
     // (before, 85% of the storm's samples were `[unmapped]`, child_work
     // nowhere in them).
-    let storm = fork_storm_named("prexecstorm");
-    let daemon = Daemon::start().await;
-    let mut client = daemon.client().await;
-    let mut command = Command::new(storm);
-    command.args(["400", "2", "4", "/bin/true"]);
-    let run = run_once_the_window_opens(command);
-    let stacks = folded_profile_of_comm(&mut client, "prexecstorm", 5_000).await;
-    let exit = run.await.expect("the storm finishes");
-    assert!(exit.success(), "the storm and its children exited cleanly");
-    let chain = [&C_ROOT[..], &["child_work"]].concat();
-    assert_share(&stacks, "child_work", &chain, 95.0);
-    let stopped = samples_where(&stacks, |frames| frames[0].starts_with("[unwind stopped: "));
-    assert!(
-        stopped * 20 <= total(&stacks),
-        "{stopped} of {} samples stopped short: {stacks:#?}",
-        total(&stacks)
-    );
+    storm_children_are_whole("prexecstorm", &["400", "2", "4", "/bin/true"], &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -337,20 +321,26 @@ async fn grandchildren_whose_parent_is_gone_keep_whole_chains() {
     // Each child forks a grandchild and exits at once: the grandchild runs
     // the program its grandparent mapped, its own parent gone before any
     // of its samples is unwound (a subshell's child). The fork records
-    // lead back to the grandparent (before, most of these samples stopped
-    // with the process gone, or unmapped).
-    let built = build_workload_with("orphan_storm", "orphan_storm-o2", &["-O2", "-g"]);
-    let storm = private_copy(&built, "orphanstorm");
+    // lead back to the grandparent (16% whole without).
+    storm_children_are_whole("orphanstorm", &["orphans", "300", "4"], &["orphans"]).await;
+}
+
+/// Runs fork_storm, named `name`, with `args` while a profile of it is
+/// under way: ≥ 95% of its children's samples carry their whole chain
+/// (`main`, `callers`, `child_work`), and at most 5% of all its samples
+/// stop short.
+async fn storm_children_are_whole(name: &str, args: &[&str], callers: &[&str]) {
+    let storm = fork_storm_named(name);
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
     let mut command = Command::new(storm);
-    command.args(["300", "4", "0.5"]);
+    command.args(args);
     let run = run_once_the_window_opens(command);
-    let stacks = folded_profile_of_comm(&mut client, "orphanstorm", 5_000).await;
+    let stacks = folded_profile_of_comm(&mut client, name, 5_000).await;
     let exit = run.await.expect("the storm finishes");
-    assert!(exit.success(), "the storm ran");
-    let chain = [&C_ROOT[..], &["grandchild_work"]].concat();
-    assert_share(&stacks, "grandchild_work", &chain, 95.0);
+    assert!(exit.success(), "the storm and its children exited cleanly");
+    let chain = [&C_ROOT[..], callers, &["child_work"]].concat();
+    assert_share(&stacks, "child_work", &chain, 95.0);
     let stopped = samples_where(&stacks, |frames| frames[0].starts_with("[unwind stopped: "));
     assert!(
         stopped * 20 <= total(&stacks),
