@@ -58,11 +58,11 @@ impl ForkLineages {
     /// that same program (a subshell's child: the subshell never mapped
     /// the program it runs, the shell that forked it did), at most
     /// [`ANCESTRY_DEPTH`]. Every fork and exec written so far is read first.
-    pub fn before_exec(&self, pid: u32) -> Vec<ForkLineage> {
+    pub fn ancestry(&self, pid: u32) -> Vec<ForkLineage> {
         let mut guard = crate::lock(&self.0);
         let (ring, book) = &mut *guard;
         read_into(ring, book);
-        book.before_exec(pid)
+        book.ancestry(pid)
     }
 
     /// Reads every fork and exec written so far (at every pass of the
@@ -165,7 +165,7 @@ impl LineageBook {
         }
     }
 
-    pub(crate) fn before_exec(&self, pid: u32) -> Vec<ForkLineage> {
+    pub(crate) fn ancestry(&self, pid: u32) -> Vec<ForkLineage> {
         let Some(&(first, _)) = self.exec_left.get(&pid).or_else(|| self.forked.get(&pid)) else {
             return Vec::new();
         };
@@ -275,18 +275,18 @@ mod tests {
         book.note(exec(10));
         assert_eq!(book.of(10), Lineage::OwnProgram);
         // What it ran before the exec is still known.
-        assert_eq!(book.before_exec(10), [fork(10, 1)]);
+        assert_eq!(book.ancestry(10), [fork(10, 1)]);
         book.note(exec(10));
-        assert_eq!(book.before_exec(10), [fork(10, 1)]);
+        assert_eq!(book.ancestry(10), [fork(10, 1)]);
         // An exec of a process never seen forked changes nothing.
         book.note(exec(11));
         assert_eq!(book.of(11), Lineage::OwnProgram);
-        assert_eq!(book.before_exec(11), []);
+        assert_eq!(book.ancestry(11), []);
         // A process id used again starts afresh.
         book.note(fork(10, 2));
-        assert_eq!(book.before_exec(10), [fork(10, 2)]);
+        assert_eq!(book.ancestry(10), [fork(10, 2)]);
         book.note(exec(10));
-        assert_eq!(book.before_exec(10), [fork(10, 2)]);
+        assert_eq!(book.ancestry(10), [fork(10, 2)]);
     }
 
     #[test]
@@ -303,7 +303,7 @@ mod tests {
         book.note(subshell(2, 1));
         book.note(subshell(3, 2));
         book.note(exec(3));
-        assert_eq!(book.before_exec(3), [subshell(3, 2), subshell(2, 1)]);
+        assert_eq!(book.ancestry(3), [subshell(3, 2), subshell(2, 1)]);
     }
 
     #[test]
@@ -351,9 +351,9 @@ mod tests {
         // Only the last execs' lineages are kept.
         assert_eq!(book.exec_left.len(), EXECS_KEPT);
         assert!(book.execs.len() <= 2 * EXECS_KEPT + 1);
-        assert_eq!(book.before_exec(9_999), [fork(9_999, 2)]);
-        assert_eq!(book.before_exec(10), []);
+        assert_eq!(book.ancestry(9_999), [fork(9_999, 2)]);
+        assert_eq!(book.ancestry(10), []);
         // Forked without exec: its own lineage, then its parent's.
-        assert_eq!(book.before_exec(2), [fork(2, 1)]);
+        assert_eq!(book.ancestry(2), [fork(2, 1)]);
     }
 }

@@ -390,14 +390,8 @@ fn unwind(
         sp: header.sp,
         bp: header.bp,
     };
-    let before_exec = || lineages.map_or_else(Vec::new, |lineages| lineages.before_exec(key.pid));
-    let unwound = table.unwind(
-        key.pid,
-        registers,
-        header.stack_base,
-        copy.stack,
-        before_exec,
-    );
+    let ancestry = || lineages.map_or_else(Vec::new, |lineages| lineages.ancestry(key.pid));
+    let unwound = table.unwind(key.pid, registers, header.stack_base, copy.stack, ancestry);
     (
         SampleIdentity {
             pid: key.pid,

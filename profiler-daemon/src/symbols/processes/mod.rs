@@ -55,11 +55,11 @@ const RECORD_IDLE_LIMIT: Duration = Duration::from_secs(60);
 /// sample and its symbolizing. Bounded by mappings (about 64 bytes each),
 /// so that a process of many mappings keeps fewer maps.
 const EARLIER_MAPS_KEPT: usize = 128;
+const EARLIER_MAPPINGS_KEPT: usize = 4096;
 
 /// How long after a program was first recorded a frame pointer that leads
 /// out of its mappings has them read again (see [`ProcessTable::unwind`]).
 const PROGRAM_LOADING: Duration = Duration::from_secs(1);
-const EARLIER_MAPPINGS_KEPT: usize = 4096;
 
 #[derive(Debug)]
 struct ProcessRecord {
@@ -474,7 +474,7 @@ impl ProcessTable {
     /// recorded is recorded first; one whose code moved since it was
     /// recorded (a library loaded later) is recorded again. A stack none
     /// of its mappings hold may have been sampled before an exec that
-    /// followed its fork: `before_exec` says who forked it then, and who
+    /// followed its fork: `ancestry` says who forked it then, and who
     /// forked that one while it ran the same program (see
     /// [`ProcessTable::unwind_before_exec`]).
     pub fn unwind(
@@ -483,7 +483,7 @@ impl ProcessTable {
         registers: UserRegisters,
         stack_base: u64,
         stack: &[u8],
-        before_exec: impl FnOnce() -> Vec<ForkLineage>,
+        ancestry: impl FnOnce() -> Vec<ForkLineage>,
     ) -> UnwoundStack {
         let started = Instant::now();
         if !self.processes.contains_key(&pid)
@@ -514,7 +514,7 @@ impl ProcessTable {
             Some(UnwindStop::Unmapped | UnwindStop::UnknownProcess)
         );
         if program_unknown {
-            let ancestry = before_exec();
+            let ancestry = ancestry();
             if let Some(again) =
                 self.unwind_before_exec(pid, &ancestry, registers, stack_base, stack)
             {

@@ -443,16 +443,13 @@ impl Symbolizer {
         if flags & sample_flags::USER_STACK_TRUNCATED != 0 {
             stack.push(self.marker("[truncated]"));
         }
-        let kernel: Vec<_> = (kernel.iter().enumerate().rev())
-            .map(|(depth, &address)| {
-                let key = LocationKey::Kernel(code_address(address, depth > 0));
-                self.cached(key, LocationKind::Kernel, "[kernel]")
-            })
-            .collect();
         // No copy of a stack that `execve` took away: said so, not as if
         // the copy had failed.
         let user_stop = match user_stop {
-            Some(UnwindStop::NoStackCopy) if kernel.iter().any(|at| in_execve(&at.location)) => {
+            Some(UnwindStop::NoStackCopy)
+                if (0..kernel.len())
+                    .any(|depth| in_execve(&self.kernel_location(kernel, depth).location)) =>
+            {
                 Some(&UnwindStop::InExecve)
             }
             stop => stop,
@@ -475,8 +472,16 @@ impl Symbolizer {
         if flags & sample_flags::KERNEL_STACK_LOST != 0 && !ring_full {
             stack.push(self.marker(LOST_MARKER));
         }
-        stack.extend(kernel);
+        for depth in (0..kernel.len()).rev() {
+            stack.push(self.kernel_location(kernel, depth));
+        }
         stack
+    }
+
+    /// The location of the kernel frame at `depth` of `kernel` (leaf first).
+    fn kernel_location(&mut self, kernel: &[u64], depth: usize) -> Arc<SymbolizedLocation> {
+        let key = LocationKey::Kernel(code_address(kernel[depth], depth > 0));
+        self.cached(key, LocationKind::Kernel, "[kernel]")
     }
 
     fn user_location(&mut self, address: &UserAddress, returns: bool) -> Arc<SymbolizedLocation> {
