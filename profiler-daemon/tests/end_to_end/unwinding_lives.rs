@@ -20,8 +20,12 @@ use crate::{
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thread_s_stack_copy_holds_as_many_frames_wherever_its_stack_pointer_is() {
-    // The copy (16 KiB) starts at the stack pointer: one that started at
-    // its page's start held up to 4 KiB less, three 1 KiB frames here.
+    // The copy starts at the stack pointer: one that started at its page's
+    // start held up to 4 KiB less, three 1 KiB frames here. The threads,
+    // 100 KiB deep, start after the process was first read: each is found
+    // deeper than its 16 KiB copy, its stack is looked for in the
+    // process's memory map read again, and it gets 64 KiB copies (once
+    // only threads whose stacks that first reading saw got them).
     let daemon = Daemon::start().await;
     let binary = build_workload_with("deep_threads", "deep-threads", &["-O1", "-g"]);
     let workload = Workload::spawn(&binary, &[]);
@@ -68,7 +72,7 @@ async fn a_thread_s_stack_copy_holds_as_many_frames_wherever_its_stack_pointer_i
     let least = modal.iter().map(|&(_, depth)| depth).min().unwrap();
     let most = modal.iter().map(|&(_, depth)| depth).max().unwrap();
     assert!(
-        most - least <= 1 && least >= 12,
+        most - least <= 1 && least >= 56,
         "recurse frames held per thread: {modal:?} ({depths:?})"
     );
 }

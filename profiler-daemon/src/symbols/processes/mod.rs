@@ -61,6 +61,10 @@ const EARLIER_MAPPINGS_KEPT: usize = 4096;
 /// out of its mappings has them read again (see [`ProcessTable::unwind`]).
 const PROGRAM_LOADING: Duration = Duration::from_secs(1);
 
+/// How soon a process's mappings may be read again when a sample finds
+/// them out of date (a return address or a thread's stack in none).
+const READ_AGAIN_AFTER: Duration = Duration::from_millis(10);
+
 #[derive(Debug)]
 struct ProcessRecord {
     name: Arc<str>,
@@ -500,7 +504,7 @@ impl ProcessTable {
         // its program's first second, when a frame pointer led out of them
         // (code without unwind information into a library not yet seen).
         let read_again = self.processes.get(&pid).is_some_and(|record| {
-            let stale = record.adopted || record.recorded_at.elapsed() > Duration::from_millis(10);
+            let stale = record.adopted || record.recorded_at.elapsed() > READ_AGAIN_AFTER;
             let loading = record.program_recorded_at.elapsed() < PROGRAM_LOADING;
             stale
                 && (unwound.stop == Some(UnwindStop::Unmapped)
@@ -587,13 +591,29 @@ impl ProcessTable {
     }
 
     /// The end of the mapping of `pid` that holds `sp` (a thread's stack
-    /// pointer): the top of that thread's stack. None when no writable
-    /// data mapping recorded holds it.
-    pub fn stack_top(&self, pid: u32, sp: u64) -> Option<u64> {
-        let record = self.processes.get(&pid)?;
-        mapping_of(&record.mappings, sp)
-            .filter(|mapping| !mapping.code)
-            .map(|mapping| mapping.end)
+    /// pointer): the top of that thread's stack. A stack in none of the
+    /// recorded mappings (a thread started after the process was recorded)
+    /// has them read again, at most every [`READ_AGAIN_AFTER`]. None when
+    /// no writable data mapping holds it.
+    pub fn stack_top(&mut self, pid: u32, sp: u64) -> Option<u64> {
+        let top = |table: &Self| {
+            let record = table.processes.get(&pid)?;
+            mapping_of(&record.mappings, sp).map(|mapping| (!mapping.code).then_some(mapping.end))
+        };
+        match top(self) {
+            Some(found) => found,
+            None => {
+                let stale = self
+                    .processes
+                    .get(&pid)
+                    .is_some_and(|record| record.recorded_at.elapsed() > READ_AGAIN_AFTER);
+                if stale && self.record(pid).is_ok() {
+                    top(self).flatten()
+                } else {
+                    None
+                }
+            }
+        }
     }
 
     /// The binaries a recorded process maps code from.
