@@ -257,7 +257,7 @@ fn record(ctx: &RetProbeContext, pid_tgid: u64, size: u64, address: u64) {
     if copied {
         add(counts, COUNT_WRITTEN, 1);
         count(Counter::AllocSampled);
-        announce_process(pid);
+        announce_process(pid, task.mm);
     } else {
         count(Counter::AllocStackCopyRingFull);
         add(counts, COUNT_RING_FULL, 1);

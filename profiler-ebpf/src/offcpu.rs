@@ -305,7 +305,7 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
     };
     let copied = copy_stack(&STACK_COPIES, copy);
     if copied {
-        announce_process(pid);
+        announce_process(pid, task.mm);
     } else {
         count(Counter::OffCpuStackCopyRingFull);
         if let Some(entry) = OFFCPU_PENDING.get_ptr_mut(&tid) {

@@ -198,7 +198,7 @@ fn record(
         };
         if copy_stack(&STACK_COPIES, copy) {
             count(Counter::StackCopies);
-            announce_process(pid);
+            announce_process(pid, task.mm);
             return;
         }
         // The daemon is behind: count the sample, without its stacks.
@@ -253,7 +253,7 @@ fn record(
         };
         match counts.insert(&key, &fresh, BPF_NOEXIST.into()) {
             // A new key, so perhaps a new process: the only place it can be.
-            Ok(()) if pid != 0 => announce_process(pid),
+            Ok(()) if pid != 0 => announce_process(pid, task.mm),
             Ok(()) => {}
             // Another CPU inserted the same key first (a migrated thread).
             Err(err) if err == -EEXIST => {

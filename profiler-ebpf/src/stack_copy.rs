@@ -104,13 +104,14 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     const HEADER: usize = size_of::<StackCopyHeader>();
     let tid = copy.pid_tgid as u32;
     // A deep thread's copy is larger and ends at its stack's top; the main
-    // thread's ends above its frames.
-    let deep = if copy.deep_allowed {
+    // thread's ends above its frames (and is made deep below, without a
+    // look-up).
+    let main_thread = (copy.pid_tgid >> 32) as u32 == tid;
+    let deep = if copy.deep_allowed && !main_thread {
         DEEP_THREADS.get_ptr(tid)
     } else {
         None
     };
-    let main_thread = (copy.pid_tgid >> 32) as u32 == tid;
     let main_top = copy.task.main_stack_top;
     // A main thread's frames end at its arguments, known here: one deeper
     // than a copy takes a deep thread's at once, from its first sample (a

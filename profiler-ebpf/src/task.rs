@@ -30,6 +30,8 @@ pub(crate) struct CurrentTask {
     /// Where the frames of its process's main thread end
     /// (`mm_struct.start_stack`); 0 if unknown.
     pub(crate) main_stack_top: u64,
+    /// The address of its process's memory (`mm_struct`); 0 if unknown.
+    pub(crate) mm: u64,
 }
 
 impl CurrentTask {
@@ -55,6 +57,7 @@ pub(crate) fn current_task() -> CurrentTask {
         protected: true,
         user_memory: true,
         main_stack_top: 0,
+        mm: 0,
     };
     let (cred_offset, ids_offset) = (
         global(&KERNEL_LAYOUT.task_real_cred),
@@ -112,5 +115,6 @@ pub(crate) fn current_task() -> CurrentTask {
         protected: mixed || !dumpable,
         user_memory: !matches!(mm, Ok(0)),
         main_stack_top,
+        mm: mm.unwrap_or(0),
     }
 }
