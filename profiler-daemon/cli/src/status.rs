@@ -56,7 +56,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          sampling:   {cpus} CPUs at {hz} Hz; {taken} samples taken, {drains} drains (at most {gap} apart)\n\
          targets:    {targets} ({outside} ticks outside them)\n\
          lost:       {lost}\n\
-         processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them ({before_exec} stacks from before an exec unwound with them); {map_records}\n\
+         processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them ({before_exec} stacks from before an exec unwound with them); {map_records}; {lineages}\n\
          symbolizer: {binaries} binaries parsed ({released} let go of when idle, {evicted_binaries} for memory; {symbols_only} named from their symbol tables only, their debug information too large for memory_budget), {user} user and {kernel} kernel addresses cached\n\
          unwinding:  {unwinding}\n\
          off-CPU:    {offcpu}\n\
@@ -86,6 +86,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         before_exec = symbolizer.stacks_unwound_before_exec,
         map_records =
             memory_map_records_status(symbolizer.memory_map_records.as_ref(), status.drains),
+        lineages = fork_lineages_status(symbolizer.fork_lineages.as_ref(), status.drains),
         binaries = symbolizer.binaries,
         released = symbolizer.binaries_released,
         evicted_binaries = symbolizer.binaries_evicted,
@@ -112,6 +113,30 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         verbose,
     ));
     text
+}
+
+/// What the book of fork lineages holds (absent when forks are not
+/// recorded: the frame-pointer mode).
+fn fork_lineages_status(book: Option<&v1::ForkLineagesStatus>, drains: u64) -> String {
+    match book {
+        None if drains == 0 => "fork lineages: not known before the first drain".to_owned(),
+        None => "fork lineages: not recorded".to_owned(),
+        Some(book) => format!(
+            "fork lineages: {} forked of at most {} ({} let go of), {} exec'd of at most {} \
+             ({} let go of), {}",
+            book.forked,
+            book.forked_limit,
+            book.forked_evicted,
+            book.exec_left,
+            book.exec_left_limit,
+            book.exec_left_evicted,
+            if book.bytes < 1 << 20 {
+                format!("{} KiB", book.bytes.div_ceil(1024))
+            } else {
+                format!("{} MiB", mib(book.bytes))
+            }
+        ),
+    }
 }
 
 /// What the kernel's records of memory maps hold (the processes gone before
@@ -465,6 +490,26 @@ mod tests {
     fn memory_maps_unknown_before_the_first_drain_are_not_said_unfollowed() {
         assert!(memory_map_records_status(None, 0).contains("not known before the first drain"));
         assert!(memory_map_records_status(None, 3).contains("not followed"));
+        assert!(fork_lineages_status(None, 3).contains("not recorded"));
+        let book = v1::ForkLineagesStatus {
+            forked: 3,
+            forked_limit: 32768,
+            forked_evicted: 1,
+            exec_left: 2,
+            exec_left_limit: 4096,
+            exec_left_evicted: 0,
+            bytes: 1 << 20,
+        };
+        assert_eq!(
+            fork_lineages_status(Some(&book), 1),
+            "fork lineages: 3 forked of at most 32768 (1 let go of), 2 exec'd of at most 4096 \
+             (0 let go of), 1.0 MiB"
+        );
+        let small = v1::ForkLineagesStatus {
+            bytes: 3000,
+            ..book
+        };
+        assert!(fork_lineages_status(Some(&small), 1).ends_with(", 3 KiB"));
         let records = v1::MemoryMapRecordsStatus {
             mappings: 7,
             ..Default::default()

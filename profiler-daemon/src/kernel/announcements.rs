@@ -65,6 +65,18 @@ impl ForkLineages {
         book.ancestry(pid)
     }
 
+    /// Holds at most `bytes` (0: its own bound only); see
+    /// [`LineageBook::within`]. The most bytes it holds then.
+    pub fn within(&self, bytes: u64) -> u64 {
+        let mut guard = crate::lock(&self.0);
+        guard.1.within(bytes);
+        guard.1.bound_bytes()
+    }
+
+    pub fn stats(&self) -> LineageStats {
+        crate::lock(&self.0).1.stats()
+    }
+
     /// Reads every fork and exec written so far (at every pass of the
     /// watcher, so that the ring does not fill while no new process is
     /// sampled).
@@ -102,71 +114,57 @@ const EXECS_KEPT: usize = 4096;
 /// [`EXECS_KEPT`] forked processes that exec'd.
 #[derive(Debug)]
 pub(crate) struct LineageBook {
-    forked: HashMap<u32, (ForkLineage, u64)>,
-    /// (process, when it was noted), oldest first; an entry whose time no
-    /// longer matches its process's was superseded.
-    order: VecDeque<(u32, u64)>,
-    noted: u64,
-    capacity: usize,
-    /// Lineages left by an exec, with when they were noted; the oldest
-    /// first in `execs` (a place whose time no longer matches was
-    /// superseded by a later fork and exec of the same process id).
-    exec_left: HashMap<u32, (ForkLineage, u64)>,
-    execs: VecDeque<(u32, u64)>,
+    forked: OldestFirst,
+    /// Lineages left by an exec.
+    exec_left: OldestFirst,
+}
+
+/// What a [`LineageBook`] holds, its bounds, and what it let go of since
+/// start (the oldest first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LineageStats {
+    pub forked: u64,
+    pub forked_limit: u64,
+    pub forked_evicted: u64,
+    pub exec_left: u64,
+    pub exec_left_limit: u64,
+    pub exec_left_evicted: u64,
+    /// Bytes held, roughly.
+    pub bytes: u64,
 }
 
 impl LineageBook {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            forked: HashMap::default(),
-            order: VecDeque::new(),
-            noted: 0,
-            capacity: capacity.max(1),
-            exec_left: HashMap::default(),
-            execs: VecDeque::new(),
+            forked: OldestFirst::new(capacity),
+            exec_left: OldestFirst::new(EXECS_KEPT),
         }
     }
 
     /// Takes in one record: a fork (the child is now known forked) or an
     /// exec (`parent` 0: its program is its own).
     pub(crate) fn note(&mut self, record: ForkLineage) {
-        self.noted += 1;
         if record.parent == 0 {
-            if let Some((lineage, _)) = self.forked.remove(&record.child) {
-                self.keep_exec_left(lineage);
+            if let Some(lineage) = self.forked.remove(record.child) {
+                self.exec_left.insert(lineage);
             }
             return;
         }
         // A process id used again: what its previous process left is not
         // its own.
-        self.exec_left.remove(&record.child);
-        self.forked.insert(record.child, (record, self.noted));
-        self.order.push_back((record.child, self.noted));
-        while self.forked.len() > self.capacity
-            && let Some((pid, noted)) = self.order.pop_front()
-        {
-            if self.forked.get(&pid).is_some_and(|&(_, at)| at == noted) {
-                self.forked.remove(&pid);
-            }
-        }
-        // Places superseded by a later fork of a reused id, or left by an
-        // exec, are dropped once they are as many as the live ones.
-        if self.order.len() > 2 * self.capacity {
-            let forked = &self.forked;
-            self.order
-                .retain(|(pid, noted)| forked.get(pid).is_some_and(|(_, at)| at == noted));
-        }
+        self.exec_left.remove(record.child);
+        self.forked.insert(record);
     }
 
     pub(crate) fn of(&self, pid: u32) -> Lineage {
-        match self.forked.get(&pid) {
-            Some(&(lineage, _)) => Lineage::Forked(lineage),
+        match self.forked.get(pid) {
+            Some(&lineage) => Lineage::Forked(lineage),
             None => Lineage::OwnProgram,
         }
     }
 
     pub(crate) fn ancestry(&self, pid: u32) -> Vec<ForkLineage> {
-        let Some(&(first, _)) = self.exec_left.get(&pid).or_else(|| self.forked.get(&pid)) else {
+        let Some(&first) = self.exec_left.get(pid).or_else(|| self.forked.get(pid)) else {
             return Vec::new();
         };
         let mut ancestry = vec![first];
@@ -174,10 +172,10 @@ impl LineageBook {
             let last = ancestry[ancestry.len() - 1];
             let parent = self
                 .forked
-                .get(&last.parent)
-                .or_else(|| self.exec_left.get(&last.parent));
+                .get(last.parent)
+                .or_else(|| self.exec_left.get(last.parent));
             match parent {
-                Some(&(up, _)) if up.start_code == last.start_code && up.parent != last.child => {
+                Some(&up) if up.start_code == last.start_code && up.parent != last.child => {
                     ancestry.push(up);
                 }
                 _ => break,
@@ -186,22 +184,108 @@ impl LineageBook {
         ancestry
     }
 
-    fn keep_exec_left(&mut self, lineage: ForkLineage) {
-        let pid = lineage.child;
-        self.exec_left.insert(pid, (lineage, self.noted));
-        self.execs.push_back((pid, self.noted));
-        while self.exec_left.len() > EXECS_KEPT
-            && let Some((pid, noted)) = self.execs.pop_front()
+    /// Holds at most what `bytes` (0: no bound) allow of forked processes,
+    /// within the capacity it was made with (the oldest let go of first).
+    pub(crate) fn within(&mut self, bytes: u64) {
+        let fixed = self.exec_left.capacity as u64 * OldestFirst::BYTES_PER_ENTRY;
+        if bytes > 0 {
+            let forked = (bytes.saturating_sub(fixed) / OldestFirst::BYTES_PER_ENTRY) as usize;
+            self.forked.shrink_to(forked.max(FEWEST_LINEAGES));
+        }
+    }
+
+    /// The most bytes it holds (both bounds full).
+    pub(crate) fn bound_bytes(&self) -> u64 {
+        (self.forked.capacity + self.exec_left.capacity) as u64 * OldestFirst::BYTES_PER_ENTRY
+    }
+
+    pub(crate) fn stats(&self) -> LineageStats {
+        LineageStats {
+            forked: self.forked.by_pid.len() as u64,
+            forked_limit: self.forked.capacity as u64,
+            forked_evicted: self.forked.evicted,
+            exec_left: self.exec_left.by_pid.len() as u64,
+            exec_left_limit: self.exec_left.capacity as u64,
+            exec_left_evicted: self.exec_left.evicted,
+            bytes: self.forked.bytes() + self.exec_left.bytes(),
+        }
+    }
+}
+
+/// The fewest forked processes a book holds, whatever its bytes.
+const FEWEST_LINEAGES: usize = 1024;
+
+/// Lineages by their process id, at most `capacity`: the one put in least
+/// recently is let go of first (evicted).
+#[derive(Debug)]
+struct OldestFirst {
+    by_pid: HashMap<u32, (ForkLineage, u64)>,
+    /// (process, when it was put in), oldest first; a place whose time no
+    /// longer matches its process's was superseded (put in again, or taken
+    /// out), and is dropped once such places are as many as the live ones.
+    order: VecDeque<(u32, u64)>,
+    put: u64,
+    capacity: usize,
+    evicted: u64,
+}
+
+impl OldestFirst {
+    /// Bytes an entry takes, roughly: its slot in the map (at the map's
+    /// load factor) and two places in the order.
+    const BYTES_PER_ENTRY: u64 =
+        (std::mem::size_of::<(u32, (ForkLineage, u64))>() * 8 / 7 + 1 + 2 * 16) as u64;
+
+    fn new(capacity: usize) -> Self {
+        Self {
+            by_pid: HashMap::default(),
+            order: VecDeque::new(),
+            put: 0,
+            capacity: capacity.max(1),
+            evicted: 0,
+        }
+    }
+
+    fn get(&self, pid: u32) -> Option<&ForkLineage> {
+        self.by_pid.get(&pid).map(|(lineage, _)| lineage)
+    }
+
+    /// Puts in the lineage of its `child`, the newest (replacing one of
+    /// the same process).
+    fn insert(&mut self, lineage: ForkLineage) {
+        self.put += 1;
+        self.by_pid.insert(lineage.child, (lineage, self.put));
+        self.order.push_back((lineage.child, self.put));
+        self.keep_within();
+    }
+
+    fn remove(&mut self, pid: u32) -> Option<ForkLineage> {
+        self.by_pid.remove(&pid).map(|(lineage, _)| lineage)
+    }
+
+    fn shrink_to(&mut self, capacity: usize) {
+        self.capacity = capacity.max(1).min(self.capacity);
+        self.keep_within();
+    }
+
+    fn keep_within(&mut self) {
+        while self.by_pid.len() > self.capacity
+            && let Some((pid, put)) = self.order.pop_front()
         {
-            if self.exec_left.get(&pid).is_some_and(|&(_, at)| at == noted) {
-                self.exec_left.remove(&pid);
+            if self.by_pid.get(&pid).is_some_and(|&(_, at)| at == put) {
+                self.by_pid.remove(&pid);
+                self.evicted += 1;
             }
         }
-        if self.execs.len() > 2 * EXECS_KEPT {
-            let left = &self.exec_left;
-            self.execs
-                .retain(|(pid, noted)| left.get(pid).is_some_and(|(_, at)| at == noted));
+        if self.order.len() > 2 * self.capacity {
+            let by_pid = &self.by_pid;
+            self.order
+                .retain(|(pid, put)| by_pid.get(pid).is_some_and(|(_, at)| at == put));
         }
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.by_pid.capacity() * (std::mem::size_of::<(u32, (ForkLineage, u64))>() + 1)
+            + self.order.capacity() * 16) as u64
     }
 }
 
@@ -335,6 +419,26 @@ mod tests {
             .filter(|&pid| matches!(book.of(pid), Lineage::Forked(_)))
             .collect();
         assert_eq!(known, [12, 20, 21]);
+        // 10, 11 and 14 let go of for room (13 left by its exec, 12's
+        // first place superseded: neither counted).
+        assert_eq!(book.stats().forked_evicted, 3);
+    }
+
+    #[test]
+    fn a_book_within_bytes_holds_fewer_forks() {
+        let mut book = LineageBook::new(1 << 15);
+        let whole = book.bound_bytes();
+        book.within(whole / 4);
+        let limit = book.stats().forked_limit as usize;
+        assert!((FEWEST_LINEAGES..(1 << 15) / 4).contains(&limit), "{limit}");
+        assert!(book.bound_bytes() <= whole / 4);
+        for child in 0..(1 << 15) {
+            book.note(fork(child + 10, 1));
+        }
+        assert_eq!(book.stats().forked, limit as u64);
+        // More bytes never grow it past what it was made with.
+        book.within(u64::MAX / 2);
+        assert_eq!(book.stats().forked_limit as usize, limit);
     }
 
     #[test]
@@ -345,12 +449,23 @@ mod tests {
             book.note(fork(child, 2));
             book.note(exec(child));
         }
-        assert!(book.order.len() <= 8, "{} places kept", book.order.len());
-        assert_eq!(book.forked.len(), 1);
+        assert!(
+            book.forked.order.len() <= 8,
+            "{} places kept",
+            book.forked.order.len()
+        );
+        assert_eq!(book.forked.by_pid.len(), 1);
         assert!(matches!(book.of(2), Lineage::Forked(_)));
         // Only the last execs' lineages are kept.
-        assert_eq!(book.exec_left.len(), EXECS_KEPT);
-        assert!(book.execs.len() <= 2 * EXECS_KEPT + 1);
+        assert_eq!(book.exec_left.by_pid.len(), EXECS_KEPT);
+        assert!(book.exec_left.order.len() <= 2 * EXECS_KEPT + 1);
+        let stats = book.stats();
+        assert_eq!(
+            (stats.forked, stats.forked_evicted, stats.exec_left),
+            (1, 0, EXECS_KEPT as u64)
+        );
+        assert_eq!(stats.exec_left_evicted, 9_990 - EXECS_KEPT as u64);
+        assert!(stats.bytes > 0 && stats.bytes <= 2 * book.bound_bytes());
         assert_eq!(book.ancestry(9_999), [fork(9_999, 2)]);
         assert_eq!(book.ancestry(10), []);
         // Forked without exec: its own lineage, then its parent's.

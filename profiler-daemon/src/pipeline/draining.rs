@@ -353,12 +353,14 @@ fn drain_once(
     // Every copy written before the flip is in the ring buffer by now.
     let mut wait_stats = None;
     let mut deep_thread_stats = None;
+    let mut lineage_stats = None;
     if let Some(copies) = stack_copies {
         let mut copies = lock(copies);
         copies.unwind_all(processes);
         raw.samples.extend(copies.take(cut_ns));
         wait_stats = copies.wait_stats();
         deep_thread_stats = copies.deep_thread_stats();
+        lineage_stats = copies.lineage_stats();
     }
     debug!(counters = ?raw.counters, waits = ?wait_stats, "drained");
     let lost: u64 = drain::losses(&raw.counters).map(|(_, count)| count).sum();
@@ -382,6 +384,7 @@ fn drain_once(
         }
         stats.waits = wait_stats;
         stats.deep_threads = deep_thread_stats;
+        stats.lineages = lineage_stats;
     }
     let (store_waiting, cut_waiting): (Vec<_>, Vec<_>) =
         waiting.into_iter().partition(|request| request.stored);

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::kernel::announcements::{ForkLineages, ProcessAnnouncements};
+use crate::kernel::announcements::{ForkLineages, LineageStats, ProcessAnnouncements};
 use crate::kernel::mapping_records::MappingRecords;
 use profiler_common::{Counter, SampleKind};
 
@@ -93,6 +93,8 @@ pub struct PipelineStats {
     pub jit: JitStats,
     /// Threads named deep (`None`: no stack copies).
     pub deep_threads: Option<DeepThreadStats>,
+    /// The book of fork lineages (`None`: forks are not recorded).
+    pub lineages: Option<LineageStats>,
 }
 
 /// The most bytes each part of the pipeline holds (0: no bound), shares
@@ -266,8 +268,18 @@ impl Pipeline {
         bounds: PipelineBounds,
     ) -> Result<Self, PipelineError> {
         let stats = Arc::new(Mutex::new(PipelineStats::default()));
+        // The book of fork lineages takes an eighth of the process table's
+        // share at most, and the table the rest.
+        let lineage_bytes = stack_copies
+            .as_ref()
+            .and_then(|feed| feed.lineages.as_ref())
+            .map_or(0, |lineages| lineages.within(bounds.processes / 8));
+        let table_bytes = match bounds.processes {
+            0 => 0,
+            share => share.saturating_sub(lineage_bytes).max(1),
+        };
         let processes = Arc::new(Mutex::new(
-            ProcessTable::with_unwind_info_limit(bounds.unwind_info).with_limit(bounds.processes),
+            ProcessTable::with_unwind_info_limit(bounds.unwind_info).with_limit(table_bytes),
         ));
         let (requests, mut request_queue) = wakeups::wakeups().map_err(PipelineError::Wakeups)?;
         let wake = requests.clone();

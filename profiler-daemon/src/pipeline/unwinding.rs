@@ -22,7 +22,7 @@ use profiler_common::offcpu::WaitingThread;
 use super::blocked;
 use super::waits::{WaitIdentity, WaitStats, Waits};
 use crate::{
-    kernel::announcements::ForkLineages,
+    kernel::announcements::{ForkLineages, LineageStats},
     kernel::{
         allocation_copies::AllocationCopies,
         drain::{RawSample, ThreadNames},
@@ -194,6 +194,11 @@ impl StackCopyUnwinder {
         let mut rings = vec![self.copies.as_fd()];
         rings.extend(self.waits.as_ref().map(Waits::intervals_ring));
         rings
+    }
+
+    /// The book of fork lineages, when forks are recorded.
+    pub fn lineage_stats(&self) -> Option<LineageStats> {
+        self.lineages.as_deref().map(ForkLineages::stats)
     }
 
     /// The threads named deep, when stacks are copied.

@@ -183,14 +183,17 @@ impl Service {
             ),
             usage(
                 Part::Processes,
-                pipeline.processes.bytes,
+                pipeline.processes.bytes + pipeline.lineages.map_or(0, |book| book.bytes),
                 pipeline.processes.evicted
                     + pipeline.processes.earlier_maps_dropped
                     + pipeline
                         .processes
                         .journal
-                        .map_or(0, |journal| journal.evicted),
-                "records, earlier memory maps and recorded ones",
+                        .map_or(0, |journal| journal.evicted)
+                    + pipeline
+                        .lineages
+                        .map_or(0, |book| book.forked_evicted + book.exec_left_evicted),
+                "records, earlier memory maps, recorded ones and fork lineages",
             ),
             usage(
                 Part::Peeks,

@@ -317,7 +317,33 @@ async fn children_that_work_before_their_exec_keep_whole_chains() {
     // They ran their parent's program, which the kernel's fork records say
     // (before, 85% of the storm's samples were `[unmapped]`, child_work
     // nowhere in them).
-    storm_children_are_whole("prexecstorm", &["400", "2", "4", "/bin/true"], &[]).await;
+    let status =
+        storm_children_are_whole("prexecstorm", &["400", "2", "4", "/bin/true"], &[]).await;
+    // The status says what the book of fork lineages holds, and the
+    // `processes` part of the memory budget counts it.
+    let book = status
+        .symbolizer
+        .and_then(|symbolizer| symbolizer.fork_lineages)
+        .expect("the status says what the fork lineages hold");
+    assert!(
+        book.exec_left >= 100
+            && book.exec_left <= book.exec_left_limit
+            && book.forked <= book.forked_limit
+            && book.forked_limit >= 1024
+            && book.bytes > 0,
+        "{book:?}"
+    );
+    let processes = status
+        .memory
+        .expect("the status has the memory budget")
+        .parts
+        .into_iter()
+        .find(|part| part.name == "processes")
+        .expect("a processes part");
+    assert!(
+        processes.held_bytes >= book.bytes && book.bytes <= processes.share_bytes / 8 + 4096,
+        "{processes:?} {book:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -332,8 +358,8 @@ async fn grandchildren_whose_parent_is_gone_keep_whole_chains() {
 /// Runs fork_storm, named `name`, with `args` while a profile of it is
 /// under way: ≥ 95% of its children's samples carry their whole chain
 /// (`main`, `callers`, `child_work`), and at most 5% of all its samples
-/// stop short.
-async fn storm_children_are_whole(name: &str, args: &[&str], callers: &[&str]) {
+/// stop short. The daemon's status after it.
+async fn storm_children_are_whole(name: &str, args: &[&str], callers: &[&str]) -> v1::StatusReply {
     let storm = fork_storm_named(name);
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
@@ -351,6 +377,11 @@ async fn storm_children_are_whole(name: &str, args: &[&str], callers: &[&str]) {
         "{stopped} of {} samples stopped short: {stacks:#?}",
         total(&stacks)
     );
+    client
+        .get_status(v1::GetStatusRequest::default())
+        .await
+        .expect("Status")
+        .into_inner()
 }
 
 #[tokio::test(flavor = "multi_thread")]

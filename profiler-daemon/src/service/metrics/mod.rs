@@ -161,6 +161,40 @@ impl Collector for Snapshot {
                 journal.lost,
             )?;
         }
+        if let Some(book) = pipeline.lineages {
+            let forked = "Processes forked without exec whose parent and program layout are held";
+            let exec_left = "Processes that exec'd after a fork whose lineage is held for their earlier samples";
+            for (name, help, held, limit, evicted) in [
+                (
+                    "fork_lineages_forked",
+                    forked,
+                    book.forked,
+                    book.forked_limit,
+                    book.forked_evicted,
+                ),
+                (
+                    "fork_lineages_exec_left",
+                    exec_left,
+                    book.exec_left,
+                    book.exec_left_limit,
+                    book.exec_left_evicted,
+                ),
+            ] {
+                gauge(out, name, help, held)?;
+                gauge(
+                    out,
+                    &format!("{name}_limit"),
+                    &format!("{help}: the most held"),
+                    limit,
+                )?;
+                counter(
+                    out,
+                    &format!("{name}_evicted"),
+                    &format!("{help}: let go of to stay within the limit"),
+                    evicted,
+                )?;
+            }
+        }
         let unwinding = &pipeline.unwinding;
         counter(
             out,

@@ -170,6 +170,15 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
                     records_lost: journal.lost,
                 }
             }),
+            fork_lineages: pipeline.lineages.map(|lineages| v1::ForkLineagesStatus {
+                forked: lineages.forked,
+                forked_limit: lineages.forked_limit,
+                forked_evicted: lineages.forked_evicted,
+                exec_left: lineages.exec_left,
+                exec_left_limit: lineages.exec_left_limit,
+                exec_left_evicted: lineages.exec_left_evicted,
+                bytes: lineages.bytes,
+            }),
         }),
         store: Some(v1::StoreStatus {
             memory_bytes: store.memory_bytes,
