@@ -21,7 +21,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         .filter(|loss| verbose || loss.count > 0)
         .map(|loss| format!("{}={}", loss.cause, loss.count))
         .collect();
-    let symbolizer = status.symbolizer.unwrap_or_default();
+    let symbolizer = status.symbolizer.clone().unwrap_or_default();
     let store = status.store.unwrap_or_default();
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     let history = if store.oldest_unix_nanos > 0 {
@@ -57,6 +57,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
          targets:    {targets} ({outside} ticks outside them)\n\
          lost:       {lost}\n\
          processes:  {seen} seen, {tracked} tracked, {adopted} took the maps of the process that forked them ({before_exec} stacks from before an exec unwound with them); {map_records}; {lineages}\n\
+         python:     {python}\n\
          symbolizer: {binaries} binaries parsed ({released} let go of when idle, {evicted_binaries} for memory; {symbols_only} named from their symbol tables only, their debug information too large for memory_budget), {user} user and {kernel} kernel addresses cached\n\
          unwinding:  {unwinding}\n\
          off-CPU:    {offcpu}\n\
@@ -87,6 +88,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         map_records =
             memory_map_records_status(symbolizer.memory_map_records.as_ref(), status.drains),
         lineages = fork_lineages_status(symbolizer.fork_lineages.as_ref(), status.drains),
+        python = python_status(symbolizer.python.as_ref()),
         binaries = symbolizer.binaries,
         released = symbolizer.binaries_released,
         evicted_binaries = symbolizer.binaries_evicted,
@@ -112,6 +114,39 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         &status.peek.clone().unwrap_or_default(),
         verbose,
     ));
+    text
+}
+
+/// The CPython interpreters found, by version, and those refused, by
+/// reason.
+fn python_status(python: Option<&v1::PythonStatus>) -> String {
+    let Some(python) = python else {
+        return "not said by this daemon".to_owned();
+    };
+    let counts = |counts: &std::collections::HashMap<String, u64>| {
+        let mut counts: Vec<_> = counts.iter().collect();
+        counts.sort();
+        counts
+            .iter()
+            .map(|(name, count)| format!("{name}: {count}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let found: u64 = python.processes.values().sum();
+    let mut text = match found {
+        0 => "no CPython 3.11+ process found".to_owned(),
+        found => format!(
+            "{found} CPython processes found ({}); their Python frames are not shown yet",
+            counts(&python.processes)
+        ),
+    };
+    if !python.refused.is_empty() {
+        text.push_str(&format!(
+            "; {} refused ({})",
+            python.refused.values().sum::<u64>(),
+            counts(&python.refused)
+        ));
+    }
     text
 }
 
@@ -491,6 +526,20 @@ mod tests {
         assert!(memory_map_records_status(None, 0).contains("not known before the first drain"));
         assert!(memory_map_records_status(None, 3).contains("not followed"));
         assert!(fork_lineages_status(None, 3).contains("not recorded"));
+        let python = v1::PythonStatus {
+            processes: [("3.13.0".to_owned(), 1), ("3.11.2".to_owned(), 2)].into(),
+            refused: [("before_3_11".to_owned(), 1)].into(),
+            binaries: 3,
+        };
+        assert_eq!(
+            python_status(Some(&python)),
+            "3 CPython processes found (3.11.2: 2, 3.13.0: 1); their Python frames are not shown \
+             yet; 1 refused (before_3_11: 1)"
+        );
+        assert_eq!(
+            python_status(Some(&v1::PythonStatus::default())),
+            "no CPython 3.11+ process found"
+        );
         let book = v1::ForkLineagesStatus {
             forked: 3,
             forked_limit: 32768,

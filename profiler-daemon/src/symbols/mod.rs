@@ -19,5 +19,6 @@ pub mod jit_names;
 pub mod mappings;
 pub mod process_files;
 pub mod processes;
+pub mod python;
 pub mod symbolizer;
 pub mod vdso;

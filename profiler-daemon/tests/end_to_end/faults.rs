@@ -565,7 +565,7 @@ async fn a_storm_of_short_lived_processes_is_reported() {
     let status = still_serving(&mut daemon).await;
     let seen = status.processes_seen - before.processes_seen;
     let adopted = |status: &v1::StatusReply| {
-        let symbolizer = status.symbolizer.expect("symbolizer status");
+        let symbolizer = status.symbolizer.clone().expect("symbolizer status");
         (
             symbolizer.processes_adopted,
             symbolizer.processes_adopted_as_announced,

@@ -181,3 +181,109 @@ async fn python_functions_under_x_perf_keep_their_whole_chain_of_calls() {
         python.display()
     );
 }
+
+/// The CPython binaries on this machine, each with the version it says it
+/// is: Debian's `python3.N`, and pyenv's (3.10 and later).
+fn cpythons_here() -> Vec<(PathBuf, String)> {
+    let pyenv_root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".pyenv")));
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for minor in 10..=16 {
+        let name = format!("python3.{minor}");
+        candidates.push(Path::new("/usr/bin").join(&name));
+        if let Some(root) = &pyenv_root
+            && let Ok(versions) = std::fs::read_dir(root.join("versions"))
+        {
+            candidates.extend(versions.flatten().map(|v| v.path().join("bin").join(&name)));
+        }
+    }
+    candidates
+        .into_iter()
+        .filter(|python| python.is_file())
+        .filter_map(|python| {
+            let output = Command::new(&python)
+                .args(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+                .stderr(Stdio::null())
+                .output()
+                .ok()?;
+            let version = String::from_utf8(output.stdout).ok()?.trim().to_owned();
+            output.status.success().then_some((python, version))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cpython_interpreters_are_found_with_their_versions() {
+    // Each CPython of the machine runs a loop: the daemon finds its
+    // interpreter (in its binary, or the libpython it links) and its
+    // version from the binary, and counts those before 3.11 as refused.
+    let pythons = cpythons_here();
+    assert!(
+        !pythons.is_empty(),
+        "no CPython on this machine (Debian's python3 is a test dependency)"
+    );
+    let daemon = Daemon::start().await;
+    let workloads: Vec<Workload> = pythons
+        .iter()
+        .map(|(python, _)| {
+            Command::new(python)
+                .args(["-c", "while True: pass"])
+                .spawn()
+                .expect("python runs")
+                .into()
+        })
+        .collect();
+    let pids: Vec<u32> = workloads.iter().map(Workload::pid).collect();
+    let mut client = daemon.client().await;
+    let options = crate::support::options(profilerd_client::v1::Format::Flat);
+    crate::support::profile(
+        &mut client,
+        &pids,
+        std::time::Duration::from_secs(2),
+        options,
+    )
+    .await;
+    let status = client
+        .get_status(profilerd_client::v1::GetStatusRequest::default())
+        .await
+        .expect("Status")
+        .into_inner();
+    let python = status
+        .symbolizer
+        .and_then(|symbolizer| symbolizer.python)
+        .expect("the status says what CPython interpreters were found");
+    for (path, version) in &pythons {
+        let minor: u32 = version
+            .split('.')
+            .nth(1)
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        if minor >= 11 {
+            assert!(
+                python
+                    .processes
+                    .get(version)
+                    .is_some_and(|&count| count >= 1),
+                "{} ({version}) found: {python:?}",
+                path.display()
+            );
+        } else {
+            assert!(
+                python
+                    .refused
+                    .get("before_3_11")
+                    .is_some_and(|&count| count >= 1),
+                "{} ({version}) refused: {python:?}",
+                path.display()
+            );
+        }
+    }
+    let found: u64 = python.processes.values().sum();
+    let refused: u64 = python.refused.values().sum();
+    assert_eq!(
+        found + refused,
+        pythons.len() as u64,
+        "each process counted once: {python:?}"
+    );
+}

@@ -161,6 +161,27 @@ impl Collector for Snapshot {
                 journal.lost,
             )?;
         }
+        let python = &pipeline.processes.python;
+        labelled_counters(
+            out,
+            "python_processes",
+            "Processes found running a CPython interpreter whose frames can be read, by version",
+            "version",
+            python
+                .processes
+                .iter()
+                .map(|(version, count)| (version.as_str(), *count)),
+        )?;
+        labelled_counters(
+            out,
+            "python_processes_refused",
+            "Processes running a CPython interpreter whose frames will not be read, by reason",
+            "reason",
+            python
+                .refused
+                .iter()
+                .map(|(reason, count)| (*reason, *count)),
+        )?;
         if let Some(book) = pipeline.lineages {
             let forked = "Processes forked without exec whose parent and program layout are held";
             let exec_left = "Processes that exec'd after a fork whose lineage is held for their earlier samples";

@@ -33,6 +33,7 @@ use super::{
         mapping_of, same_code_layout,
     },
     process_files,
+    python::{PythonInterpreters, PythonProcess, PythonStats},
 };
 use crate::{
     kernel::{
@@ -90,6 +91,8 @@ struct ProcessRecord {
     adopted: bool,
     /// Where its program was laid out when its mappings were read.
     image: Option<ImageLayout>,
+    /// The CPython interpreter it runs, when its frames can be read.
+    python: Option<Arc<PythonProcess>>,
 }
 
 impl ProcessRecord {
@@ -105,6 +108,7 @@ impl ProcessRecord {
             unwinder: None,
             adopted: false,
             image,
+            python: None,
         }
     }
 }
@@ -157,7 +161,7 @@ pub struct NormalizedBatch {
 }
 
 /// Counts for the status report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessStats {
     pub processes_tracked: u64,
     pub processes_seen: u64,
@@ -175,6 +179,8 @@ pub struct ProcessStats {
     /// The memory maps the kernel's records made (of processes gone
     /// before procfs was read); `None` when they are not followed.
     pub journal: Option<JournalStats>,
+    /// The CPython interpreters found in the processes recorded.
+    pub python: PythonStats,
 }
 
 /// The records of every process sampled recently.
@@ -189,6 +195,7 @@ pub struct ProcessTable {
     unrecorded: HashMap<u32, Instant>,
     last_collection: Option<Instant>,
     cgroups: crate::kernel::cgroups::CgroupPaths,
+    pythons: PythonInterpreters,
     unwind_cache: UnwindCache,
     unwind_stats: UnwindStats,
     /// Most bytes of unwind information held (0: no limit).
@@ -404,7 +411,17 @@ impl ProcessTable {
     /// Puts `record` in place of the process's previous one, whose
     /// mappings it keeps as earlier ones.
     fn insert(&mut self, pid: u32, mut record: ProcessRecord) {
-        match self.processes.remove(&pid) {
+        let previous = self.processes.remove(&pid);
+        // A process is counted once per program it runs.
+        let new_program = previous.as_ref().is_none_or(|previous| {
+            previous.python.is_none()
+                && (previous.image.is_none() || previous.image != record.image)
+        });
+        record.python = self
+            .pythons
+            .of_process(&record.mappings, new_program)
+            .map(Arc::new);
+        match previous {
             Some(previous) => {
                 record.earlier = previous.earlier;
                 if previous.image.is_some() && previous.image == record.image {
@@ -810,7 +827,14 @@ impl ProcessTable {
                 lost: records.lost(),
                 ..self.journal.stats()
             }),
+            python: self.pythons.stats(),
         }
+    }
+
+    /// The CPython interpreter process `pid` runs, when it is recorded and
+    /// its interpreter's frames can be read.
+    pub fn python_of(&self, pid: u32) -> Option<Arc<PythonProcess>> {
+        self.processes.get(&pid)?.python.clone()
     }
 }
 

@@ -179,6 +179,23 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
                 exec_left_evicted: lineages.exec_left_evicted,
                 bytes: lineages.bytes,
             }),
+            python: Some(v1::PythonStatus {
+                processes: pipeline
+                    .processes
+                    .python
+                    .processes
+                    .clone()
+                    .into_iter()
+                    .collect(),
+                refused: pipeline
+                    .processes
+                    .python
+                    .refused
+                    .iter()
+                    .map(|(reason, count)| ((*reason).to_owned(), *count))
+                    .collect(),
+                binaries: pipeline.processes.python.binaries,
+            }),
         }),
         store: Some(v1::StoreStatus {
             memory_bytes: store.memory_bytes,
