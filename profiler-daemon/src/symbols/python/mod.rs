@@ -20,6 +20,8 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::mappings::{Binary, BinaryKey, Mapping, MappingTarget};
 
+pub mod code_objects;
+
 #[cfg(test)]
 mod tests;
 
@@ -93,6 +95,9 @@ pub struct Interpreter {
     /// `_PyEval_EvalFrameDefault` (and its `.cold` part when the symbol
     /// table has it): where a native stack runs Python frames.
     pub eval_loop: Vec<Range<u64>>,
+    /// `PyCode_Type`, `PyUnicode_Type` and `PyBytes_Type`: what a code
+    /// object, a `str` and a `bytes` read from the process must point to.
+    pub types: code_objects::TypeObjects,
     /// The loadable segments: (virtual address, file offset, file size).
     segments: Vec<(u64, u64, u64)>,
 }
@@ -101,7 +106,7 @@ impl Interpreter {
     /// Where virtual address `address` of the binary is in a process that
     /// maps its file from offset `file_offset` at `start`; none when that
     /// mapping's segment is not one of the binary's.
-    fn bias(&self, start: u64, file_offset: u64) -> Option<u64> {
+    pub fn bias(&self, start: u64, file_offset: u64) -> Option<u64> {
         let &(vaddr, offset, _) = self
             .segments
             .iter()
@@ -185,6 +190,13 @@ fn inspect_elf<'data, R: ReadRef<'data>>(
     else {
         return Found::Refused(Refusal::NoSymbols, Some(version));
     };
+    let (Some((code, _)), Some((str, _)), Some((bytes, _))) = (
+        symbol("PyCode_Type"),
+        symbol("PyUnicode_Type"),
+        symbol("PyBytes_Type"),
+    ) else {
+        return Found::Refused(Refusal::NoSymbols, Some(version));
+    };
     let mut eval_loop = Vec::with_capacity(2);
     eval_loop.push(eval..eval + eval_size.max(1));
     if let Some((cold, size)) = symbol("_PyEval_EvalFrameDefault.cold") {
@@ -204,6 +216,7 @@ fn inspect_elf<'data, R: ReadRef<'data>>(
         version,
         runtime,
         eval_loop,
+        types: code_objects::TypeObjects { code, str, bytes },
         segments,
     }))
 }
@@ -282,6 +295,8 @@ pub struct PythonProcess {
     pub runtime: u64,
     /// Where the evaluation loop's code is in the process.
     pub eval_loop: Vec<Range<u64>>,
+    /// Where the interpreter's type objects are in the process.
+    pub types: code_objects::TypeObjects,
 }
 
 /// What the interpreters found since start.
@@ -336,8 +351,14 @@ impl PythonInterpreters {
                             .entry(interpreter.version.to_string())
                             .or_default() += 1;
                     }
+                    let types = interpreter.types;
                     return Some(PythonProcess {
                         runtime: interpreter.runtime.wrapping_add(bias),
+                        types: code_objects::TypeObjects {
+                            code: types.code.wrapping_add(bias),
+                            str: types.str.wrapping_add(bias),
+                            bytes: types.bytes.wrapping_add(bias),
+                        },
                         eval_loop: interpreter
                             .eval_loop
                             .iter()
