@@ -21,6 +21,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::mappings::{Binary, BinaryKey, Mapping, MappingTarget};
 
 pub mod code_objects;
+pub mod threads;
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use super::super::{Found, inspect};
 use super::*;
 
 /// The CPythons 3.11 and later on this machine (Debian's and pyenv's).
-fn pythons() -> Vec<PathBuf> {
+pub(in crate::symbols::python) fn pythons() -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = (11..=13)
         .map(|minor| PathBuf::from(format!("/usr/bin/python3.{minor}")))
         .filter(|path| path.exists())
