@@ -11,6 +11,7 @@
 
 mod archive;
 mod peek_report;
+mod python;
 mod running;
 mod settings;
 mod signals;

@@ -15,7 +15,10 @@ use std::{
 use profiler_common::SampleKind;
 use rustc_hash::FxHashMap as HashMap;
 
-use super::snapshot::{Disposition, ProcessSnapshot};
+use super::{
+    python::PythonAtTrigger,
+    snapshot::{Disposition, ProcessSnapshot},
+};
 use crate::{
     profile::{
         GroupBy, Location, Owner, Profile, ProfileAssembly, ReportOptions, ThreadInfo, ThreadState,
@@ -99,6 +102,9 @@ pub struct ThreadReport {
     pub at_trigger: Vec<String>,
     /// The kernel function it waited in, when it was not running.
     pub wait_channel: Option<String>,
+    /// Its Python frames at the trigger, innermost first (`qualname
+    /// (file:line)`), when the process runs CPython.
+    pub python_at_trigger: Vec<String>,
     /// Samples taken of it.
     pub snapshots: u64,
     /// Its share of one CPU during the peek, in percent.
@@ -161,6 +167,12 @@ impl PeekRun<'_> {
                     state: snapshot.map(|known| known.state_text()).unwrap_or_default(),
                     at_trigger,
                     wait_channel: snapshot.and_then(|known| known.wait_channel.clone()),
+                    python_at_trigger: match &self.snapshot.python {
+                        PythonAtTrigger::Stacks(stacks) => {
+                            stacks.get(&thread.tid).cloned().unwrap_or_default()
+                        }
+                        _ => Vec::new(),
+                    },
                     snapshots,
                     utilization_percent: if ticks > 0.0 {
                         (snapshots as f64 / ticks * 100.0).min(100.0)
@@ -287,6 +299,12 @@ impl PeekRun<'_> {
             writeln!(out)?;
             for frame in &thread.at_trigger {
                 writeln!(out, "    {frame}")?;
+            }
+            if !thread.python_at_trigger.is_empty() {
+                writeln!(out, "  in Python:")?;
+                for frame in &thread.python_at_trigger {
+                    writeln!(out, "    {frame}")?;
+                }
             }
         }
         writeln!(out)?;

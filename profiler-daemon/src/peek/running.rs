@@ -125,13 +125,18 @@ impl Peeker {
         let inner = &self.inner;
         let settings = self.settings();
         let signal = settings.signal;
-        let snapshot = tokio::task::spawn_blocking(move || snapshot::take(pid, signal))
-            .await
-            .map_err(|_| PeekError::Stopped)?
-            .map_err(|err| {
-                lock(&inner.stats).gone += 1;
-                PeekError::NoProcess(Arc::new(err))
-            })?;
+        let snapshot = tokio::task::spawn_blocking(move || {
+            snapshot::take(pid, signal).map(|mut snapshot| {
+                snapshot.python = super::python::at_trigger(pid);
+                snapshot
+            })
+        })
+        .await
+        .map_err(|_| PeekError::Stopped)?
+        .map_err(|err| {
+            lock(&inner.stats).gone += 1;
+            PeekError::NoProcess(Arc::new(err))
+        })?;
         if matches!(source, TriggerSource::Signal { .. }) && !settings.allow.allows(&snapshot) {
             lock(&inner.stats).refused += 1;
             return Err(PeekError::NotAllowed {
@@ -142,6 +147,9 @@ impl Peeker {
 
         inner.inbox.open(pid);
         let mut warnings = Vec::new();
+        if let super::python::PythonAtTrigger::NotRead(reason) = &snapshot.python {
+            warnings.push(format!("its Python stacks were not read: {reason}"));
+        }
         let recording = self.record_waits(pid, &mut warnings);
         let sampled = self.sample(&snapshot, &mut warnings);
         let started = SystemTime::now();

@@ -30,6 +30,9 @@ pub struct ProcessSnapshot {
     /// What the process does with the peek signal, when there is one.
     pub disposition: Disposition,
     pub threads: Vec<ThreadSnapshot>,
+    /// Its threads' Python stacks, when it runs CPython (filled in after
+    /// the rest: see `peek::python`).
+    pub python: super::python::PythonAtTrigger,
 }
 
 /// A thread as its peek found it.
@@ -151,6 +154,7 @@ pub fn take(pid: u32, signal: u32) -> Result<ProcessSnapshot, SnapshotError> {
         cgroup_v2: cgroups.v2,
         disposition,
         threads,
+        python: Default::default(),
     })
 }
 

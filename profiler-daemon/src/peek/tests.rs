@@ -15,6 +15,7 @@ fn process(command: &str, uid: u32, cgroups: &[&str]) -> ProcessSnapshot {
         cgroup_v2: String::new(),
         disposition: Disposition::Unknown,
         threads: Vec::new(),
+        python: Default::default(),
     }
 }
 

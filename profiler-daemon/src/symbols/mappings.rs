@@ -260,7 +260,7 @@ pub(super) fn lookup(mappings: &[Mapping], address: u64) -> UserAddress {
 }
 
 /// The kernel's `dev_t` encoding of a major:minor pair, as `stat` reports it.
-pub(super) fn device_number((major, minor): (i32, i32)) -> u64 {
+pub(crate) fn device_number((major, minor): (i32, i32)) -> u64 {
     rustix::fs::makedev(major as u32, minor as u32)
 }
 

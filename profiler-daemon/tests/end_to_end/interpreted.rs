@@ -287,3 +287,119 @@ async fn cpython_interpreters_are_found_with_their_versions() {
         "each process counted once: {python:?}"
     );
 }
+
+/// Two threads spinning at known places (one through a method and a
+/// generator, one in a function named beyond ASCII): each prints its
+/// native id and its chain, innermost first (qualified name, file, line;
+/// the innermost line is where the chain was taken, not where it spins).
+const PEEKED_SCRIPT: &str = r#"
+import json, sys, threading
+lock = threading.Lock()
+def report():
+    frame, chain = sys._getframe(1), []
+    while frame is not None:
+        chain.append([frame.f_code.co_qualname, frame.f_code.co_filename, frame.f_lineno])
+        frame = frame.f_back
+    with lock:
+        print(json.dumps([threading.get_native_id(), chain]), flush=True)
+class K:
+    def m(self):
+        yield from self.spin()
+    def spin(self):
+        report()
+        while True:
+            pass
+        yield 1
+def a_outer():
+    for _ in K().m():
+        pass
+def größe():
+    report()
+    while True:
+        pass
+def b_outer():
+    größe()
+for target in (a_outer, b_outer):
+    threading.Thread(target=target, daemon=True).start()
+sys.stdin.read()
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peek_at_a_python_process_shows_each_thread_s_python_stack() {
+    // As `py-spy dump` shows them: every frame's qualified name, file and
+    // line, read from the interpreter's memory at the trigger.
+    let pythons: Vec<(PathBuf, String)> = cpythons_here()
+        .into_iter()
+        .filter(|(_, version)| {
+            let minor: u32 = version
+                .split('.')
+                .nth(1)
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            (11..=13).contains(&minor)
+        })
+        .collect();
+    assert!(
+        !pythons.is_empty(),
+        "no CPython 3.11 to 3.13 on this machine"
+    );
+    let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
+    for (python, version) in pythons {
+        let mut child = Command::new(&python)
+            .args(["-c", PEEKED_SCRIPT])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python runs");
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+            child.stdout.take().expect("its output"),
+        ));
+        let chains: Vec<serde_json::Value> = (0..2)
+            .map(|_| {
+                let line = lines.next().expect("a chain").expect("read");
+                serde_json::from_str(&line).expect("JSON")
+            })
+            .collect();
+        let pid = child.id();
+        let workload: Workload = child.into();
+        let report = client
+            .peek(profilerd_client::v1::PeekRequest { pid })
+            .await
+            .expect("Peek")
+            .into_inner();
+        for chain in &chains {
+            let tid = chain[0].as_u64().expect("a native id") as u32;
+            let frames = chain[1].as_array().expect("frames");
+            let thread = report
+                .threads
+                .iter()
+                .find(|thread| thread.tid == tid)
+                .unwrap_or_else(|| panic!("{version}: thread {tid} in {}", report.text));
+            let shown = &thread.python_at_trigger;
+            assert_eq!(
+                shown.len(),
+                frames.len(),
+                "{version}: {shown:#?} vs {frames:?}"
+            );
+            for (at, (shown, frame)) in shown.iter().zip(frames).enumerate() {
+                let (name, file, line) = (
+                    frame[0].as_str().unwrap(),
+                    frame[1].as_str().unwrap(),
+                    frame[2].as_u64().unwrap(),
+                );
+                // The innermost frame spins a line or two below.
+                let expected = match at {
+                    0 => format!("{name} ({file}:"),
+                    _ => format!("{name} ({file}:{line})"),
+                };
+                assert!(
+                    shown.starts_with(&expected),
+                    "{version}: {shown} vs {expected}"
+                );
+            }
+        }
+        assert!(report.text.contains("in Python:"), "{}", report.text);
+        drop(workload);
+    }
+}

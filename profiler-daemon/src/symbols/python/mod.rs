@@ -107,7 +107,7 @@ impl Interpreter {
     /// Where virtual address `address` of the binary is in a process that
     /// maps its file from offset `file_offset` at `start`; none when that
     /// mapping's segment is not one of the binary's.
-    pub fn bias(&self, start: u64, file_offset: u64) -> Option<u64> {
+    fn bias(&self, start: u64, file_offset: u64) -> Option<u64> {
         let &(vaddr, offset, _) = self
             .segments
             .iter()
@@ -300,6 +300,29 @@ pub struct PythonProcess {
     pub types: code_objects::TypeObjects,
 }
 
+impl PythonProcess {
+    /// The interpreter of a process that maps its binary's file from
+    /// `file_offset` at `start`; none when that is none of its segments.
+    pub fn placed(interpreter: Arc<Interpreter>, start: u64, file_offset: u64) -> Option<Self> {
+        let bias = interpreter.bias(start, file_offset)?;
+        let types = interpreter.types;
+        Some(Self {
+            runtime: interpreter.runtime.wrapping_add(bias),
+            types: code_objects::TypeObjects {
+                code: types.code.wrapping_add(bias),
+                str: types.str.wrapping_add(bias),
+                bytes: types.bytes.wrapping_add(bias),
+            },
+            eval_loop: interpreter
+                .eval_loop
+                .iter()
+                .map(|range| range.start.wrapping_add(bias)..range.end.wrapping_add(bias))
+                .collect(),
+            interpreter,
+        })
+    }
+}
+
 /// What the interpreters found since start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PythonStats {
@@ -342,33 +365,19 @@ impl PythonInterpreters {
                 Found::NotPython => {}
                 Found::Refused(reason, _) => refused = Some(reason),
                 Found::Interpreter(interpreter) => {
-                    let Some(bias) = interpreter.bias(mapping.start, mapping.file_offset) else {
+                    let Some(process) =
+                        PythonProcess::placed(interpreter, mapping.start, mapping.file_offset)
+                    else {
                         continue;
                     };
                     if new_process {
                         *self
                             .stats
                             .processes
-                            .entry(interpreter.version.to_string())
+                            .entry(process.interpreter.version.to_string())
                             .or_default() += 1;
                     }
-                    let types = interpreter.types;
-                    return Some(PythonProcess {
-                        runtime: interpreter.runtime.wrapping_add(bias),
-                        types: code_objects::TypeObjects {
-                            code: types.code.wrapping_add(bias),
-                            str: types.str.wrapping_add(bias),
-                            bytes: types.bytes.wrapping_add(bias),
-                        },
-                        eval_loop: interpreter
-                            .eval_loop
-                            .iter()
-                            .map(|range| {
-                                range.start.wrapping_add(bias)..range.end.wrapping_add(bias)
-                            })
-                            .collect(),
-                        interpreter,
-                    });
+                    return Some(process);
                 }
             }
         }

@@ -200,4 +200,4 @@ pub fn python_stacks(
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

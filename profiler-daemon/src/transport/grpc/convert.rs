@@ -402,6 +402,7 @@ pub fn peek_report(report: &PeekReport) -> v1::PeekReport {
                 state: thread.state.clone(),
                 at_trigger: thread.at_trigger.clone(),
                 wait_channel: thread.wait_channel.clone().unwrap_or_default(),
+                python_at_trigger: thread.python_at_trigger.clone(),
                 snapshots: thread.snapshots,
                 utilization_percent: thread.utilization_percent,
             })

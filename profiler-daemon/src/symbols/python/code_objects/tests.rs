@@ -4,7 +4,6 @@ use std::{
     process::{Command, Stdio},
 };
 
-use super::super::{Found, inspect};
 use super::*;
 
 /// The CPythons 3.11 and later on this machine (Debian's and pyenv's).
@@ -158,32 +157,9 @@ fn code_objects_are_read_from_a_live_interpreter() {
 
 /// The layout and type objects of the interpreter process `pid` runs.
 fn interpreter_of(pid: u32) -> (CodeLayout, TypeObjects) {
-    let maps = procfs::process::Process::new(pid as i32)
-        .and_then(|process| process.maps())
-        .expect("its mappings");
-    for map in maps {
-        let procfs::process::MMapPath::Path(path) = &map.pathname else {
-            continue;
-        };
-        let Ok(file) = std::fs::File::open(path) else {
-            continue;
-        };
-        if let Found::Interpreter(interpreter) = inspect(&path.to_string_lossy(), &file)
-            && let Some(bias) = interpreter.bias(map.address.0, map.offset)
-        {
-            let layout = CodeLayout::of(interpreter.version).expect("a known layout");
-            let types = interpreter.types;
-            return (
-                layout,
-                TypeObjects {
-                    code: types.code.wrapping_add(bias),
-                    str: types.str.wrapping_add(bias),
-                    bytes: types.bytes.wrapping_add(bias),
-                },
-            );
-        }
-    }
-    panic!("no interpreter in process {pid}");
+    let process = super::super::threads::tests::python_process(pid);
+    let layout = CodeLayout::of(process.interpreter.version).expect("a known layout");
+    (layout, process.types)
 }
 
 #[test]

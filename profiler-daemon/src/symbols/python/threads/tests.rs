@@ -3,11 +3,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use super::super::{
-    Found, PythonProcess,
-    code_objects::{ProcMem, TypeObjects},
-    inspect,
-};
+use super::super::{Found, PythonProcess, code_objects::ProcMem, inspect};
 use super::*;
 
 /// Two threads blocked at known places (one through a method and a
@@ -111,7 +107,7 @@ fn the_python_stacks_of_a_live_interpreter_are_its_own() {
 }
 
 /// The interpreter process `pid` runs, placed in it.
-fn python_process(pid: u32) -> PythonProcess {
+pub(in crate::symbols::python) fn python_process(pid: u32) -> PythonProcess {
     let maps = procfs::process::Process::new(pid as i32)
         .and_then(|process| process.maps())
         .expect("its mappings");
@@ -123,19 +119,9 @@ fn python_process(pid: u32) -> PythonProcess {
             continue;
         };
         if let Found::Interpreter(interpreter) = inspect(&path.to_string_lossy(), &file)
-            && let Some(bias) = interpreter.bias(map.address.0, map.offset)
+            && let Some(process) = PythonProcess::placed(interpreter, map.address.0, map.offset)
         {
-            let types = interpreter.types;
-            return PythonProcess {
-                runtime: interpreter.runtime.wrapping_add(bias),
-                eval_loop: Vec::new(),
-                types: TypeObjects {
-                    code: types.code.wrapping_add(bias),
-                    str: types.str.wrapping_add(bias),
-                    bytes: types.bytes.wrapping_add(bias),
-                },
-                interpreter,
-            };
+            return process;
         }
     }
     panic!("no interpreter in process {pid}");
