@@ -86,29 +86,14 @@ async fn perf_map_naming(pid: u32, name: &str) -> String {
     map
 }
 
-/// A CPython of 3.12 or later (the first with `-X perf`): on the PATH, or
+/// A CPython of 3.12 or later (the first with `-X perf`): Debian's, or
 /// installed by pyenv.
 fn python_with_perf_trampolines() -> Option<PathBuf> {
-    let pyenv_root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".pyenv")));
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    for minor in 12..=16 {
-        let name = format!("python3.{minor}");
-        if let Some(path) = std::env::var_os("PATH") {
-            candidates.extend(std::env::split_paths(&path).map(|dir| dir.join(&name)));
-        }
-        if let Some(root) = &pyenv_root
-            && let Ok(versions) = std::fs::read_dir(root.join("versions"))
-        {
-            candidates.extend(versions.flatten().map(|v| v.path().join("bin").join(&name)));
-        }
-    }
-    // A pyenv shim on the PATH fails unless its version is chosen: each is
-    // asked whether it runs and has the trampolines.
-    candidates.into_iter().find(|python| {
-        python.is_file()
-            && Command::new(python)
+    cpythons_here()
+        .into_iter()
+        .map(|(python, _)| python)
+        .find(|python| {
+            Command::new(python)
                 .args([
                     "-c",
                     "import sys; sys.exit(not hasattr(sys, 'activate_stack_trampoline'))",
@@ -117,7 +102,7 @@ fn python_with_perf_trampolines() -> Option<PathBuf> {
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|status| status.success())
-    })
+        })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -218,6 +203,7 @@ async fn cpython_interpreters_are_found_with_their_versions() {
     // Each CPython of the machine runs a loop: the daemon finds its
     // interpreter (in its binary, or the libpython it links) and its
     // version from the binary, and counts those before 3.11 as refused.
+    // (Other tests run CPythons too: the counts are at least these.)
     let pythons = cpythons_here();
     assert!(
         !pythons.is_empty(),
@@ -279,13 +265,6 @@ async fn cpython_interpreters_are_found_with_their_versions() {
             );
         }
     }
-    let found: u64 = python.processes.values().sum();
-    let refused: u64 = python.refused.values().sum();
-    assert_eq!(
-        found + refused,
-        pythons.len() as u64,
-        "each process counted once: {python:?}"
-    );
 }
 
 /// Two threads spinning at known places (one through a method and a

@@ -33,7 +33,7 @@ use super::{
         mapping_of, same_code_layout,
     },
     process_files,
-    python::{PythonInterpreters, PythonProcess, PythonStats},
+    python::{PythonInterpreters, PythonProcess, PythonStats, PythonVerdict},
 };
 use crate::{
     kernel::{
@@ -91,8 +91,8 @@ struct ProcessRecord {
     adopted: bool,
     /// Where its program was laid out when its mappings were read.
     image: Option<ImageLayout>,
-    /// The CPython interpreter it runs, when its frames can be read.
-    python: Option<Arc<PythonProcess>>,
+    /// The CPython interpreter it runs, if any.
+    python: PythonVerdict,
 }
 
 impl ProcessRecord {
@@ -108,7 +108,7 @@ impl ProcessRecord {
             unwinder: None,
             adopted: false,
             image,
-            python: None,
+            python: PythonVerdict::None,
         }
     }
 }
@@ -412,15 +412,19 @@ impl ProcessTable {
     /// mappings it keeps as earlier ones.
     fn insert(&mut self, pid: u32, mut record: ProcessRecord) {
         let previous = self.processes.remove(&pid);
-        // A process is counted once per program it runs.
-        let new_program = previous.as_ref().is_none_or(|previous| {
-            previous.python.is_none()
-                && (previous.image.is_none() || previous.image != record.image)
+        // A process is counted once per program it runs: when its
+        // interpreter is first found (a record made while its loader was
+        // still mapping libraries may have found none), or after an exec.
+        record.python = self.pythons.of_process(&record.mappings);
+        let counted = previous.as_ref().is_some_and(|previous| {
+            let exec = previous.image.is_some()
+                && record.image.is_some()
+                && previous.image != record.image;
+            previous.python != PythonVerdict::None && !exec
         });
-        record.python = self
-            .pythons
-            .of_process(&record.mappings, new_program)
-            .map(Arc::new);
+        if !counted {
+            self.pythons.count(&record.python);
+        }
         match previous {
             Some(previous) => {
                 record.earlier = previous.earlier;
@@ -834,7 +838,10 @@ impl ProcessTable {
     /// The CPython interpreter process `pid` runs, when it is recorded and
     /// its interpreter's frames can be read.
     pub fn python_of(&self, pid: u32) -> Option<Arc<PythonProcess>> {
-        self.processes.get(&pid)?.python.clone()
+        match &self.processes.get(&pid)?.python {
+            PythonVerdict::Runs(process) => Some(process.clone()),
+            _ => None,
+        }
     }
 }
 

@@ -302,4 +302,4 @@ fn signed_varint(table: &[u8], at: &mut usize) -> Option<i64> {
 }
 
 #[cfg(test)]
-pub(super) mod tests;
+mod tests;

@@ -323,6 +323,18 @@ impl PythonProcess {
     }
 }
 
+/// What a process runs, Python-wise.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PythonVerdict {
+    /// No CPython interpreter (or none mapped yet).
+    #[default]
+    None,
+    /// An interpreter whose frames will not be read.
+    Refused(Refusal),
+    /// An interpreter whose frames can be read.
+    Runs(Arc<PythonProcess>),
+}
+
 /// What the interpreters found since start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PythonStats {
@@ -349,44 +361,44 @@ pub struct PythonInterpreters {
 const BINARIES_KEPT: usize = 256;
 
 impl PythonInterpreters {
-    /// The interpreter of a process with `mappings`, newly recorded (each
-    /// process is counted once: `new_process`), if it runs one.
-    pub(in crate::symbols) fn of_process(
-        &mut self,
-        mappings: &[Mapping],
-        new_process: bool,
-    ) -> Option<PythonProcess> {
-        let mut refused = None;
+    /// What a process with `mappings` runs, Python-wise.
+    pub(in crate::symbols) fn of_process(&mut self, mappings: &[Mapping]) -> PythonVerdict {
+        let mut verdict = PythonVerdict::None;
         for mapping in mappings.iter().filter(|mapping| mapping.code) {
             let MappingTarget::File(binary) = &mapping.target else {
                 continue;
             };
             match self.found(binary) {
                 Found::NotPython => {}
-                Found::Refused(reason, _) => refused = Some(reason),
+                Found::Refused(reason, _) => verdict = PythonVerdict::Refused(reason),
                 Found::Interpreter(interpreter) => {
-                    let Some(process) =
+                    if let Some(process) =
                         PythonProcess::placed(interpreter, mapping.start, mapping.file_offset)
-                    else {
-                        continue;
-                    };
-                    if new_process {
-                        *self
-                            .stats
-                            .processes
-                            .entry(process.interpreter.version.to_string())
-                            .or_default() += 1;
+                    {
+                        return PythonVerdict::Runs(Arc::new(process));
                     }
-                    return Some(process);
                 }
             }
         }
-        if let Some(reason) = refused
-            && new_process
-        {
-            *self.stats.refused.entry(reason.counter_name()).or_default() += 1;
+        verdict
+    }
+
+    /// Counts a process's verdict (once per process and program: the
+    /// caller says when).
+    pub(in crate::symbols) fn count(&mut self, verdict: &PythonVerdict) {
+        match verdict {
+            PythonVerdict::None => {}
+            PythonVerdict::Refused(reason) => {
+                *self.stats.refused.entry(reason.counter_name()).or_default() += 1;
+            }
+            PythonVerdict::Runs(process) => {
+                *self
+                    .stats
+                    .processes
+                    .entry(process.interpreter.version.to_string())
+                    .or_default() += 1;
+            }
         }
-        None
     }
 
     fn found(&mut self, binary: &Binary) -> Found {

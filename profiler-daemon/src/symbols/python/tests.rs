@@ -57,7 +57,7 @@ type Version = (u8, u8, u8);
 /// The CPython binaries on this machine: Debian's, and pyenv's (each
 /// version's `python3.N` and `libpython3.N.so.1.0`), with the version
 /// their path says (none for Debian's, whose micro version is not in it).
-fn pythons_here() -> Vec<(PathBuf, Option<Version>)> {
+pub(super) fn pythons_here() -> Vec<(PathBuf, Option<Version>)> {
     let mut found = Vec::new();
     for minor in 8..=14 {
         let debian = PathBuf::from(format!("/usr/bin/python3.{minor}"));
@@ -94,6 +94,38 @@ fn pythons_here() -> Vec<(PathBuf, Option<Version>)> {
         }
     }
     found
+}
+
+/// The CPython 3.11 to 3.13 programs of this machine (Debian's and
+/// pyenv's `python3.N`).
+pub(super) fn runnable_pythons() -> Vec<PathBuf> {
+    pythons_here()
+        .into_iter()
+        .map(|(path, _)| path)
+        .filter(|path| {
+            let name = path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned());
+            name.is_some_and(|name| ["python3.11", "python3.12", "python3.13"].contains(&&*name))
+        })
+        .collect()
+}
+
+/// Runs `script` under `python`, its input and output piped, until it
+/// prints its first line: the process and that line.
+pub(super) fn run_until_it_prints(python: &Path, script: &str) -> (std::process::Child, String) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(python)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().expect("its output"))
+        .read_line(&mut line)
+        .expect("it prints");
+    (child, line)
 }
 
 #[test]

@@ -1,35 +1,7 @@
-use std::{
-    io::{BufRead as _, BufReader},
-    path::PathBuf,
-    process::{Command, Stdio},
-};
+use std::process::Command;
 
+use super::super::tests::{run_until_it_prints, runnable_pythons as pythons};
 use super::*;
-
-/// The CPythons 3.11 and later on this machine (Debian's and pyenv's).
-pub(in crate::symbols::python) fn pythons() -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = (11..=13)
-        .map(|minor| PathBuf::from(format!("/usr/bin/python3.{minor}")))
-        .filter(|path| path.exists())
-        .collect();
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".pyenv")));
-    for minor in 11..=13 {
-        let versions = root
-            .as_ref()
-            .and_then(|root| std::fs::read_dir(root.join("versions")).ok())
-            .into_iter()
-            .flatten()
-            .flatten();
-        found.extend(
-            versions
-                .map(|version| version.path().join(format!("bin/python3.{minor}")))
-                .filter(|path| path.exists()),
-        );
-    }
-    found
-}
 
 /// Code objects with lines far apart (deltas past one varint chunk), lines
 /// going back (a call's arguments over several lines), no line (the
@@ -117,16 +89,7 @@ sys.stdin.read()
 #[test]
 fn code_objects_are_read_from_a_live_interpreter() {
     for python in pythons() {
-        let mut child = Command::new(&python)
-            .args(["-c", OBJECTS_SCRIPT])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python runs");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .expect("it prints its code objects");
+        let (mut child, line) = run_until_it_prints(&python, OBJECTS_SCRIPT);
         let pid = child.id();
         let (layout, types) = interpreter_of(pid);
         let memory = ProcMem::open(pid).expect("its memory opens");

@@ -1,8 +1,3 @@
-use std::{
-    io::{BufRead as _, BufReader},
-    process::{Command, Stdio},
-};
-
 use super::super::{Found, PythonProcess, code_objects::ProcMem, inspect};
 use super::*;
 
@@ -45,22 +40,13 @@ stop.set()
 
 #[test]
 fn the_python_stacks_of_a_live_interpreter_are_its_own() {
-    let pythons = super::super::code_objects::tests::pythons();
+    let pythons = super::super::tests::runnable_pythons();
     if pythons.is_empty() {
         eprintln!("no CPython 3.11+ on this machine: nothing to read");
         return;
     }
     for python in pythons {
-        let mut child = Command::new(&python)
-            .args(["-c", SCRIPT])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python runs");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .expect("it prints its threads' chains");
+        let (mut child, line) = super::super::tests::run_until_it_prints(&python, SCRIPT);
         let pid = child.id();
         let process = python_process(pid);
         let memory = ProcMem::open(pid).expect("its memory opens");
