@@ -6,7 +6,14 @@
 //!
 //! Owns that reading for a peek; it must not sample or report.
 
-use std::{collections::HashMap, sync::mpsc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
+    time::Duration,
+};
 
 use procfs::process::{MMPermissions, MMapPath, Process};
 
@@ -22,6 +29,34 @@ use crate::symbols::{
 
 /// The longest a peek waits for a process's Python stacks.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Reads of Python stacks under way at most: one that never returns (a
+/// process's memory behind `userfaultfd`, or a dead FUSE mount) keeps its
+/// thread, and past this many such, peeks read no more Python stacks.
+const MAX_READING: usize = 4;
+
+/// Reads under way (their threads not yet returned).
+static READING: AtomicUsize = AtomicUsize::new(0);
+
+/// A read under way, until its thread returns.
+struct Reading;
+
+impl Reading {
+    fn start() -> Option<Self> {
+        let under_way = READING.fetch_add(1, Ordering::SeqCst);
+        if under_way >= MAX_READING {
+            READING.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Self)
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        READING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// What a peek learnt of a process's Python stacks at its trigger.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -42,10 +77,17 @@ pub fn at_trigger(pid: u32) -> PythonAtTrigger {
         return PythonAtTrigger::NotPython;
     };
     let version = process.interpreter.version;
+    let Some(reading) = Reading::start() else {
+        return PythonAtTrigger::NotRead(format!(
+            "CPython {version}: {MAX_READING} earlier reads of Python stacks still wait on \
+             their processes' memory"
+        ));
+    };
     let (sender, receiver) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("profilerd-pystack".into())
         .spawn(move || {
+            let _reading = reading;
             let stacks = ProcMem::open(pid)
                 .map_err(|err| format!("its memory cannot be opened: {err}"))
                 .and_then(|memory| python_stacks(&memory, &process).map_err(|err| err.to_string()));
@@ -102,4 +144,50 @@ fn interpreter_of(pid: u32) -> Option<PythonProcess> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_that_never_return_stop_further_reads_past_a_bound() {
+        let Some(python) = [
+            "/usr/bin/python3.11",
+            "/usr/bin/python3.12",
+            "/usr/bin/python3.13",
+        ]
+        .into_iter()
+        .find(|path| std::path::Path::new(path).exists()) else {
+            eprintln!("no Debian CPython 3.11+ on this machine: nothing to peek at");
+            return;
+        };
+        let mut child = std::process::Command::new(python)
+            .args(["-c", "import time; time.sleep(60)"])
+            .spawn()
+            .expect("python runs");
+        let pid = child.id();
+        // Once its interpreter is mapped and started.
+        let mut stacks = PythonAtTrigger::NotPython;
+        for _ in 0..100 {
+            stacks = at_trigger(pid);
+            if matches!(&stacks, PythonAtTrigger::Stacks(threads) if !threads.is_empty()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(matches!(stacks, PythonAtTrigger::Stacks(_)), "{stacks:?}");
+        // As if as many reads as allowed were stuck.
+        let stuck: Vec<Reading> = (0..MAX_READING).map_while(|_| Reading::start()).collect();
+        assert_eq!(stuck.len(), MAX_READING);
+        let refused = at_trigger(pid);
+        assert!(
+            matches!(&refused, PythonAtTrigger::NotRead(why) if why.contains("still wait")),
+            "{refused:?}"
+        );
+        drop(stuck);
+        assert!(matches!(at_trigger(pid), PythonAtTrigger::Stacks(_)));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
