@@ -87,10 +87,12 @@ pub fn at_trigger(pid: u32) -> PythonAtTrigger {
     let spawned = std::thread::Builder::new()
         .name("profilerd-pystack".into())
         .spawn(move || {
-            let _reading = reading;
             let stacks = ProcMem::open(pid)
                 .map_err(|err| format!("its memory cannot be opened: {err}"))
                 .and_then(|memory| python_stacks(&memory, &process).map_err(|err| err.to_string()));
+            // Over before its result is handed over: a peek that has it
+            // finds the read no longer under way.
+            drop(reading);
             let _ = sender.send(stacks);
         });
     if let Err(err) = spawned {
