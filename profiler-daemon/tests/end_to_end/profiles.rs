@@ -170,9 +170,14 @@ async fn a_process_that_exits_mid_profile_is_still_symbolized() {
     let reply = profiling.await.expect("the profile request completes");
     let stacks = folded(&reply.report);
     let by_function = samples_containing(&stacks);
+    // hot does three quarters of the work; how many samples the second the
+    // workload lives gets depends on the CPU it is given beside the other
+    // tests.
+    let hot = by_function.get("hot").copied().unwrap_or(0);
     assert!(
-        by_function.get("hot").copied().unwrap_or(0) > 100,
-        "the exited process's hot function is missing or unnamed: {stacks:?}"
+        total(&stacks) >= 40 && hot * 10 >= total(&stacks) * 6,
+        "the exited process's hot function is missing or unnamed ({hot} of {}): {stacks:?}",
+        total(&stacks)
     );
     // Samples taken between the fork and the exec, in the test's own image,
     // are few; the workload's own must all be named.
