@@ -22,7 +22,7 @@ use crate::symbols::{
     python::{
         Found, PythonProcess,
         code_objects::ProcMem,
-        inspect,
+        inspect, named_like_python,
         threads::{PythonThread, python_stacks},
     },
 };
@@ -131,8 +131,10 @@ fn interpreter_of(pid: u32) -> Option<PythonProcess> {
         let MMapPath::Path(path) = &map.pathname else {
             continue;
         };
-        let name = path.file_name()?.to_string_lossy();
-        if !map.perms.contains(MMPermissions::EXECUTE) || !name.contains("python3.") {
+        let named = path
+            .file_name()
+            .is_some_and(|name| named_like_python(&name.to_string_lossy()));
+        if !map.perms.contains(MMPermissions::EXECUTE) || !named {
             continue;
         }
         let identity = (crate::symbols::mappings::device_number(map.dev), map.inode);
