@@ -128,11 +128,9 @@ impl ProcessTable {
         };
         // Adopted already (its first sample's unwinding and its
         // announcement both ask).
-        if self
-            .processes
-            .get(&pid)
-            .is_some_and(|record| record.adopted && Arc::ptr_eq(&record.mappings, &laid_out))
-        {
+        if self.processes.get(&pid).is_some_and(|record| {
+            record.adopted_from.is_some() && Arc::ptr_eq(&record.mappings, &laid_out)
+        }) {
             return true;
         }
         self.adopt_program(pid, parent, laid_out, image);
@@ -200,7 +198,7 @@ impl ProcessTable {
             self.adopt(pid, donor.name.clone(), parent, Some(image));
         } else {
             let mut record = ProcessRecord::new(donor.name.clone(), mappings, Some(image));
-            record.adopted = true;
+            record.adopted_from = Some(parent);
             self.insert(pid, record);
         }
     }
@@ -295,10 +293,18 @@ impl ProcessTable {
     /// Records `pid` with the mappings of `donor` (recorded), and the same
     /// unwinder: the unwind rules it has worked out for the one serve the
     /// other.
-    fn adopt(&mut self, pid: u32, name: Arc<str>, donor: u32, image: Option<ImageLayout>) {
-        let Some(donor) = self.processes.get_mut(&donor) else {
+    pub(super) fn adopt(
+        &mut self,
+        pid: u32,
+        name: Arc<str>,
+        donor: u32,
+        image: Option<ImageLayout>,
+    ) {
+        let Some(record) = self.processes.get_mut(&donor) else {
             return;
         };
+        // The one that read them, when the donor took them too.
+        let (read_by, donor) = (record.adopted_from.unwrap_or(donor), record);
         let mappings = donor.mappings.clone();
         let unwinder = donor
             .unwinder
@@ -310,7 +316,39 @@ impl ProcessTable {
             .clone();
         let mut record = ProcessRecord::new(name, mappings, image);
         record.unwinder = Some(unwinder);
-        record.adopted = true;
+        record.adopted_from = Some(read_by);
         self.insert(pid, record);
+    }
+
+    /// A process that took the mappings of another, found missing an
+    /// address and gone before its own could be read: when the one that
+    /// read them (see [`ProcessRecord::adopted_from`]) still shares them
+    /// and read them over [`super::READ_AGAIN_AFTER`] ago (at its exec,
+    /// say, while its loader was still mapping libraries), they are read
+    /// again and, its program still laid out as this one's, taken again.
+    /// Returns whether they were.
+    pub(super) fn read_donor_again(&mut self, pid: u32) -> bool {
+        let Some(record) = self.processes.get(&pid) else {
+            return false;
+        };
+        let (Some(donor), Some(image)) = (record.adopted_from, record.image) else {
+            return false;
+        };
+        let name = record.name.clone();
+        let shared_and_stale = self.processes.get(&donor).is_some_and(|donor| {
+            Arc::ptr_eq(&donor.mappings, &record.mappings)
+                && donor.recorded_at.elapsed() > super::READ_AGAIN_AFTER
+        });
+        if !shared_and_stale || self.record(donor).is_err() {
+            return false;
+        }
+        let laid_out_alike = self
+            .processes
+            .get(&donor)
+            .is_some_and(|donor| donor.image == Some(image));
+        if laid_out_alike {
+            self.adopt(pid, name, donor, Some(image));
+        }
+        laid_out_alike
     }
 }

@@ -86,9 +86,11 @@ struct ProcessRecord {
     /// Built from `mappings` when its first stack copy is unwound (or a
     /// child adopts them), and shared with the children that adopt them.
     unwinder: Option<Arc<Mutex<ProcessUnwinder>>>,
-    /// Its mappings are those of the process it was forked from, not read
-    /// from procfs: an address outside them has them read at once.
-    adopted: bool,
+    /// The process whose mappings it took (forked from it, or from one of
+    /// its children that took them too), not read from procfs: an address
+    /// outside them has them read at once (or, this process gone, those of
+    /// that one; see [`ProcessTable::read_donor_again`]).
+    adopted_from: Option<u32>,
     /// Where its program was laid out when its mappings were read.
     image: Option<ImageLayout>,
     /// The CPython interpreter it runs, if any.
@@ -106,7 +108,7 @@ impl ProcessRecord {
             program_recorded_at: now,
             last_used: now,
             unwinder: None,
-            adopted: false,
+            adopted_from: None,
             image,
             python: PythonVerdict::None,
         }
@@ -525,13 +527,14 @@ impl ProcessTable {
         // its program's first second, when a frame pointer led out of them
         // (code without unwind information into a library not yet seen).
         let read_again = self.processes.get(&pid).is_some_and(|record| {
-            let stale = record.adopted || record.recorded_at.elapsed() > READ_AGAIN_AFTER;
+            let stale =
+                record.adopted_from.is_some() || record.recorded_at.elapsed() > READ_AGAIN_AFTER;
             let loading = record.program_recorded_at.elapsed() < PROGRAM_LOADING;
             stale
                 && (unwound.stop == Some(UnwindStop::Unmapped)
                     || (unwound.unmapped_return && loading))
         });
-        if read_again && self.record(pid).is_ok() {
+        if read_again && (self.record(pid).is_ok() || self.read_donor_again(pid)) {
             unwound = self.unwind_recorded(pid, registers, stack_base, stack);
         }
         let program_unknown = matches!(
@@ -751,7 +754,7 @@ impl ProcessTable {
         self.processes
             .get(&pid)
             .filter(|record| record.recorded_at >= since)
-            .map(|record| record.adopted)
+            .map(|record| record.adopted_from.is_some())
     }
 
     fn recorded_since(&self, pid: u32, since: Instant) -> bool {

@@ -115,8 +115,8 @@ fn a_child_forked_without_exec_takes_its_parents_mappings_and_an_exec_does_not()
     // Without the kernel's word: from the child's /proc/PID/stat. The
     // parent, not recorded yet, is recorded for it (laid out as the child).
     assert!(table.adopt_forked(child, Lineage::Unknown));
-    assert!(!table.processes[&pid].adopted);
-    assert!(table.processes[&child].adopted);
+    assert_eq!(table.processes[&pid].adopted_from, None);
+    assert_eq!(table.processes[&child].adopted_from, Some(pid));
     assert!(Arc::ptr_eq(
         &table.processes[&child].mappings,
         &table.processes[&pid].mappings
@@ -411,4 +411,39 @@ fn a_process_gone_before_procfs_is_recorded_from_the_kernel_s_records() {
         table.record(pid + 1).is_err(),
         "neither procfs nor the records know it"
     );
+}
+
+#[test]
+fn a_child_gone_with_its_parent_s_early_mappings_has_them_read_again() {
+    // The parent recorded while its loader was still at work (here: all
+    // but its first mapping left out); its child, gone before its own
+    // mappings could be read, finds an address outside them.
+    let mut table = ProcessTable::new();
+    let pid = std::process::id();
+    table.record(pid).unwrap();
+    let whole = table.processes[&pid].mappings.len();
+    let image = table.processes[&pid].image;
+    let parent = table.processes.get_mut(&pid).unwrap();
+    parent.mappings = parent.mappings[..1].into();
+    let gone = u32::MAX - 3;
+    let name = parent.name.clone();
+    table.adopt(gone, name.clone(), pid, image);
+    assert_eq!(table.processes[&gone].adopted_from, Some(pid));
+    // Read just now: not again.
+    assert!(!table.read_donor_again(gone));
+    assert_eq!(table.processes[&gone].mappings.len(), 1);
+    let parent = table.processes.get_mut(&pid).unwrap();
+    parent.recorded_at -= READ_AGAIN_AFTER * 2;
+    // A grandchild (through the gone child) leads back to the parent too.
+    let grandchild = u32::MAX - 4;
+    table.adopt(grandchild, name, gone, image);
+    assert_eq!(table.processes[&grandchild].adopted_from, Some(pid));
+    assert!(table.read_donor_again(grandchild));
+    assert_eq!(table.processes[&pid].mappings.len(), whole);
+    assert!(Arc::ptr_eq(
+        &table.processes[&grandchild].mappings,
+        &table.processes[&pid].mappings
+    ));
+    // A process that read its own is not an adopted one.
+    assert!(!table.read_donor_again(pid));
 }
