@@ -179,6 +179,12 @@ pub struct StackCopyHeader {
     /// Number of valid entries in `kernel`; 0 when the tick landed in
     /// user mode.
     pub kernel_len: u32,
+    /// Of a process whose interpreter the programs know: how many
+    /// [`python::PythonFrameSlot`]s the record's last
+    /// [`python::PYTHON_SLOTS_BYTES`] hold (none when 0), and a
+    /// [`python::status`].
+    pub python_slots: u32,
+    pub python_status: u32,
     /// The kernel stack, leaf first.
     pub kernel: [u64; MAX_STACK_DEPTH],
 }
@@ -367,6 +373,7 @@ impl Counter {
 pub mod allocs;
 mod layout;
 pub mod offcpu;
+pub mod python;
 
 pub use layout::KernelLayout;
 
@@ -522,6 +529,11 @@ pub mod names {
         /// Threads whose stacks are deeper than a copy: thread id to the
         /// top of its stack (the end of the mapping holding it).
         pub const DEEP_THREADS: &str = "DEEP_THREADS";
+        /// Processes running a CPython interpreter whose frames the
+        /// programs read: pid to its [`crate::python::PythonLayout`].
+        pub const PYTHON_PROCESSES: &str = "PYTHON_PROCESSES";
+        /// Thread id to its interpreter thread state, as last found.
+        pub const PYTHON_THREADS: &str = "PYTHON_THREADS";
         pub const PEEK_SIGNALS: &str = "PEEK_SIGNALS";
         pub const PEEK_THREADS: &str = "PEEK_THREADS";
         pub const TARGETS_MODE: &str = "TARGETS_MODE";
@@ -568,6 +580,8 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ForkLineage {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for super::python::PythonLayout {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::offcpu::Control {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::offcpu::Pending {}
@@ -595,7 +609,7 @@ const _: () = assert!(core::mem::size_of::<SampleValue>() == 16);
 const _: () = assert!(core::mem::size_of::<PeekSignal>() == 64);
 const _: () = assert!(core::mem::size_of::<FamilyJoin>() == 8);
 const _: () = assert!(core::mem::size_of::<ForkLineage>() == 32);
-const _: () = assert!(core::mem::size_of::<StackCopyHeader>() == 64 + 64 + 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::size_of::<StackCopyHeader>() == 64 + 72 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::size_of::<offcpu::Pending>() == 32);
 const _: () = assert!(core::mem::size_of::<offcpu::Interval>() == 40);
 const _: () = assert!(core::mem::size_of::<offcpu::Control>() == 16);

@@ -4,7 +4,7 @@
 //! with its pid is announced afresh.
 //!
 //! Owns no map: it only takes entries out of others' (a deep thread's
-//! too, when it exits).
+//! and a Python process's or thread's too, when it exits).
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
@@ -18,6 +18,8 @@ use crate::announcements::forget_process;
 pub fn forget_on_exec(_ctx: TracePointContext) -> u32 {
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     forget_process(pid);
+    // Its next program may run no interpreter, or another.
+    crate::python::forget_process(pid);
     0
 }
 
@@ -32,8 +34,10 @@ pub fn forget_on_exit(_ctx: TracePointContext) -> u32 {
     let pid = (pid_tgid >> 32) as u32;
     // Any thread: a later thread with its id has a stack of its own.
     crate::stack_copy::forget_deep_thread(pid_tgid as u32);
+    crate::python::forget_thread(pid_tgid as u32);
     if pid == pid_tgid as u32 {
         forget_process(pid);
+        crate::python::forget_process(pid);
         crate::families::leave(pid);
         crate::signals::on_exit(pid);
     }

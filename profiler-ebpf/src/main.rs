@@ -67,6 +67,8 @@ mod offcpu;
 #[cfg(target_arch = "bpf")]
 mod peek;
 #[cfg(target_arch = "bpf")]
+mod python;
+#[cfg(target_arch = "bpf")]
 mod ring_wake;
 #[cfg(target_arch = "bpf")]
 mod sampler;

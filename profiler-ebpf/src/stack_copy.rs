@@ -21,6 +21,7 @@ use aya_ebpf::{
 use profiler_common::{
     DEEP_THREADS_ENTRIES, MAX_STACK_COPY_PAGES, MAX_STACK_DEPTH, STACK_COPY_PAGE, SampleKey,
     SampleKind, StackCopyHeader, deep_thread_pages,
+    python::{PYTHON_SLOTS_BYTES, status as python_status},
 };
 use profiler_ebpf::registers::UserRegisters;
 
@@ -130,9 +131,22 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
         _ => (copy.pages, main_top),
     };
     let top = if main_thread { main_top } else { top };
+    // A process whose interpreter the daemon found: its Python frames go
+    // after the stack's pages (not in the allocation ring, whose records
+    // are all of one size).
+    let python = if copy.deep_allowed {
+        crate::python::layout_of((copy.pid_tgid >> 32) as u32)
+    } else {
+        None
+    };
     // `pages` comes from a frozen global (either way): the verifier knows
     // this size on each path.
-    let size = HEADER + pages as usize * STACK_COPY_PAGE;
+    let stack_end = HEADER + pages as usize * STACK_COPY_PAGE;
+    let size = if python.is_some() {
+        stack_end + PYTHON_SLOTS_BYTES
+    } else {
+        stack_end
+    };
     let Some(mut entry) = ring.reserve_bytes(size, 0) else {
         return false;
     };
@@ -170,6 +184,8 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
         (*header).bp = bp;
         (*header).stack_base = base;
         (*header).kernel_len = 0;
+        (*header).python_slots = 0;
+        (*header).python_status = python_status::NONE;
     }
     if copy.walk_kernel {
         // SAFETY: the header's kernel array holds MAX_STACK_DEPTH u64s.
@@ -184,6 +200,19 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
         if walked > 0 {
             // SAFETY: as above.
             unsafe { (*header).kernel_len = (walked as usize / size_of::<u64>()) as u32 };
+        }
+    }
+    // Before the stack's pages: what it finds is in the record, not in
+    // registers, by the copy's loop (whose paths the verifier walks).
+    if let Some(layout) = python {
+        // SAFETY: the reservation holds PYTHON_SLOTS_BYTES after the
+        // stack's pages when `python` is some.
+        let (slots, status) =
+            crate::python::read_frames(layout, tid, unsafe { record.add(stack_end) });
+        // SAFETY: as above.
+        unsafe {
+            (*header).python_slots = slots;
+            (*header).python_status = status;
         }
     }
     // The main thread's frames end below its arguments, a deep thread's

@@ -29,6 +29,7 @@ pub mod mapping_records;
 pub mod offcpu;
 pub mod peek_signals;
 pub mod programs;
+pub mod python_targets;
 mod requirements;
 pub mod sources;
 pub mod stack_copies;

@@ -10,7 +10,10 @@
 use std::{collections::HashSet, mem::size_of};
 
 use aya::maps::{HashMap, MapData, RingBuf};
-use profiler_common::{DEEP_THREADS_ENTRIES, STACK_COPY_PAGE, StackCopyHeader, deep_thread_pages};
+use profiler_common::{
+    DEEP_THREADS_ENTRIES, STACK_COPY_PAGE, StackCopyHeader, deep_thread_pages,
+    python::{MAX_PYTHON_SLOTS, PYTHON_SLOTS_BYTES, PythonFrameSlot},
+};
 
 /// One record, borrowed from the ring buffer while it is visited.
 #[derive(Debug)]
@@ -18,6 +21,9 @@ pub struct StackCopy<'a> {
     pub header: StackCopyHeader,
     /// The copied user stack, from `header.stack_base` on.
     pub stack: &'a [u8],
+    /// The thread's Python frames (innermost first), when the programs
+    /// read them (see `header.python_status`).
+    pub python: Vec<PythonFrameSlot>,
 }
 
 /// The ring buffer the sampling programs copy stacks into.
@@ -75,12 +81,31 @@ impl StackCopies {
             visit(StackCopy {
                 header,
                 stack: &item[HEADER..stack_end],
+                python: python_slots(&header, &item),
             });
             visited += 1;
         }
         self.last_fill = bytes as f64 / self.capacity as f64;
         visited
     }
+}
+
+/// The Python frame slots a record ends with (none when it says it has
+/// none, or is too short to).
+fn python_slots(header: &StackCopyHeader, record: &[u8]) -> Vec<PythonFrameSlot> {
+    let count = (header.python_slots as usize).min(MAX_PYTHON_SLOTS);
+    if count == 0 || record.len() < size_of::<StackCopyHeader>() + PYTHON_SLOTS_BYTES {
+        return Vec::new();
+    }
+    let word = |bytes: &[u8]| u64::from_le_bytes(bytes.try_into().unwrap_or_default());
+    record[record.len() - PYTHON_SLOTS_BYTES..]
+        .chunks_exact(size_of::<PythonFrameSlot>())
+        .take(count)
+        .map(|slot| PythonFrameSlot {
+            code: word(&slot[..8]),
+            instruction: word(&slot[8..]),
+        })
+        .collect()
 }
 
 /// The threads the daemon names deep to the sampling programs: those whose

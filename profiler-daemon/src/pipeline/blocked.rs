@@ -86,6 +86,8 @@ pub fn blocked_threads(pid: u32, pages: u32, registers: &[WaitingThread]) -> Vec
                 stack_base: base,
                 stack_len: stack.len() as u32,
                 kernel_len,
+                python_slots: 0,
+                python_status: profiler_common::python::status::NONE,
                 kernel,
             };
             Some(BlockedThread { header, stack })

@@ -354,6 +354,7 @@ fn drain_once(
     let mut wait_stats = None;
     let mut deep_thread_stats = None;
     let mut lineage_stats = None;
+    let mut python_target_stats = None;
     if let Some(copies) = stack_copies {
         let mut copies = lock(copies);
         copies.unwind_all(processes);
@@ -361,6 +362,7 @@ fn drain_once(
         wait_stats = copies.wait_stats();
         deep_thread_stats = copies.deep_thread_stats();
         lineage_stats = copies.lineage_stats();
+        python_target_stats = copies.python_target_stats();
     }
     debug!(counters = ?raw.counters, waits = ?wait_stats, "drained");
     let lost: u64 = drain::losses(&raw.counters).map(|(_, count)| count).sum();
@@ -385,6 +387,7 @@ fn drain_once(
         stats.waits = wait_stats;
         stats.deep_threads = deep_thread_stats;
         stats.lineages = lineage_stats;
+        stats.python_targets = python_target_stats;
     }
     let (store_waiting, cut_waiting): (Vec<_>, Vec<_>) =
         waiting.into_iter().partition(|request| request.stored);

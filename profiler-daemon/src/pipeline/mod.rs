@@ -45,6 +45,7 @@ use crate::{
         allocation_copies::AllocationCopies,
         drain::CounterDeltas,
         offcpu::{OffCpuIntervals, OffCpuRecorder, Recorded, RecordedProcesses, RecordingGuard},
+        python_targets::{PythonTargetStats, PythonTargets},
         sources::SampleSource,
         stack_copies::{DeepThreadStats, DeepThreads, StackCopies},
     },
@@ -52,6 +53,7 @@ use crate::{
     store::Store,
     symbols::jit_names::{JitNames, JitStats, SETTLE_WAIT},
     symbols::processes::{NormalizedBatch, ProcessStats, ProcessTable},
+    symbols::python::names::{NAMES_WAIT, PythonNameStats, PythonNames},
     symbols::symbolizer::{Symbolizer, SymbolizerStats},
     unwind::UnwindStats,
 };
@@ -95,6 +97,11 @@ pub struct PipelineStats {
     pub deep_threads: Option<DeepThreadStats>,
     /// The book of fork lineages (`None`: forks are not recorded).
     pub lineages: Option<LineageStats>,
+    /// Processes whose Python frames the programs read (`None`: no stack
+    /// copies).
+    pub python_targets: Option<PythonTargetStats>,
+    /// The Python code objects read to name frames.
+    pub python_names: PythonNameStats,
 }
 
 /// The most bytes each part of the pipeline holds (0: no bound), shares
@@ -227,6 +234,7 @@ impl Pipeline {
         let stack_copies = programs.take_stack_copies()?;
         let allocation_copies = programs.take_allocation_copies()?;
         let deep_threads = programs.take_deep_threads()?;
+        let python_targets = programs.take_python_targets()?;
         // Without them, programs that exit before procfs is read show as
         // `[unmapped]`; the daemon runs on.
         let mapping_records = MappingRecords::open(programs.cpus())
@@ -241,6 +249,7 @@ impl Pipeline {
                 offcpu_intervals,
                 lineages,
                 deep_threads,
+                python_targets,
             }),
             store,
             inboxes,
@@ -321,13 +330,23 @@ impl Pipeline {
                 feed.offcpu_intervals,
                 feed.lineages,
                 feed.deep_threads,
+                feed.python_targets,
             )))
         });
+        let python_names =
+            PythonNames::start().map_err(|err| PipelineError::Thread("python-names", err))?;
         threads.push(spawn("symbolize", {
             let (stats, jit_names) = (stats.clone(), jit_names.clone());
             Box::new(move || {
                 let symbolizer = Symbolizer::with_limit(bounds.symbolizer);
-                symbolize_into_store(job_queue, symbolizer, &jit_names, &store, &inboxes, &stats)
+                let outlets = SymbolizerOutlets {
+                    jit_names: &jit_names,
+                    python_names: &python_names,
+                    store: &store,
+                    inboxes: &inboxes,
+                    stats: &stats,
+                };
+                symbolize_into_store(job_queue, symbolizer, outlets)
             })
         })?);
         let handle = PipelineHandle {
@@ -405,6 +424,18 @@ pub struct StackCopyFeed {
     /// The threads whose copies are larger, named as their stacks are
     /// found deeper than a copy.
     pub deep_threads: Option<DeepThreads>,
+    /// The processes whose Python frames the programs read, named as their
+    /// samples are met.
+    pub python_targets: Option<PythonTargets>,
+}
+
+/// What the symbolizer thread names with and hands its batches to.
+struct SymbolizerOutlets<'a> {
+    jit_names: &'a JitNames,
+    python_names: &'a PythonNames,
+    store: &'a RwLock<Store>,
+    inboxes: &'a Inboxes,
+    stats: &'a Mutex<PipelineStats>,
 }
 
 /// The symbolizer thread: owns the (not `Send`) symbolizer; names JIT
@@ -414,15 +445,20 @@ pub struct StackCopyFeed {
 fn symbolize_into_store(
     jobs: mpsc::Receiver<SymbolizeJob>,
     mut symbolizer: Symbolizer,
-    jit_names: &JitNames,
-    store: &RwLock<Store>,
-    inboxes: &Inboxes,
-    stats: &Mutex<PipelineStats>,
+    outlets: SymbolizerOutlets<'_>,
 ) {
+    let SymbolizerOutlets {
+        jit_names,
+        python_names,
+        store,
+        inboxes,
+        stats,
+    } = outlets;
     for mut job in jobs {
         let cut = job.batch.end;
         jit_names.settle(&job.batch, SETTLE_WAIT);
         jit_names.name_batch(&mut job.batch);
+        python_names.name_batch(&mut job.batch, NAMES_WAIT);
         let mut batch = symbolizer.symbolize(job.batch);
         let (mut peek_samples, mut allocations) = (Vec::new(), Vec::new());
         let mut stored = Vec::with_capacity(batch.samples.len());
@@ -445,7 +481,11 @@ fn symbolize_into_store(
         );
         crate::write_lock(store).insert(batch);
         compact_if_due(store);
-        lock(stats).symbolizer = symbolizer.stats();
+        {
+            let mut stats = lock(stats);
+            stats.symbolizer = symbolizer.stats();
+            stats.python_names = python_names.stats();
+        }
         for waiting in job.waiting {
             let _ = waiting.send(cut);
         }

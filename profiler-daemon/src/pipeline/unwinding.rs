@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use std::time::{Duration, Instant};
 
-use profiler_common::SampleKind;
+use profiler_common::{SampleKind, python::status as python_status};
 use rustc_hash::FxHashMap as HashMap;
 use tracing::warn;
 
@@ -27,11 +27,15 @@ use crate::{
         allocation_copies::AllocationCopies,
         drain::{RawSample, ThreadNames},
         offcpu::{OffCpuIntervals, RecordedProcesses, monotonic_now_ns, sample_scale},
+        python_targets::{PythonTargetStats, PythonTargets},
         stack_copies::{DeepThreadStats, DeepThreads, StackCopies, StackCopy},
     },
     lock,
     profile::UnwindStop,
-    symbols::processes::ProcessTable,
+    symbols::{
+        processes::ProcessTable,
+        python::{self, code_objects::CodeLayout},
+    },
     unwind::UserRegisters,
 };
 
@@ -161,6 +165,9 @@ pub struct StackCopyUnwinder {
     /// The threads whose copies are larger: those whose stacks a copy
     /// could not hold are named as they are met.
     deep_threads: Option<DeepThreads>,
+    /// The processes whose Python frames the programs read: those whose
+    /// interpreters were found are named as their samples are met.
+    python_targets: Option<PythonTargets>,
 }
 
 impl StackCopyUnwinder {
@@ -170,10 +177,12 @@ impl StackCopyUnwinder {
         intervals: Option<(OffCpuIntervals, RecordedProcesses)>,
         lineages: Option<Arc<ForkLineages>>,
         deep_threads: Option<DeepThreads>,
+        python_targets: Option<PythonTargets>,
     ) -> Self {
         Self {
             copies,
             deep_threads,
+            python_targets,
             allocation_copies,
             pending: HashMap::default(),
             allocations: Vec::new(),
@@ -199,6 +208,12 @@ impl StackCopyUnwinder {
     /// The book of fork lineages, when forks are recorded.
     pub fn lineage_stats(&self) -> Option<LineageStats> {
         self.lineages.as_deref().map(ForkLineages::stats)
+    }
+
+    /// The processes whose Python frames the programs read, when stacks
+    /// are copied.
+    pub fn python_target_stats(&self) -> Option<PythonTargetStats> {
+        self.python_targets.as_ref().map(PythonTargets::stats)
     }
 
     /// The threads named deep, when stacks are copied.
@@ -233,6 +248,7 @@ impl StackCopyUnwinder {
             let copy = StackCopy {
                 header: thread.header,
                 stack: &thread.stack,
+                python: Vec::new(),
             };
             let (identity, _) = unwind(&mut table, &copy, self.lineages.as_deref());
             waits.begin_already_waiting(identity, now);
@@ -251,6 +267,7 @@ impl StackCopyUnwinder {
         let waits = &mut self.waits;
         let lineages = self.lineages.as_deref();
         let deep_threads = &mut self.deep_threads;
+        let python_targets = &mut self.python_targets;
         let mut table = None;
         let mut visit = |copy: StackCopy<'_>| {
             let table = table.get_or_insert_with(|| {
@@ -267,6 +284,15 @@ impl StackCopyUnwinder {
                 && let Some(top) = table.stack_top(identity.pid, copy.header.sp)
             {
                 deep_threads.name(identity.tid, top);
+            }
+            // A sample without Python frames of a process whose interpreter
+            // was found: the programs are told where its frames are.
+            if copy.header.python_status == python_status::NONE
+                && let Some(targets) = python_targets.as_mut()
+                && let Some(process) = table.python_of(identity.pid)
+                && let Some(layout) = python::threads::kernel_layout(&process)
+            {
+                targets.name(identity.pid, layout);
             }
             let kind = SampleKind::from_raw(identity.kind);
             let off_cpu = kind.is_some_and(SampleKind::is_off_cpu);
@@ -397,6 +423,14 @@ fn unwind(
     };
     let ancestry = || lineages.map_or_else(Vec::new, |lineages| lineages.ancestry(key.pid));
     let unwound = table.unwind(key.pid, registers, header.stack_base, copy.stack, ancestry);
+    let mut user = unwound.frames;
+    // The Python frames the programs read take the evaluation loop's place.
+    if !copy.python.is_empty()
+        && let Some(process) = table.python_of(key.pid)
+        && let Some(layout) = CodeLayout::of(process.interpreter.version)
+    {
+        user = python::frames::merge(&user, &process.eval_loop, &copy.python, &layout);
+    }
     (
         SampleIdentity {
             pid: key.pid,
@@ -407,7 +441,7 @@ fn unwind(
             comm: key.comm,
             kind: key.kind,
             flags: key.flags,
-            user: unwound.frames,
+            user,
             user_stop: unwound.stop,
             kernel: header.kernel_frames().to_vec(),
         },

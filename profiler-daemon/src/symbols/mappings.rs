@@ -132,6 +132,19 @@ pub enum UserAddress {
     /// A signal handler's frame: the code below it (toward the root) was
     /// interrupted by a signal, and the frame above it is the handler.
     Signal,
+    /// A Python function's frame (in place of the evaluation loop's).
+    Python(PythonCode),
+}
+
+/// A Python frame of a process: its code object, the instruction it is at,
+/// and (once read) what the code object says.
+#[derive(Clone, Debug)]
+pub struct PythonCode {
+    pub pid: u32,
+    pub process: Arc<crate::symbols::python::PythonProcess>,
+    pub code: u64,
+    pub unit: Option<u32>,
+    pub name: Option<Arc<crate::symbols::python::code_objects::CodeObject>>,
 }
 
 impl UserAddress {

@@ -429,6 +429,11 @@ pub(super) fn field_offset(format: &str, field: &str) -> Option<usize> {
 }
 
 pub(super) fn load_error(err: EbpfError) -> SamplingError {
+    // The verifier rejecting a program says EACCES too, with its log: not
+    // a matter of privileges.
+    if let EbpfError::ProgramError(program) = err {
+        return program_load_error(program);
+    }
     if let Some(errno) = io_errno(&err) {
         match errno {
             libc::EPERM | libc::EACCES => return SamplingError::PermissionDenied,
@@ -440,8 +445,12 @@ pub(super) fn load_error(err: EbpfError) -> SamplingError {
 }
 
 fn program_load_error(err: ProgramError) -> SamplingError {
-    if let ProgramError::LoadError { io_error, .. } = &err
+    if let ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = &err
         && matches!(io_error.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+        && verifier_log.to_string().trim().is_empty()
     {
         return SamplingError::PermissionDenied;
     }

@@ -144,6 +144,19 @@ impl LoadedPrograms {
         )))
     }
 
+    /// Takes the map of processes whose Python frames the programs read,
+    /// when the programs copy stacks (the frames go with the copies).
+    pub fn take_python_targets(
+        &mut self,
+    ) -> Result<Option<crate::kernel::python_targets::PythonTargets>, SamplingError> {
+        if self.stack_copies.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(crate::kernel::python_targets::PythonTargets::new(
+            take_map(&mut self.ebpf, names::PYTHON_PROCESSES)?,
+        )))
+    }
+
     /// Takes the allocation ring buffer and the map of how many of each
     /// profile's records were read, when allocations can be profiled.
     pub fn take_allocation_copies(

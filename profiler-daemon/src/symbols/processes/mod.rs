@@ -26,14 +26,16 @@ use procfs::process::{MMPermissions, MMapPath, Process};
 use profiler_common::{ForkLineage, SampleKind, sample_flags};
 use tracing::debug;
 
-pub use super::mappings::{Binary, BinaryKey, UserAddress};
+pub use super::mappings::{Binary, BinaryKey, PythonCode, UserAddress};
 use super::{
     mappings::{
         Mapping, MappingTarget, code_mappings, data_name, device_number, display_path, lookup,
         mapping_of, same_code_layout,
     },
     process_files,
-    python::{PythonInterpreters, PythonProcess, PythonStats, PythonVerdict},
+    python::{
+        PythonInterpreters, PythonProcess, PythonStats, PythonVerdict, frames::PythonFrameAddress,
+    },
 };
 use crate::{
     kernel::{
@@ -772,9 +774,25 @@ impl ProcessTable {
         let frames = match record {
             Some(record) => {
                 record.last_used = Instant::now();
+                let python = match &record.python {
+                    PythonVerdict::Runs(process) => Some(process),
+                    _ => None,
+                };
                 stack
                     .iter()
                     .map(|&address| match lookup(&record.mappings, address) {
+                        UserAddress::Unmapped { address }
+                            if let Some(process) = python
+                                && let Some(frame) = PythonFrameAddress::decode(address) =>
+                        {
+                            UserAddress::Python(PythonCode {
+                                pid,
+                                process: process.clone(),
+                                code: frame.code,
+                                unit: frame.unit,
+                                name: None,
+                            })
+                        }
                         UserAddress::Unmapped { .. } => {
                             let found = record
                                 .earlier

@@ -21,6 +21,8 @@ use rustc_hash::FxHashMap as HashMap;
 use super::mappings::{Binary, BinaryKey, Mapping, MappingTarget};
 
 pub mod code_objects;
+pub mod frames;
+pub mod names;
 pub mod threads;
 
 #[cfg(test)]

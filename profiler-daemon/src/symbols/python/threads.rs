@@ -83,6 +83,39 @@ impl ThreadLayout {
     }
 }
 
+/// Where `process`'s interpreter keeps its threads and frames, for the
+/// sampling programs (none for a version whose layout is not known).
+pub fn kernel_layout(process: &PythonProcess) -> Option<profiler_common::python::PythonLayout> {
+    use profiler_common::python::PythonLayout;
+    let layout = ThreadLayout::of(process.interpreter.version)?;
+    // The 8 bytes holding the owner (and 3.11's `is_entry`, just before it).
+    let flags = layout.frame_owner & !7;
+    let entry = if process.interpreter.version.minor == 11 {
+        (layout.frame_owner - 1 - flags) * 8
+    } else {
+        64
+    };
+    Some(PythonLayout {
+        interpreters_head: process.runtime + layout.interpreters_head,
+        threads_head: layout.threads_head,
+        thread_next: layout.thread_next,
+        native_thread_id: layout.native_thread_id,
+        cframe: layout.cframe.unwrap_or(PythonLayout::NONE),
+        current_frame: layout.current_frame,
+        frame_code: layout.frame_code,
+        frame_previous: layout.frame_previous,
+        frame_instruction: layout.frame_instruction,
+        frame_flags: flags,
+        owner_shift: (layout.frame_owner - flags) * 8,
+        entry_shift: entry,
+        cstack_owner: if process.interpreter.version.minor >= 12 {
+            u64::from(OWNED_BY_CSTACK)
+        } else {
+            PythonLayout::NONE
+        },
+    })
+}
+
 /// A Python function running on a thread, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PythonFrame {

@@ -35,8 +35,8 @@ use crate::{
     kernel::drain::CounterDeltas,
     memory::counting::ThreadMeter,
     profile::UnwindStop,
-    profile::{KeyedLocation, Location, LocationKind, ThreadInfo, ThreadState},
-    symbols::processes::{Binary, BinaryKey, NormalizedBatch, UserAddress},
+    profile::{Frame, KeyedLocation, Location, LocationKind, ThreadInfo, ThreadState},
+    symbols::processes::{Binary, BinaryKey, NormalizedBatch, PythonCode, UserAddress},
 };
 
 /// What a cached location costs besides its frames' names: its key, the
@@ -69,6 +69,8 @@ pub enum LocationKey {
     Kernel(u64),
     /// A marker frame such as `[lost]`.
     Marker(Arc<str>),
+    /// A Python function's line: its file, qualified name and line.
+    Python(Arc<str>, Arc<str>, u32),
 }
 
 /// Whether a kernel location is `execve`'s own work (loading the new
@@ -516,6 +518,7 @@ impl Symbolizer {
                 )
             }
             UserAddress::Signal => self.marker("[signal handler]"),
+            UserAddress::Python(frame) => self.python_location(frame),
             UserAddress::Unmapped { address } => {
                 // No mapping held it: only the address says where it was
                 // (as it was: stepping back into a call means nothing here).
@@ -529,6 +532,46 @@ impl Symbolizer {
                 )
             }
         }
+    }
+
+    /// A Python function's frame: named by its qualified name, with its
+    /// file and line, once its code object was read; by its code object's
+    /// address until then.
+    fn python_location(&mut self, frame: &PythonCode) -> Arc<SymbolizedLocation> {
+        let Some(code) = &frame.name else {
+            let key = LocationKey::Special(Arc::from(PYTHON_MODULE), frame.code);
+            return self.uncacheable(
+                key,
+                LocationKind::User,
+                Arc::from(PYTHON_MODULE),
+                frame.code,
+                format!("[python code {:#x}]", frame.code),
+            );
+        };
+        let line = frame.unit.and_then(|unit| code.line_at(unit)).unwrap_or(0);
+        let file = self.names.get(&code.filename);
+        let function = self.names.get(&code.qualname);
+        let key = LocationKey::Python(file.clone(), function.clone(), line);
+        if let Some(location) = self.locations.get(&key) {
+            return location.clone();
+        }
+        let location = Arc::new(SymbolizedLocation {
+            key: key.clone(),
+            location: Location {
+                kind: LocationKind::User,
+                module: file.clone(),
+                address: u64::from(line),
+                frames: vec![Frame {
+                    function,
+                    file: Some(file),
+                    line,
+                    inlined: false,
+                }]
+                .into(),
+            },
+        });
+        self.locations.insert(key, location.clone());
+        location
     }
 
     /// A location `fill_cache` put in the cache; should it be missing (it
@@ -606,6 +649,9 @@ impl Symbolizer {
         self.kernel_cached = 0;
     }
 }
+
+/// The module of Python frames whose code objects are not read yet.
+const PYTHON_MODULE: &str = "[python]";
 
 /// Return addresses point after the call; step back into the call
 /// instruction so the address symbolizes to the calling line.

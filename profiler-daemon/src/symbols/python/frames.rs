@@ -1,0 +1,186 @@
+//! Python frames among a stack's native addresses. The sampling programs
+//! read a thread's Python frames beside its native stack; here they take
+//! the place of the evaluation loop's native frames (each call of
+//! `_PyEval_EvalFrameDefault` runs the Python frames of one activation),
+//! each one carried to naming as a [`PythonFrameAddress`]: a word no user
+//! address is, holding its code object's address and its instruction's
+//! index.
+//!
+//! Owns that encoding and the merge; it must not read process memory.
+
+use std::ops::Range;
+
+use profiler_common::python::PythonFrameSlot;
+
+use super::code_objects::CodeLayout;
+
+/// A Python frame written as a stack address: bit 63 set and 62 clear (no
+/// user address, nor the signal frame's `u64::MAX`), its instruction's
+/// index plus one in bits 44 to 61 (0: unknown), its code object's address
+/// over 8 in bits 0 to 43.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PythonFrameAddress {
+    /// The code object's address.
+    pub code: u64,
+    /// The instruction's index in its code (2-byte code units), when the
+    /// frame's instruction pointer was inside it.
+    pub unit: Option<u32>,
+}
+
+const TAG: u64 = 1 << 63;
+const TAG_MASK: u64 = 0b11 << 62;
+const UNIT_SHIFT: u32 = 44;
+const UNIT_BITS: u32 = 18;
+const CODE_MASK: u64 = (1 << UNIT_SHIFT) - 1;
+
+impl PythonFrameAddress {
+    /// The word standing for this frame; none when its code object's
+    /// address does not fit (above 47 bits, or not 8-byte aligned).
+    pub fn encode(self) -> Option<u64> {
+        if self.code & 7 != 0 || (self.code >> 3) & !CODE_MASK != 0 {
+            return None;
+        }
+        let unit = self
+            .unit
+            .map(|unit| u64::from(unit) + 1)
+            .filter(|unit| *unit < 1 << UNIT_BITS)
+            .unwrap_or(0);
+        Some(TAG | unit << UNIT_SHIFT | self.code >> 3)
+    }
+
+    /// The frame a word stands for, when it stands for one.
+    pub fn decode(word: u64) -> Option<Self> {
+        if word & TAG_MASK != TAG {
+            return None;
+        }
+        let unit = (word >> UNIT_SHIFT) & ((1 << UNIT_BITS) - 1);
+        Some(Self {
+            code: (word & CODE_MASK) << 3,
+            unit: unit.checked_sub(1).map(|unit| unit as u32),
+        })
+    }
+}
+
+/// `native` (leaf first) with each evaluation loop frame (an address in
+/// `eval_loop`) replaced by the Python frames of its activation, taken
+/// from `slots` (leaf first, activations ended by a slot with code 0) in
+/// order. Activations left over when the native frames end (their
+/// unwinding stopped short of them) go at the root end.
+pub fn merge(
+    native: &[u64],
+    eval_loop: &[Range<u64>],
+    slots: &[PythonFrameSlot],
+    layout: &CodeLayout,
+) -> Vec<u64> {
+    let mut activations = slots
+        .split(|slot| slot.code == 0)
+        .filter(|activation| !activation.is_empty());
+    let encode = |slot: &PythonFrameSlot| {
+        let start = layout.instructions_of(slot.code);
+        let unit = slot
+            .instruction
+            .checked_sub(start)
+            .and_then(|bytes| u32::try_from(bytes / 2).ok());
+        PythonFrameAddress {
+            code: slot.code,
+            unit,
+        }
+        .encode()
+    };
+    let mut merged = Vec::with_capacity(native.len() + slots.len());
+    for (depth, &address) in native.iter().enumerate() {
+        // A return address may be just past its call, at the function's end.
+        let looked_up = if depth > 0 {
+            address.wrapping_sub(1)
+        } else {
+            address
+        };
+        let in_eval_loop = eval_loop.iter().any(|range| range.contains(&looked_up));
+        match in_eval_loop.then(|| activations.next()).flatten() {
+            Some(activation) => merged.extend(activation.iter().filter_map(encode)),
+            None => merged.push(address),
+        }
+    }
+    for activation in activations {
+        merged.extend(activation.iter().filter_map(encode));
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbols::python::PythonVersion;
+
+    #[test]
+    fn a_frame_address_decodes_to_itself_and_no_user_address_is_one() {
+        for frame in [
+            PythonFrameAddress {
+                code: 0x7f12_3456_7890,
+                unit: Some(17),
+            },
+            PythonFrameAddress {
+                code: 0x5555_0000_0008,
+                unit: None,
+            },
+        ] {
+            let word = frame.encode().unwrap();
+            assert_eq!(PythonFrameAddress::decode(word), Some(frame));
+        }
+        for user in [0, 0x40_1000, 0x7fff_ffff_f000, u64::MAX] {
+            assert_eq!(PythonFrameAddress::decode(user), None);
+        }
+        // Not aligned, or too high: not written.
+        let odd = PythonFrameAddress {
+            code: 0x7f00_0000_0004,
+            unit: None,
+        };
+        assert_eq!(odd.encode(), None);
+    }
+
+    #[test]
+    fn each_evaluation_loop_frame_takes_its_activation_s_python_frames() {
+        let layout = CodeLayout::of(PythonVersion {
+            major: 3,
+            minor: 12,
+            micro: 0,
+        })
+        .unwrap();
+        let slot = |code: u64, unit: u64| PythonFrameSlot {
+            code,
+            instruction: layout.instructions_of(code) + 2 * unit,
+        };
+        let end = PythonFrameSlot::default();
+        // c and b run in the inner loop, a in the outer one, called from C.
+        let slots = [slot(0x1000, 3), slot(0x2000, 5), end, slot(0x3000, 7), end];
+        // The loop and its `.cold` part.
+        let eval = [0x50_0000..0x50_1000, 0x60_0000..0x60_0100];
+        // leaf, eval loop, a C function between them, eval loop, main.
+        let native = [0x40_0010, 0x50_0100, 0x40_2000, 0x50_0200, 0x40_3000];
+        let merged = merge(&native, &eval, &slots, &layout);
+        let decoded: Vec<_> = merged
+            .iter()
+            .map(|&word| PythonFrameAddress::decode(word).map(|frame| (frame.code, frame.unit)))
+            .collect();
+        assert_eq!(
+            decoded,
+            [
+                None,
+                Some((0x1000, Some(3))),
+                Some((0x2000, Some(5))),
+                None,
+                Some((0x3000, Some(7))),
+                None
+            ]
+        );
+        assert_eq!(merged[0], 0x40_0010);
+        assert_eq!(merged[3], 0x40_2000);
+        // Native frames cut short of the outer loop: its frames at the root.
+        let merged = merge(&native[..2], &eval, &slots, &layout);
+        assert_eq!(merged.len(), 4);
+        assert_eq!(
+            PythonFrameAddress::decode(merged[3]).map(|frame| frame.code),
+            Some(0x3000)
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! Names of the Python frames samples carry: each code object (by process
+//! and address) is read from its process's memory on a thread of its own
+//! (the reader), never on the drain thread or the symbolizer's: a hostile
+//! process can make a read of its memory wait (memory behind a
+//! `userfaultfd`). The symbolizer asks for the code objects of a batch and
+//! waits for them at most [`NAMES_WAIT`]; those not read by then are shown
+//! by address, and named in later batches once read.
+//!
+//! Owns the code objects read (at most [`MAX_NAMED`]; all let go of, and
+//! counted, past it) and the reader; it must not read anything of a
+//! process but its code objects.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Condvar, Mutex, MutexGuard},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use super::{
+    PythonProcess,
+    code_objects::{CodeLayout, CodeObject, ProcMem, read_code},
+};
+use crate::symbols::processes::{NormalizedBatch, UserAddress};
+
+/// The longest the symbolizer waits for names, per batch.
+pub const NAMES_WAIT: Duration = Duration::from_millis(100);
+
+/// Code objects held at most (a few hundred bytes each with their names
+/// and tables of lines).
+pub const MAX_NAMED: usize = 1 << 15;
+
+/// A read this long means the reader is stuck in a process's memory: the
+/// symbolizer stops waiting for it.
+const STUCK_AFTER: Duration = Duration::from_secs(1);
+
+/// What became of a code object.
+#[derive(Clone, Debug)]
+enum Named {
+    Asked,
+    Read(Arc<CodeObject>),
+    /// Not a code object (freed since, or another object there now), or
+    /// its memory could not be read.
+    Failed,
+}
+
+/// Counts for the status report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PythonNameStats {
+    /// Code objects held, and the most held.
+    pub held: u64,
+    pub limit: u64,
+    /// Code objects read, and reads that failed.
+    pub read: u64,
+    pub failed: u64,
+    /// Held code objects let go of at the limit.
+    pub evicted: u64,
+    /// Frames shown by address: not read in time.
+    pub unnamed: u64,
+}
+
+struct State {
+    named: HashMap<(u32, u64), Named>,
+    wanted: VecDeque<(u32, u64, Arc<PythonProcess>)>,
+    /// When the read under way began.
+    reading_since: Option<Instant>,
+    stopping: bool,
+    stats: PythonNameStats,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+/// The names of Python frames, read on a thread of their own.
+pub struct PythonNames {
+    shared: Arc<Shared>,
+    reader: Option<JoinHandle<()>>,
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+    shared
+        .state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl PythonNames {
+    /// Starts the reader.
+    pub fn start() -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                named: HashMap::new(),
+                wanted: VecDeque::new(),
+                reading_since: None,
+                stopping: false,
+                stats: PythonNameStats {
+                    limit: MAX_NAMED as u64,
+                    ..PythonNameStats::default()
+                },
+            }),
+            changed: Condvar::new(),
+        });
+        let reader = std::thread::Builder::new()
+            .name("python-names".into())
+            .spawn({
+                let shared = shared.clone();
+                move || read_wanted(&shared)
+            })?;
+        Ok(Self {
+            shared,
+            reader: Some(reader),
+        })
+    }
+
+    pub fn stats(&self) -> PythonNameStats {
+        let state = lock(&self.shared);
+        PythonNameStats {
+            held: state.named.len() as u64,
+            ..state.stats
+        }
+    }
+
+    /// Names the Python frames of `batch`: asks for the code objects not
+    /// read yet, waits for them at most `wait`, and names those read.
+    pub fn name_batch(&self, batch: &mut NormalizedBatch, wait: Duration) {
+        let frames = || {
+            batch
+                .samples
+                .iter()
+                .flat_map(|sample| &sample.user)
+                .filter_map(|address| match address {
+                    UserAddress::Python(frame) if frame.name.is_none() => Some(frame),
+                    _ => None,
+                })
+        };
+        let mut asked = Vec::new();
+        {
+            let mut state = lock(&self.shared);
+            if state.named.len() >= MAX_NAMED {
+                state.stats.evicted += state.named.len() as u64;
+                state.named.clear();
+            }
+            for frame in frames() {
+                let key = (frame.pid, frame.code);
+                if let std::collections::hash_map::Entry::Vacant(entry) = state.named.entry(key) {
+                    entry.insert(Named::Asked);
+                    state
+                        .wanted
+                        .push_back((frame.pid, frame.code, frame.process.clone()));
+                    asked.push(key);
+                }
+            }
+        }
+        if !asked.is_empty() {
+            self.shared.changed.notify_all();
+            self.wait_for(&asked, wait);
+        }
+        let mut state = lock(&self.shared);
+        for sample in &mut batch.samples {
+            for address in &mut sample.user {
+                if let UserAddress::Python(frame) = address
+                    && frame.name.is_none()
+                {
+                    match state.named.get(&(frame.pid, frame.code)) {
+                        Some(Named::Read(code)) => frame.name = Some(code.clone()),
+                        _ => state.stats.unnamed += 1,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits until every one of `asked` is read (or failed), at most
+    /// `wait`, and not while the reader is stuck.
+    fn wait_for(&self, asked: &[(u32, u64)], wait: Duration) {
+        let deadline = Instant::now() + wait;
+        let mut state = lock(&self.shared);
+        loop {
+            let pending = asked
+                .iter()
+                .any(|key| matches!(state.named.get(key), Some(Named::Asked)));
+            let stuck = state
+                .reading_since
+                .is_some_and(|since| since.elapsed() > STUCK_AFTER);
+            let now = Instant::now();
+            if !pending || stuck || now >= deadline {
+                return;
+            }
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+impl Drop for PythonNames {
+    fn drop(&mut self) {
+        lock(&self.shared).stopping = true;
+        self.shared.changed.notify_all();
+        // A reader stuck in a process's memory is left behind, not waited for.
+        if let Some(reader) = self.reader.take()
+            && reader.is_finished()
+        {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// The reader: reads the code objects asked for, one at a time.
+fn read_wanted(shared: &Shared) {
+    // The memory of the last process read, kept open while its code
+    // objects are read one after another.
+    let mut open: Option<(u32, ProcMem)> = None;
+    loop {
+        let (pid, code, process) = {
+            let mut state = lock(shared);
+            loop {
+                if state.stopping {
+                    return;
+                }
+                if let Some(wanted) = state.wanted.pop_front() {
+                    state.reading_since = Some(Instant::now());
+                    break wanted;
+                }
+                state = shared
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        };
+        if open.as_ref().is_none_or(|(open_pid, _)| *open_pid != pid) {
+            open = ProcMem::open(pid).ok().map(|memory| (pid, memory));
+        }
+        let read = open.as_ref().and_then(|(_, memory)| {
+            let layout = CodeLayout::of(process.interpreter.version)?;
+            read_code(memory, code, &layout, &process.types).ok()
+        });
+        let mut state = lock(shared);
+        state.reading_since = None;
+        let named = match read {
+            Some(read) => {
+                state.stats.read += 1;
+                Named::Read(Arc::new(read))
+            }
+            None => {
+                state.stats.failed += 1;
+                Named::Failed
+            }
+        };
+        // Asked for still (not let go of at the limit meanwhile).
+        if let Some(entry) = state.named.get_mut(&(pid, code)) {
+            *entry = named;
+        }
+        drop(state);
+        shared.changed.notify_all();
+    }
+}

@@ -1,0 +1,246 @@
+//! Python frames: at a sample of a process whose CPython interpreter the
+//! daemon found, the sampled thread's Python frames (code object and
+//! instruction pointer of each, innermost first) are read from its
+//! interpreter's memory and written after its stack copy, for the daemon
+//! to name and to put in place of the evaluation loop's native frames.
+//!
+//! Owns the map of known interpreters (written by the daemon) and the
+//! cache of thread states (its own); reads only the current task's user
+//! memory, a bounded number of words.
+
+use core::{ffi::c_void, mem::size_of};
+
+use aya_ebpf::{
+    helpers::{bpf_probe_read_user, generated::bpf_loop},
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray},
+};
+use profiler_common::python::{
+    MAX_PYTHON_SLOTS, MAX_PYTHON_THREADS_WALKED, PYTHON_PROCESSES_ENTRIES, PYTHON_THREADS_ENTRIES,
+    PythonFrameSlot, PythonLayout, status,
+};
+
+/// Processes whose interpreters the daemon found: pid to layout.
+#[map]
+static PYTHON_PROCESSES: HashMap<u32, PythonLayout> =
+    HashMap::with_max_entries(PYTHON_PROCESSES_ENTRIES, 0);
+
+/// Thread id to the thread state last found for it.
+#[map]
+static PYTHON_THREADS: LruHashMap<u32, u64> =
+    LruHashMap::with_max_entries(PYTHON_THREADS_ENTRIES, 0);
+
+/// The layout of `pid`'s interpreter, when the daemon named one (a value
+/// of the map, valid for the program's run).
+#[inline(always)]
+pub(crate) fn layout_of(pid: u32) -> Option<*const PythonLayout> {
+    PYTHON_PROCESSES.get_ptr(&pid)
+}
+
+/// Forgets a process (it exits or execs) and a thread (it exits).
+#[inline(always)]
+pub(crate) fn forget_thread(tid: u32) {
+    let _ = PYTHON_THREADS.remove(&tid);
+}
+
+#[inline(always)]
+pub(crate) fn forget_process(pid: u32) {
+    let _ = PYTHON_PROCESSES.remove(&pid);
+}
+
+#[inline(always)]
+fn read_word(address: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user fails rather than faulting.
+    unsafe { bpf_probe_read_user(address as *const u64) }.ok()
+}
+
+/// The thread state of thread `tid` (the kernel's id; the interpreter's
+/// `native_thread_id`, in the process's own pid namespace, is the same
+/// outside containers).
+#[inline(always)]
+fn thread_state(layout: &PythonLayout, tid: u32) -> Option<u64> {
+    // SAFETY: a value of the map, read at once.
+    if let Some(known) = unsafe { PYTHON_THREADS.get(&tid) }.copied()
+        && read_word(known + layout.native_thread_id).is_some_and(|id| id as u32 == tid)
+    {
+        return Some(known);
+    }
+    let interpreter = read_word(layout.interpreters_head)?;
+    if interpreter == 0 {
+        return None;
+    }
+    let mut thread = read_word(interpreter + layout.threads_head)?;
+    for _ in 0..MAX_PYTHON_THREADS_WALKED {
+        if thread == 0 {
+            return None;
+        }
+        if read_word(thread + layout.native_thread_id)? as u32 == tid {
+            let _ = PYTHON_THREADS.insert(&tid, &thread, 0);
+            return Some(thread);
+        }
+        thread = read_word(thread + layout.thread_next)?;
+    }
+    None
+}
+
+/// Where a walk of a thread's frames is. Kept in a map value, not on the
+/// stack: the verifier checks `walk_step` under `bpf_loop` until the
+/// states it sees repeat, which counts kept on the stack (known exactly,
+/// one more each time) never do.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct WalkState {
+    frame: u64,
+    written: u32,
+    /// Whether the last slot written ends an activation (no two in a row).
+    ended: u32,
+    outcome: u32,
+    _pad: u32,
+}
+
+/// One walk per CPU at a time (programs do not nest on a CPU but for the
+/// off-CPU one under a sample, which starts its own walk afresh).
+#[map]
+static PYTHON_WALKS: PerCpuArray<WalkState> = PerCpuArray::with_max_entries(1, 0);
+
+/// What [`walk_step`] takes.
+#[repr(C)]
+struct Walk {
+    layout: *const PythonLayout,
+    slots: *mut u8,
+    state: *mut WalkState,
+}
+
+/// Writes thread `tid`'s Python frames into `slots` (room for
+/// [`MAX_PYTHON_SLOTS`]): returns how many, and a [`status`].
+#[inline(always)]
+pub(crate) fn read_frames(layout: *const PythonLayout, tid: u32, slots: *mut u8) -> (u32, u32) {
+    // SAFETY: a value of the map, valid for this program's run.
+    let fields = unsafe { &*layout };
+    let Some(thread) = thread_state(fields, tid) else {
+        return (0, status::NO_THREAD_STATE);
+    };
+    let frame = if fields.cframe == PythonLayout::NONE {
+        read_word(thread + fields.current_frame)
+    } else {
+        match read_word(thread + fields.cframe) {
+            Some(0) => Some(0),
+            Some(cframe) => read_word(cframe + fields.current_frame),
+            None => None,
+        }
+    };
+    let Some(frame) = frame else {
+        return (0, status::UNREADABLE);
+    };
+    let Some(state) = PYTHON_WALKS.get_ptr_mut(0) else {
+        return (0, status::UNREADABLE);
+    };
+    // SAFETY: this CPU's value of the map.
+    unsafe {
+        *state = WalkState {
+            frame,
+            written: 0,
+            ended: 1,
+            outcome: status::READ,
+            _pad: 0,
+        }
+    };
+    let mut walk = Walk {
+        layout,
+        slots,
+        state,
+    };
+    // SAFETY: `walk_step` takes a `Walk`, which lives until bpf_loop
+    // returns.
+    unsafe {
+        bpf_loop(
+            MAX_PYTHON_SLOTS as u32,
+            walk_step as *mut c_void,
+            (&raw mut walk).cast::<c_void>(),
+            0,
+        )
+    };
+    // SAFETY: as above.
+    let state = unsafe { &mut *state };
+    if state.frame != 0 && state.outcome == status::READ {
+        state.outcome = status::CUT;
+    }
+    (state.written, state.outcome)
+}
+
+/// One frame of a walk: its slot written (or an activation's end, at a
+/// shim frame or after an entry frame); 1 to stop.
+#[inline(never)]
+extern "C" fn walk_step(_index: u32, walk: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop passes the `Walk` read_frames gave it, whose
+    // pointers are a map's values and the record's slots.
+    let walk = unsafe { &*walk.cast::<Walk>() };
+    let (layout, state) = unsafe { (&*walk.layout, &mut *walk.state) };
+    let frame = state.frame;
+    if frame == 0 {
+        return 1;
+    }
+    let (Some(code), Some(previous), Some(instruction), Some(flags)) = (
+        read_word(frame + layout.frame_code),
+        read_word(frame + layout.frame_previous),
+        read_word(frame + layout.frame_instruction),
+        read_word(frame + layout.frame_flags),
+    ) else {
+        state.outcome = status::UNREADABLE;
+        return 1;
+    };
+    let owner = (flags >> (layout.owner_shift & 63)) & 0xff;
+    let shim = owner == layout.cstack_owner;
+    let entry = layout.entry_shift < 64 && (flags >> (layout.entry_shift & 63)) & 0xff != 0;
+    if shim {
+        if state.ended == 0 && !put(walk.slots, &mut state.written, PythonFrameSlot::default()) {
+            state.outcome = status::CUT;
+            return 1;
+        }
+        state.ended = 1;
+    } else {
+        if !put(
+            walk.slots,
+            &mut state.written,
+            PythonFrameSlot { code, instruction },
+        ) {
+            state.outcome = status::CUT;
+            return 1;
+        }
+        state.ended = 0;
+        if entry {
+            if !put(walk.slots, &mut state.written, PythonFrameSlot::default()) {
+                state.outcome = status::CUT;
+                return 1;
+            }
+            state.ended = 1;
+        }
+    }
+    state.frame = previous;
+    0
+}
+
+/// Writes `slot` at index `*written` of `slots`; false when they are full.
+#[inline(always)]
+fn put(slots: *mut u8, written: &mut u32, slot: PythonFrameSlot) -> bool {
+    // SAFETY: volatile reads of a local. Read twice: the second read's
+    // mask stays in the program (LLVM would drop it as implied by the
+    // first read's check), so that the verifier sees the bound.
+    let count = unsafe { core::ptr::read_volatile(written) };
+    if count as usize >= MAX_PYTHON_SLOTS {
+        return false;
+    }
+    // SAFETY: as above.
+    let index = unsafe { core::ptr::read_volatile(written) } as usize & (MAX_PYTHON_SLOTS - 1);
+    let offset = index * size_of::<PythonFrameSlot>();
+    // SAFETY: `slots` has room for MAX_PYTHON_SLOTS slots; the offset is
+    // below that. Two volatile stores (LLVM would write a zero slot with
+    // a call to memset, a loop the verifier walks).
+    unsafe {
+        let at = slots.add(offset).cast::<c_void>().cast::<u64>();
+        core::ptr::write_volatile(at, slot.code);
+        core::ptr::write_volatile(at.add(1), slot.instruction);
+    }
+    *written = count + 1;
+    true
+}
