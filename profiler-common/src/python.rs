@@ -36,6 +36,11 @@ pub struct PythonLayout {
     /// The owner of a shim frame between two evaluation loops (3.12 on);
     /// [`PythonLayout::NONE`] when there is none.
     pub cstack_owner: u64,
+    /// Offsets in a code object of its file name and qualified name (object
+    /// pointers): what tells a code object from another one later at the
+    /// same address.
+    pub code_filename: u64,
+    pub code_qualname: u64,
 }
 
 impl PythonLayout {
@@ -43,15 +48,24 @@ impl PythonLayout {
     pub const NONE: u64 = u64::MAX;
 }
 
-/// One Python frame of a sample, innermost first: its code object and
-/// instruction pointer. A slot with `code` 0 ends an activation of the
-/// evaluation loop (one call of `_PyEval_EvalFrameDefault` runs the frames
-/// since the last such slot).
+/// One Python frame of a sample, innermost first: its code object, its
+/// instruction pointer, and a check of the code object (its file name's
+/// and qualified name's addresses mixed: a code object freed and another
+/// made at its address has another). A slot with `code` 0 ends an
+/// activation of the evaluation loop (one call of
+/// `_PyEval_EvalFrameDefault` runs the frames since the last such slot).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PythonFrameSlot {
     pub code: u64,
     pub instruction: u64,
+    pub check: u64,
+}
+
+/// The check of a code object whose file name and qualified name are at
+/// `filename` and `qualname`.
+pub const fn code_check(filename: u64, qualname: u64) -> u64 {
+    filename ^ qualname.rotate_left(29)
 }
 
 /// Slots a sample of a Python process carries at most (a power of two).

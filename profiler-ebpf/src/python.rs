@@ -17,7 +17,7 @@ use aya_ebpf::{
 };
 use profiler_common::python::{
     MAX_PYTHON_SLOTS, MAX_PYTHON_THREADS_WALKED, PYTHON_PROCESSES_ENTRIES, PYTHON_THREADS_ENTRIES,
-    PythonFrameSlot, PythonLayout, status,
+    PythonFrameSlot, PythonLayout, code_check, status,
 };
 
 /// Processes whose interpreters the daemon found: pid to layout.
@@ -199,11 +199,16 @@ extern "C" fn walk_step(_index: u32, walk: *mut c_void) -> i64 {
         }
         state.ended = 1;
     } else {
-        if !put(
-            walk.slots,
-            &mut state.written,
-            PythonFrameSlot { code, instruction },
-        ) {
+        let check = code_check(
+            read_word(code + layout.code_filename).unwrap_or(0),
+            read_word(code + layout.code_qualname).unwrap_or(0),
+        );
+        let slot = PythonFrameSlot {
+            code,
+            instruction,
+            check,
+        };
+        if !put(walk.slots, &mut state.written, slot) {
             state.outcome = status::CUT;
             return 1;
         }
@@ -240,6 +245,7 @@ fn put(slots: *mut u8, written: &mut u32, slot: PythonFrameSlot) -> bool {
         let at = slots.add(offset).cast::<c_void>().cast::<u64>();
         core::ptr::write_volatile(at, slot.code);
         core::ptr::write_volatile(at.add(1), slot.instruction);
+        core::ptr::write_volatile(at.add(2), slot.check);
     }
     *written = count + 1;
     true

@@ -103,7 +103,8 @@ fn python_slots(header: &StackCopyHeader, record: &[u8]) -> Vec<PythonFrameSlot>
         .take(count)
         .map(|slot| PythonFrameSlot {
             code: word(&slot[..8]),
-            instruction: word(&slot[8..]),
+            instruction: word(&slot[8..16]),
+            check: word(&slot[16..]),
         })
         .collect()
 }

@@ -144,6 +144,8 @@ pub struct PythonCode {
     pub process: Arc<crate::symbols::python::PythonProcess>,
     pub code: u64,
     pub unit: Option<u32>,
+    /// Tells this code object from another one later at its address.
+    pub check: u64,
     pub name: Option<Arc<crate::symbols::python::code_objects::CodeObject>>,
 }
 

@@ -423,10 +423,14 @@ async fn a_profile_of_a_python_process_shows_its_python_functions_in_place_of_th
         !pythons.is_empty(),
         "no CPython 3.11 to 3.13 on this machine"
     );
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("chain.py");
+    std::fs::write(&script, CHAIN_SCRIPT).expect("the script is written");
     let daemon = Daemon::start().await;
+    let mut client = daemon.client().await;
     for (python, version) in pythons {
         let workload: Workload = Command::new(&python)
-            .args(["-c", CHAIN_SCRIPT])
+            .arg(&script)
             .spawn()
             .expect("python runs")
             .into();
@@ -465,6 +469,37 @@ async fn a_profile_of_a_python_process_shows_its_python_functions_in_place_of_th
             "{version}: {whole} of {c_samples} samples in c carry <module>, a, b, map, c from \
              _start ({}): {stacks:#?}",
             python.display()
+        );
+        // Each function at the line it runs (the caller's at its call),
+        // in the script's file, as the flat report's rows say.
+        let options = crate::support::options(profilerd_client::v1::Format::Flat);
+        let reply = crate::support::profile(
+            &mut client,
+            &[workload.pid()],
+            std::time::Duration::from_secs(1),
+            options,
+        )
+        .await;
+        let flat = String::from_utf8(reply.report).expect("UTF-8");
+        let file = script.display().to_string();
+        let row = |line: u32, function: &str| {
+            flat.lines().any(|row| {
+                let cells: Vec<&str> = row.split_whitespace().collect();
+                cells.len() >= 3
+                    && cells[cells.len() - 1] == function
+                    && cells[cells.len() - 2] == line.to_string()
+                    && cells[cells.len() - 3] == file
+            })
+        };
+        for (line, function) in [(14, "<module>"), (13, "a"), (11, "b")] {
+            assert!(
+                row(line, function),
+                "{version}: {function} at line {line}: {flat}"
+            );
+        }
+        assert!(
+            row(5, "c") || row(6, "c"),
+            "{version}: c at its loop's lines: {flat}"
         );
         drop(workload);
     }

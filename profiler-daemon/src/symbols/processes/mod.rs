@@ -778,21 +778,26 @@ impl ProcessTable {
                     PythonVerdict::Runs(process) => Some(process),
                     _ => None,
                 };
-                stack
-                    .iter()
-                    .map(|&address| match lookup(&record.mappings, address) {
-                        UserAddress::Unmapped { address }
-                            if let Some(process) = python
-                                && let Some(frame) = PythonFrameAddress::decode(address) =>
-                        {
-                            UserAddress::Python(PythonCode {
-                                pid,
-                                process: process.clone(),
-                                code: frame.code,
-                                unit: frame.unit,
-                                name: None,
-                            })
-                        }
+                let mut frames = Vec::with_capacity(stack.len());
+                let mut at = 0;
+                while let Some(&address) = stack.get(at) {
+                    at += 1;
+                    // A Python frame (two words) of a process running one.
+                    if let Some(process) = python
+                        && let Some(frame) = PythonFrameAddress::decode(&stack[at - 1..])
+                    {
+                        at += 1;
+                        frames.push(UserAddress::Python(PythonCode {
+                            pid,
+                            process: process.clone(),
+                            code: frame.code,
+                            unit: frame.unit,
+                            check: frame.check,
+                            name: None,
+                        }));
+                        continue;
+                    }
+                    frames.push(match lookup(&record.mappings, address) {
                         UserAddress::Unmapped { .. } => {
                             let found = record
                                 .earlier
@@ -807,8 +812,9 @@ impl ProcessTable {
                             found
                         }
                         found => found,
-                    })
-                    .collect()
+                    });
+                }
+                frames
             }
             None => {
                 complete = stack.is_empty();

@@ -74,6 +74,11 @@ impl CodeLayout {
     pub fn instructions_of(&self, code: u64) -> u64 {
         code + self.instructions
     }
+
+    /// Where a code object's file name and qualified name (pointers) are.
+    pub fn name_offsets(&self) -> (u64, u64) {
+        (self.filename, self.qualname)
+    }
 }
 
 /// Where the interpreter's type objects are in the process.

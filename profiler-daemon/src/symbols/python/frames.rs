@@ -2,9 +2,9 @@
 //! read a thread's Python frames beside its native stack; here they take
 //! the place of the evaluation loop's native frames (each call of
 //! `_PyEval_EvalFrameDefault` runs the Python frames of one activation),
-//! each one carried to naming as a [`PythonFrameAddress`]: a word no user
-//! address is, holding its code object's address and its instruction's
-//! index.
+//! each one carried to naming as a [`PythonFrameAddress`]: two words no
+//! user address is, holding its code object's address, its instruction's
+//! index and its code object's check.
 //!
 //! Owns that encoding and the merge; it must not read process memory.
 
@@ -14,10 +14,12 @@ use profiler_common::python::PythonFrameSlot;
 
 use super::code_objects::CodeLayout;
 
-/// A Python frame written as a stack address: bit 63 set and 62 clear (no
-/// user address, nor the signal frame's `u64::MAX`), its instruction's
-/// index plus one in bits 44 to 61 (0: unknown), its code object's address
-/// over 8 in bits 0 to 43.
+/// A Python frame written as two stack addresses. The first: bit 63 set
+/// and 62 clear (no user address, nor the signal frame's `u64::MAX`), its
+/// instruction's index plus one in bits 44 to 61 (0: unknown), its code
+/// object's address over 8 in bits 0 to 43. The second: bits 63 and 62
+/// set, the code object's check in bits 1 to 61 (bit 0 clear: never the
+/// signal frame's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PythonFrameAddress {
     /// The code object's address.
@@ -25,18 +27,22 @@ pub struct PythonFrameAddress {
     /// The instruction's index in its code (2-byte code units), when the
     /// frame's instruction pointer was inside it.
     pub unit: Option<u32>,
+    /// Its check ([`profiler_common::python::code_check`], 61 bits of it).
+    pub check: u64,
 }
 
 const TAG: u64 = 1 << 63;
+const CHECK_TAG: u64 = 0b11 << 62;
 const TAG_MASK: u64 = 0b11 << 62;
+const CHECK_MASK: u64 = ((1 << 61) - 1) << 1;
 const UNIT_SHIFT: u32 = 44;
 const UNIT_BITS: u32 = 18;
 const CODE_MASK: u64 = (1 << UNIT_SHIFT) - 1;
 
 impl PythonFrameAddress {
-    /// The word standing for this frame; none when its code object's
+    /// The words standing for this frame; none when its code object's
     /// address does not fit (above 47 bits, or not 8-byte aligned).
-    pub fn encode(self) -> Option<u64> {
+    pub fn encode(self) -> Option<[u64; 2]> {
         if self.code & 7 != 0 || (self.code >> 3) & !CODE_MASK != 0 {
             return None;
         }
@@ -45,18 +51,26 @@ impl PythonFrameAddress {
             .map(|unit| u64::from(unit) + 1)
             .filter(|unit| *unit < 1 << UNIT_BITS)
             .unwrap_or(0);
-        Some(TAG | unit << UNIT_SHIFT | self.code >> 3)
+        Some([
+            TAG | unit << UNIT_SHIFT | self.code >> 3,
+            CHECK_TAG | (self.check << 1) & CHECK_MASK,
+        ])
     }
 
-    /// The frame a word stands for, when it stands for one.
-    pub fn decode(word: u64) -> Option<Self> {
-        if word & TAG_MASK != TAG {
+    /// The frame the first words of `words` stand for, when they stand
+    /// for one.
+    pub fn decode(words: &[u64]) -> Option<Self> {
+        let [word, check, ..] = *words else {
+            return None;
+        };
+        if word & TAG_MASK != TAG || check & TAG_MASK != CHECK_TAG || check & 1 != 0 {
             return None;
         }
         let unit = (word >> UNIT_SHIFT) & ((1 << UNIT_BITS) - 1);
         Some(Self {
             code: (word & CODE_MASK) << 3,
             unit: unit.checked_sub(1).map(|unit| unit as u32),
+            check: (check & CHECK_MASK) >> 1,
         })
     }
 }
@@ -84,6 +98,7 @@ pub fn merge(
         PythonFrameAddress {
             code: slot.code,
             unit,
+            check: slot.check,
         }
         .encode()
     };
@@ -97,12 +112,12 @@ pub fn merge(
         };
         let in_eval_loop = eval_loop.iter().any(|range| range.contains(&looked_up));
         match in_eval_loop.then(|| activations.next()).flatten() {
-            Some(activation) => merged.extend(activation.iter().filter_map(encode)),
+            Some(activation) => merged.extend(activation.iter().filter_map(encode).flatten()),
             None => merged.push(address),
         }
     }
     for activation in activations {
-        merged.extend(activation.iter().filter_map(encode));
+        merged.extend(activation.iter().filter_map(encode).flatten());
     }
     merged
 }
@@ -118,22 +133,26 @@ mod tests {
             PythonFrameAddress {
                 code: 0x7f12_3456_7890,
                 unit: Some(17),
+                check: 0x1234,
             },
             PythonFrameAddress {
                 code: 0x5555_0000_0008,
                 unit: None,
+                check: (1 << 61) - 1,
             },
         ] {
-            let word = frame.encode().unwrap();
-            assert_eq!(PythonFrameAddress::decode(word), Some(frame));
+            let words = frame.encode().unwrap();
+            assert_eq!(PythonFrameAddress::decode(&words), Some(frame));
+            assert!(words.iter().all(|&word| word != u64::MAX));
         }
         for user in [0, 0x40_1000, 0x7fff_ffff_f000, u64::MAX] {
-            assert_eq!(PythonFrameAddress::decode(user), None);
+            assert_eq!(PythonFrameAddress::decode(&[user, user]), None);
         }
         // Not aligned, or too high: not written.
         let odd = PythonFrameAddress {
             code: 0x7f00_0000_0004,
             unit: None,
+            check: 0,
         };
         assert_eq!(odd.encode(), None);
     }
@@ -149,6 +168,7 @@ mod tests {
         let slot = |code: u64, unit: u64| PythonFrameSlot {
             code,
             instruction: layout.instructions_of(code) + 2 * unit,
+            check: code / 16,
         };
         let end = PythonFrameSlot::default();
         // c and b run in the inner loop, a in the outer one, called from C.
@@ -157,30 +177,46 @@ mod tests {
         let eval = [0x50_0000..0x50_1000, 0x60_0000..0x60_0100];
         // leaf, eval loop, a C function between them, eval loop, main.
         let native = [0x40_0010, 0x50_0100, 0x40_2000, 0x50_0200, 0x40_3000];
+        let decoded = |merged: &[u64]| {
+            let mut decoded = Vec::new();
+            let mut at = 0;
+            while at < merged.len() {
+                match PythonFrameAddress::decode(&merged[at..]) {
+                    Some(frame) => {
+                        assert_eq!(frame.check, frame.code / 16);
+                        decoded.push(Err((frame.code, frame.unit)));
+                        at += 2;
+                    }
+                    None => {
+                        decoded.push(Ok(merged[at]));
+                        at += 1;
+                    }
+                }
+            }
+            decoded
+        };
         let merged = merge(&native, &eval, &slots, &layout);
-        let decoded: Vec<_> = merged
-            .iter()
-            .map(|&word| PythonFrameAddress::decode(word).map(|frame| (frame.code, frame.unit)))
-            .collect();
         assert_eq!(
-            decoded,
+            decoded(&merged),
             [
-                None,
-                Some((0x1000, Some(3))),
-                Some((0x2000, Some(5))),
-                None,
-                Some((0x3000, Some(7))),
-                None
+                Ok(0x40_0010),
+                Err((0x1000, Some(3))),
+                Err((0x2000, Some(5))),
+                Ok(0x40_2000),
+                Err((0x3000, Some(7))),
+                Ok(0x40_3000)
             ]
         );
-        assert_eq!(merged[0], 0x40_0010);
-        assert_eq!(merged[3], 0x40_2000);
         // Native frames cut short of the outer loop: its frames at the root.
         let merged = merge(&native[..2], &eval, &slots, &layout);
-        assert_eq!(merged.len(), 4);
         assert_eq!(
-            PythonFrameAddress::decode(merged[3]).map(|frame| frame.code),
-            Some(0x3000)
+            decoded(&merged),
+            [
+                Ok(0x40_0010),
+                Err((0x1000, Some(3))),
+                Err((0x2000, Some(5))),
+                Err((0x3000, Some(7)))
+            ]
         );
     }
 }

@@ -34,6 +34,10 @@ pub const MAX_NAMED: usize = 1 << 15;
 /// symbolizer stops waiting for it.
 const STUCK_AFTER: Duration = Duration::from_secs(1);
 
+/// A code object of a process: its pid, address and check (a code object
+/// freed and another made at its address has another check).
+type CodeKey = (u32, u64, u64);
+
 /// What became of a code object.
 #[derive(Clone, Debug)]
 enum Named {
@@ -60,8 +64,8 @@ pub struct PythonNameStats {
 }
 
 struct State {
-    named: HashMap<(u32, u64), Named>,
-    wanted: VecDeque<(u32, u64, Arc<PythonProcess>)>,
+    named: HashMap<CodeKey, Named>,
+    wanted: VecDeque<(CodeKey, Arc<PythonProcess>)>,
     /// When the read under way began.
     reading_since: Option<Instant>,
     stopping: bool,
@@ -143,12 +147,10 @@ impl PythonNames {
                 state.named.clear();
             }
             for frame in frames() {
-                let key = (frame.pid, frame.code);
+                let key = (frame.pid, frame.code, frame.check);
                 if let std::collections::hash_map::Entry::Vacant(entry) = state.named.entry(key) {
                     entry.insert(Named::Asked);
-                    state
-                        .wanted
-                        .push_back((frame.pid, frame.code, frame.process.clone()));
+                    state.wanted.push_back((key, frame.process.clone()));
                     asked.push(key);
                 }
             }
@@ -163,7 +165,7 @@ impl PythonNames {
                 if let UserAddress::Python(frame) = address
                     && frame.name.is_none()
                 {
-                    match state.named.get(&(frame.pid, frame.code)) {
+                    match state.named.get(&(frame.pid, frame.code, frame.check)) {
                         Some(Named::Read(code)) => frame.name = Some(code.clone()),
                         _ => state.stats.unnamed += 1,
                     }
@@ -174,7 +176,7 @@ impl PythonNames {
 
     /// Waits until every one of `asked` is read (or failed), at most
     /// `wait`, and not while the reader is stuck.
-    fn wait_for(&self, asked: &[(u32, u64)], wait: Duration) {
+    fn wait_for(&self, asked: &[CodeKey], wait: Duration) {
         let deadline = Instant::now() + wait;
         let mut state = lock(&self.shared);
         loop {
@@ -217,7 +219,7 @@ fn read_wanted(shared: &Shared) {
     // objects are read one after another.
     let mut open: Option<(u32, ProcMem)> = None;
     loop {
-        let (pid, code, process) = {
+        let ((pid, code, check), process) = {
             let mut state = lock(shared);
             loop {
                 if state.stopping {
@@ -253,7 +255,7 @@ fn read_wanted(shared: &Shared) {
             }
         };
         // Asked for still (not let go of at the limit meanwhile).
-        if let Some(entry) = state.named.get_mut(&(pid, code)) {
+        if let Some(entry) = state.named.get_mut(&(pid, code, check)) {
             *entry = named;
         }
         drop(state);

@@ -88,6 +88,8 @@ impl ThreadLayout {
 pub fn kernel_layout(process: &PythonProcess) -> Option<profiler_common::python::PythonLayout> {
     use profiler_common::python::PythonLayout;
     let layout = ThreadLayout::of(process.interpreter.version)?;
+    let (code_filename, code_qualname) =
+        CodeLayout::of(process.interpreter.version)?.name_offsets();
     // The 8 bytes holding the owner (and 3.11's `is_entry`, just before it).
     let flags = layout.frame_owner & !7;
     let entry = if process.interpreter.version.minor == 11 {
@@ -113,6 +115,8 @@ pub fn kernel_layout(process: &PythonProcess) -> Option<profiler_common::python:
         } else {
             PythonLayout::NONE
         },
+        code_filename,
+        code_qualname,
     })
 }
 
