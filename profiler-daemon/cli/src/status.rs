@@ -136,7 +136,7 @@ fn python_status(python: Option<&v1::PythonStatus>) -> String {
     let mut text = match found {
         0 => "no CPython 3.11+ process found".to_owned(),
         found => format!(
-            "{found} CPython processes found ({}); their Python frames are not shown yet",
+            "{found} CPython processes found ({})",
             counts(&python.processes)
         ),
     };
@@ -145,6 +145,21 @@ fn python_status(python: Option<&v1::PythonStatus>) -> String {
             "; {} refused ({})",
             python.refused.values().sum::<u64>(),
             counts(&python.refused)
+        ));
+    }
+    if python.processes_limit > 0 {
+        text.push_str(&format!(
+            "; named to the kernel {} times (at most {} at once, {} refused); code objects: {} \
+             of at most {} held ({} read, {} failed, {} let go of), {} frames unnamed",
+            python.processes_named,
+            python.processes_limit,
+            python.processes_refused_by_kernel,
+            python.code_objects_held,
+            python.code_objects_limit,
+            python.code_objects_read,
+            python.code_objects_failed,
+            python.code_objects_evicted,
+            python.frames_unnamed,
         ));
     }
     text
@@ -530,11 +545,20 @@ mod tests {
             processes: [("3.13.0".to_owned(), 1), ("3.11.2".to_owned(), 2)].into(),
             refused: [("before_3_11".to_owned(), 1)].into(),
             binaries: 3,
+            processes_named: 4,
+            processes_limit: 4096,
+            code_objects_held: 10,
+            code_objects_limit: 32768,
+            code_objects_read: 11,
+            code_objects_failed: 1,
+            frames_unnamed: 2,
+            ..Default::default()
         };
         assert_eq!(
             python_status(Some(&python)),
-            "3 CPython processes found (3.11.2: 2, 3.13.0: 1); their Python frames are not shown \
-             yet; 1 refused (before_3_11: 1)"
+            "3 CPython processes found (3.11.2: 2, 3.13.0: 1); 1 refused (before_3_11: 1); named \
+             to the kernel 4 times (at most 4096 at once, 0 refused); code objects: 10 of at most \
+             32768 held (11 read, 1 failed, 0 let go of), 2 frames unnamed"
         );
         assert_eq!(
             python_status(Some(&v1::PythonStatus::default())),

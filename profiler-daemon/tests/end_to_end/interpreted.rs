@@ -503,4 +503,21 @@ async fn a_profile_of_a_python_process_shows_its_python_functions_in_place_of_th
         );
         drop(workload);
     }
+    // What it took, and its bounds, in the status.
+    let python = client
+        .get_status(profilerd_client::v1::GetStatusRequest::default())
+        .await
+        .expect("Status")
+        .into_inner()
+        .symbolizer
+        .and_then(|symbolizer| symbolizer.python)
+        .expect("the status says what CPython interpreters were found");
+    assert!(
+        python.processes_named >= 1
+            && python.processes_limit > 0
+            && python.code_objects_read >= 4
+            && python.code_objects_held >= 4
+            && python.code_objects_limit >= python.code_objects_held,
+        "{python:?}"
+    );
 }

@@ -182,6 +182,61 @@ impl Collector for Snapshot {
                 .iter()
                 .map(|(reason, count)| (*reason, *count)),
         )?;
+        let names = &pipeline.python_names;
+        let targets = pipeline.python_targets.unwrap_or_default();
+        for (name, help, value) in [
+            (
+                "python_processes_named",
+                "Times a process was named to the sampling programs to read its Python frames",
+                targets.named,
+            ),
+            (
+                "python_processes_refused_by_kernel",
+                "Processes the sampling programs' map of Python processes refused (full)",
+                targets.failed,
+            ),
+            (
+                "python_code_objects_read",
+                "Python code objects read to name frames",
+                names.read,
+            ),
+            (
+                "python_code_objects_failed",
+                "Python code objects whose read failed (freed since, or memory unreadable)",
+                names.failed,
+            ),
+            (
+                "python_code_objects_evicted",
+                "Python code objects let go of at their limit",
+                names.evicted,
+            ),
+            (
+                "python_frames_unnamed",
+                "Python frames shown by their code object's address, not read in time",
+                names.unnamed,
+            ),
+        ] {
+            counter(out, name, help, value)?;
+        }
+        for (name, help, value) in [
+            (
+                "python_processes_limit",
+                "Processes whose Python frames the sampling programs can read at once",
+                targets.limit,
+            ),
+            (
+                "python_code_objects",
+                "Python code objects held to name frames",
+                names.held,
+            ),
+            (
+                "python_code_objects_limit",
+                "The most Python code objects held",
+                names.limit,
+            ),
+        ] {
+            gauge(out, name, help, value)?;
+        }
         if let Some(book) = pipeline.lineages {
             let forked = "Processes forked without exec whose parent and program layout are held";
             let exec_left = "Processes that exec'd after a fork whose lineage is held for their earlier samples";

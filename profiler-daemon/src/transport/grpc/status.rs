@@ -139,6 +139,7 @@ fn jit_status(jit: &crate::symbols::jit_names::JitStats) -> v1::JitStatus {
 
 pub fn status(status: DaemonStatus) -> v1::StatusReply {
     let (pipeline, store, peek) = (&status.pipeline, &status.store, &status.peek);
+    let python_targets = pipeline.python_targets.unwrap_or_default();
     let stats = &peek.stats;
     v1::StatusReply {
         version: status.version.to_owned(),
@@ -180,6 +181,7 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
                 bytes: lineages.bytes,
             }),
             python: Some(v1::PythonStatus {
+                // (Zeros without stack copies: no Python frames are read.)
                 processes: pipeline
                     .processes
                     .python
@@ -195,6 +197,15 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
                     .map(|(reason, count)| ((*reason).to_owned(), *count))
                     .collect(),
                 binaries: pipeline.processes.python.binaries,
+                processes_named: python_targets.named,
+                processes_limit: python_targets.limit,
+                processes_refused_by_kernel: python_targets.failed,
+                code_objects_held: pipeline.python_names.held,
+                code_objects_limit: pipeline.python_names.limit,
+                code_objects_read: pipeline.python_names.read,
+                code_objects_failed: pipeline.python_names.failed,
+                code_objects_evicted: pipeline.python_names.evicted,
+                frames_unnamed: pipeline.python_names.unnamed,
             }),
         }),
         store: Some(v1::StoreStatus {
