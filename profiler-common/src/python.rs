@@ -41,6 +41,11 @@ pub struct PythonLayout {
     /// same address.
     pub code_filename: u64,
     pub code_qualname: u64,
+    /// The process's pid namespace (the nsfs device, as the kernel numbers
+    /// it, and inode), when it is not the daemon's: the interpreter knows
+    /// its threads by their ids in it. 0 and 0: the daemon's.
+    pub pid_namespace_device: u64,
+    pub pid_namespace_inode: u64,
 }
 
 impl PythonLayout {

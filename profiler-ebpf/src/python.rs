@@ -11,7 +11,11 @@
 use core::{ffi::c_void, mem::size_of};
 
 use aya_ebpf::{
-    helpers::{bpf_probe_read_user, generated::bpf_loop},
+    bindings::bpf_pidns_info,
+    helpers::{
+        bpf_probe_read_user,
+        generated::{bpf_get_ns_current_pid_tgid, bpf_loop},
+    },
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray},
 };
@@ -55,13 +59,32 @@ fn read_word(address: u64) -> Option<u64> {
 }
 
 /// The thread state of thread `tid` (the kernel's id; the interpreter's
-/// `native_thread_id`, in the process's own pid namespace, is the same
-/// outside containers).
+/// `native_thread_id` is its id in the process's own pid namespace, which
+/// the layout names when it is another).
 #[inline(always)]
 fn thread_state(layout: &PythonLayout, tid: u32) -> Option<u64> {
+    // Its id as the interpreter knows it (the cache is by the kernel's).
+    let own_id = if layout.pid_namespace_inode == 0 {
+        tid
+    } else {
+        let mut ids = bpf_pidns_info { pid: 0, tgid: 0 };
+        // SAFETY: the helper writes `ids`, of the size given.
+        let failed = unsafe {
+            bpf_get_ns_current_pid_tgid(
+                layout.pid_namespace_device,
+                layout.pid_namespace_inode,
+                &raw mut ids,
+                size_of::<bpf_pidns_info>() as u32,
+            )
+        } != 0;
+        if failed {
+            return None;
+        }
+        ids.pid
+    };
     // SAFETY: a value of the map, read at once.
     if let Some(known) = unsafe { PYTHON_THREADS.get(&tid) }.copied()
-        && read_word(known + layout.native_thread_id).is_some_and(|id| id as u32 == tid)
+        && read_word(known + layout.native_thread_id).is_some_and(|id| id as u32 == own_id)
     {
         return Some(known);
     }
@@ -74,7 +97,7 @@ fn thread_state(layout: &PythonLayout, tid: u32) -> Option<u64> {
         if thread == 0 {
             return None;
         }
-        if read_word(thread + layout.native_thread_id)? as u32 == tid {
+        if read_word(thread + layout.native_thread_id)? as u32 == own_id {
             let _ = PYTHON_THREADS.insert(&tid, &thread, 0);
             return Some(thread);
         }

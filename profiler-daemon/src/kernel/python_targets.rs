@@ -63,6 +63,9 @@ impl PythonTargets {
                 .retain(|_, named| now.duration_since(*named) < NAMED_FOR);
         }
         self.named.insert(pid, now);
+        let mut layout = layout;
+        let (device, inode) = pid_namespace_of(pid).unwrap_or_default();
+        (layout.pid_namespace_device, layout.pid_namespace_inode) = (device, inode);
         match self.map.insert(pid, layout, 0) {
             Ok(()) => self.stats.named += 1,
             Err(err) => {
@@ -77,4 +80,21 @@ impl PythonTargets {
     pub fn stats(&self) -> PythonTargetStats {
         self.stats
     }
+}
+
+/// The pid namespace of `pid` (its nsfs device as the kernel numbers it,
+/// and its inode) when it is not the daemon's; none when it is, or when it
+/// cannot be told (the process gone).
+fn pid_namespace_of(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let namespace = |path: &str| {
+        std::fs::metadata(path).ok().map(|meta| {
+            let device = meta.dev();
+            // The kernel's dev_t: major in the top 12 bits of 32, minor below.
+            let (major, minor) = (libc::major(device), libc::minor(device));
+            ((u64::from(major) << 20) | u64::from(minor), meta.ino())
+        })
+    };
+    let theirs = namespace(&format!("/proc/{pid}/ns/pid"))?;
+    (namespace("/proc/self/ns/pid") != Some(theirs)).then_some(theirs)
 }

@@ -435,41 +435,7 @@ async fn a_profile_of_a_python_process_shows_its_python_functions_in_place_of_th
             .expect("python runs")
             .into();
         let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
-        let in_c: Vec<_> = stacks
-            .iter()
-            .filter(|(frames, _)| frames.iter().any(|f| f == "c"))
-            .collect();
-        let c_samples: u64 = in_c.iter().map(|(_, count)| count).sum();
-        let expected = ["<module>", "a", "b", "c"];
-        let whole: u64 = in_c
-            .iter()
-            .filter(|(frames, _)| {
-                let python: Vec<&String> = frames
-                    .iter()
-                    .filter(|f| expected.contains(&f.as_str()))
-                    .collect();
-                let b = frames.iter().position(|f| f == "b");
-                let c = frames.iter().position(|f| f == "c");
-                frames.first().is_some_and(|f| f == "_start")
-                    && python.iter().map(|f| f.as_str()).eq(expected)
-                    // The C functions between the two loops (`map`'s, and
-                    // the call back into Python; Debian's are unnamed), kept.
-                    && b.zip(c).is_some_and(|(b, c)| c > b + 1)
-                    && !frames.iter().any(|f| f.starts_with("_PyEval_EvalFrameDefault"))
-            })
-            .map(|(_, count)| count)
-            .sum();
-        assert!(
-            c_samples as f64 >= 0.8 * total(&stacks) as f64 && c_samples >= 50,
-            "{version}: {c_samples} of {} samples in c: {stacks:#?}",
-            total(&stacks)
-        );
-        assert!(
-            whole as f64 >= 0.95 * c_samples as f64,
-            "{version}: {whole} of {c_samples} samples in c carry <module>, a, b, map, c from \
-             _start ({}): {stacks:#?}",
-            python.display()
-        );
+        assert_python_chain(&stacks, &format!("{version} ({})", python.display()));
         // Each function at the line it runs (the caller's at its call),
         // in the script's file, as the flat report's rows say.
         let options = crate::support::options(profilerd_client::v1::Format::Flat);
@@ -520,4 +486,83 @@ async fn a_profile_of_a_python_process_shows_its_python_functions_in_place_of_th
             && python.code_objects_limit >= python.code_objects_held,
         "{python:?}"
     );
+}
+
+/// At least 50 samples of the chain script, 80% of them in `c`, and 95% of
+/// those carrying `<module>`, `a`, `b`, the C functions of `map`, `c`, from
+/// `_start`, with no evaluation loop frame left.
+fn assert_python_chain(stacks: &[(Vec<String>, u64)], what: &str) {
+    let in_c: Vec<_> = stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f == "c"))
+        .collect();
+    let c_samples: u64 = in_c.iter().map(|(_, count)| count).sum();
+    let expected = ["<module>", "a", "b", "c"];
+    let whole: u64 = in_c
+        .iter()
+        .filter(|(frames, _)| {
+            let python: Vec<&String> = frames
+                .iter()
+                .filter(|f| expected.contains(&f.as_str()))
+                .collect();
+            let b = frames.iter().position(|f| f == "b");
+            let c = frames.iter().position(|f| f == "c");
+            frames.first().is_some_and(|f| f == "_start")
+                && python.iter().map(|f| f.as_str()).eq(expected)
+                // The C functions between the two loops (`map`'s, and the
+                // call back into Python; Debian's are unnamed), kept.
+                && b.zip(c).is_some_and(|(b, c)| c > b + 1)
+                && !frames.iter().any(|f| f.starts_with("_PyEval_EvalFrameDefault"))
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        c_samples as f64 >= 0.8 * total(stacks) as f64 && c_samples >= 50,
+        "{what}: {c_samples} of {} samples in c: {stacks:#?}",
+        total(stacks)
+    );
+    assert!(
+        whole as f64 >= 0.95 * c_samples as f64,
+        "{what}: {whole} of {c_samples} samples in c carry <module>, a, b, map, c from _start: \
+         {stacks:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_process_in_a_pid_namespace_of_its_own_shows_its_python_functions() {
+    // As in a container: the interpreter knows its threads by their ids in
+    // its own pid namespace (its main thread is 1 there).
+    let python = Path::new("/usr/bin/python3.11");
+    assert!(python.is_file(), "Debian's python3.11 is a test dependency");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("chain.py");
+    std::fs::write(&script, CHAIN_SCRIPT).expect("the script is written");
+    let daemon = Daemon::start().await;
+    let unshare: Workload = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(python)
+        .arg(&script)
+        .spawn()
+        .expect("unshare (util-linux) runs")
+        .into();
+    let children = format!("/proc/{0}/task/{0}/children", unshare.pid());
+    let mut pid = None;
+    for _ in 0..200 {
+        pid = std::fs::read_to_string(&children)
+            .ok()
+            .and_then(|children| children.split_whitespace().next()?.parse::<u32>().ok());
+        if pid.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let pid = pid.expect("unshare forks the interpreter");
+    let own = std::fs::read_link("/proc/self/ns/pid").expect("our pid namespace");
+    let theirs = std::fs::read_link(format!("/proc/{pid}/ns/pid")).expect("its pid namespace");
+    assert_ne!(
+        own, theirs,
+        "the interpreter runs in a pid namespace of its own"
+    );
+    let stacks = folded_profile_of(&daemon, pid, 2).await;
+    assert_python_chain(&stacks, "python3.11 in its own pid namespace");
 }

@@ -117,6 +117,9 @@ pub fn kernel_layout(process: &PythonProcess) -> Option<profiler_common::python:
         },
         code_filename,
         code_qualname,
+        // The process's own, when it has one: the kernel layer's to say.
+        pid_namespace_device: 0,
+        pid_namespace_inode: 0,
     })
 }
 
