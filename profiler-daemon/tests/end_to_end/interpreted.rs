@@ -566,3 +566,52 @@ async fn a_python_process_in_a_pid_namespace_of_its_own_shows_its_python_functio
     let stacks = folded_profile_of(&daemon, pid, 2).await;
     assert_python_chain(&stacks, "python3.11 in its own pid namespace");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wall_clock_profile_of_a_python_process_shows_the_python_function_that_waits() {
+    // Off CPU too: a wait's stack, read when the thread is switched out,
+    // carries the Python functions that wait.
+    let python = Path::new("/usr/bin/python3.11");
+    assert!(python.is_file(), "Debian's python3.11 is a test dependency");
+    let daemon = Daemon::start().await;
+    let workload: Workload = Command::new(python)
+        .args([
+            "-c",
+            "import time\n\
+             def waits():\n    time.sleep(0.05)\n\
+             def works():\n    s = 0\n    for i in range(100000):\n        s += i\n\
+             def loop():\n    while True:\n        waits()\n        works()\n\
+             loop()\n",
+        ])
+        .spawn()
+        .expect("python runs")
+        .into();
+    // Past its start.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (stacks, _) =
+        crate::offcpu::wall_profile(&daemon, workload.pid(), std::time::Duration::from_secs(2))
+            .await;
+    let chain = |function: &str, stack: &[String]| {
+        let python: Vec<&str> = stack
+            .iter()
+            .map(String::as_str)
+            .filter(|f| ["<module>", "loop", "waits", "works"].contains(f))
+            .collect();
+        python == ["<module>", "loop", function]
+    };
+    let waiting = crate::support::samples_where(&stacks, |stack| {
+        stack.iter().any(|f| f.starts_with("[off-cpu"))
+    });
+    let in_waits = crate::support::samples_where(&stacks, |stack| {
+        chain("waits", stack) && stack.iter().any(|f| f.starts_with("[off-cpu"))
+    });
+    assert!(
+        waiting as f64 >= 0.5 * total(&stacks) as f64,
+        "{waiting} of {} samples off CPU: {stacks:#?}",
+        total(&stacks)
+    );
+    assert!(
+        in_waits as f64 >= 0.95 * waiting as f64,
+        "{in_waits} of {waiting} samples off CPU carry <module>, loop, waits: {stacks:#?}"
+    );
+}

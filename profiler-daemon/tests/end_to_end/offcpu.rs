@@ -101,7 +101,7 @@ fn threads_of(pid: u32) -> Vec<u32> {
     tids
 }
 
-async fn wall_profile(
+pub(crate) async fn wall_profile(
     daemon: &Daemon,
     pid: u32,
     duration: Duration,
