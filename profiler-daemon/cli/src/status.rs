@@ -117,6 +117,15 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
     text
 }
 
+/// `held` bytes of at most `limit` (0: no bound).
+fn bytes_held(held: u64, limit: u64) -> String {
+    let kib = |bytes: u64| format!("{} KiB", bytes.div_ceil(1024));
+    match limit {
+        0 => kib(held),
+        limit => format!("{} of at most {}", kib(held), kib(limit)),
+    }
+}
+
 /// The CPython interpreters found, by version, and those refused, by
 /// reason.
 fn python_status(python: Option<&v1::PythonStatus>) -> String {
@@ -150,12 +159,13 @@ fn python_status(python: Option<&v1::PythonStatus>) -> String {
     if python.processes_limit > 0 {
         text.push_str(&format!(
             "; named to the kernel {} times (at most {} at once, {} refused); code objects: {} \
-             of at most {} held ({} read, {} failed, {} let go of), {} frames unnamed",
+             of at most {} held, {} ({} read, {} failed, {} let go of), {} frames unnamed",
             python.processes_named,
             python.processes_limit,
             python.processes_refused_by_kernel,
             python.code_objects_held,
             python.code_objects_limit,
+            bytes_held(python.code_objects_bytes, python.code_objects_bytes_limit),
             python.code_objects_read,
             python.code_objects_failed,
             python.code_objects_evicted,
@@ -552,13 +562,16 @@ mod tests {
             code_objects_read: 11,
             code_objects_failed: 1,
             frames_unnamed: 2,
+            code_objects_bytes: 2048,
+            code_objects_bytes_limit: 6 << 20,
             ..Default::default()
         };
         assert_eq!(
             python_status(Some(&python)),
             "3 CPython processes found (3.11.2: 2, 3.13.0: 1); 1 refused (before_3_11: 1); named \
              to the kernel 4 times (at most 4096 at once, 0 refused); code objects: 10 of at most \
-             32768 held (11 read, 1 failed, 0 let go of), 2 frames unnamed"
+             32768 held, 2 KiB of at most 6144 KiB (11 read, 1 failed, 0 let go of), 2 frames \
+             unnamed"
         );
         assert_eq!(
             python_status(Some(&v1::PythonStatus::default())),

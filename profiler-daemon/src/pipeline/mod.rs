@@ -110,7 +110,8 @@ pub struct PipelineStats {
 pub struct PipelineBounds {
     /// Unwind information (`.eh_frame`, `.debug_frame`) of the binaries.
     pub unwind_info: u64,
-    /// Names of JIT-compiled code read from perf maps.
+    /// Names of JIT-compiled code read from perf maps, and CPython's code
+    /// objects read to name Python frames (half each).
     pub jit_names: u64,
     /// The symbolizer's parsed debug information and cache of names.
     pub symbolizer: u64,
@@ -305,7 +306,9 @@ impl Pipeline {
         };
         let mut threads = Vec::new();
         let (jit_names, jit_thread) =
-            JitNames::start(bounds.jit_names).map_err(|err| PipelineError::Thread("jit", err))?;
+            // The names of code a runtime made: perf maps' and CPython's
+            // code objects', half of the share each.
+            JitNames::start(bounds.jit_names / 2).map_err(|err| PipelineError::Thread("jit", err))?;
         threads.push(jit_thread);
         let mut watcher = announcements.map(if stack_copies.is_some() {
             ProcessWatcher::beside_unwinder
@@ -333,8 +336,8 @@ impl Pipeline {
                 feed.python_targets,
             )))
         });
-        let python_names =
-            PythonNames::start().map_err(|err| PipelineError::Thread("python-names", err))?;
+        let python_names = PythonNames::start(bounds.jit_names / 2)
+            .map_err(|err| PipelineError::Thread("python-names", err))?;
         threads.push(spawn("symbolize", {
             let (stats, jit_names) = (stats.clone(), jit_names.clone());
             Box::new(move || {

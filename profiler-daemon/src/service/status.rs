@@ -177,9 +177,9 @@ impl Service {
             ),
             usage(
                 Part::JitNames,
-                pipeline.jit.bytes,
-                pipeline.jit.names_evicted,
-                "names",
+                pipeline.jit.bytes + pipeline.python_names.bytes,
+                pipeline.jit.names_evicted + pipeline.python_names.evicted,
+                "names and Python code objects",
             ),
             usage(
                 Part::Processes,

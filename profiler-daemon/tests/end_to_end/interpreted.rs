@@ -483,7 +483,9 @@ async fn a_profile_of_a_python_process_shows_its_python_functions_in_place_of_th
             && python.processes_limit > 0
             && python.code_objects_read >= 4
             && python.code_objects_held >= 4
-            && python.code_objects_limit >= python.code_objects_held,
+            && python.code_objects_limit >= python.code_objects_held
+            && python.code_objects_bytes > 0
+            && python.code_objects_bytes <= python.code_objects_bytes_limit,
         "{python:?}"
     );
 }

@@ -231,6 +231,12 @@ fn read_bytes(
 }
 
 impl CodeObject {
+    /// What it holds, roughly: its names, its table of lines and their
+    /// allocations.
+    pub fn bytes(&self) -> u64 {
+        (self.qualname.len() + self.filename.len() + self.linetable.len()) as u64 + 128
+    }
+
     /// The line of the instruction `unit` code units (2 bytes each) from
     /// the code's first; none where the table says it has no line (or it
     /// ends before it).

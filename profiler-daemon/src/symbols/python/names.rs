@@ -6,8 +6,9 @@
 //! waits for them at most [`NAMES_WAIT`]; those not read by then are shown
 //! by address, and named in later batches once read.
 //!
-//! Owns the code objects read (at most [`MAX_NAMED`]; all let go of, and
-//! counted, past it) and the reader; it must not read anything of a
+//! Owns the code objects read (at most [`MAX_NAMED`], and at most the
+//! bytes its share of the memory budget allows; all let go of, and
+//! counted, past either) and the reader; it must not read anything of a
 //! process but its code objects.
 
 use std::{
@@ -54,6 +55,10 @@ pub struct PythonNameStats {
     /// Code objects held, and the most held.
     pub held: u64,
     pub limit: u64,
+    /// Bytes they hold, roughly, and the most (0: no bound but their
+    /// number).
+    pub bytes: u64,
+    pub bytes_limit: u64,
     /// Code objects read, and reads that failed.
     pub read: u64,
     pub failed: u64,
@@ -91,8 +96,9 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 }
 
 impl PythonNames {
-    /// Starts the reader.
-    pub fn start() -> std::io::Result<Self> {
+    /// Starts the reader, holding at most `bytes_limit` bytes of code
+    /// objects (0: only [`MAX_NAMED`] of them).
+    pub fn start(bytes_limit: u64) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 named: HashMap::new(),
@@ -101,6 +107,7 @@ impl PythonNames {
                 stopping: false,
                 stats: PythonNameStats {
                     limit: MAX_NAMED as u64,
+                    bytes_limit,
                     ..PythonNameStats::default()
                 },
             }),
@@ -142,9 +149,12 @@ impl PythonNames {
         let mut asked = Vec::new();
         {
             let mut state = lock(&self.shared);
-            if state.named.len() >= MAX_NAMED {
+            let over_bytes =
+                state.stats.bytes_limit != 0 && state.stats.bytes >= state.stats.bytes_limit;
+            if state.named.len() >= MAX_NAMED || over_bytes {
                 state.stats.evicted += state.named.len() as u64;
                 state.named.clear();
+                state.stats.bytes = 0;
             }
             for frame in frames() {
                 let key = (frame.pid, frame.code, frame.check);
@@ -247,6 +257,7 @@ fn read_wanted(shared: &Shared) {
         let named = match read {
             Some(read) => {
                 state.stats.read += 1;
+                state.stats.bytes += read.bytes();
                 Named::Read(Arc::new(read))
             }
             None => {
@@ -255,8 +266,13 @@ fn read_wanted(shared: &Shared) {
             }
         };
         // Asked for still (not let go of at the limit meanwhile).
-        if let Some(entry) = state.named.get_mut(&(pid, code, check)) {
-            *entry = named;
+        match state.named.get_mut(&(pid, code, check)) {
+            Some(entry) => *entry = named,
+            None => {
+                if let Named::Read(read) = named {
+                    state.stats.bytes = state.stats.bytes.saturating_sub(read.bytes());
+                }
+            }
         }
         drop(state);
         shared.changed.notify_all();

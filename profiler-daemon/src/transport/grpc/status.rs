@@ -206,6 +206,8 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
                 code_objects_failed: pipeline.python_names.failed,
                 code_objects_evicted: pipeline.python_names.evicted,
                 frames_unnamed: pipeline.python_names.unnamed,
+                code_objects_bytes: pipeline.python_names.bytes,
+                code_objects_bytes_limit: pipeline.python_names.bytes_limit,
             }),
         }),
         store: Some(v1::StoreStatus {
