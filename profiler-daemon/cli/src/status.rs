@@ -171,6 +171,12 @@ fn python_status(python: Option<&v1::PythonStatus>) -> String {
             python.code_objects_evicted,
             python.frames_unnamed,
         ));
+        if python.code_object_readers_stuck > 0 {
+            text.push_str(&format!(
+                "; {} readers stuck in a process's memory",
+                python.code_object_readers_stuck
+            ));
+        }
     }
     text
 }

@@ -234,6 +234,21 @@ impl Collector for Snapshot {
                 "The most Python code objects held",
                 names.limit,
             ),
+            (
+                "python_code_objects_bytes",
+                "Bytes of the Python code objects held, roughly",
+                names.bytes,
+            ),
+            (
+                "python_code_objects_bytes_limit",
+                "The most bytes of Python code objects held (0: no bound but their number)",
+                names.bytes_limit,
+            ),
+            (
+                "python_code_object_readers_stuck",
+                "Readers of Python code objects stuck in a read of a process's memory",
+                names.readers_stuck,
+            ),
         ] {
             gauge(out, name, help, value)?;
         }

@@ -1,10 +1,12 @@
 //! Names of the Python frames samples carry: each code object (by process
 //! and address) is read from its process's memory on a thread of its own
-//! (the reader), never on the drain thread or the symbolizer's: a hostile
+//! (a reader), never on the drain thread or the symbolizer's: a hostile
 //! process can make a read of its memory wait (memory behind a
 //! `userfaultfd`). The symbolizer asks for the code objects of a batch and
 //! waits for them at most [`NAMES_WAIT`]; those not read by then are shown
-//! by address, and named in later batches once read.
+//! by address, and named in later batches once read. A reader stuck in a
+//! read for [`STUCK_AFTER`] is left to it and another takes over, up to
+//! [`MAX_READERS`]; past them, no wait, and frames are shown by address.
 //!
 //! Owns the code objects read (at most [`MAX_NAMED`], and at most the
 //! bytes its share of the memory budget allows; all let go of, and
@@ -14,7 +16,6 @@
 use std::{
     collections::{HashMap, VecDeque},
     sync::{Arc, Condvar, Mutex, MutexGuard},
-    thread::JoinHandle,
     time::{Duration, Instant},
 };
 
@@ -31,8 +32,11 @@ pub const NAMES_WAIT: Duration = Duration::from_millis(100);
 /// and tables of lines).
 pub const MAX_NAMED: usize = 1 << 15;
 
+/// Readers at most (all but one stuck in a read).
+pub const MAX_READERS: usize = 4;
+
 /// A read this long means the reader is stuck in a process's memory: the
-/// symbolizer stops waiting for it.
+/// symbolizer stops waiting for it, and starts another.
 const STUCK_AFTER: Duration = Duration::from_secs(1);
 
 /// A code object of a process: its pid, address and check (a code object
@@ -66,13 +70,18 @@ pub struct PythonNameStats {
     pub evicted: u64,
     /// Frames shown by address: not read in time.
     pub unnamed: u64,
+    /// Readers stuck in a read for over a second (at most
+    /// [`MAX_READERS`] in all).
+    pub readers_stuck: u64,
 }
 
 struct State {
     named: HashMap<CodeKey, Named>,
     wanted: VecDeque<(CodeKey, Arc<PythonProcess>)>,
-    /// When the read under way began.
-    reading_since: Option<Instant>,
+    /// Readers started, and when the read under way of each one reading
+    /// began.
+    readers: usize,
+    reading: HashMap<usize, (Instant, u32)>,
     stopping: bool,
     stats: PythonNameStats,
 }
@@ -85,7 +94,6 @@ struct Shared {
 /// The names of Python frames, read on a thread of their own.
 pub struct PythonNames {
     shared: Arc<Shared>,
-    reader: Option<JoinHandle<()>>,
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
@@ -103,7 +111,8 @@ impl PythonNames {
             state: Mutex::new(State {
                 named: HashMap::new(),
                 wanted: VecDeque::new(),
-                reading_since: None,
+                readers: 0,
+                reading: HashMap::new(),
                 stopping: false,
                 stats: PythonNameStats {
                     limit: MAX_NAMED as u64,
@@ -113,22 +122,35 @@ impl PythonNames {
             }),
             changed: Condvar::new(),
         });
-        let reader = std::thread::Builder::new()
-            .name("python-names".into())
+        let names = Self { shared };
+        names.start_reader()?;
+        Ok(names)
+    }
+
+    /// Starts one more reader.
+    fn start_reader(&self) -> std::io::Result<()> {
+        let id = {
+            let mut state = lock(&self.shared);
+            state.readers += 1;
+            state.readers
+        };
+        let started = std::thread::Builder::new()
+            .name(format!("python-names-{id}"))
             .spawn({
-                let shared = shared.clone();
-                move || read_wanted(&shared)
-            })?;
-        Ok(Self {
-            shared,
-            reader: Some(reader),
-        })
+                let shared = self.shared.clone();
+                move || read_wanted(&shared, id)
+            });
+        if started.is_err() {
+            lock(&self.shared).readers -= 1;
+        }
+        started.map(drop)
     }
 
     pub fn stats(&self) -> PythonNameStats {
         let state = lock(&self.shared);
         PythonNameStats {
             held: state.named.len() as u64,
+            readers_stuck: stuck(&state) as u64,
             ..state.stats
         }
     }
@@ -167,6 +189,20 @@ impl PythonNames {
         }
         if !asked.is_empty() {
             self.shared.changed.notify_all();
+            let (readers, stuck) = {
+                let state = lock(&self.shared);
+                (state.readers, stuck(&state))
+            };
+            if stuck == readers && readers < MAX_READERS {
+                tracing::warn!(
+                    stuck,
+                    "a read of a Python process's memory has not returned for over a second; \
+                     another reader takes over"
+                );
+                if let Err(err) = self.start_reader() {
+                    tracing::warn!("cannot start another reader of Python code objects: {err}");
+                }
+            }
             self.wait_for(&asked, wait);
         }
         let mut state = lock(&self.shared);
@@ -185,7 +221,7 @@ impl PythonNames {
     }
 
     /// Waits until every one of `asked` is read (or failed), at most
-    /// `wait`, and not while the reader is stuck.
+    /// `wait`, and not while every reader is stuck.
     fn wait_for(&self, asked: &[CodeKey], wait: Duration) {
         let deadline = Instant::now() + wait;
         let mut state = lock(&self.shared);
@@ -193,11 +229,9 @@ impl PythonNames {
             let pending = asked
                 .iter()
                 .any(|key| matches!(state.named.get(key), Some(Named::Asked)));
-            let stuck = state
-                .reading_since
-                .is_some_and(|since| since.elapsed() > STUCK_AFTER);
+            let all_stuck = stuck(&state) == state.readers;
             let now = Instant::now();
-            if !pending || stuck || now >= deadline {
+            if !pending || all_stuck || now >= deadline {
                 return;
             }
             state = self
@@ -212,19 +246,32 @@ impl PythonNames {
 
 impl Drop for PythonNames {
     fn drop(&mut self) {
+        // The readers end at their next look (one stuck in a process's
+        // memory is left behind, not waited for).
         lock(&self.shared).stopping = true;
         self.shared.changed.notify_all();
-        // A reader stuck in a process's memory is left behind, not waited for.
-        if let Some(reader) = self.reader.take()
-            && reader.is_finished()
-        {
-            let _ = reader.join();
-        }
     }
 }
 
-/// The reader: reads the code objects asked for, one at a time.
-fn read_wanted(shared: &Shared) {
+/// How many readers are stuck in a read.
+fn stuck(state: &State) -> usize {
+    state
+        .reading
+        .values()
+        .filter(|(since, _)| since.elapsed() > STUCK_AFTER)
+        .count()
+}
+
+/// Whether a reader is stuck in a read of `pid`'s memory.
+fn stuck_in(state: &State, pid: u32) -> bool {
+    state
+        .reading
+        .values()
+        .any(|(since, stuck)| *stuck == pid && since.elapsed() > STUCK_AFTER)
+}
+
+/// A reader (`id`): reads the code objects asked for, one at a time.
+fn read_wanted(shared: &Shared, id: usize) {
     // The memory of the last process read, kept open while its code
     // objects are read one after another.
     let mut open: Option<(u32, ProcMem)> = None;
@@ -236,7 +283,16 @@ fn read_wanted(shared: &Shared) {
                     return;
                 }
                 if let Some(wanted) = state.wanted.pop_front() {
-                    state.reading_since = Some(Instant::now());
+                    let ((pid, _, _), _) = wanted;
+                    // Not a process another reader is stuck in.
+                    if stuck_in(&state, pid) {
+                        state.stats.failed += 1;
+                        if let Some(entry) = state.named.get_mut(&wanted.0) {
+                            *entry = Named::Failed;
+                        }
+                        continue;
+                    }
+                    state.reading.insert(id, (Instant::now(), pid));
                     break wanted;
                 }
                 state = shared
@@ -253,7 +309,7 @@ fn read_wanted(shared: &Shared) {
             read_code(memory, code, &layout, &process.types).ok()
         });
         let mut state = lock(shared);
-        state.reading_since = None;
+        state.reading.remove(&id);
         let named = match read {
             Some(read) => {
                 state.stats.read += 1;

@@ -208,6 +208,7 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
                 frames_unnamed: pipeline.python_names.unnamed,
                 code_objects_bytes: pipeline.python_names.bytes,
                 code_objects_bytes_limit: pipeline.python_names.bytes_limit,
+                code_object_readers_stuck: pipeline.python_names.readers_stuck,
             }),
         }),
         store: Some(v1::StoreStatus {
