@@ -53,6 +53,12 @@ impl PythonLayout {
     pub const NONE: u64 = u64::MAX;
 }
 
+/// The programs read a frame's first bytes at once: its code, caller,
+/// instruction and flags (8-byte aligned) must lie in them. And a code
+/// object's file name and qualified name at once: the qualified name at
+/// most two words after the file name.
+pub const PYTHON_FRAME_BYTES: u64 = 72;
+
 /// One Python frame of a sample, innermost first: its code object, its
 /// instruction pointer, and a check of the code object (its file name's
 /// and qualified name's addresses mixed: a code object freed and another

@@ -20,8 +20,8 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap, PerCpuArray},
 };
 use profiler_common::python::{
-    MAX_PYTHON_SLOTS, MAX_PYTHON_THREADS_WALKED, PYTHON_PROCESSES_ENTRIES, PYTHON_THREADS_ENTRIES,
-    PythonFrameSlot, PythonLayout, code_check, status,
+    MAX_PYTHON_SLOTS, MAX_PYTHON_THREADS_WALKED, PYTHON_FRAME_BYTES, PYTHON_PROCESSES_ENTRIES,
+    PYTHON_THREADS_ENTRIES, PythonFrameSlot, PythonLayout, code_check, status,
 };
 
 /// Processes whose interpreters the daemon found: pid to layout.
@@ -191,6 +191,41 @@ pub(crate) fn read_frames(layout: *const PythonLayout, tid: u32, slots: *mut u8)
     (state.written, state.outcome)
 }
 
+/// Bytes of a frame read at once: every field read is in them (3.11 to
+/// 3.13; the daemon names no layout whose fields are not).
+const FRAME_WORDS: usize = PYTHON_FRAME_BYTES as usize / 8;
+
+/// The word at `offset` bytes into `words` (a frame's first bytes, or a
+/// code object's names). Each word at a constant place: the verifier
+/// refuses a read from the stack at a variable one.
+#[inline(always)]
+fn word_at<const N: usize>(words: &[u64; N], offset: u64) -> Option<u64> {
+    let index = match offset {
+        0 => 0,
+        8 => 1,
+        16 => 2,
+        24 => 3,
+        32 => 4,
+        40 => 5,
+        48 => 6,
+        56 => 7,
+        64 => 8,
+        _ => return None,
+    };
+    match index {
+        0 => words.first(),
+        1 => words.get(1),
+        2 => words.get(2),
+        3 => words.get(3),
+        4 => words.get(4),
+        5 => words.get(5),
+        6 => words.get(6),
+        7 => words.get(7),
+        _ => words.get(8),
+    }
+    .copied()
+}
+
 /// One frame of a walk: its slot written (or an activation's end, at a
 /// shim frame or after an entry frame); 1 to stop.
 #[inline(never)]
@@ -203,11 +238,17 @@ extern "C" fn walk_step(_index: u32, walk: *mut c_void) -> i64 {
     if frame == 0 {
         return 1;
     }
+    // The frame's first bytes at once: one read, not one per field.
+    // SAFETY: bpf_probe_read_user fails rather than faulting.
+    let Ok(words) = (unsafe { bpf_probe_read_user(frame as *const [u64; FRAME_WORDS]) }) else {
+        state.outcome = status::UNREADABLE;
+        return 1;
+    };
     let (Some(code), Some(previous), Some(instruction), Some(flags)) = (
-        read_word(frame + layout.frame_code),
-        read_word(frame + layout.frame_previous),
-        read_word(frame + layout.frame_instruction),
-        read_word(frame + layout.frame_flags),
+        word_at(&words, layout.frame_code),
+        word_at(&words, layout.frame_previous),
+        word_at(&words, layout.frame_instruction),
+        word_at(&words, layout.frame_flags),
     ) else {
         state.outcome = status::UNREADABLE;
         return 1;
@@ -222,10 +263,13 @@ extern "C" fn walk_step(_index: u32, walk: *mut c_void) -> i64 {
         }
         state.ended = 1;
     } else {
-        let check = code_check(
-            read_word(code + layout.code_filename).unwrap_or(0),
-            read_word(code + layout.code_qualname).unwrap_or(0),
-        );
+        // Its file name and qualified name (two words apart) in one read.
+        // SAFETY: bpf_probe_read_user fails rather than faulting.
+        let names =
+            unsafe { bpf_probe_read_user((code + layout.code_filename) as *const [u64; 3]) }
+                .unwrap_or_default();
+        let qualname = layout.code_qualname.wrapping_sub(layout.code_filename);
+        let check = code_check(names[0], word_at(&names, qualname).unwrap_or(0));
         let slot = PythonFrameSlot {
             code,
             instruction,

@@ -198,6 +198,27 @@ fn cpythons_here() -> Vec<(PathBuf, String)> {
         .collect()
 }
 
+/// The CPythons of the machine whose frames the daemon reads (3.11 to
+/// 3.13); Debian's python3.11 at least.
+fn readable_cpythons_here() -> Vec<(PathBuf, String)> {
+    let pythons: Vec<(PathBuf, String)> = cpythons_here()
+        .into_iter()
+        .filter(|(_, version)| {
+            let minor: u32 = version
+                .split('.')
+                .nth(1)
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            (11..=13).contains(&minor)
+        })
+        .collect();
+    assert!(
+        !pythons.is_empty(),
+        "no CPython 3.11 to 3.13 on this machine"
+    );
+    pythons
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cpython_interpreters_are_found_with_their_versions() {
     // Each CPython of the machine runs a loop: the daemon finds its
@@ -307,21 +328,7 @@ sys.stdin.read()
 async fn a_peek_at_a_python_process_shows_each_thread_s_python_stack() {
     // As `py-spy dump` shows them: every frame's qualified name, file and
     // line, read from the interpreter's memory at the trigger.
-    let pythons: Vec<(PathBuf, String)> = cpythons_here()
-        .into_iter()
-        .filter(|(_, version)| {
-            let minor: u32 = version
-                .split('.')
-                .nth(1)
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(0);
-            (11..=13).contains(&minor)
-        })
-        .collect();
-    assert!(
-        !pythons.is_empty(),
-        "no CPython 3.11 to 3.13 on this machine"
-    );
+    let pythons = readable_cpythons_here();
     let daemon = Daemon::start().await;
     let mut client = daemon.client().await;
     for (python, version) in pythons {
@@ -408,21 +415,7 @@ async fn a_profile_of_a_python_process_shows_its_python_functions_in_place_of_th
     // As py-spy --native shows them: each call of the evaluation loop
     // replaced by the Python functions it ran, the C frames between them
     // kept, for every CPython 3.11 to 3.13 here, with no -X perf.
-    let pythons: Vec<(PathBuf, String)> = cpythons_here()
-        .into_iter()
-        .filter(|(_, version)| {
-            let minor: u32 = version
-                .split('.')
-                .nth(1)
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(0);
-            (11..=13).contains(&minor)
-        })
-        .collect();
-    assert!(
-        !pythons.is_empty(),
-        "no CPython 3.11 to 3.13 on this machine"
-    );
+    let pythons = readable_cpythons_here();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let script = dir.path().join("chain.py");
     std::fs::write(&script, CHAIN_SCRIPT).expect("the script is written");
