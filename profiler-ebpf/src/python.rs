@@ -121,10 +121,19 @@ pub(crate) struct WalkState {
     _pad: u32,
 }
 
-/// One walk per CPU at a time (programs do not nest on a CPU but for the
-/// off-CPU one under a sample, which starts its own walk afresh).
+/// The walks under way on each CPU: one for the sampling programs (run in
+/// NMIs, which do not nest), one for the off-CPU program, which a sample
+/// may interrupt mid-walk (each its own, so that neither undoes the
+/// other's).
 #[map]
-static PYTHON_WALKS: PerCpuArray<WalkState> = PerCpuArray::with_max_entries(1, 0);
+static PYTHON_WALKS: PerCpuArray<WalkState> = PerCpuArray::with_max_entries(2, 0);
+
+/// Which of [`PYTHON_WALKS`] a program takes.
+#[derive(Clone, Copy)]
+pub(crate) enum WalkContext {
+    Sample = 0,
+    OffCpu = 1,
+}
 
 /// What [`walk_step`] takes.
 #[repr(C)]
@@ -137,7 +146,12 @@ struct Walk {
 /// Writes thread `tid`'s Python frames into `slots` (room for
 /// [`MAX_PYTHON_SLOTS`]): returns how many, and a [`status`].
 #[inline(always)]
-pub(crate) fn read_frames(layout: *const PythonLayout, tid: u32, slots: *mut u8) -> (u32, u32) {
+pub(crate) fn read_frames(
+    layout: *const PythonLayout,
+    tid: u32,
+    slots: *mut u8,
+    context: WalkContext,
+) -> (u32, u32) {
     // SAFETY: a value of the map, valid for this program's run.
     let fields = unsafe { &*layout };
     let Some(thread) = thread_state(fields, tid) else {
@@ -155,7 +169,7 @@ pub(crate) fn read_frames(layout: *const PythonLayout, tid: u32, slots: *mut u8)
     let Some(frame) = frame else {
         return (0, status::UNREADABLE);
     };
-    let Some(state) = PYTHON_WALKS.get_ptr_mut(0) else {
+    let Some(state) = PYTHON_WALKS.get_ptr_mut(context as u32) else {
         return (0, status::UNREADABLE);
     };
     // SAFETY: this CPU's value of the map.

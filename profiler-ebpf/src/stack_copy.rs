@@ -205,10 +205,15 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     // Before the stack's pages: what it finds is in the record, not in
     // registers, by the copy's loop (whose paths the verifier walks).
     if let Some(layout) = python {
+        let context = if copy.kind.is_off_cpu() {
+            crate::python::WalkContext::OffCpu
+        } else {
+            crate::python::WalkContext::Sample
+        };
         // SAFETY: the reservation holds PYTHON_SLOTS_BYTES after the
         // stack's pages when `python` is some.
         let (slots, status) =
-            crate::python::read_frames(layout, tid, unsafe { record.add(stack_end) });
+            crate::python::read_frames(layout, tid, unsafe { record.add(stack_end) }, context);
         // SAFETY: as above.
         unsafe {
             (*header).python_slots = slots;

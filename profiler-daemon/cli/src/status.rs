@@ -159,7 +159,7 @@ fn python_status(python: Option<&v1::PythonStatus>) -> String {
     if python.processes_limit > 0 {
         text.push_str(&format!(
             "; named to the kernel {} times (at most {} at once, {} refused); code objects: {} \
-             of at most {} held, {} ({} read, {} failed, {} let go of), {} frames unnamed",
+             of at most {} held, {} ({} read, {} unreadable, {} let go of), {} frames unnamed",
             python.processes_named,
             python.processes_limit,
             python.processes_refused_by_kernel,
@@ -576,7 +576,7 @@ mod tests {
             python_status(Some(&python)),
             "3 CPython processes found (3.11.2: 2, 3.13.0: 1); 1 refused (before_3_11: 1); named \
              to the kernel 4 times (at most 4096 at once, 0 refused); code objects: 10 of at most \
-             32768 held, 2 KiB of at most 6144 KiB (11 read, 1 failed, 0 let go of), 2 frames \
+             32768 held, 2 KiB of at most 6144 KiB (11 read, 1 unreadable, 0 let go of), 2 frames \
              unnamed"
         );
         assert_eq!(

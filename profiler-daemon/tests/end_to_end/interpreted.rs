@@ -534,7 +534,9 @@ async fn a_python_process_in_a_pid_namespace_of_its_own_shows_its_python_functio
     std::fs::write(&script, CHAIN_SCRIPT).expect("the script is written");
     let daemon = Daemon::start().await;
     let unshare: Workload = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc"])
+        // The interpreter killed with unshare (a Workload's end), not left
+        // to spin beside the other tests.
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
         .arg(python)
         .arg(&script)
         .spawn()
@@ -559,6 +561,11 @@ async fn a_python_process_in_a_pid_namespace_of_its_own_shows_its_python_functio
         "the interpreter runs in a pid namespace of its own"
     );
     let stacks = folded_profile_of(&daemon, pid, 2).await;
+    // Killed before the assertions, which may fail.
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    drop(unshare);
     assert_python_chain(&stacks, "python3.11 in its own pid namespace");
 }
 
