@@ -429,7 +429,8 @@ fn unwind(
         && let Some(process) = table.python_of(key.pid)
         && let Some(layout) = CodeLayout::of(process.interpreter.version)
     {
-        user = python::frames::merge(&user, &process.eval_loop, &copy.python, &layout);
+        let cut = python::frames::PythonFramesCut::of_status(header.python_status);
+        user = python::frames::merge(&user, &process.eval_loop, &copy.python, &layout, cut);
     }
     (
         SampleIdentity {

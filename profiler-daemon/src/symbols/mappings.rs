@@ -134,6 +134,9 @@ pub enum UserAddress {
     Signal,
     /// A Python function's frame (in place of the evaluation loop's).
     Python(PythonCode),
+    /// The Python frames toward the leaf stop short of the outermost, for
+    /// this reason.
+    PythonCut(crate::symbols::python::frames::PythonFramesCut),
 }
 
 /// A Python frame of a process: its code object, the instruction it is at,

@@ -617,3 +617,38 @@ async fn a_wall_clock_profile_of_a_python_process_shows_the_python_function_that
         "{in_waits} of {waiting} samples off CPU carry <module>, loop, waits: {stacks:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_frames_past_those_read_are_said_cut_short() {
+    // 200 frames deep: the programs read the innermost 128 (`spin` and 127
+    // of `down`); the stack says why the rest is missing, rootward of them.
+    let python = Path::new("/usr/bin/python3.11");
+    assert!(python.is_file(), "Debian's python3.11 is a test dependency");
+    let daemon = Daemon::start().await;
+    let workload: Workload = Command::new(python)
+        .args([
+            "-c",
+            "def spin():\n    s = 0\n    while True:\n        s += 1\n\
+             def down(n):\n    return spin() if n == 0 else down(n - 1)\n\
+             down(200)\n",
+        ])
+        .spawn()
+        .expect("python runs")
+        .into();
+    // Past its start.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
+    let marker = "[python frames cut: more than 128 read]";
+    let in_spin = crate::support::samples_where(&stacks, |stack| stack.iter().any(|f| f == "spin"));
+    let said = crate::support::samples_where(&stacks, |stack| {
+        let first_down = stack.iter().position(|f| f == "down");
+        first_down.is_some_and(|at| at > 0 && stack[at - 1] == marker)
+            && stack.iter().filter(|f| *f == "down").count() == 127
+            && stack.iter().any(|f| f == "spin")
+    });
+    assert!(in_spin >= 50, "too few samples: {stacks:#?}");
+    assert!(
+        said as f64 >= 0.95 * in_spin as f64,
+        "{said} of {in_spin} samples say their Python frames were cut: {stacks:#?}"
+    );
+}

@@ -34,7 +34,8 @@ use super::{
     },
     process_files,
     python::{
-        PythonInterpreters, PythonProcess, PythonStats, PythonVerdict, frames::PythonFrameAddress,
+        PythonInterpreters, PythonProcess, PythonStats, PythonVerdict,
+        frames::{PythonFrameAddress, PythonFramesCut},
     },
 };
 use crate::{
@@ -782,6 +783,13 @@ impl ProcessTable {
                 let mut at = 0;
                 while let Some(&address) = stack.get(at) {
                     at += 1;
+                    // Where its Python frames were cut short.
+                    if python.is_some()
+                        && let Some(cut) = PythonFramesCut::decode(address)
+                    {
+                        frames.push(UserAddress::PythonCut(cut));
+                        continue;
+                    }
                     // A Python frame (two words) of a process running one.
                     if let Some(process) = python
                         && let Some(frame) = PythonFrameAddress::decode(&stack[at - 1..])

@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use profiler_common::python::PythonFrameSlot;
+use profiler_common::python::{MAX_PYTHON_SLOTS, PythonFrameSlot};
 
 use super::code_objects::CodeLayout;
 
@@ -33,6 +33,55 @@ pub struct PythonFrameAddress {
 
 const TAG: u64 = 1 << 63;
 const CHECK_TAG: u64 = 0b11 << 62;
+
+/// Why the Python frames read stop short of the outermost one, written as
+/// a stack address rootward of the last one read: bits 63 and 62 set, as a
+/// check's, but bit 0 set (a check's never is; nor is this the signal
+/// frame's `u64::MAX`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PythonFramesCut {
+    /// More frames than the programs read ([`MAX_PYTHON_SLOTS`]).
+    TooDeep,
+    /// A frame's memory could not be read.
+    Unreadable,
+}
+
+impl PythonFramesCut {
+    const TOO_DEEP: u64 = CHECK_TAG | 1;
+    const UNREADABLE: u64 = CHECK_TAG | 3;
+
+    /// As a sample's Python status says it (none when whole, or none read).
+    pub fn of_status(status: u32) -> Option<Self> {
+        match status {
+            profiler_common::python::status::CUT => Some(Self::TooDeep),
+            profiler_common::python::status::UNREADABLE => Some(Self::Unreadable),
+            _ => None,
+        }
+    }
+
+    pub fn encode(self) -> u64 {
+        match self {
+            Self::TooDeep => Self::TOO_DEEP,
+            Self::Unreadable => Self::UNREADABLE,
+        }
+    }
+
+    pub fn decode(word: u64) -> Option<Self> {
+        match word {
+            Self::TOO_DEEP => Some(Self::TooDeep),
+            Self::UNREADABLE => Some(Self::Unreadable),
+            _ => None,
+        }
+    }
+
+    /// The marker frame that says so.
+    pub fn marker(self) -> String {
+        match self {
+            Self::TooDeep => format!("[python frames cut: more than {MAX_PYTHON_SLOTS} read]"),
+            Self::Unreadable => "[python frames cut: memory unreadable]".to_owned(),
+        }
+    }
+}
 const TAG_MASK: u64 = 0b11 << 62;
 const CHECK_MASK: u64 = ((1 << 61) - 1) << 1;
 const UNIT_SHIFT: u32 = 44;
@@ -79,12 +128,14 @@ impl PythonFrameAddress {
 /// `eval_loop`) replaced by the Python frames of its activation, taken
 /// from `slots` (leaf first, activations ended by a slot with code 0) in
 /// order. Activations left over when the native frames end (their
-/// unwinding stopped short of them) go at the root end.
+/// unwinding stopped short of them) go at the root end. Frames `cut` short
+/// of the outermost have its reason rootward of the last one.
 pub fn merge(
     native: &[u64],
     eval_loop: &[Range<u64>],
     slots: &[PythonFrameSlot],
     layout: &CodeLayout,
+    cut: Option<PythonFramesCut>,
 ) -> Vec<u64> {
     let mut activations = slots
         .split(|slot| slot.code == 0)
@@ -102,7 +153,9 @@ pub fn merge(
         }
         .encode()
     };
-    let mut merged = Vec::with_capacity(native.len() + slots.len());
+    let mut merged = Vec::with_capacity(native.len() + 2 * slots.len() + 1);
+    // Where the last Python frame placed ends.
+    let mut python_end = None;
     for (depth, &address) in native.iter().enumerate() {
         // A return address may be just past its call, at the function's end.
         let looked_up = if depth > 0 {
@@ -112,12 +165,19 @@ pub fn merge(
         };
         let in_eval_loop = eval_loop.iter().any(|range| range.contains(&looked_up));
         match in_eval_loop.then(|| activations.next()).flatten() {
-            Some(activation) => merged.extend(activation.iter().filter_map(encode).flatten()),
+            Some(activation) => {
+                merged.extend(activation.iter().filter_map(encode).flatten());
+                python_end = Some(merged.len());
+            }
             None => merged.push(address),
         }
     }
     for activation in activations {
         merged.extend(activation.iter().filter_map(encode).flatten());
+        python_end = Some(merged.len());
+    }
+    if let (Some(cut), Some(end)) = (cut, python_end) {
+        merged.insert(end, cut.encode());
     }
     merged
 }
@@ -147,7 +207,16 @@ mod tests {
         }
         for user in [0, 0x40_1000, 0x7fff_ffff_f000, u64::MAX] {
             assert_eq!(PythonFrameAddress::decode(&[user, user]), None);
+            assert_eq!(PythonFramesCut::decode(user), None);
         }
+        // No check word is a cut's.
+        let check = PythonFrameAddress {
+            code: 0x1000,
+            unit: None,
+            check: u64::MAX,
+        };
+        let [_, check] = check.encode().unwrap();
+        assert_eq!(PythonFramesCut::decode(check), None);
         // Not aligned, or too high: not written.
         let odd = PythonFrameAddress {
             code: 0x7f00_0000_0004,
@@ -195,7 +264,7 @@ mod tests {
             }
             decoded
         };
-        let merged = merge(&native, &eval, &slots, &layout);
+        let merged = merge(&native, &eval, &slots, &layout, None);
         assert_eq!(
             decoded(&merged),
             [
@@ -208,7 +277,7 @@ mod tests {
             ]
         );
         // Native frames cut short of the outer loop: its frames at the root.
-        let merged = merge(&native[..2], &eval, &slots, &layout);
+        let merged = merge(&native[..2], &eval, &slots, &layout, None);
         assert_eq!(
             decoded(&merged),
             [
@@ -218,5 +287,29 @@ mod tests {
                 Err((0x3000, Some(7)))
             ]
         );
+        // Cut short (the outer loop's frames not read): said rootward of
+        // the last one read, the outer loop's native frame kept.
+        let cut = Some(PythonFramesCut::TooDeep);
+        let merged = merge(&native, &eval, &slots[..2], &layout, cut);
+        let too_deep = PythonFramesCut::TooDeep.encode();
+        assert_eq!(
+            decoded(&merged),
+            [
+                Ok(0x40_0010),
+                Err((0x1000, Some(3))),
+                Err((0x2000, Some(5))),
+                Ok(too_deep),
+                Ok(0x40_2000),
+                Ok(0x50_0200),
+                Ok(0x40_3000)
+            ]
+        );
+        assert_eq!(
+            PythonFramesCut::decode(too_deep),
+            Some(PythonFramesCut::TooDeep)
+        );
+        // None read: nothing said.
+        let merged = merge(&native, &eval, &[], &layout, cut);
+        assert_eq!(merged, native);
     }
 }
