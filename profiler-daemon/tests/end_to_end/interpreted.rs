@@ -573,23 +573,14 @@ async fn a_python_process_in_a_pid_namespace_of_its_own_shows_its_python_functio
 async fn a_wall_clock_profile_of_a_python_process_shows_the_python_function_that_waits() {
     // Off CPU too: a wait's stack, read when the thread is switched out,
     // carries the Python functions that wait.
-    let python = Path::new("/usr/bin/python3.11");
-    assert!(python.is_file(), "Debian's python3.11 is a test dependency");
-    let daemon = Daemon::start().await;
-    let workload: Workload = Command::new(python)
-        .args([
-            "-c",
-            "import time\n\
-             def waits():\n    time.sleep(0.05)\n\
-             def works():\n    s = 0\n    for i in range(100000):\n        s += i\n\
-             def loop():\n    while True:\n        waits()\n        works()\n\
-             loop()\n",
-        ])
-        .spawn()
-        .expect("python runs")
-        .into();
-    // Past its start.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (daemon, workload) = debian_python_running(
+        "import time\n\
+         def waits():\n    time.sleep(0.05)\n\
+         def works():\n    s = 0\n    for i in range(100000):\n        s += i\n\
+         def loop():\n    while True:\n        waits()\n        works()\n\
+         loop()\n",
+    )
+    .await;
     let (stacks, _) =
         crate::offcpu::wall_profile(&daemon, workload.pid(), std::time::Duration::from_secs(2))
             .await;
@@ -622,21 +613,12 @@ async fn a_wall_clock_profile_of_a_python_process_shows_the_python_function_that
 async fn python_frames_past_those_read_are_said_cut_short() {
     // 200 frames deep: the programs read the innermost 128 (`spin` and 127
     // of `down`); the stack says why the rest is missing, rootward of them.
-    let python = Path::new("/usr/bin/python3.11");
-    assert!(python.is_file(), "Debian's python3.11 is a test dependency");
-    let daemon = Daemon::start().await;
-    let workload: Workload = Command::new(python)
-        .args([
-            "-c",
-            "def spin():\n    s = 0\n    while True:\n        s += 1\n\
-             def down(n):\n    return spin() if n == 0 else down(n - 1)\n\
-             down(200)\n",
-        ])
-        .spawn()
-        .expect("python runs")
-        .into();
-    // Past its start.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (daemon, workload) = debian_python_running(
+        "def spin():\n    s = 0\n    while True:\n        s += 1\n\
+         def down(n):\n    return spin() if n == 0 else down(n - 1)\n\
+         down(200)\n",
+    )
+    .await;
     let stacks = folded_profile_of(&daemon, workload.pid(), 2).await;
     let marker = "[python frames cut: more than 128 read]";
     let in_spin = crate::support::samples_where(&stacks, |stack| stack.iter().any(|f| f == "spin"));
@@ -651,4 +633,19 @@ async fn python_frames_past_those_read_are_said_cut_short() {
         said as f64 >= 0.95 * in_spin as f64,
         "{said} of {in_spin} samples say their Python frames were cut: {stacks:#?}"
     );
+}
+
+/// A daemon, and Debian's python3.11 running `script` (`-c`) past its
+/// start.
+async fn debian_python_running(script: &str) -> (Daemon, Workload) {
+    let python = Path::new("/usr/bin/python3.11");
+    assert!(python.is_file(), "Debian's python3.11 is a test dependency");
+    let daemon = Daemon::start().await;
+    let workload: Workload = Command::new(python)
+        .args(["-c", script])
+        .spawn()
+        .expect("python runs")
+        .into();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    (daemon, workload)
 }

@@ -97,10 +97,7 @@ pub struct PythonNames {
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
-    shared
-        .state
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    crate::lock(&shared.state)
 }
 
 impl PythonNames {
