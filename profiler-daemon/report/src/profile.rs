@@ -41,6 +41,11 @@ pub struct Profile {
     /// tree or flat report within `maxsections` need not read the
     /// sections it leaves out); in `threads`, never in `samples`.
     pub unread: Vec<UnreadThread>,
+    /// The CPU samples of the `unread` threads summed per stack, when the
+    /// report draws those threads' sections as one (a flame graph's lines
+    /// within `maxsections`); empty otherwise. Each names the first unread
+    /// thread; never in `samples`, and counted in `unread` already.
+    pub unread_stacks: Vec<Sample>,
 }
 
 /// The CPU samples of a thread of a [`Profile`] not read per stack.
@@ -75,6 +80,7 @@ impl Profile {
             lost: Vec::new(),
             warnings: Vec::new(),
             unread: Vec::new(),
+            unread_stacks: Vec::new(),
             own_lost: Vec::new(),
         }
     }

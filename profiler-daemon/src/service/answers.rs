@@ -262,7 +262,9 @@ pub fn report_profile(
     };
     if sum_by == SumBy::ThreadAndStack && report::may_leave_out_sections(options) {
         let pick = |threads: &[(&ThreadInfo, u64)]| report::threads_shown(options, threads);
-        return store.profile_picking_threads(query, copy_stacks, &pick);
+        // A flame graph draws the sections it leaves out as one.
+        let sum_unread = options.format == Format::DrawnFolded;
+        return store.profile_picking_threads(query, copy_stacks, &pick, sum_unread);
     }
     match copy_stacks {
         true => store.profile_summed(query, sum_by),

@@ -85,7 +85,7 @@ impl Service {
                 // off CPU is read per stack, as stack ids, and summed).
                 let none = |threads: &[(&ThreadInfo, u64)]| Some(vec![false; threads.len()]);
                 let profile =
-                    crate::read_lock(&store).profile_picking_threads(&query, false, &none);
+                    crate::read_lock(&store).profile_picking_threads(&query, false, &none, false);
                 let mut by_thread: BTreeMap<u32, u64> = BTreeMap::new();
                 let counted = (profile
                     .unread

@@ -14,6 +14,7 @@ mod query;
 mod retention;
 mod selection;
 mod tables;
+mod totals;
 
 use std::{
     collections::VecDeque,

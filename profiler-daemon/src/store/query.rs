@@ -5,7 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use profiler_common::COUNTER_COUNT;
 
-use super::{Bucket, SampleAccess, Selector, Store, aggregate, tables::Renumbering};
+use super::{
+    Bucket, SampleAccess, Selector, Store, aggregate, tables::Renumbering, totals::UnreadStacks,
+};
 use crate::{
     kernel::drain::losses,
     profile::{
@@ -74,14 +76,18 @@ impl Store {
     /// read per stack only for the threads `pick` chooses: it is given each
     /// thread with CPU samples in the window and their count, and returns
     /// whether to read each (`None`: all). The others' samples are only
-    /// counted, in [`Profile::unread`]. Other modes are read whole.
+    /// counted, in [`Profile::unread`], and with `sum_unread` summed per
+    /// stack too, in [`Profile::unread_stacks`] (what a flame graph draws
+    /// of the sections it leaves out). Other modes are read whole.
     pub fn profile_picking_threads(
         &self,
         query: &Query,
         copy_stacks: bool,
         pick: ThreadPick<'_>,
+        sum_unread: bool,
     ) -> Profile {
         let mut thread_matches = self.thread_matches(query);
+        let every_thread = thread_matches.iter().all(|&matches| matches);
         let buckets: Vec<&Bucket> = self.buckets_in(query.start, query.end).collect();
         let mut unread = Vec::new();
         if query.mode == ProfileMode::Cpu {
@@ -108,12 +114,23 @@ impl Store {
                 }
             }
         }
+        let unread_stacks = (sum_unread && !unread.is_empty()).then(|| {
+            let mut unpicked = vec![false; thread_matches.len()];
+            for &(thread, ..) in &unread {
+                unpicked[thread as usize] = true;
+            }
+            UnreadStacks {
+                unpicked,
+                every_thread,
+            }
+        });
         self.read_threads(
             query,
             copy_stacks,
             SumBy::ThreadAndStack,
             thread_matches,
             &unread,
+            unread_stacks,
         )
     }
 
@@ -128,7 +145,14 @@ impl Store {
 
     /// A window's profile, its stacks copied or left as store ids.
     fn read(&self, query: &Query, copy_stacks: bool, sum_by: SumBy) -> Profile {
-        self.read_threads(query, copy_stacks, sum_by, self.thread_matches(query), &[])
+        self.read_threads(
+            query,
+            copy_stacks,
+            sum_by,
+            self.thread_matches(query),
+            &[],
+            None,
+        )
     }
 
     /// [`Store::read`] of the threads `thread_matches` selects, with the
@@ -140,6 +164,7 @@ impl Store {
         sum_by: SumBy,
         thread_matches: Vec<bool>,
         unread: &[(u32, u64, u64)],
+        unread_stacks: Option<UnreadStacks>,
     ) -> Profile {
         let mut counters = [0_u64; COUNTER_COUNT as usize];
         let mut covered: Option<(SystemTime, SystemTime)> = None;
@@ -214,6 +239,7 @@ impl Store {
                 .collect(),
             warnings: Vec::new(),
             unread: Vec::new(),
+            unread_stacks: Vec::new(),
             own_lost: Vec::new(),
         };
         // Samples refer to the store's stacks until the stacks they use are
@@ -273,6 +299,13 @@ impl Store {
                 weight,
             });
         }
+        if let (Some(unread_stacks), Some(first)) = (unread_stacks, profile.unread.first()) {
+            profile.unread_stacks =
+                self.unread_stack_totals(query, &buckets, &unread_stacks, &profile.samples);
+            for sample in &mut profile.unread_stacks {
+                sample.thread = first.thread;
+            }
+        }
         profile.own_lost = self.own_losses(&profile.samples);
         if copy_stacks {
             self.copy_stacks(&mut profile);
@@ -320,144 +353,11 @@ impl Store {
             .collect()
     }
 
-    /// The CPU samples of the window of `buckets` summed per stack, as
-    /// [`aggregate::cpu_totals_per_stack`] sums them, but from the sums of
-    /// every bucket held less those outside the window, when that reads
-    /// fewer entries: every thread selected, one sampling period
-    /// throughout. Each total names the window's least thread with samples
-    /// (reports summed per stack show no threads). With the threads seen.
-    fn cpu_totals_from_held(
-        &self,
-        query: &Query,
-        buckets: &[&Bucket],
-        thread_matches: &[bool],
-    ) -> Option<(Vec<aggregate::Total>, Vec<bool>)> {
-        if !thread_matches.iter().all(|&matches| matches) {
-            return None;
-        }
-        let period_ns = self.held_applies(query, buckets)?;
-        let sums = self
-            .held
-            .without(self.buckets_outside(query), thread_matches.len());
-        let seen: Vec<bool> = sums.threads.iter().map(|&samples| samples > 0).collect();
-        // Thread ids are 32-bit.
-        let thread = seen.iter().position(|&seen| seen)? as u32;
-        let totals = (0..)
-            .zip(&sums.stacks)
-            .filter(|&(_, &count)| count > 0)
-            .map(|(stack, &count)| aggregate::Total {
-                thread,
-                stack,
-                count,
-                weight: count * period_ns,
-                state: ThreadState::Cpu,
-            })
-            .collect();
-        Some((totals, seen))
-    }
-
-    /// The CPU samples of the window of `buckets` of the threads
-    /// `thread_matches` selects, summed per command name and stack (see
-    /// [`SumBy::CommandAndStack`]), with the threads seen; `None` when they
-    /// are of one process, to be read per thread.
-    fn cpu_totals_per_command(
-        &self,
-        buckets: &[&Bucket],
-        thread_matches: &[bool],
-    ) -> Option<(Vec<aggregate::Total>, Vec<bool>)> {
-        let threads = self.threads.values();
-        // Each thread's command, numbered (`aggregate::NOT_SELECTED` if the
-        // thread is not selected).
-        let mut commands: rustc_hash::FxHashMap<&str, u32> = Default::default();
-        let command_of: Vec<u32> = (threads.iter().zip(thread_matches))
-            .map(|(thread, &matches)| match matches {
-                false => aggregate::NOT_SELECTED,
-                true => {
-                    let next = commands.len() as u32;
-                    *commands.entry(&thread.process_name).or_insert(next)
-                }
-            })
-            .collect();
-        let mut seen = vec![false; thread_matches.len()];
-        let mut totals = Vec::new();
-        let stacks = self.stacks.len();
-        aggregate::cpu_totals_per_owner(buckets, &command_of, stacks, &mut seen, |total| {
-            totals.push(total);
-        });
-        // Of one process: read again per thread (a process's own window,
-        // small beside a machine's).
-        let mut pids = (threads.iter().zip(&seen))
-            .filter(|&(_, &seen)| seen)
-            .map(|(thread, _)| thread.pid);
-        let first = pids.next();
-        if pids.all(|pid| Some(pid) == first) {
-            return None;
-        }
-        Some((totals, seen))
-    }
-
-    /// The CPU samples and time of each thread (by id, for at least
-    /// `threads`) in the window of `buckets`: from the sums of every bucket
-    /// held less those outside the window when that reads fewer entries,
-    /// else summed from `buckets`.
-    fn cpu_thread_totals(
-        &self,
-        query: &Query,
-        buckets: &[&Bucket],
-        threads: usize,
-    ) -> Vec<(u64, u64)> {
-        if let Some(period_ns) = self.held_applies(query, buckets) {
-            let counts = self
-                .held
-                .threads_without(self.buckets_outside(query), threads);
-            return counts
-                .into_iter()
-                .map(|count| (count, count * period_ns))
-                .collect();
-        }
-        let mut totals = vec![(0_u64, 0_u64); threads];
-        for bucket in buckets {
-            for samples in bucket.cpu.iter() {
-                if let Some((count, weight)) = totals.get_mut(samples.thread as usize) {
-                    *count += u64::from(samples.count);
-                    *weight += u64::from(samples.count) * bucket.period_ns;
-                }
-            }
-        }
-        totals
-    }
-
-    /// Whether the held sums make the window of `buckets` for less than
-    /// summing them: one sampling period throughout (returned), and fewer
-    /// entries outside the window than inside.
-    fn held_applies(&self, query: &Query, buckets: &[&Bucket]) -> Option<u64> {
-        let period_ns = buckets.first()?.period_ns;
-        if self
-            .buckets
-            .iter()
-            .any(|bucket| bucket.period_ns != period_ns)
-        {
-            return None;
-        }
-        let entries_outside: usize = self
-            .buckets_outside(query)
-            .map(|bucket| bucket.cpu.len())
-            .sum();
-        let entries_inside: usize = buckets.iter().map(|bucket| bucket.cpu.len()).sum();
-        (entries_outside < entries_inside).then_some(period_ns)
-    }
-
-    /// The buckets held outside `query`'s window.
-    fn buckets_outside<'s>(&'s self, query: &'s Query) -> impl Iterator<Item = &'s Bucket> {
-        let inside = |bucket: &&Bucket| bucket.middle_within(query.start, query.end);
-        self.buckets.iter().filter(move |bucket| !inside(bucket))
-    }
-
     /// Copies the stacks of `profile`'s samples (and their locations) into
     /// it, whose samples refer to store ids until then.
     fn copy_stacks(&self, profile: &mut Profile) {
         let mut used = vec![false; self.stacks.len()];
-        for sample in &profile.samples {
+        for sample in profile.samples.iter().chain(&profile.unread_stacks) {
             used[sample.stack as usize] = true;
         }
         let mut stacks = Renumbering::new(self.stacks.len());
@@ -482,7 +382,7 @@ impl Store {
                 profile.stacks.push(ids) as usize
             });
         }
-        for sample in &mut profile.samples {
+        for sample in profile.samples.iter_mut().chain(&mut profile.unread_stacks) {
             sample.stack = stacks.get(sample.stack);
         }
     }

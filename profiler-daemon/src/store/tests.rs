@@ -826,7 +826,7 @@ fn a_window_read_for_some_threads_counts_the_others() {
         *offered.borrow_mut() = threads.iter().map(|(t, n)| (t.pid, *n)).collect();
         Some(threads.iter().map(|(thread, _)| thread.pid != 2).collect())
     };
-    let picked = store.profile_picking_threads(&window, true, &pick);
+    let picked = store.profile_picking_threads(&window, true, &pick, false);
     // Every selected thread with samples is offered, with its samples.
     assert_eq!(*offered.borrow(), [(1, 8), (2, 11), (3, 2)]);
     let pid_of = |profile: &Profile, thread: u32| profile.threads[thread as usize].pid;
@@ -873,14 +873,91 @@ fn a_window_read_for_some_threads_counts_the_others() {
     // Not one stack of the unread thread is copied.
     assert!(picked.stacks.len() < full.stacks.len());
     // `None`: every thread read.
-    let all = store.profile_picking_threads(&window, true, &|_| None);
+    let all = store.profile_picking_threads(&window, true, &|_| None, false);
     assert_eq!(counts_by_leaf(&all), counts_by_leaf(&full));
     assert!(all.unread.is_empty());
     // A window of one bucket in three: the totals are summed from it, not
     // from the sums of every bucket held.
     let middle = query(1, 2, Selector::default());
-    store.profile_picking_threads(&middle, true, &pick);
+    store.profile_picking_threads(&middle, true, &pick, false);
     assert_eq!(*offered.borrow(), [(2, 1), (3, 2), (4, 9)]);
+}
+
+#[test]
+fn a_window_read_for_some_threads_can_sum_the_others_per_stack() {
+    let mut store = store(600, 1 << 30);
+    store.insert_and_compact(batch(0, &[(1, &["main", "a"], 3), (2, &["main", "b"], 4)]));
+    store.insert_and_compact(batch(
+        1,
+        &[
+            (2, &["main", "b"], 1),
+            (3, &["main", "b"], 2),
+            (4, &["d"], 9),
+        ],
+    ));
+    store.insert_and_compact(batch(2, &[(1, &["main", "b"], 5), (3, &["x"], 6)]));
+    // Pids 2 and 3 left unread.
+    let pick = |threads: &[(&ThreadInfo, u64)]| {
+        Some(
+            threads
+                .iter()
+                .map(|(thread, _)| ![2, 3].contains(&thread.pid))
+                .collect(),
+        )
+    };
+    let by_leaf = |profile: &Profile, samples: &[crate::profile::Sample]| {
+        let mut counts: Vec<(String, u64, u64)> = (samples.iter())
+            .map(|sample| {
+                let stack = profile.stacks.get(sample.stack).unwrap();
+                let leaf = &profile.locations[*stack.last().unwrap() as usize];
+                (
+                    leaf.frames[0].function.to_string(),
+                    sample.count,
+                    sample.weight,
+                )
+            })
+            .collect();
+        counts.sort();
+        counts
+    };
+    // Every thread over every bucket (from the held sums), a selector (from
+    // the buckets), and a window of one bucket in three.
+    let not_one = Selector {
+        pids: vec![2, 3, 4],
+        ..Selector::default()
+    };
+    let cases = [
+        (query(0, 3, Selector::default()), vec![("b", 7), ("x", 6)]),
+        (query(0, 3, not_one), vec![("b", 7), ("x", 6)]),
+        (query(1, 2, Selector::default()), vec![("b", 3)]),
+    ];
+    for (window, expected) in cases {
+        let picked = store.profile_picking_threads(&window, true, &pick, true);
+        // Weighed as the unread threads' samples are.
+        let period = picked.unread[0].weight / picked.unread[0].count;
+        let expected: Vec<(String, u64, u64)> = (expected.into_iter())
+            .map(|(leaf, count)| (leaf.to_owned(), count, count * period))
+            .collect();
+        assert_eq!(
+            by_leaf(&picked, &picked.unread_stacks),
+            expected,
+            "{window:?}"
+        );
+        // Named after an unread thread, never in the samples.
+        let first = picked.unread[0].thread;
+        assert!(
+            picked
+                .unread_stacks
+                .iter()
+                .all(|sample| sample.thread == first)
+        );
+        let unread: u64 = picked.unread.iter().map(|unread| unread.count).sum();
+        let summed: u64 = picked.unread_stacks.iter().map(|sample| sample.count).sum();
+        assert_eq!(summed, unread, "{window:?}");
+        // Not asked for: not summed.
+        let counted = store.profile_picking_threads(&window, true, &pick, false);
+        assert!(counted.unread_stacks.is_empty());
+    }
 }
 
 #[test]

@@ -497,3 +497,102 @@ async fn a_client_the_listener_refuses_sees_why_on_the_page() {
         assert_eq!(seen["visible"], true, "{browser:?}");
     }
 }
+
+/// Unix milliseconds now.
+fn now_millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flame_graph_draws_the_busiest_processes_and_merges_the_others() {
+    require_root();
+    let (_daemon, url) = daemon_over_http().await;
+    let from = now_millis();
+    let chains: Vec<Workload> = ["merge-a", "merge-b", "merge-c"]
+        .into_iter()
+        .map(|command| Workload::start_as("chain", command, &[]))
+        .collect();
+    for chain in &chains {
+        crate::support::wait_for_cpu(chain.pid(), std::time::Duration::from_millis(500)).await;
+    }
+    // A past window: both requests below read the same samples.
+    let window = format!("from={from}&to={}&mode=cpu", now_millis());
+    let (code, body) = curl(&format!("{url}/api/processes?{window}"), &[]);
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let processes: Value = serde_json::from_slice(&body).expect("the processes' JSON");
+    let processes: Vec<(String, u64)> = (processes.as_array().expect("a list").iter())
+        .map(|process| {
+            let frame = format!(
+                "{}-{}",
+                process["command"].as_str().expect("a command"),
+                process["pid"]
+            );
+            (frame, process["samples"].as_u64().expect("samples"))
+        })
+        .collect();
+    assert!(processes.len() > 2, "{processes:?}");
+
+    let drawn = folded_from(&format!(
+        "{url}/api/query?{window}&format=folded&groupby=process&drawn=true&maxsections=2"
+    ));
+    let others = format!(
+        "[{} other processes, merged (maxsections 2)]",
+        processes.len() - 2
+    );
+    let roots: std::collections::BTreeSet<&str> =
+        drawn.iter().map(|(frames, _)| frames[0].as_str()).collect();
+    // Two processes of most samples drawn each under its own frame, every
+    // other one merged under one frame.
+    let shown: Vec<&str> = roots
+        .iter()
+        .copied()
+        .filter(|&root| root != others)
+        .collect();
+    assert_eq!(shown.len(), 2, "{roots:?}, {others} expected");
+    assert!(
+        roots.contains(others.as_str()),
+        "{roots:?}, {others} expected"
+    );
+    let samples_of = |frame: &str| -> u64 {
+        let found = processes.iter().find(|(process, _)| process == frame);
+        found
+            .map(|&(_, samples)| samples)
+            .expect("a process of the window")
+    };
+    let fewest_shown = shown.iter().map(|&frame| samples_of(frame)).min();
+    for (process, samples) in &processes {
+        if !shown.contains(&process.as_str()) {
+            assert!(
+                Some(*samples) <= fewest_shown,
+                "{process} ({samples}) left out for {shown:?}: {processes:?}"
+            );
+        }
+    }
+    // Every sample is drawn; at least one chain is merged, its stacks
+    // whole under the others' frame.
+    let whole = total_of(&url, &format!("{window}&format=folded"));
+    let drawn_total: u64 = drawn.iter().map(|(_, count)| count).sum();
+    assert_eq!(drawn_total, whole, "the drawn lines lost samples");
+    assert!(
+        drawn.iter().any(|(frames, _)| frames[0] == others
+            && frames.ends_with(&["main".to_owned(), "drive".to_owned(), "hot_leaf".to_owned()])),
+        "no chain merged under {others}: {drawn:?}"
+    );
+    // Every section asked for: none merged.
+    let every = folded_from(&format!(
+        "{url}/api/query?{window}&format=folded&groupby=process&drawn=true&maxsections=0"
+    ));
+    assert!(every.iter().all(|(frames, _)| !frames[0].starts_with('[')));
+    let (code, body) = curl(
+        &format!("{url}/api/query?{window}&format=folded&drawn=true&maxsections=two"),
+        &[],
+    );
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        code == 400 && body.contains("maxsections=\"two\" is not"),
+        "{code} {body}"
+    );
+}

@@ -90,6 +90,7 @@ fn kernel_addresses_are_hidden_and_their_locations_merged() {
         lost: Vec::new(),
         warnings: Vec::new(),
         unread: Vec::new(),
+        unread_stacks: Vec::new(),
         own_lost: Vec::new(),
     };
     profile.hide_kernel_addresses();

@@ -25,6 +25,7 @@ mod group_lines;
 use rustc_hash::FxHashMap;
 
 use super::frames::{Expansion, FrameView, StackId, StackSample, UNKNOWN_MARKER, small_id};
+use super::sections::{self, SectionsLeftOut};
 use super::sequences::Sequences;
 use super::stack_index::{Ranked, StackIndex, TokenTexts};
 use super::{ReportError, digits, parallel, push_decimal, radix};
@@ -183,24 +184,71 @@ impl LineSource<'_> {
         let narrowest = |total: u64| min_width / (100.0 / total as f64);
         let groups = Groups::new(self.profile, self.expansion, self.options.groupby);
         let samples = &self.expansion.samples;
+        let rank_bits = radix::bits_below(self.stacks.len() as u64);
+        // The sections of fewest samples past `maxsections` are drawn as
+        // one, their samples merged per stack under one frame: those read
+        // per thread, and those summed per stack only.
+        let left_out = sections::drawn_sections(self.profile, samples, self.options)?;
+        let mut group_drawn = vec![left_out.is_none(); groups.texts.len()];
+        let mut others = None;
+        if let Some((threads_drawn, left_out)) = &left_out {
+            for sample in samples.iter() {
+                if threads_drawn[sample.thread as usize] {
+                    group_drawn[groups.thread_ranks[sample.thread as usize] as usize] = true;
+                }
+            }
+            let read = samples.iter().filter(|sample| {
+                !group_drawn[groups.thread_ranks[sample.thread as usize] as usize]
+            });
+            let mut lines = group_lines::lines_of(
+                read.chain(&self.expansion.unread_stacks),
+                self.stack_ranks,
+                rank_bits,
+            );
+            lines.retain(|&(_, count)| count >= self.options.mincount);
+            let groups = Groups {
+                texts: vec![left_out_frame(left_out, self.options.groupby) + ";"],
+                thread_ranks: Vec::new(),
+            };
+            others = Some((lines, groups));
+        }
+        let others_total = others.as_ref().map_or(0, |(lines, _)| {
+            lines
+                .iter()
+                .fold(0_u64, |total, &(_, count)| total.saturating_add(count))
+        });
+        let draw_others = |narrowest: f64, mut out: String| {
+            if let Some((lines, groups)) = &others {
+                drawn::write_into(&mut out, &self.folded(lines, groups), narrowest);
+            }
+            out
+        };
         if groups.texts.len() <= 1 || self.options.mincount > 1 {
             let mut lines =
                 count_lines(self.expansion, &groups, self.stack_ranks, self.stacks.len());
-            lines.retain(|&(_, count)| count >= self.options.mincount);
-            let total = lines
-                .iter()
-                .fold(0_u64, |total, &(_, count)| total.saturating_add(count));
-            return drawn::write(&self.folded(&lines, &groups), narrowest(total));
+            lines.retain(|&((group, _), count)| {
+                count >= self.options.mincount && group_drawn[group as usize]
+            });
+            let total = lines.iter().fold(others_total, |total, &(_, count)| {
+                total.saturating_add(count)
+            });
+            let narrowest = narrowest(total);
+            let drawn = drawn::write(&self.folded(&lines, &groups), narrowest)?;
+            return Ok(draw_others(narrowest, drawn));
         }
         // Every line keeps its samples (each sample has some): they are
-        // all the samples, the stacks' counts added up.
+        // all the samples, the stacks' counts added up, and those of the
+        // sections left out summed per stack only.
+        let unread = (self.expansion.unread_stacks.iter())
+            .fold(0_u64, |total, sample| total.saturating_add(sample.count));
         let total = (self.expansion.stack_counts.iter())
-            .fold(0_u64, |total, &count| total.saturating_add(count));
+            .fold(unread, |total, &count| total.saturating_add(count));
         let narrowest = narrowest(total);
         let runs = groups.runs(samples);
-        let rank_bits = radix::bits_below(self.stacks.len() as u64);
         // Group ranks are 32-bit.
-        let ranks: Vec<u32> = (0..groups.texts.len() as u32).collect();
+        let ranks: Vec<u32> = (0..groups.texts.len() as u32)
+            .filter(|&group| group_drawn[group as usize])
+            .collect();
         let (drawn, _) = parallel::map_in_order(
             &ranks,
             |&group| runs.samples_in(group),
@@ -214,7 +262,7 @@ impl LineSource<'_> {
                 out
             },
         );
-        Ok(drawn.concat())
+        Ok(draw_others(narrowest, drawn.concat()))
     }
 
     fn folded<'f>(&'f self, lines: &'f [Line], groups: &'f Groups) -> Folded<'f> {
@@ -493,6 +541,21 @@ fn group_frames(thread: &ThreadInfo, groupby: GroupBy) -> Vec<String> {
             format!("{}-{}", clean(&thread.thread_name), thread.tid),
         ],
     }
+}
+
+/// The frame a flame graph draws the sections `maxsections` left out
+/// under, their samples merged (see [`sections::drawn_sections`]).
+fn left_out_frame(left_out: &SectionsLeftOut, groupby: GroupBy) -> String {
+    let what = match (groupby, left_out.sections) {
+        (GroupBy::Thread, 1) => "thread",
+        (GroupBy::Thread, _) => "threads",
+        (_, 1) => "process",
+        _ => "processes",
+    };
+    format!(
+        "[{} other {what}, merged (maxsections {})]",
+        left_out.sections, left_out.maxsections
+    )
 }
 
 pub(super) fn frame_name(frame: FrameView<'_>) -> String {

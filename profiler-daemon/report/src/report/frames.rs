@@ -43,6 +43,9 @@ pub(super) struct Expansion<'a> {
     /// The samples of each stack, all threads together: what a report of
     /// the whole profile needs without a pass over every sample.
     pub stack_counts: Vec<u64>,
+    /// [`Profile::unread_stacks`] with a non-zero count, their stacks
+    /// resolved as the samples' (not in `stack_counts`).
+    pub unread_stacks: Vec<StackSample>,
     /// The profile's threads, which samples refer to.
     threads: &'a [ThreadInfo],
     /// The distinct sites the stacks use, in order of first use.
@@ -77,6 +80,7 @@ impl<'a> Expansion<'a> {
         let mut expansion = Expansion {
             samples: Cow::Borrowed(&[]),
             stack_counts: Vec::new(),
+            unread_stacks: Vec::new(),
             threads: &profile.threads,
             sites: Vec::new(),
             frames: Vec::new(),
@@ -93,7 +97,8 @@ impl<'a> Expansion<'a> {
         const USED: StackId = 0;
         let mut stack_ids: Vec<StackId> = vec![UNUSED; profile.stacks.len()];
         let mut valid = true;
-        for sample in profile.samples.iter().filter(|sample| sample.count > 0) {
+        let used = profile.samples.iter().chain(&profile.unread_stacks);
+        for sample in used.filter(|sample| sample.count > 0) {
             match stack_ids.get_mut(sample.stack as usize) {
                 Some(id) if (sample.thread as usize) < profile.threads.len() => *id = USED,
                 _ => valid = false,
@@ -132,6 +137,13 @@ impl<'a> Expansion<'a> {
         if !valid {
             return Err(first_dangling_index(profile, &dangling));
         }
+        expansion.unread_stacks = (profile.unread_stacks.iter())
+            .filter(|sample| sample.count > 0)
+            .map(|sample| StackSample {
+                stack: stack_ids[sample.stack as usize],
+                ..*sample
+            })
+            .collect();
         let mut stack_counts = vec![0_u64; expansion.stacks.len()];
         // Every stack used, in order, and no sample empty (as a window read
         // from the store has them): the samples are the profile's own.
@@ -181,6 +193,15 @@ impl<'a> Expansion<'a> {
                 .ok_or_else(|| refers_past(number, "stack", sample.stack, stacks))?;
             *total = total.saturating_add(sample.count);
         }
+        let mut unread_stacks = Vec::new();
+        for (number, sample) in profile.unread_stacks.iter().enumerate() {
+            if sample.stack as usize >= stacks {
+                return Err(refers_past(number, "stack", sample.stack, stacks));
+            }
+            if sample.count > 0 {
+                unread_stacks.push(*sample);
+            }
+        }
         // The profile's samples as they are (a store's have counts), not
         // copied: a window's may be a million.
         let samples = match empty {
@@ -197,6 +218,7 @@ impl<'a> Expansion<'a> {
         Ok(Expansion {
             samples,
             stack_counts,
+            unread_stacks,
             threads: &profile.threads,
             sites: Vec::new(),
             frames: Vec::new(),

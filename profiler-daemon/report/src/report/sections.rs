@@ -209,12 +209,104 @@ impl<'a> Ranking<'a> {
             Ok(max) => self.sections.len().min(max),
         }
     }
+
+    /// What showing the first `shown` sections leaves out.
+    fn left_out(&self, shown: usize, maxsections: u64) -> Option<SectionsLeftOut> {
+        let left_out = &self.sections[shown..];
+        (!left_out.is_empty()).then(|| SectionsLeftOut {
+            sections: left_out.len() as u64,
+            of: self.sections.len() as u64,
+            total: left_out
+                .iter()
+                .fold(0_u64, |sum, &(_, total)| sum.saturating_add(total)),
+            maxsections,
+        })
+    }
+
+    /// Refuses a thread not read per stack in one of the first `shown`
+    /// sections: its section would be short of its samples.
+    fn refuse_unread_shown(&self, profile: &Profile, shown: usize) -> Result<(), ReportError> {
+        for unread in &profile.unread {
+            if self.place_of_thread[unread.thread as usize].is_some_and(|place| place < shown) {
+                return Err(ReportError::InvalidProfile(format!(
+                    "thread {} is in a section shown but was not read per stack",
+                    unread.thread
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds the samples of the threads `profile` did not read per stack to
+/// their threads' totals.
+fn add_unread(profile: &Profile, thread_totals: &mut [Option<u64>]) -> Result<(), ReportError> {
+    for unread in &profile.unread {
+        let total = thread_totals
+            .get_mut(unread.thread as usize)
+            .ok_or_else(|| ReportError::InvalidProfile(format!("no thread {}", unread.thread)))?
+            .get_or_insert(0);
+        *total = total.saturating_add(unread.count);
+    }
+    Ok(())
+}
+
+fn refuse_unread_in_one_section(profile: &Profile) -> Result<(), ReportError> {
+    match profile.unread.is_empty() {
+        true => Ok(()),
+        false => Err(ReportError::InvalidProfile(
+            "threads not read per stack cannot be drawn in one section".to_owned(),
+        )),
+    }
+}
+
+/// The sections a flame graph's lines grouped by process or thread draw
+/// within `maxsections` (see [`may_leave_out_sections`]): per thread of
+/// the profile, whether its samples are drawn, and what is left out (the
+/// sections of fewest samples, drawn as one frame). `None` when every
+/// section is drawn.
+pub(super) fn drawn_sections(
+    profile: &Profile,
+    samples: &[StackSample],
+    options: &ReportOptions,
+) -> Result<Option<(Vec<bool>, SectionsLeftOut)>, ReportError> {
+    if !may_leave_out_sections(options) || options.format != Format::DrawnFolded {
+        refuse_unread_in_one_section(profile)?;
+        return Ok(None);
+    }
+    let mut thread_totals: Vec<Option<u64>> = vec![None; profile.threads.len()];
+    for sample in samples {
+        let total = thread_totals[sample.thread as usize].get_or_insert(0);
+        *total = total.saturating_add(sample.count);
+    }
+    add_unread(profile, &mut thread_totals)?;
+    let threads: Vec<(&ThreadInfo, Option<u64>)> =
+        profile.threads.iter().zip(thread_totals).collect();
+    let ranking = Ranking::new(&threads, options.groupby);
+    let shown = ranking.shown(options.maxsections);
+    ranking.refuse_unread_shown(profile, shown)?;
+    let Some(left_out) = ranking.left_out(shown, options.maxsections) else {
+        return Ok(None);
+    };
+    let drawn = (ranking.place_of_thread.iter())
+        .map(|place| place.is_some_and(|place| place < shown))
+        .collect();
+    Ok(Some((drawn, left_out)))
 }
 
 /// Whether a report made as `options` ask may leave sections out: a tree
-/// or flat report with a `maxsections`.
+/// or flat report with a `maxsections`, or the lines a flame graph draws
+/// (`Format::DrawnFolded`) grouped by process or thread with one: a flame
+/// graph of a thousand short-lived processes draws the `maxsections` of
+/// most samples and the others as one frame (see [`drawn_sections`]).
 pub fn may_leave_out_sections(options: &ReportOptions) -> bool {
-    matches!(options.format, Format::Tree | Format::Flat) && options.maxsections > 0
+    options.maxsections > 0
+        && match options.format {
+            Format::Tree | Format::Flat => true,
+            // Drawn lines have group frames only when asked for.
+            Format::DrawnFolded => matches!(options.groupby, GroupBy::Process | GroupBy::Thread),
+            _ => false,
+        }
 }
 
 /// Which of `threads` (each with its CPU samples) a tree or flat report
@@ -268,23 +360,13 @@ pub(super) fn sections(
         let total = thread_totals[thread].get_or_insert(0);
         *total = total.saturating_add(sample.count);
     }
-    for unread in &profile.unread {
-        let total = thread_totals
-            .get_mut(unread.thread as usize)
-            .ok_or_else(|| ReportError::InvalidProfile(format!("no thread {}", unread.thread)))?
-            .get_or_insert(0);
-        *total = total.saturating_add(unread.count);
-    }
+    add_unread(profile, &mut thread_totals)?;
     let threads: Vec<(&ThreadInfo, Option<u64>)> =
         profile.threads.iter().zip(thread_totals).collect();
     let present = threads.iter().filter(|(_, total)| total.is_some());
     let groupby = grouping(options.groupby, present.map(|(thread, _)| thread.pid));
     if groupby == GroupBy::None {
-        if !profile.unread.is_empty() {
-            return Err(ReportError::InvalidProfile(
-                "threads not read per stack cannot be drawn in one section".to_owned(),
-            ));
-        }
+        refuse_unread_in_one_section(profile)?;
         let all: Vec<u32> = (0..sample_count).collect();
         return Ok(Sections::all(vec![Section {
             title: None,
@@ -294,14 +376,7 @@ pub(super) fn sections(
     }
     let ranking = Ranking::new(&threads, groupby);
     let shown = ranking.shown(options.maxsections);
-    for unread in &profile.unread {
-        if ranking.place_of_thread[unread.thread as usize].is_some_and(|place| place < shown) {
-            return Err(ReportError::InvalidProfile(format!(
-                "thread {} is in a section shown but was not read per stack",
-                unread.thread
-            )));
-        }
-    }
+    ranking.refuse_unread_shown(profile, shown)?;
     // Each sample to its thread's section, in profile order.
     let mut section_samples: Vec<Vec<u32>> = vec![Vec::new(); shown];
     for (&place, &entries) in ranking.place_of_thread.iter().zip(&thread_entries) {
@@ -315,15 +390,7 @@ pub(super) fn sections(
             section.push(index);
         }
     }
-    let left_out = &ranking.sections[shown..];
-    let left_out = (!left_out.is_empty()).then(|| SectionsLeftOut {
-        sections: left_out.len() as u64,
-        of: ranking.sections.len() as u64,
-        total: left_out
-            .iter()
-            .fold(0_u64, |sum, &(_, total)| sum.saturating_add(total)),
-        maxsections: options.maxsections,
-    });
+    let left_out = ranking.left_out(shown, options.maxsections);
     let ticks = profile.ticks_per_cpu();
     let shown = ranking.sections[..shown]
         .iter()

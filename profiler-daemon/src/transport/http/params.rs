@@ -132,6 +132,22 @@ impl Params {
         }
     }
 
+    /// A whole number, if given; `what` says what it counts (and its
+    /// bounds) for the error.
+    pub fn whole_number<T: std::str::FromStr>(
+        &self,
+        name: &str,
+        what: &str,
+    ) -> Result<Option<T>, ServiceError> {
+        let Some(text) = self.value(name)? else {
+            return Ok(None);
+        };
+        text.trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| ServiceError::invalid(format!("{name}={} is not {what}", quote(text))))
+    }
+
     /// Text, if given.
     pub fn text(&self, name: &str) -> Result<Option<String>, ServiceError> {
         Ok(self.value(name)?.map(str::to_owned))

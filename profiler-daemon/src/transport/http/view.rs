@@ -146,19 +146,21 @@ fn window(params: &Params) -> Result<PastWindow, HttpError> {
     }
 }
 
-/// `GET /api/query?WINDOW&format=F[&groupby=G][&drawn=true]`: a report of a
-/// window the daemon holds (see [`window`]), in any format (folded by
-/// default), of the selected processes; what `profilerctl query` asks over
-/// gRPC. `drawn=true` (folded only) gives the lines a flame graph draws:
-/// the samples through a frame under 0.01% of all are its caller's, so
-/// that a window of hundreds of thousands of stacks is a few thousand
-/// lines.
+/// `GET /api/query?WINDOW&format=F[&groupby=G][&drawn=true][&maxsections=N]`:
+/// a report of a window the daemon holds (see [`window`]), in any format
+/// (folded by default), of the selected processes; what `profilerctl
+/// query` asks over gRPC. `drawn=true` (folded only) gives the lines a
+/// flame graph draws: the samples through a frame under 0.01% of all are
+/// its caller's, so that a window of hundreds of thousands of stacks is a
+/// few thousand lines; grouped by process or thread, the `maxsections`
+/// (default 20, 0: all) of most samples, the others as one frame.
+/// `maxsections` applies to tree and flat reports too, as over gRPC.
 async fn query(
     State(routes): State<Routes>,
     Extension(admission): Extension<Admission>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Answer {
-    let names = [WINDOW_NAMES, &["format", "groupby", "drawn"]].concat();
+    let names = [WINDOW_NAMES, &["format", "groupby", "drawn", "maxsections"]].concat();
     let (asker, params) = admitted(&routes, &admission, query, "/api/query", &names)?;
     let window = window(&params)?;
     let mut options = options(match (format(&params)?, params.flag("drawn")?) {
@@ -172,6 +174,11 @@ async fn query(
         }
     });
     options.groupby = groupby(&params)?;
+    if let Some(maxsections) =
+        params.whole_number("maxsections", "a number of sections (0: every one)")?
+    {
+        options.maxsections = maxsections;
+    }
     let report = routes
         .service
         .query(asker, window, params.selector()?, params.mode()?, options)
@@ -262,15 +269,12 @@ async fn functions(
             .into());
         }
     };
-    let limit = match params.text("limit")? {
-        None => DEFAULT_FUNCTIONS,
-        Some(text) => text.trim().parse().map_err(|_| {
-            ServiceError::invalid(format!(
-                "limit={} is not a number of functions (1 to {MAX_FUNCTIONS})",
-                quote(&text)
-            ))
-        })?,
-    };
+    let limit = params
+        .whole_number(
+            "limit",
+            &format!("a number of functions (1 to {MAX_FUNCTIONS})"),
+        )?
+        .unwrap_or(DEFAULT_FUNCTIONS);
     let ranked = routes
         .service
         .functions(

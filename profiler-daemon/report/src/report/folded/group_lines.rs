@@ -91,15 +91,36 @@ impl GroupRuns {
                     .map(|sample| ((group, stack_ranks[sample.stack as usize]), sample.count)),
             );
         }
-        let added = &mut lines[from..];
-        let rank = |&((_, rank), _): &Line| rank;
-        // Equal lines are merged below: their order does not matter.
-        match added.len() {
-            ..SMALL_GROUP => added.sort_unstable_by_key(rank),
-            _ => radix::sort_by_key(added, scratch, rank_bits, |line| u64::from(rank(line))),
-        }
-        merge_equal(lines, from);
+        sort_and_merge(lines, from, rank_bits, scratch);
     }
+}
+
+/// The lines of `samples` in one group (0): their stacks by rank
+/// (`stack_ranks`, each below `2^rank_bits`), in rank order, those of
+/// equal rank merged.
+pub(super) fn lines_of<'s>(
+    samples: impl Iterator<Item = &'s StackSample>,
+    stack_ranks: &[u32],
+    rank_bits: u32,
+) -> Vec<Line> {
+    let mut lines: Vec<Line> = samples
+        .map(|sample| ((0, stack_ranks[sample.stack as usize]), sample.count))
+        .collect();
+    sort_and_merge(&mut lines, 0, rank_bits, &mut Vec::new());
+    lines
+}
+
+/// Sorts the lines from `from` on by stack rank (each below
+/// `2^rank_bits`) and merges the equal ones; `scratch` is the sort's.
+fn sort_and_merge(lines: &mut Vec<Line>, from: usize, rank_bits: u32, scratch: &mut Vec<Line>) {
+    let added = &mut lines[from..];
+    let rank = |&((_, rank), _): &Line| rank;
+    // Equal lines are merged below: their order does not matter.
+    match added.len() {
+        ..SMALL_GROUP => added.sort_unstable_by_key(rank),
+        _ => radix::sort_by_key(added, scratch, rank_bits, |line| u64::from(rank(line))),
+    }
+    merge_equal(lines, from);
 }
 
 /// Merges the equal lines from `from` on (sorted), adding up their samples.

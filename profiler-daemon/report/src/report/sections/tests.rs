@@ -45,7 +45,7 @@ fn read_for(profile: &Profile, options: &ReportOptions) -> Profile {
     };
     let mut pruned = profile.clone();
     pruned.samples.retain(|sample| read[sample.thread as usize]);
-    for (thread, read) in (0..).zip(read) {
+    for (thread, &read) in (0..).zip(&read) {
         let samples = profile.samples.iter().filter(|s| s.thread == thread);
         let (count, weight) = samples.fold((0, 0), |(c, w), s| (c + s.count, w + s.weight));
         if !read && count > 0 {
@@ -55,6 +55,27 @@ fn read_for(profile: &Profile, options: &ReportOptions) -> Profile {
                 weight,
             });
         }
+    }
+    // A flame graph's lines: the threads left out summed per stack too, in
+    // stack order, naming the first of them (as the store sums them).
+    if options.format == Format::DrawnFolded
+        && let Some(first) = pruned.unread.first()
+    {
+        let mut sums: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for sample in profile.samples.iter().filter(|s| !read[s.thread as usize]) {
+            let (count, weight) = sums.entry(sample.stack).or_default();
+            *count += sample.count;
+            *weight += sample.weight;
+        }
+        pruned.unread_stacks = (sums.into_iter())
+            .map(|(stack, (count, weight))| crate::profile::Sample {
+                thread: first.thread,
+                stack,
+                count,
+                weight,
+                state: ThreadState::Cpu,
+            })
+            .collect();
     }
     pruned
 }
@@ -118,7 +139,7 @@ fn maxsections_shows_the_sections_of_most_samples_and_counts_the_others() {
 #[test]
 fn a_profile_read_only_for_the_sections_shown_renders_the_same_bytes() {
     let profile = four_processes();
-    for format in [Format::Tree, Format::Flat] {
+    for format in [Format::Tree, Format::Flat, Format::DrawnFolded] {
         for groupby in [GroupBy::Auto, GroupBy::Process, GroupBy::Thread] {
             for maxsections in [0, 1, 2, 3, 4, 5] {
                 let options = ReportOptions {
@@ -131,6 +152,8 @@ fn a_profile_read_only_for_the_sections_shown_renders_the_same_bytes() {
                 let what = format!("{format:?} by {groupby:?}, maxsections {maxsections}");
                 let left_out = match (groupby, maxsections) {
                     (_, 0) => 0,
+                    // A flame graph's lines have sections only when asked.
+                    (GroupBy::Auto, _) if format == Format::DrawnFolded => 0,
                     (GroupBy::Thread, max) => 5_usize.saturating_sub(max as usize),
                     (_, max) => 4_usize.saturating_sub(max as usize),
                 };
@@ -172,4 +195,54 @@ fn unread_threads_are_refused_where_they_would_be_drawn() {
     }
     read.unread[0].thread = 99;
     assert!(render(&read, &options).is_err(), "no thread 99");
+}
+
+#[test]
+fn a_flame_graph_draws_the_sections_past_maxsections_merged_under_one_frame() {
+    let profile = four_processes();
+    let options = |groupby, maxsections| ReportOptions {
+        format: Format::DrawnFolded,
+        groupby,
+        maxsections,
+        ..ReportOptions::default()
+    };
+    let lines = |options: &ReportOptions| -> Vec<String> {
+        let text = text(&read_for(&profile, options), options);
+        text.lines().map(str::to_owned).collect()
+    };
+    let all = lines(&options(GroupBy::Process, 0));
+    let cut = lines(&options(GroupBy::Process, 2));
+    // The two processes of most samples as they are drawn whole, then
+    // gamma's and delta's stacks merged under one frame: every sample.
+    let shown: Vec<&String> = (all.iter())
+        .filter(|line| line.starts_with("alpha-10;") || line.starts_with("beta-20;"))
+        .collect();
+    assert_eq!(cut[..shown.len()].iter().collect::<Vec<_>>(), shown);
+    assert_eq!(
+        cut[shown.len()..],
+        [
+            "[2 other processes, merged (maxsections 2)];main;a 5",
+            "[2 other processes, merged (maxsections 2)];main;c 30",
+        ]
+    );
+    let total = |lines: &[String]| -> u64 {
+        let counts = lines
+            .iter()
+            .map(|line| line.rsplit(' ').next().unwrap_or("0"));
+        counts
+            .map(|count| count.parse::<u64>().expect("a count"))
+            .sum()
+    };
+    assert_eq!(total(&cut), profile.total_samples());
+    // Per thread: one thread left out, named as a thread.
+    let cut = lines(&options(GroupBy::Thread, 4));
+    assert_eq!(
+        cut.last().map(String::as_str),
+        Some("[1 other thread, merged (maxsections 4)];main;a 5")
+    );
+    // Without groups, nothing is left out.
+    assert_eq!(
+        lines(&options(GroupBy::Auto, 1)),
+        lines(&options(GroupBy::Auto, 0))
+    );
 }

@@ -196,6 +196,9 @@ fn lines_drawn_a_group_at_a_time_are_those_of_every_line_at_once() {
                 format: Format::DrawnFolded,
                 groupby,
                 mincount,
+                // Every section drawn whole (see `sections::tests` for those
+                // past `maxsections`).
+                maxsections: 0,
                 ..ReportOptions::default()
             };
             for min_width in [0.0, 0.01, 0.1, 1.0, 30.0] {
