@@ -518,34 +518,35 @@ async fn the_flame_graph_draws_the_busiest_processes_and_merges_the_others() {
     for chain in &chains {
         crate::support::wait_for_cpu(chain.pid(), std::time::Duration::from_millis(500)).await;
     }
-    // A past window: both requests below read the same samples.
+    // A past window: every request below reads the same samples.
     let window = format!("from={from}&to={}&mode=cpu", now_millis());
-    let (code, body) = curl(&format!("{url}/api/processes?{window}"), &[]);
-    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
-    let processes: Value = serde_json::from_slice(&body).expect("the processes' JSON");
-    let processes: Vec<(String, u64)> = (processes.as_array().expect("a list").iter())
-        .map(|process| {
-            let frame = format!(
-                "{}-{}",
-                process["command"].as_str().expect("a command"),
-                process["pid"]
-            );
-            (frame, process["samples"].as_u64().expect("samples"))
-        })
-        .collect();
-    assert!(processes.len() > 2, "{processes:?}");
+    let drawn_with = |maxsections: u64| {
+        folded_from(&format!(
+            "{url}/api/query?{window}&format=folded&groupby=process&drawn=true&\
+             maxsections={maxsections}"
+        ))
+    };
+    // Every section (a process, by pid and name) and its samples.
+    let every = drawn_with(0);
+    let mut sections: std::collections::BTreeMap<&str, u64> = Default::default();
+    for (frames, count) in &every {
+        assert!(
+            !frames[0].starts_with('['),
+            "merged with maxsections 0: {frames:?}"
+        );
+        *sections.entry(frames[0].as_str()).or_default() += count;
+    }
+    assert!(sections.len() > 2, "{sections:?}");
 
-    let drawn = folded_from(&format!(
-        "{url}/api/query?{window}&format=folded&groupby=process&drawn=true&maxsections=2"
-    ));
+    let drawn = drawn_with(2);
     let others = format!(
         "[{} other processes, merged (maxsections 2)]",
-        processes.len() - 2
+        sections.len() - 2
     );
     let roots: std::collections::BTreeSet<&str> =
         drawn.iter().map(|(frames, _)| frames[0].as_str()).collect();
-    // Two processes of most samples drawn each under its own frame, every
-    // other one merged under one frame.
+    // The two processes of most samples drawn each under its own frame,
+    // every other one merged under one frame.
     let shown: Vec<&str> = roots
         .iter()
         .copied()
@@ -556,18 +557,12 @@ async fn the_flame_graph_draws_the_busiest_processes_and_merges_the_others() {
         roots.contains(others.as_str()),
         "{roots:?}, {others} expected"
     );
-    let samples_of = |frame: &str| -> u64 {
-        let found = processes.iter().find(|(process, _)| process == frame);
-        found
-            .map(|&(_, samples)| samples)
-            .expect("a process of the window")
-    };
-    let fewest_shown = shown.iter().map(|&frame| samples_of(frame)).min();
-    for (process, samples) in &processes {
-        if !shown.contains(&process.as_str()) {
+    let fewest_shown = shown.iter().map(|&frame| sections[frame]).min();
+    for (section, samples) in &sections {
+        if !shown.contains(section) {
             assert!(
                 Some(*samples) <= fewest_shown,
-                "{process} ({samples}) left out for {shown:?}: {processes:?}"
+                "{section} ({samples}) left out for {shown:?}: {sections:?}"
             );
         }
     }
@@ -581,11 +576,6 @@ async fn the_flame_graph_draws_the_busiest_processes_and_merges_the_others() {
             && frames.ends_with(&["main".to_owned(), "drive".to_owned(), "hot_leaf".to_owned()])),
         "no chain merged under {others}: {drawn:?}"
     );
-    // Every section asked for: none merged.
-    let every = folded_from(&format!(
-        "{url}/api/query?{window}&format=folded&groupby=process&drawn=true&maxsections=0"
-    ));
-    assert!(every.iter().all(|(frames, _)| !frames[0].starts_with('[')));
     let (code, body) = curl(
         &format!("{url}/api/query?{window}&format=folded&drawn=true&maxsections=two"),
         &[],
