@@ -262,9 +262,9 @@ fn refuse_unread_in_one_section(profile: &Profile) -> Result<(), ReportError> {
 
 /// The sections a flame graph's lines grouped by process or thread draw
 /// within `maxsections` (see [`may_leave_out_sections`]): per thread of
-/// the profile, whether its samples are drawn, and what is left out (the
-/// sections of fewest samples, drawn as one frame). `None` when every
-/// section is drawn.
+/// the profile, whether its section is drawn on its own, and what is left
+/// out (the sections of fewest samples, their stacks merged under one
+/// frame). `None` when every section is drawn on its own.
 pub(super) fn drawn_sections(
     profile: &Profile,
     samples: &[StackSample],
@@ -298,7 +298,8 @@ pub(super) fn drawn_sections(
 /// or flat report with a `maxsections`, or the lines a flame graph draws
 /// (`Format::DrawnFolded`) grouped by process or thread with one: a flame
 /// graph of a thousand short-lived processes draws the `maxsections` of
-/// most samples and the others as one frame (see [`drawn_sections`]).
+/// most samples and the others' stacks merged under one frame (see
+/// [`drawn_sections`]).
 pub fn may_leave_out_sections(options: &ReportOptions) -> bool {
     options.maxsections > 0
         && match options.format {
