@@ -262,7 +262,8 @@ pub fn report_profile(
     };
     if sum_by == SumBy::ThreadAndStack && report::may_leave_out_sections(options) {
         let pick = |threads: &[(&ThreadInfo, u64)]| report::threads_shown(options, threads);
-        // A flame graph draws the sections it leaves out as one.
+        // A flame graph draws the sections it leaves out merged under one
+        // frame, from their samples summed per stack.
         let sum_unread = options.format == Format::DrawnFolded;
         return store.profile_picking_threads(query, copy_stacks, &pick, sum_unread);
     }

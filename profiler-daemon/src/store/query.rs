@@ -300,11 +300,13 @@ impl Store {
             });
         }
         if let (Some(unread_stacks), Some(first)) = (unread_stacks, profile.unread.first()) {
-            profile.unread_stacks =
-                self.unread_stack_totals(query, &buckets, &unread_stacks, &profile.samples);
-            for sample in &mut profile.unread_stacks {
-                sample.thread = first.thread;
-            }
+            profile.unread_stacks = self.unread_stack_totals(
+                query,
+                &buckets,
+                &unread_stacks,
+                &profile.samples,
+                first.thread,
+            );
         }
         profile.own_lost = self.own_losses(&profile.samples);
         if copy_stacks {

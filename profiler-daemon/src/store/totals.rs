@@ -158,7 +158,7 @@ impl Store {
 
     /// The CPU samples of the `unpicked` threads of the window of
     /// `buckets`, summed per stack, in stack order (see
-    /// [`crate::profile::Profile::unread_stacks`]; their thread is left to the caller):
+    /// [`crate::profile::Profile::unread_stacks`], each naming `thread`):
     /// from the sums of every bucket held less those outside the window
     /// and the `picked` samples read per thread, when every thread is
     /// selected and that reads fewer entries; else summed from `buckets`.
@@ -168,9 +168,10 @@ impl Store {
         buckets: &[&Bucket],
         threads: &UnreadStacks,
         picked: &[Sample],
+        thread: u32,
     ) -> Vec<Sample> {
         let sample = |stack: u32, count: u64, weight: u64| Sample {
-            thread: 0,
+            thread,
             stack,
             count,
             weight,

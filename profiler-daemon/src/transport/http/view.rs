@@ -153,7 +153,8 @@ fn window(params: &Params) -> Result<PastWindow, HttpError> {
 /// flame graph draws: the samples through a frame under 0.01% of all are
 /// its caller's, so that a window of hundreds of thousands of stacks is a
 /// few thousand lines; grouped by process or thread, the `maxsections`
-/// (default 20, 0: all) of most samples, the others as one frame.
+/// (default 20, 0: all) of most samples, the others' stacks merged under
+/// one frame.
 /// `maxsections` applies to tree and flat reports too, as over gRPC.
 async fn query(
     State(routes): State<Routes>,
