@@ -7,16 +7,12 @@ use anyhow::{Result, bail};
 use profilerd_client::v1;
 
 use crate::{
-    Client,
-    args::{AllocsArgs, FormatArg},
-    format, output,
-    output::Progress,
-    profiles::checked_duration,
+    Client, args::AllocsArgs, format, output, output::Progress, profiles::checked_duration,
 };
 
 pub async fn allocs(daemon: &mut Client, args: &AllocsArgs) -> Result<()> {
     let report = &args.report;
-    output::refuse_binary_on_terminal(report.format == FormatArg::Pprof, report.output.as_deref())?;
+    output::refuse_binary_on_terminal(report.format.binary(), report.output.as_deref())?;
     let duration_ms = checked_duration(daemon, args.duration, "--duration").await?;
     let how = match (args.sample_bytes, args.sample_rate) {
         (_, Some(rate)) => Some(v1::alloc_sampling::How::SampleRate(rate)),

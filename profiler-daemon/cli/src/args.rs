@@ -356,6 +356,13 @@ pub struct ReportArgs {
     /// Keep each instruction address apart
     #[arg(long, overrides_with = "combine")]
     pub no_combine: bool,
+    /// Show a Python interpreter's own C frames (default)
+    #[arg(long, overrides_with = "no_interpreter")]
+    pub interpreter: bool,
+    /// Python stacks as py-spy shows them: the Python functions, and what is
+    /// not the interpreter's (C extensions, libc, the kernel) below them
+    #[arg(long, overrides_with = "interpreter")]
+    pub no_interpreter: bool,
 }
 
 impl ReportArgs {
@@ -380,6 +387,7 @@ impl ReportArgs {
             } as i32,
             kernel: Some(!self.no_kernel),
             combine: Some(!self.no_combine),
+            interpreter: Some(!self.no_interpreter),
         }
     }
 }
@@ -392,6 +400,8 @@ pub enum FormatArg {
     Pprof,
     Flamegraph,
     Speedscope,
+    /// The Python functions, for `python -m pstats FILE` and snakeviz.
+    Pstats,
 }
 
 impl FormatArg {
@@ -403,7 +413,13 @@ impl FormatArg {
             FormatArg::Pprof => v1::Format::Pprof,
             FormatArg::Flamegraph => v1::Format::Flamegraph,
             FormatArg::Speedscope => v1::Format::Speedscope,
+            FormatArg::Pstats => v1::Format::Pstats,
         }
+    }
+
+    /// Whether the report is binary, not for a terminal.
+    pub fn binary(self) -> bool {
+        matches!(self, FormatArg::Pprof | FormatArg::Pstats)
     }
 }
 

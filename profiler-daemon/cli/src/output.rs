@@ -17,8 +17,8 @@ use crate::format;
 pub fn refuse_binary_on_terminal(binary: bool, output: Option<&Path>) -> Result<()> {
     if binary && output.is_none() && std::io::stdout().is_terminal() {
         bail!(
-            "this report is binary (gzipped protobuf) and standard output is a terminal: pass \
-             --output FILE, or redirect standard output to a file"
+            "this report is binary (gzipped protobuf, or Python's marshal data) and standard \
+             output is a terminal: pass --output FILE, or redirect standard output to a file"
         );
     }
     Ok(())

@@ -9,8 +9,8 @@ use profilerd_client::v1;
 use crate::{
     Client,
     args::{
-        self, DiffArgs, DiffFormatArg, FlamegraphArgs, FormatArg, ReportArgs, SelectorArgs,
-        TopArgs, WindowArgs,
+        self, DiffArgs, DiffFormatArg, FlamegraphArgs, ReportArgs, SelectorArgs, TopArgs,
+        WindowArgs,
     },
     format,
     output::{self, Progress},
@@ -27,7 +27,7 @@ pub async fn profile(
     duration: Duration,
     report: &ReportArgs,
 ) -> Result<()> {
-    output::refuse_binary_on_terminal(report.format == FormatArg::Pprof, report.output.as_deref())?;
+    output::refuse_binary_on_terminal(report.format.binary(), report.output.as_deref())?;
     let reply = profile_window(daemon, selector, duration, report.to_proto()).await?;
     output::deliver(reply, report.output.as_deref(), Some(duration))
 }
@@ -100,7 +100,7 @@ pub async fn query(
     window: &WindowArgs,
     report: &ReportArgs,
 ) -> Result<()> {
-    output::refuse_binary_on_terminal(report.format == FormatArg::Pprof, report.output.as_deref())?;
+    output::refuse_binary_on_terminal(report.format.binary(), report.output.as_deref())?;
     let (start_unix_nanos, end_unix_nanos) = window.to_unix_nanos();
     let reply = daemon
         .query(v1::QueryRequest {

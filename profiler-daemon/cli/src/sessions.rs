@@ -8,7 +8,7 @@ use profilerd_client::v1;
 
 use crate::{
     Client,
-    args::{FormatArg, ReportArgs, SelectorArgs},
+    args::{ReportArgs, SelectorArgs},
     format, output,
 };
 
@@ -25,7 +25,7 @@ pub async fn start(daemon: &mut Client, selector: &SelectorArgs) -> Result<()> {
 }
 
 pub async fn stop(daemon: &mut Client, id: String, force: bool, report: &ReportArgs) -> Result<()> {
-    output::refuse_binary_on_terminal(report.format == FormatArg::Pprof, report.output.as_deref())?;
+    output::refuse_binary_on_terminal(report.format.binary(), report.output.as_deref())?;
     let reply = daemon
         .stop_profile(v1::StopProfileRequest {
             session_id: id,
@@ -55,7 +55,7 @@ pub async fn record(
     command: &[OsString],
     report: &ReportArgs,
 ) -> Result<ExitCode> {
-    output::refuse_binary_on_terminal(report.format == FormatArg::Pprof, report.output.as_deref())?;
+    output::refuse_binary_on_terminal(report.format.binary(), report.output.as_deref())?;
     let (program, arguments) = command
         .split_first()
         .context("name the command to run after `--`")?;

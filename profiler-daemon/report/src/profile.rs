@@ -427,6 +427,9 @@ pub enum LocationKind {
     Kernel,
     /// Not code: a marker such as `"[lost]"`, `"[truncated]"` or `"[kernel]"`.
     Marker,
+    /// A Python function at a line, read from its interpreter: one frame
+    /// (its qualified name, file and the line it runs).
+    Python,
 }
 
 /// One instruction address, symbolized.
@@ -434,10 +437,12 @@ pub enum LocationKind {
 pub struct Location {
     pub kind: LocationKind,
     /// The binary's path as the process mapped it, `"[kernel]"` for kernel
-    /// code, or the marker's own name.
+    /// code, the marker's own name, or a Python function's source file
+    /// (`"[python]"` when its code object could not be read).
     pub module: Arc<str>,
     /// For user code the offset into the binary's file; for kernel code the
-    /// address (0 when hidden from the asker); 0 for markers.
+    /// address (0 when hidden from the asker); 0 for markers; for a Python
+    /// function the line its definition starts at (0 when unknown).
     pub address: u64,
     /// The functions at this address, outermost first: more than one when
     /// functions were inlined into each other. Never empty: an address
@@ -460,10 +465,12 @@ pub struct Frame {
 }
 
 mod assembly;
+mod interpreter;
 mod losses;
 mod options;
 
 pub use assembly::{KeyedLocation, ProfileAssembly};
+pub use interpreter::is_python_interpreter;
 pub use losses::{
     LOST_MARKER, LossCause, OWN_LOSS_MARKERS, RING_FULL_MARKER, UnwindStop, own_loss_of,
 };

@@ -333,8 +333,10 @@ fn answer(
     options: &ReportOptions,
     max_response_bytes: u64,
 ) -> Result<Report, ServiceError> {
-    let bytes = rendered
-        .map_err(|err| ServiceError::Internal(format!("cannot render the report: {err}")))?;
+    let bytes = rendered.map_err(|err| match err {
+        report::ReportError::Unsupported(why) => ServiceError::FailedPrecondition(why),
+        err => ServiceError::Internal(format!("cannot render the report: {err}")),
+    })?;
     limits::check_reply_size(bytes.len(), max_response_bytes)?;
     Ok(Report {
         bytes,

@@ -29,6 +29,7 @@ mod perf_maps;
 mod pprof;
 mod profiles;
 mod push;
+mod python_reports;
 mod reload;
 mod remote;
 mod requirements;

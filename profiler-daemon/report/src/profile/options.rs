@@ -19,6 +19,10 @@ pub struct ReportOptions {
     pub kernel: bool,
     /// Merge the different addresses of one source line.
     pub combine: bool,
+    /// Show a Python interpreter's own C frames; when false, a stack that
+    /// holds Python frames shows those and what is not the interpreter's
+    /// (see [`Profile::without_interpreter_frames`](crate::profile::Profile::without_interpreter_frames)).
+    pub interpreter: bool,
     /// Tree and flat: the most lines a report prints (0: no limit). When
     /// more would pass the other filters, the lines of fewest samples are
     /// left out, and the report says so.
@@ -50,6 +54,7 @@ impl Default for ReportOptions {
             groupby: GroupBy::Auto,
             kernel: true,
             combine: true,
+            interpreter: true,
             maxlines: DEFAULT_MAXLINES,
             maxsections: DEFAULT_MAXSECTIONS,
         }
@@ -64,6 +69,8 @@ pub enum Format {
     Pprof,
     Flamegraph,
     Speedscope,
+    /// The profile's Python functions as Python's `pstats` reads them.
+    Pstats,
     /// The folded lines a flame graph draws (the web view's): the samples
     /// through a frame too narrow to draw (under inferno's `min_width`,
     /// 0.01% of the samples) are its caller's. Not offered by the gRPC API
@@ -72,13 +79,14 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 6] = [
+    pub const ALL: [Format; 7] = [
         Format::Tree,
         Format::Flat,
         Format::Folded,
         Format::Pprof,
         Format::Flamegraph,
         Format::Speedscope,
+        Format::Pstats,
     ];
 
     /// The format's name, as the CLI and the API spell it.
@@ -90,6 +98,7 @@ impl Format {
             Format::Pprof => "pprof",
             Format::Flamegraph => "flamegraph",
             Format::Speedscope => "speedscope",
+            Format::Pstats => "pstats",
             Format::DrawnFolded => "drawn folded",
         }
     }

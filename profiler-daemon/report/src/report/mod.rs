@@ -2,7 +2,7 @@
 //! output format. Nothing here touches the store, the symbolizer or the
 //! kernel, and nothing here aggregates more than a report needs.
 //!
-//! One submodule per format (`tree`, `flat`, `folded`, `pprof`);
+//! One submodule per format (`tree`, `flat`, `folded`, `pprof`, `pstats`);
 //! `frames` expands stacks into frames for all of them, `sequences` stores
 //! and sorts stacks as sequences of ids, `protobuf` encodes pprof samples
 //! by hand, `sections` splits tree and flat reports by `groupby` (within
@@ -44,12 +44,13 @@ mod parallel;
 mod pprof;
 mod pprof_diff;
 mod protobuf;
+mod pstats;
 mod radix;
 mod sections;
 mod sequences;
 mod stack_index;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod top;
 mod tree;
 
@@ -79,6 +80,9 @@ pub enum ReportError {
     /// Drawing the flame graph failed.
     #[error("drawing the flame graph failed: {0}")]
     Flamegraph(String),
+    /// The format cannot hold this profile (what to ask for instead).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// A section of [`render_thread_trees`]: one thread of the profile and the
@@ -106,6 +110,14 @@ pub fn render_thread_trees(
 /// is a gzipped profile.proto.
 pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, ReportError> {
     refuse_unread_threads(profile, options)?;
+    if !options.interpreter {
+        let shown = profile.without_interpreter_frames();
+        let options = ReportOptions {
+            interpreter: true,
+            ..*options
+        };
+        return render(&shown, &options);
+    }
     // An allocation profile holds what was allocated and what is still
     // held: pprof carries both, the other formats the mode's.
     if profile.mode.is_memory()
@@ -128,6 +140,7 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
         Format::Flamegraph => flamegraph::svg(profile, options, None),
         Format::Speedscope => flamegraph::speedscope(profile, options, None),
         Format::DrawnFolded => flamegraph::drawn_folded(profile, options, None),
+        Format::Pstats => pstats::render(profile),
     }
 }
 
@@ -159,7 +172,7 @@ pub fn render_indexed(
         Format::Speedscope => flamegraph::speedscope(profile, options, Some(index)),
         Format::DrawnFolded => flamegraph::drawn_folded(profile, options, Some(index)),
         Format::Flat => flat::render_indexed(profile, options, index).map(String::into_bytes),
-        Format::Pprof => render(profile, options),
+        Format::Pprof | Format::Pstats => render(profile, options),
     }
 }
 
@@ -315,6 +328,8 @@ pub enum OwnersShown {
 pub fn owners_shown(options: &ReportOptions) -> OwnersShown {
     match (options.format, options.groupby) {
         (_, GroupBy::None) => OwnersShown::Nobody,
+        // Functions are keyed by file, whoever ran them.
+        (Format::Pstats, _) => OwnersShown::Nobody,
         // `Auto` is per process when there is more than one.
         (Format::Tree | Format::Flat, _) => OwnersShown::Threads,
         (Format::Pprof, GroupBy::Auto) => OwnersShown::CommandsOrThreads,

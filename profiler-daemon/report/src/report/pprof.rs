@@ -45,13 +45,15 @@ use prost::Message as _;
 use rustc_hash::FxHashMap;
 
 use super::ReportError;
-use super::frames::{Expansion, SiteId, StackId, StackSample};
+use super::frames::{Expansion, Site, SiteId, StackId, StackSample};
 use super::protobuf::{
     length_delimited_len, push_int_field, push_length_delimited, push_packed, push_varint,
     varint_len,
 };
 use crate::pprof as pb;
-use crate::profile::{GroupBy, Profile, ProfileMode, ReportOptions, ThreadState, unix_nanos};
+use crate::profile::{
+    GroupBy, LocationKind, Profile, ProfileMode, ReportOptions, ThreadState, unix_nanos,
+};
 use gzip::gzip_alongside;
 
 /// Samples encoded, then handed to compression, at a time. (The compressed
@@ -529,11 +531,18 @@ impl<'e, 'a> Builder<'e, 'a> {
         let mapping = self.mapping(site.module());
         let range = expansion.site_frames(site_id);
         let frames = &expansion.frames[range.start as usize..range.end as usize];
+        // A Python function's definition line is its function's start.
+        let start_line = match site {
+            Site::Location(location) if location.kind == LocationKind::Python => {
+                saturating_i64(location.address)
+            }
+            _ => 0,
+        };
         let mut line = Vec::with_capacity(frames.len());
         // pprof wants the innermost (inlined) function first.
         for frame in frames.iter().rev() {
             line.push(pb::Line {
-                function_id: self.function(frame.function, frame.file),
+                function_id: self.function(frame.function, frame.file, start_line),
                 line: i64::from(frame.line),
                 column: 0,
             });
@@ -571,7 +580,10 @@ impl<'e, 'a> Builder<'e, 'a> {
         id as usize - 1
     }
 
-    fn function(&mut self, name: &'a str, file: Option<&'a str>) -> u64 {
+    /// The id of the function `name` of `file`, adding it on first use
+    /// (`start_line`, the line its definition starts at, 0 when unknown,
+    /// is the first use's).
+    fn function(&mut self, name: &'a str, file: Option<&'a str>, start_line: i64) -> u64 {
         if let Some(&id) = self.function_ids.get(&(name, file)) {
             return id;
         }
@@ -583,7 +595,7 @@ impl<'e, 'a> Builder<'e, 'a> {
             name: name_id,
             system_name: name_id,
             filename,
-            start_line: 0,
+            start_line,
         });
         self.function_ids.insert((name, file), id);
         id

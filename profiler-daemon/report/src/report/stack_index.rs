@@ -53,6 +53,10 @@ pub struct StackIndexKey {
 impl StackIndexKey {
     /// The index a report with `options` can be made from, if any.
     pub fn of(options: &ReportOptions, hide_kernel_addresses: bool) -> Option<Self> {
+        if !options.interpreter {
+            // Its stacks are not the store's.
+            return None;
+        }
         let (words, combine) = match options.format {
             Format::Tree => (IndexedWords::TreeLines, options.combine),
             Format::Flat => (IndexedWords::TreeLines, options.combine),

@@ -69,8 +69,9 @@ pub enum LocationKey {
     Kernel(u64),
     /// A marker frame such as `[lost]`.
     Marker(Arc<str>),
-    /// A Python function's line: its file, qualified name and line.
-    Python(Arc<str>, Arc<str>, u32),
+    /// A Python function's line: its file, qualified name, line, and the
+    /// line its definition starts at.
+    Python(Arc<str>, Arc<str>, u32, u32),
 }
 
 /// Whether a kernel location is `execve`'s own work (loading the new
@@ -543,25 +544,25 @@ impl Symbolizer {
             let key = LocationKey::Special(Arc::from(PYTHON_MODULE), frame.code);
             return self.uncacheable(
                 key,
-                LocationKind::User,
+                LocationKind::Python,
                 Arc::from(PYTHON_MODULE),
-                frame.code,
+                0,
                 format!("[python code {:#x}]", frame.code),
             );
         };
         let line = frame.unit.and_then(|unit| code.line_at(unit)).unwrap_or(0);
         let file = self.names.get(&code.filename);
         let function = self.names.get(&code.qualname);
-        let key = LocationKey::Python(file.clone(), function.clone(), line);
+        let key = LocationKey::Python(file.clone(), function.clone(), line, code.first_line);
         if let Some(location) = self.locations.get(&key) {
             return location.clone();
         }
         let location = Arc::new(SymbolizedLocation {
             key: key.clone(),
             location: Location {
-                kind: LocationKind::User,
+                kind: LocationKind::Python,
                 module: file.clone(),
-                address: u64::from(line),
+                address: u64::from(code.first_line),
                 frames: vec![Frame {
                     function,
                     file: Some(file),

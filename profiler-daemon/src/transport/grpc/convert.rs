@@ -57,6 +57,7 @@ pub fn report_options(options: Option<v1::ReportOptions>) -> Result<ReportOption
             v1::GroupBy::Process => GroupBy::Process,
         },
         kernel: options.kernel.unwrap_or(defaults.kernel),
+        interpreter: options.interpreter.unwrap_or(defaults.interpreter),
         combine: options.combine.unwrap_or(defaults.combine),
         maxlines: options.maxlines.unwrap_or(defaults.maxlines),
         maxsections: options.maxsections.unwrap_or(defaults.maxsections),
@@ -71,6 +72,7 @@ fn format(value: i32) -> Result<Format, ServiceError> {
         v1::Format::Pprof => Format::Pprof,
         v1::Format::Flamegraph => Format::Flamegraph,
         v1::Format::Speedscope => Format::Speedscope,
+        v1::Format::Pstats => Format::Pstats,
     })
 }
 
@@ -82,6 +84,7 @@ fn format_to_proto(format: Format) -> v1::Format {
         Format::Pprof => v1::Format::Pprof,
         Format::Flamegraph => v1::Format::Flamegraph,
         Format::Speedscope => v1::Format::Speedscope,
+        Format::Pstats => v1::Format::Pstats,
     }
 }
 
@@ -430,7 +433,7 @@ mod tests {
     fn default_options_are_julias() {
         let options = report_options(None).unwrap();
         assert_eq!(options, ReportOptions::default());
-        assert!(options.kernel && options.combine);
+        assert!(options.kernel && options.combine && options.interpreter);
         assert_eq!(options.maxlines, crate::profile::DEFAULT_MAXLINES);
         assert_eq!(options.maxsections, crate::profile::DEFAULT_MAXSECTIONS);
     }
@@ -448,6 +451,7 @@ mod tests {
             combine: Some(false),
             maxlines: Some(0),
             maxsections: Some(0),
+            interpreter: Some(false),
         }))
         .unwrap();
         assert_eq!(options.format, Format::Pprof);
@@ -455,7 +459,7 @@ mod tests {
         assert_eq!(options.maxlines, 0, "0: no limit");
         assert_eq!(options.maxsections, 0, "0: no limit");
         assert_eq!(options.groupby, GroupBy::Thread);
-        assert!(!options.kernel && !options.combine);
+        assert!(!options.kernel && !options.combine && !options.interpreter);
     }
 
     #[test]

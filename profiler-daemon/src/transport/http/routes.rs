@@ -146,7 +146,7 @@ async fn go_profile(
         .seconds("seconds")?
         .unwrap_or(Duration::from_secs(GO_DEFAULT_SECONDS));
     let report = run_profile(&routes, asker, &params, duration, Format::Pprof).await?;
-    Ok(pprof_response(report))
+    Ok(attachment(report, "profile"))
 }
 
 /// `GET /profile?duration=S&pprof=true|false`: ProfileEndpoints' profile
@@ -336,13 +336,14 @@ fn refuse_delay(params: &Params) -> Result<(), HttpError> {
     Ok(())
 }
 
-fn pprof_response(report: Report) -> Response {
+/// A binary report, to save as `filename`.
+fn attachment(report: Report, filename: &'static str) -> Response {
     (
         [
-            (header::CONTENT_TYPE, "application/octet-stream"),
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
             (
                 header::CONTENT_DISPOSITION,
-                "attachment; filename=\"profile\"",
+                format!("attachment; filename=\"{filename}\""),
             ),
         ],
         report.bytes,
@@ -352,7 +353,8 @@ fn pprof_response(report: Report) -> Response {
 
 pub(super) fn report_response(report: Report) -> Response {
     match report.format {
-        Format::Pprof => pprof_response(report),
+        Format::Pprof => attachment(report, "profile"),
+        Format::Pstats => attachment(report, "profile.pstats"),
         Format::Flamegraph => {
             ([(header::CONTENT_TYPE, "image/svg+xml")], report.bytes).into_response()
         }

@@ -1,0 +1,246 @@
+//! Python's own frames in the formats Python users read: `--format pstats`
+//! through `profilerctl`, read by Python's `pstats` module.
+
+use std::{path::Path, process::Command};
+
+use crate::support::{Daemon, Workload};
+
+/// Two threads of known chains: the main thread `outer → middle → spin`,
+/// a worker `w_outer → sorted(…, key=kf)` with `kf` spinning (two Python
+/// segments around a C builtin). They share the GIL: each runs about half
+/// the time.
+const TWO_THREADS: &str = "import threading
+def spin():
+    s = 0
+    while True:
+        s += 1
+def middle():
+    spin()
+def outer():
+    middle()
+def kf(x):
+    s = 0
+    for i in range(200000):
+        s += i
+    return x
+def w_outer():
+    while True:
+        sorted(range(50), key=kf)
+threading.Thread(target=w_outer, daemon=True).start()
+outer()
+";
+
+/// What Python's `pstats` reads from the file at `path`: per function
+/// `file:line(name)`, `[samples, tottime, cumtime, [callers]]`, as JSON.
+fn pstats_read_by_python(path: &Path) -> serde_json::Value {
+    let script = "import json, pstats, sys
+s = pstats.Stats(sys.argv[1])
+name = lambda f: '%s:%d(%s)' % f
+print(json.dumps({name(f): [nc, tt, ct, sorted(name(c) for c in callers)]
+                  for f, (cc, nc, tt, ct, callers) in s.stats.items()}))
+";
+    let output = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(path)
+        .output()
+        .expect("Debian's python3 (a test dependency) runs");
+    assert!(
+        output.status.success(),
+        "pstats cannot read {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+/// A daemon, and Debian's python3.11 running [`TWO_THREADS`] from a file
+/// of the temporary directory (kept as long as it is).
+async fn two_threads_running() -> (Daemon, Workload, tempfile::TempDir) {
+    let python = Path::new("/usr/bin/python3.11");
+    assert!(python.is_file(), "Debian's python3.11 is a test dependency");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("two_threads.py");
+    std::fs::write(&script, TWO_THREADS).expect("the script is written");
+    let daemon = Daemon::start().await;
+    let workload: Workload = Command::new(python)
+        .arg(&script)
+        .spawn()
+        .expect("python runs")
+        .into();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    (daemon, workload, dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pstats_report_of_a_python_process_is_read_by_python_s_pstats() {
+    let (daemon, workload, dir) = two_threads_running().await;
+    let script = dir.path().join("two_threads.py");
+    let pid = workload.pid().to_string();
+    let file = dir.path().join("py.pstats");
+    let output = crate::support::profilerctl(
+        &daemon.socket,
+        &[
+            "profile",
+            "--pid",
+            &pid,
+            "--duration",
+            "3s",
+            "--format",
+            "pstats",
+            "--output",
+            file.to_str().expect("a UTF-8 path"),
+        ],
+    )
+    .await;
+    assert!(
+        output.status.success(),
+        "profilerctl: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // `python -m pstats`, sorted by own time: the two spinning functions
+    // first, named as cProfile names them (file, definition line, name).
+    let path = script.display().to_string();
+    let mut browser = Command::new("/usr/bin/python3")
+        .args(["-m", "pstats"])
+        .arg(&file)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 -m pstats runs");
+    std::io::Write::write_all(
+        &mut browser.stdin.take().expect("its input"),
+        b"sort tottime\nstats 2\nquit\n",
+    )
+    .expect("commands written");
+    let shown = browser.wait_with_output().expect("pstats ends");
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    let rows: Vec<&str> = shown.lines().filter(|line| line.contains(&path)).collect();
+    let hot: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .filter_map(|row| row.split_whitespace().last())
+        .collect();
+    let expected_hot = [format!("{path}:10(kf)"), format!("{path}:2(spin)")];
+    assert!(
+        hot.iter()
+            .copied()
+            .eq(expected_hot.iter().map(String::as_str)),
+        "the two rows of most own time are spin and kf: {shown}"
+    );
+
+    // Each function's callers are its Python callers (sorted's C frames
+    // skipped); a spinning function's time is its own.
+    let stats = pstats_read_by_python(&file);
+    let function = |line: u32, name: &str| {
+        let key = format!("{path}:{line}({name})");
+        stats
+            .get(&key)
+            .unwrap_or_else(|| panic!("no {key} in {stats:#}"))
+            .clone()
+    };
+    let callers = |line: u32, name: &str| -> Vec<String> {
+        serde_json::from_value(function(line, name)[3].clone()).expect("callers")
+    };
+    assert_eq!(callers(2, "spin"), [format!("{path}:6(middle)")]);
+    assert_eq!(callers(6, "middle"), [format!("{path}:8(outer)")]);
+    assert_eq!(callers(8, "outer"), [format!("{path}:1(<module>)")]);
+    assert_eq!(callers(10, "kf"), [format!("{path}:15(w_outer)")]);
+    let w_outer_callers = callers(15, "w_outer");
+    assert!(
+        w_outer_callers
+            .iter()
+            .all(|caller| caller.contains("threading.py") && caller.ends_with("(Thread.run)")),
+        "w_outer is called by Thread.run: {w_outer_callers:?}"
+    );
+    for (line, name) in [(2, "spin"), (10, "kf")] {
+        let stats = function(line, name);
+        let samples = stats[0].as_u64().expect("samples");
+        let (own, cumulative) = (stats[1].as_f64().unwrap(), stats[2].as_f64().unwrap());
+        assert!(samples >= 30, "{name}: too few samples: {stats}");
+        assert!(
+            own >= 0.9 * cumulative && own <= cumulative,
+            "{name}'s time is its own: {stats}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pstats_report_without_python_frames_is_refused_saying_why() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::spawn(&crate::support::build_workload("split"), &[]);
+    let pid = workload.pid().to_string();
+    let output = crate::support::profilerctl(
+        &daemon.socket,
+        &[
+            "profile",
+            "--pid",
+            &pid,
+            "--duration",
+            "1s",
+            "--format",
+            "pstats",
+            "--output",
+            "/dev/null",
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success()
+            && stderr.contains("no sample of the profile holds a Python frame"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_stacks_without_the_interpreter_s_frames_are_py_spy_s() {
+    // As py-spy shows them: each thread's Python functions from its first,
+    // the interpreter's C frames (the evaluation loop, sorted's own) and
+    // how the thread started left out.
+    let (daemon, workload, _dir) = two_threads_running().await;
+    let mut client = daemon.client().await;
+    let mut options = crate::support::options(profilerd_client::v1::Format::Folded);
+    options.interpreter = Some(false);
+    let reply = crate::support::profile(
+        &mut client,
+        &[workload.pid()],
+        std::time::Duration::from_secs(2),
+        options,
+    )
+    .await;
+    let stacks = crate::support::folded(&reply.report);
+    // Kernel frames (a sample taken in the kernel) stay, on top.
+    let user = |stack: &[String]| -> Vec<String> {
+        let user = stack.iter().filter(|frame| !frame.ends_with("_[k]"));
+        user.cloned().collect()
+    };
+    let main = ["<module>", "outer", "middle", "spin"];
+    let worker = [
+        "Thread._bootstrap",
+        "Thread._bootstrap_inner",
+        "Thread.run",
+        "w_outer",
+        "kf",
+    ];
+    for (chain, leaf) in [(&main[..], "spin"), (&worker[..], "kf")] {
+        let in_leaf =
+            crate::support::samples_where(&stacks, |stack| stack.iter().any(|f| f == leaf));
+        let exactly = crate::support::samples_where(&stacks, |stack| user(stack) == chain);
+        assert!(in_leaf >= 30, "too few samples in {leaf}: {stacks:#?}");
+        assert!(
+            exactly as f64 >= 0.95 * in_leaf as f64,
+            "{exactly} of {in_leaf} samples in {leaf} are exactly {chain:?}: {stacks:#?}"
+        );
+    }
+    // No interpreter frame anywhere, nor how the threads started.
+    let with_native = crate::support::samples_where(&stacks, |stack| {
+        user(stack).iter().any(|frame| {
+            frame.starts_with("_start")
+                || frame.starts_with("python3.11")
+                || frame.contains("PyEval")
+                || frame.starts_with("start_thread")
+        })
+    });
+    assert_eq!(with_native, 0, "{stacks:#?}");
+}
