@@ -53,27 +53,28 @@ print(json.dumps({name(f): [nc, tt, ct, sorted(name(c) for c in callers)]
     serde_json::from_slice(&output.stdout).expect("JSON")
 }
 
-/// A daemon, and Debian's python3.11 running [`TWO_THREADS`] from a file
-/// of the temporary directory (kept as long as it is).
-async fn two_threads_running() -> (Daemon, Workload, tempfile::TempDir) {
+/// A daemon serving HTTP too (its address), and Debian's python3.11
+/// running [`TWO_THREADS`] from a file of the temporary directory (kept as
+/// long as it is).
+async fn two_threads_running() -> (Daemon, String, Workload, tempfile::TempDir) {
     let python = Path::new("/usr/bin/python3.11");
     assert!(python.is_file(), "Debian's python3.11 is a test dependency");
     let dir = tempfile::tempdir().expect("a temporary directory");
     let script = dir.path().join("two_threads.py");
     std::fs::write(&script, TWO_THREADS).expect("the script is written");
-    let daemon = Daemon::start().await;
+    let (daemon, http) = crate::http::daemon_over_http().await;
     let workload: Workload = Command::new(python)
         .arg(&script)
         .spawn()
         .expect("python runs")
         .into();
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    (daemon, workload, dir)
+    (daemon, http, workload, dir)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pstats_report_of_a_python_process_is_read_by_python_s_pstats() {
-    let (daemon, workload, dir) = two_threads_running().await;
+    let (daemon, http, workload, dir) = two_threads_running().await;
     let script = dir.path().join("two_threads.py");
     let pid = workload.pid().to_string();
     let file = dir.path().join("py.pstats");
@@ -163,6 +164,17 @@ async fn a_pstats_report_of_a_python_process_is_read_by_python_s_pstats() {
             "{name}'s time is its own: {stats}"
         );
     }
+
+    // The same over HTTP, for a browser's download.
+    let (code, body) = crate::http::curl(
+        &format!("{http}/api/query?since=3&format=pstats&pid={pid}"),
+        &[],
+    );
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let downloaded = dir.path().join("downloaded.pstats");
+    std::fs::write(&downloaded, body).expect("written");
+    let stats = pstats_read_by_python(&downloaded);
+    assert!(stats.get(&format!("{path}:2(spin)")).is_some(), "{stats:#}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -198,7 +210,7 @@ async fn python_stacks_without_the_interpreter_s_frames_are_py_spy_s() {
     // As py-spy shows them: each thread's Python functions from its first,
     // the interpreter's C frames (the evaluation loop, sorted's own) and
     // how the thread started left out.
-    let (daemon, workload, _dir) = two_threads_running().await;
+    let (daemon, http, workload, _dir) = two_threads_running().await;
     let mut client = daemon.client().await;
     let mut options = crate::support::options(profilerd_client::v1::Format::Folded);
     options.interpreter = Some(false);
@@ -243,4 +255,20 @@ async fn python_stacks_without_the_interpreter_s_frames_are_py_spy_s() {
         })
     });
     assert_eq!(with_native, 0, "{stacks:#?}");
+
+    // The same over HTTP (`interpreter=false`).
+    let (code, body) = crate::http::curl(
+        &format!(
+            "{http}/api/query?since=2&format=folded&pid={}&interpreter=false",
+            workload.pid()
+        ),
+        &[],
+    );
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let stacks = crate::support::folded(&body);
+    let exactly = crate::support::samples_where(&stacks, |stack| user(stack) == main);
+    assert!(
+        exactly > 0 && !stacks.iter().any(|(stack, _)| stack[0] == "_start"),
+        "{stacks:#?}"
+    );
 }

@@ -146,7 +146,7 @@ fn window(params: &Params) -> Result<PastWindow, HttpError> {
     }
 }
 
-/// `GET /api/query?WINDOW&format=F[&groupby=G][&drawn=true][&maxsections=N]`:
+/// `GET /api/query?WINDOW&format=F[&groupby=G][&drawn=true][&maxsections=N][&interpreter=false]`:
 /// a report of a window the daemon holds (see [`window`]), in any format
 /// (folded by default), of the selected processes; what `profilerctl
 /// query` asks over gRPC. `drawn=true` (folded only) gives the lines a
@@ -161,7 +161,11 @@ async fn query(
     Extension(admission): Extension<Admission>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Answer {
-    let names = [WINDOW_NAMES, &["format", "groupby", "drawn", "maxsections"]].concat();
+    let names = [
+        WINDOW_NAMES,
+        &["format", "groupby", "drawn", "maxsections", "interpreter"],
+    ]
+    .concat();
     let (asker, params) = admitted(&routes, &admission, query, "/api/query", &names)?;
     let window = window(&params)?;
     let mut options = options(match (format(&params)?, params.flag("drawn")?) {
@@ -179,6 +183,9 @@ async fn query(
         params.whole_number("maxsections", "a number of sections (0: every one)")?
     {
         options.maxsections = maxsections;
+    }
+    if let Some(interpreter) = params.flag("interpreter")? {
+        options.interpreter = interpreter;
     }
     let report = routes
         .service
