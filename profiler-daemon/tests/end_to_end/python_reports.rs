@@ -174,7 +174,7 @@ async fn a_pstats_report_of_a_python_process_is_read_by_python_s_pstats() {
     let downloaded = dir.path().join("downloaded.pstats");
     std::fs::write(&downloaded, body).expect("written");
     let stats = pstats_read_by_python(&downloaded);
-    assert!(stats.get(&format!("{path}:2(spin)")).is_some(), "{stats:#}");
+    assert!(stats.get(format!("{path}:2(spin)")).is_some(), "{stats:#}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
