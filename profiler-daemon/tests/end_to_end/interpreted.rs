@@ -637,7 +637,7 @@ async fn python_frames_past_those_read_are_said_cut_short() {
 
 /// A daemon, and Debian's python3.11 running `script` (`-c`) past its
 /// start.
-async fn debian_python_running(script: &str) -> (Daemon, Workload) {
+pub(crate) async fn debian_python_running(script: &str) -> (Daemon, Workload) {
     let python = Path::new("/usr/bin/python3.11");
     assert!(python.is_file(), "Debian's python3.11 is a test dependency");
     let daemon = Daemon::start().await;

@@ -272,3 +272,62 @@ async fn python_stacks_without_the_interpreter_s_frames_are_py_spy_s() {
         "{stacks:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thread_waiting_for_the_gil_says_so_in_a_wall_clock_profile() {
+    // Two threads spin in Python, so each waits for the GIL while the other
+    // holds it; a third sleeps, and takes the GIL back after each sleep.
+    let (daemon, workload) = crate::interpreted::debian_python_running(
+        "import threading, time\n\
+         def spin_a():\n    s = 0\n    while True:\n        s += 1\n\
+         def spin_b():\n    s = 0\n    while True:\n        s += 1\n\
+         def sleeper():\n    while True:\n        time.sleep(0.01)\n\
+         threading.Thread(target=spin_b, daemon=True).start()\n\
+         threading.Thread(target=sleeper, daemon=True).start()\n\
+         spin_a()\n",
+    )
+    .await;
+    let (stacks, _) =
+        crate::offcpu::wall_profile(&daemon, workload.pid(), std::time::Duration::from_secs(2))
+            .await;
+    let marker = "[waiting for the GIL]";
+    // Asleep or woken and waiting for a CPU (still in the GIL's wait).
+    let off_cpu =
+        |stack: &[String]| (stack.iter()).any(|f| f.starts_with("[off-cpu") || f == "[runqueue]");
+    let has = |stack: &[String], frame: &str| stack.iter().any(|f| f == frame);
+    for spinner in ["spin_a", "spin_b"] {
+        // In the GIL's wait: on its condition variable (not preempted, in
+        // the run queue, while running Python code).
+        let waiting = crate::support::samples_where(&stacks, |stack| {
+            has(stack, spinner)
+                && off_cpu(stack)
+                && stack.iter().any(|f| f.contains("pthread_cond"))
+        });
+        // Under the spinner, on libc's wait (the interpreter's frames
+        // between).
+        let marked = crate::support::samples_where(&stacks, |stack| {
+            let at = |frame: &str| stack.iter().position(|f| f == frame);
+            at(spinner)
+                .zip(at(marker))
+                .is_some_and(|(spinner, marker)| {
+                    marker > spinner && stack[marker + 1].contains("pthread_cond")
+                })
+        });
+        assert!(waiting >= 20, "{spinner}: too few waits: {stacks:#?}");
+        assert!(
+            marked as f64 >= 0.99 * waiting as f64,
+            "{marked} of {spinner}'s {waiting} waits say they wait for the GIL: {stacks:#?}"
+        );
+    }
+    // Sleeping is not waiting for the GIL; running never is.
+    let asleep_marked = crate::support::samples_where(&stacks, |stack| {
+        stack.iter().any(|f| f.contains("clock_nanosleep")) && has(stack, marker)
+    });
+    let running_marked =
+        crate::support::samples_where(&stacks, |stack| !off_cpu(stack) && has(stack, marker));
+    assert_eq!((asleep_marked, running_marked), (0, 0), "{stacks:#?}");
+    let sleeps = crate::support::samples_where(&stacks, |stack| {
+        has(stack, "sleeper") && stack.iter().any(|f| f.contains("clock_nanosleep"))
+    });
+    assert!(sleeps > 0, "the sleeper's sleeps: {stacks:#?}");
+}

@@ -22,6 +22,7 @@ use super::mappings::{Binary, BinaryKey, Mapping, MappingTarget};
 
 pub mod code_objects;
 pub mod frames;
+pub mod gil;
 pub mod names;
 pub mod threads;
 

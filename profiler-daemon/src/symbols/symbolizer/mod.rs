@@ -37,6 +37,7 @@ use crate::{
     profile::UnwindStop,
     profile::{Frame, KeyedLocation, Location, LocationKind, ThreadInfo, ThreadState},
     symbols::processes::{Binary, BinaryKey, NormalizedBatch, PythonCode, UserAddress},
+    symbols::python::gil::{GIL_WAIT_MARKER, gil_wait_place},
 };
 
 /// What a cached location costs besides its frames' names: its key, the
@@ -272,6 +273,9 @@ impl Symbolizer {
                         .is_some_and(|leaf| is_tracing_frame(&leaf.location))
                     {
                         stack.pop();
+                    }
+                    if let Some(place) = gil_wait_place(&stack) {
+                        stack.insert(place, self.marker(GIL_WAIT_MARKER));
                     }
                     stack.push(self.marker(marker));
                 }
