@@ -38,18 +38,18 @@ static PYTHON_THREADS: LruHashMap<u32, u64> =
 /// of the map, valid for the program's run).
 #[inline(always)]
 pub(crate) fn layout_of(pid: u32) -> Option<*const PythonLayout> {
-    PYTHON_PROCESSES.get_ptr(&pid)
+    PYTHON_PROCESSES.get_ptr(pid)
 }
 
 /// Forgets a process (it exits or execs) and a thread (it exits).
 #[inline(always)]
 pub(crate) fn forget_thread(tid: u32) {
-    let _ = PYTHON_THREADS.remove(&tid);
+    let _ = PYTHON_THREADS.remove(tid);
 }
 
 #[inline(always)]
 pub(crate) fn forget_process(pid: u32) {
-    let _ = PYTHON_PROCESSES.remove(&pid);
+    let _ = PYTHON_PROCESSES.remove(pid);
 }
 
 #[inline(always)]
@@ -83,7 +83,7 @@ fn thread_state(layout: &PythonLayout, tid: u32) -> Option<u64> {
         ids.pid
     };
     // SAFETY: a value of the map, read at once.
-    if let Some(known) = unsafe { PYTHON_THREADS.get(&tid) }.copied()
+    if let Some(known) = unsafe { PYTHON_THREADS.get(tid) }.copied()
         && read_word(known + layout.native_thread_id).is_some_and(|id| id as u32 == own_id)
     {
         return Some(known);
@@ -98,7 +98,7 @@ fn thread_state(layout: &PythonLayout, tid: u32) -> Option<u64> {
             return None;
         }
         if read_word(thread + layout.native_thread_id)? as u32 == own_id {
-            let _ = PYTHON_THREADS.insert(&tid, &thread, 0);
+            let _ = PYTHON_THREADS.insert(tid, thread, 0);
             return Some(thread);
         }
         thread = read_word(thread + layout.thread_next)?;
@@ -247,6 +247,8 @@ extern "C" fn walk_step(_index: u32, walk: *mut c_void) -> i64 {
     // SAFETY: bpf_loop passes the `Walk` read_frames gave it, whose
     // pointers are a map's values and the record's slots.
     let walk = unsafe { &*walk.cast::<Walk>() };
+    // SAFETY: those pointers are a map's value (the layout) and this CPU's
+    // walk state, alive for the whole walk, and nothing else holds them.
     let (layout, state) = unsafe { (&*walk.layout, &mut *walk.state) };
     let frame = state.frame;
     if frame == 0 {
