@@ -36,11 +36,14 @@ pub struct PythonLayout {
     /// The owner of a shim frame between two evaluation loops (3.12 on);
     /// [`PythonLayout::NONE`] when there is none.
     pub cstack_owner: u64,
-    /// Offsets in a code object of its file name and qualified name (object
-    /// pointers): what tells a code object from another one later at the
-    /// same address.
+    /// Offsets in a code object of its file name, name and qualified name
+    /// (object pointers, in one 24-byte span from `code_filename`), and in a
+    /// `str` of its hash: what tells a code object from another one later
+    /// at the same address (see [`code_check`]).
     pub code_filename: u64,
+    pub code_name: u64,
     pub code_qualname: u64,
+    pub str_hash: u64,
     /// The process's pid namespace (the nsfs device, as the kernel numbers
     /// it, and inode), when it is not the daemon's: the interpreter knows
     /// its threads by their ids in it. 0 and 0: the daemon's.
@@ -74,9 +77,13 @@ pub struct PythonFrameSlot {
 }
 
 /// The check of a code object whose file name and qualified name are at
-/// `filename` and `qualname`.
-pub const fn code_check(filename: u64, qualname: u64) -> u64 {
-    filename ^ qualname.rotate_left(29)
+/// `filename` and `qualname`, and whose name's hash is `name_hash`: the
+/// hash (of the name's characters; a code object's name is interned, so
+/// always hashed) tells apart the code objects an `exec(compile(…))` loop
+/// makes one after another at one address, whose names' strings take the
+/// same addresses too.
+pub const fn code_check(filename: u64, qualname: u64, name_hash: u64) -> u64 {
+    filename ^ qualname.rotate_left(29) ^ name_hash.rotate_left(47)
 }
 
 /// Slots a sample of a Python process carries at most (a power of two).

@@ -285,7 +285,18 @@ extern "C" fn walk_step(_index: u32, walk: *mut c_void) -> i64 {
             unsafe { bpf_probe_read_user((code + layout.code_filename) as *const [u64; 3]) }
                 .unwrap_or_default();
         let qualname = layout.code_qualname.wrapping_sub(layout.code_filename);
-        let check = code_check(names[0], word_at(&names, qualname).unwrap_or(0));
+        let name = layout.code_name.wrapping_sub(layout.code_filename);
+        // The name's hash: one more read, the check's only part that is not
+        // an address (see `code_check`).
+        let name_hash = match word_at(&names, name) {
+            // SAFETY: bpf_probe_read_user fails rather than faulting.
+            Some(name) => {
+                unsafe { bpf_probe_read_user(name.wrapping_add(layout.str_hash) as *const u64) }
+                    .unwrap_or(0)
+            }
+            None => 0,
+        };
+        let check = code_check(names[0], word_at(&names, qualname).unwrap_or(0), name_hash);
         let slot = PythonFrameSlot {
             code,
             instruction,

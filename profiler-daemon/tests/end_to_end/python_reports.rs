@@ -338,3 +338,49 @@ async fn a_thread_waiting_for_the_gil_says_so_in_a_wall_clock_profile() {
     });
     assert!(sleeps > 0, "the sleeper's sleeps: {stacks:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn code_compiled_and_thrown_away_over_and_over_is_never_named_for_another() {
+    // Each round compiles a module whose g_N calls f_N, runs it and drops
+    // it: its code objects are freed, and the next round's often take their
+    // addresses (their names' strings too). A frame named from a cache of a
+    // freed code object, or read after another took its place, would put
+    // g_N over f_M (it did, before the check held the name's hash).
+    let (daemon, workload) = crate::interpreted::debian_python_running(
+        "import itertools\n\
+         for i in itertools.count():\n\
+         \x20   src = ('def f_%d():\\n    s = 0\\n    for j in range(30000):\\n        s += j\\n'\n\
+         \x20          'def g_%d():\\n    f_%d()\\n'\n\
+         \x20          'g_%d()\\n') % (i, i, i, i)\n\
+         \x20   exec(compile(src, 'gen_%d.py' % i, 'exec'), {})\n",
+    )
+    .await;
+    let stacks = crate::unwinding::folded_profile_of(&daemon, workload.pid(), 2).await;
+    let number = |stack: &[String], prefix: &str| -> Option<String> {
+        (stack.iter()).find_map(|f| f.strip_prefix(prefix).map(str::to_owned))
+    };
+    let in_f = crate::support::samples_where(&stacks, |stack| number(stack, "f_").is_some());
+    let matched = crate::support::samples_where(&stacks, |stack| {
+        number(stack, "f_").is_some() && number(stack, "f_") == number(stack, "g_")
+    });
+    let mismatched: Vec<_> = (stacks.iter())
+        .filter(|(stack, _)| {
+            let (f, g) = (number(stack, "f_"), number(stack, "g_"));
+            f.is_some() && g.is_some() && f != g
+        })
+        .collect();
+    // A code object gone before the daemon read it is shown by address,
+    // never by another's name.
+    let g_unnamed = crate::support::samples_where(&stacks, |stack| {
+        number(stack, "f_").is_some()
+            && number(stack, "g_").is_none()
+            && stack.iter().any(|f| f.starts_with("[python code 0x"))
+    });
+    assert!(in_f >= 50, "too few samples in f_N: {stacks:#?}");
+    assert!(mismatched.is_empty(), "named for another: {mismatched:#?}");
+    assert_eq!(matched + g_unnamed, in_f, "{stacks:#?}");
+    assert!(
+        matched as f64 >= 0.5 * in_f as f64,
+        "{matched} of {in_f} samples in f_N under their g_N: {stacks:#?}"
+    );
+}

@@ -23,6 +23,7 @@ pub struct CodeLayout {
     /// instructions start (`co_code_adaptive`, `PyCode_Type.tp_basicsize`).
     first_line: u64,
     filename: u64,
+    name: u64,
     qualname: u64,
     linetable: u64,
     instructions: u64,
@@ -37,6 +38,7 @@ pub struct CodeLayout {
 /// `bytes`'s size and data.
 const OB_TYPE: u64 = 8;
 const STR_LENGTH: u64 = 16;
+pub const STR_HASH: u64 = 24;
 const STR_STATE: u64 = 32;
 const BYTES_SIZE: u64 = 16;
 const BYTES_DATA: u64 = 32;
@@ -54,6 +56,7 @@ impl CodeLayout {
         let layout = |first_line, instructions, ascii_size, compact_size| Self {
             first_line,
             filename: 112,
+            name: 120,
             qualname: 128,
             linetable: 136,
             instructions,
@@ -75,9 +78,10 @@ impl CodeLayout {
         code + self.instructions
     }
 
-    /// Where a code object's file name and qualified name (pointers) are.
-    pub fn name_offsets(&self) -> (u64, u64) {
-        (self.filename, self.qualname)
+    /// Where a code object's file name, name and qualified name
+    /// (pointers) are.
+    pub fn name_offsets(&self) -> (u64, u64, u64) {
+        (self.filename, self.name, self.qualname)
     }
 }
 
@@ -127,6 +131,9 @@ pub struct CodeObject {
     pub qualname: String,
     pub filename: String,
     pub first_line: u32,
+    /// Its check as the sampling programs make it
+    /// ([`profiler_common::python::code_check`]), from what was read.
+    pub check: u64,
     linetable: Vec<u8>,
 }
 
@@ -140,9 +147,12 @@ pub fn read_code(
     check_type(memory, address, types.code)?;
     let first_line = read_u32(memory, address + layout.first_line)?;
     let filename = read_u64(memory, address + layout.filename)?;
+    let name = read_u64(memory, address + layout.name)?;
     let qualname = read_u64(memory, address + layout.qualname)?;
     let linetable = read_u64(memory, address + layout.linetable)?;
+    let name_hash = read_u64(memory, name + STR_HASH)?;
     Ok(CodeObject {
+        check: profiler_common::python::code_check(filename, qualname, name_hash),
         qualname: read_str(memory, qualname, layout, types)?,
         filename: read_str(memory, filename, layout, types)?,
         first_line,

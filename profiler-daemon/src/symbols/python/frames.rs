@@ -34,6 +34,11 @@ pub struct PythonFrameAddress {
 const TAG: u64 = 1 << 63;
 const CHECK_TAG: u64 = 0b11 << 62;
 
+/// A check as a frame's address carries it (61 bits).
+pub fn carried_check(check: u64) -> u64 {
+    ((check << 1) & CHECK_MASK) >> 1
+}
+
 /// Why the Python frames read stop short of the outermost one, written as
 /// a stack address rootward of the last one read: bits 63 and 62 set, as a
 /// check's, but bit 0 set (a check's never is; nor is this the signal

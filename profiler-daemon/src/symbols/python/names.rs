@@ -48,8 +48,9 @@ type CodeKey = (u32, u64, u64);
 enum Named {
     Asked,
     Read(Arc<CodeObject>),
-    /// Not a code object (freed since, or another object there now), or
-    /// its memory could not be read.
+    /// Not a code object (freed since, or another object there now, a
+    /// code object of another check among them), or its memory could not
+    /// be read.
     Failed,
 }
 
@@ -63,7 +64,8 @@ pub struct PythonNameStats {
     /// number).
     pub bytes: u64,
     pub bytes_limit: u64,
-    /// Code objects read, and reads that failed.
+    /// Code objects read, and reads that failed (unreadable, not a code
+    /// object, or another code object than the one sampled there now).
     pub read: u64,
     pub failed: u64,
     /// Held code objects let go of at the limit.
@@ -307,6 +309,9 @@ fn read_wanted(shared: &Shared, id: usize) {
         });
         let mut state = lock(shared);
         state.reading.remove(&id);
+        // Another code object at its address since (its name's, file's or
+        // qualified name's string another): not the one sampled.
+        let read = read.filter(|read| super::frames::carried_check(read.check) == check);
         let named = match read {
             Some(read) => {
                 state.stats.read += 1;

@@ -88,7 +88,7 @@ impl ThreadLayout {
 pub fn kernel_layout(process: &PythonProcess) -> Option<profiler_common::python::PythonLayout> {
     use profiler_common::python::PythonLayout;
     let layout = ThreadLayout::of(process.interpreter.version)?;
-    let (code_filename, code_qualname) =
+    let (code_filename, code_name, code_qualname) =
         CodeLayout::of(process.interpreter.version)?.name_offsets();
     // The 8 bytes holding the owner (and 3.11's `is_entry`, just before it).
     let flags = layout.frame_owner & !7;
@@ -116,7 +116,9 @@ pub fn kernel_layout(process: &PythonProcess) -> Option<profiler_common::python:
             PythonLayout::NONE
         },
         code_filename,
+        code_name,
         code_qualname,
+        str_hash: super::code_objects::STR_HASH,
         // The process's own, when it has one: the kernel layer's to say.
         pid_namespace_device: 0,
         pid_namespace_inode: 0,
