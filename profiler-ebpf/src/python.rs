@@ -288,14 +288,11 @@ extern "C" fn walk_step(_index: u32, walk: *mut c_void) -> i64 {
         let name = layout.code_name.wrapping_sub(layout.code_filename);
         // The name's hash: one more read, the check's only part that is not
         // an address (see `code_check`).
-        let name_hash = match word_at(&names, name) {
+        let name_hash = word_at(&names, name).map_or(0, |name| {
+            let hash = name.wrapping_add(layout.str_hash) as *const u64;
             // SAFETY: bpf_probe_read_user fails rather than faulting.
-            Some(name) => {
-                unsafe { bpf_probe_read_user(name.wrapping_add(layout.str_hash) as *const u64) }
-                    .unwrap_or(0)
-            }
-            None => 0,
-        };
+            unsafe { bpf_probe_read_user(hash) }.unwrap_or(0)
+        });
         let check = code_check(names[0], word_at(&names, qualname).unwrap_or(0), name_hash);
         let slot = PythonFrameSlot {
             code,
