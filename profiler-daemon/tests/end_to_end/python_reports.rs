@@ -175,6 +175,26 @@ async fn a_pstats_report_of_a_python_process_is_read_by_python_s_pstats() {
     std::fs::write(&downloaded, body).expect("written");
     let stats = pstats_read_by_python(&downloaded);
     assert!(stats.get(format!("{path}:2(spin)")).is_some(), "{stats:#}");
+
+    // pprof carries the Python functions with their file and definition
+    // line (its function table's start_line), as Pyroscope and OTLP
+    // exports, made from the same locations, do.
+    let (code, body) = crate::http::curl(
+        &format!("{http}/api/query?since=3&format=pprof&pid={pid}"),
+        &[],
+    );
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let pprof = crate::support::decode_pprof(&body);
+    let string = |index: i64| pprof.string_table[index as usize].as_str();
+    let functions: Vec<(&str, &str, i64)> = (pprof.function.iter())
+        .map(|f| (string(f.name), string(f.filename), f.start_line))
+        .collect();
+    for (name, line) in [("spin", 2), ("middle", 6), ("kf", 10), ("w_outer", 15)] {
+        assert!(
+            functions.contains(&(name, path.as_str(), line)),
+            "{name} of {path} at line {line}: {functions:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
