@@ -404,3 +404,170 @@ async fn code_compiled_and_thrown_away_over_and_over_is_never_named_for_another(
         "{matched} of {in_f} samples in f_N under their g_N: {stacks:#?}"
     );
 }
+
+/// The issue's program: three threads, each recording its own native id and
+/// its Python chain (`sys._getframe`: qualified name, file, line) once at
+/// its leaf, then spinning there. Main: `outer → middle → spin`; a worker:
+/// `w_outer → sorted(…, key=kf)` (two Python segments around a C
+/// builtin); a third: a method `K.m` iterating a generator `gen` that calls
+/// `ñandú` (a non-ASCII name).
+const THREE_CHAINS: &str = "import json, os, sys, threading
+OUT = sys.argv[1]
+recorded = {}
+lock = threading.Lock()
+def record():
+    f = sys._getframe(1)
+    chain = []
+    while f is not None:
+        chain.append([f.f_code.co_qualname, f.f_code.co_filename, f.f_lineno])
+        f = f.f_back
+    with lock:
+        recorded[threading.get_native_id()] = chain[::-1]
+        if len(recorded) == 3:
+            with open(OUT + '.tmp', 'w') as out:
+                json.dump(recorded, out)
+            os.rename(OUT + '.tmp', OUT)
+def spin():
+    record()
+    s = 0
+    while True:
+        s += 1
+def middle():
+    spin()
+def outer():
+    middle()
+def kf(x):
+    if x == 0:
+        record()
+    s = 0
+    for i in range(100000):
+        s += i
+    return x
+def w_outer():
+    data = list(range(1000))
+    while True:
+        sorted(data, key=kf)
+first = [True]
+def ñandú():
+    if first[0]:
+        first[0] = False
+        record()
+    s = 0
+    for i in range(100000):
+        s += i
+    return s
+def gen():
+    while True:
+        yield ñandú()
+class K:
+    def m(self):
+        for _ in gen():
+            pass
+threading.Thread(target=w_outer, daemon=True).start()
+threading.Thread(target=K().m, daemon=True).start()
+outer()
+";
+
+/// A Python frame: qualified name, file, line.
+type PythonFrame = (String, String, i64);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_thread_s_samples_carry_the_python_chain_it_recorded_itself() {
+    let python = Path::new("/usr/bin/python3.11");
+    assert!(python.is_file(), "Debian's python3.11 is a test dependency");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("three_chains.py");
+    let recorded = dir.path().join("chains.json");
+    std::fs::write(&script, THREE_CHAINS).expect("the script is written");
+    let daemon = Daemon::start().await;
+    let workload: Workload = Command::new(python)
+        .arg(&script)
+        .arg(&recorded)
+        .spawn()
+        .expect("python runs")
+        .into();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !recorded.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the threads never recorded their chains"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Each thread's chain: (qualified name, file, line) root first.
+    let chains: std::collections::HashMap<String, Vec<PythonFrame>> =
+        serde_json::from_slice(&std::fs::read(&recorded).expect("read")).expect("JSON");
+    // Past the process's first second, whose samples the kernel takes
+    // before it knows the process runs Python.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let mut client = daemon.client().await;
+    let mut options = crate::support::options(profilerd_client::v1::Format::Pprof);
+    options.groupby = profilerd_client::v1::GroupBy::Thread as i32;
+    options.interpreter = Some(false);
+    let reply = crate::support::profile(
+        &mut client,
+        &[workload.pid()],
+        std::time::Duration::from_secs(3),
+        options,
+    )
+    .await;
+    let pprof = crate::support::decode_pprof(&reply.report);
+    let string = |index: i64| pprof.string_table[index as usize].clone();
+    let functions: std::collections::HashMap<u64, (String, String)> = (pprof.function.iter())
+        .map(|f| (f.id, (string(f.name), string(f.filename))))
+        .collect();
+    let locations: std::collections::HashMap<u64, PythonFrame> = (pprof.location.iter())
+        .map(|location| {
+            let line = &location.line[0];
+            let (name, file) = functions[&line.function_id].clone();
+            (location.id, (name, file, line.line))
+        })
+        .collect();
+    // Per thread: samples, and samples whose Python frames are its chain
+    // (names and files; lines too but the leaf's, which runs its loop).
+    let mut counts: std::collections::HashMap<String, (i64, i64)> = Default::default();
+    let mut unlike: Vec<(String, Vec<PythonFrame>)> = Vec::new();
+    for sample in &pprof.sample {
+        let tid = (sample.label.iter())
+            .find(|label| string(label.key) == "tid")
+            .map(|label| label.num.to_string())
+            .expect("a tid label");
+        let python: Vec<PythonFrame> = (sample.location_id.iter().rev())
+            .map(|id| locations[id].clone())
+            .filter(|(_, file, _)| file.ends_with(".py"))
+            .collect();
+        let Some(chain) = chains.get(&tid) else {
+            continue;
+        };
+        let alike = python.len() == chain.len()
+            && python
+                .iter()
+                .zip(chain)
+                .enumerate()
+                .all(|(depth, (got, want))| {
+                    got.0 == want.0
+                        && got.1 == want.1
+                        && (depth + 1 == chain.len() || got.2 == want.2)
+                });
+        let count = &mut counts.entry(tid.clone()).or_default();
+        count.0 += sample.value[0];
+        if alike {
+            count.1 += sample.value[0];
+        } else {
+            unlike.push((tid, python));
+        }
+    }
+    assert_eq!(
+        counts.len(),
+        3,
+        "each thread sampled: {counts:?} {chains:?}"
+    );
+    for (tid, (samples, alike)) in &counts {
+        assert!(*samples >= 30, "thread {tid}: too few samples: {counts:?}");
+        assert!(
+            *alike as f64 >= 0.99 * *samples as f64,
+            "thread {tid}: {alike} of {samples} samples carry its chain {:?}; others: {unlike:#?}",
+            chains[tid]
+        );
+    }
+}
