@@ -44,6 +44,15 @@ pub struct PythonLayout {
     pub code_name: u64,
     pub code_qualname: u64,
     pub str_hash: u64,
+    /// Whether the garbage collector runs: the offset in an interpreter of
+    /// its `gc.collecting` (an int; [`PythonLayout::NONE`]: not known),
+    /// and who holds the GIL (the collecting thread holds it): 3.11, the
+    /// address of `_PyRuntime.ceval.gil.last_holder` (`gil_pointer` NONE);
+    /// 3.12 on, the offset in an interpreter of its GIL's pointer
+    /// (`ceval.gil`), and of `last_holder` in the GIL.
+    pub gc_collecting: u64,
+    pub gil_pointer: u64,
+    pub gil_last_holder: u64,
     /// The process's pid namespace (the nsfs device, as the kernel numbers
     /// it, and inode), when it is not the daemon's: the interpreter knows
     /// its threads by their ids in it. 0 and 0: the daemon's.
@@ -117,4 +126,11 @@ pub mod status {
     pub const UNREADABLE: u32 = 3;
     /// More frames than [`super::MAX_PYTHON_SLOTS`]: the innermost ones.
     pub const CUT: u32 = 4;
+    /// Set beside the others: the thread held the GIL while the
+    /// interpreter's garbage collector ran.
+    pub const IN_GC: u32 = 1 << 16;
+    /// The status without [`IN_GC`].
+    pub const fn outcome(status: u32) -> u32 {
+        status & !IN_GC
+    }
 }

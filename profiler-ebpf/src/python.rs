@@ -157,6 +157,11 @@ pub(crate) fn read_frames(
     let Some(thread) = thread_state(fields, tid) else {
         return (0, status::NO_THREAD_STATE);
     };
+    let in_gc = if collecting_with_gil(fields, thread) {
+        status::IN_GC
+    } else {
+        0
+    };
     let frame = if fields.cframe == PythonLayout::NONE {
         read_word(thread + fields.current_frame)
     } else {
@@ -202,7 +207,34 @@ pub(crate) fn read_frames(
     if state.frame != 0 && state.outcome == status::READ {
         state.outcome = status::CUT;
     }
-    (state.written, state.outcome)
+    (state.written, state.outcome | in_gc)
+}
+
+/// Whether the interpreter's garbage collector runs in `thread` (a
+/// thread state): `gc.collecting` is set, and the thread holds the GIL
+/// (only the GIL's holder collects). One read when it does not run.
+#[inline(always)]
+fn collecting_with_gil(layout: &PythonLayout, thread: u64) -> bool {
+    if layout.gc_collecting == PythonLayout::NONE {
+        return false;
+    }
+    let Some(interpreter) = read_word(layout.interpreters_head).filter(|&at| at != 0) else {
+        return false;
+    };
+    // `collecting` is an int: the low half of the word.
+    let collecting =
+        read_word(interpreter + layout.gc_collecting).is_some_and(|word| word as u32 != 0);
+    if !collecting {
+        return false;
+    }
+    let holder = if layout.gil_pointer == PythonLayout::NONE {
+        read_word(layout.gil_last_holder)
+    } else {
+        read_word(interpreter + layout.gil_pointer)
+            .filter(|&gil| gil != 0)
+            .and_then(|gil| read_word(gil + layout.gil_last_holder))
+    };
+    holder == Some(thread)
 }
 
 /// Bytes of a frame read at once: every field read is in them (3.11 to

@@ -287,7 +287,7 @@ impl StackCopyUnwinder {
             }
             // A sample without Python frames of a process whose interpreter
             // was found: the programs are told where its frames are.
-            if copy.header.python_status == python_status::NONE
+            if python_status::outcome(copy.header.python_status) == python_status::NONE
                 && let Some(targets) = python_targets.as_mut()
                 && let Some(process) = table.python_of(identity.pid)
                 && let Some(layout) = python::threads::kernel_layout(&process)
@@ -429,8 +429,13 @@ fn unwind(
         && let Some(process) = table.python_of(key.pid)
         && let Some(layout) = CodeLayout::of(process.interpreter.version)
     {
-        let cut = python::frames::PythonFramesCut::of_status(header.python_status);
-        user = python::frames::merge(&user, &process.eval_loop, &copy.python, &layout, cut);
+        user = python::frames::merge(
+            &user,
+            &process.eval_loop,
+            &copy.python,
+            &layout,
+            header.python_status,
+        );
     }
     (
         SampleIdentity {

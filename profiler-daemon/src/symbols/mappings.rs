@@ -136,7 +136,7 @@ pub enum UserAddress {
     Python(PythonCode),
     /// The Python frames toward the leaf stop short of the outermost, for
     /// this reason.
-    PythonCut(crate::symbols::python::frames::PythonFramesCut),
+    PythonMarker(crate::symbols::python::frames::PythonMarker),
 }
 
 /// A Python frame of a process: its code object, the instruction it is at,

@@ -200,7 +200,7 @@ fn cpythons_here() -> Vec<(PathBuf, String)> {
 
 /// The CPythons of the machine whose frames the daemon reads (3.11 to
 /// 3.13); Debian's python3.11 at least.
-fn readable_cpythons_here() -> Vec<(PathBuf, String)> {
+pub(crate) fn readable_cpythons_here() -> Vec<(PathBuf, String)> {
     let pythons: Vec<(PathBuf, String)> = cpythons_here()
         .into_iter()
         .filter(|(_, version)| {

@@ -571,3 +571,58 @@ async fn each_thread_s_samples_carry_the_python_chain_it_recorded_itself() {
         );
     }
 }
+
+/// One thread collects over and over (a heap of 200,000 lists to go
+/// through); another spins in Python: it runs only while it holds the GIL,
+/// so never while the other collects.
+const COLLECTING: &str = "import gc, threading
+junk = [[i] for i in range(200000)]
+def spin():
+    s = 0
+    while True:
+        s += 1
+def collect_often():
+    while True:
+        gc.collect()
+threading.Thread(target=spin, daemon=True).start()
+collect_often()
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_garbage_collector_s_time_shows_as_gc_under_the_python_function_that_ran_it() {
+    let daemon = Daemon::start().await;
+    for (python, version) in crate::interpreted::readable_cpythons_here() {
+        let workload: Workload = Command::new(&python)
+            .args(["-c", COLLECTING])
+            .spawn()
+            .expect("python runs")
+            .into();
+        // Past its first samples, taken before the kernel knows it.
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let stacks = crate::unwinding::folded_profile_of(&daemon, workload.pid(), 2).await;
+        let at = |stack: &[String], frame: &str| stack.iter().position(|f| f == frame);
+        let collecting =
+            crate::support::samples_where(&stacks, |stack| at(stack, "collect_often").is_some());
+        // <GC> leafward of collect_often, no Python frame between.
+        let under_gc = crate::support::samples_where(&stacks, |stack| {
+            at(stack, "collect_often")
+                .zip(at(stack, "<GC>"))
+                .is_some_and(|(caller, gc)| caller < gc)
+        });
+        let spinning = crate::support::samples_where(&stacks, |stack| at(stack, "spin").is_some());
+        let spinning_under_gc = crate::support::samples_where(&stacks, |stack| {
+            at(stack, "spin").is_some() && at(stack, "<GC>").is_some()
+        });
+        let what = format!("{version} ({})", python.display());
+        assert!(
+            collecting >= 30 && spinning >= 10,
+            "{what}: too few samples: {stacks:#?}"
+        );
+        assert!(
+            under_gc as f64 >= 0.9 * collecting as f64,
+            "{what}: {under_gc} of {collecting} samples in collect_often show <GC> under it: \
+             {stacks:#?}"
+        );
+        assert_eq!(spinning_under_gc, 0, "{what}: {stacks:#?}");
+    }
+}

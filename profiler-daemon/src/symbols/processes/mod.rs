@@ -35,7 +35,7 @@ use super::{
     process_files,
     python::{
         PythonInterpreters, PythonProcess, PythonStats, PythonVerdict,
-        frames::{PythonFrameAddress, PythonFramesCut},
+        frames::{PythonFrameAddress, PythonMarker},
     },
 };
 use crate::{
@@ -785,9 +785,9 @@ impl ProcessTable {
                     at += 1;
                     // Where its Python frames were cut short.
                     if python.is_some()
-                        && let Some(cut) = PythonFramesCut::decode(address)
+                        && let Some(cut) = PythonMarker::decode(address)
                     {
-                        frames.push(UserAddress::PythonCut(cut));
+                        frames.push(UserAddress::PythonMarker(cut));
                         continue;
                     }
                     // A Python frame (two words) of a process running one.

@@ -39,27 +39,33 @@ pub fn carried_check(check: u64) -> u64 {
     ((check << 1) & CHECK_MASK) >> 1
 }
 
-/// Why the Python frames read stop short of the outermost one, written as
-/// a stack address rootward of the last one read: bits 63 and 62 set, as a
-/// check's, but bit 0 set (a check's never is; nor is this the signal
-/// frame's `u64::MAX`).
+/// A frame the interpreter's state adds to a stack, written as a stack
+/// address: bits 63 and 62 set, as a check's, but bit 0 set (a check's
+/// never is; nor is this the signal frame's `u64::MAX`). Why the Python
+/// frames read stop short of the outermost one (rootward of the last one
+/// read), or that the garbage collector ran (leafward of the innermost).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PythonFramesCut {
+pub enum PythonMarker {
     /// More frames than the programs read ([`MAX_PYTHON_SLOTS`]).
     TooDeep,
     /// A frame's memory could not be read.
     Unreadable,
+    /// The thread held the GIL while the garbage collector ran: `<GC>`.
+    Collecting,
 }
 
-impl PythonFramesCut {
+impl PythonMarker {
     const TOO_DEEP: u64 = CHECK_TAG | 1;
     const UNREADABLE: u64 = CHECK_TAG | 3;
+    const COLLECTING: u64 = CHECK_TAG | 5;
 
-    /// As a sample's Python status says it (none when whole, or none read).
-    pub fn of_status(status: u32) -> Option<Self> {
-        match status {
-            profiler_common::python::status::CUT => Some(Self::TooDeep),
-            profiler_common::python::status::UNREADABLE => Some(Self::Unreadable),
+    /// Why the frames stop short, as a sample's Python status says it
+    /// (none when whole, or none read).
+    pub fn cut_of_status(status: u32) -> Option<Self> {
+        use profiler_common::python::status;
+        match status::outcome(status) {
+            status::CUT => Some(Self::TooDeep),
+            status::UNREADABLE => Some(Self::Unreadable),
             _ => None,
         }
     }
@@ -68,6 +74,7 @@ impl PythonFramesCut {
         match self {
             Self::TooDeep => Self::TOO_DEEP,
             Self::Unreadable => Self::UNREADABLE,
+            Self::Collecting => Self::COLLECTING,
         }
     }
 
@@ -75,6 +82,7 @@ impl PythonFramesCut {
         match word {
             Self::TOO_DEEP => Some(Self::TooDeep),
             Self::UNREADABLE => Some(Self::Unreadable),
+            Self::COLLECTING => Some(Self::Collecting),
             _ => None,
         }
     }
@@ -84,6 +92,7 @@ impl PythonFramesCut {
         match self {
             Self::TooDeep => format!("[python frames cut: more than {MAX_PYTHON_SLOTS} read]"),
             Self::Unreadable => "[python frames cut: memory unreadable]".to_owned(),
+            Self::Collecting => "<GC>".to_owned(),
         }
     }
 }
@@ -134,14 +143,18 @@ impl PythonFrameAddress {
 /// from `slots` (leaf first, activations ended by a slot with code 0) in
 /// order. Activations left over when the native frames end (their
 /// unwinding stopped short of them) go at the root end. Frames `cut` short
-/// of the outermost have its reason rootward of the last one.
+/// of the outermost have its reason rootward of the last one; a sample
+/// taken while the garbage collector ran (`status`'s `IN_GC`) has `<GC>`
+/// leafward of the innermost.
 pub fn merge(
     native: &[u64],
     eval_loop: &[Range<u64>],
     slots: &[PythonFrameSlot],
     layout: &CodeLayout,
-    cut: Option<PythonFramesCut>,
+    status: u32,
 ) -> Vec<u64> {
+    let cut = PythonMarker::cut_of_status(status);
+    let collecting = status & profiler_common::python::status::IN_GC != 0;
     let mut activations = slots
         .split(|slot| slot.code == 0)
         .filter(|activation| !activation.is_empty());
@@ -158,8 +171,9 @@ pub fn merge(
         }
         .encode()
     };
-    let mut merged = Vec::with_capacity(native.len() + 2 * slots.len() + 1);
-    // Where the last Python frame placed ends.
+    let mut merged = Vec::with_capacity(native.len() + 2 * slots.len() + 2);
+    // Where the first Python frame placed starts, and the last ends.
+    let mut python_start = None;
     let mut python_end = None;
     for (depth, &address) in native.iter().enumerate() {
         // A return address may be just past its call, at the function's end.
@@ -171,6 +185,7 @@ pub fn merge(
         let in_eval_loop = eval_loop.iter().any(|range| range.contains(&looked_up));
         match in_eval_loop.then(|| activations.next()).flatten() {
             Some(activation) => {
+                python_start.get_or_insert(merged.len());
                 merged.extend(activation.iter().filter_map(encode).flatten());
                 python_end = Some(merged.len());
             }
@@ -178,11 +193,15 @@ pub fn merge(
         }
     }
     for activation in activations {
+        python_start.get_or_insert(merged.len());
         merged.extend(activation.iter().filter_map(encode).flatten());
         python_end = Some(merged.len());
     }
     if let (Some(cut), Some(end)) = (cut, python_end) {
         merged.insert(end, cut.encode());
+    }
+    if let (true, Some(start)) = (collecting, python_start) {
+        merged.insert(start, PythonMarker::Collecting.encode());
     }
     merged
 }
@@ -212,7 +231,7 @@ mod tests {
         }
         for user in [0, 0x40_1000, 0x7fff_ffff_f000, u64::MAX] {
             assert_eq!(PythonFrameAddress::decode(&[user, user]), None);
-            assert_eq!(PythonFramesCut::decode(user), None);
+            assert_eq!(PythonMarker::decode(user), None);
         }
         // No check word is a cut's.
         let check = PythonFrameAddress {
@@ -221,7 +240,7 @@ mod tests {
             check: u64::MAX,
         };
         let [_, check] = check.encode().unwrap();
-        assert_eq!(PythonFramesCut::decode(check), None);
+        assert_eq!(PythonMarker::decode(check), None);
         // Not aligned, or too high: not written.
         let odd = PythonFrameAddress {
             code: 0x7f00_0000_0004,
@@ -269,7 +288,8 @@ mod tests {
             }
             decoded
         };
-        let merged = merge(&native, &eval, &slots, &layout, None);
+        use profiler_common::python::status;
+        let merged = merge(&native, &eval, &slots, &layout, status::READ);
         assert_eq!(
             decoded(&merged),
             [
@@ -282,7 +302,7 @@ mod tests {
             ]
         );
         // Native frames cut short of the outer loop: its frames at the root.
-        let merged = merge(&native[..2], &eval, &slots, &layout, None);
+        let merged = merge(&native[..2], &eval, &slots, &layout, status::READ);
         assert_eq!(
             decoded(&merged),
             [
@@ -294,9 +314,8 @@ mod tests {
         );
         // Cut short (the outer loop's frames not read): said rootward of
         // the last one read, the outer loop's native frame kept.
-        let cut = Some(PythonFramesCut::TooDeep);
-        let merged = merge(&native, &eval, &slots[..2], &layout, cut);
-        let too_deep = PythonFramesCut::TooDeep.encode();
+        let merged = merge(&native, &eval, &slots[..2], &layout, status::CUT);
+        let too_deep = PythonMarker::TooDeep.encode();
         assert_eq!(
             decoded(&merged),
             [
@@ -309,12 +328,36 @@ mod tests {
                 Ok(0x40_3000)
             ]
         );
+        assert_eq!(PythonMarker::decode(too_deep), Some(PythonMarker::TooDeep));
+        // The garbage collector running: <GC> leafward of the innermost
+        // Python frame, with the cut too.
+        let merged = merge(
+            &native,
+            &eval,
+            &slots[..2],
+            &layout,
+            status::CUT | status::IN_GC,
+        );
+        let collecting = PythonMarker::Collecting.encode();
         assert_eq!(
-            PythonFramesCut::decode(too_deep),
-            Some(PythonFramesCut::TooDeep)
+            decoded(&merged),
+            [
+                Ok(0x40_0010),
+                Ok(collecting),
+                Err((0x1000, Some(3))),
+                Err((0x2000, Some(5))),
+                Ok(too_deep),
+                Ok(0x40_2000),
+                Ok(0x50_0200),
+                Ok(0x40_3000)
+            ]
+        );
+        assert_eq!(
+            PythonMarker::decode(collecting),
+            Some(PythonMarker::Collecting)
         );
         // None read: nothing said.
-        let merged = merge(&native, &eval, &[], &layout, cut);
+        let merged = merge(&native, &eval, &[], &layout, status::CUT | status::IN_GC);
         assert_eq!(merged, native);
     }
 }

@@ -37,6 +37,12 @@ struct ThreadLayout {
     frame_previous: u64,
     frame_instruction: u64,
     frame_owner: u64,
+    /// An interpreter's `gc.collecting`; the GIL's `last_holder`: at this
+    /// offset from the runtime state (3.11), or through the interpreter's
+    /// GIL pointer at `gil_pointer` (3.12 on).
+    gc_collecting: u64,
+    gil_pointer: Option<u64>,
+    gil_last_holder: u64,
 }
 
 /// A frame owned by the C stack (3.12 on): a shim between two evaluation
@@ -56,6 +62,9 @@ impl ThreadLayout {
             frame_previous: 48,
             frame_instruction: 56,
             frame_owner: 69,
+            gc_collecting: 648 + 200,
+            gil_pointer: None,
+            gil_last_holder: 352 + 8 + 8,
         };
         match (version.major, version.minor) {
             (3, 11) => Some(base),
@@ -66,6 +75,9 @@ impl ThreadLayout {
                 frame_code: 0,
                 frame_previous: 8,
                 frame_owner: 70,
+                gc_collecting: 112 + 200,
+                gil_pointer: Some(368 + 16),
+                gil_last_holder: 8,
                 ..base
             }),
             (3, 13) => Some(Self {
@@ -76,6 +88,9 @@ impl ThreadLayout {
                 frame_code: 0,
                 frame_previous: 8,
                 frame_owner: 70,
+                gc_collecting: 7400 + 200,
+                gil_pointer: Some(16),
+                gil_last_holder: 8,
                 ..base
             }),
             _ => None,
@@ -119,6 +134,12 @@ pub fn kernel_layout(process: &PythonProcess) -> Option<profiler_common::python:
         code_name,
         code_qualname,
         str_hash: super::code_objects::STR_HASH,
+        gc_collecting: layout.gc_collecting,
+        gil_pointer: layout.gil_pointer.unwrap_or(PythonLayout::NONE),
+        gil_last_holder: match layout.gil_pointer {
+            None => process.runtime + layout.gil_last_holder,
+            Some(_) => layout.gil_last_holder,
+        },
         // The process's own, when it has one: the kernel layer's to say.
         pid_namespace_device: 0,
         pid_namespace_inode: 0,

@@ -524,7 +524,7 @@ impl Symbolizer {
             }
             UserAddress::Signal => self.marker("[signal handler]"),
             UserAddress::Python(frame) => self.python_location(frame),
-            UserAddress::PythonCut(cut) => self.marker(&cut.marker()),
+            UserAddress::PythonMarker(cut) => self.marker(&cut.marker()),
             UserAddress::Unmapped { address } => {
                 // No mapping held it: only the address says where it was
                 // (as it was: stepping back into a call means nothing here).
