@@ -30,6 +30,20 @@ threading.Thread(target=w_outer, daemon=True).start()
 outer()
 ";
 
+/// The report of process `pid` over the next `seconds`, as `options` ask.
+async fn profile_report(
+    daemon: &Daemon,
+    pid: u32,
+    seconds: u64,
+    options: profilerd_client::v1::ReportOptions,
+) -> Vec<u8> {
+    let mut client = daemon.client().await;
+    let duration = std::time::Duration::from_secs(seconds);
+    crate::support::profile(&mut client, &[pid], duration, options)
+        .await
+        .report
+}
+
 /// What Python's `pstats` reads from the file at `path`: per function
 /// `file:line(name)`, `[samples, tottime, cumtime, [callers]]`, as JSON.
 fn pstats_read_by_python(path: &Path) -> serde_json::Value {
@@ -231,17 +245,10 @@ async fn python_stacks_without_the_interpreter_s_frames_are_py_spy_s() {
     // the interpreter's C frames (the evaluation loop, sorted's own) and
     // how the thread started left out.
     let (daemon, http, workload, _dir) = two_threads_running().await;
-    let mut client = daemon.client().await;
     let mut options = crate::support::options(profilerd_client::v1::Format::Folded);
     options.interpreter = Some(false);
-    let reply = crate::support::profile(
-        &mut client,
-        &[workload.pid()],
-        std::time::Duration::from_secs(2),
-        options,
-    )
-    .await;
-    let stacks = crate::support::folded(&reply.report);
+    let report = profile_report(&daemon, workload.pid(), 2, options).await;
+    let stacks = crate::support::folded(&report);
     // Kernel frames (a sample taken in the kernel) stay, on top.
     let user = |stack: &[String]| -> Vec<String> {
         let user = stack.iter().filter(|frame| !frame.ends_with("_[k]"));
@@ -500,18 +507,11 @@ async fn each_thread_s_samples_carry_the_python_chain_it_recorded_itself() {
     // Past the process's first second, whose samples the kernel takes
     // before it knows the process runs Python.
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let mut client = daemon.client().await;
     let mut options = crate::support::options(profilerd_client::v1::Format::Pprof);
     options.groupby = profilerd_client::v1::GroupBy::Thread as i32;
     options.interpreter = Some(false);
-    let reply = crate::support::profile(
-        &mut client,
-        &[workload.pid()],
-        std::time::Duration::from_secs(3),
-        options,
-    )
-    .await;
-    let pprof = crate::support::decode_pprof(&reply.report);
+    let report = profile_report(&daemon, workload.pid(), 3, options).await;
+    let pprof = crate::support::decode_pprof(&report);
     let string = |index: i64| pprof.string_table[index as usize].clone();
     let functions: std::collections::HashMap<u64, (String, String)> = (pprof.function.iter())
         .map(|f| (f.id, (string(f.name), string(f.filename))))

@@ -175,20 +175,14 @@ impl<'a> Stats<'a> {
             }
             out.key(self.keys[id as usize]);
             out.tuple(5);
-            out.int(totals.samples);
-            out.int(totals.samples);
-            out.seconds(totals.own_ns);
-            out.seconds(totals.cumulative_ns);
+            out.totals(totals);
             let callers = &mut callers_of[id as usize];
             callers.sort_unstable_by_key(|&(caller, _)| self.keys[caller as usize]);
             out.dict_start();
             for &(caller, edge) in callers.iter() {
                 out.key(self.keys[caller as usize]);
                 out.tuple(4);
-                out.int(edge.samples);
-                out.int(edge.samples);
-                out.seconds(edge.own_ns);
-                out.seconds(edge.cumulative_ns);
+                out.totals(edge);
             }
             out.dict_end();
         }
@@ -216,6 +210,15 @@ impl Marshal {
 
     fn tuple(&mut self, items: u8) {
         self.bytes.extend_from_slice(&[b')', items]);
+    }
+
+    /// pstats' four figures (its two call counts are samples here), in the
+    /// tuple begun.
+    fn totals(&mut self, totals: Totals) {
+        self.int(totals.samples);
+        self.int(totals.samples);
+        self.seconds(totals.own_ns);
+        self.seconds(totals.cumulative_ns);
     }
 
     fn key(&mut self, (file, line, name): FunctionKey<'_>) {
