@@ -119,14 +119,16 @@ pub fn test_deps() -> Result<()> {
 
 /// PyPI packages of the test suite's foreign gRPC client (Python's grpcio,
 /// which learns the API by reflection), PyYAML, which reads the Kubernetes
-/// manifests in deploy/, and OpenTelemetry's generated Python classes, with
-/// which an OTLP receiver decodes what the daemon pushes; pinned.
+/// manifests in deploy/, OpenTelemetry's generated Python classes, with
+/// which an OTLP receiver decodes what the daemon pushes, and py-spy, whose
+/// dump a peek's Python stacks are held against; pinned.
 const PYTHON_CLIENT_PACKAGES: &[&str] = &[
     "grpcio==1.85.1",
     "grpcio-reflection==1.85.1",
     "grpcio-health-checking==1.85.1",
     "PyYAML==6.0.3",
     "opentelemetry-proto==1.45.2",
+    "py-spy==0.4.3",
 ];
 
 /// A Python virtual environment under `target_dir` with the client
@@ -135,6 +137,7 @@ pub fn python_clients(target_dir: &Path) -> Result<PathBuf> {
     let venv = target_dir.join("python-clients");
     let python = venv.join("bin/python");
     let ready = python.exists()
+        && venv.join("bin/py-spy").is_file()
         && process::output(process::command(&python).args([
             "-c",
             "import grpc, grpc_reflection, grpc_health, yaml, \

@@ -626,3 +626,94 @@ async fn the_garbage_collector_s_time_shows_as_gc_under_the_python_function_that
         assert_eq!(spinning_under_gc, 0, "{what}: {stacks:#?}");
     }
 }
+
+/// Three threads, each spinning for good at the end of a known chain:
+/// main `outer → middle → spin`; `w_outer → sorted(…, key=kf)`; a method
+/// `K.m` iterating a generator `gen` that calls `ñandú`.
+const STILL_CHAINS: &str = "import threading
+def spin():
+    while True:
+        pass
+def middle():
+    spin()
+def outer():
+    middle()
+def kf(x):
+    while True:
+        pass
+def w_outer():
+    sorted(range(10), key=kf)
+def ñandú():
+    while True:
+        pass
+def gen():
+    yield ñandú()
+class K:
+    def m(self):
+        for _ in gen():
+            pass
+threading.Thread(target=w_outer, daemon=True).start()
+threading.Thread(target=K().m, daemon=True).start()
+outer()
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peek_s_python_stacks_agree_with_py_spy_dump() {
+    let python = std::env::var("PROFILERD_TEST_PYTHON").expect(
+        "PROFILERD_TEST_PYTHON names the test venv's Python, with py-spy beside it: run \
+         the tests with `cargo xtask test`, which sets it up",
+    );
+    let py_spy = Path::new(&python).with_file_name("py-spy");
+    let (daemon, workload) = crate::interpreted::debian_python_running(STILL_CHAINS).await;
+    let pid = workload.pid();
+    let dumped = Command::new(&py_spy)
+        .args(["dump", "--json", "--pid", &pid.to_string()])
+        .output()
+        .expect("py-spy runs");
+    assert!(
+        dumped.status.success(),
+        "py-spy dump: {}",
+        String::from_utf8_lossy(&dumped.stderr)
+    );
+    let dumped: serde_json::Value = serde_json::from_slice(&dumped.stdout).expect("JSON");
+    let mut client = daemon.client().await;
+    let peek = client
+        .peek(profilerd_client::v1::PeekRequest { pid })
+        .await
+        .expect("Peek")
+        .into_inner();
+    let threads = dumped.as_array().expect("py-spy's threads");
+    assert_eq!(threads.len(), 3, "{dumped:#}");
+    for thread in threads {
+        let tid = thread["os_thread_id"].as_u64().expect("a thread id") as u32;
+        let frames = thread["frames"].as_array().expect("frames");
+        // py-spy's frames as the peek writes them, innermost first (the
+        // innermost's line: wherever its loop was at either instant).
+        let expected: Vec<String> = frames
+            .iter()
+            .enumerate()
+            .map(|(at, frame)| {
+                let (name, file) = (
+                    frame["name"].as_str().unwrap(),
+                    frame["filename"].as_str().unwrap(),
+                );
+                match at {
+                    0 => format!("{name} ({file}:"),
+                    _ => format!("{name} ({file}:{})", frame["line"]),
+                }
+            })
+            .collect();
+        let shown = &(peek.threads.iter())
+            .find(|shown| shown.tid == tid)
+            .unwrap_or_else(|| panic!("thread {tid} in {}", peek.text))
+            .python_at_trigger;
+        assert!(
+            shown.len() == expected.len()
+                && shown
+                    .iter()
+                    .zip(&expected)
+                    .all(|(shown, expected)| shown.starts_with(expected)),
+            "thread {tid}: the peek shows {shown:#?}, py-spy {expected:#?}"
+        );
+    }
+}
