@@ -453,7 +453,8 @@ fn print_digests(store: &Store, query: &Query) {
             })
             .collect();
         for (name, options) in &variants {
-            for format in Format::ALL {
+            // (pstats: the synthetic stacks hold no Python frame.)
+            for format in Format::ALL.into_iter().filter(|&f| f != Format::Pstats) {
                 let options = ReportOptions {
                     format,
                     ..options.clone()
