@@ -19,26 +19,16 @@ use rustc_hash::FxHashMap;
 
 use super::{LocationKind, Profile, Sample, Stacks};
 
-/// Whether `module` is a CPython interpreter's binary or library:
-/// `python3`, `python3.11`, `python3.13t`, `libpython3.11.so.1.0`…
+/// Whether `module` (a path or a file name) is named like a CPython 3
+/// interpreter's binary or library: `python3.N` (and `python3.Nd`,
+/// `python3.Nt`) or `libpython3.N….so…`, as the daemon finds interpreters
+/// by (`python3` and `libpython3.so` are links or stubs, never the file
+/// mapped).
 pub fn is_python_interpreter(module: &str) -> bool {
     let name = module.rsplit('/').next().unwrap_or(module);
-    let (version, library) = match name.strip_prefix("libpython") {
-        Some(rest) => match rest.split_once(".so") {
-            Some((version, _)) => (version, true),
-            None => return false,
-        },
-        None => match name.strip_prefix("python") {
-            Some(version) => (version, false),
-            None => return false,
-        },
-    };
-    // A version (`3`, `3.11`), then build flags (`d`, `m`, `t`).
-    let flags = version.trim_end_matches(|c: char| c.is_ascii_lowercase());
-    let digits = !flags.is_empty()
-        && flags.starts_with(|c: char| c.is_ascii_digit())
-        && flags.chars().all(|c| c.is_ascii_digit() || c == '.');
-    digits && (library || !flags.ends_with('.'))
+    let name = name.strip_prefix("lib").unwrap_or(name);
+    name.strip_prefix("python3.")
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// What a location is to the filter.

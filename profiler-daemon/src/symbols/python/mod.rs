@@ -134,9 +134,7 @@ pub enum Found {
 /// Whether a file named `name` may be a CPython interpreter:
 /// `python3.N` (and `python3.Nd`, `python3.Nt`) or `libpython3.N….so…`.
 pub fn named_like_python(name: &str) -> bool {
-    let name = name.strip_prefix("lib").unwrap_or(name);
-    name.strip_prefix("python3.")
-        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+    crate::profile::is_python_interpreter(name)
 }
 
 /// A free-threaded build's name: `python3.13t`, `libpython3.13t.so`.

