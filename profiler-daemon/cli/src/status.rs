@@ -533,8 +533,8 @@ pub fn jit_status(jit: Option<&v1::JitStatus>) -> String {
         .map(|refused| format!("{}={}", refused.cause, refused.count))
         .collect();
     format!(
-        "jit names:  {} processes, {} names held; {} MiB of perf maps read, {} too long lines, \
-         {} maps past 64 MiB; refused: {}\n",
+        "jit names:  {} processes, {} names held; {} MiB of perf maps and jitdump files read, \
+         {} too long lines or records, {} files past 64 MiB; refused: {}\n",
         jit.processes,
         jit.names,
         mib(jit.bytes_read),

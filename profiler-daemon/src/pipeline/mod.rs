@@ -91,7 +91,7 @@ pub struct PipelineStats {
     pub unwinding: UnwindStats,
     /// Off-CPU waits charged and under way (`None`: not recorded).
     pub waits: Option<WaitStats>,
-    /// The JIT code names held and the perf maps read.
+    /// The JIT code names held and the perf maps and jitdump files read.
     pub jit: JitStats,
     /// Threads named deep (`None`: no stack copies).
     pub deep_threads: Option<DeepThreadStats>,

@@ -1,7 +1,8 @@
 //! Frames of interpreted and JIT-compiled code: named from the perf maps
-//! their runtimes write, with the interpreter's own frames around them and
-//! the chain of calls whole: node's JavaScript (`--perf-basic-prof
-//! --interpreted-frames-native-stack`), CPython 3.12's `-X perf`
+//! and jitdump files their runtimes write, with the interpreter's own
+//! frames around them and the chain of calls whole: node's JavaScript
+//! (`--perf-basic-prof` or `--perf-prof`, with
+//! `--interpreted-frames-native-stack`), CPython 3.12's `-X perf`
 //! trampolines (call stubs without a frame, in anonymous memory).
 
 use std::{
@@ -45,14 +46,19 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
     let map = perf_map_naming(pid, "hotJavaScriptFunction").await;
     let stacks = folded_profile_of(&daemon, pid, 2).await;
     let _ = std::fs::remove_file(map);
+    assert_hot_javascript_named(&stacks);
+}
+
+/// At least half the samples of `stacks` name the hot JavaScript function
+/// right above its interpreted caller, node's own frames below, down to
+/// `_start`.
+fn assert_hot_javascript_named(stacks: &[(Vec<String>, u64)]) {
     let named: u64 = stacks
         .iter()
         .filter(|(frames, _)| {
             let js = frames
                 .iter()
                 .position(|f| f.contains("hotJavaScriptFunction"));
-            // Its interpreted caller right below it, then node's own
-            // frames, down to _start.
             js.is_some_and(|at| {
                 at > 0
                     && frames[at - 1].contains("callerOfTheHotOne")
@@ -62,11 +68,80 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
         .map(|(_, count)| count)
         .sum();
     assert!(
-        named as f64 >= 0.5 * total(&stacks) as f64,
+        named as f64 >= 0.5 * total(stacks) as f64,
         "{named} of {} samples name the hot JavaScript function above its interpreted caller \
          and node's frames: {stacks:#?}",
-        total(&stacks)
+        total(stacks)
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn javascript_functions_are_named_from_nodes_jitdump_file() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("hot.js");
+    // V8 writes its jitdump records through a 2 MiB buffer: a function
+    // compiled each round (each interpreted function with its own copy of
+    // the trampoline) fills it, so that the hot function's records reach
+    // the file while the program runs, as in a real service.
+    std::fs::write(
+        &script,
+        "function hotJavaScriptFunction(n) { let s = 0; \
+         for (let i = 0; i < n; i++) { s += Math.sqrt(i) * i; } return s; }\n\
+         let compiled = 0;\n\
+         function callerOfTheHotOne(end) { let t = 0; \
+         while (Date.now() < end) { t += hotJavaScriptFunction(1e6); \
+         t += new Function('x', 'return x + ' + compiled++)(t); } return t; }\n\
+         callerOfTheHotOne(Date.now() + 60000);\n",
+    )
+    .expect("the script is written");
+    let daemon = Daemon::start().await;
+    let node: Workload = Command::new("node")
+        .args(["--perf-prof", "--interpreted-frames-native-stack"])
+        .arg(&script)
+        // V8 writes its jitdump file and isolate logs into the working
+        // directory.
+        .current_dir(dir.path())
+        .spawn()
+        .expect("node (Debian's nodejs) runs")
+        .into();
+    let pid = node.pid();
+    let dump = dir.path().join(format!("jit-{pid}.dump"));
+    // Once the optimized hot function's record is in the file.
+    crate::support::eventually(
+        "node's jitdump file names the optimized hot function",
+        crate::support::PATIENCE,
+        async || match std::fs::read(&dump) {
+            Ok(bytes) if contains(&bytes, b"JS:*hotJavaScriptFunction") => Ok(()),
+            Ok(bytes) => Err(format!("{} bytes in {}", bytes.len(), dump.display())),
+            Err(err) => Err(format!("{}: {err}", dump.display())),
+        },
+    )
+    .await;
+    assert!(
+        !Path::new(&format!("/tmp/perf-{pid}.map")).exists(),
+        "node wrote no perf map: the names come from the jitdump file"
+    );
+    let stacks = folded_profile_of(&daemon, pid, 2).await;
+    assert_hot_javascript_named(&stacks);
+    let jit = daemon
+        .status()
+        .await
+        .jit
+        .expect("status says what JIT names it read");
+    assert!(
+        jit.bytes_read > 0
+            && jit
+                .refused
+                .iter()
+                .all(|refused| refused.cause != "malformed"),
+        "{jit:?}"
+    );
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
 }
 
 /// The perf map of process `pid`, once it names `name` (its runtime has

@@ -83,13 +83,13 @@ pub(super) fn encode(
     counter(
         out,
         "jit_perf_map_bytes_read",
-        "Bytes of perf maps read",
+        "Bytes of perf maps and jitdump files read",
         jit.bytes_read,
     )?;
     labelled_counters(
         out,
         "jit_perf_maps_refused",
-        "Perf maps not read, by reason",
+        "Perf maps and jitdump files not read, by reason",
         "reason",
         jit.refused.iter().map(|(reason, count)| (*reason, *count)),
     )

@@ -1,7 +1,9 @@
-//! Names of JIT-compiled code, from each process's perf map
-//! (`/tmp/perf-PID.map` in its own mount namespace).
+//! Names of JIT-compiled code, from each process's jitdump file (the
+//! `jit-PID.dump` it maps) or else its perf map (`/tmp/perf-PID.map` in
+//! its own mount namespace). Both are read alike, a perf map's lines as a
+//! jitdump's records; "lines" below means either.
 //!
-//! A perf map is a file its process's user writes, so it may be anything:
+//! Such a file is one its process's user writes, so it may be anything:
 //! 64 MiB of lines, a FIFO, a link to a root-only file, a sparse gigabyte.
 //! It is therefore read on a thread of its own (the reader), never on the
 //! drain thread or a thread that answers requests, opened only as
@@ -21,6 +23,7 @@
 //! Owns the names found and the files they are read from; it must not read
 //! anything else of a process.
 
+mod jitdump;
 mod perf_map;
 mod process;
 mod steps;
@@ -43,10 +46,10 @@ use crate::lock;
 #[cfg(doc)]
 use crate::symbols::process_files;
 
-/// The most of a perf map read: lines past it are not.
+/// The most of a file of JIT names read: lines past it are not.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
-/// Bytes of perf maps read per second by all processes together, at most.
+/// Bytes of JIT names files read per second by all processes together, at most.
 pub const SCAN_BYTES_PER_SECOND: u64 = 32 << 20;
 
 /// The longest the symbolizer waits for names, per batch.
@@ -60,7 +63,7 @@ const STUCK_AFTER: Duration = Duration::from_secs(1);
 /// file closed).
 const IDLE_LIMIT: Duration = Duration::from_secs(60);
 
-/// Most processes whose perf maps are followed at once.
+/// Most processes whose JIT names files are followed at once.
 const MAX_PROCESSES: usize = 4096;
 
 /// What the JIT names hold and did, for the status report and metrics.
@@ -226,7 +229,7 @@ impl JitNames {
         }
     }
 
-    /// Names the anonymous code of `batch` that the perf maps name.
+    /// Names the anonymous code of `batch` that their files name.
     pub fn name_batch(&self, batch: &mut NormalizedBatch) {
         let now = Instant::now();
         let mut state = self.state();
@@ -381,7 +384,7 @@ impl State {
                     let reason = process::refused_reason(refused);
                     *self.stats.refused.entry(reason).or_default() += 1;
                     if !matches!(refused, crate::symbols::process_files::Refused::Missing) {
-                        debug!(pid, "not reading the process's perf map: {refused}");
+                        debug!(pid, "not reading the process's JIT names: {refused}");
                     }
                 }
                 if let Ok((_, size)) = &opened
@@ -402,8 +405,12 @@ impl State {
                 process.scanned(read, now);
             }
             Outcome::Tail(Err(err)) | Outcome::Scanned(Err(err)) => {
-                debug!(pid, "reading the process's perf map failed: {err}");
-                *self.stats.refused.entry("unreadable").or_default() += 1;
+                debug!(pid, "reading the process's JIT names failed: {err}");
+                let reason = match err.kind() {
+                    std::io::ErrorKind::InvalidData => "malformed",
+                    _ => "unreadable",
+                };
+                *self.stats.refused.entry(reason).or_default() += 1;
                 process.refuse();
             }
         }

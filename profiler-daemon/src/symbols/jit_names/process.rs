@@ -6,7 +6,6 @@
 
 use std::{
     collections::BTreeMap,
-    fs::File,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -14,7 +13,7 @@ use std::{
 use super::{
     MAX_FILE_BYTES,
     perf_map::Found,
-    steps::{Read, Step},
+    steps::{NamesFile, Read, Step},
 };
 use crate::symbols::process_files::Refused;
 
@@ -47,7 +46,7 @@ const ADDRESS_OVERHEAD: u64 = 48;
 /// Where the process's perf map stands.
 pub(super) enum FileState {
     Unopened,
-    Open(Arc<File>),
+    Open(NamesFile),
     /// The process writes none (yet): looked for again after
     /// [`ABSENT_RETRY`].
     Absent(Instant),
@@ -305,7 +304,7 @@ impl ProcessNames {
     }
 
     /// Takes in the outcome of opening its file.
-    pub fn opened(&mut self, opened: Result<(Arc<File>, u64), Refused>, now: Instant) {
+    pub fn opened(&mut self, opened: Result<(NamesFile, u64), Refused>, now: Instant) {
         match opened {
             Ok((file, size)) => {
                 self.file = FileState::Open(file);

@@ -2,7 +2,7 @@ use std::{io::Write as _, sync::Arc, time::Duration};
 
 use super::{
     process::ProcessNames,
-    steps::{Outcome, Step, perform},
+    steps::{Format, NamesFile, Outcome, Step, perform},
     *,
 };
 
@@ -20,8 +20,11 @@ impl MapFile {
         self.0.write_all(text.as_bytes()).expect("written");
     }
 
-    fn handle(&self) -> Arc<std::fs::File> {
-        Arc::new(self.0.try_clone().expect("the file is shared"))
+    fn handle(&self) -> NamesFile {
+        NamesFile {
+            file: Arc::new(self.0.try_clone().expect("the file is shared")),
+            format: Format::PerfMap,
+        }
     }
 }
 
@@ -246,6 +249,56 @@ fn the_reader_names_this_processs_jit_code_and_refuses_a_fifo() {
         UserAddress::Anonymous { .. }
     ));
     assert_eq!(names.stats().refused.get("not_a_regular_file"), Some(&1));
+    std::fs::remove_file(&path).expect("removed");
+
+    // A jitdump file the process maps is read (rather than its perf map),
+    // and only while it is the very file mapped.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dump = dir.path().join(format!("jit-{pid}.dump"));
+    let mut bytes = super::jitdump::tests::header();
+    bytes.extend(super::jitdump::tests::code_load(
+        0x1000,
+        0x10,
+        b"from_jitdump",
+    ));
+    std::fs::write(&dump, &bytes).expect("written");
+    std::fs::write(&path, "1000 10 from_perf_map\n").expect("written");
+    let mapped = std::fs::File::open(&dump).expect("opened");
+    // SAFETY: a fresh private read-only mapping of a file of ours, unmapped
+    // below before the file is dropped; nothing reads through it.
+    let mapping = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            bytes.len(),
+            rustix::mm::ProtFlags::READ,
+            rustix::mm::MapFlags::PRIVATE,
+            &mapped,
+            0,
+        )
+    }
+    .expect("mapped");
+    let named = |names: &JitNames| {
+        lock(&names.shared.state).processes.clear();
+        let mut batch = batch_at(0x1004);
+        names.want(&batch);
+        names.settle(&batch, Duration::from_secs(10));
+        names.name_batch(&mut batch);
+        match &batch.samples[0].user[0] {
+            UserAddress::Jit { function, .. } => Some(function.to_string()),
+            _ => None,
+        }
+    };
+    assert_eq!(named(&names).as_deref(), Some("from_jitdump"));
+    // Another file put in its place is not the one mapped (which is
+    // deleted now): the perf map is read instead.
+    let other = dir.path().join("other");
+    let mut replaced = super::jitdump::tests::header();
+    replaced.extend(super::jitdump::tests::code_load(0x1000, 0x10, b"replaced"));
+    std::fs::write(&other, &replaced).expect("written");
+    std::fs::rename(&other, &dump).expect("replaced");
+    assert_eq!(named(&names).as_deref(), Some("from_perf_map"));
+    // SAFETY: the mapping made above, of its length, used by nothing.
+    unsafe { rustix::mm::munmap(mapping, bytes.len()) }.expect("unmapped");
     std::fs::remove_file(&path).expect("removed");
     names.stop();
     reader.join().expect("the reader ends");
