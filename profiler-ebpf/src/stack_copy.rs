@@ -132,13 +132,9 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     };
     let top = if main_thread { main_top } else { top };
     // A process whose interpreter the daemon found: its Python frames go
-    // after the stack's pages (not in the allocation ring, whose records
-    // are all of one size).
-    let python = if copy.deep_allowed {
-        crate::python::layout_of((copy.pid_tgid >> 32) as u32)
-    } else {
-        None
-    };
+    // after the stack's pages (the allocation ring's records are counted
+    // at the size of one with them).
+    let python = crate::python::layout_of((copy.pid_tgid >> 32) as u32);
     // `pages` comes from a frozen global (either way): the verifier knows
     // this size on each path.
     let stack_end = HEADER + pages as usize * STACK_COPY_PAGE;

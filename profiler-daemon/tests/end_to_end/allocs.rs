@@ -556,3 +556,56 @@ async fn a_stripped_static_binary_has_no_allocator_to_profile() {
         "{refused:?}"
     );
 }
+
+/// A Python program whose buffers (`bytearray`s of 16 KiB, larger than
+/// CPython's own small-object allocator takes, so made by `malloc`) are
+/// made by `make_buffers`, called by `allocating_caller`.
+const PYTHON_ALLOCATING: &str = "import time
+held = []
+def make_buffers():
+    for _ in range(16):
+        held.append(bytearray(16384))
+        if len(held) > 64:
+            held.pop(0)
+def allocating_caller():
+    while True:
+        make_buffers()
+        time.sleep(0.002)
+allocating_caller()
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_program_s_allocations_are_named_by_its_python_functions() {
+    let daemon = Daemon::start().await;
+    for (python, version) in crate::interpreted::readable_cpythons_here() {
+        let workload: Workload = std::process::Command::new(&python)
+            .args(["-c", PYTHON_ALLOCATING])
+            .spawn()
+            .expect("python runs")
+            .into();
+        // Its interpreter is found from its first CPU samples.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut client = daemon.client().await;
+        let reply = allocs(
+            &mut client,
+            workload.pid(),
+            Duration::from_secs(2),
+            bytes(256 * 1024),
+            v1::Format::Folded,
+            false,
+        )
+        .await;
+        let stacks = folded(&reply.report);
+        let sampled = crate::support::total(&stacks);
+        let named = samples_where(&stacks, |frames| {
+            has_chain(frames, &["<module>", "allocating_caller", "make_buffers"])
+        });
+        let what = format!("{version} ({})", python.display());
+        assert!(sampled >= 10 << 20, "{what}: too few bytes sampled: {stacks:#?}");
+        assert!(
+            named as f64 >= 0.95 * sampled as f64,
+            "{what}: {named} of {sampled} bytes sampled are under \
+             <module>;allocating_caller;make_buffers: {stacks:#?}"
+        );
+    }
+}

@@ -194,9 +194,12 @@ impl LoadedPrograms {
             off,
             stack_copies: (settings.stack_copy_pages != 0).then_some(map_sizes.stack_copies),
             stack_copy_pages: settings.stack_copy_pages,
+            // An allocation's record is counted at its largest: with a
+            // Python process's frames.
             alloc_stack_copies: (
                 map_sizes.alloc_stack_copies,
-                stack_copy_record_bytes(settings.stack_copy_pages),
+                stack_copy_record_bytes(settings.stack_copy_pages)
+                    + profiler_common::python::PYTHON_SLOTS_BYTES as u64,
             ),
         })
     }
