@@ -601,7 +601,10 @@ async fn a_python_program_s_allocations_are_named_by_its_python_functions() {
             has_chain(frames, &["<module>", "allocating_caller", "make_buffers"])
         });
         let what = format!("{version} ({})", python.display());
-        assert!(sampled >= 10 << 20, "{what}: too few bytes sampled: {stacks:#?}");
+        assert!(
+            sampled >= 10 << 20,
+            "{what}: too few bytes sampled: {stacks:#?}"
+        );
         assert!(
             named as f64 >= 0.95 * sampled as f64,
             "{what}: {named} of {sampled} bytes sampled are under \
