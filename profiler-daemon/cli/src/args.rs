@@ -363,6 +363,13 @@ pub struct ReportArgs {
     /// not the interpreter's (C extensions, libc, the kernel) below them
     #[arg(long, overrides_with = "interpreter")]
     pub no_interpreter: bool,
+    /// Folded, flame graphs, speedscope: a Python frame as `name (file:line)`,
+    /// as py-spy writes it (default)
+    #[arg(long, overrides_with = "no_python_lines")]
+    pub python_lines: bool,
+    /// Folded, flame graphs, speedscope: a Python frame as its function's name
+    #[arg(long, overrides_with = "python_lines")]
+    pub no_python_lines: bool,
 }
 
 impl ReportArgs {
@@ -388,6 +395,7 @@ impl ReportArgs {
             kernel: Some(!self.no_kernel),
             combine: Some(!self.no_combine),
             interpreter: Some(!self.no_interpreter),
+            python_lines: Some(!self.no_python_lines),
         }
     }
 }

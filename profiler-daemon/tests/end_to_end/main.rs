@@ -42,4 +42,5 @@ mod unwind_tables;
 mod unwinding;
 mod unwinding_lives;
 mod unwinding_sparse;
+mod web_python;
 mod web_view;

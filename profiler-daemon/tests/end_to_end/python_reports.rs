@@ -286,7 +286,7 @@ async fn python_stacks_without_the_interpreter_s_frames_are_py_spy_s() {
     // The same over HTTP (`interpreter=false`).
     let (code, body) = crate::http::curl(
         &format!(
-            "{http}/api/query?since=2&format=folded&pid={}&interpreter=false",
+            "{http}/api/query?since=2&format=folded&pid={}&interpreter=false&python_lines=false",
             workload.pid()
         ),
         &[],

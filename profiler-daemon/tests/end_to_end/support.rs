@@ -845,9 +845,12 @@ pub fn selector(pids: &[u32]) -> Option<v1::Selector> {
     })
 }
 
+/// Report options for `format`; Python frames by their names alone (as the
+/// tests match them; `python_lines` is tested apart).
 pub fn options(format: v1::Format) -> v1::ReportOptions {
     v1::ReportOptions {
         format: format as i32,
+        python_lines: Some(false),
         ..Default::default()
     }
 }

@@ -117,6 +117,7 @@ try {
   if (scenario === "view") await view(page);
   else if (scenario === "refused") await refused(page);
   else if (scenario === "crossSite") await crossSite(page);
+  else if (scenario === "python") await python(page);
   else throw new Error(`no scenario ${scenario}`);
   seen.cspViolations = await page.evaluate(() => window.cspViolations);
 } catch (error) {
@@ -249,6 +250,48 @@ function drawnFrames(page) {
         };
       }),
   );
+}
+
+// A Python process chosen: its Python frames are drawn with their file and
+// line; the interpreter switch takes the interpreter's own frames out.
+async function python(page) {
+  await loaded(page);
+  await fill(page, "#processes", String(args.pid));
+  await page.$eval("#processes", (input) => input.dispatchEvent(new Event("change")));
+  const hotDrawn = (hot) =>
+    [...document.querySelectorAll("#flamegraph svg g.frame")].some((element) =>
+      d3.select(element).datum().data.name.startsWith(`${hot} (`),
+    );
+  await until(page, hotDrawn, args.hot);
+  await loaded(page);
+  const names = async () => [...new Set((await drawnFrames(page)).flatMap((frame) => frame.chain))];
+  seen.withInterpreter = await names();
+  seen.hotChains = (await drawnFrames(page))
+    .filter((frame) => frame.chain.at(-1).startsWith(`${args.hot} (`))
+    .map((frame) => frame.chain);
+  // The labels drawn on the frames (as a user reads them), once written
+  // (at the end of the graph's transition).
+  const labelled = (hot) =>
+    [...document.querySelectorAll("#flamegraph .d3-flame-graph-label")].some(
+      (label) => label.style.display !== "none" && label.textContent.startsWith(`${hot} (`),
+    );
+  await until(page, labelled, args.hot);
+  seen.labels = await page.evaluate(() =>
+    [...document.querySelectorAll("#flamegraph .d3-flame-graph-label")]
+      .filter((label) => label.style.display !== "none")
+      .map((label) => label.textContent),
+  );
+  await page.screenshot({ path: args.screenshot, fullPage: false });
+  await page.click("#interpreter");
+  // Drawn from a report asked without the interpreter's frames.
+  await until(page, () => (document.body.dataset.window || "").includes("interpreter=false"));
+  await until(page, hotDrawn, args.hot);
+  seen.withoutInterpreter = await names();
+  seen.hotChainsWithout = (await drawnFrames(page))
+    .filter((frame) => frame.chain.at(-1).startsWith(`${args.hot} (`))
+    .map((frame) => frame.chain);
+  seen.windowWithout = await attribute(page, "body", "data-window");
+  seen.download = await attribute(page, '#downloads a[data-format="folded"]', "href");
 }
 
 async function view(page) {

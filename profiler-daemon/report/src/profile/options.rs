@@ -23,6 +23,11 @@ pub struct ReportOptions {
     /// holds Python frames shows those and what is not the interpreter's
     /// (see [`Profile::without_interpreter_frames`](crate::profile::Profile::without_interpreter_frames)).
     pub interpreter: bool,
+    /// Folded stacks, flame graphs and speedscope: a Python frame reads
+    /// `name (file:line)`, the line it was at, as py-spy writes it; when
+    /// false, the function's name alone (the other formats have file and
+    /// line apart).
+    pub python_lines: bool,
     /// Tree and flat: the most lines a report prints (0: no limit). When
     /// more would pass the other filters, the lines of fewest samples are
     /// left out, and the report says so.
@@ -55,6 +60,7 @@ impl Default for ReportOptions {
             kernel: true,
             combine: true,
             interpreter: true,
+            python_lines: true,
             maxlines: DEFAULT_MAXLINES,
             maxsections: DEFAULT_MAXSECTIONS,
         }

@@ -118,7 +118,7 @@ fn with_source<T>(
         });
     }
     let expansion = Expansion::new(profile, options.kernel)?;
-    let tokens = Tokens::new(&expansion)?;
+    let tokens = Tokens::new(&expansion, options.python_lines)?;
     // Keeping no frame at all would leave lines without a stack.
     let depth = options
         .maxdepth
@@ -368,7 +368,7 @@ struct Tokens {
 }
 
 impl Tokens {
-    fn new(expansion: &Expansion<'_>) -> Result<Self, ReportError> {
+    fn new(expansion: &Expansion<'_>, python_lines: bool) -> Result<Self, ReportError> {
         // The distinct names: name n gives tokens 2n (followed) and 2n + 1
         // (last).
         let mut name_ids: FxHashMap<String, usize> = FxHashMap::default();
@@ -377,7 +377,9 @@ impl Tokens {
             .iter()
             .map(|&frame| {
                 let next = name_ids.len();
-                *name_ids.entry(frame_name(frame)).or_insert(next)
+                *name_ids
+                    .entry(frame_name(frame, python_lines))
+                    .or_insert(next)
             })
             .collect();
         small_id(2 * name_ids.len(), "frame names")?;
@@ -558,13 +560,20 @@ fn left_out_frame(left_out: &SectionsLeftOut, groupby: GroupBy) -> String {
     )
 }
 
-pub(super) fn frame_name(frame: FrameView<'_>) -> String {
+/// A frame's token: its function's name, marked as a kernel or inlined
+/// one; a Python frame's with its file and line when `python_lines`.
+pub(super) fn frame_name(frame: FrameView<'_>, python_lines: bool) -> String {
     let suffix = match frame.kind {
         LocationKind::Kernel => "_[k]",
         _ if frame.inlined => "_[i]",
         _ => "",
     };
-    format!("{}{suffix}", clean(frame.function))
+    match frame.file {
+        Some(file) if python_lines && frame.kind == LocationKind::Python => {
+            format!("{} ({}:{})", clean(frame.function), clean(file), frame.line)
+        }
+        _ => format!("{}{suffix}", clean(frame.function)),
+    }
 }
 
 /// `name` made safe for one frame of a folded line.

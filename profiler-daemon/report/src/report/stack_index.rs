@@ -48,6 +48,8 @@ pub struct StackIndexKey {
     pub combine: bool,
     /// Kernel addresses shown as 0, as to an asker who may not read them.
     pub hide_kernel_addresses: bool,
+    /// Folded tokens: Python frames with their file and line.
+    pub python_lines: bool,
 }
 
 impl StackIndexKey {
@@ -57,14 +59,14 @@ impl StackIndexKey {
             // Its stacks are not the store's.
             return None;
         }
-        let (words, combine) = match options.format {
-            Format::Tree => (IndexedWords::TreeLines, options.combine),
-            Format::Flat => (IndexedWords::TreeLines, options.combine),
+        let (words, combine, python_lines) = match options.format {
+            Format::Tree => (IndexedWords::TreeLines, options.combine, false),
+            Format::Flat => (IndexedWords::TreeLines, options.combine, false),
             // The index holds whole stacks.
             Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded
                 if options.maxdepth.is_none() =>
             {
-                (IndexedWords::FoldedTokens, false)
+                (IndexedWords::FoldedTokens, false, options.python_lines)
             }
             _ => return None,
         };
@@ -73,6 +75,7 @@ impl StackIndexKey {
             kernel: options.kernel,
             combine,
             hide_kernel_addresses,
+            python_lines,
         })
     }
 }

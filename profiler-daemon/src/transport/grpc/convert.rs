@@ -58,6 +58,7 @@ pub fn report_options(options: Option<v1::ReportOptions>) -> Result<ReportOption
         },
         kernel: options.kernel.unwrap_or(defaults.kernel),
         interpreter: options.interpreter.unwrap_or(defaults.interpreter),
+        python_lines: options.python_lines.unwrap_or(defaults.python_lines),
         combine: options.combine.unwrap_or(defaults.combine),
         maxlines: options.maxlines.unwrap_or(defaults.maxlines),
         maxsections: options.maxsections.unwrap_or(defaults.maxsections),
@@ -433,7 +434,7 @@ mod tests {
     fn default_options_are_julias() {
         let options = report_options(None).unwrap();
         assert_eq!(options, ReportOptions::default());
-        assert!(options.kernel && options.combine && options.interpreter);
+        assert!(options.kernel && options.combine && options.interpreter && options.python_lines);
         assert_eq!(options.maxlines, crate::profile::DEFAULT_MAXLINES);
         assert_eq!(options.maxsections, crate::profile::DEFAULT_MAXSECTIONS);
     }
@@ -452,6 +453,7 @@ mod tests {
             maxlines: Some(0),
             maxsections: Some(0),
             interpreter: Some(false),
+            python_lines: Some(false),
         }))
         .unwrap();
         assert_eq!(options.format, Format::Pprof);
@@ -460,6 +462,7 @@ mod tests {
         assert_eq!(options.maxsections, 0, "0: no limit");
         assert_eq!(options.groupby, GroupBy::Thread);
         assert!(!options.kernel && !options.combine && !options.interpreter);
+        assert!(!options.python_lines);
     }
 
     #[test]

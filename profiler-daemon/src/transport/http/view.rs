@@ -146,7 +146,7 @@ fn window(params: &Params) -> Result<PastWindow, HttpError> {
     }
 }
 
-/// `GET /api/query?WINDOW&format=F[&groupby=G][&drawn=true][&maxsections=N][&interpreter=false]`:
+/// `GET /api/query?WINDOW&format=F[&groupby=G][&drawn=true][&maxsections=N][&interpreter=false][&python_lines=false]`:
 /// a report of a window the daemon holds (see [`window`]), in any format
 /// (folded by default), of the selected processes; what `profilerctl
 /// query` asks over gRPC. `drawn=true` (folded only) gives the lines a
@@ -163,7 +163,14 @@ async fn query(
 ) -> Answer {
     let names = [
         WINDOW_NAMES,
-        &["format", "groupby", "drawn", "maxsections", "interpreter"],
+        &[
+            "format",
+            "groupby",
+            "drawn",
+            "maxsections",
+            "interpreter",
+            "python_lines",
+        ],
     ]
     .concat();
     let (asker, params) = admitted(&routes, &admission, query, "/api/query", &names)?;
@@ -186,6 +193,9 @@ async fn query(
     }
     if let Some(interpreter) = params.flag("interpreter")? {
         options.interpreter = interpreter;
+    }
+    if let Some(python_lines) = params.flag("python_lines")? {
+        options.python_lines = python_lines;
     }
     let report = routes
         .service

@@ -102,6 +102,7 @@ fn python_stacks_lose_the_interpreter_s_frames_and_keep_the_rest() {
         let options = ReportOptions {
             format: Format::Folded,
             interpreter,
+            python_lines: false,
             ..ReportOptions::default()
         };
         String::from_utf8(render(&profile, &options).expect("rendered")).expect("UTF-8")
@@ -119,4 +120,22 @@ fn python_stacks_lose_the_interpreter_s_frames_and_keep_the_rest() {
     );
     // By default, every frame.
     assert!(folded(true).contains("_start;__libc_start_call_main;Py_RunMain;<module>"));
+
+    // And by default, Python frames with their file and line (py-spy's
+    // way), in every format made of folded stacks, from the index too.
+    for format in [Format::Folded, Format::Speedscope, Format::Flamegraph] {
+        let options = ReportOptions {
+            format,
+            ..ReportOptions::default()
+        };
+        let text = String::from_utf8(render(&profile, &options).expect("rendered")).expect("UTF-8");
+        assert!(text.contains("a (/srv/app.py:5)"), "{format:?}: {text}");
+        assert!(
+            !text.contains("fast_sum (/"),
+            "{format:?}: only Python frames"
+        );
+        if format == Format::Folded {
+            assert!(!text.contains(";a;"), "{text}");
+        }
+    }
 }

@@ -145,7 +145,7 @@ fn reference(profile: &Profile, options: &ReportOptions) -> String {
     for sample in expansion.samples.iter() {
         let mut names = group_frames(expansion.thread(sample), options.groupby);
         let frames = expansion.frames_of(sample.stack).take(depth);
-        names.extend(frames.map(|frame| frame_name(expansion.frames[frame as usize])));
+        names.extend(frames.map(|frame| frame_name(expansion.frames[frame as usize], true)));
         *lines.entry(names.join(";")).or_default() += sample.count;
     }
     lines

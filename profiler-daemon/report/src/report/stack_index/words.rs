@@ -150,7 +150,7 @@ impl WordTable {
                 self.intern(Word::Line(OwnedLineKey::of(line)))
             }
             IndexedWords::FoldedTokens => {
-                let name = frame_name(frame);
+                let name = frame_name(frame, key.python_lines);
                 let followed = self.intern(Word::Token(format!("{name};")))?;
                 let last = self.intern(Word::Token(name))?;
                 for token in [followed, last] {

@@ -117,6 +117,8 @@ function reportParams(window, format, drawn) {
   params.set("mode", $("mode").value);
   if (!format) return params;
   params.set("format", format);
+  // Python frames come with their file and line (the daemon's default).
+  if (!$("interpreter").checked) params.set("interpreter", "false");
   if (format === "folded" && !processes) params.set("groupby", "process");
   if (drawn) params.set("drawn", "true");
   return params;
@@ -622,7 +624,7 @@ function start() {
   for (const form of document.querySelectorAll("form")) {
     form.addEventListener("submit", (event) => event.preventDefault());
   }
-  for (const id of ["range", "until", "mode", "diff", "processes"]) {
+  for (const id of ["range", "until", "mode", "diff", "processes", "interpreter"]) {
     $(id).addEventListener("change", changed);
   }
   $("reload").addEventListener("click", () => reload());
