@@ -29,17 +29,7 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
     )
     .expect("the script is written");
     let daemon = Daemon::start().await;
-    // Interpreted JavaScript has frames of its own only with
-    // --interpreted-frames-native-stack (each gets a trampoline named in
-    // the perf map); without it the hot function's callers are missing.
-    let node: Workload = Command::new("node")
-        .args(["--perf-basic-prof", "--interpreted-frames-native-stack"])
-        .arg(&script)
-        // V8 writes its isolate logs into the working directory.
-        .current_dir(dir.path())
-        .spawn()
-        .expect("node (Debian's nodejs) runs")
-        .into();
+    let node = node_running(&script, "--perf-basic-prof");
     let pid = node.pid();
     // Once V8 has compiled the function (and named its code in the perf
     // map).
@@ -47,6 +37,21 @@ async fn javascript_functions_are_named_from_nodes_perf_map() {
     let stacks = folded_profile_of(&daemon, pid, 2).await;
     let _ = std::fs::remove_file(map);
     assert_hot_javascript_named(&stacks);
+}
+
+/// node running `script` in its directory (where V8 writes its jitdump
+/// file and isolate logs), its names written as `names_flag` asks.
+/// Interpreted JavaScript has frames of its own only with
+/// `--interpreted-frames-native-stack` (each gets a trampoline, named
+/// too); without it the hot function's callers are missing.
+fn node_running(script: &Path, names_flag: &str) -> Workload {
+    Command::new("node")
+        .args([names_flag, "--interpreted-frames-native-stack"])
+        .arg(script)
+        .current_dir(script.parent().expect("the script's directory"))
+        .spawn()
+        .expect("node (Debian's nodejs) runs")
+        .into()
 }
 
 /// At least half the samples of `stacks` name the hot JavaScript function
@@ -95,15 +100,7 @@ async fn javascript_functions_are_named_from_nodes_jitdump_file() {
     )
     .expect("the script is written");
     let daemon = Daemon::start().await;
-    let node: Workload = Command::new("node")
-        .args(["--perf-prof", "--interpreted-frames-native-stack"])
-        .arg(&script)
-        // V8 writes its jitdump file and isolate logs into the working
-        // directory.
-        .current_dir(dir.path())
-        .spawn()
-        .expect("node (Debian's nodejs) runs")
-        .into();
+    let node = node_running(&script, "--perf-prof");
     let pid = node.pid();
     let dump = dir.path().join(format!("jit-{pid}.dump"));
     // Once the optimized hot function's record is in the file.

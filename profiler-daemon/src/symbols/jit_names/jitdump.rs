@@ -12,9 +12,9 @@
 //! of a perf map's lines; it must not decide which files are read or hold
 //! what was found.
 
-use std::{fs::File, io, os::unix::fs::FileExt as _};
+use std::{fs::File, io};
 
-use super::perf_map::{CHUNK_BYTES, Line, Piece};
+use super::perf_map::{CHUNK_BYTES, Line, Piece, read_chunk};
 
 /// `JiTD` as the writer's machine stores a `u32`: read as little-endian
 /// on a little-endian writer; the other byte order reads it reversed.
@@ -44,9 +44,7 @@ pub fn read_piece(
     buffer: &mut Vec<u8>,
     mut each: impl FnMut(u64, Line<'_>),
 ) -> io::Result<Piece> {
-    let wanted = until.saturating_sub(offset).min(CHUNK_BYTES as u64) as usize;
-    buffer.resize(wanted, 0);
-    let filled = fill(file, offset, buffer)?;
+    let filled = read_chunk(file, offset, until, buffer)?;
     let bytes = &buffer[..filled];
     let mut at = 0usize;
     if offset == 0 {
@@ -92,21 +90,6 @@ pub fn read_piece(
     }
     piece.consumed = at as u64;
     Ok(piece)
-}
-
-/// Reads from `offset` into all of `buffer` or up to the file's end; the
-/// bytes read.
-fn fill(file: &File, offset: u64, buffer: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buffer.len() {
-        match file.read_at(&mut buffer[filled..], offset + filled as u64) {
-            Ok(0) => break,
-            Ok(read) => filled += read,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(filled)
 }
 
 /// The header's size, where records begin; `None` while it is not wholly

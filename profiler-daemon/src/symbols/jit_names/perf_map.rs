@@ -45,17 +45,7 @@ pub fn read_piece(
     buffer: &mut Vec<u8>,
     mut each: impl FnMut(u64, Line<'_>),
 ) -> std::io::Result<Piece> {
-    let wanted = until.saturating_sub(offset).min(CHUNK_BYTES as u64) as usize;
-    buffer.resize(wanted, 0);
-    let mut filled = 0;
-    while filled < wanted {
-        match file.read_at(&mut buffer[filled..], offset + filled as u64) {
-            Ok(0) => break,
-            Ok(read) => filled += read,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
-        }
-    }
+    let filled = read_chunk(file, offset, until, buffer)?;
     let text = &buffer[..filled];
     let Some(last_end) = text.iter().rposition(|&byte| byte == b'\n') else {
         // No line end at all: a line being written, or one too long.
@@ -78,6 +68,28 @@ pub fn read_piece(
         consumed: last_end as u64 + 1,
         too_long: 0,
     })
+}
+
+/// Reads into `buffer` what there is from `offset` up to `until`, at most
+/// [`CHUNK_BYTES`]; the bytes read.
+pub(super) fn read_chunk(
+    file: &File,
+    offset: u64,
+    until: u64,
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    let wanted = until.saturating_sub(offset).min(CHUNK_BYTES as u64) as usize;
+    buffer.resize(wanted, 0);
+    let mut filled = 0;
+    while filled < wanted {
+        match file.read_at(&mut buffer[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(filled)
 }
 
 /// A line `START SIZE name`; `None` for anything else.
