@@ -114,6 +114,11 @@ fn thread_state(layout: &PythonLayout, tid: u32) -> Option<u64> {
 #[derive(Clone, Copy)]
 pub(crate) struct WalkState {
     frame: u64,
+    /// The code object of the last frame named, and its check: a frame of
+    /// the same one (recursion) takes it without reading it again (within
+    /// one sample, one address is one code object).
+    last_code: u64,
+    last_check: u64,
     written: u32,
     /// Whether the last slot written ends an activation (no two in a row).
     ended: u32,
@@ -181,6 +186,8 @@ pub(crate) fn read_frames(
     unsafe {
         *state = WalkState {
             frame,
+            last_code: 0,
+            last_check: 0,
             written: 0,
             ended: 1,
             outcome: status::READ,
@@ -311,21 +318,14 @@ extern "C" fn walk_step(_index: u32, walk: *mut c_void) -> i64 {
         }
         state.ended = 1;
     } else {
-        // Its file name and qualified name (two words apart) in one read.
-        // SAFETY: bpf_probe_read_user fails rather than faulting.
-        let names =
-            unsafe { bpf_probe_read_user((code + layout.code_filename) as *const [u64; 3]) }
-                .unwrap_or_default();
-        let qualname = layout.code_qualname.wrapping_sub(layout.code_filename);
-        let name = layout.code_name.wrapping_sub(layout.code_filename);
-        // The name's hash: one more read, the check's only part that is not
-        // an address (see `code_check`).
-        let name_hash = word_at(&names, name).map_or(0, |name| {
-            let hash = name.wrapping_add(layout.str_hash) as *const u64;
-            // SAFETY: bpf_probe_read_user fails rather than faulting.
-            unsafe { bpf_probe_read_user(hash) }.unwrap_or(0)
-        });
-        let check = code_check(names[0], word_at(&names, qualname).unwrap_or(0), name_hash);
+        let check = if code != 0 && code == state.last_code {
+            state.last_check
+        } else {
+            let check = code_check_of(layout, code);
+            state.last_code = code;
+            state.last_check = check;
+            check
+        };
         let slot = PythonFrameSlot {
             code,
             instruction,
@@ -346,6 +346,25 @@ extern "C" fn walk_step(_index: u32, walk: *mut c_void) -> i64 {
     }
     state.frame = previous;
     0
+}
+
+/// The check of the code object at `code` (see `code_check`): two reads.
+#[inline(always)]
+fn code_check_of(layout: &PythonLayout, code: u64) -> u64 {
+    // Its file name and qualified name (two words apart) in one read.
+    // SAFETY: bpf_probe_read_user fails rather than faulting.
+    let names = unsafe { bpf_probe_read_user((code + layout.code_filename) as *const [u64; 3]) }
+        .unwrap_or_default();
+    let qualname = layout.code_qualname.wrapping_sub(layout.code_filename);
+    let name = layout.code_name.wrapping_sub(layout.code_filename);
+    // The name's hash: one more read, the check's only part that is not
+    // an address (see `code_check`).
+    let name_hash = word_at(&names, name).map_or(0, |name| {
+        let hash = name.wrapping_add(layout.str_hash) as *const u64;
+        // SAFETY: bpf_probe_read_user fails rather than faulting.
+        unsafe { bpf_probe_read_user(hash) }.unwrap_or(0)
+    });
+    code_check(names[0], word_at(&names, qualname).unwrap_or(0), name_hash)
 }
 
 /// Writes `slot` at index `*written` of `slots`; false when they are full.
