@@ -101,7 +101,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
     /// Ask one question only (overhead, designs, unwind_info, scale,
-    /// scale-hour, render, symbolization, peek, offcpu, allocs or soak); it
+    /// scale-hour, render, symbolization, peek, offcpu, allocs, soak or python); it
     /// replaces only its own tables in BENCHMARKS.md. A full run skips
     /// scale-hour (report latency over an hour's window), which takes over
     /// an hour, and soak (the daemon left on beside a busy machine's churn

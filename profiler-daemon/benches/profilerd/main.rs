@@ -21,6 +21,7 @@ mod measure;
 mod offcpu;
 mod overhead;
 mod peek;
+mod python;
 mod render;
 mod report;
 mod scale;
@@ -132,7 +133,7 @@ struct Args {
 /// `scale-hour` (question 5 over an hour's window), which takes over an
 /// hour, and `soak` (question 10), which takes 40 minutes: each only when
 /// asked for.
-const QUESTIONS: [&str; 11] = [
+const QUESTIONS: [&str; 12] = [
     "overhead",
     "designs",
     "unwind_info",
@@ -144,6 +145,7 @@ const QUESTIONS: [&str; 11] = [
     "offcpu",
     "allocs",
     "soak",
+    "python",
 ];
 
 fn parse_args() -> Result<Args> {
@@ -263,6 +265,9 @@ fn main() -> Result<()> {
     }
     if asked("peek") {
         show(runtime.block_on(peek::run(&plan, &workloads, &args.out_dir))?);
+    }
+    if asked("python") {
+        show(runtime.block_on(python::run(&plan, &args.out_dir))?);
     }
     if asked("offcpu") {
         // Question 8 turns them on only where it reads them.

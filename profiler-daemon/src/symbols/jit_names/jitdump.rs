@@ -14,7 +14,10 @@
 
 use std::{fs::File, io};
 
-use super::perf_map::{CHUNK_BYTES, Line, Piece, read_chunk};
+use super::{
+    MAX_FILE_BYTES,
+    perf_map::{CHUNK_BYTES, Line, Piece, read_chunk},
+};
 
 /// `JiTD` as the writer's machine stores a `u32`: read as little-endian
 /// on a little-endian writer; the other byte order reads it reversed.
@@ -65,6 +68,13 @@ pub fn read_piece(
             )));
         }
         let start = offset + at as u64;
+        if start + size as u64 > MAX_FILE_BYTES {
+            // It ends past what is read of a file: nothing after it will
+            // be, as past the end of a long perf map.
+            at = (MAX_FILE_BYTES - offset) as usize;
+            piece.too_long += 1;
+            break;
+        }
         if start + size as u64 > until {
             break;
         }
@@ -272,6 +282,18 @@ pub(super) mod tests {
         let (records, _) =
             records_of(&bytes, long_at + piece.consumed, bytes.len() as u64).expect("read");
         assert_eq!(records[0].3, "next");
+
+        // A record that says it ends past the most of a file read: what
+        // follows is never read (as past a long perf map's end), rather
+        // than waited for.
+        let mut bytes = header();
+        bytes.extend(4u32.to_le_bytes());
+        bytes.extend(u32::MAX.to_le_bytes());
+        bytes.resize(4096, 0);
+        let (records, piece) = records_of(&bytes, 0, bytes.len() as u64).expect("read");
+        assert!(records.is_empty());
+        assert_eq!(piece.consumed, MAX_FILE_BYTES);
+        assert_eq!(piece.too_long, 1);
     }
 
     #[test]
