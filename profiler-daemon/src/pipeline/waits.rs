@@ -65,6 +65,9 @@ pub struct Waits<I> {
     /// By thread and switch-out: a thread's next wait can be read before
     /// the interval that ends its previous one.
     under_way: HashMap<(u32, u64), Wait<I>>,
+    /// When the kernel last let go of its pending waits as of the last
+    /// look: every wait under way began after it.
+    released_ns: u64,
     stats: WaitStats,
 }
 
@@ -81,6 +84,7 @@ impl<I: WaitIdentity> Waits<I> {
             intervals,
             recorded,
             under_way: HashMap::default(),
+            released_ns: 0,
             stats: WaitStats::default(),
         }
     }
@@ -235,7 +239,10 @@ impl<I: WaitIdentity> Waits<I> {
     }
 
     pub fn stats(&self) -> WaitStats {
-        self.stats
+        WaitStats {
+            under_way: self.under_way.len() as u64,
+            ..self.stats
+        }
     }
 
     /// Ends the waits begun before the kernel last let go of its pending
@@ -245,8 +252,18 @@ impl<I: WaitIdentity> Waits<I> {
     /// wall profiles back to back) must find no wait of a thread it finds
     /// waiting, or the thread is never charged. Returns when the kernel
     /// last let go (monotonic ns; 0: never).
+    ///
+    /// Called for every wait begun: it looks at the waits under way only
+    /// when the kernel let go again since (a look over all of them per
+    /// wait made a pass quadratic in the waits under way, and a drain
+    /// thread of a machine with thousands of waiting threads fell behind
+    /// for good).
     fn drop_stale(&mut self) -> u64 {
         let released_ns = crate::read_lock(&self.recorded).released_ns();
+        if released_ns == self.released_ns {
+            return released_ns;
+        }
+        self.released_ns = released_ns;
         let before = self.under_way.len();
         self.under_way
             .retain(|_, wait| wait.began_ns >= released_ns);
