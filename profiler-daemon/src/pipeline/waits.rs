@@ -146,7 +146,6 @@ impl<I: WaitIdentity> Waits<I> {
                 unconfirmed: 0,
             },
         );
-        self.stats.under_way = self.under_way.len() as u64;
     }
 
     /// Charges the intervals to their waits' stacks.
@@ -172,7 +171,6 @@ impl<I: WaitIdentity> Waits<I> {
                 &mut charge,
             );
         }
-        self.stats.under_way = self.under_way.len() as u64;
     }
 
     /// Credits the waits still under way up to `now_ns` (the drain's cut),
@@ -235,7 +233,6 @@ impl<I: WaitIdentity> Waits<I> {
         self.stats.abandoned += abandoned;
         // Charged up to the end of their recording.
         self.stats.charged += ended;
-        self.stats.under_way = self.under_way.len() as u64;
     }
 
     pub fn stats(&self) -> WaitStats {
@@ -270,7 +267,6 @@ impl<I: WaitIdentity> Waits<I> {
         // Charged up to the last cut of their recording; what came after
         // it belongs to no window.
         self.stats.charged += (before - self.under_way.len()) as u64;
-        self.stats.under_way = self.under_way.len() as u64;
         released_ns
     }
 }

@@ -92,11 +92,9 @@ pub fn read_piece(
                 None => {}
             }
         }
+        // Past its end: the rest of a record read in part (its code) is
+        // passed over, and the loop ends there.
         at += size;
-        // The rest of a record read in part (its code) is passed over.
-        if at >= bytes.len() {
-            break;
-        }
     }
     piece.consumed = at as u64;
     Ok(piece)
