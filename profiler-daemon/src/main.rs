@@ -48,6 +48,32 @@ struct Args {
     config: Option<PathBuf>,
     #[command(flatten)]
     overrides: Overrides,
+    /// Print the completion script of SHELL and exit (for packaging)
+    #[arg(long, value_name = "SHELL", hide = true, exclusive = true)]
+    completions: Option<clap_complete::Shell>,
+    /// Print the man page (roff) and exit (for packaging)
+    #[arg(long, hide = true, exclusive = true)]
+    man_page: bool,
+}
+
+/// Writes what `--completions` or `--man-page` asks for to standard output;
+/// false when neither was given.
+fn print_generated(args: &Args) -> std::io::Result<bool> {
+    use clap::CommandFactory as _;
+    use std::io::Write as _;
+    let mut command = Args::command();
+    let mut text = Vec::new();
+    if let Some(shell) = args.completions {
+        clap_complete::generate(shell, &mut command, "profilerd", &mut text);
+    } else if args.man_page {
+        clap_mangen::Man::new(command.name("profilerd"))
+            .section("8")
+            .render(&mut text)?;
+    } else {
+        return Ok(false);
+    }
+    std::io::stdout().write_all(&text)?;
+    Ok(true)
 }
 
 /// The heap counted, so that the memory each part holds can be checked
@@ -59,6 +85,14 @@ static ALLOCATOR: profilerd::memory::counting::CountingAllocator =
 fn main() -> ExitCode {
     profilerd::memory::trim::tune();
     let args = Args::parse();
+    match print_generated(&args) {
+        Ok(false) => {}
+        Ok(true) => return ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("profilerd: cannot write to standard output: {err}");
+            return ExitCode::FAILURE;
+        }
+    }
     let config = Config::load(args.config.as_deref(), &args.overrides);
     let log_level = config
         .as_ref()

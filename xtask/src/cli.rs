@@ -61,6 +61,17 @@ pub enum Command {
     /// (it is never overwritten). Everything goes under DESTDIR when given.
     /// Prints the commands that enable the service; runs none of them.
     Install(InstallArgs),
+    /// Build the Debian package and the OCI image from the release build.
+    ///
+    /// Writes target/package/profilerd_VERSION_amd64.deb (binaries, unit,
+    /// sysusers and tmpfiles entries, the configuration as a conffile,
+    /// completions and man pages, maintainer scripts),
+    /// target/package/profilerd-VERSION-oci.tar (an OCI image layout: the
+    /// binaries and the libraries they load, nothing pulled from a
+    /// registry) and target/package/daemonset.yaml (deploy/kubernetes's,
+    /// naming that image by its digest). Needs dpkg-deb, dpkg-shlibdeps
+    /// and strip (Debian's dpkg, dpkg-dev and binutils).
+    Package(PackageArgs),
     /// Remove what `install` installed (same --prefix and --destdir).
     ///
     /// A configuration that differs from the example, and the state
@@ -87,6 +98,18 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct TestArgs {
+    /// Only the package checks: build the Debian package and the image of
+    /// the debug build, lint, install, upgrade and purge the package in a
+    /// scratch root, run the daemon from it and from the image. A full
+    /// run (no arguments) ends with them.
+    #[arg(long)]
+    pub packages: bool,
+    /// Only the kernel matrix: boot Debian's kernels (11's 5.10, 12's 6.1,
+    /// 13's, testing's) under qemu with an initramfs made here, run the
+    /// release daemon on each and judge its requirements check and a
+    /// known call chain; writes target/kernels/results.md (docs/kernels.md).
+    #[arg(long, conflicts_with_all = ["packages", "cargo_args"])]
+    pub kernels: bool,
     /// Arguments appended to `cargo test --workspace --exclude profiler-ebpf`,
     /// after `--` (e.g. `cargo xtask test -- --test cli -- --nocapture`).
     /// With `-p`/`--package` among them, only those packages are tested.
@@ -118,6 +141,20 @@ pub struct InstallArgs {
     /// Staging root prepended to every installed path (for packaging).
     #[arg(long, value_name = "DIR", env = "DESTDIR")]
     pub destdir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PackageArgs {
+    /// The packages' version; default: the workspace's.
+    #[arg(long, value_name = "VERSION")]
+    pub version: Option<String>,
+    /// Package the debug build instead of the release one (for the tests:
+    /// no release build needed).
+    #[arg(long)]
+    pub debug: bool,
+    /// Where the artifacts are written; default: target/package.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -10,10 +10,11 @@ use std::process::Command as Child;
 use anyhow::{Context as _, Result, bail};
 
 use crate::cli::{
-    BenchArgs, BootstrapArgs, BuildArgs, Command, InstallArgs, RunArgs, TestArgs, UninstallArgs,
+    BenchArgs, BootstrapArgs, BuildArgs, Command, InstallArgs, PackageArgs, RunArgs, TestArgs,
+    UninstallArgs,
 };
 use crate::process::{self, Privilege};
-use crate::{bootstrap, deps, install, kernel, layers, web};
+use crate::{bootstrap, deps, install, kernel, kernels, layers, package, web};
 
 /// The eBPF crate: built for its own target only (by the daemon's build script).
 const EBPF_PACKAGE: &str = "profiler-ebpf";
@@ -37,6 +38,7 @@ pub fn dispatch(command: Command) -> Result<()> {
         Command::Lint => lint(),
         Command::Bootstrap(args) => bootstrap(args),
         Command::Install(args) => install(args),
+        Command::Package(args) => package(args),
         Command::Uninstall(args) => uninstall(args),
     }
 }
@@ -99,6 +101,15 @@ fn run(args: RunArgs) -> Result<()> {
 }
 
 fn test(args: TestArgs) -> Result<()> {
+    if args.kernels {
+        bootstrap::ebpf_toolchain()?;
+        build_daemon(Profile::Release)?;
+        let target = target_dir()?;
+        return kernels::matrix(
+            &target.join(Profile::Release.dir()),
+            &target.join("kernels"),
+        );
+    }
     let privilege =
         process::privilege("the test suite (its integration tests load eBPF programs)")?;
     kernel::check()?;
@@ -122,8 +133,22 @@ fn test(args: TestArgs) -> Result<()> {
         cmd.arg("--config").arg(sudo_runner_config(&host_triple()?));
     }
     cmd.args(&args.cargo_args);
-    println!("==> {}", process::display(&cmd));
-    process::run(&mut cmd)
+    if !args.packages {
+        println!("==> {}", process::display(&cmd));
+        process::run(&mut cmd)?;
+    }
+    // The package checks, after the whole suite (not after a filtered run).
+    if args.packages || args.cargo_args.is_empty() {
+        deps::package_deps()?;
+        deps::package_check_deps()?;
+        let inputs = package_inputs(
+            Profile::Debug,
+            None,
+            Some(target_dir()?.join("package-check")),
+        )?;
+        package::checks::run(&inputs)?;
+    }
+    Ok(())
 }
 
 fn bench(args: BenchArgs) -> Result<()> {
@@ -250,6 +275,53 @@ fn install(args: InstallArgs) -> Result<()> {
         println!("  {step}");
     }
     Ok(())
+}
+
+fn package(args: PackageArgs) -> Result<()> {
+    let profile = Profile::from_release_flag(!args.debug);
+    bootstrap::ebpf_toolchain()?;
+    deps::package_deps()?;
+    build_daemon(profile)?;
+    let inputs = package_inputs(profile, args.version, args.out)?;
+    println!(
+        "==> packaging profilerd {} ({profile}) into {}",
+        inputs.version,
+        inputs.out.display()
+    );
+    let built = package::build(&inputs)?;
+    println!("==> {}", built.deb.display());
+    println!(
+        "==> {} ({})",
+        built.image.path.display(),
+        built.image.digest
+    );
+    println!("==> {}", built.daemonset.display());
+    println!("Install the package: apt install {}", built.deb.display());
+    println!(
+        "Load the image: podman load -i {} (or skopeo copy oci-archive:… to a registry)",
+        built.image.path.display()
+    );
+    Ok(())
+}
+
+/// What `package` makes its artifacts of: `profile`'s binaries, into
+/// `out` (default target/package).
+fn package_inputs(
+    profile: Profile,
+    version: Option<String>,
+    out: Option<PathBuf>,
+) -> Result<package::Inputs> {
+    let workspace = workspace_root()?;
+    Ok(package::Inputs {
+        version: version.unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned()),
+        binaries: target_dir()?.join(profile.dir()),
+        out: match out {
+            Some(out) => std::path::absolute(out)?,
+            None => target_dir()?.join("package"),
+        },
+        epoch: package::source_epoch(&workspace)?,
+        workspace,
+    })
 }
 
 fn uninstall(args: UninstallArgs) -> Result<()> {

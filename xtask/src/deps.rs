@@ -91,6 +91,36 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
     },
 ];
 
+/// Debian packages `cargo xtask package` needs to build the Debian package.
+pub const PACKAGE_APT_PACKAGES: &[AptPackage] = &[
+    AptPackage {
+        name: "dpkg-dev",
+        provides: "dpkg-shlibdeps",
+    },
+    AptPackage {
+        name: "binutils",
+        provides: "strip",
+    },
+];
+
+/// Debian packages the package checks of `cargo xtask test` need: Debian's
+/// package checker, and podman to run the image.
+pub const PACKAGE_CHECK_APT_PACKAGES: &[AptPackage] = &[
+    AptPackage {
+        name: "lintian",
+        provides: "lintian",
+    },
+    AptPackage {
+        name: "podman",
+        provides: "podman",
+    },
+    // The runtime podman runs the image with on a hybrid cgroup hierarchy.
+    AptPackage {
+        name: "runc",
+        provides: "runc",
+    },
+];
+
 /// Debian packages the benchmark needs: the profilers it compares profilerd
 /// with, and addr2line for the symbolization question.
 pub const BENCH_APT_PACKAGES: &[AptPackage] = &[
@@ -221,6 +251,16 @@ pub fn web_test_driver(workspace: &Path, target_dir: &Path) -> Result<PathBuf> {
 
 /// Makes sure the benchmark's programs are there: gcc, and the packages in
 /// [`BENCH_APT_PACKAGES`] (installed when missing).
+/// What `cargo xtask package` needs, installed when missing.
+pub fn package_deps() -> Result<()> {
+    ensure_apt_packages(PACKAGE_APT_PACKAGES)
+}
+
+/// What the package checks need (besides [`package_deps`]).
+pub fn package_check_deps() -> Result<()> {
+    ensure_apt_packages(PACKAGE_CHECK_APT_PACKAGES)
+}
+
 pub fn bench_deps() -> Result<()> {
     system_deps("the benchmark", BENCH_APT_PACKAGES)
 }
@@ -243,7 +283,7 @@ fn system_deps(who: &str, packages: &[AptPackage]) -> Result<()> {
 /// Installs with apt-get the packages whose program is not on PATH; when
 /// that fails (empty or stale package lists), runs `apt-get update` once
 /// and retries.
-fn ensure_apt_packages(packages: &[AptPackage]) -> Result<()> {
+pub fn ensure_apt_packages(packages: &[AptPackage]) -> Result<()> {
     let missing: Vec<&AptPackage> = packages.iter().filter(|pkg| !pkg.installed()).collect();
     if missing.is_empty() {
         return Ok(());

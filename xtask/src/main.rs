@@ -11,7 +11,9 @@ mod commands;
 mod deps;
 mod install;
 mod kernel;
+mod kernels;
 mod layers;
+mod package;
 mod process;
 mod web;
 

@@ -15,7 +15,13 @@ use profilerd_client::{DEFAULT_SOCKET, v1};
 #[command(name = "profilerctl", version, about, long_about = None)]
 pub struct Cli {
     /// The daemon's socket
-    #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        env = "PROFILERD_SOCKET",
+        default_value = DEFAULT_SOCKET
+    )]
     pub socket: PathBuf,
     #[command(subcommand)]
     pub command: Command,
@@ -129,6 +135,19 @@ pub enum Command {
         /// Print each new report as it is made, until interrupted
         #[arg(long, short)]
         follow: bool,
+    },
+    /// Print a completion script for a shell, e.g. `profilerctl completions
+    /// bash > /etc/bash_completion.d/profilerctl`
+    Completions {
+        /// The shell the script is for
+        shell: clap_complete::Shell,
+    },
+    /// Write profilerctl's man pages (profilerctl.1 and one per command)
+    /// into a directory
+    #[command(hide = true)]
+    ManPages {
+        /// The directory the pages are written into
+        dir: PathBuf,
     },
 }
 

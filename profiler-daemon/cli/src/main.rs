@@ -9,6 +9,7 @@
 mod allocs;
 mod args;
 mod format;
+mod generated;
 mod machine;
 mod output;
 mod peeks;
@@ -76,6 +77,17 @@ fn random_token() -> String {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
+    match &cli.command {
+        Command::Completions { shell } => {
+            generated::completions(*shell)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::ManPages { dir } => {
+            generated::man_pages(dir)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
     let mut daemon = client::connect(&cli.socket).await?;
     let daemon = &mut daemon;
     match cli.command {
@@ -121,6 +133,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             id: None,
             follow: true,
         } => peeks::follow(daemon).await?,
+        Command::Completions { .. } | Command::ManPages { .. } => {
+            unreachable!("answered before connecting")
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

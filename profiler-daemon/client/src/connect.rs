@@ -13,12 +13,30 @@ pub const DEFAULT_SOCKET: &str = "/run/profilerd/profilerd.sock";
 
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot connect to profilerd at {socket}: {reason}; is the daemon running? (start it \
-     with `cargo xtask run`, or pass --socket if it serves elsewhere)"
+    "cannot connect to profilerd at {socket}: {reason}; is the daemon running? {how_to_start} \
+     (or pass --socket, or set PROFILERD_SOCKET, if it serves elsewhere)"
 )]
 pub struct ConnectError {
     socket: PathBuf,
     reason: String,
+    how_to_start: &'static str,
+}
+
+/// Where a packaged or installed daemon's systemd unit is.
+const UNIT_PATHS: [&str; 3] = [
+    "/etc/systemd/system/profilerd.service",
+    "/usr/lib/systemd/system/profilerd.service",
+    "/lib/systemd/system/profilerd.service",
+];
+
+/// How to start the daemon, as it was installed here.
+fn how_to_start() -> &'static str {
+    if UNIT_PATHS.iter().any(|path| Path::new(path).exists()) {
+        "Start it with `systemctl start profilerd` (and `journalctl -u profilerd` tells why it \
+         stopped)"
+    } else {
+        "Start it as root (`profilerd`, or `cargo xtask run` in a source checkout)"
+    }
 }
 
 /// A client of the daemon listening on `socket`.
@@ -26,6 +44,7 @@ pub async fn connect(socket: &Path) -> Result<ProfilerClient<Channel>, ConnectEr
     let error = |reason: String| ConnectError {
         socket: socket.to_owned(),
         reason,
+        how_to_start: how_to_start(),
     };
     // Fail early with the socket's own error (missing, permission denied)
     // rather than a generic transport error.

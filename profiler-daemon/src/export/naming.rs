@@ -18,6 +18,11 @@ pub enum NameSource {
     /// (`docker-ID.scope`, `cri-containerd-ID.scope`, `crio-ID.scope`,
     /// `libpod-ID.scope`, `/docker/ID`).
     Container,
+    /// The Kubernetes pod's uid from its cgroup (`…-pod<UID>.slice` under
+    /// the systemd cgroup driver, `/kubepods/…/pod<UID>/` under cgroupfs):
+    /// one name for all of a pod's containers, across their restarts. The
+    /// pod's name and namespace are not in the cgroup path.
+    Pod,
     /// The process's command name.
     Comm,
 }
@@ -33,6 +38,7 @@ pub fn service_name(sources: &[NameSource], default: &str, cgroup: &str, comm: &
         .find_map(|source| match source {
             NameSource::Unit => unit(cgroup),
             NameSource::Container => container(cgroup).map(|id| format!("container/{id}")),
+            NameSource::Pod => pod_uid(cgroup).map(|uid| format!("pod/{uid}")),
             NameSource::Comm => (!comm.is_empty()).then(|| comm.to_owned()),
         })
         .unwrap_or_else(|| default.to_owned())
@@ -47,6 +53,22 @@ fn unit(cgroup: &str) -> Option<String> {
         .find_map(|part| part.strip_suffix(".service"))
         .filter(|name| !name.is_empty() && !name.starts_with("user@"))
         .map(str::to_owned)
+}
+
+/// The uid of the Kubernetes pod whose cgroup holds `cgroup`, with
+/// dashes (the systemd driver writes them as underscores).
+fn pod_uid(cgroup: &str) -> Option<String> {
+    cgroup.split('/').find_map(|part| {
+        let part = part.strip_suffix(".slice").unwrap_or(part);
+        let (_, uid) = part.rsplit_once("pod")?;
+        let uid = uid.replace('_', "-");
+        let well_formed = uid.len() == 36
+            && uid
+                .bytes()
+                .all(|byte| byte == b'-' || byte.is_ascii_hexdigit())
+            && uid.bytes().filter(|&byte| byte == b'-').count() == 4;
+        well_formed.then_some(uid)
+    })
 }
 
 /// The first 64-hex-digit id in a cgroup path, cut to 12 digits.
@@ -99,6 +121,22 @@ mod tests {
             "vim"
         );
         assert_eq!(name("/", "kworker/0:1"), "kworker/0:1");
+        let pod = |cgroup: &str| service_name(&[NameSource::Pod], "other", cgroup, "x");
+        assert_eq!(
+            pod(&format!(
+                "/kubepods.slice/kubepods-burstable.slice/\
+                 kubepods-burstable-pod0c5e6a3f_1b2c_4d5e_8f90_a1b2c3d4e5f6.slice/\
+                 cri-containerd-{ID}.scope"
+            )),
+            "pod/0c5e6a3f-1b2c-4d5e-8f90-a1b2c3d4e5f6"
+        );
+        assert_eq!(
+            pod(&format!(
+                "/kubepods/besteffort/pod0c5e6a3f-1b2c-4d5e-8f90-a1b2c3d4e5f6/{ID}"
+            )),
+            "pod/0c5e6a3f-1b2c-4d5e-8f90-a1b2c3d4e5f6"
+        );
+        assert_eq!(pod("/system.slice/podman.service"), "other");
         assert_eq!(name("/", ""), "other");
         assert_eq!(
             service_name(&[NameSource::Unit], "other", "/user.slice", "bash"),

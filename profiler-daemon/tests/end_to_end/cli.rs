@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::support::{Daemon, Workload};
+use crate::support::{Daemon, Workload, error_of};
 
 fn profilerctl(daemon: &Daemon, args: &[&str]) -> std::process::Output {
     Command::new(crate::support::profilerctl_binary())
@@ -119,4 +119,27 @@ async fn profilerctl_profiles_reports_status_and_errors() {
     assert!(!nowhere.status.success());
     let stderr = String::from_utf8_lossy(&nowhere.stderr);
     assert!(stderr.contains("is the daemon running"), "{stderr}");
+    assert!(
+        stderr.contains("Start it"),
+        "says how to start it: {stderr}"
+    );
+
+    // PROFILERD_SOCKET names the socket when --socket does not.
+    let from_environment = Command::new(crate::support::profilerctl_binary())
+        .arg("status")
+        .env("PROFILERD_SOCKET", "/nonexistent/from-environment.sock")
+        .output()
+        .expect("profilerctl runs");
+    assert!(!from_environment.status.success());
+    let stderr = String::from_utf8_lossy(&from_environment.stderr);
+    assert!(
+        stderr.contains("/nonexistent/from-environment.sock"),
+        "{stderr}"
+    );
+    let served = Command::new(crate::support::profilerctl_binary())
+        .arg("status")
+        .env("PROFILERD_SOCKET", &daemon.socket)
+        .output()
+        .expect("profilerctl runs");
+    assert!(served.status.success(), "{}", error_of(&served));
 }

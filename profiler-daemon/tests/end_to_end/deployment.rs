@@ -345,8 +345,10 @@ fn the_unit_verifies() {
     assert!(UNIT.contains(written), "the unit starts {written}...");
     let exec_start = format!("ExecStart={} ", env!("CARGO_BIN_EXE_profilerd"));
     std::fs::write(&unit, UNIT.replace(written, &exec_start)).expect("the unit is written");
+    // The man pages Documentation= names come with the Debian package,
+    // whose own check verifies the unit as installed.
     let output = Command::new("systemd-analyze")
-        .arg("verify")
+        .args(["verify", "--man=no"])
         .arg(&unit)
         .output()
         .expect("systemd-analyze runs (`cargo xtask test` installs Debian's systemd for it)");

@@ -10,7 +10,7 @@ use aya::programs::ProgramError;
 
 use crate::kernel::{
     btf::BtfError,
-    requirements::{TRACEFS, VMLINUX_BTF},
+    requirements::{OLDEST_SUPPORTED, OLDEST_TESTED, TRACEFS, VMLINUX_BTF},
 };
 
 /// Why the kernel side cannot run.
@@ -26,6 +26,18 @@ pub enum SamplingError {
          profilerd needs a kernel built with CONFIG_PERF_EVENTS=y"
     )]
     NoPerfEvents,
+    #[error(
+        "this kernel ({release}) has no {missing}: profilerd needs Linux {OLDEST_SUPPORTED} or \
+         later (it is tested from Linux {OLDEST_TESTED} on; see docs/kernels.md)"
+    )]
+    KernelLacks { release: String, missing: String },
+    #[error(
+        "this kernel ({release}) cannot verify profilerd's sampling programs: its BPF verifier \
+         gave up at its complexity limit (E2BIG), where newer verifiers prune more; Linux \
+         {OLDEST_TESTED} and later verify them (see docs/kernels.md). The verifier's last words: \
+         {log}"
+    )]
+    VerifierLimit { release: String, log: String },
     #[error(
         "profilerd lacks the privileges to load BPF programs: run it as root (or with \
          CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON)"

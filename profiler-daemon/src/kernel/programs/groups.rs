@@ -445,6 +445,24 @@ pub(super) fn load_error(err: EbpfError) -> SamplingError {
 }
 
 fn program_load_error(err: ProgramError) -> SamplingError {
+    // E2BIG with a verifier log: the verifier gave up at its complexity
+    // limit (a million instructions checked, or too long a sequence of
+    // jumps). Without a log, the kernel refused the request itself.
+    if let ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = &err
+        && io_error.raw_os_error() == Some(libc::E2BIG)
+        && !verifier_log.to_string().trim().is_empty()
+    {
+        // Its log is the path it was checking: its last lines say where.
+        let log = error_chain(&err);
+        let lines: Vec<&str> = log.lines().filter(|line| !line.trim().is_empty()).collect();
+        return SamplingError::VerifierLimit {
+            release: crate::kernel::requirements::kernel_release(),
+            log: lines[lines.len().saturating_sub(3)..].join(" / "),
+        };
+    }
     if let ProgramError::LoadError {
         io_error,
         verifier_log,
