@@ -211,7 +211,7 @@ fn snapshot(root: &Path) -> Result<BTreeMap<String, String>> {
             } else if metadata.is_symlink() {
                 format!("-> {}", fs::read_link(&path)?.display())
             } else {
-                format!("{:x}", sha2_of(&fs::read(&path)?))
+                image::sha256(&fs::read(&path)?)
             };
             let mode = metadata.permissions().mode() & 0o7777;
             entries.insert(
@@ -221,12 +221,6 @@ fn snapshot(root: &Path) -> Result<BTreeMap<String, String>> {
         }
     }
     Ok(entries)
-}
-
-fn sha2_of(bytes: &[u8]) -> u128 {
-    use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(bytes);
-    u128::from_be_bytes(digest[..16].try_into().unwrap_or_default())
 }
 
 /// `dpkg --root ROOT` with the maintainer scripts run outside a chroot

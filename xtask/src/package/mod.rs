@@ -176,24 +176,6 @@ pub fn fresh_dir(path: &Path) -> Result<()> {
     fs::create_dir_all(path).with_context(|| format!("cannot create {}", path.display()))
 }
 
-/// What `program` prints when run with `args` (it must succeed).
-pub fn printed_by(program: &Path, args: &[&str]) -> Result<Vec<u8>> {
-    let output = process::command(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("cannot run {}", program.display()))?;
-    if !output.status.success() {
-        bail!(
-            "`{} {}` failed ({}): {}",
-            program.display(),
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(output.stdout)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
