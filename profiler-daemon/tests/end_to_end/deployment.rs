@@ -416,8 +416,7 @@ async fn the_units_capabilities_are_enough() {
     // The workloads' binaries, in a directory only `nobody` may enter.
     let private = tempfile::tempdir().expect("a temporary directory");
     for name in ["syscalls", "peek_threads"] {
-        std::fs::copy(support::build_workload(name), private.path().join(name))
-            .expect("the workload is copied");
+        support::copy_program(&support::build_workload(name), &private.path().join(name));
         std::os::unix::fs::chown(private.path().join(name), Some(65534), Some(65534))
             .expect("chown");
     }

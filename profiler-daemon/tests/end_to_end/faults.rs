@@ -24,7 +24,7 @@ use crate::support::{
 /// Copies the workload `name` to `dir/comm`, the command name it runs under.
 fn copy_workload(name: &str, dir: &Path, comm: &str) -> PathBuf {
     let copy = dir.join(comm);
-    fs::copy(build_workload(name), &copy).expect("the workload is copied");
+    crate::support::copy_program(&build_workload(name), &copy);
     copy
 }
 

@@ -35,7 +35,7 @@ async fn a_churn_of_binaries_with_debug_information_keeps_the_symbolizer_within_
     let copies: Vec<PathBuf> = (0..24)
         .map(|copy| {
             let path = dir.path().join(format!("churn{copy:02}"));
-            std::fs::copy(&binary, &path).expect("copied");
+            crate::support::copy_program(&binary, &path);
             path
         })
         .collect();

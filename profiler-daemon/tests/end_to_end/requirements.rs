@@ -10,7 +10,7 @@ fn without_privileges_the_daemon_says_to_run_as_root() {
         .expect("the directory is opened to everyone");
     // A copy the unprivileged user can surely execute, wherever the build is.
     let daemon = dir.path().join("profilerd");
-    std::fs::copy(env!("CARGO_BIN_EXE_profilerd"), &daemon).expect("the daemon is copied");
+    crate::support::copy_program(env!("CARGO_BIN_EXE_profilerd").as_ref(), &daemon);
     let output = Command::new("setpriv")
         .args(crate::support::NOBODY)
         .arg(&daemon)

@@ -77,8 +77,7 @@ impl User {
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
             .expect("the directory is opened");
         let profilerctl = dir.path().join("profilerctl");
-        fs::copy(crate::support::profilerctl_binary(), &profilerctl)
-            .expect("profilerctl is copied");
+        copy_program(&crate::support::profilerctl_binary(), &profilerctl);
         Self {
             uid,
             dir,
@@ -90,7 +89,7 @@ impl User {
     pub fn program(&self, name: &str) -> PathBuf {
         let copy = self.dir.path().join(name);
         if !copy.exists() {
-            fs::copy(build_workload(name), &copy).expect("the workload is copied");
+            copy_program(&build_workload(name), &copy);
         }
         copy
     }
@@ -605,6 +604,25 @@ impl Drop for Workload {
     }
 }
 
+/// Copies the program `from` to `to` by `cp`, never through a file this
+/// process opens for writing: while it held one, a test forking at the same
+/// time would hand it to its child until that child's exec, and running the
+/// copy then fails with ETXTBSY ("Text file busy").
+pub fn copy_program(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap_or_else(|err| panic!("cp (coreutils) runs: {err}"));
+    assert!(
+        status.success(),
+        "cp {} {} failed: {status}",
+        from.display(),
+        to.display()
+    );
+}
+
 /// A copy of `binary` named `name` that only one test runs, made once per
 /// test run (whole before it is run: written aside, then renamed).
 pub fn private_copy(binary: &Path, name: &str) -> PathBuf {
@@ -614,7 +632,7 @@ pub fn private_copy(binary: &Path, name: &str) -> PathBuf {
         // Tests copying at once each write their own and rename it.
         let nth = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let partial = copy.with_extension(format!("partial-{nth}"));
-        fs::copy(binary, &partial).expect("the binary is copied");
+        copy_program(binary, &partial);
         fs::rename(&partial, &copy).expect("the copy is renamed");
     }
     copy

@@ -471,7 +471,7 @@ async fn a_stripped_binary_is_named_from_its_debug_file_by_build_id() {
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
-    std::fs::copy(&built, &binary).expect("copied");
+    crate::support::copy_program(&built, &binary);
     run(
         "objcopy",
         &[
