@@ -14,6 +14,7 @@ pub mod connection;
 pub mod delivery;
 pub mod naming;
 pub mod otlp;
+pub mod pods;
 pub mod pyroscope;
 pub mod settings;
 
@@ -214,6 +215,7 @@ async fn push_windows(
         }
     };
     let labels = series_labels(&settings.labels);
+    let pods = Arc::new(std::sync::Mutex::new(pods::PodNames::default()));
     let mut ticks = tokio::time::interval(settings.interval);
     ticks.tick().await;
     loop {
@@ -229,9 +231,10 @@ async fn push_windows(
             }
         };
         let kinds: Vec<TargetKind> = targets.iter().map(|target| target.kind).collect();
-        let (for_settings, for_labels) = (settings.clone(), labels.clone());
+        let (for_settings, for_labels, pods) = (settings.clone(), labels.clone(), pods.clone());
         let encoded = tokio::task::spawn_blocking(move || {
-            encode_window(&profile, &for_settings, &for_labels, &kinds)
+            let pods = |uid: &str| crate::lock(&pods).name(uid);
+            encode_window(&profile, &for_settings, &for_labels, &kinds, &pods)
         })
         .await;
         let encoded = match encoded {
@@ -270,6 +273,7 @@ fn encode_window(
     settings: &PushSettings,
     labels: &[(String, String)],
     kinds: &[TargetKind],
+    pods: naming::PodLookup<'_>,
 ) -> Result<Encoded> {
     let empty = profile
         .samples
@@ -282,14 +286,14 @@ fn encode_window(
         });
     }
     let pyroscope = if kinds.contains(&TargetKind::Pyroscope) {
-        let profiles = split_by_service(profile.clone(), settings)?;
+        let profiles = split_by_service(profile.clone(), settings, pods)?;
         Some(pyroscope::encode(&profiles, labels))
     } else {
         None
     };
     let otlp = kinds
         .contains(&TargetKind::Otlp)
-        .then(|| otlp::encode(profile, settings, &host_name()));
+        .then(|| otlp::encode(profile, settings, &host_name(), pods));
     Ok(Encoded { pyroscope, otlp })
 }
 
@@ -311,7 +315,11 @@ pub fn host_name() -> String {
 
 /// One pprof per service, of the samples of its processes (the idle
 /// tasks, pid 0, are not a service).
-fn split_by_service(mut profile: Profile, settings: &PushSettings) -> Result<Vec<ServiceProfile>> {
+fn split_by_service(
+    mut profile: Profile,
+    settings: &PushSettings,
+    pods: naming::PodLookup<'_>,
+) -> Result<Vec<ServiceProfile>> {
     let services: Vec<String> = profile
         .threads
         .iter()
@@ -321,6 +329,7 @@ fn split_by_service(mut profile: Profile, settings: &PushSettings) -> Result<Vec
                 &settings.service_name_default,
                 &thread.cgroup,
                 &thread.process_name,
+                pods,
             )
         })
         .collect();

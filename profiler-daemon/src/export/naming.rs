@@ -3,7 +3,8 @@
 //! cgroup, its container's id, its command name — else the default.
 //!
 //! Owns the naming rules; it must not read procfs (the cgroup path and the
-//! command come with the samples).
+//! command come with the samples) nor any file (a pod's name comes from the
+//! caller's lookup, `pods`).
 
 use serde::{Deserialize, Serialize};
 
@@ -18,10 +19,11 @@ pub enum NameSource {
     /// (`docker-ID.scope`, `cri-containerd-ID.scope`, `crio-ID.scope`,
     /// `libpod-ID.scope`, `/docker/ID`).
     Container,
-    /// The Kubernetes pod's uid from its cgroup (`…-pod<UID>.slice` under
-    /// the systemd cgroup driver, `/kubepods/…/pod<UID>/` under cgroupfs):
-    /// one name for all of a pod's containers, across their restarts. The
-    /// pod's name and namespace are not in the cgroup path.
+    /// The Kubernetes pod whose cgroup holds the process (`…-pod<UID>.slice`
+    /// under the systemd cgroup driver, `/kubepods/…/pod<UID>/` under
+    /// cgroupfs): `pod/<namespace>/<name>` where the kubelet's pod log
+    /// directory names its uid (see `export::pods`), else `pod/<uid>`. One
+    /// name for all of a pod's containers, across their restarts.
     Pod,
     /// The process's command name.
     Comm,
@@ -31,14 +33,27 @@ pub enum NameSource {
 pub const DEFAULT_SOURCES: &[NameSource] =
     &[NameSource::Unit, NameSource::Container, NameSource::Comm];
 
-/// The service name of a process in `cgroup` running `comm`.
-pub fn service_name(sources: &[NameSource], default: &str, cgroup: &str, comm: &str) -> String {
+/// A pod's `namespace/name` by its uid, where it is known.
+pub type PodLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The service name of a process in `cgroup` running `comm`; `pods` names
+/// pods by uid.
+pub fn service_name(
+    sources: &[NameSource],
+    default: &str,
+    cgroup: &str,
+    comm: &str,
+    pods: PodLookup<'_>,
+) -> String {
     sources
         .iter()
         .find_map(|source| match source {
             NameSource::Unit => unit(cgroup),
             NameSource::Container => container(cgroup).map(|id| format!("container/{id}")),
-            NameSource::Pod => pod_uid(cgroup).map(|uid| format!("pod/{uid}")),
+            NameSource::Pod => pod_uid(cgroup).map(|uid| match pods(&uid) {
+                Some(name) => format!("pod/{name}"),
+                None => format!("pod/{uid}"),
+            }),
             NameSource::Comm => (!comm.is_empty()).then(|| comm.to_owned()),
         })
         .unwrap_or_else(|| default.to_owned())
@@ -92,7 +107,7 @@ mod tests {
     const ID: &str = "4f3a9c1d2b7e8f60a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718";
 
     fn name(cgroup: &str, comm: &str) -> String {
-        service_name(DEFAULT_SOURCES, "other", cgroup, comm)
+        service_name(DEFAULT_SOURCES, "other", cgroup, comm, &|_| None)
     }
 
     #[test]
@@ -121,7 +136,7 @@ mod tests {
             "vim"
         );
         assert_eq!(name("/", "kworker/0:1"), "kworker/0:1");
-        let pod = |cgroup: &str| service_name(&[NameSource::Pod], "other", cgroup, "x");
+        let pod = |cgroup: &str| service_name(&[NameSource::Pod], "other", cgroup, "x", &|_| None);
         assert_eq!(
             pod(&format!(
                 "/kubepods.slice/kubepods-burstable.slice/\
@@ -137,9 +152,25 @@ mod tests {
             "pod/0c5e6a3f-1b2c-4d5e-8f90-a1b2c3d4e5f6"
         );
         assert_eq!(pod("/system.slice/podman.service"), "other");
+        // Named where the kubelet's directory names the uid.
+        let known = |uid: &str| {
+            (uid == "0c5e6a3f-1b2c-4d5e-8f90-a1b2c3d4e5f6").then(|| "shop/checkout-0".to_owned())
+        };
+        assert_eq!(
+            service_name(
+                &[NameSource::Pod],
+                "other",
+                &format!("/kubepods/besteffort/pod0c5e6a3f-1b2c-4d5e-8f90-a1b2c3d4e5f6/{ID}"),
+                "x",
+                &known
+            ),
+            "pod/shop/checkout-0"
+        );
         assert_eq!(name("/", ""), "other");
         assert_eq!(
-            service_name(&[NameSource::Unit], "other", "/user.slice", "bash"),
+            service_name(&[NameSource::Unit], "other", "/user.slice", "bash", &|_| {
+                None
+            }),
             "other"
         );
     }

@@ -37,7 +37,12 @@ use crate::profile::{Profile, unix_nanos};
 
 /// The request for a window: every process's samples (the idle tasks,
 /// pid 0, are left out).
-pub fn encode(profile: &Profile, settings: &PushSettings, host: &str) -> Vec<u8> {
+pub fn encode(
+    profile: &Profile,
+    settings: &PushSettings,
+    host: &str,
+    pods: super::naming::PodLookup<'_>,
+) -> Vec<u8> {
     let mut dictionary = Dictionary::new();
     let mut by_process: BTreeMap<u32, Vec<Sample>> = BTreeMap::new();
     let mut first_thread: BTreeMap<u32, usize> = BTreeMap::new();
@@ -93,6 +98,7 @@ pub fn encode(profile: &Profile, settings: &PushSettings, host: &str) -> Vec<u8>
                         &settings.service_name_default,
                         &thread.cgroup,
                         &thread.process_name,
+                        pods,
                     )),
                 ),
                 key_value("host.name", Value::StringValue(host.to_owned())),

@@ -558,6 +558,12 @@ fn the_daemonset_matches_the_unit() {
         host_path_of("/sys/fs/cgroup").as_deref(),
         Some("/sys/fs/cgroup")
     );
+    let pod_logs = profilerd::export::pods::POD_LOG_DIR;
+    assert_eq!(
+        host_path_of(pod_logs).as_deref(),
+        Some(pod_logs),
+        "the kubelet's pod directories name pods for push_service_name"
+    );
 
     let file = kind("ConfigMap")["data"]["profilerd.toml"]
         .as_str()
