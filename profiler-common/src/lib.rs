@@ -490,6 +490,7 @@ pub mod names {
         pub const PROGRAM_GUARD_PEEK_SIGNAL: &str = "guard_peek_signal";
         pub const PROGRAM_FOLLOW_FORKS: &str = "follow_forks";
         pub const PROGRAM_RECORD_SWITCH: &str = "record_switch";
+        pub const PROGRAM_RECORD_SWITCH_WITHOUT_PYTHON: &str = "record_switch_without_python";
         pub const PROGRAM_RECORD_WAKEUP: &str = "record_wakeup";
         pub const OFFCPU_CONTROL: &str = "OFFCPU_CONTROL";
         pub const OFFCPU_PIDS: &str = "OFFCPU_PIDS";

@@ -169,6 +169,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
         Err(reason) => (Err(reason), None),
     };
     let offcpu = OffCpuRecorder::new(offcpu_maps, config.offcpu);
+    offcpu.set_limitation(programs.switch_program().limitation.clone());
     let offcpu_intervals = offcpu_intervals.map(|intervals| (intervals, offcpu.recorded()));
     let inboxes = Inboxes::default();
     // Each inbox may take a quarter of the peeks' share (the peek reports

@@ -252,6 +252,7 @@ fn record(ctx: &RetProbeContext, pid_tgid: u64, size: u64, address: u64) {
         // Its ring's records are counted per profile at one size.
         deep_allowed: false,
         wakes_reader: false,
+        python_frames: true,
     };
     let copied = copy_stack(&ALLOC_STACK_COPIES, copy);
     if copied {

@@ -126,6 +126,21 @@ static OFFCPU_INTERVALS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 /// `sched_switch(preempt, prev, next, prev_state)`, with `prev` current.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn record_switch(ctx: BtfTracePointContext) -> i32 {
+    on_switch::<true>(ctx)
+}
+
+/// [`record_switch`] without Python frames, for the kernels whose
+/// verifier cannot check it whole (Linux 6.1 gives up at its million
+/// instructions): loaded instead of it there, and said so in `status`.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn record_switch_without_python(ctx: BtfTracePointContext) -> i32 {
+    on_switch::<false>(ctx)
+}
+
+/// A switch: `prev` (current) leaves the CPU, `next` takes it; Python
+/// frames walked when `PYTHON_FRAMES`.
+#[inline(always)]
+fn on_switch<const PYTHON_FRAMES: bool>(ctx: BtfTracePointContext) -> i32 {
     count(Counter::Switches);
     let Some(control) = OFFCPU_CONTROL.get(0) else {
         return 0;
@@ -136,7 +151,13 @@ pub fn record_switch(ctx: BtfTracePointContext) -> i32 {
     let preempt: u64 = ctx.arg(0);
     let next: u64 = ctx.arg(2);
     let prev_state: u64 = ctx.arg(3);
-    switch_out(&ctx, control, preempt & 0xff != 0, prev_state as u32);
+    switch_out(
+        &ctx,
+        control,
+        preempt & 0xff != 0,
+        prev_state as u32,
+        PYTHON_FRAMES,
+    );
     switch_in(next);
     0
 }
@@ -203,7 +224,13 @@ fn btf_task_id(task: u64) -> Option<u32> {
 
 /// The current task leaves the CPU: if it is recorded, its wait begins.
 #[inline(always)]
-fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, state: u32) {
+fn switch_out(
+    ctx: &BtfTracePointContext,
+    control: &Control,
+    preempt: bool,
+    state: u32,
+    python_frames: bool,
+) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // The idle tasks, and tasks that will never run again.
@@ -302,6 +329,7 @@ fn switch_out(ctx: &BtfTracePointContext, control: &Control, preempt: bool, stat
         pages,
         deep_allowed: true,
         wakes_reader: true,
+        python_frames,
     };
     let copied = copy_stack(&STACK_COPIES, copy);
     if copied {

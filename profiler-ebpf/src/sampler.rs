@@ -195,6 +195,7 @@ fn record(
             pages,
             deep_allowed: true,
             wakes_reader: true,
+            python_frames: true,
         };
         if copy_stack(&STACK_COPIES, copy) {
             count(Counter::StackCopies);

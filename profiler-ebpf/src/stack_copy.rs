@@ -94,6 +94,9 @@ pub(crate) struct StackCopy {
     /// the allocation ring's, whose profiles' shares assume the daemon
     /// reads it at its own pace.
     pub(crate) wakes_reader: bool,
+    /// Whether to walk a Python process's frames (a constant of each
+    /// program: not in `record_switch_without_python`).
+    pub(crate) python_frames: bool,
 }
 
 /// Writes `copy` into `ring` (the stack-copy ring buffer, or the
@@ -134,7 +137,11 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
     // A process whose interpreter the daemon found: its Python frames go
     // after the stack's pages (the allocation ring's records are counted
     // at the size of one with them).
-    let python = crate::python::layout_of((copy.pid_tgid >> 32) as u32);
+    let python = if copy.python_frames {
+        crate::python::layout_of((copy.pid_tgid >> 32) as u32)
+    } else {
+        None
+    };
     // `pages` comes from a frozen global (either way): the verifier knows
     // this size on each path.
     let stack_end = HEADER + pages as usize * STACK_COPY_PAGE;

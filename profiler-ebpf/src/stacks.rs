@@ -16,7 +16,7 @@ use core::{ffi::c_void, mem::size_of};
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::generated::bpf_get_stack,
+    helpers::generated::{bpf_get_stack, bpf_loop},
     maps::HashMap,
     programs::PerfEventContext,
 };
@@ -112,11 +112,13 @@ pub fn store_walked(
     })
 }
 
-/// Frames hashed and compared at a time. A loop that stops at a stack's
-/// exact length leaves the verifier one path per length to follow through
-/// everything after it (the programs came within a few hundred of its
-/// million instructions); stopping only at the end of a chunk leaves it
-/// one per chunk, for a few zero frames more.
+/// Frames hashed and compared at a time, in one step of a `bpf_loop`.
+/// The loops over a stack's chunks run under `bpf_loop`, whose step the
+/// verifier checks once (until its states repeat, on newer kernels)
+/// rather than once per chunk for each path through the rest of the
+/// program: unrolled, the chunks of the user and kernel stacks of both
+/// generations left the verifier a path per length to follow through
+/// everything after them, past its million instructions on Linux 6.1.
 const CHUNK: usize = 8;
 
 /// Chunks in a stack of [`MAX_STACK_DEPTH`] frames.
@@ -128,20 +130,55 @@ fn frame(ips: &[u64; MAX_STACK_DEPTH], chunk: usize, index: usize) -> u64 {
     ips.get(chunk * CHUNK + index).copied().unwrap_or(0)
 }
 
+/// A hash under way, on the program's stack for `bpf_loop`'s steps.
+#[repr(C)]
+struct Hashing {
+    ips: *const [u64; MAX_STACK_DEPTH],
+    /// Chunks to hash.
+    chunks: u64,
+    hash: u64,
+}
+
 /// A 64-bit hash of the frames, chunk by chunk up to `len`'s; never 0,
 /// which means "no stack".
 #[inline(always)]
 fn stack_hash(ips: &[u64; MAX_STACK_DEPTH], len: usize, user: bool) -> u64 {
-    let mut hash: u64 = 0x9e37_79b9_7f4a_7c15 ^ ((len as u64) << 1) ^ (user as u64);
-    for chunk in 0..CHUNKS {
-        if chunk * CHUNK >= len {
-            break;
-        }
-        for index in 0..CHUNK {
-            hash = mix(hash ^ frame(ips, chunk, index));
-        }
+    let mut hashing = Hashing {
+        ips,
+        chunks: len.div_ceil(CHUNK) as u64,
+        hash: 0x9e37_79b9_7f4a_7c15 ^ ((len as u64) << 1) ^ (user as u64),
+    };
+    // SAFETY: `hash_chunk` takes a `Hashing`, which lives until bpf_loop
+    // returns.
+    unsafe {
+        bpf_loop(
+            CHUNKS as u32,
+            hash_chunk as *mut c_void,
+            (&raw mut hashing).cast::<c_void>(),
+            0,
+        )
+    };
+    if hashing.hash == 0 { 1 } else { hashing.hash }
+}
+
+/// One chunk of [`stack_hash`]; 1 to stop.
+#[inline(never)]
+extern "C" fn hash_chunk(chunk: u32, hashing: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop passes the `Hashing` stack_hash gave it, whose
+    // frames are a map value alive for the program's run.
+    let hashing = unsafe { &mut *hashing.cast::<Hashing>() };
+    let chunk = chunk as usize;
+    if chunk as u64 >= hashing.chunks || chunk >= CHUNKS {
+        return 1;
     }
-    if hash == 0 { 1 } else { hash }
+    // SAFETY: as above.
+    let ips = unsafe { &*hashing.ips };
+    let mut hash = hashing.hash;
+    for index in 0..CHUNK {
+        hash = mix(hash ^ frame(ips, chunk, index));
+    }
+    hashing.hash = hash;
+    0
 }
 
 /// The finaliser of MurmurHash3: every input bit affects every output bit.
@@ -154,6 +191,17 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
+/// A comparison under way, on the program's stack for `bpf_loop`'s steps.
+#[repr(C)]
+struct Comparing {
+    stored: *const [u64; MAX_STACK_DEPTH],
+    walked: *const [u64; MAX_STACK_DEPTH],
+    /// Chunks to compare.
+    chunks: u64,
+    /// 1 once a frame differs.
+    differs: u64,
+}
+
 /// Whether the stored stack holds the walked one's `len` frames, chunk by
 /// chunk (the frames past `len` are 0 in both).
 #[inline(always)]
@@ -161,15 +209,42 @@ fn same_frames(stored: &StackTrace, walked: &StackTrace, len: usize) -> bool {
     if stored.len as usize != len {
         return false;
     }
-    for chunk in 0..CHUNKS {
-        if chunk * CHUNK >= len {
-            break;
-        }
-        for index in 0..CHUNK {
-            if frame(&stored.ips, chunk, index) != frame(&walked.ips, chunk, index) {
-                return false;
-            }
+    let mut comparing = Comparing {
+        stored: &stored.ips,
+        walked: &walked.ips,
+        chunks: len.div_ceil(CHUNK) as u64,
+        differs: 0,
+    };
+    // SAFETY: `compare_chunk` takes a `Comparing`, which lives until
+    // bpf_loop returns.
+    unsafe {
+        bpf_loop(
+            CHUNKS as u32,
+            compare_chunk as *mut c_void,
+            (&raw mut comparing).cast::<c_void>(),
+            0,
+        )
+    };
+    comparing.differs == 0
+}
+
+/// One chunk of [`same_frames`]; 1 to stop.
+#[inline(never)]
+extern "C" fn compare_chunk(chunk: u32, comparing: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop passes the `Comparing` same_frames gave it, whose
+    // frames are map values alive for the program's run.
+    let comparing = unsafe { &mut *comparing.cast::<Comparing>() };
+    let chunk = chunk as usize;
+    if chunk as u64 >= comparing.chunks || chunk >= CHUNKS {
+        return 1;
+    }
+    // SAFETY: as above.
+    let (stored, walked) = unsafe { (&*comparing.stored, &*comparing.walked) };
+    for index in 0..CHUNK {
+        if frame(stored, chunk, index) != frame(walked, chunk, index) {
+            comparing.differs = 1;
+            return 1;
         }
     }
-    true
+    0
 }

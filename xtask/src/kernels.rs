@@ -32,7 +32,7 @@ use crate::process;
 
 /// The oldest kernel profilerd is tested on (the daemon's
 /// `requirements::OLDEST_TESTED`): from it on, a kernel must pass whole.
-pub const OLDEST_TESTED: (u32, u32) = (6, 12);
+pub const OLDEST_TESTED: (u32, u32) = (6, 1);
 
 /// The oldest kernel with every BPF feature the daemon requires (the
 /// daemon's `requirements::OLDEST_SUPPORTED`): below it, the daemon must
@@ -120,19 +120,32 @@ const MARK: &str = "KERNEL-MATRIX-";
 /// The known chain of the workload, outermost first.
 const CHAIN: [&str; 4] = ["main", "outer_fn", "middle_fn", "hot_leaf"];
 
-/// The workload: its hot path is [`CHAIN`], spinning until it is killed.
+/// The napping workload's path to its sleeps, off CPU.
+const NAP_CHAIN: [&str; 4] = ["main", "outer_fn", "middle_fn", "nap_leaf"];
+
+/// The workload: its hot path is [`CHAIN`], spinning until it is killed;
+/// with an argument, [`NAP_CHAIN`], sleeping 2 ms at a time.
 const WORKLOAD_C: &str = r#"
 #include <stdint.h>
+#include <time.h>
 volatile uint64_t sink;
 volatile int stop;
+int napping;
 __attribute__((noinline)) void hot_leaf(void) {
     while (!stop) {
         for (uint64_t i = 0; i < 1000000; i++) sink += i;
     }
 }
-__attribute__((noinline)) void middle_fn(void) { hot_leaf(); __asm__ volatile(""); }
+__attribute__((noinline)) void nap_leaf(void) {
+    struct timespec nap = {0, 2000000};
+    while (!stop) nanosleep(&nap, 0);
+}
+__attribute__((noinline)) void middle_fn(void) {
+    if (napping) nap_leaf(); else hot_leaf();
+    __asm__ volatile("");
+}
 __attribute__((noinline)) void outer_fn(void) { middle_fn(); __asm__ volatile(""); }
-int main(void) { outer_fn(); return 0; }
+int main(int argc, char **argv) { napping = argc > 1; outer_fn(); return 0; }
 "#;
 
 /// The initramfs's /init (busybox sh).
@@ -178,6 +191,21 @@ if grep -q "profilerd is serving" /tmp/daemon.log; then
     echo
     say "PROFILERCTL-END"
     kill $workload
+    /usr/bin/workload nap &
+    napper=$!
+    sleep 1
+    profilerctl --socket /run/p.sock profile --pid $napper --duration 3s --mode offcpu \
+        --format folded >/tmp/offcpu 2>&1
+    say "OFFCPU-EXIT: $?"
+    say "OFFCPU-BEGIN"
+    cat /tmp/offcpu
+    echo
+    say "OFFCPU-END"
+    kill $napper
+    say "STATUS-BEGIN"
+    profilerctl --socket /run/p.sock status
+    echo
+    say "STATUS-END"
     kill -TERM $daemon
     i=0
     while kill -0 $daemon 2>/dev/null && [ $i -lt 100 ]; do
@@ -880,6 +908,7 @@ struct Outcome {
     /// Samples of the workload whose stack holds [`CHAIN`] whole, of all.
     chain_samples: u64,
     samples: u64,
+    offcpu: OffCpuOutcome,
     verdict: Verdict,
     detail: String,
     log: Option<PathBuf>,
@@ -895,6 +924,7 @@ impl Outcome {
             check: Check::NotRun,
             chain_samples: 0,
             samples: 0,
+            offcpu: OffCpuOutcome::default(),
             verdict: Verdict::Skipped,
             detail: reason.to_owned(),
             log: None,
@@ -909,6 +939,62 @@ impl Outcome {
             Verdict::Skipped => "SKIPPED",
         };
         format!("{verdict}: {} {}", self.release, self.detail)
+    }
+}
+
+/// The off-CPU profile of the napping workload on one kernel.
+#[derive(Debug, Default)]
+struct OffCpuOutcome {
+    /// Samples whose stack holds [`NAP_CHAIN`] whole, of all.
+    chain_samples: u64,
+    samples: u64,
+    /// Why off-CPU time cannot be recorded, as `status` says it.
+    unavailable: Option<String>,
+    /// What off-CPU recording lacks there, as `status` says it.
+    limitation: Option<String>,
+}
+
+impl OffCpuOutcome {
+    fn read(serial: &str) -> Self {
+        let folded = section(serial, "OFFCPU-BEGIN", "OFFCPU-END");
+        let (chain_samples, samples) = count_chain(&folded, &NAP_CHAIN);
+        let status = section(serial, "STATUS-BEGIN", "STATUS-END");
+        let line = status
+            .iter()
+            .find_map(|line| line.trim().strip_prefix("off-CPU:"))
+            .map(str::trim);
+        Self {
+            chain_samples,
+            samples,
+            unavailable: line
+                .and_then(|line| line.strip_prefix("unavailable ("))
+                .map(|rest| rest.trim_end_matches(')').to_owned()),
+            limitation: line
+                .and_then(|line| line.split_once("; limited: "))
+                .map(|(_, limitation)| limitation.to_owned()),
+        }
+    }
+
+    /// In at least nine samples of ten, as the CPU profile's.
+    fn whole(&self) -> bool {
+        self.unavailable.is_none()
+            && self.samples > 0
+            && self.chain_samples * 10 >= self.samples * 9
+    }
+
+    fn describe(&self) -> String {
+        if let Some(why) = &self.unavailable {
+            return format!("unavailable: {}", shorten(why));
+        }
+        if self.samples == 0 {
+            return "-".to_owned();
+        }
+        let whole = if self.whole() { "whole" } else { "NOT whole" };
+        let mut text = format!("{whole} ({}/{})", self.chain_samples, self.samples);
+        if self.limitation.is_some() {
+            text.push_str(", without Python frames (verifier limit)");
+        }
+        text
     }
 }
 
@@ -945,8 +1031,8 @@ fn marker<'a>(serial: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// Samples in `folded` (`frame;frame;... count` lines), and those whose
-/// frames hold [`CHAIN`] in order, consecutively.
-fn count_chain(folded: &[&str]) -> (u64, u64) {
+/// frames hold `chain` in order, consecutively.
+fn count_chain(folded: &[&str], chain: &[&str]) -> (u64, u64) {
     let mut whole = 0;
     let mut all = 0;
     for line in folded {
@@ -958,7 +1044,7 @@ fn count_chain(folded: &[&str]) -> (u64, u64) {
         };
         all += count;
         let frames: Vec<&str> = stack.split(';').collect();
-        if frames.windows(CHAIN.len()).any(|window| window == CHAIN) {
+        if frames.windows(chain.len()).any(|window| window == chain) {
             whole += count;
         }
     }
@@ -1000,7 +1086,8 @@ fn judge(kernel: &Kernel, serial: &str, log: &Path) -> Outcome {
         Check::Failed(last)
     };
     let folded = section(serial, "FOLDED-BEGIN", "FOLDED-END");
-    let (chain_samples, samples) = count_chain(&folded);
+    let (chain_samples, samples) = count_chain(&folded, &CHAIN);
+    let offcpu = OffCpuOutcome::read(serial);
     // Whole: in at least nine samples of ten (the others may be taken
     // before the workload reached its hot loop).
     let chain_whole = samples > 0 && chain_samples * 10 >= samples * 9;
@@ -1009,7 +1096,7 @@ fn judge(kernel: &Kernel, serial: &str, log: &Path) -> Outcome {
     let (verdict, detail) = match version {
         None => (Verdict::Fail, "the kernel did not boot to /init".to_owned()),
         Some(version) => {
-            let passed = started && chain_whole;
+            let passed = started && chain_whole && offcpu.whole();
             let refused = matches!(check, Check::Refused(_));
             if passed {
                 (
@@ -1017,8 +1104,10 @@ fn judge(kernel: &Kernel, serial: &str, log: &Path) -> Outcome {
                     "started and the chain came out whole".to_owned(),
                 )
             } else if version >= OLDEST_TESTED {
-                let why = if started {
+                let why = if started && !chain_whole {
                     format!("the chain came out whole in {chain_samples} of {samples} samples")
+                } else if started {
+                    format!("off-CPU: {}", offcpu.describe())
                 } else {
                     "the daemon did not start".to_owned()
                 };
@@ -1058,6 +1147,7 @@ fn judge(kernel: &Kernel, serial: &str, log: &Path) -> Outcome {
         check,
         chain_samples,
         samples,
+        offcpu,
         verdict,
         detail,
         log: Some(log.to_owned()),
@@ -1101,8 +1191,8 @@ fn shorten(text: &str) -> String {
 /// The results as a Markdown table.
 fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
-        "| kernel | release | started | requirement check | chain whole | samples | verdict |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| kernel | release | started | requirement check | chain whole | samples | off-CPU | verdict |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for o in outcomes {
         let check = match &o.check {
@@ -1129,13 +1219,14 @@ fn table(outcomes: &[Outcome]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             o.kernel,
             o.release,
             if o.started { "yes" } else { "no" },
             check.replace('|', "\\|"),
             chain,
             samples,
+            o.offcpu.describe().replace('|', "\\|"),
             verdict
         );
     }
@@ -1261,7 +1352,7 @@ drwxr-xr-x root/root         0 2026-10-22 19:53 ./usr/lib/modules/7.2.12+deb14-a
             "workload 2",
             "garbage",
         ];
-        assert_eq!(count_chain(&folded), (120, 125));
+        assert_eq!(count_chain(&folded, &CHAIN), (120, 125));
     }
 
     #[test]
@@ -1299,20 +1390,20 @@ KERNEL-MATRIX-DONE
         let log = Path::new("/nonexistent.log");
         // Firmware output before the first marker; the log's last line
         // without its newline.
-        let refused_6_1 = "\
-Booting from ROM...\x1b[2JKERNEL-MATRIX-RELEASE: 6.1.0-57-amd64
+        let refused_5_19 = "\
+Booting from ROM...\x1b[2JKERNEL-MATRIX-RELEASE: 5.19.0-1-amd64
 KERNEL-MATRIX-DAEMON: exited 1
 KERNEL-MATRIX-LOG-BEGIN
-2026-11-29T00:00:00Z  WARN profilerd: this kernel (6.1.0-57-amd64) has every BPF feature profilerd needs, but is older than the oldest it is tested on (Linux 6.12)
-2026-11-29T00:00:01Z ERROR profilerd: cannot start sampling: this kernel (6.1.0-57-amd64) cannot verify profilerd's sampling programs. The verifier's last words: processed 1000001 insns KERNEL-MATRIX-LOG-END
+2026-11-29T00:00:00Z  WARN profilerd: this kernel (5.19.0-1-amd64) has every BPF feature profilerd needs, but is older than the oldest it is tested on (Linux 6.1)
+2026-11-29T00:00:01Z ERROR profilerd: cannot start sampling: this kernel (5.19.0-1-amd64) cannot verify profilerd's sampling programs. The verifier's last words: processed 1000001 insns KERNEL-MATRIX-LOG-END
 KERNEL-MATRIX-DONE
 ";
-        let outcome = judge(&kernel("linux-image-6.1.0-57-amd64"), refused_6_1, log);
+        let outcome = judge(&kernel("linux-image-5.19.0-1-amd64"), refused_5_19, log);
         assert_eq!(outcome.verdict, Verdict::Pass);
         assert_eq!(
             outcome.check,
             Check::Refused(
-                "this kernel (6.1.0-57-amd64) cannot verify profilerd's sampling programs. The \
+                "this kernel (5.19.0-1-amd64) cannot verify profilerd's sampling programs. The \
                  verifier's last words: processed 1000001 insns"
                     .to_owned()
             )
@@ -1325,6 +1416,12 @@ KERNEL-MATRIX-FOLDED-BEGIN
 _start;__libc_start_main;main;outer_fn;middle_fn;hot_leaf 146
 _start;__libc_start_main;main;outer_fn;middle_fn;hot_leaf;irq_[k] 1
 KERNEL-MATRIX-FOLDED-END
+KERNEL-MATRIX-OFFCPU-BEGIN
+_start;__libc_start_main;main;outer_fn;middle_fn;nap_leaf;clock_nanosleep;[off-cpu: S] 98
+KERNEL-MATRIX-OFFCPU-END
+KERNEL-MATRIX-STATUS-BEGIN
+  off-CPU:    recorded for 0 request(s), always none; 192 switches seen
+KERNEL-MATRIX-STATUS-END
 KERNEL-MATRIX-DONE
 ";
         let outcome = judge(
@@ -1332,16 +1429,48 @@ KERNEL-MATRIX-DONE
             passed_6_12,
             log,
         );
-        assert_eq!(outcome.verdict, Verdict::Pass);
+        assert_eq!(outcome.verdict, Verdict::Pass, "{}", outcome.detail);
         assert_eq!((outcome.chain_samples, outcome.samples), (147, 147));
+        assert_eq!(outcome.offcpu.describe(), "whole (98/98)");
 
-        // A supported kernel whose chain is broken fails, and so does one
-        // that refuses.
-        let broken = passed_6_12.replace("outer_fn;", "");
+        // Off-CPU without Python frames (6.1's verifier) passes, and says so.
+        let limited = passed_6_12.replace(
+            "192 switches seen",
+            "192 switches seen; limited: this kernel cannot verify the off-CPU program that \
+             walks Python frames",
+        );
+        let outcome = judge(&kernel("linux-image-6.1.0-57-amd64"), &limited, log);
+        assert_eq!(outcome.verdict, Verdict::Pass, "{}", outcome.detail);
+        assert_eq!(
+            outcome.offcpu.describe(),
+            "whole (98/98), without Python frames (verifier limit)"
+        );
+
+        // A supported kernel whose chain is broken fails, on CPU or off
+        // it; off-CPU unavailable fails; a refusal fails.
+        let broken = passed_6_12.replace("outer_fn;middle_fn;hot_leaf", "middle_fn;hot_leaf");
         let outcome = judge(&kernel("linux-image-6.12.118+deb13-amd64"), &broken, log);
         assert_eq!(outcome.verdict, Verdict::Fail);
-        let refused = refused_6_1.replace("6.1.0-57-amd64", "6.12.118+deb13-amd64");
-        let outcome = judge(&kernel("linux-image-6.12.118+deb13-amd64"), &refused, log);
+        let broken = passed_6_12.replace("outer_fn;middle_fn;nap_leaf", "nap_leaf");
+        let outcome = judge(&kernel("linux-image-6.12.118+deb13-amd64"), &broken, log);
+        assert_eq!(outcome.verdict, Verdict::Fail);
+        assert!(
+            outcome.detail.contains("off-CPU: NOT whole"),
+            "{}",
+            outcome.detail
+        );
+        let unavailable = passed_6_12.replace(
+            "recorded for 0 request(s), always none; 192 switches seen",
+            "unavailable (the kernel refused the sched_switch BTF tracepoint)",
+        );
+        let outcome = judge(
+            &kernel("linux-image-6.12.118+deb13-amd64"),
+            &unavailable,
+            log,
+        );
+        assert_eq!(outcome.verdict, Verdict::Fail);
+        let refused = refused_5_19.replace("5.19.0-1-amd64", "6.1.0-57-amd64");
+        let outcome = judge(&kernel("linux-image-6.1.0-57-amd64"), &refused, log);
         assert_eq!(outcome.verdict, Verdict::Fail);
     }
 

@@ -318,10 +318,15 @@ fn offcpu_status(offcpu: Option<&v1::OffCpuStatus>) -> String {
     } else {
         "none".to_owned()
     };
+    let limitation = if offcpu.limitation.is_empty() {
+        String::new()
+    } else {
+        format!("; limited: {}", offcpu.limitation)
+    };
     format!(
         "recorded for {} request(s), always {always}; {} switches seen, {} waits recorded \
          (and {} found waiting), {} charged, {} under way, {} unmatched, {} lost at their end, \
-         {} lost with their stack",
+         {} lost with their stack{limitation}",
         offcpu.recordings,
         offcpu.switches,
         offcpu.recorded,
@@ -607,6 +612,37 @@ mod tests {
             ..Default::default()
         };
         assert!(memory_map_records_status(Some(&records), 0).starts_with("memory maps as made: 7"));
+    }
+
+    #[test]
+    fn off_cpu_recording_says_what_it_lacks_on_this_kernel() {
+        let whole = v1::OffCpuStatus {
+            switches: 192,
+            ..Default::default()
+        };
+        assert!(!offcpu_status(Some(&whole)).contains("limited"));
+        let limited = v1::OffCpuStatus {
+            limitation: "this kernel (6.1.0-57-amd64) cannot verify the off-CPU program that \
+                         walks Python frames"
+                .to_owned(),
+            ..whole
+        };
+        assert!(
+            offcpu_status(Some(&limited)).ends_with(
+                "; limited: this kernel (6.1.0-57-amd64) cannot verify the off-CPU program that \
+                 walks Python frames"
+            ),
+            "{}",
+            offcpu_status(Some(&limited))
+        );
+        let unavailable = v1::OffCpuStatus {
+            unavailable: "the kernel refused it".to_owned(),
+            ..Default::default()
+        };
+        assert_eq!(
+            offcpu_status(Some(&unavailable)),
+            "unavailable (the kernel refused it)"
+        );
     }
 
     fn status_reply() -> v1::StatusReply {

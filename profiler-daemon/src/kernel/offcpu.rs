@@ -159,6 +159,8 @@ struct RecorderState {
     /// Waits the kernel still held when the last recording ended whose
     /// stack copy had been lost.
     dropped: u64,
+    /// What recording lacks on this kernel, if anything.
+    limitation: Option<String>,
 }
 
 impl OffCpuRecorder {
@@ -174,6 +176,7 @@ impl OffCpuRecorder {
                 recorded: RecordedProcesses::default(),
                 sample_probability,
                 dropped: 0,
+                limitation: None,
             })),
         };
         lock(&recorder.inner).apply_or_warn();
@@ -218,6 +221,17 @@ impl OffCpuRecorder {
     /// Why off-CPU time cannot be recorded, if it cannot.
     pub fn unavailable(&self) -> Option<String> {
         lock(&self.inner).maps.as_ref().err().cloned()
+    }
+
+    /// What recording lacks on this kernel, if anything.
+    pub fn limitation(&self) -> Option<String> {
+        lock(&self.inner).limitation.clone()
+    }
+
+    /// Says what recording lacks on this kernel (the switch program
+    /// loaded is not the whole one).
+    pub fn set_limitation(&self, limitation: Option<String>) {
+        lock(&self.inner).limitation = limitation;
     }
 
     /// Records `what` until the returned guard is dropped.

@@ -98,9 +98,10 @@ pub fn kernel_release() -> String {
 
 /// The oldest kernel profilerd is tested on (`cargo xtask test --kernels`,
 /// docs/kernels.md): older ones that have every required feature start
-/// with a warning (Debian 12's 6.1 has them all, but its verifier gives up
-/// on the samplers: [`SamplingError::VerifierLimit`]).
-pub const OLDEST_TESTED: KernelVersion = KernelVersion::new(6, 12, 0);
+/// with a warning; a kernel whose verifier gives up on the samplers is
+/// refused ([`SamplingError::VerifierLimit`]). On Debian 12's 6.1 the
+/// off-CPU program runs without Python frames (`record_switch_without_python`).
+pub const OLDEST_TESTED: KernelVersion = KernelVersion::new(6, 1, 0);
 
 /// The oldest kernel with every feature in [`REQUIRED_FEATURES`] (the
 /// newest of their versions): below it the daemon refuses to start,

@@ -48,6 +48,8 @@ pub struct DaemonStatus {
 #[derive(Clone, Debug)]
 pub struct OffCpuTrigger {
     pub unavailable: Option<String>,
+    /// What recording lacks on this kernel, if anything.
+    pub limitation: Option<String>,
     pub recordings: usize,
     pub sample_probability: f64,
     /// Waits left pending when the last recording ended, their stack lost.
@@ -87,6 +89,7 @@ impl Service {
             open_sessions: self.sessions().len(),
             offcpu: OffCpuTrigger {
                 unavailable: self.offcpu.unavailable(),
+                limitation: self.offcpu.limitation(),
                 recordings: self.offcpu.recordings(),
                 sample_probability: self.offcpu.sample_probability(),
                 dropped: self.offcpu.dropped(),

@@ -154,8 +154,7 @@ impl ProgramGroup {
                 if let Some(err) = context.signal_layout {
                     return Err(OptionalProgramError::from(err.clone()).into());
                 }
-                record_switches(ebpf)?;
-                Ok(Attached::Done)
+                Ok(Attached::Switches(record_switches(ebpf)?))
             }
             ProgramGroup::Allocations => {
                 if context.settings.stack_copy_pages == 0 {
@@ -191,7 +190,27 @@ pub(super) struct AttachContext<'a> {
 pub(super) enum Attached {
     /// The CPU clocks' links, one per CPU.
     CpuClocks(Vec<PerfEventLinkId>),
+    /// The off-CPU switch program loaded.
+    Switches(SwitchProgram),
     Done,
+}
+
+/// The off-CPU switch program loaded: `record_switch`, or where the
+/// kernel's verifier cannot check it, the one without Python frames.
+#[derive(Clone, Debug)]
+pub struct SwitchProgram {
+    pub name: &'static str,
+    /// What off-CPU recording lacks with it, when it is not the whole one.
+    pub limitation: Option<String>,
+}
+
+impl Default for SwitchProgram {
+    fn default() -> Self {
+        Self {
+            name: names::PROGRAM_RECORD_SWITCH,
+            limitation: None,
+        }
+    }
 }
 
 /// Why a group is not running.
@@ -353,22 +372,54 @@ fn load_btf_tracepoint<'a>(
     Ok(program)
 }
 
-/// Loads and attaches the context-switch and wake-up BTF tracepoints.
-fn record_switches(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
+/// Loads and attaches the context-switch and wake-up BTF tracepoints:
+/// `record_switch`, or when the kernel's verifier gives up on it at its
+/// complexity limit (Linux 6.1), `record_switch_without_python`.
+fn record_switches(ebpf: &mut Ebpf) -> Result<SwitchProgram, OptionalProgramError> {
+    const SWITCH: &str = "the sched_switch BTF tracepoint";
     let btf = kernel_btf()?;
+    let mut switch = SwitchProgram::default();
+    let whole: &mut BtfTracePoint = program(ebpf, names::PROGRAM_RECORD_SWITCH)
+        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_RECORD_SWITCH))?;
+    if let Err(err) = whole.load("sched_switch", &btf) {
+        let Some(last_words) = verifier_gave_up(&err) else {
+            return Err(load_failed(SWITCH)(err));
+        };
+        let limitation = format!(
+            "this kernel ({}) cannot verify the off-CPU program that walks Python frames (its \
+             verifier gave up at its complexity limit: {last_words}): off-CPU and wall-clock \
+             stacks of Python processes show the interpreter's own frames, not Python's; Linux \
+             6.12 and later verify it",
+            crate::kernel::requirements::kernel_release()
+        );
+        load_btf_tracepoint(
+            ebpf,
+            &btf,
+            (
+                names::PROGRAM_RECORD_SWITCH_WITHOUT_PYTHON,
+                "sched_switch",
+                SWITCH,
+            ),
+        )?;
+        warn!("{limitation}");
+        switch = SwitchProgram {
+            name: names::PROGRAM_RECORD_SWITCH_WITHOUT_PYTHON,
+            limitation: Some(limitation),
+        };
+    }
     for (name, tracepoint, what) in [
-        (
-            names::PROGRAM_RECORD_SWITCH,
-            "sched_switch",
-            "the sched_switch BTF tracepoint",
-        ),
+        (switch.name, "sched_switch", SWITCH),
         (
             names::PROGRAM_RECORD_WAKEUP,
             "sched_wakeup",
             "the sched_wakeup BTF tracepoint",
         ),
     ] {
-        let program = load_btf_tracepoint(ebpf, &btf, (name, tracepoint, what))?;
+        let program: &mut BtfTracePoint = if name == names::PROGRAM_RECORD_WAKEUP {
+            load_btf_tracepoint(ebpf, &btf, (name, tracepoint, what))?
+        } else {
+            program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?
+        };
         // Attached only while something is recorded (see `offcpu`); once
         // now, so that a kernel that refuses says so at start.
         let link = program.attach().map_err(attach_failed(what))?;
@@ -388,7 +439,7 @@ fn record_switches(ebpf: &mut Ebpf) -> Result<(), OptionalProgramError> {
         }
         Err(err) => warn!("{err}"),
     }
-    Ok(())
+    Ok(switch)
 }
 
 /// The kernel's BTF, as aya reads it.
@@ -445,22 +496,10 @@ pub(super) fn load_error(err: EbpfError) -> SamplingError {
 }
 
 fn program_load_error(err: ProgramError) -> SamplingError {
-    // E2BIG with a verifier log: the verifier gave up at its complexity
-    // limit (a million instructions checked, or too long a sequence of
-    // jumps). Without a log, the kernel refused the request itself.
-    if let ProgramError::LoadError {
-        io_error,
-        verifier_log,
-    } = &err
-        && io_error.raw_os_error() == Some(libc::E2BIG)
-        && !verifier_log.to_string().trim().is_empty()
-    {
-        // Its log is the path it was checking: its last lines say where.
-        let log = error_chain(&err);
-        let lines: Vec<&str> = log.lines().filter(|line| !line.trim().is_empty()).collect();
+    if let Some(log) = verifier_gave_up(&err) {
         return SamplingError::VerifierLimit {
             release: crate::kernel::requirements::kernel_release(),
-            log: lines[lines.len().saturating_sub(3)..].join(" / "),
+            log,
         };
     }
     if let ProgramError::LoadError {
@@ -473,6 +512,27 @@ fn program_load_error(err: ProgramError) -> SamplingError {
         return SamplingError::PermissionDenied;
     }
     SamplingError::Load(error_chain(&err))
+}
+
+/// The last words of a verifier that gave up at its complexity limit (E2BIG
+/// with a log: a million instructions checked, or too long a sequence of
+/// jumps); `None` for any other error (without a log, the kernel refused
+/// the request itself).
+fn verifier_gave_up(err: &ProgramError) -> Option<String> {
+    let ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = err
+    else {
+        return None;
+    };
+    if io_error.raw_os_error() != Some(libc::E2BIG) || verifier_log.to_string().trim().is_empty() {
+        return None;
+    }
+    // Its log is the path it was checking: its last lines say where.
+    let log = error_chain(err);
+    let lines: Vec<&str> = log.lines().filter(|line| !line.trim().is_empty()).collect();
+    Some(lines[lines.len().saturating_sub(3)..].join(" / "))
 }
 
 /// The errno at the root of an aya error, if there is one.

@@ -78,11 +78,12 @@ impl offcpu::SwitchPrograms for KernelSwitchPrograms {
             return Ok(());
         }
         let mut programs = crate::lock(&self.programs);
+        let switch = programs.switch_program().name;
         let ebpf = &mut programs.ebpf;
         if !attached {
             return detach_all(ebpf, &mut links);
         }
-        for name in [names::PROGRAM_RECORD_SWITCH, names::PROGRAM_RECORD_WAKEUP] {
+        for name in [switch, names::PROGRAM_RECORD_WAKEUP] {
             let attach = groups::program::<BtfTracePoint>(ebpf, name)
                 .map_err(|err| err.to_string())
                 .and_then(|program| program.attach().map_err(|err| err.to_string()));

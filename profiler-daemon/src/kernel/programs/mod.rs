@@ -41,7 +41,7 @@ mod settings;
 pub use self::{
     allocation_probes::{Attachment, KernelAllocationProbes, Profiled, RunningProfile},
     errors::{OptionalProgramError, SamplingError},
-    groups::ProgramGroup,
+    groups::{ProgramGroup, SwitchProgram},
     handles::{KernelPeekClocks, KernelSwitchPrograms, KernelWaitingThreads},
     settings::{MapSizes, ProgramSettings, stack_copy_record_bytes},
 };
@@ -92,6 +92,8 @@ pub struct LoadedPrograms {
     cpu_clocks: Vec<aya::programs::perf_event::PerfEventLinkId>,
     /// The optional groups that are off, and why.
     off: BTreeMap<ProgramGroup, OptionalProgramError>,
+    /// The off-CPU switch program loaded.
+    switch_program: SwitchProgram,
     /// Bytes of the stack-copy ring buffer, when the programs copy user
     /// stacks for unwinding in the daemon.
     stack_copies: Option<u32>,
@@ -160,10 +162,12 @@ impl LoadedPrograms {
             process_layout: found.process_error(),
         };
         let mut cpu_clocks = Vec::new();
+        let mut switch_program = SwitchProgram::default();
         let mut off = BTreeMap::new();
         for group in ProgramGroup::ALL {
             match group.attach(&mut ebpf, &context) {
                 Ok(Attached::CpuClocks(links)) => cpu_clocks = links,
+                Ok(Attached::Switches(program)) => switch_program = program,
                 Ok(Attached::Done) => {}
                 Err(GroupFailure::Fatal(err)) => return Err(err),
                 Err(GroupFailure::Off(reason)) => {
@@ -192,6 +196,7 @@ impl LoadedPrograms {
             frequency_hz: settings.frequency_hz,
             cpu_clocks,
             off,
+            switch_program,
             stack_copies: (settings.stack_copy_pages != 0).then_some(map_sizes.stack_copies),
             stack_copy_pages: settings.stack_copy_pages,
             // An allocation's record is counted at its largest: with a
@@ -224,6 +229,11 @@ impl LoadedPrograms {
     pub fn allocation_ring_records(&self) -> u64 {
         let (bytes, record) = self.alloc_stack_copies;
         u64::from(bytes) / record.max(1)
+    }
+
+    /// The off-CPU switch program loaded, and what recording lacks with it.
+    pub fn switch_program(&self) -> &SwitchProgram {
+        &self.switch_program
     }
 
     /// Whether a group runs; if not, why.

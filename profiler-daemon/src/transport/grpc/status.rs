@@ -42,6 +42,7 @@ fn offcpu_status(status: &DaemonStatus) -> v1::OffCpuStatus {
     let waits = status.pipeline.waits.unwrap_or_default();
     v1::OffCpuStatus {
         unavailable: status.offcpu.unavailable.clone().unwrap_or_default(),
+        limitation: status.offcpu.limitation.clone().unwrap_or_default(),
         recordings: status.offcpu.recordings as u32,
         sample_probability: status.offcpu.sample_probability,
         switches: counters[Counter::Switches as usize],
