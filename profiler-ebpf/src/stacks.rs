@@ -124,6 +124,29 @@ const CHUNK: usize = 8;
 /// Chunks in a stack of [`MAX_STACK_DEPTH`] frames.
 const CHUNKS: usize = MAX_STACK_DEPTH.div_ceil(CHUNK);
 
+/// Runs `step` under `bpf_loop` once per chunk of a whole stack (until it
+/// returns 1), handing it `state`: a `Hashing` or a `Comparing`, as `step`
+/// takes.
+#[inline(always)]
+fn for_each_chunk<T>(step: extern "C" fn(u32, *mut c_void) -> i64, state: &mut T) {
+    // SAFETY: `step` takes a `T`, and `state` lives until bpf_loop returns.
+    unsafe {
+        bpf_loop(
+            CHUNKS as u32,
+            step as *mut c_void,
+            (state as *mut T).cast::<c_void>(),
+            0,
+        )
+    };
+}
+
+/// A step's chunk, unless it is past the stack's `chunks` (or the array).
+#[inline(always)]
+fn chunk_within(chunk: u32, chunks: u64) -> Option<usize> {
+    let chunk = chunk as usize;
+    (chunk < CHUNKS && (chunk as u64) < chunks).then_some(chunk)
+}
+
 /// The frame at `chunk`'s `index`; 0 past the end of the array.
 #[inline(always)]
 fn frame(ips: &[u64; MAX_STACK_DEPTH], chunk: usize, index: usize) -> u64 {
@@ -148,16 +171,7 @@ fn stack_hash(ips: &[u64; MAX_STACK_DEPTH], len: usize, user: bool) -> u64 {
         chunks: len.div_ceil(CHUNK) as u64,
         hash: 0x9e37_79b9_7f4a_7c15 ^ ((len as u64) << 1) ^ (user as u64),
     };
-    // SAFETY: `hash_chunk` takes a `Hashing`, which lives until bpf_loop
-    // returns.
-    unsafe {
-        bpf_loop(
-            CHUNKS as u32,
-            hash_chunk as *mut c_void,
-            (&raw mut hashing).cast::<c_void>(),
-            0,
-        )
-    };
+    for_each_chunk(hash_chunk, &mut hashing);
     if hashing.hash == 0 { 1 } else { hashing.hash }
 }
 
@@ -167,10 +181,9 @@ extern "C" fn hash_chunk(chunk: u32, hashing: *mut c_void) -> i64 {
     // SAFETY: bpf_loop passes the `Hashing` stack_hash gave it, whose
     // frames are a map value alive for the program's run.
     let hashing = unsafe { &mut *hashing.cast::<Hashing>() };
-    let chunk = chunk as usize;
-    if chunk as u64 >= hashing.chunks || chunk >= CHUNKS {
+    let Some(chunk) = chunk_within(chunk, hashing.chunks) else {
         return 1;
-    }
+    };
     // SAFETY: as above.
     let ips = unsafe { &*hashing.ips };
     let mut hash = hashing.hash;
@@ -215,16 +228,7 @@ fn same_frames(stored: &StackTrace, walked: &StackTrace, len: usize) -> bool {
         chunks: len.div_ceil(CHUNK) as u64,
         differs: 0,
     };
-    // SAFETY: `compare_chunk` takes a `Comparing`, which lives until
-    // bpf_loop returns.
-    unsafe {
-        bpf_loop(
-            CHUNKS as u32,
-            compare_chunk as *mut c_void,
-            (&raw mut comparing).cast::<c_void>(),
-            0,
-        )
-    };
+    for_each_chunk(compare_chunk, &mut comparing);
     comparing.differs == 0
 }
 
@@ -234,10 +238,9 @@ extern "C" fn compare_chunk(chunk: u32, comparing: *mut c_void) -> i64 {
     // SAFETY: bpf_loop passes the `Comparing` same_frames gave it, whose
     // frames are map values alive for the program's run.
     let comparing = unsafe { &mut *comparing.cast::<Comparing>() };
-    let chunk = chunk as usize;
-    if chunk as u64 >= comparing.chunks || chunk >= CHUNKS {
+    let Some(chunk) = chunk_within(chunk, comparing.chunks) else {
         return 1;
-    }
+    };
     // SAFETY: as above.
     let (stored, walked) = unsafe { (&*comparing.stored, &*comparing.walked) };
     for index in 0..CHUNK {
