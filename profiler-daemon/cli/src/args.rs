@@ -37,14 +37,15 @@ pub enum Command {
     },
     /// Print the daemon's self-metrics in the Prometheus text format
     Metrics,
-    /// Profile for a duration and print or write the report (Ctrl-C stops
-    /// early and reports what was sampled)
+    /// Profile for a duration, or until Ctrl-C, and print or write the
+    /// report (Ctrl-C stops early and reports what was sampled)
     Profile {
         #[command(flatten)]
         selector: SelectorArgs,
-        /// How long to profile, e.g. 10s, 500ms, 2m
+        /// How long to profile, e.g. 10s, 500ms, 2m, or seconds (5); without
+        /// it, until Ctrl-C (at most the daemon's max_profile_duration)
         #[arg(long, short, value_parser = parse_duration)]
-        duration: Duration,
+        duration: Option<Duration>,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -229,7 +230,7 @@ pub struct TopArgs {
 #[derive(Debug, Args)]
 pub struct SelectorArgs {
     /// Only this process (repeatable; 0 selects the idle tasks)
-    #[arg(long = "pid", value_name = "PID", value_parser = id("a process id"), allow_negative_numbers = true)]
+    #[arg(long = "pid", short = 'p', value_name = "PID", value_parser = id("a process id"), allow_negative_numbers = true)]
     pub pids: Vec<u32>,
     /// Only this thread (repeatable)
     #[arg(long = "tid", value_name = "TID", value_parser = id("a thread id"), allow_negative_numbers = true)]
@@ -511,11 +512,18 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A duration with its unit (10s, 500ms, 2m), or a number of seconds
+/// without one (5, 0.5), as perf and py-spy take it.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if text.trim_start().starts_with('-') {
         return Err("a duration cannot be negative (examples: 10s, 500ms, 2m)".to_owned());
     }
-    humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 10s, 500ms, 2m)"))
+    if let Ok(seconds) = text.trim().parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).map_err(|_| {
+            format!("{text} seconds is not a duration (examples: 10s, 500ms, 2m, 5)")
+        });
+    }
+    humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 10s, 500ms, 2m, 5)"))
 }
 
 fn parse_time(text: &str) -> Result<SystemTime, String> {
@@ -590,5 +598,37 @@ mod tests {
         );
         let cli = Cli::try_parse_from(["profilerctl", "record", "--", "sleep", "-1"]).unwrap();
         assert!(matches!(cli.command, Command::Record { command, .. } if command.len() == 2));
+    }
+
+    /// perf's and py-spy's habits: `-p PID`, `-d` in seconds without a
+    /// unit, no duration (until Ctrl-C); the long forms still work.
+    #[test]
+    fn profile_takes_perf_and_py_spy_habits() {
+        let profile = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["profilerctl", "profile"], args].concat())
+                .unwrap_or_else(|err| panic!("{args:?}: {err}"));
+            match cli.command {
+                Command::Profile {
+                    selector, duration, ..
+                } => (selector.pids, duration),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            profile(&["-p", "42", "-d", "5"]),
+            (vec![42], Some(Duration::from_secs(5)))
+        );
+        assert_eq!(
+            profile(&["--pid", "42", "--duration", "1.5"]),
+            (vec![42], Some(Duration::from_millis(1500)))
+        );
+        assert_eq!(
+            profile(&["-p", "1", "-p", "2", "-d", "2s"]),
+            (vec![1, 2], Some(Duration::from_secs(2)))
+        );
+        assert_eq!(profile(&["-p", "42"]), (vec![42], None));
+        assert!(parse_duration("5x").unwrap_err().contains("examples"));
+        assert!(parse_duration("NaN").is_err());
+        assert!(parse_duration("inf").is_err());
     }
 }

@@ -21,15 +21,37 @@ const TOP_INTERVALS: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(100)..=Duration::from_secs(60);
 const TOP_MAX_FUNCTIONS: u32 = 1000;
 
+/// Profiles for `duration`, or without one until Ctrl-C (at most the
+/// daemon's longest profile), and delivers the report.
 pub async fn profile(
     daemon: &mut Client,
     selector: &SelectorArgs,
-    duration: Duration,
+    duration: Option<Duration>,
     report: &ReportArgs,
 ) -> Result<()> {
     output::refuse_binary_on_terminal(report.format.binary(), report.output.as_deref())?;
+    let duration = match duration {
+        Some(duration) => duration,
+        None => {
+            let longest = longest_profile(daemon).await?;
+            eprintln!(
+                "profiling until Ctrl-C (at most {}, the daemon's max_profile_duration)",
+                humantime::format_duration(longest)
+            );
+            longest
+        }
+    };
     let reply = profile_window(daemon, selector, duration, report.to_proto()).await?;
     output::deliver(reply, report.output.as_deref(), Some(duration))
+}
+
+/// The longest profile the daemon allows.
+async fn longest_profile(daemon: &mut Client) -> Result<Duration> {
+    let status = daemon
+        .get_status(v1::GetStatusRequest::default())
+        .await?
+        .into_inner();
+    Ok(Duration::from_millis(status.max_profile_duration_ms))
 }
 
 /// Profiles the next `duration`; Ctrl-C ends the window early (the daemon
@@ -78,11 +100,7 @@ pub(crate) async fn checked_duration(
     if duration < Duration::from_millis(1) {
         bail!("{flag} must be at least 1ms");
     }
-    let status = daemon
-        .get_status(v1::GetStatusRequest::default())
-        .await?
-        .into_inner();
-    let max = Duration::from_millis(status.max_profile_duration_ms);
+    let max = longest_profile(daemon).await?;
     match u64::try_from(duration.as_millis()) {
         Ok(ms) if duration <= max => Ok(ms),
         _ => bail!(
@@ -134,8 +152,8 @@ pub async fn callers(
     if reply.total == 0 {
         bail!(
             "no sample of that window has a function named {function:?} (nor one whose name \
-             ends in ::{function}); `profilerctl query --format flat` with the same window \
-             lists the functions it has"
+             ends in ::{function}, nor a C library alias of it such as __GI___libc_{function}); \
+             `profilerctl query --format flat` with the same window lists the functions it has"
         );
     }
     output::print_text(&reply.text)

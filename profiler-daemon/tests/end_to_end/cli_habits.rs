@@ -27,6 +27,90 @@ fn catches_sigint(pid: u32) -> bool {
         .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
 }
 
+/// Waits until profilerctl `pid` handles Ctrl-C: it does once it has
+/// asked for the profile (until then, SIGINT would end it).
+async fn until_it_catches_sigint(pid: u32) {
+    support::eventually(
+        "profilerctl catches SIGINT",
+        support::PATIENCE,
+        async || {
+            if catches_sigint(pid) {
+                Ok(())
+            } else {
+                Err("SIGINT not caught yet")
+            }
+        },
+    )
+    .await;
+}
+
+/// perf's and py-spy's habit: `profile -p PID` without a duration runs
+/// until Ctrl-C, then reports.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_profile_without_a_duration_runs_until_ctrl_c() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("split", &[]);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let report = dir.path().join("until.folded");
+    let profilerctl = Command::new(crate::support::profilerctl_binary())
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["profile", "-p", &workload.pid().to_string()])
+        .args(["-f", "folded", "-o"])
+        .arg(&report)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("profilerctl starts");
+    until_it_catches_sigint(profilerctl.id()).await;
+    support::wait_for_drains(&mut daemon.client().await, 2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let pid = rustix::process::Pid::from_raw(profilerctl.id() as i32).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT is sent");
+    let output = tokio::task::spawn_blocking(move || profilerctl.wait_with_output())
+        .await
+        .expect("finishes")
+        .expect("it exits");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("profiling until Ctrl-C (at most "),
+        "{stderr}"
+    );
+    let stacks = support::folded(&std::fs::read(&report).expect("the report"));
+    assert!(
+        support::total(&stacks) > 0,
+        "nothing sampled until Ctrl-C: {stderr}"
+    );
+}
+
+/// `callers malloc` finds the C library's malloc, which Debian's glibc
+/// names `__GI___libc_malloc` (the README's own example).
+#[tokio::test(flavor = "multi_thread")]
+async fn callers_of_malloc_find_the_c_library_s_malloc() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("allocs", &["storm"]);
+    let pid = workload.pid().to_string();
+    let text = support::eventually(
+        "callers of malloc name site_storm",
+        support::PATIENCE,
+        async || {
+            let output = support::profilerctl(
+                &daemon.socket,
+                &["callers", "malloc", "--pid", &pid, "--since", "1m"],
+            )
+            .await;
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            if output.status.success() && text.contains("site_storm") {
+                Ok(text)
+            } else {
+                Err(format!("{text}{}", String::from_utf8_lossy(&output.stderr)))
+            }
+        },
+    )
+    .await;
+    assert!(text.starts_with("Callers of malloc ("), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
     let daemon = Daemon::start().await;
@@ -42,22 +126,7 @@ async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("profilerctl starts");
-    // It handles Ctrl-C once it has asked for the profile (until then,
-    // SIGINT would end it). The window opens at the daemon's next drain:
-    // two drains later, it is open.
-    let asking = profilerctl.id();
-    support::eventually(
-        "profilerctl catches SIGINT",
-        support::PATIENCE,
-        async || {
-            if catches_sigint(asking) {
-                Ok(())
-            } else {
-                Err("SIGINT not caught yet")
-            }
-        },
-    )
-    .await;
+    until_it_catches_sigint(profilerctl.id()).await;
     let (asked, ran_when_asked) = (Instant::now(), support::cpu_time(workload.pid()));
     support::wait_for_drains(&mut daemon.client().await, 2).await;
     // About 2 s of profile, which the window and its samples are checked

@@ -1,7 +1,9 @@
 //! Who called a function, with counts: Julia's `Profile.callers(funcname)`.
 //!
-//! A frame matches when its function is the name given, or ends with
-//! `::` and the name (so `spin` finds `app::spin`). Each sample counts once
+//! A frame matches when its function is the name given, ends with `::`
+//! and the name (so `spin` finds `app::spin`), or is one of the C
+//! library's aliases of it (so `malloc` finds Debian glibc's
+//! `__GI___libc_malloc`, and `memcpy@@GLIBC_2.14` is `memcpy`). Each sample counts once
 //! per distinct caller of its stack, however often the function recurs in
 //! it; a match at the root of a stack has the caller `[root]`.
 
@@ -25,7 +27,11 @@ pub struct CallerCount {
 /// samples in which the function appears at all.
 pub fn callers(profile: &Profile, function: &str) -> (Vec<CallerCount>, u64) {
     let suffix = format!("::{function}");
-    let matches = |frame: &Frame| *frame.function == *function || frame.function.ends_with(&suffix);
+    let matches = |frame: &Frame| {
+        *frame.function == *function
+            || frame.function.ends_with(&suffix)
+            || alias_of(&frame.function) == function
+    };
     let root = Frame {
         function: Arc::from("[root]"),
         file: None,
@@ -135,6 +141,22 @@ pub fn callers_text(function: &str, callers: &[CallerCount], total: u64) -> Stri
     out
 }
 
+/// The C library's prefixes of internal aliases of a public function,
+/// longest first: glibc names `malloc`'s own code `__GI___libc_malloc`, and
+/// a symbol table may name it `__libc_malloc`.
+const ALIAS_PREFIXES: &[&str] = &["__GI___libc_", "__GI___", "__GI_", "__libc_"];
+
+/// The public name `name` is an alias of: without a symbol version
+/// (`@@GLIBC_2.2.5`) and an alias prefix; `name` itself otherwise.
+fn alias_of(name: &str) -> &str {
+    let name = name.split_once('@').map_or(name, |(name, _)| name);
+    ALIAS_PREFIXES
+        .iter()
+        .find_map(|prefix| name.strip_prefix(prefix))
+        .filter(|rest| !rest.is_empty())
+        .unwrap_or(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +184,21 @@ mod tests {
         let text = callers_text("hot", &callers, total);
         assert!(text.starts_with("Callers of hot (11 samples):"), "{text}");
         assert!(callers_text("nope", &[], 0).contains("no sample holds"));
+    }
+
+    /// `malloc` finds glibc's own names of it, not another function.
+    #[test]
+    fn c_library_aliases_are_the_function() {
+        let glibc = profile(&[
+            (&["main", "a", "__GI___libc_malloc"], 4),
+            (&["main", "b", "malloc@@GLIBC_2.2.5"], 1),
+            (&["main", "__libc_malloc"], 2),
+            (&["main", "xmalloc"], 9),
+        ]);
+        let (by_alias, aliased) = callers(&glibc, "malloc");
+        assert_eq!(aliased, 7, "{by_alias:?}");
+        assert_eq!(alias_of("__GI_memcpy"), "memcpy");
+        assert_eq!(alias_of("__libc_"), "__libc_");
+        assert_eq!(alias_of("spin"), "spin");
     }
 }
