@@ -44,6 +44,27 @@ async fn until_it_catches_sigint(pid: u32) {
     .await;
 }
 
+/// profilerctl profiling with `args`, its folded report written to
+/// `report`, its errors piped.
+fn profile_into(daemon: &Daemon, args: &[&str], report: &std::path::Path) -> std::process::Child {
+    Command::new(crate::support::profilerctl_binary())
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .arg("profile")
+        .args(args)
+        .args(["-f", "folded", "-o"])
+        .arg(report)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("profilerctl starts")
+}
+
+/// Sends Ctrl-C (SIGINT) to `child`.
+fn interrupt(child: &std::process::Child) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT is sent");
+}
+
 /// perf's and py-spy's habit: `profile -p PID` without a duration runs
 /// until Ctrl-C, then reports.
 #[tokio::test(flavor = "multi_thread")]
@@ -52,20 +73,11 @@ async fn a_profile_without_a_duration_runs_until_ctrl_c() {
     let workload = Workload::start("split", &[]);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let report = dir.path().join("until.folded");
-    let profilerctl = Command::new(crate::support::profilerctl_binary())
-        .arg("--socket")
-        .arg(&daemon.socket)
-        .args(["profile", "-p", &workload.pid().to_string()])
-        .args(["-f", "folded", "-o"])
-        .arg(&report)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("profilerctl starts");
+    let profilerctl = profile_into(&daemon, &["-p", &workload.pid().to_string()], &report);
     until_it_catches_sigint(profilerctl.id()).await;
     support::wait_for_drains(&mut daemon.client().await, 2).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let pid = rustix::process::Pid::from_raw(profilerctl.id() as i32).expect("a pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT is sent");
+    interrupt(&profilerctl);
     let output = tokio::task::spawn_blocking(move || profilerctl.wait_with_output())
         .await
         .expect("finishes")
@@ -117,15 +129,11 @@ async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
     let workload = Workload::start("split", &[]);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let report = dir.path().join("cut.folded");
-    let mut profilerctl = Command::new(crate::support::profilerctl_binary())
-        .arg("--socket")
-        .arg(&daemon.socket)
-        .args(["profile", "--pid", &workload.pid().to_string(), "-d", "8s"])
-        .args(["-f", "folded", "-o"])
-        .arg(&report)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("profilerctl starts");
+    let mut profilerctl = profile_into(
+        &daemon,
+        &["--pid", &workload.pid().to_string(), "-d", "8s"],
+        &report,
+    );
     until_it_catches_sigint(profilerctl.id()).await;
     let (asked, ran_when_asked) = (Instant::now(), support::cpu_time(workload.pid()));
     support::wait_for_drains(&mut daemon.client().await, 2).await;
@@ -134,8 +142,7 @@ async fn ctrl_c_ends_a_profile_early_and_reports_what_was_sampled() {
     let ran_when_open = support::cpu_time(workload.pid());
     tokio::time::sleep(Duration::from_secs(2)).await;
     let ran_when_interrupted = support::cpu_time(workload.pid());
-    let pid = rustix::process::Pid::from_raw(profilerctl.id() as i32).expect("a pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT is sent");
+    interrupt(&profilerctl);
     let output = tokio::task::spawn_blocking(move || {
         profilerctl.wait().expect("it exits");
         let mut stderr = String::new();
