@@ -43,7 +43,10 @@ impl Params {
     pub fn only(&self, route: &str, names: &[&str]) -> Result<(), ServiceError> {
         for (name, _) in &self.0 {
             if !names.contains(&name.as_str()) && !SELECTOR_NAMES.contains(&name.as_str()) {
-                let mut known: Vec<&str> = names.iter().chain(SELECTOR_NAMES).copied().collect();
+                // `delay` is let through only to be refused with its reason.
+                let mut known: Vec<&str> = (names.iter().chain(SELECTOR_NAMES).copied())
+                    .filter(|name| *name != "delay")
+                    .collect();
                 known.sort_unstable();
                 return Err(ServiceError::invalid(format!(
                     "{route} does not take the parameter {}; it takes {}",
@@ -74,17 +77,24 @@ impl Params {
         Ok(first)
     }
 
-    /// A duration in seconds (fractions allowed), e.g. `seconds=30`.
+    /// A duration in seconds (fractions allowed), e.g. `seconds=30`, or
+    /// with its unit as the CLI takes it, e.g. `duration=2s`, `500ms`.
     pub fn seconds(&self, name: &str) -> Result<Option<Duration>, ServiceError> {
         let Some(text) = self.value(name)? else {
             return Ok(None);
         };
-        let seconds: f64 = text.trim().parse().map_err(|_| {
-            ServiceError::invalid(format!(
-                "{name}={} is not a number of seconds; give e.g. {name}=30",
-                quote(text)
-            ))
-        })?;
+        let seconds: f64 = match text.trim().parse() {
+            Ok(seconds) => seconds,
+            Err(_) => humantime::parse_duration(text.trim())
+                .map_err(|_| {
+                    ServiceError::invalid(format!(
+                        "{name}={} is not a number of seconds nor a duration; give e.g. \
+                         {name}=30 or {name}=2s",
+                        quote(text)
+                    ))
+                })?
+                .as_secs_f64(),
+        };
         if !seconds.is_finite() || seconds <= 0.0 {
             return Err(ServiceError::invalid(format!(
                 "{name}={} must be more than 0 seconds",
@@ -260,6 +270,36 @@ mod tests {
                     .map(drop)
             )
             .contains("more than once")
+        );
+        // `delay` is let through to be refused with its reason, not listed.
+        let listed = message(
+            Params::of(&[("secs", "1")]).only("/profile", &["duration", "pprof", "n", "delay"]),
+        );
+        assert!(
+            listed.contains("it takes cgroup, comm, comm_regex, duration, mode, n, pid, pprof"),
+            "{listed}"
+        );
+        assert!(!listed.contains("delay"), "{listed}");
+    }
+
+    /// Durations as the CLI takes them, and plain seconds.
+    #[test]
+    fn durations_take_seconds_or_a_unit() {
+        let duration = |text: &str| Params::of(&[("duration", text)]).seconds("duration");
+        assert_eq!(duration("2").unwrap(), Some(Duration::from_secs(2)));
+        assert_eq!(duration("0.5").unwrap(), Some(Duration::from_millis(500)));
+        assert_eq!(duration("2s").unwrap(), Some(Duration::from_secs(2)));
+        assert_eq!(duration("500ms").unwrap(), Some(Duration::from_millis(500)));
+        assert_eq!(duration("1m").unwrap(), Some(Duration::from_secs(60)));
+        assert!(
+            duration("0s")
+                .unwrap_err()
+                .to_string()
+                .contains("more than 0")
+        );
+        assert!(
+            (duration("2 parsecs").unwrap_err().to_string())
+                .contains("give e.g. duration=30 or duration=2s")
         );
     }
 
