@@ -372,54 +372,64 @@ fn load_btf_tracepoint<'a>(
     Ok(program)
 }
 
+/// Loads `record_switch`, or where the verifier gives up on it,
+/// `record_switch_without_python`, saying (in the log and in what it
+/// returns) what off-CPU recording then lacks.
+fn load_switch_program(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+    what: &'static str,
+) -> Result<SwitchProgram, OptionalProgramError> {
+    let whole: &mut BtfTracePoint = program(ebpf, names::PROGRAM_RECORD_SWITCH)
+        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_RECORD_SWITCH))?;
+    let Err(err) = whole.load("sched_switch", btf) else {
+        return Ok(SwitchProgram::default());
+    };
+    let Some(last_words) = verifier_gave_up(&err) else {
+        return Err(load_failed(what)(err));
+    };
+    load_btf_tracepoint(
+        ebpf,
+        btf,
+        (
+            names::PROGRAM_RECORD_SWITCH_WITHOUT_PYTHON,
+            "sched_switch",
+            what,
+        ),
+    )?;
+    let limitation = format!(
+        "this kernel ({}) cannot verify the off-CPU program that walks Python frames (its \
+         verifier gave up at its complexity limit: {last_words}): off-CPU and wall-clock stacks \
+         of Python processes show the interpreter's own frames, not Python's; Linux 6.12 and \
+         later verify it",
+        crate::kernel::requirements::kernel_release()
+    );
+    warn!("{limitation}");
+    Ok(SwitchProgram {
+        name: names::PROGRAM_RECORD_SWITCH_WITHOUT_PYTHON,
+        limitation: Some(limitation),
+    })
+}
+
 /// Loads and attaches the context-switch and wake-up BTF tracepoints:
 /// `record_switch`, or when the kernel's verifier gives up on it at its
 /// complexity limit (Linux 6.1), `record_switch_without_python`.
 fn record_switches(ebpf: &mut Ebpf) -> Result<SwitchProgram, OptionalProgramError> {
     const SWITCH: &str = "the sched_switch BTF tracepoint";
+    const WAKEUP: &str = "the sched_wakeup BTF tracepoint";
     let btf = kernel_btf()?;
-    let mut switch = SwitchProgram::default();
-    let whole: &mut BtfTracePoint = program(ebpf, names::PROGRAM_RECORD_SWITCH)
-        .map_err(|_| OptionalProgramError::Missing(names::PROGRAM_RECORD_SWITCH))?;
-    if let Err(err) = whole.load("sched_switch", &btf) {
-        let Some(last_words) = verifier_gave_up(&err) else {
-            return Err(load_failed(SWITCH)(err));
-        };
-        let limitation = format!(
-            "this kernel ({}) cannot verify the off-CPU program that walks Python frames (its \
-             verifier gave up at its complexity limit: {last_words}): off-CPU and wall-clock \
-             stacks of Python processes show the interpreter's own frames, not Python's; Linux \
-             6.12 and later verify it",
-            crate::kernel::requirements::kernel_release()
-        );
-        load_btf_tracepoint(
-            ebpf,
-            &btf,
-            (
-                names::PROGRAM_RECORD_SWITCH_WITHOUT_PYTHON,
-                "sched_switch",
-                SWITCH,
-            ),
-        )?;
-        warn!("{limitation}");
-        switch = SwitchProgram {
-            name: names::PROGRAM_RECORD_SWITCH_WITHOUT_PYTHON,
-            limitation: Some(limitation),
-        };
-    }
-    for (name, tracepoint, what) in [
-        (switch.name, "sched_switch", SWITCH),
-        (
-            names::PROGRAM_RECORD_WAKEUP,
-            "sched_wakeup",
-            "the sched_wakeup BTF tracepoint",
-        ),
+    let switch = load_switch_program(ebpf, &btf, SWITCH)?;
+    load_btf_tracepoint(
+        ebpf,
+        &btf,
+        (names::PROGRAM_RECORD_WAKEUP, "sched_wakeup", WAKEUP),
+    )?;
+    for (name, what) in [
+        (switch.name, SWITCH),
+        (names::PROGRAM_RECORD_WAKEUP, WAKEUP),
     ] {
-        let program: &mut BtfTracePoint = if name == names::PROGRAM_RECORD_WAKEUP {
-            load_btf_tracepoint(ebpf, &btf, (name, tracepoint, what))?
-        } else {
-            program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?
-        };
+        let program: &mut BtfTracePoint =
+            program(ebpf, name).map_err(|_| OptionalProgramError::Missing(name))?;
         // Attached only while something is recorded (see `offcpu`); once
         // now, so that a kernel that refuses says so at start.
         let link = program.attach().map_err(attach_failed(what))?;
