@@ -17,6 +17,8 @@ fn main() -> Result<()> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(false)
+        // For scripts: `profilerctl status --json` prints the reply as is.
+        .type_attribute(".profilerd.v1", "#[derive(serde::Serialize)]")
         .compile_fds(descriptors)
         .context("generating Rust code from the .proto files")?;
     Ok(())

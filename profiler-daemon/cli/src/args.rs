@@ -34,6 +34,10 @@ pub enum Command {
         /// Also show the counters that are zero
         #[arg(long, short)]
         verbose: bool,
+        /// Print the daemon's status reply as JSON (its API's field names;
+        /// every counter, zero or not), for scripts
+        #[arg(long, conflicts_with = "verbose")]
+        json: bool,
     },
     /// Print the daemon's self-metrics in the Prometheus text format
     Metrics,
@@ -46,6 +50,11 @@ pub enum Command {
         /// it, until Ctrl-C (at most the daemon's max_profile_duration)
         #[arg(long, short, value_parser = parse_duration)]
         duration: Option<Duration>,
+        /// Sample the processes chosen by -p at this rate (Hz) of each
+        /// thread's CPU time, for this profile only (like perf record -F);
+        /// the daemon samples the rest at its own rate
+        #[arg(long = "frequency", short = 'F', value_name = "HZ", value_parser = clap::value_parser!(u32).range(1..=4999), requires = "pids")]
+        frequency: Option<u32>,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -71,6 +80,17 @@ pub enum Command {
     /// Profile.callers)
     Callers {
         /// The function, e.g. malloc or app::handle (or its last part)
+        function: String,
+        #[command(flatten)]
+        selector: SelectorArgs,
+        #[command(flatten)]
+        window: WindowArgs,
+    },
+    /// A function's source with the samples of each line beside it, over a
+    /// past window (like pprof's list and perf annotate); the source is read
+    /// from the file its debug information names
+    Annotate {
+        /// The function, e.g. hot or app::handle (or its last part)
         function: String,
         #[command(flatten)]
         selector: SelectorArgs,
@@ -222,6 +242,10 @@ pub struct TopArgs {
     /// Leave kernel frames out (time in the kernel counts for its caller)
     #[arg(long)]
     pub user_only: bool,
+    /// Show each interval on its own, rather than accumulated with the
+    /// earlier ones fading (by 7/8 an update, as perf top does)
+    #[arg(long)]
+    pub no_decay: bool,
     /// Stop after this many updates
     #[arg(long, value_parser = count64("a number of updates"), allow_negative_numbers = true)]
     pub count: Option<u64>,
@@ -390,6 +414,10 @@ pub struct ReportArgs {
     /// Folded, flame graphs, speedscope: a Python frame as its function's name
     #[arg(long, overrides_with = "python_lines")]
     pub no_python_lines: bool,
+    /// Flat: one row per function (its lines merged) with its module, like
+    /// perf report, instead of one per source line
+    #[arg(long)]
+    pub functions: bool,
 }
 
 impl ReportArgs {
@@ -416,6 +444,7 @@ impl ReportArgs {
             combine: Some(!self.no_combine),
             interpreter: Some(!self.no_interpreter),
             python_lines: Some(!self.no_python_lines),
+            functions: self.functions,
         }
     }
 }
@@ -609,24 +638,43 @@ mod tests {
                 .unwrap_or_else(|err| panic!("{args:?}: {err}"));
             match cli.command {
                 Command::Profile {
-                    selector, duration, ..
-                } => (selector.pids, duration),
+                    selector,
+                    duration,
+                    frequency,
+                    ..
+                } => (selector.pids, duration, frequency),
                 other => panic!("{other:?}"),
             }
         };
         assert_eq!(
             profile(&["-p", "42", "-d", "5"]),
-            (vec![42], Some(Duration::from_secs(5)))
+            (vec![42], Some(Duration::from_secs(5)), None)
         );
         assert_eq!(
             profile(&["--pid", "42", "--duration", "1.5"]),
-            (vec![42], Some(Duration::from_millis(1500)))
+            (vec![42], Some(Duration::from_millis(1500)), None)
         );
         assert_eq!(
             profile(&["-p", "1", "-p", "2", "-d", "2s"]),
-            (vec![1, 2], Some(Duration::from_secs(2)))
+            (vec![1, 2], Some(Duration::from_secs(2)), None)
         );
-        assert_eq!(profile(&["-p", "42"]), (vec![42], None));
+        assert_eq!(profile(&["-p", "42"]), (vec![42], None, None));
+        assert_eq!(
+            profile(&["-p", "42", "-F", "997", "-d", "2"]),
+            (vec![42], Some(Duration::from_secs(2)), Some(997))
+        );
+        assert_eq!(
+            profile(&["--pid", "42", "--frequency", "99"]),
+            (vec![42], None, Some(99))
+        );
+        for refused in [
+            &["-F", "99"][..],
+            &["-p", "1", "-F", "0"],
+            &["-p", "1", "-F", "5000"],
+        ] {
+            let args = [&["profilerctl", "profile"], refused].concat();
+            assert!(Cli::try_parse_from(args).is_err(), "{refused:?}");
+        }
         assert!(parse_duration("5x").unwrap_err().contains("examples"));
         assert!(parse_duration("NaN").is_err());
         assert!(parse_duration("inf").is_err());

@@ -3,16 +3,21 @@
 
 use std::time::SystemTime;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use profilerd_client::v1;
 
 use crate::{Client, format, output};
 
-pub async fn status(daemon: &mut Client, verbose: bool) -> Result<()> {
+pub async fn status(daemon: &mut Client, verbose: bool, json: bool) -> Result<()> {
     let status = daemon
         .get_status(v1::GetStatusRequest::default())
         .await?
         .into_inner();
+    if json {
+        let text =
+            serde_json::to_string_pretty(&status).context("cannot write the status as JSON")?;
+        return output::print_text(&format!("{text}\n"));
+    }
     output::print_text(&crate::status::status(&status, verbose, SystemTime::now()))
 }
 

@@ -7,6 +7,7 @@
 //! ends it quietly.
 
 mod allocs;
+mod annotate;
 mod args;
 mod format;
 mod generated;
@@ -16,6 +17,7 @@ mod peeks;
 mod profiles;
 mod sessions;
 mod status;
+mod top;
 
 use std::process::ExitCode;
 
@@ -91,7 +93,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let mut daemon = client::connect(&cli.socket).await?;
     let daemon = &mut daemon;
     match cli.command {
-        Command::Status { verbose } => machine::status(daemon, verbose).await?,
+        Command::Status { verbose, json } => machine::status(daemon, verbose, json).await?,
         Command::Metrics => machine::metrics(daemon).await?,
         Command::Targets {
             pids,
@@ -101,8 +103,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Profile {
             selector,
             duration,
+            frequency,
             report,
-        } => profiles::profile(daemon, &selector, duration, &report).await?,
+        } => profiles::profile(daemon, &selector, duration, frequency, &report).await?,
         Command::Record { report, command } => {
             return sessions::record(daemon, &command, &report).await;
         }
@@ -116,6 +119,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             selector,
             window,
         } => profiles::callers(daemon, function, &selector, &window).await?,
+        Command::Annotate {
+            function,
+            selector,
+            window,
+        } => annotate::annotate(daemon, &function, &selector, &window).await?,
         Command::Diff(args) => profiles::diff(daemon, &args).await?,
         Command::Flamegraph(args) => profiles::flamegraph(daemon, &args).await?,
         Command::Top(args) => profiles::top(daemon, &args).await?,

@@ -61,7 +61,8 @@ pub fn deliver(
                      {} asked for",
                     humantime::format_duration(asked)
                 ),
-                None => eprintln!("warning: interrupted: the window was cut short"),
+                // Until Ctrl-C: the window ended as asked.
+                None => eprintln!("the window ended at Ctrl-C, after {seconds:.1}s"),
             }
         }
     }

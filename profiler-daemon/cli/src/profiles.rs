@@ -22,27 +22,33 @@ const TOP_INTERVALS: std::ops::RangeInclusive<Duration> =
 const TOP_MAX_FUNCTIONS: u32 = 1000;
 
 /// Profiles for `duration`, or without one until Ctrl-C (at most the
-/// daemon's longest profile), and delivers the report.
+/// daemon's longest profile), at the daemon's rate or at `frequency`
+/// (the processes selected by pid), and delivers the report.
 pub async fn profile(
     daemon: &mut Client,
     selector: &SelectorArgs,
     duration: Option<Duration>,
+    frequency: Option<u32>,
     report: &ReportArgs,
 ) -> Result<()> {
     output::refuse_binary_on_terminal(report.format.binary(), report.output.as_deref())?;
-    let duration = match duration {
-        Some(duration) => duration,
+    let longest = longest_profile(daemon).await?;
+    let asked = match duration {
+        Some(duration) => Some(checked_against(duration, longest, "--duration")?),
         None => {
-            let longest = longest_profile(daemon).await?;
             eprintln!(
                 "profiling until Ctrl-C (at most {}, the daemon's max_profile_duration)",
                 humantime::format_duration(longest)
             );
-            longest
+            None
         }
     };
-    let reply = profile_window(daemon, selector, duration, report.to_proto()).await?;
-    output::deliver(reply, report.output.as_deref(), Some(duration))
+    let window = Window {
+        duration: asked.unwrap_or(longest),
+        frequency,
+    };
+    let reply = profile_window(daemon, selector, window, report.to_proto()).await?;
+    output::deliver(reply, report.output.as_deref(), asked)
 }
 
 /// The longest profile the daemon allows.
@@ -54,15 +60,22 @@ async fn longest_profile(daemon: &mut Client) -> Result<Duration> {
     Ok(Duration::from_millis(status.max_profile_duration_ms))
 }
 
-/// Profiles the next `duration`; Ctrl-C ends the window early (the daemon
+/// A window to profile: how long, and at which rate of its own (the
+/// daemon's when none).
+struct Window {
+    duration: Duration,
+    frequency: Option<u32>,
+}
+
+/// Profiles the next `window`; Ctrl-C ends the window early (the daemon
 /// then reports what it sampled), a second Ctrl-C gives up.
 async fn profile_window(
     daemon: &mut Client,
     selector: &SelectorArgs,
-    duration: Duration,
+    window: Window,
     options: v1::ReportOptions,
 ) -> Result<v1::ProfileReply> {
-    let duration_ms = checked_duration(daemon, duration, "--duration").await?;
+    let duration_ms = window.duration.as_millis() as u64;
     let cut_token = crate::random_token();
     let request = v1::ProfileRequest {
         duration_ms,
@@ -70,8 +83,9 @@ async fn profile_window(
         options: Some(options),
         mode: selector.mode(),
         cut_token: cut_token.clone(),
+        frequency_hz: window.frequency.unwrap_or(0),
     };
-    let progress = Progress::start(duration, "stops early and reports");
+    let progress = Progress::start(window.duration, "stops early and reports");
     let mut cutter = daemon.clone();
     let call = daemon.profile(request);
     tokio::pin!(call);
@@ -97,12 +111,17 @@ pub(crate) async fn checked_duration(
     duration: Duration,
     flag: &str,
 ) -> Result<u64> {
+    let max = longest_profile(daemon).await?;
+    Ok(checked_against(duration, max, flag)?.as_millis() as u64)
+}
+
+/// `duration`, unless it is shorter than 1 ms or longer than `max`.
+fn checked_against(duration: Duration, max: Duration, flag: &str) -> Result<Duration> {
     if duration < Duration::from_millis(1) {
         bail!("{flag} must be at least 1ms");
     }
-    let max = longest_profile(daemon).await?;
     match u64::try_from(duration.as_millis()) {
-        Ok(ms) if duration <= max => Ok(ms),
+        Ok(_) if duration <= max => Ok(duration),
         _ => bail!(
             "{flag} {} is longer than the longest profile the daemon allows, {} \
              (max_profile_duration in its configuration)",
@@ -197,6 +216,11 @@ pub async fn diff(daemon: &mut Client, diff: &DiffArgs) -> Result<()> {
     if let Some(path) = &diff.output {
         eprintln!("diff written to {}", path.display());
     }
+    for summary in [&reply.base, &reply.target].into_iter().flatten() {
+        for warning in &summary.warnings {
+            eprintln!("warning: {warning}");
+        }
+    }
     Ok(())
 }
 
@@ -208,7 +232,14 @@ pub async fn flamegraph(daemon: &mut Client, graph: &FlamegraphArgs) -> Result<(
     };
     let (reply, asked) = match (graph.duration, graph.since) {
         (Some(duration), _) => (
-            profile_window(daemon, &graph.selector, duration, options).await?,
+            {
+                let duration_ms = checked_duration(daemon, duration, "--duration").await?;
+                let window = Window {
+                    duration: Duration::from_millis(duration_ms),
+                    frequency: None,
+                };
+                profile_window(daemon, &graph.selector, window, options).await?
+            },
             Some(duration),
         ),
         (None, Some(since)) => {
@@ -248,11 +279,17 @@ pub async fn top(daemon: &mut Client, top: &TopArgs) -> Result<()> {
             top.limit
         );
     }
+    // Accumulated, a function outside an interval's first few still
+    // counts: more are asked for than are shown.
+    let asked = match top.no_decay {
+        true => top.limit,
+        false => (top.limit * 5).clamp(100, TOP_MAX_FUNCTIONS),
+    };
     let mut updates = daemon
         .top(v1::TopRequest {
             selector: Some(top.selector.to_proto()),
             interval_ms: top.interval.as_millis() as u64,
-            limit: top.limit,
+            limit: asked,
             user_only: top.user_only,
             mode: top.selector.mode(),
         })
@@ -260,11 +297,19 @@ pub async fn top(daemon: &mut Client, top: &TopArgs) -> Result<()> {
         .into_inner();
     let live = std::io::stdout().is_terminal();
     let mut shown = 0;
+    let mut accumulated = crate::top::Accumulated::default();
     while top.count.is_none_or(|count| shown < count) {
         let Some(update) = updates.message().await? else {
             bail!("the daemon ended the top stream (it is shutting down?)");
         };
-        let text = format::top(&update);
+        let text = match top.no_decay {
+            true => format::top(&update),
+            false => {
+                accumulated.add(&update);
+                format::top(&accumulated.update(&update, top.limit as usize))
+                    + crate::top::DECAY_NOTE
+            }
+        };
         output::print_text(&if live {
             // Home the cursor and clear the screen: one frame per update.
             format!("\x1b[H\x1b[2J{text}")

@@ -88,6 +88,7 @@ pub fn allocation_profile(
     });
     // Estimates are fractions: summed before they are rounded.
     let mut sums: HashMap<(u32, u32, ThreadState), (f64, f64)> = HashMap::default();
+    let mut spread = [Spread::default(); 2];
     for sample in samples
         .iter()
         .filter(|sample| sample.kind == SampleKind::Allocation)
@@ -103,9 +104,14 @@ pub fn allocation_profile(
             sum.1 += objects;
         };
         add(ThreadState::Allocated);
+        spread[0].add(size, chance);
         if held.live.contains(&sample.allocation_id) {
             add(ThreadState::Held);
+            spread[1].add(size, chance);
         }
+    }
+    if let Some(note) = uncertainty(spread) {
+        assembly.warn(note);
     }
     for ((thread, stack, state), (bytes, objects)) in sums {
         assembly.add(
@@ -117,6 +123,56 @@ pub fn allocation_profile(
         );
     }
     assembly.finish(|bytes, objects, _| (bytes, objects))
+}
+
+/// How uncertain a sampled byte total is: the total estimated and the
+/// variance of that estimate (each sampled allocation of `size` bytes,
+/// taken with chance `p`, stands for `size / p` bytes; the estimate's
+/// variance is estimated by the sum of `(1 - p) / p² · size²`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Spread {
+    samples: u64,
+    bytes: f64,
+    variance: f64,
+}
+
+impl Spread {
+    fn add(&mut self, size: u64, chance: f64) {
+        let size = size as f64;
+        self.samples += 1;
+        self.bytes += size / chance;
+        self.variance += (1.0 - chance) / (chance * chance) * size * size;
+    }
+
+    /// One standard error, as a share of the total.
+    fn relative_error(&self) -> f64 {
+        match self.bytes > 0.0 {
+            true => self.variance.sqrt() / self.bytes,
+            false => 0.0,
+        }
+    }
+}
+
+/// What a report says of how certain its totals are, when they are
+/// estimates (some allocations were sampled with a chance below 1).
+fn uncertainty([allocated, held]: [Spread; 2]) -> Option<String> {
+    if allocated.variance <= 0.0 {
+        return None;
+    }
+    let held = match held.samples {
+        0 => "none of them still held".to_owned(),
+        n => format!(
+            "{n} still held: that total ±{:.0}%",
+            held.relative_error() * 100.0
+        ),
+    };
+    Some(format!(
+        "the byte figures are estimates from {} sampled allocations: the allocated total \
+         ±{:.0}%, {held} (one standard error; a site with few sampled allocations is less \
+         certain; --sample-rate 1 samples every allocation)",
+        allocated.samples,
+        allocated.relative_error() * 100.0,
+    ))
 }
 
 #[cfg(test)]
@@ -206,6 +262,25 @@ mod tests {
         assert_eq!(by_state(ThreadState::Allocated), vec![(4096, 4), (8192, 2)]);
         assert_eq!(by_state(ThreadState::Held), vec![(2048, 2)]);
         assert_eq!(profile.mode, ProfileMode::Allocated);
+        // sqrt(2 · (1024² + 1024² + 4096²)) = 6144 of 12288 bytes; the held
+        // 2048: sqrt(2 · 1024²) ≈ 1448.
+        assert_eq!(
+            profile.warnings,
+            vec![
+                "the byte figures are estimates from 3 sampled allocations: the allocated total \
+                 ±50%, 1 still held: that total ±71% (one standard error; a site with few \
+                 sampled allocations is less certain; --sample-rate 1 samples every allocation)"
+            ]
+        );
+        // Every allocation sampled: exact, nothing to say.
+        let exact = allocation_profile(
+            &all(vec![allocation("keep", 1024, 1)]),
+            &KernelAllocations::default(),
+            Sampling::Rate(1.0),
+            (now, now),
+            Vec::new(),
+        );
+        assert!(exact.warnings.is_empty(), "{:?}", exact.warnings);
     }
 
     #[test]

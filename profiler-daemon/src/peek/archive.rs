@@ -421,6 +421,35 @@ mod tests {
 
     #[test]
     fn reports_are_read_back_with_their_owner() {
+        for owner in [
+            Owner {
+                uid: 33,
+                gid: 34,
+                protected: true,
+            },
+            Owner {
+                uid: 33,
+                gid: 34,
+                protected: false,
+            },
+            // Root's: said plainly, not as "setuid or not dumpable".
+            Owner {
+                uid: 0,
+                gid: 0,
+                protected: true,
+            },
+        ] {
+            let line = super::super::peek_report::owner_line(owner);
+            assert_eq!(
+                line.contains("setuid"),
+                owner.uid != 0 && owner.protected,
+                "{line}"
+            );
+            assert_eq!(kept_and_reopened(owner), Some(owner), "{line}");
+        }
+    }
+
+    fn kept_and_reopened(owner: Owner) -> Option<Owner> {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let bounds = Bounds {
             max_reports: 10,
@@ -429,11 +458,6 @@ mod tests {
             max_memory_bytes: 0,
         };
         let path = dir.path().join("peeks");
-        let owner = Owner {
-            uid: 33,
-            gid: 34,
-            protected: true,
-        };
         let text = format!(
             "====\nPeek at process 7 (x)\n{}\nTriggered at ...\n",
             super::super::peek_report::owner_line(owner)
@@ -452,6 +476,6 @@ mod tests {
         written.id = "20261121T201512.123Z-7-0".to_owned();
         Archive::open(&path, bounds).keep(Arc::new(written));
         let reopened = Archive::open(&path, bounds);
-        assert_eq!(reopened.list()[0].owner, Some(owner));
+        reopened.list()[0].owner
     }
 }

@@ -12,6 +12,7 @@
 mod archive;
 mod peek_report;
 mod python;
+mod rated;
 mod running;
 mod settings;
 mod signals;
@@ -29,6 +30,7 @@ use self::{archive::Archive, running::Trigger, settings::bounds};
 pub use self::{
     archive::{ArchiveError, PeekSummary},
     peek_report::{PeekReport, ThreadReport, TriggerSource},
+    rated::{MAX_RATE_HZ, RatedSamples},
     settings::{Allowlist, PeekSettings},
     signals::{Protection, follow_signals, protection, signal_name, warn_about_protection},
     snapshot::SnapshotError,
@@ -63,6 +65,11 @@ pub enum PeekError {
          (peeks_per_user_per_minute); try again in a minute"
     )]
     TooOften { uid: u32, limit: u32 },
+    #[error(
+        "process {pid} is being peeked at or profiled at a rate of its own already; try again \
+         when that ends (a second or so for a peek)"
+    )]
+    Busy { pid: u32 },
     #[error("cannot sample process {pid}: {message}")]
     Sampling { pid: u32, message: String },
     #[error("cannot make the peek report: {0}")]
@@ -173,6 +180,9 @@ struct Inner {
     inbox: Arc<SampleInbox>,
     pipeline: PipelineHandle,
     running: Mutex<HashMap<u32, Running>>,
+    /// Processes sampled at a rate of their own for a profile (`rated`):
+    /// their inbox slots are that profile's; no peek of them starts.
+    rated: Mutex<rustc_hash::FxHashSet<u32>>,
     /// Processes a peek signal is about to end (no handler), until the
     /// kernel says it did.
     doomed: Mutex<HashMap<u32, Instant>>,
@@ -205,6 +215,7 @@ impl Peeker {
                 inbox,
                 pipeline,
                 running: Mutex::new(HashMap::default()),
+                rated: Mutex::default(),
                 doomed: Mutex::new(HashMap::default()),
                 per_user: Mutex::new(PerUser::default()),
                 archive: Mutex::new(archive),

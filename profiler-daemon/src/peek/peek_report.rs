@@ -346,6 +346,9 @@ fn waited_text([sleeping, blocked, run_queue]: [f64; 3]) -> String {
 const OWNER_PREFIX: &str = "Runs as user ";
 const PROTECTED_NOTE: &str =
     "; protected (setuid, setgid or not dumpable): root and the admin group only";
+/// What a root process's report says instead: procfs cannot tell whether
+/// one is dumpable, and only root and the admin group see root's anyway.
+const ROOT_NOTE: &str = " (root's process: root and the admin group only)";
 
 /// The header line that says who the process runs as, which
 /// [`parse_owner_line`] reads back from a kept report.
@@ -354,7 +357,13 @@ pub(super) fn owner_line(owner: Owner) -> String {
         "{OWNER_PREFIX}{}, group {}{}",
         owner.uid,
         owner.gid,
-        if owner.protected { PROTECTED_NOTE } else { "" }
+        match owner {
+            Owner { uid: 0, .. } => ROOT_NOTE,
+            Owner {
+                protected: true, ..
+            } => PROTECTED_NOTE,
+            _ => "",
+        }
     )
 }
 
@@ -364,7 +373,10 @@ pub fn parse_owner_line(text: &str) -> Option<Owner> {
         .lines()
         .take(4)
         .find_map(|line| line.strip_prefix(OWNER_PREFIX))?;
-    let (ids, protected) = match line.strip_suffix(PROTECTED_NOTE) {
+    let (ids, protected) = match line
+        .strip_suffix(PROTECTED_NOTE)
+        .or_else(|| line.strip_suffix(ROOT_NOTE))
+    {
         Some(ids) => (ids, true),
         None => (line, false),
     };

@@ -46,11 +46,15 @@ impl Peeker {
                 return;
             }
             let settings = self.settings();
-            let refusal = self.refusal(&running, uid, &trigger, &settings);
+            // A profile at a rate of its own holds the process's samples.
+            let refusal = match lock(&inner.rated).contains(&pid) {
+                true => Some(PeekError::Busy { pid }),
+                false => self.refusal(&running, uid, &trigger, &settings),
+            };
             if let Some(refusal) = refusal {
                 let mut stats = lock(&inner.stats);
                 match refusal {
-                    PeekError::TooMany { .. } => stats.dropped_limit += 1,
+                    PeekError::TooMany { .. } | PeekError::Busy { .. } => stats.dropped_limit += 1,
                     _ => stats.dropped_user_limit += 1,
                 }
                 debug!(pid, "peek trigger dropped: {refusal}");

@@ -182,7 +182,7 @@ fn disposition_in(status: &procfs::process::Status, signal: u32) -> Disposition 
     }
 }
 
-fn proc_error(pid: u32, source: procfs::ProcError) -> SnapshotError {
+pub(super) fn proc_error(pid: u32, source: procfs::ProcError) -> SnapshotError {
     match source {
         procfs::ProcError::NotFound(_) => SnapshotError::NoSuchProcess(pid),
         source => SnapshotError::Proc { pid, source },

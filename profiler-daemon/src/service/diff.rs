@@ -95,9 +95,10 @@ impl Service {
         let limit = spec.limit.unwrap_or(DEFAULT_LIMIT);
         let (normalize, max_response_bytes) = (spec.normalize, self.limits.max_response_bytes);
         let store = self.store.clone();
+        let retention = self.store_stats().retention;
         self.report_gate
             .run(move || {
-                let [base, target] = queries.map(|query| {
+                let [mut base, mut target] = queries.map(|query| {
                     answers::window_profile(
                         &store,
                         &query,
@@ -105,6 +106,17 @@ impl Service {
                         SumBy::ThreadAndStack,
                     )
                 });
+                // Said of each window whose held samples begin later than
+                // asked.
+                for (which, asked, profile) in [
+                    ("the base window", base_start, &mut base),
+                    ("the target window", target_start, &mut target),
+                ] {
+                    let covered = Some(profile.start);
+                    profile
+                        .warnings
+                        .extend(super::windows::shortfall(which, asked, covered, retention));
+                }
                 let drawing = match drawing {
                     None => Vec::new(),
                     Some((format, options)) => {

@@ -75,6 +75,7 @@ impl From<PeekError> for ServiceError {
             PeekError::NoProcess(_) => Self::NotFound(message),
             PeekError::NotAllowed { .. } => Self::InvalidArgument(message),
             PeekError::TooMany { .. }
+            | PeekError::Busy { .. }
             | PeekError::TooManyOfUser { .. }
             | PeekError::TooOften { .. } => Self::ResourceExhausted(message),
             PeekError::Sampling { .. } | PeekError::Report(_) | PeekError::Stopped => {

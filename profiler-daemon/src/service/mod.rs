@@ -22,6 +22,7 @@ pub mod limits;
 pub mod metrics;
 mod overview;
 mod peeks;
+mod rated;
 pub mod report_memory;
 pub mod rpc_counts;
 pub mod selection;

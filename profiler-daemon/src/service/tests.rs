@@ -363,6 +363,7 @@ async fn a_profile_cut_short_reports_what_it_has_and_says_so() {
         mode: ProfileMode::Cpu,
         options: flat(true),
         cut_token: Some("cut-me".to_owned()),
+        frequency_hz: None,
     };
     let profiling = tokio::spawn({
         let fixture = fixture.clone();
@@ -394,6 +395,7 @@ async fn a_profile_whose_window_opens_late_is_as_long_as_asked_and_says_so() {
         mode: ProfileMode::Cpu,
         options: flat(true),
         cut_token: None,
+        frequency_hz: None,
     };
     let report = fixture
         .service
@@ -450,6 +452,7 @@ async fn bad_requests_are_refused_before_anything_happens() {
                     mode: ProfileMode::Cpu,
                     options: flat(true),
                     cut_token: None,
+                    frequency_hz: None,
                 },
             )
             .await

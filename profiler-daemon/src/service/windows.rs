@@ -14,6 +14,7 @@ use super::{
     CutTokens, Service, ServiceError,
     access::{Asker, CallerKey, Window},
     answers::{self, Report, Sight, Summary},
+    rated,
     selection::{self, SelectorSpec},
     sessions::Session,
     stack_indexes,
@@ -40,6 +41,38 @@ pub struct ProfileSpec {
     /// A token of the asker's choosing that [`Service::cut_profile`] can
     /// end the profile early by.
     pub cut_token: Option<String>,
+    /// Sample the selected processes at this rate of their own (the
+    /// daemon's rate otherwise); see `rated`.
+    pub frequency_hz: Option<u32>,
+}
+
+/// How much later than asked a past window's held samples may begin
+/// without a word (the store's buckets begin on their own bounds).
+const SHORTFALL_SAID: Duration = Duration::from_secs(2);
+
+/// What a report of a past window asked from `asked` says when what the
+/// daemon holds begins later (`covered`: the window its buckets really
+/// cover): the daemon is younger than the window, or the rest passed its
+/// `retention`.
+pub(super) fn shortfall(
+    which: &str,
+    asked: SystemTime,
+    covered: Option<SystemTime>,
+    retention: Duration,
+) -> Option<String> {
+    let covered = covered?;
+    let missing = covered.duration_since(asked).ok()?;
+    if missing < SHORTFALL_SAID {
+        return None;
+    }
+    Some(format!(
+        "{which} was asked from {} but the daemon holds samples only from {} on ({} later: it \
+         started then, or older samples passed its retention of {}); it covers what is held",
+        selection::date(asked),
+        selection::date(covered),
+        humantime::format_duration(Duration::from_secs(missing.as_secs())),
+        humantime::format_duration(retention)
+    ))
 }
 
 /// A past window; no end is now.
@@ -125,6 +158,32 @@ impl Service {
             Some(token) => Some(self.register_cut(asker.key, token)?),
         };
 
+        if let Some(frequency_hz) = spec.frequency_hz {
+            rated::check(frequency_hz, spec.mode, &selector)?;
+            let ended = std::sync::Mutex::new(rated::WindowEnd::Full);
+            let window = rated::window(
+                duration,
+                cut.as_ref().map(|(notify, _)| notify.clone()),
+                self.stopping.clone(),
+                &ended,
+            );
+            let kernel_addresses = asker.caller.reads_kernel_addresses();
+            let mut report = self
+                .profile_at_rate(
+                    selector,
+                    frequency_hz,
+                    spec.options,
+                    kernel_addresses,
+                    window,
+                )
+                .await?;
+            drop(cut);
+            match *crate::lock(&ended) {
+                rated::WindowEnd::Stopping => return Err(ServiceError::Stopping),
+                end => report.summary.cut_short = end == rated::WindowEnd::Cut,
+            }
+            return Ok(report);
+        }
         let _recording = self.record_off_cpu(spec.mode, &selector, false)?;
         let asked = Instant::now();
         let _hold = self.holds.hold(SystemTime::now());
@@ -292,8 +351,16 @@ impl Service {
         selection::check_report_options(&options)?;
         let selector = selector.past()?;
         let (start, end) = self.past_window(window).await?;
-        self.report(start, end, selector, mode, options, Sight::of(asker.caller))
-            .await
+        let mut report = self
+            .report(start, end, selector, mode, options, Sight::of(asker.caller))
+            .await?;
+        report.summary.warnings.extend(shortfall(
+            "the window",
+            start,
+            report.summary.start,
+            self.store_stats().retention,
+        ));
+        Ok(report)
     }
 
     /// Who called `function`, with counts, over a past window.

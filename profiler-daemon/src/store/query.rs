@@ -58,6 +58,21 @@ impl Store {
         self.read(query, true, SumBy::ThreadAndStack)
     }
 
+    /// What the kernel lost system-wide (samples or stacks, by cause) in
+    /// the buckets that meet `start..end`: for a report of samples taken
+    /// beside the store (a profile at a rate of its own).
+    pub fn window_losses(&self, start: SystemTime, end: SystemTime) -> Vec<(LossCause, u64)> {
+        let mut counters = [0_u64; COUNTER_COUNT as usize];
+        for bucket in self.buckets_in(start, end) {
+            for (total, delta) in counters.iter_mut().zip(bucket.counters) {
+                *total += delta;
+            }
+        }
+        losses(&counters)
+            .filter(|&(cause, count)| count > 0 && !cause.is_allocation())
+            .collect()
+    }
+
     /// [`Store::profile`], its samples summed by `sum_by`.
     pub fn profile_summed(&self, query: &Query, sum_by: SumBy) -> Profile {
         self.read(query, true, sum_by)

@@ -493,3 +493,209 @@ async fn a_process_killed_by_the_peek_signal_is_reported_once() {
         );
     }
 }
+
+/// perf's `-F`: `profile -p P -F 997 -d 2` samples the process at 997 Hz
+/// of its CPU time for that profile only, twice in a row, while the daemon
+/// goes on sampling it (and the rest) at its own rate: the daemon's own
+/// samples of the same window count the same CPU time at 499 Hz, so the
+/// profile has about twice as many, however busy the machine; a
+/// wall-clock `-F` and one without `-p` are refused with their reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_profile_at_its_own_rate_samples_the_process_at_that_rate() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("split", &[]);
+    let pid = workload.pid().to_string();
+    let mut client = daemon.client().await;
+    support::wait_for_drains(&mut client, 2).await;
+    let selector = || v1::Selector {
+        pids: vec![workload.pid()],
+        ..Default::default()
+    };
+    let expected = 997.0 / f64::from(support::TEST_FREQUENCY_HZ);
+    for round in 0..2 {
+        let reply = client
+            .profile(v1::ProfileRequest {
+                duration_ms: 2000,
+                selector: Some(selector()),
+                options: Some(support::options(v1::Format::Folded)),
+                frequency_hz: 997,
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|status| panic!("round {round}: {status:?}"))
+            .into_inner();
+        let summary = reply.summary.expect("a summary");
+        let stacks = support::folded(&reply.report);
+        let samples = support::total(&stacks) as f64;
+        assert_eq!(summary.frequency_hz, 997, "round {round}");
+        assert!(
+            stacks
+                .iter()
+                .filter(|(frames, _)| frames.iter().any(|frame| frame == "hot"))
+                .map(|(_, count)| *count)
+                .sum::<u64>() as f64
+                > samples * 0.5,
+            "round {round}: hot is not most of it: {stacks:?}"
+        );
+        // The daemon's own samples of the same window, at its own rate.
+        let stored = client
+            .query(v1::QueryRequest {
+                start_unix_nanos: summary.start_unix_nanos,
+                end_unix_nanos: summary.end_unix_nanos,
+                selector: Some(selector()),
+                options: Some(support::options(v1::Format::Folded)),
+                mode: v1::Mode::Cpu as i32,
+            })
+            .await
+            .expect("the window is held")
+            .into_inner();
+        let stored = support::total(&support::folded(&stored.report)) as f64;
+        // The store's buckets meet the window's ends only roughly.
+        let ratio = samples / stored.max(1.0);
+        assert!(
+            stored >= 100.0 && ratio > expected * 0.65 && ratio < expected * 1.4,
+            "round {round}: {samples} samples at 997 Hz beside the daemon's own {stored} at {} Hz \
+             (ratio {ratio:.2}, {expected:.2} expected); warnings {:?}",
+            support::TEST_FREQUENCY_HZ,
+            summary.warnings
+        );
+    }
+    // As typed, and the daemon's own rate unchanged.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let report = dir.path().join("rated.folded");
+    let output = profile_into(&daemon, &["-p", &pid, "-F", "997", "-d", "1"], &report)
+        .wait_with_output()
+        .expect("profilerctl runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stderr.contains(" at 997 Hz: "),
+        "{stderr}"
+    );
+    let status = stdout_of(&support::profilerctl(&daemon.socket, &["status", "--json"]).await);
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    assert_eq!(
+        status["frequency_hz"].as_u64(),
+        Some(u64::from(support::TEST_FREQUENCY_HZ))
+    );
+    for (refused, reason) in [
+        (
+            &["-p", &pid, "-F", "99", "--mode", "wall", "-d", "1"][..],
+            "CPU time only",
+        ),
+        (&["-F", "99", "-d", "1"][..], "--pid"),
+    ] {
+        let output =
+            support::profilerctl(&daemon.socket, &[&["profile"][..], refused].concat()).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains(reason),
+            "{refused:?}: {stderr}"
+        );
+    }
+}
+
+/// A daemon younger than the windows asked of it says so: `diff
+/// --base-since 2m` and `query --since 2m` name when what it holds begins;
+/// `status --json` gives scripts the status reply.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_young_daemon_says_its_windows_are_shorter_and_status_speaks_json() {
+    let daemon = Daemon::start().await;
+    let _workload = Workload::start("split", &[]);
+    support::wait_for_drains(&mut daemon.client().await, 2).await;
+    // Some seconds held before the target window.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let diff = support::profilerctl(
+        &daemon.socket,
+        &[
+            "diff",
+            "--base-since",
+            "2m",
+            "--base-until",
+            "2s",
+            "--since",
+            "2s",
+        ],
+    )
+    .await;
+    let text = stdout_of(&diff);
+    assert!(
+        text.contains("warning: the base window was asked from ")
+            && text.contains("but the daemon holds samples only from ")
+            && !text.contains("warning: the target window"),
+        "{text}"
+    );
+    let query =
+        support::profilerctl(&daemon.socket, &["query", "--since", "2m", "-f", "folded"]).await;
+    let stderr = String::from_utf8_lossy(&query.stderr);
+    assert!(
+        query.status.success() && stderr.contains("warning: the window was asked from "),
+        "{stderr}"
+    );
+    let status = stdout_of(&support::profilerctl(&daemon.socket, &["status", "--json"]).await);
+    let json: serde_json::Value = serde_json::from_str(&status).expect("status --json is JSON");
+    assert_eq!(
+        json["frequency_hz"].as_u64(),
+        Some(u64::from(support::TEST_FREQUENCY_HZ)),
+        "{status}"
+    );
+    assert!(
+        json["memory"]["budget_bytes"].as_u64() > Some(0),
+        "{status}"
+    );
+    assert!(json["samples_taken"].as_u64() > Some(0), "{status}");
+}
+
+/// `annotate hot` prints split.c with each line's samples: the hot loop's
+/// lines (spin's, inlined into hot) have the most.
+#[tokio::test(flavor = "multi_thread")]
+async fn annotate_shows_the_hot_loop_s_line_with_the_most_samples() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("split", &[]);
+    let pid = workload.pid().to_string();
+    let source = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/split.c"),
+    )
+    .expect("split.c");
+    let loop_lines: Vec<u32> = (1..)
+        .zip(source.lines())
+        .filter(|(_, line)| line.contains("sink += i * i") || line.contains("for (unsigned long i"))
+        .map(|(number, _)| number)
+        .collect();
+    assert_eq!(loop_lines.len(), 2, "{source}");
+    let text = support::eventually("annotate hot has samples", support::PATIENCE, async || {
+        let output = support::profilerctl(
+            &daemon.socket,
+            &["annotate", "hot", "-p", &pid, "--since", "1m"],
+        )
+        .await;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        // Enough samples for the hottest line to be plain.
+        let samples = text
+            .split_once(": ")
+            .and_then(|(_, rest)| rest.split_once(" samples"))
+            .and_then(|(count, _)| count.parse::<u64>().ok());
+        match samples {
+            Some(samples) if output.status.success() && samples >= 100 => Ok(text),
+            _ => Err(format!("{text}{}", String::from_utf8_lossy(&output.stderr))),
+        }
+    })
+    .await;
+    // Rows: self, total, line number, source.
+    let hottest = text
+        .lines()
+        .filter_map(|line| {
+            let own: u64 = line.get(..6)?.trim().parse().ok()?;
+            let number: u32 = line.get(14..19)?.trim().parse().ok()?;
+            Some((own, number))
+        })
+        .max()
+        .unwrap_or_else(|| panic!("no line with samples:\n{text}"));
+    assert!(
+        loop_lines.contains(&hottest.1),
+        "hottest {hottest:?}, the loop {loop_lines:?}:\n{text}"
+    );
+    assert!(
+        text.contains("sink += i * i"),
+        "the source is shown:\n{text}"
+    );
+}

@@ -119,6 +119,11 @@ impl<'a, L: KeyedLocation> ProfileAssembly<'a, L> {
         self.profile
     }
 
+    /// Adds a warning to the profile.
+    pub fn warn(&mut self, warning: String) {
+        self.profile.warnings.push(warning);
+    }
+
     /// The profile assembled so far.
     pub fn profile(&self) -> &Profile {
         &self.profile

@@ -36,6 +36,9 @@ pub struct ReportOptions {
     /// report prints, those of most samples (0: no limit). The others are
     /// counted in a line of their own, and the report says so.
     pub maxsections: u64,
+    /// Flat: one row per function (its lines and addresses merged), with
+    /// its module, over the whole profile.
+    pub functions: bool,
 }
 
 /// The lines a tree or flat report prints unless asked otherwise: more
@@ -63,6 +66,7 @@ impl Default for ReportOptions {
             python_lines: true,
             maxlines: DEFAULT_MAXLINES,
             maxsections: DEFAULT_MAXSECTIONS,
+            functions: false,
         }
     }
 }

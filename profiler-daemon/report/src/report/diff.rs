@@ -92,6 +92,9 @@ pub fn diff_text(
             profile.total_samples()
         );
     }
+    for warning in base.warnings.iter().chain(&target.warnings) {
+        let _ = writeln!(out, "warning: {warning}");
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,

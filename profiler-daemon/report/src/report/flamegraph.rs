@@ -124,66 +124,126 @@ pub(super) fn speedscope(
     index: Option<&StackIndex>,
 ) -> Result<Vec<u8>, ReportError> {
     let folded = folded::render_frames(profile, options, index)?;
-    let total = folded
-        .counts
-        .iter()
-        .fold(0_u64, |total, &count| total.saturating_add(count));
     // Keys in string order, as a JSON object of serde_json lists them.
     #[derive(Serialize)]
-    struct Document<'a> {
+    struct Document {
         #[serde(rename = "$schema")]
         schema: &'static str,
         #[serde(rename = "activeProfileIndex")]
-        active_profile_index: u32,
+        active_profile_index: usize,
         exporter: &'static str,
         name: String,
-        profiles: [Sampled<'a>; 1],
-        shared: Shared<'a>,
+        profiles: Vec<Sampled>,
+        shared: Shared,
     }
     #[derive(Serialize)]
-    struct Sampled<'a> {
+    struct Sampled {
         #[serde(rename = "endValue")]
         end_value: u64,
-        name: &'static str,
-        samples: &'a [Vec<u32>],
+        name: String,
+        samples: Vec<Vec<u32>>,
         #[serde(rename = "startValue")]
         start_value: u64,
         #[serde(rename = "type")]
         kind: &'static str,
         unit: &'static str,
-        weights: &'a [u64],
+        weights: Vec<u64>,
     }
     #[derive(Serialize)]
-    struct Shared<'a> {
-        frames: Vec<Frame<'a>>,
+    struct Shared {
+        frames: Vec<Frame>,
     }
     #[derive(Serialize)]
-    struct Frame<'a> {
-        name: &'a str,
+    struct Frame {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        file: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        line: Option<u32>,
+        name: String,
     }
+    // One profile per group (thread, process or command), its frames
+    // below the group's.
+    let mut profiles: Vec<Sampled> = folded
+        .groups
+        .iter()
+        .map(|frames| Sampled {
+            end_value: 0,
+            name: match frames.is_empty() {
+                true => "on-CPU samples".to_owned(),
+                false => frames.join(" / "),
+            },
+            samples: Vec::new(),
+            start_value: 0,
+            kind: "sampled",
+            unit: "none",
+            weights: Vec::new(),
+        })
+        .collect();
+    for ((stack, &count), &group) in folded
+        .stacks
+        .iter()
+        .zip(&folded.counts)
+        .zip(&folded.line_groups)
+    {
+        let depth = folded.groups[group as usize].len();
+        let sampled = &mut profiles[group as usize];
+        sampled
+            .samples
+            .push(stack[depth.min(stack.len())..].to_vec());
+        sampled.weights.push(count);
+        sampled.end_value = sampled.end_value.saturating_add(count);
+    }
+    profiles.retain(|sampled| !sampled.samples.is_empty());
+    let busiest = (0..profiles.len())
+        .max_by_key(|&at| (profiles[at].end_value, std::cmp::Reverse(at)))
+        .unwrap_or(0);
+    let sources = function_sources(profile);
     let document = Document {
         schema: "https://www.speedscope.app/file-format-schema.json",
-        active_profile_index: 0,
+        active_profile_index: busiest,
         exporter: concat!("profilerd ", env!("CARGO_PKG_VERSION")),
         name: format!(
             "profilerd: {:.1} s at {} Hz",
             profile.duration_secs(),
             profile.frequency_hz
         ),
-        profiles: [Sampled {
-            end_value: total,
-            name: "on-CPU samples",
-            samples: &folded.stacks,
-            start_value: 0,
-            kind: "sampled",
-            unit: "none",
-            weights: &folded.counts,
-        }],
+        profiles,
         shared: Shared {
-            frames: folded.names.iter().map(|name| Frame { name }).collect(),
+            frames: folded
+                .names
+                .into_iter()
+                .map(|name| {
+                    let bare = name.trim_end_matches("_[k]").trim_end_matches("_[i]");
+                    let (file, line) = match sources.get(bare) {
+                        Some(&(file, line)) => (Some(file.to_owned()), (line > 0).then_some(line)),
+                        None => (None, None),
+                    };
+                    Frame { file, line, name }
+                })
+                .collect(),
         },
     };
     serde_json::to_vec(&document).map_err(|err| ReportError::Flamegraph(err.to_string()))
+}
+
+/// Each function's source file and the first of its lines with samples,
+/// for the frames that have them.
+fn function_sources(profile: &Profile) -> std::collections::HashMap<&str, (&str, u32)> {
+    let mut sources: std::collections::HashMap<&str, (&str, u32)> = Default::default();
+    for frame in profile
+        .locations
+        .iter()
+        .flat_map(|location| location.frames.iter())
+    {
+        let Some(file) = frame.file.as_deref() else {
+            continue;
+        };
+        let entry = sources.entry(&frame.function).or_insert((file, frame.line));
+        if entry.0 == file && frame.line > 0 && (entry.1 == 0 || frame.line < entry.1) {
+            entry.1 = frame.line;
+        }
+    }
+    sources
 }
 
 #[cfg(test)]
@@ -289,46 +349,73 @@ mod tests {
         );
     }
 
-    /// Speedscope's file as read back from the folded text: what
+    /// Speedscope's file as read back from the folded text (`depth`: the
+    /// group frames each line starts with, one profile per group): what
     /// `speedscope` must write without that text.
-    fn speedscope_from_folded_text(profile: &Profile, options: &ReportOptions) -> Vec<u8> {
+    fn speedscope_from_folded_text(
+        profile: &Profile,
+        options: &ReportOptions,
+        depth: usize,
+    ) -> Vec<u8> {
         use serde_json::json;
         let folded = folded::render(profile, options, None).unwrap();
         let mut frames: Vec<&str> = Vec::new();
         let mut frame_ids = std::collections::HashMap::new();
-        let (mut samples, mut weights) = (Vec::new(), Vec::new());
+        // Groups in the order of their lines.
+        let mut groups: Vec<(String, Vec<Vec<usize>>, Vec<u64>)> = Vec::new();
         for line in folded.lines() {
             let (stack, count) = line.rsplit_once(' ').unwrap();
-            let stack: Vec<usize> = stack
-                .split(';')
+            let names: Vec<&str> = stack.split(';').collect();
+            let stack: Vec<usize> = names
+                .iter()
                 .map(|name| {
-                    *frame_ids.entry(name).or_insert_with(|| {
+                    *frame_ids.entry(*name).or_insert_with(|| {
                         frames.push(name);
                         frames.len() - 1
                     })
                 })
                 .collect();
-            samples.push(stack);
+            let group = match depth {
+                0 => "on-CPU samples".to_owned(),
+                _ => names[..depth].join(" / "),
+            };
+            if groups.last().is_none_or(|(last, _, _)| *last != group) {
+                groups.push((group, Vec::new(), Vec::new()));
+            }
+            let (_, samples, weights) = groups.last_mut().unwrap();
+            samples.push(stack[depth..].to_vec());
             weights.push(count.parse::<u64>().unwrap());
         }
-        let total: u64 = weights.iter().sum();
+        let totals: Vec<u64> = groups
+            .iter()
+            .map(|(_, _, weights)| weights.iter().sum())
+            .collect();
+        let busiest = (0..totals.len())
+            .max_by_key(|&at| (totals[at], std::cmp::Reverse(at)))
+            .unwrap_or(0);
+        let sources = function_sources(profile);
         serde_json::to_vec(&json!({
             "$schema": "https://www.speedscope.app/file-format-schema.json",
             "exporter": concat!("profilerd ", env!("CARGO_PKG_VERSION")),
             "name": format!("profilerd: {:.1} s at {} Hz", profile.duration_secs(), profile.frequency_hz),
-            "activeProfileIndex": 0,
+            "activeProfileIndex": busiest,
             "shared": {
-                "frames": frames.iter().map(|name| json!({ "name": name })).collect::<Vec<_>>(),
+                "frames": frames.iter().map(|name| {
+                    match sources.get(name.trim_end_matches("_[k]").trim_end_matches("_[i]")) {
+                        Some((file, line)) => json!({ "file": file, "line": line, "name": name }),
+                        None => json!({ "name": name }),
+                    }
+                }).collect::<Vec<_>>(),
             },
-            "profiles": [{
+            "profiles": groups.iter().zip(&totals).map(|((name, samples, weights), total)| json!({
                 "type": "sampled",
-                "name": "on-CPU samples",
+                "name": name,
                 "unit": "none",
                 "startValue": 0,
                 "endValue": total,
                 "samples": samples,
                 "weights": weights,
-            }],
+            })).collect::<Vec<_>>(),
         }))
         .unwrap()
     }
@@ -356,7 +443,13 @@ mod tests {
             b.sample(threads[random.below(2)], stack, 1 + random.below(9) as u64);
         }
         let p = b.build();
-        for groupby in [GroupBy::None, GroupBy::Process, GroupBy::Thread] {
+        // By default, one profile per command (there are two).
+        for (groupby, depth) in [
+            (GroupBy::None, 0),
+            (GroupBy::Auto, 1),
+            (GroupBy::Process, 1),
+            (GroupBy::Thread, 2),
+        ] {
             for maxdepth in [None, Some(2)] {
                 let options = ReportOptions {
                     format: Format::Speedscope,
@@ -364,9 +457,14 @@ mod tests {
                     maxdepth,
                     ..ReportOptions::default()
                 };
+                let folded_options = ReportOptions {
+                    format: Format::Folded,
+                    ..options.clone()
+                };
                 assert_eq!(
                     String::from_utf8(speedscope(&p, &options, None).unwrap()).unwrap(),
-                    String::from_utf8(speedscope_from_folded_text(&p, &options)).unwrap(),
+                    String::from_utf8(speedscope_from_folded_text(&p, &folded_options, depth))
+                        .unwrap(),
                     "{options:?}"
                 );
             }
@@ -387,6 +485,9 @@ mod tests {
             .map(|frame| frame["name"].as_str().unwrap())
             .collect();
         assert!(frames.contains(&"hot") && frames.contains(&"main"));
+        // With its source file and the first of its lines with samples.
+        assert_eq!(json["shared"]["frames"][0]["file"], "app.c");
+        assert_eq!(json["shared"]["frames"][0]["line"], 10);
         let profile = &json["profiles"][0];
         assert_eq!(profile["type"], "sampled");
         assert_eq!(profile["endValue"], 40);

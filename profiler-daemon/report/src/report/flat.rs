@@ -35,6 +35,9 @@ const LEGEND: &str = "Count: samples with the line anywhere in their stack (once
 use crate::profile::{Profile, ReportOptions, SortedBy};
 
 pub(super) fn render(profile: &Profile, options: &ReportOptions) -> Result<String, ReportError> {
+    if options.functions {
+        return by_function::render(profile, options);
+    }
     let expansion = Expansion::new(profile, options.kernel)?;
     let lines = Lines::new(&expansion, options.combine)?;
     let keys = lines.keys();
@@ -418,6 +421,8 @@ impl Counter {
         rows
     }
 }
+
+mod by_function;
 
 #[cfg(test)]
 mod tests;

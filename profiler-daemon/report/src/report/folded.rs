@@ -6,7 +6,9 @@
 //! `_[k]` on kernel frames, `_[i]` on inlined ones (markers such as
 //! `[kernel]` get none). A `;` in a name becomes `:`, a line break a space;
 //! other spaces stay, as the count follows the last space. `groupby`
-//! prepends `process-pid` (and `thread-tid`) frames; `maxdepth` keeps the
+//! prepends `process-pid` (and `thread-tid`) frames; by default, folded
+//! lines and speedscope start with the command when more than one command
+//! has samples (as perf's stackcollapse does); `maxdepth` keeps the
 //! root-most frames of the stack itself (at least one, group frames not
 //! counted) and `mincount` drops lines after the resulting merge.
 //!
@@ -29,7 +31,7 @@ use super::sections::{self, SectionsLeftOut};
 use super::sequences::Sequences;
 use super::stack_index::{Ranked, StackIndex, TokenTexts};
 use super::{ReportError, digits, parallel, push_decimal, radix};
-use crate::profile::{GroupBy, LocationKind, Profile, ReportOptions, ThreadInfo};
+use crate::profile::{Format, GroupBy, LocationKind, Profile, ReportOptions, ThreadInfo};
 use group_lines::{GroupRuns, Line};
 
 pub(super) fn render(
@@ -61,6 +63,12 @@ pub(super) struct FrameStacks {
     pub names: Vec<String>,
     pub stacks: Vec<Vec<u32>>,
     pub counts: Vec<u64>,
+    /// Per line, the index of its group in `groups`.
+    pub line_groups: Vec<u32>,
+    /// The groups' frames (process, thread, command), which each of their
+    /// lines' stacks start with; one group without frames when the lines
+    /// are not grouped.
+    pub groups: Vec<Vec<String>>,
 }
 
 /// The report's lines as [`FrameStacks`].
@@ -166,10 +174,32 @@ impl LineSource<'_> {
         &self,
         write: impl FnOnce(&Folded<'_>) -> Result<T, ReportError>,
     ) -> Result<T, ReportError> {
-        let groups = Groups::new(self.profile, self.expansion, self.options.groupby);
+        let groups = Groups::new(self.profile, self.expansion, self.lines_grouped_by());
         let mut lines = count_lines(self.expansion, &groups, self.stack_ranks, self.stacks.len());
         lines.retain(|&(_, count)| count >= self.options.mincount);
         write(&self.folded(&lines, &groups))
+    }
+
+    /// What the lines are grouped by: `groupby`, but for folded lines and
+    /// speedscope by default, which start with their command (as perf's
+    /// stackcollapse does) when more than one command has samples, so
+    /// that one program's stacks do not merge into another's.
+    fn lines_grouped_by(&self) -> LinesGroupedBy {
+        let by_default = self.options.groupby == GroupBy::Auto
+            && matches!(self.options.format, Format::Folded | Format::Speedscope);
+        if !by_default {
+            return LinesGroupedBy::Option(self.options.groupby);
+        }
+        let mut commands = self
+            .expansion
+            .samples
+            .iter()
+            .map(|sample| &self.expansion.thread(sample).process_name);
+        let first = commands.next();
+        match commands.any(|command| Some(command) != first) {
+            true => LinesGroupedBy::Command,
+            false => LinesGroupedBy::Option(GroupBy::None),
+        }
     }
 
     /// The lines a flame graph draws when frames with less than
@@ -182,7 +212,11 @@ impl LineSource<'_> {
     fn write_drawn(&self, min_width: f64) -> Result<String, ReportError> {
         // Inferno's own arithmetic, so that it decides alike.
         let narrowest = |total: u64| min_width / (100.0 / total as f64);
-        let groups = Groups::new(self.profile, self.expansion, self.options.groupby);
+        let groups = Groups::new(
+            self.profile,
+            self.expansion,
+            LinesGroupedBy::Option(self.options.groupby),
+        );
         let samples = &self.expansion.samples;
         let rank_bits = radix::bits_below(self.stacks.len() as u64);
         // The sections of fewest samples past `maxsections` are drawn as
@@ -316,7 +350,9 @@ impl Folded<'_> {
         };
         let mut stacks = Vec::with_capacity(self.lines.len());
         let mut counts = Vec::with_capacity(self.lines.len());
+        let mut line_groups = Vec::with_capacity(self.lines.len());
         for &((group, stack), count) in self.lines {
+            line_groups.push(group);
             let mut frames = Vec::new();
             for frame in self.groups.texts[group as usize].split_terminator(';') {
                 frames.push(number(frame, &mut names));
@@ -333,10 +369,18 @@ impl Folded<'_> {
             stacks.push(frames);
             counts.push(count);
         }
+        let groups = self
+            .groups
+            .texts
+            .iter()
+            .map(|text| text.split_terminator(';').map(str::to_owned).collect())
+            .collect();
         FrameStacks {
             names,
             stacks,
             counts,
+            line_groups,
+            groups,
         }
     }
 
@@ -449,17 +493,28 @@ struct Groups {
     thread_ranks: Vec<u32>,
 }
 
+/// What the lines of a report start with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LinesGroupedBy {
+    /// As the `groupby` option says (`Auto`: nothing).
+    Option(GroupBy),
+    /// The command of the thread's process.
+    Command,
+}
+
 impl Groups {
-    fn new(profile: &Profile, expansion: &Expansion<'_>, groupby: GroupBy) -> Self {
+    fn new(profile: &Profile, expansion: &Expansion<'_>, grouped_by: LinesGroupedBy) -> Self {
         let mut ids: FxHashMap<String, usize> = FxHashMap::default();
         let mut thread_groups: Vec<Option<usize>> = vec![None; profile.threads.len()];
         for sample in expansion.samples.iter() {
             let slot = &mut thread_groups[sample.thread as usize];
             if slot.is_none() {
-                let text = group_frames(expansion.thread(sample), groupby)
-                    .into_iter()
-                    .map(|frame| frame + ";")
-                    .collect();
+                let thread = expansion.thread(sample);
+                let frames = match grouped_by {
+                    LinesGroupedBy::Option(groupby) => group_frames(thread, groupby),
+                    LinesGroupedBy::Command => vec![clean(&thread.process_name)],
+                };
+                let text = frames.into_iter().map(|frame| frame + ";").collect();
                 let next = ids.len();
                 *slot = Some(*ids.entry(text).or_insert(next));
             }

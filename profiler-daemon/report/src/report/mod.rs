@@ -335,10 +335,9 @@ pub fn owners_shown(options: &ReportOptions) -> OwnersShown {
         (Format::Pprof, GroupBy::Auto) => OwnersShown::CommandsOrThreads,
         (Format::Pprof, GroupBy::Thread) => OwnersShown::Threads,
         (Format::Pprof, GroupBy::Process) => OwnersShown::Processes,
-        (
-            Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded,
-            GroupBy::Auto,
-        ) => OwnersShown::Nobody,
+        // Folded lines start with their command when there is more than one.
+        (Format::Folded | Format::Speedscope, GroupBy::Auto) => OwnersShown::CommandsOrThreads,
+        (Format::Flamegraph | Format::DrawnFolded, GroupBy::Auto) => OwnersShown::Nobody,
         (
             Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded,
             GroupBy::Process,
@@ -375,6 +374,30 @@ fn counted_unit(profile: &Profile) -> &'static str {
     }
 }
 
+/// A byte figure for people: `512 bytes`, `16.0 KiB`, `407.0 MiB`.
+pub fn bytes_text(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// A byte figure for people with its exact count after it, unless it is
+/// exact already: `407.0 MiB (426763129 bytes)`.
+pub fn bytes_with_count(bytes: u64) -> String {
+    match bytes < 1024 {
+        true => bytes_text(bytes),
+        false => format!("{} ({bytes} bytes)", bytes_text(bytes)),
+    }
+}
+
 /// The closing line of an ungrouped tree or flat report.
 fn write_summary(out: &mut String, profile: &Profile, total: u64) -> Result<(), ReportError> {
     if profile.mode.is_memory() {
@@ -387,7 +410,8 @@ fn write_summary(out: &mut String, profile: &Profile, total: u64) -> Result<(), 
         };
         writeln!(
             out,
-            "Total: {total} bytes {what} in {objects} objects (estimated)"
+            "Total: {} {what} in {objects} objects (estimated)",
+            bytes_with_count(total)
         )?;
         return Ok(());
     }
@@ -473,6 +497,14 @@ fn push_spaces(out: &mut String, n: usize) {
 mod tests {
     use super::test_support::{Builder, profile};
     use super::*;
+
+    #[test]
+    fn byte_figures_have_units() {
+        assert_eq!(bytes_text(512), "512 bytes");
+        assert_eq!(bytes_text(16 << 10), "16.0 KiB");
+        assert_eq!(bytes_with_count(426_763_129), "407.0 MiB (426763129 bytes)");
+        assert_eq!(bytes_text(3 << 40), "3.0 TiB");
+    }
     use crate::profile::LossCause;
 
     #[test]

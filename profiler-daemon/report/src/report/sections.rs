@@ -503,7 +503,10 @@ pub(super) fn memory_total(profile: &Profile, samples: &[StackSample], indexes: 
         ProfileMode::Held => "Still held",
         _ => "Allocated",
     };
-    format!("{what}: {bytes} bytes in {objects} objects (estimated)")
+    format!(
+        "{what}: {} in {objects} objects (estimated)",
+        super::bytes_with_count(bytes)
+    )
 }
 
 #[cfg(test)]

@@ -61,9 +61,11 @@ impl StackIndexKey {
         }
         let (words, combine, python_lines) = match options.format {
             Format::Tree => (IndexedWords::TreeLines, options.combine, false),
-            Format::Flat => (IndexedWords::TreeLines, options.combine, false),
+            Format::Flat if !options.functions => (IndexedWords::TreeLines, options.combine, false),
             // The index holds whole stacks.
-            Format::Folded | Format::Flamegraph | Format::Speedscope | Format::DrawnFolded
+            // Speedscope names each frame's file, which the index's words
+            // do not hold.
+            Format::Folded | Format::Flamegraph | Format::DrawnFolded
                 if options.maxdepth.is_none() =>
             {
                 (IndexedWords::FoldedTokens, false, options.python_lines)

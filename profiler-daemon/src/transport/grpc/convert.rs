@@ -62,6 +62,7 @@ pub fn report_options(options: Option<v1::ReportOptions>) -> Result<ReportOption
         combine: options.combine.unwrap_or(defaults.combine),
         maxlines: options.maxlines.unwrap_or(defaults.maxlines),
         maxsections: options.maxsections.unwrap_or(defaults.maxsections),
+        functions: options.functions,
     })
 }
 
@@ -454,8 +455,10 @@ mod tests {
             maxsections: Some(0),
             interpreter: Some(false),
             python_lines: Some(false),
+            functions: true,
         }))
         .unwrap();
+        assert!(options.functions);
         assert_eq!(options.format, Format::Pprof);
         assert_eq!(options.maxdepth, Some(5));
         assert_eq!(options.maxlines, 0, "0: no limit");

@@ -118,6 +118,7 @@ impl Profiler for GrpcApi {
             mode: convert::profile_mode(request.mode)?,
             options: convert::report_options(request.options)?,
             cut_token: (!request.cut_token.is_empty()).then_some(request.cut_token),
+            frequency_hz: (request.frequency_hz != 0).then_some(request.frequency_hz),
         };
         let report = self.service.profile(asker, spec).await?;
         Ok(Response::new(convert::profile_reply(report)))

@@ -311,6 +311,7 @@ async fn run_profile(
         mode: params.mode()?,
         options: options(format),
         cut_token: None,
+        frequency_hz: None,
     };
     Ok(routes.service.profile(asker, spec).await?)
 }

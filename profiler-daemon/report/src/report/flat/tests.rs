@@ -312,3 +312,65 @@ fn empty_profile_has_header_and_zero_total() {
         format!("{HEADER}Total snapshots: 0 (0% of one CPU)\n")
     );
 }
+
+/// `--functions`: one row per function, its lines merged, with its module.
+#[test]
+fn by_function_one_row_per_function_with_its_module() {
+    let mut b = Builder::new();
+    let a10 = b.location(location(
+        LocationKind::User,
+        "/usr/lib/libapp.so",
+        0x10,
+        vec![frame("a", Some("app.c"), 10, false)],
+    ));
+    let a11 = b.location(location(
+        LocationKind::User,
+        "/usr/lib/libapp.so",
+        0x20,
+        vec![frame("a", Some("app.c"), 11, false)],
+    ));
+    let main = b.named("main");
+    b.sample(0, vec![main, a10], 3);
+    b.sample(0, vec![main, a11], 2);
+    b.sample(0, vec![main], 1);
+    let options = ReportOptions {
+        functions: true,
+        sortedby: SortedBy::Count,
+        ..ReportOptions::default()
+    };
+    let p = b.build();
+    let text = full_flat(&p, options.clone());
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with(" Count      %  Overhead      % Module "),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("     6 100.0%         1  16.7% "),
+        "{text}"
+    );
+    assert!(lines[2].ends_with(" main"), "{text}");
+    // a's two lines are one row, under its library's file name.
+    assert!(
+        lines[3].starts_with("     5  83.3%         5  83.3% libapp.so ")
+            && lines[3].ends_with(" a"),
+        "{text}"
+    );
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(
+        lines[4].starts_with("Count: samples with the function anywhere"),
+        "{text}"
+    );
+    // Overhead first: a, then main.
+    let text = full_flat(
+        &p,
+        ReportOptions {
+            sortedby: SortedBy::Overhead,
+            ..options
+        },
+    );
+    assert!(
+        text.lines().nth(2).is_some_and(|line| line.ends_with(" a")),
+        "{text}"
+    );
+}

@@ -130,6 +130,48 @@ fn groupby_prepends_process_and_thread_frames() {
     );
 }
 
+/// Whole-machine folded lines start with their command, as perf's
+/// stackcollapse does, so that one program's stacks do not merge into
+/// another's; a profile of one command's processes needs none.
+#[test]
+fn by_default_folded_lines_start_with_their_command_when_there_are_several() {
+    let mut b = Builder::new();
+    let other = b.thread(77, 77, "db", "db");
+    b.stacks(0, &[(&["main", "work"], 3)]);
+    b.stacks(other, &[(&["main", "work"], 2)]);
+    let p = b.build();
+    assert_eq!(
+        folded(&p, ReportOptions::default()),
+        "db;main;work 2\nserver;main;work 3\n"
+    );
+    let speedscope = String::from_utf8(
+        crate::report::render(
+            &p,
+            &ReportOptions {
+                format: crate::profile::Format::Speedscope,
+                ..ReportOptions::default()
+            },
+        )
+        .expect("renders"),
+    )
+    .expect("UTF-8");
+    assert!(speedscope.contains(r#"{"name":"server"}"#), "{speedscope}");
+    // One command: no root added; `--groupby none` asks for none either.
+    let mut b = Builder::new();
+    let io = b.thread(1230, 1235, "io", "server");
+    b.stacks(0, &[(&["main", "work"], 3)]);
+    b.stacks(io, &[(&["main", "work"], 2)]);
+    assert_eq!(
+        folded(&b.build(), ReportOptions::default()),
+        "main;work 5\n"
+    );
+    let options = ReportOptions {
+        groupby: GroupBy::None,
+        ..ReportOptions::default()
+    };
+    assert_eq!(folded(&p, options), "main;work 5\n");
+}
+
 #[test]
 fn empty_stacks_and_profiles() {
     let p = profile(&[(&[], 2)]);

@@ -164,12 +164,9 @@ fn trees_from_an_index_fed_bit_by_bit_are_the_trees_of_the_profile() {
 
 #[test]
 fn folded_reports_from_an_index_fed_bit_by_bit_are_those_of_the_profile() {
-    let formats = [
-        Format::Folded,
-        Format::Flamegraph,
-        Format::Speedscope,
-        Format::DrawnFolded,
-    ];
+    // Speedscope names each frame's source file, which the index does not
+    // hold: it is made from the profile.
+    let formats = [Format::Folded, Format::Flamegraph, Format::DrawnFolded];
     let mut compared = 0;
     for hide_kernel_addresses in [false, true] {
         for mincount in [0, 5] {
@@ -180,7 +177,7 @@ fn folded_reports_from_an_index_fed_bit_by_bit_are_those_of_the_profile() {
             compared += compare_every_report(&options, &formats, hide_kernel_addresses);
         }
     }
-    assert_eq!(compared, 2 * 2 * 4 * 4 * 4);
+    assert_eq!(compared, 2 * 2 * 4 * 3 * 4);
     // A depth cut is not what the index holds: the profile's own.
     let cut = ReportOptions {
         maxdepth: Some(2),

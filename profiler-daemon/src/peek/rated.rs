@@ -1,0 +1,209 @@
+//! Sampling chosen processes at a rate of their own for one profile
+//! (`profilerctl profile -p PID -F HZ`): the per-thread CPU clocks a peek
+//! opens, on every thread of each process (the threads they start follow),
+//! for the profile's window, while the daemon samples every CPU at its own
+//! rate as before. The samples reach the peeks' inbox as a peek's do.
+//!
+//! Owns the switching on and off of those clocks and the inbox's slots of
+//! those processes; it must not aggregate or report the samples, nor
+//! decide who may ask (the service does).
+
+use std::{future::Future, sync::Arc, time::SystemTime};
+
+use procfs::process::Process;
+
+use super::{PeekError, Peeker, snapshot};
+use crate::{lock, symbols::symbolizer::SymbolizedSample};
+
+/// The fastest rate a profile may ask: perf's own default ceiling
+/// (`perf_event_max_sample_rate` starts near it) and ~2 × a peek's rate.
+pub const MAX_RATE_HZ: u32 = 4999;
+
+/// The most threads one such profile samples (each its own perf event, an
+/// open file of the daemon's); beyond them a warning says how many not.
+const MAX_THREADS: usize = 4096;
+
+/// What the clocks of one profile at its own rate gave.
+#[derive(Debug)]
+pub struct RatedSamples {
+    pub samples: Vec<SymbolizedSample>,
+    /// Samples that did not fit the peeks' share of the memory budget.
+    pub dropped: u64,
+    /// Said in the report: threads not sampled, and why.
+    pub warnings: Vec<String>,
+    pub start: SystemTime,
+    pub end: SystemTime,
+    /// CPU time the processes' threads ran in the window, by the
+    /// scheduler's count (`/proc/PID/task/TID/schedstat`), when read.
+    pub ran_ns: Option<u64>,
+}
+
+/// The inbox slots (and the place among the peeks) a profile holds, given
+/// back however the profile ends (its asker may go away mid-window).
+struct Held<'a> {
+    peeker: &'a Peeker,
+    pids: Vec<u32>,
+}
+
+impl Held<'_> {
+    fn take(&mut self) -> (Vec<SymbolizedSample>, u64) {
+        let (mut samples, mut dropped) = (Vec::new(), 0);
+        for pid in std::mem::take(&mut self.pids) {
+            let delivered = self.peeker.inner.inbox.take(pid);
+            samples.extend(delivered.samples);
+            dropped += delivered.dropped;
+            lock(&self.peeker.inner.rated).remove(&pid);
+        }
+        (samples, dropped)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.take();
+    }
+}
+
+impl Peeker {
+    /// Samples every thread of `pids` at `frequency_hz` of its own CPU time
+    /// until `window` resolves, and hands over their samples. Refused when
+    /// a peek (or another such profile) of one of them is under way, or
+    /// when as many run as peeks may (`max_concurrent_peeks`).
+    pub async fn sample_at_rate(
+        &self,
+        pids: &[u32],
+        frequency_hz: u32,
+        window: impl Future<Output = ()>,
+    ) -> Result<RatedSamples, PeekError> {
+        let inner = &self.inner;
+        let mut held = Held {
+            peeker: self,
+            pids: Vec::new(),
+        };
+        {
+            let running = lock(&inner.running);
+            let mut rated = lock(&inner.rated);
+            let limit = self.settings().max_concurrent;
+            if running.len() + rated.len() + pids.len() > limit {
+                return Err(PeekError::TooMany { limit });
+            }
+            for &pid in pids {
+                if running.contains_key(&pid) || rated.contains(&pid) {
+                    return Err(PeekError::Busy { pid });
+                }
+            }
+            for &pid in pids {
+                rated.insert(pid);
+                inner.inbox.open(pid);
+                held.pids.push(pid);
+            }
+        }
+        let tids = tokio::task::spawn_blocking({
+            let pids = pids.to_vec();
+            move || threads_of(&pids)
+        })
+        .await
+        .map_err(|_| PeekError::Stopped)??;
+        let mut warnings = Vec::new();
+        let mut links = Vec::with_capacity(tids.len().min(MAX_THREADS));
+        let mut failed = Vec::new();
+        for &tid in tids.iter().take(MAX_THREADS) {
+            match inner.clocks.sample(tid, frequency_hz) {
+                Ok(link) => links.push(link),
+                Err(err) => failed.push((tid, err.to_string())),
+            }
+        }
+        if links.is_empty() {
+            let message = failed
+                .first()
+                .map_or_else(|| "it has no threads".to_owned(), |(_, err)| err.clone());
+            return Err(PeekError::Sampling {
+                pid: pids.first().copied().unwrap_or_default(),
+                message,
+            });
+        }
+        if tids.len() > MAX_THREADS {
+            warnings.push(format!(
+                "only {MAX_THREADS} of the {} threads were sampled at {frequency_hz} Hz (the most \
+                 one profile samples at its own rate); select fewer processes",
+                tids.len()
+            ));
+        }
+        if let Some((tid, err)) = failed.first() {
+            warnings.push(format!(
+                "{} threads were not sampled (thread {tid}: {err})",
+                failed.len()
+            ));
+        }
+        let start = SystemTime::now();
+        let ran_before = tokio::task::spawn_blocking({
+            let pids = pids.to_vec();
+            move || run_times(&pids)
+        });
+        window.await;
+        let ran_after = run_times(pids);
+        drop(links);
+        let ran_ns = ran_before.await.ok().map(|before| {
+            ran_after
+                .iter()
+                .map(|(tid, after)| after.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+                .sum()
+        });
+        // Ticks already taken are read before the slots close.
+        let end = inner
+            .pipeline
+            .close_window()
+            .await
+            .map_err(|_| PeekError::Stopped)?;
+        let (samples, dropped) = held.take();
+        Ok(RatedSamples {
+            samples,
+            dropped,
+            warnings,
+            start,
+            end,
+            ran_ns,
+        })
+    }
+
+    /// Processes being sampled at a rate of their own now.
+    pub fn rated_running(&self) -> usize {
+        lock(&self.inner.rated).len()
+    }
+}
+
+/// Every thread of `pids`, the process gone being an error.
+fn threads_of(pids: &[u32]) -> Result<Vec<u32>, PeekError> {
+    let gone = |pid, source| PeekError::NoProcess(Arc::new(snapshot::proc_error(pid, source)));
+    let mut tids = Vec::new();
+    for &pid in pids {
+        let process = Process::new(pid as i32).map_err(|source| gone(pid, source))?;
+        let tasks = process.tasks().map_err(|source| gone(pid, source))?;
+        // A thread that exits while being listed is simply not there.
+        tids.extend(tasks.flatten().map(|task| task.tid as u32));
+    }
+    Ok(tids)
+}
+
+/// How long each thread of `pids` has run on a CPU, in nanoseconds (the
+/// first field of its `schedstat`), by thread id.
+fn run_times(pids: &[u32]) -> rustc_hash::FxHashMap<u32, u64> {
+    let mut times = rustc_hash::FxHashMap::default();
+    for &pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten().take(MAX_THREADS) {
+            let Some(tid) = task.file_name().to_str().and_then(|tid| tid.parse().ok()) else {
+                continue;
+            };
+            let ran = std::fs::read_to_string(task.path().join("schedstat"))
+                .ok()
+                .and_then(|text| text.split_whitespace().next()?.parse().ok());
+            if let Some(ran) = ran {
+                times.insert(tid, ran);
+            }
+        }
+    }
+    times
+}
