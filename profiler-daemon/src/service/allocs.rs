@@ -248,9 +248,15 @@ impl Service {
                 spec.pids.len()
             )));
         }
-        let selector = spec.live()?;
+        let selector = spec.past()?;
         if by_id_only {
-            return Ok(selector.pids[0]);
+            let pid = selector.pids[0];
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(ServiceError::NotFound(format!(
+                    "no process with id {pid} is running; check the id (ps -e -o pid,comm)"
+                )));
+            }
+            return Ok(pid);
         }
         let matched = running_matches(&selector);
         let allowed: Vec<u32> = matched

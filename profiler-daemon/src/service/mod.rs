@@ -289,4 +289,4 @@ impl Service {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -151,6 +151,11 @@ async fn go_tool_pprof_reads_the_heap_route_and_names_the_allocating_function() 
         in_use < allocated / 4,
         "{in_use} of {allocated} bytes in use"
     );
+    // As Go's heap profile: in-use bytes by default.
+    assert_eq!(
+        profile.string_table[profile.default_sample_type as usize],
+        "inuse_space"
+    );
     // Nothing of other processes: every sample is the workload's.
     let pid_key = profile
         .string_table
@@ -167,6 +172,27 @@ async fn go_tool_pprof_reads_the_heap_route_and_names_the_allocating_function() 
     }
 }
 
+/// `/debug/pprof/allocs` (Grafana Alloy's default path for memory) is
+/// the heap profile by bytes allocated, as Go's: `go tool pprof -top`
+/// without a sample index names the allocating function; the process is
+/// selected by its command name alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_allocs_route_is_the_heap_profile_by_bytes_allocated() {
+    let (_daemon, base) = daemon_over_http().await;
+    let _workload = Workload::start_as("allocs", "http-allocs", &["ratio"]);
+    let top = go_pprof_top_of(
+        &format!("{base}/debug/pprof/allocs?seconds=3&comm=http-allocs"),
+        &[],
+    );
+    assert!(top.contains("Type: alloc_space"), "{top}");
+    let first = top
+        .lines()
+        .skip_while(|line| !line.trim_start().starts_with("flat"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(first.contains("site_three_quarters"), "{top}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_pprof_index_page_lists_heap_and_profile_with_links() {
     let (_daemon, base) = daemon_over_http().await;
@@ -175,7 +201,8 @@ async fn the_pprof_index_page_lists_heap_and_profile_with_links() {
         assert_eq!(code, 200, "{path}: {}", text(&body));
         let page = text(&body);
         for listed in [
-            "<a href=\"heap?seconds=30&pid=P\">heap</a>",
+            "<a href=\"heap?seconds=30&amp;pid=P\">heap</a>",
+            "<a href=\"allocs?seconds=30&amp;pid=P\">allocs</a>",
             "<a href=\"profile?seconds=30\">profile</a>",
             "<div class=profile-name>heap: </div>",
             "<div class=profile-name>profile: </div>",
@@ -299,7 +326,7 @@ async fn bad_http_requests_get_400_or_404_with_what_to_fix() {
         (
             "/debug/pprof/heap?seconds=1&pid=999999999",
             404,
-            "no process with id 999999999 is running",
+            "no process with id 999999999 is running; check the id",
         ),
         (
             "/debug/pprof/heap?seconds=1&comm=no-such-comm",
