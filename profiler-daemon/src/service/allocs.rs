@@ -27,20 +27,28 @@ use super::{
     Service, ServiceError,
     access::{Asker, CallerKey, Window},
     answers::{self, Report},
-    selection,
+    selection::{self, SelectorSpec},
     stopping::Stopping,
 };
 use crate::{
     allocs::{AllocationProfiler, AllocationRun, AllocsError},
     kernel::allocs::Sampling,
     lock,
-    profile::{Profile, ProfileMode, ReportOptions},
+    profile::{Profile, ProfileMode, ReportOptions, ThreadInfo},
+    store::Selector,
 };
 
 /// How long an allocation session whose window ended (at the longest
 /// profile, or when its process exited) waits to be stopped before it is
 /// discarded.
 const ABANDONED_AFTER: Duration = Duration::from_secs(600);
+
+/// The most processes looked at to find the one a selector by name or
+/// cgroup names.
+const MAX_PROCESSES_SCANNED: usize = 1 << 16;
+
+/// The most process ids an error lists when a selector names several.
+const PIDS_LISTED: usize = 10;
 
 /// An allocation profile asked for.
 #[derive(Clone, Debug)]
@@ -216,6 +224,82 @@ impl Service {
         ended
     }
 
+    /// Why allocation profiles are not offered, if they are not (what
+    /// [`Service::allocs`] would answer with).
+    pub fn allocations_off(&self) -> Option<ServiceError> {
+        self.allocation_profiler().err()
+    }
+
+    /// The one running process `spec` selects that `asker` may profile, for
+    /// an allocation profile (which is of one process): `pid` alone, or the
+    /// one process whose command name or cgroup matches.
+    pub fn one_process(&self, asker: Asker, spec: SelectorSpec) -> Result<u32, ServiceError> {
+        let by_id_only =
+            spec.comms.is_empty() && spec.comm_regex.is_empty() && spec.cgroups.is_empty();
+        if by_id_only && spec.pids.is_empty() {
+            return Err(ServiceError::invalid(
+                "an allocation profile is of one process: give its process id (pid=P), or a \
+                 comm, comm_regex or cgroup that selects only it",
+            ));
+        }
+        if spec.pids.len() > 1 {
+            return Err(ServiceError::invalid(format!(
+                "an allocation profile is of one process, and {} process ids are given; give one",
+                spec.pids.len()
+            )));
+        }
+        let selector = spec.past()?;
+        if by_id_only {
+            let pid = selector.pids[0];
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(ServiceError::NotFound(format!(
+                    "no process with id {pid} is running; check the id (ps -e -o pid,comm)"
+                )));
+            }
+            return Ok(pid);
+        }
+        let matched = running_matches(&selector);
+        let allowed: Vec<u32> = matched
+            .iter()
+            .copied()
+            .filter(|&pid| {
+                self.access
+                    .check_tasks(asker.caller, &[pid], Window::Live)
+                    .is_ok()
+            })
+            .collect();
+        match (&allowed[..], matched.len()) {
+            ([pid], _) => Ok(*pid),
+            ([], 0) => Err(ServiceError::NotFound(
+                "no running process matches the selection; check the name with ps -e -o \
+                 pid,comm (command names are at most 15 bytes), or give pid=P"
+                    .to_owned(),
+            )),
+            ([], matched) => Err(ServiceError::PermissionDenied(format!(
+                "{matched} running processes match the selection, and none is one you may \
+                 profile (yours, and not setuid); select one of your own"
+            ))),
+            (several, _) => {
+                let listed: Vec<String> = several
+                    .iter()
+                    .take(PIDS_LISTED)
+                    .map(u32::to_string)
+                    .collect();
+                Err(ServiceError::invalid(format!(
+                    "{} running processes match the selection (pids {}{}); an allocation \
+                     profile is of one process: name it with pid=P",
+                    several.len(),
+                    listed.join(", "),
+                    if several.len() > PIDS_LISTED {
+                        ", …"
+                    } else {
+                        ""
+                    }
+                )))
+            }
+        }
+    }
+
     fn allocation_profiler(&self) -> Result<&AllocationProfiler, ServiceError> {
         let profiler = self.allocations.as_ref().ok_or_else(|| {
             ServiceError::FailedPrecondition(
@@ -272,6 +356,48 @@ impl Service {
             .run(move || answers::render(&profile, &options, max_response_bytes))
             .await?
     }
+}
+
+/// The running processes `selector` matches by their main thread (its
+/// command name, user and cgroup), in pid order; at most
+/// [`MAX_PROCESSES_SCANNED`] are looked at.
+fn running_matches(selector: &Selector) -> Vec<u32> {
+    let Ok(processes) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    let mut matched: Vec<u32> = processes
+        .take(MAX_PROCESSES_SCANNED)
+        .filter_map(Result::ok)
+        .filter_map(|process| {
+            let pid = u32::try_from(process.pid).ok()?;
+            let comm: std::sync::Arc<str> = process.stat().ok()?.comm.into();
+            let cgroup = if selector.cgroups.is_empty() {
+                "".into()
+            } else {
+                process
+                    .cgroups()
+                    .ok()?
+                    .0
+                    .into_iter()
+                    .find(|cgroup| cgroup.hierarchy == 0)?
+                    .pathname
+                    .into()
+            };
+            let thread = ThreadInfo {
+                pid,
+                tid: pid,
+                thread_name: comm.clone(),
+                process_name: comm,
+                uid: process.uid().ok()?,
+                gid: 0,
+                protected: false,
+                cgroup,
+            };
+            selector.matches(&thread).then_some(pid)
+        })
+        .collect();
+    matched.sort_unstable();
+    matched
 }
 
 /// What ends a session's window besides its stop, and where it is listed.

@@ -252,10 +252,15 @@ impl Service {
         self.rpc_counts.clone()
     }
 
-    /// The self-metrics in the Prometheus text format.
+    /// The self-metrics in the OpenMetrics text format.
     pub fn metrics(&self) -> String {
+        self.metrics_as(metrics::Exposition::OpenMetrics)
+    }
+
+    /// The self-metrics in `format`.
+    pub fn metrics_as(&self, format: metrics::Exposition) -> String {
         let pipeline = self.pipeline.stats();
-        metrics::render(metrics::Snapshot {
+        let text = metrics::render(metrics::Snapshot {
             uptime: self.info.started.elapsed(),
             frequency_hz: self.frequency_hz(),
             memory: self.memory(&pipeline),
@@ -271,7 +276,8 @@ impl Service {
                 .map(crate::allocs::AllocationProfiler::stats),
             rpcs: self.rpc_counts.snapshot(),
             push: self.push.status(),
-        })
+        });
+        format.write(text)
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
@@ -284,4 +290,4 @@ impl Service {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

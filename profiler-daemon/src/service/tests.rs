@@ -46,16 +46,16 @@ impl PeekClocks for NoClocks {
     }
 }
 
-struct Fixture {
-    service: Service,
+pub(crate) struct Fixture {
+    pub(crate) service: Service,
     store: Arc<RwLock<Store>>,
     /// How long the source's next drain takes.
     next_drain_takes: Arc<Mutex<Duration>>,
-    _pipeline: Pipeline,
-    _state: tempfile::TempDir,
+    pub(crate) _pipeline: Pipeline,
+    pub(crate) _state: tempfile::TempDir,
 }
 
-fn fixture() -> Fixture {
+pub(crate) fn fixture() -> Fixture {
     let store = Arc::new(RwLock::new(Store::new(StoreSettings {
         retention: Duration::from_secs(3600),
         resolution: Duration::from_secs(1),
@@ -720,4 +720,70 @@ async fn indexes_too_large_for_their_share_are_let_go_of_and_not_built_again() {
     };
     // Once the store holds half as many stacks, it may be.
     assert!(indexes.get(key, stacks / 2).is_some());
+}
+
+/// An allocation profile's one process: by pid, or the only match of a
+/// name the asker may profile; refusals say what to give instead.
+#[test]
+fn an_allocation_profile_selects_exactly_one_process() {
+    let fixture = fixture();
+    let service = &fixture.service;
+    let own = std::process::id();
+    let pids = |pids: &[u32]| SelectorSpec {
+        pids: pids.to_vec(),
+        ..SelectorSpec::default()
+    };
+    assert_eq!(service.one_process(ROOT, pids(&[own])).unwrap(), own);
+    let said = |result: Result<u32, ServiceError>| match result {
+        Err(err) => err,
+        Ok(pid) => panic!("{pid} selected"),
+    };
+    let none = said(service.one_process(ROOT, SelectorSpec::default()));
+    assert!(
+        matches!(&none, ServiceError::InvalidArgument(text) if text.contains("pid=P")),
+        "{none}"
+    );
+    let two = said(service.one_process(ROOT, pids(&[own, 1])));
+    assert!(two.to_string().contains("2 process ids are given"), "{two}");
+    let nothing = said(service.one_process(
+        ROOT,
+        SelectorSpec {
+            comm_regex: "^no such command here$".to_owned(),
+            ..SelectorSpec::default()
+        },
+    ));
+    assert!(
+        matches!(&nothing, ServiceError::NotFound(text) if text.contains("no running process")),
+        "{nothing}"
+    );
+    // Process 1 is root's: matched by its name, and not nobody's to profile.
+    let init = std::fs::read_to_string("/proc/1/comm").expect("/proc/1/comm");
+    let by_name = SelectorSpec {
+        comms: vec![init.trim_end().to_owned()],
+        ..SelectorSpec::default()
+    };
+    let refused = said(service.one_process(user(65534), by_name.clone()));
+    assert!(
+        matches!(&refused, ServiceError::PermissionDenied(text) if text.contains("none is one you may profile")),
+        "{refused}"
+    );
+    if let Ok(pid) = service.one_process(ROOT, by_name) {
+        assert_eq!(
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap(),
+            init
+        );
+    }
+}
+
+#[test]
+fn allocations_off_says_so() {
+    let fixture = fixture();
+    let off = fixture
+        .service
+        .allocations_off()
+        .expect("no allocation profiler");
+    assert!(
+        matches!(&off, ServiceError::FailedPrecondition(text) if text.contains("allocation profiling is off")),
+        "{off}"
+    );
 }

@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use crate::{
     proto,
-    service::{Service, access::TrustedRemote, stopping::Stopping},
+    service::{Service, access::TrustedRemote, metrics::Exposition, stopping::Stopping},
     transport::grpc::{GrpcApi, ProfilerServer},
 };
 
@@ -284,14 +284,19 @@ async fn serve_metrics(
             )
         })?;
     info!(%address, "serving metrics at /metrics");
-    let metrics = axum::routing::get(move || {
-        let text = service.metrics();
+    // OpenMetrics only when the scraper asks for it, else Prometheus' text
+    // format 0.0.4.
+    let metrics = axum::routing::get(move |headers: axum::http::HeaderMap| {
+        let format = Exposition::negotiate(
+            headers
+                .get_all(axum::http::header::ACCEPT)
+                .iter()
+                .filter_map(|value| value.to_str().ok()),
+        );
+        let text = service.metrics_as(format);
         async move {
             (
-                [(
-                    axum::http::header::CONTENT_TYPE,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )],
+                [(axum::http::header::CONTENT_TYPE, format.content_type())],
                 text,
             )
         }

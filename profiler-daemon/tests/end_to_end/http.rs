@@ -1,5 +1,5 @@
-//! The HTTP listener: Go's `net/http/pprof` profile read by `go tool
-//! pprof` itself, ProfileEndpoints' routes, the peeks, errors that say what
+//! The HTTP listener: Go's `net/http/pprof` CPU and heap profiles read by
+//! `go tool pprof` itself, its index page, ProfileEndpoints' routes, the peeks, errors that say what
 //! to fix, and TLS that lets in only clients with a certificate of the CA.
 
 use std::process::Command;
@@ -104,6 +104,119 @@ async fn go_tool_pprof_reads_the_profile_route_like_a_go_service() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn go_tool_pprof_reads_the_heap_route_and_names_the_allocating_function() {
+    let (_daemon, base) = daemon_over_http().await;
+    // site_three_quarters allocates 3 bytes for each of site_one_quarter's.
+    let workload = Workload::start("allocs", &["ratio"]);
+    let url = format!("{base}/debug/pprof/heap?seconds=3&pid={}", workload.pid());
+    let top = go_pprof_top_of(&url, &["-sample_index=alloc_space"]);
+    assert!(top.contains("Type: alloc_space"), "{top}");
+    let first = top
+        .lines()
+        .skip_while(|line| !line.trim_start().starts_with("flat"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(first.contains("site_three_quarters"), "{top}");
+    assert!(top.contains("site_one_quarter"), "{top}");
+    // Go's heap profile values; what is still in use at the end is what
+    // the workload did not free yet (it frees all it allocates): at most a
+    // few samples, against 3 s of allocations.
+    let (code, body) = curl(&url, &[]);
+    assert_eq!(code, 200, "{}", text(&body));
+    let profile = crate::support::decode_pprof(&body);
+    let types: Vec<&str> = profile
+        .sample_type
+        .iter()
+        .map(|value| profile.string_table[value.r#type as usize].as_str())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "alloc_objects",
+            "alloc_space",
+            "inuse_objects",
+            "inuse_space"
+        ]
+    );
+    let total = |index: usize| -> i64 {
+        profile
+            .sample
+            .iter()
+            .map(|sample| sample.value[index])
+            .sum()
+    };
+    let (allocated, in_use) = (total(1), total(3));
+    assert!(allocated > 0 && total(0) > 0, "{allocated}");
+    assert!(
+        in_use < allocated / 4,
+        "{in_use} of {allocated} bytes in use"
+    );
+    // As Go's heap profile: in-use bytes by default.
+    assert_eq!(
+        profile.string_table[profile.default_sample_type as usize],
+        "inuse_space"
+    );
+    // Nothing of other processes: every sample is the workload's.
+    let pid_key = profile
+        .string_table
+        .iter()
+        .position(|text| text == "pid")
+        .expect("a pid label") as i64;
+    for sample in &profile.sample {
+        let pid = sample.label.iter().find(|label| label.key == pid_key);
+        assert_eq!(
+            pid.map(|label| label.num),
+            Some(i64::from(workload.pid())),
+            "{sample:?}"
+        );
+    }
+}
+
+/// `/debug/pprof/allocs` (Grafana Alloy's default path for memory) is
+/// the heap profile by bytes allocated, as Go's: `go tool pprof -top`
+/// without a sample index names the allocating function; the process is
+/// selected by its command name alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_allocs_route_is_the_heap_profile_by_bytes_allocated() {
+    let (_daemon, base) = daemon_over_http().await;
+    let _workload = Workload::start_as("allocs", "http-allocs", &["ratio"]);
+    let top = go_pprof_top_of(
+        &format!("{base}/debug/pprof/allocs?seconds=3&comm=http-allocs"),
+        &[],
+    );
+    assert!(top.contains("Type: alloc_space"), "{top}");
+    let first = top
+        .lines()
+        .skip_while(|line| !line.trim_start().starts_with("flat"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(first.contains("site_three_quarters"), "{top}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pprof_index_page_lists_heap_and_profile_with_links() {
+    let (_daemon, base) = daemon_over_http().await;
+    for path in ["/debug/pprof/", "/debug/pprof"] {
+        let (code, body) = curl(&format!("{base}{path}"), &[]);
+        assert_eq!(code, 200, "{path}: {}", text(&body));
+        let page = text(&body);
+        for listed in [
+            "<a href=\"heap?seconds=30&amp;pid=P\">heap</a>",
+            "<a href=\"allocs?seconds=30&amp;pid=P\">allocs</a>",
+            "<a href=\"profile?seconds=30\">profile</a>",
+            "<div class=profile-name>heap: </div>",
+            "<div class=profile-name>profile: </div>",
+        ] {
+            assert!(page.contains(listed), "{path}: no {listed} in:\n{page}");
+        }
+    }
+    // A link of the index, followed from /debug/pprof/, is a profile.
+    let (code, body) = curl(&format!("{base}/debug/pprof/profile?seconds=0.5"), &[]);
+    assert_eq!(code, 200, "{}", text(&body));
+    assert_eq!(body[..2], [0x1f, 0x8b], "a gzipped pprof");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn profile_endpoints_routes_profile_sessions_and_peeks() {
     // Peeks by signal of its own workload only: other tests' signals would
     // take the peeks' room.
@@ -199,6 +312,48 @@ async fn bad_http_requests_get_400_or_404_with_what_to_fix() {
         ("/profile?duration=1&pid=abc", 400, "not a process id"),
         ("/profile?duration=1&comm_regex=(", 400, "is not valid"),
         ("/peeks/nope", 404, "no peek report"),
+        (
+            "/debug/pprof/heap?seconds=1",
+            400,
+            "give its process id (pid=P)",
+        ),
+        ("/debug/pprof/heap?pid=1", 400, "needs seconds=N"),
+        (
+            "/debug/pprof/heap?seconds=100000&pid=1",
+            400,
+            "longer than the longest the daemon allows",
+        ),
+        (
+            "/debug/pprof/heap?seconds=1&pid=999999999",
+            404,
+            "no process with id 999999999 is running; check the id",
+        ),
+        (
+            "/debug/pprof/heap?seconds=1&comm=no-such-comm",
+            404,
+            "no running process matches the selection",
+        ),
+        ("/debug/pprof/heap?seconds=1&pid=1,2", 400, "give one"),
+        (
+            "/debug/pprof/heap?seconds=1&pid=1&mode=cpu",
+            400,
+            "leave mode out",
+        ),
+        (
+            "/debug/pprof/heap?seconds=1&pid=1&sample_bytes=1&sample_rate=0.5",
+            400,
+            "not both",
+        ),
+        (
+            "/debug/pprof/heap?seconds=1&pid=1&sample_rate=2",
+            400,
+            "not a probability above 0 and at most 1",
+        ),
+        (
+            "/debug/pprof/heap?seconds=1&pid=1&gc=1",
+            400,
+            "does not take the parameter \"gc\"",
+        ),
         ("/nowhere", 404, "/debug/pprof/profile?seconds=N"),
     ] {
         let (got, body) = curl(&format!("{base}{path}"), &[]);

@@ -64,6 +64,10 @@ async fn nobody_over_loopback_http_sees_what_it_sees_on_the_socket() {
             "/profile?duration=1".to_owned(),
             vec!["profile", "--duration", "1s"],
         ),
+        (
+            format!("/debug/pprof/heap?seconds=1&pid={root_pid}"),
+            vec!["allocs", "--pid", &root_pid, "--duration", "1s"],
+        ),
     ] {
         let (code, body) = curl_as(&nobody, &format!("{base}{path}")).await;
         assert_eq!(code, 403, "{path}: {body}");

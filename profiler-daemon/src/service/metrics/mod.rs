@@ -1,5 +1,6 @@
-//! Self-metrics in the Prometheus text format (OpenMetrics, written by
-//! prometheus-client): samples, losses by cause, drains and their time, the
+//! Self-metrics in the Prometheus text formats (OpenMetrics, written by
+//! prometheus-client, or Prometheus' 0.0.4 text rewritten from it, as the
+//! scraper asks: `exposition`): the build (`profilerd_build_info`), samples, losses by cause, drains and their time, the
 //! symbolizer's cache and time, the store, peeks, sessions, allocation
 //! profiles (`allocations`), RPCs by method and code, and push targets
 //! (`push`). Served by `GetStatus` (on request) and, when configured,
@@ -13,14 +14,16 @@
 //! the `profilerd_` prefix, as Prometheus' client libraries name them) are
 //! in `memory`.
 
+mod exposition;
 mod memory;
 
+pub use exposition::Exposition;
 use std::{collections::BTreeMap, time::Duration};
 
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric},
-    metrics::{counter::ConstCounter, gauge::ConstGauge},
+    metrics::{counter::ConstCounter, gauge::ConstGauge, info::Info},
     registry::Registry,
 };
 
@@ -50,7 +53,7 @@ pub struct Snapshot {
     pub memory: crate::memory::MemoryUsage,
 }
 
-/// The snapshot in the Prometheus text format.
+/// The snapshot in the OpenMetrics text format.
 pub fn render(snapshot: Snapshot) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(memory::ProcessMetrics(snapshot.memory.process)));
@@ -67,6 +70,7 @@ impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let out = &mut encoder;
         let pipeline = &self.pipeline;
+        build_info(out)?;
         gauge(
             out,
             "uptime_seconds",
@@ -557,6 +561,20 @@ impl Collector for Snapshot {
     }
 }
 
+/// `profilerd_build_info{version, arch} 1`: which build runs.
+fn build_info(encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let labels = vec![
+        ("version".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+        ("arch".to_owned(), std::env::consts::ARCH.to_owned()),
+    ];
+    one(
+        encoder,
+        "build",
+        "The daemon's version and the architecture it was built for (the value is always 1)",
+        Info::new(labels),
+    )
+}
+
 pub(super) fn counter<N>(
     encoder: &mut DescriptorEncoder,
     name: &str,
@@ -677,6 +695,11 @@ mod tests {
                 },
             },
         });
+        let build = format!(
+            "profilerd_build_info{{version=\"{}\",arch=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::ARCH
+        );
         for line in [
             "profilerd_samples_total 1234",
             "profilerd_drains_total 7",
@@ -700,9 +723,33 @@ mod tests {
             "profilerd_memory_part_evicted_total{part=\"symbolizer\"} 3",
             "process_resident_memory_bytes 94371840",
             "# TYPE process_cpu_seconds counter",
+            "process_cpu_seconds_total 0",
+            "process_open_fds 0",
+            "process_max_fds 0",
+            "process_start_time_seconds 0",
+            "process_virtual_memory_bytes 0",
+            "# TYPE profilerd_build info",
+            build.as_str(),
         ] {
             assert!(text.contains(line), "{line} in:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+        // The same in Prometheus' text format 0.0.4.
+        let plain = Exposition::Text004.write(text);
+        for line in [
+            "# HELP profilerd_samples_total Samples taken by the kernel",
+            "# TYPE profilerd_samples_total counter",
+            "profilerd_samples_total 1234",
+            "# TYPE process_cpu_seconds_total counter",
+            "# TYPE profilerd_build_info gauge",
+            build.as_str(),
+            "# TYPE profilerd_store_bytes gauge",
+        ] {
+            assert!(plain.contains(line), "{line} in:\n{plain}");
+        }
+        assert!(
+            !plain.contains("# EOF") && !plain.contains("# UNIT"),
+            "{plain}"
+        );
     }
 }

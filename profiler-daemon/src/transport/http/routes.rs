@@ -1,5 +1,6 @@
-//! The HTTP routes: Go's `net/http/pprof` profile (what `go tool pprof`,
-//! Parca's scraper and Grafana Alloy's `pyroscope.scrape` read), the
+//! The HTTP routes: Go's `net/http/pprof` CPU and heap profiles and its
+//! index page (what `go tool pprof`, Parca's scraper and Grafana Alloy's
+//! `pyroscope.scrape` read), the
 //! routes of ProfileEndpoints.jl (`/profile`, `/profile_start`,
 //! `/profile_stop`) and the kept peeks. Each answers through the service,
 //! as the gRPC API does, with the listener's caller.
@@ -19,9 +20,10 @@ use axum::{
 
 use super::params::{Params, options};
 use crate::{
+    kernel::allocs::Sampling,
     profile::Format,
     service::{
-        ProfileSpec, Service, ServiceError,
+        AllocsSpec, ProfileSpec, Service, ServiceError,
         access::{Asker, CallerKey},
         answers::Report,
         selection::date,
@@ -52,7 +54,11 @@ const ENDPOINTS_DEFAULT_SECONDS: u64 = 10;
 /// Every route, for the listener.
 pub fn router(service: Arc<Service>) -> Router {
     Router::new()
+        .route("/debug/pprof/", get(go_index))
+        .route("/debug/pprof", get(go_index))
         .route("/debug/pprof/profile", get(go_profile))
+        .route("/debug/pprof/heap", get(go_heap))
+        .route("/debug/pprof/allocs", get(go_allocs))
         .route("/profile", get(profile))
         .route("/profile_start", get(profile_start))
         .route("/profile_stop", get(profile_stop))
@@ -147,6 +153,157 @@ async fn go_profile(
         .unwrap_or(Duration::from_secs(GO_DEFAULT_SECONDS));
     let report = run_profile(&routes, asker, &params, duration, Format::Pprof).await?;
     Ok(attachment(report, "profile"))
+}
+
+/// `GET /debug/pprof/heap?seconds=N&pid=P`: a gzipped pprof allocation
+/// profile of one process over the next N seconds, with Go's heap profile
+/// values: `alloc_objects`/`alloc_space` count what was allocated in the
+/// window, `inuse_objects`/`inuse_space` what of that was still held at its
+/// end (allocations made before the window are not seen, so unlike Go's
+/// heap profile in-use counts start at zero), `inuse_space` the default as
+/// in Go's. Go's heap profile without `seconds` is a snapshot since its
+/// program started, which profilerd cannot take: `seconds` is required.
+async fn go_heap(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Answer {
+    allocation_profile(&routes, &admission, query, "heap", true).await
+}
+
+/// `GET /debug/pprof/allocs?seconds=N&pid=P`: the same profile as
+/// `/debug/pprof/heap`, `alloc_space` the default as in Go's (Grafana
+/// Alloy's default path for memory profiles).
+async fn go_allocs(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Answer {
+    allocation_profile(&routes, &admission, query, "allocs", false).await
+}
+
+/// The allocation profile of `/debug/pprof/NAME` (`inuse`: `inuse_space`
+/// is its default sample type, else `alloc_space`), through the service's
+/// Allocs as the gRPC API asks for it.
+async fn allocation_profile(
+    routes: &Routes,
+    admission: &Admission,
+    query: Vec<(String, String)>,
+    name: &'static str,
+    inuse: bool,
+) -> Answer {
+    let route = format!("/debug/pprof/{name}");
+    let (asker, params) = admitted(
+        routes,
+        admission,
+        query,
+        &route,
+        &["seconds", "sample_bytes", "sample_rate"],
+    )?;
+    if let Some(off) = routes.service.allocations_off() {
+        return Err(HttpError(StatusCode::NOT_IMPLEMENTED, off.to_string()));
+    }
+    if params.text("mode")?.is_some() {
+        return Err(ServiceError::invalid(format!(
+            "{route} does not take mode (it is for /debug/pprof/profile); an allocation \
+             profile counts allocations; leave mode out"
+        ))
+        .into());
+    }
+    let duration = params.seconds("seconds")?.ok_or_else(|| {
+        ServiceError::invalid(format!(
+            "{route} needs seconds=N: profilerd profiles the allocations made in the next N \
+             seconds (it has no snapshot of the heap since the process started); give e.g. \
+             seconds=30"
+        ))
+    })?;
+    let sampling = heap_sampling(&params)?;
+    let pid = routes.service.one_process(asker, params.selector()?)?;
+    let spec = AllocsSpec {
+        pid,
+        duration,
+        sampling,
+        options: options(Format::Pprof),
+        inuse,
+        cut_token: None,
+    };
+    let report = routes.service.allocs(asker, spec).await?;
+    Ok(attachment(report, name))
+}
+
+/// `sample_bytes=B` (one sample per B bytes allocated, on average) or
+/// `sample_rate=P` (each allocation with probability P); the default is
+/// one sample per 512 KiB, as Go's.
+fn heap_sampling(params: &Params) -> Result<Sampling, HttpError> {
+    let bytes = params.whole_number::<u64>("sample_bytes", "a number of bytes (1 or more)")?;
+    let rate = match params.text("sample_rate")? {
+        None => None,
+        Some(text) => Some(text.trim().parse::<f64>().map_err(|_| {
+            ServiceError::invalid(format!(
+                "sample_rate={} is not a probability; give e.g. sample_rate=0.01",
+                crate::quote(&text)
+            ))
+        })?),
+    };
+    Ok(match (bytes, rate) {
+        (Some(_), Some(_)) => {
+            return Err(ServiceError::invalid(
+                "give sample_bytes or sample_rate, not both (they are two ways to sample)",
+            )
+            .into());
+        }
+        (Some(bytes), None) => Sampling::Bytes(bytes),
+        (None, Some(rate)) => Sampling::Rate(rate),
+        (None, None) => Sampling::DEFAULT,
+    })
+}
+
+/// The profiles under `/debug/pprof/`: name, query, description.
+const GO_PROFILES: [(&str, &str, &str); 3] = [
+    (
+        "allocs",
+        "allocs?seconds=30&amp;pid=P",
+        "The heap profile below, by the bytes allocated (alloc_space) by default.",
+    ),
+    (
+        "heap",
+        "heap?seconds=30&amp;pid=P",
+        "The allocations of one process (pid=P, or a comm, comm_regex or cgroup that selects \
+         only it) over the next N seconds (seconds=N, required): allocated objects and bytes, \
+         and those of them still in use at the end (inuse_space, the default). Allocations \
+         made before the N seconds are not counted. Also sample_bytes=B or sample_rate=P.",
+    ),
+    (
+        "profile",
+        "profile?seconds=30",
+        "CPU profile of the next N seconds (seconds=N, 30 by default) of the whole machine, or \
+         of the processes selected by pid, comm, comm_regex or cgroup; mode=offcpu or wall for \
+         time off CPU.",
+    ),
+];
+
+/// `GET /debug/pprof/`: the profiles served here, as Go's `net/http/pprof`
+/// index lists its own.
+async fn go_index(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+) -> Answer {
+    asker(&routes, &admission)?;
+    let mut page = String::from(
+        "<html>\n<head>\n<title>/debug/pprof/</title>\n</head>\n<body>\n/debug/pprof/\n\
+         <p>Profiles served by profilerd (read them with go tool pprof URL):</p>\n<ul>\n",
+    );
+    for (name, link, _) in GO_PROFILES {
+        page.push_str(&format!("<li><a href=\"{link}\">{name}</a></li>\n"));
+    }
+    page.push_str("</ul>\n<p>Profile Descriptions:</p>\n<ul>\n");
+    for (name, _, description) in GO_PROFILES {
+        page.push_str(&format!(
+            "<li><div class=profile-name>{name}: </div> {description}</li>\n"
+        ));
+    }
+    page.push_str("</ul>\n</body>\n</html>\n");
+    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response())
 }
 
 /// `GET /profile?duration=S&pprof=true|false`: ProfileEndpoints' profile
@@ -291,8 +448,9 @@ async fn get_peek(
 async fn unknown_route() -> HttpError {
     HttpError(
         StatusCode::NOT_FOUND,
-        "no such route; profilerd serves the web view at /, /debug/pprof/profile?seconds=N, \
-         /profile?duration=S&pprof=true|false, /profile_start, /profile_stop, /peeks, \
+        "no such route; profilerd serves the web view at /, /debug/pprof/ (its index), \
+         /debug/pprof/profile?seconds=N, /debug/pprof/heap?seconds=N&pid=P, \
+         /debug/pprof/allocs?seconds=N&pid=P, /profile?duration=S&pprof=true|false, /profile_start, /profile_stop, /peeks, \
          /peeks/ID, /api/query?since=S and /api/peek?pid=N (POST)"
             .to_owned(),
     )
@@ -372,4 +530,41 @@ pub(super) fn report_response(report: Report) -> Response {
 
 fn text(body: String) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use axum::body::Body;
+    use tower::Service as _;
+
+    use crate::service::{access::testing::ROOT, tests::fixture};
+
+    /// The status and body of `GET path`, asked by root.
+    async fn get(service: Service, path: &str) -> (StatusCode, String) {
+        let mut app = router(Arc::new(service)).layer(Extension(Admission(Ok(ROOT))));
+        let request = axum::http::Request::get(path).body(Body::empty()).unwrap();
+        let response = app.call(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// A daemon without allocation profiling answers the heap route with
+    /// 501 and the reason, before looking at the process asked for.
+    #[tokio::test]
+    async fn the_heap_route_says_allocation_profiling_is_off() {
+        let fixture = fixture();
+        let (_pipeline, _state) = (fixture._pipeline, fixture._state);
+        let (status, body) = get(
+            fixture.service,
+            &format!("/debug/pprof/heap?seconds=1&pid={}", std::process::id()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{body}");
+        assert!(body.contains("allocation profiling is off"), "{body}");
+    }
 }
