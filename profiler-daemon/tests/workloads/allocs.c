@@ -12,6 +12,9 @@
  *   exit S         ratio for S seconds, then exits
  *   storm          for ever: site_storm mallocs and frees 64 B as fast as
  *                  it can, without a pause
+ *   ring N         for ever: site_ring allocates a 16 KiB buffer every
+ *                  5 ms and keeps the N most recent (freeing the oldest),
+ *                  so that N are always held, all of them recent
  * Every site is reached from main through churn_round (or keep_and_churn,
  * or storm_round). */
 #define _GNU_SOURCE
@@ -118,6 +121,22 @@ __attribute__((noinline)) static void storm_round(void) {
     for (int i = 0; i < 1024; i++) site_storm();
 }
 
+__attribute__((noinline)) static void *site_ring(void) {
+    void *block = malloc(16384);
+    memset(block, 5, 16384);
+    return block;
+}
+
+__attribute__((noinline)) static void hold_a_ring(long held) {
+    void **ring = calloc((size_t)held, sizeof *ring);
+    for (long i = 0;; i = (i + 1) % held) {
+        free(ring[i]);
+        ring[i] = site_ring();
+        sink = ring;
+        pause_for(5000);
+    }
+}
+
 static void sleep_for_ever(void) {
     for (;;) pause();
 }
@@ -132,6 +151,8 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "count")) {
         site_counted(n);
         sleep_for_ever();
+    } else if (!strcmp(mode, "ring")) {
+        hold_a_ring(n > 0 ? n : 64);
     } else if (!strcmp(mode, "storm")) {
         for (;;) storm_round();
     } else if (!strcmp(mode, "calloc-realloc")) {

@@ -331,9 +331,17 @@ impl KernelAllocationProbes {
         let probes = links.len();
         // Sampling stops at once (the programs do nothing for a process not
         // in the targets, but see its frees); the probes come off after.
-        forget_target(&mut lock(&self.programs).ebpf, attachment.pid);
+        // The window ends here: what is live now is what the profile holds
+        // (the process's frees while the probes come off, a tenth of a
+        // second or more, would otherwise take out what it held at the end).
+        let live = {
+            let mut programs = lock(&self.programs);
+            forget_target(&mut programs.ebpf, attachment.pid);
+            live_allocations(&mut programs.ebpf, attachment.pid)
+        };
         Links::release(vec![links]);
-        let held = self.forget(attachment);
+        let mut held = self.forget(attachment);
+        held.live = live;
         debug!(
             pid = attachment.pid,
             probes,
@@ -405,6 +413,24 @@ impl KernelAllocationProbes {
         }
         held
     }
+}
+
+/// The ids of `pid`'s sampled allocations the kernel holds as live now.
+fn live_allocations(ebpf: &mut aya::Ebpf, pid: u32) -> std::collections::HashSet<u64> {
+    let Some(Ok(live)) = ebpf
+        .map_mut(names::ALLOC_LIVE)
+        .map(BpfHashMap::<&mut MapData, Address, u64>::try_from)
+    else {
+        return Default::default();
+    };
+    let mine: Vec<Address> = live
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|key| key.pid == pid)
+        .collect();
+    mine.iter()
+        .filter_map(|key| live.get(key, 0).ok())
+        .collect()
 }
 
 /// What the kernel held for the profile `attachment` holds, its target
