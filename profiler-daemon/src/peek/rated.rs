@@ -105,23 +105,9 @@ impl Peeker {
         .await
         .map_err(|_| PeekError::Stopped)??;
         let mut warnings = Vec::new();
-        let mut links = Vec::with_capacity(tids.len().min(MAX_THREADS));
-        let mut failed = Vec::new();
-        for &tid in tids.iter().take(MAX_THREADS) {
-            match inner.clocks.sample(tid, frequency_hz) {
-                Ok(link) => links.push(link),
-                Err(err) => failed.push((tid, err.to_string())),
-            }
-        }
-        if links.is_empty() {
-            let message = failed
-                .first()
-                .map_or_else(|| "it has no threads".to_owned(), |(_, err)| err.clone());
-            return Err(PeekError::Sampling {
-                pid: pids.first().copied().unwrap_or_default(),
-                message,
-            });
-        }
+        let first = pids.first().copied().unwrap_or_default();
+        let sampled = &tids[..tids.len().min(MAX_THREADS)];
+        let (links, failed) = self.start_clocks(first, sampled, frequency_hz)?;
         if tids.len() > MAX_THREADS {
             warnings.push(format!(
                 "only {MAX_THREADS} of the {} threads were sampled at {frequency_hz} Hz (the most \

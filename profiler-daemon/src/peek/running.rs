@@ -208,14 +208,29 @@ impl Peeker {
         snapshot: &ProcessSnapshot,
         warnings: &mut Vec<String>,
     ) -> Result<Vec<Box<dyn Send>>, PeekError> {
-        let inner = &self.inner;
         let tids: Vec<u32> = snapshot.threads.iter().map(|thread| thread.tid).collect();
-        inner.clocks.mark(&tids);
+        self.inner.clocks.mark(&tids);
+        let (links, failed) =
+            self.start_clocks(snapshot.pid, &tids, self.settings().frequency_hz)?;
+        for (tid, err) in failed {
+            warnings.push(format!("thread {tid} was not sampled: {err}"));
+        }
+        Ok(links)
+    }
+
+    /// Starts sampling each of `tids` (of process `pid`) at `frequency_hz`
+    /// of its CPU time, until the links returned are dropped; says which
+    /// threads could not be sampled, and fails when none could.
+    pub(super) fn start_clocks(
+        &self,
+        pid: u32,
+        tids: &[u32],
+        frequency_hz: u32,
+    ) -> Result<(Vec<Box<dyn Send>>, Vec<(u32, String)>), PeekError> {
         let mut links = Vec::with_capacity(tids.len());
         let mut failed = Vec::new();
-        let frequency_hz = self.settings().frequency_hz;
-        for &tid in &tids {
-            match inner.clocks.sample(tid, frequency_hz) {
+        for &tid in tids {
+            match self.inner.clocks.sample(tid, frequency_hz) {
                 Ok(link) => links.push(link),
                 Err(err) => failed.push((tid, err.to_string())),
             }
@@ -224,15 +239,9 @@ impl Peeker {
             let message = failed
                 .first()
                 .map_or_else(|| "it has no threads".to_owned(), |(_, err)| err.clone());
-            return Err(PeekError::Sampling {
-                pid: snapshot.pid,
-                message,
-            });
+            return Err(PeekError::Sampling { pid, message });
         }
-        for (tid, err) in failed {
-            warnings.push(format!("thread {tid} was not sampled: {err}"));
-        }
-        Ok(links)
+        Ok((links, failed))
     }
 
     fn forget_threads(&self, snapshot: &ProcessSnapshot) {

@@ -80,7 +80,8 @@ impl Service {
 }
 
 /// The CPU profile of `rated`'s samples of the threads `selector` picks,
-/// each sample one period of `frequency_hz`.
+/// their CPU time the threads' own (by the scheduler), shared out by
+/// samples; one period of `frequency_hz` each when it was not read.
 fn rated_profile(rated: RatedSamples, selector: &Selector, frequency_hz: u32) -> Profile {
     let period_ns = 1_000_000_000 / u64::from(frequency_hz.max(1));
     let mut warnings = rated.warnings;
@@ -125,15 +126,17 @@ fn rated_profile(rated: RatedSamples, selector: &Selector, frequency_hz: u32) ->
         }
         let thread = assembly.thread(&sample.thread);
         let stack = assembly.stack(&sample.stack);
-        assembly.add(
-            thread,
-            stack,
-            ThreadState::Cpu,
-            sample.count,
-            sample.count * period_ns,
-        );
+        assembly.add(thread, stack, ThreadState::Cpu, sample.count, 0);
     }
-    let mut profile = assembly.finish(|count, weight, _| (count, weight));
+    // The CPU time the samples stand for is the scheduler's count of what
+    // the threads ran, shared out by samples: true even where the clocks
+    // fired less often than asked.
+    let sample_ns = match rated.ran_ns {
+        Some(ran) if taken > 0 => ran as f64 / taken as f64,
+        _ => period_ns as f64,
+    };
+    let mut profile =
+        assembly.finish(|count, _, _| (count, (count as f64 * sample_ns).round() as u64));
     profile.own_lost = OWN_LOSS_MARKERS
         .iter()
         .zip(own_lost)

@@ -496,10 +496,10 @@ async fn a_process_killed_by_the_peek_signal_is_reported_once() {
 
 /// perf's `-F`: `profile -p P -F 997 -d 2` samples the process at 997 Hz
 /// of its CPU time for that profile only, twice in a row, while the daemon
-/// goes on sampling it (and the rest) at its own rate: the daemon's own
-/// samples of the same window count the same CPU time at 499 Hz, so the
-/// profile has about twice as many, however busy the machine; a
-/// wall-clock `-F` and one without `-p` are refused with their reason.
+/// goes on sampling it (and the rest) at its own rate: as many samples a
+/// second of the CPU time the scheduler counted for its thread, however
+/// busy the machine; a wall-clock `-F` and one without `-p` are refused
+/// with their reason.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_profile_at_its_own_rate_samples_the_process_at_that_rate() {
     let daemon = Daemon::start().await;
@@ -511,7 +511,6 @@ async fn a_profile_at_its_own_rate_samples_the_process_at_that_rate() {
         pids: vec![workload.pid()],
         ..Default::default()
     };
-    let expected = 997.0 / f64::from(support::TEST_FREQUENCY_HZ);
     for round in 0..2 {
         let reply = client
             .profile(v1::ProfileRequest {
@@ -537,7 +536,18 @@ async fn a_profile_at_its_own_rate_samples_the_process_at_that_rate() {
                 > samples * 0.5,
             "round {round}: hot is not most of it: {stacks:?}"
         );
-        // The daemon's own samples of the same window, at its own rate.
+        // The CPU time the threads ran in the window, by the scheduler, is
+        // the summary's: at 997 Hz, as many samples a second of it (the
+        // daemon's own rate, 499 Hz, would give half).
+        let ticks = summary.cpu_nanos as f64 / 1e9 * 997.0;
+        assert!(
+            ticks >= 200.0 && samples > ticks * 0.8 && samples < ticks * 1.1,
+            "round {round}: {samples} samples at 997 Hz for {:.3} CPU-seconds ({ticks:.0} \
+             ticks); warnings {:?}",
+            summary.cpu_nanos as f64 / 1e9,
+            summary.warnings
+        );
+        // The daemon sampled the same process at its own rate meanwhile.
         let stored = client
             .query(v1::QueryRequest {
                 start_unix_nanos: summary.start_unix_nanos,
@@ -549,15 +559,9 @@ async fn a_profile_at_its_own_rate_samples_the_process_at_that_rate() {
             .await
             .expect("the window is held")
             .into_inner();
-        let stored = support::total(&support::folded(&stored.report)) as f64;
-        // The store's buckets meet the window's ends only roughly.
-        let ratio = samples / stored.max(1.0);
         assert!(
-            stored >= 100.0 && ratio > expected * 0.65 && ratio < expected * 1.4,
-            "round {round}: {samples} samples at 997 Hz beside the daemon's own {stored} at {} Hz \
-             (ratio {ratio:.2}, {expected:.2} expected); warnings {:?}",
-            support::TEST_FREQUENCY_HZ,
-            summary.warnings
+            support::total(&support::folded(&stored.report)) > 0,
+            "round {round}: none of the daemon's own samples"
         );
     }
     // As typed, and the daemon's own rate unchanged.
