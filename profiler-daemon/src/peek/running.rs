@@ -22,6 +22,10 @@ use super::{
 };
 use crate::lock;
 
+/// The clocks started for a peek (sampling until dropped), and the
+/// threads whose clock could not be started, with why.
+pub(super) type Clocks = (Vec<Box<dyn Send>>, Vec<(u32, String)>);
+
 /// What started a peek, and whether its owner's bounds apply.
 pub(super) struct Trigger {
     pub source: TriggerSource,
@@ -226,7 +230,7 @@ impl Peeker {
         pid: u32,
         tids: &[u32],
         frequency_hz: u32,
-    ) -> Result<(Vec<Box<dyn Send>>, Vec<(u32, String)>), PeekError> {
+    ) -> Result<Clocks, PeekError> {
         let mut links = Vec::with_capacity(tids.len());
         let mut failed = Vec::new();
         for &tid in tids {
