@@ -130,12 +130,73 @@ fn is_differential(fill: &str) -> bool {
     }
 }
 
-/// Where the test in `browser` leaves its screenshots for a person to
-/// look at.
-fn screenshot_path(browser: Browser) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-view");
+/// Where the tests leave their screenshots for a person to look at:
+/// target/web-screenshots/BROWSER-MODE.png.
+fn screenshot_dir() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = target.parent().unwrap_or(&target).join("web-screenshots");
     std::fs::create_dir_all(&dir).expect("the screenshot directory is made");
-    dir.join(format!("web-view-{}.png", browser.name()))
+    dir
+}
+
+/// The screenshots the view scenario writes, one a mode of the page.
+const SCREENSHOTS: &[&str] = &[
+    "flame",
+    "flame-page",
+    "icicle",
+    "search",
+    "icicle-zoom",
+    "timeline-window",
+    "timeline-window-page",
+    "diff",
+    "diff-range",
+    "sandwich",
+    "thread",
+    "empty",
+    "offcpu",
+];
+
+/// A rectangle as view.mjs's baseRects reads it lies within the viewport
+/// `[width, height]`.
+fn within(rect: &Value, viewport: &Value) -> bool {
+    let at = |key: &str| rect[key].as_f64().unwrap_or(f64::NAN);
+    let (width, height) = (
+        viewport[0].as_f64().unwrap_or(0.0),
+        viewport[1].as_f64().unwrap_or(0.0),
+    );
+    at("top") >= 0.0 && at("bottom") <= height && at("left") >= 0.0 && at("right") <= width
+}
+
+/// Asserts that the labels view.mjs counted (`key`) label every frame wide
+/// enough for one, and that there are some.
+fn assert_labelled(seen: &Value, key: &str) {
+    let counts = &seen[key];
+    let wide = counts["wide"].as_u64().unwrap_or(0);
+    assert!(
+        wide > 0,
+        "{key}: no frame wide enough for a label: {counts}"
+    );
+    assert_eq!(
+        counts["labelled"].as_u64(),
+        Some(wide),
+        "{key}: frames drawn without their label: {counts}"
+    );
+}
+
+/// The samples of `stacks` in which the first `function` is called by
+/// `caller` (`callee: false`) or calls `callee` (`callee: true`).
+fn through(stacks: &[(Vec<String>, u64)], function: &str, other: &str, callee: bool) -> u64 {
+    samples_where(stacks, |frames| {
+        let Some(at) = frames.iter().position(|frame| frame == function) else {
+            return false;
+        };
+        let next = if callee {
+            frames.get(at + 1)
+        } else {
+            at.checked_sub(1).and_then(|before| frames.get(before))
+        };
+        next.is_some_and(|frame| frame == other)
+    })
 }
 
 /// The total samples of the folded report of `window` (query parameters).
@@ -160,8 +221,11 @@ async fn the_web_view_works_in(browser: Browser) {
     let command = format!("chain-{}", &browser.name()[..3]);
     let chain = Workload::start_as("chain", &command, &[]);
     let peeked = Workload::start_as("peek_threads", "peek-web", &[]);
-    let screenshot = screenshot_path(browser);
-    let _ = std::fs::remove_file(&screenshot);
+    let screenshots = screenshot_dir();
+    let screenshot = |mode: &str| screenshots.join(format!("{}-{mode}.png", browser.name()));
+    for mode in SCREENSHOTS {
+        let _ = std::fs::remove_file(screenshot(mode));
+    }
     let process = format!("{command}-{}", chain.pid());
 
     let seen = drive_browser(
@@ -172,9 +236,12 @@ async fn the_web_view_works_in(browser: Browser) {
             "hot": "hot_leaf",
             "zoom": process,
             "peekPid": peeked.pid(),
+            "chainPid": chain.pid(),
+            "sandwich": "drive",
+            "thread": "spin-alpha",
             // Seconds of history before a past window is dragged.
             "history": 50,
-            "screenshot": screenshot,
+            "screenshots": screenshots,
         }),
     )
     .await;
@@ -201,6 +268,66 @@ async fn the_web_view_works_in(browser: Browser) {
                 && chain.ends_with(&["main", "drive", "hot_leaf"])),
         "no hot_leaf drawn under {process} … main, drive: {chains:?}"
     );
+
+    // At 1600×1000, the first screen shows the graph's base: the root
+    // frame and every process frame lie within it.
+    let first = &seen["firstScreen"];
+    assert_eq!(
+        first["viewport"],
+        serde_json::json!([1600, 1000]),
+        "{first}"
+    );
+    assert_eq!(first["scrollY"], 0, "{first}");
+    let roots = first["root"].as_array().expect("the root's rectangle");
+    let processes = first["processes"].as_array().expect("the processes'");
+    assert_eq!(roots.len(), 1, "{first}");
+    assert!(processes.len() > 1, "{first}");
+    for rect in roots.iter().chain(processes) {
+        assert!(
+            within(rect, &first["viewport"]),
+            "{} is drawn outside the first screen at 1600×1000: {rect} (the page is {} px high)",
+            rect["name"],
+            first["pageHeight"]
+        );
+    }
+    // Every frame wide enough is labelled, in the icicle too (drawn on
+    // the page as it first came), whose root is on the first screen.
+    assert_labelled(&seen, "flameLabels");
+    assert_labelled(&seen, "icicleLabels");
+    let icicle = &seen["icicleScreen"];
+    assert!(
+        within(&icicle["root"][0], &icicle["viewport"]),
+        "the icicle's root is outside the first screen: {icicle}"
+    );
+
+    // The timeline has a y axis in samples per second, and writes its
+    // times of day 24-hour, as the status line does.
+    let axes = &seen["timelineAxes"];
+    assert_eq!(axes["unit"], "samples/s", "{axes}");
+    let rates = axes["rates"].as_array().expect("the y axis's ticks");
+    assert!(rates.len() >= 2 && rates[0] == "0", "{axes}");
+    let clock = |text: &str| {
+        let parts: Vec<&str> = text.split(':').collect();
+        parts.len() == 3
+            && parts
+                .iter()
+                .all(|part| part.len() == 2 && part.bytes().all(|b| b.is_ascii_digit()))
+            && parts[0] < "24"
+    };
+    let times = axes["times"].as_array().expect("the x axis's ticks");
+    assert!(
+        !times.is_empty()
+            && times
+                .iter()
+                .all(|time| clock(time.as_str().unwrap_or_default())),
+        "{axes}"
+    );
+    let status = seen["liveStatus"].as_str().unwrap_or_default();
+    let loaded = status
+        .rsplit_once("(loaded ")
+        .and_then(|(_, time)| time.strip_suffix(')'))
+        .unwrap_or_default();
+    assert!(clock(loaded), "the status line's time: {status}");
 
     // The search highlights it, and only it, and says its share.
     let highlighted = seen["highlighted"].as_array().expect("highlighted");
@@ -312,8 +439,15 @@ async fn the_web_view_works_in(browser: Browser) {
         .iter()
         .find(|row| row[0] == "hot_leaf")
         .unwrap_or_else(|| panic!("hot_leaf is not in the functions table: {functions:?}"));
+    // Function, module, self, total.
     assert!(
         hot_row[1]
+            .as_str()
+            .is_some_and(|module| module.contains("chain")),
+        "hot_leaf's module {hot_row} is not the chain workload's"
+    );
+    assert!(
+        hot_row[2]
             .as_str()
             .is_some_and(|text| text.starts_with(&format!("{hot_self} ("))),
         "hot_leaf's self samples {hot_row} are not the report's {hot_self}"
@@ -336,6 +470,12 @@ async fn the_web_view_works_in(browser: Browser) {
     assert!(base_total > 0, "the window before {base_window} is empty");
     assert!(status.contains("of the window before"), "{status}");
     assert_differential(&seen["diffFills"]);
+    let legend = seen["diffLegend"].as_str().unwrap_or_default();
+    assert!(
+        legend.contains("more") && legend.contains("fewer"),
+        "the diff's colours have no legend: {}",
+        seen["diffLegend"]
+    );
 
     // The diff against a range dragged on the timeline: asked for first,
     // then the dragged range (before the window, marked apart from it) is
@@ -454,11 +594,100 @@ async fn the_web_view_works_in(browser: Browser) {
         "the page did not follow /api/peeks/events"
     );
 
+    // The processes table follows the selection: the chosen process only.
+    let selected = seen["selectedProcesses"].as_array().expect("selected");
     assert!(
-        std::fs::metadata(&screenshot).is_ok_and(|file| file.len() > 10_000),
-        "no screenshot at {}",
-        screenshot.display()
+        !selected.is_empty()
+            && selected
+                .iter()
+                .all(|row| row[0] == pid.as_str() && row[1] == command.as_str()),
+        "selecting {pid}, the processes table lists {selected:?}"
     );
+    assert!(
+        processes.len() <= 26,
+        "the processes table is not bounded: {} rows",
+        processes.len()
+    );
+
+    // The sandwich of `drive` (main → drive → hot_leaf): its caller and
+    // callee with the samples of the graph's own lines for that window.
+    let window = seen["selectedWindow"]
+        .as_str()
+        .expect("the selected window");
+    let stacks = folded_from(&format!("{url}/api/query?{window}"));
+    for (key, other, callee) in [
+        ("sandwichCallers", "main", false),
+        ("sandwichCallees", "hot_leaf", true),
+    ] {
+        let listed = seen[key].as_array().expect("sandwich rows");
+        let row = listed
+            .iter()
+            .find(|row| row[0] == other)
+            .unwrap_or_else(|| panic!("{other} is not in {key}: {listed:?}"));
+        let expected = through(&stacks, "drive", other, callee);
+        assert!(expected > 0, "{window}: nothing through drive and {other}");
+        assert_eq!(row[1].as_u64(), Some(expected), "{key}: {row}");
+    }
+
+    // One thread of the peeked process drawn alone.
+    let status = seen["threadStatus"].as_str().unwrap_or_default();
+    assert!(status.contains("(thread spin-alpha-"), "{status}");
+    let chains = seen["threadChains"].as_array().expect("thread chains");
+    let names: Vec<&str> = chains
+        .iter()
+        .flat_map(|chain| chain.as_array().expect("a chain"))
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(names.contains(&"spin_alpha"), "{names:?}");
+    assert!(!names.contains(&"spin_beta"), "{names:?}");
+    for chain in chains {
+        if let Some(thread) = chain.get(2) {
+            assert!(
+                thread
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("spin-alpha-")),
+                "a frame of another thread: {chain}"
+            );
+        }
+    }
+
+    // A selection of no process says so, and what to do.
+    let none = &seen["noMatch"];
+    assert_eq!(none["noticeShown"], true, "{none}");
+    for key in ["notice", "graph"] {
+        let said = none[key].as_str().unwrap_or_default();
+        assert!(
+            said.contains("No process matches “no-such-command”") && said.contains("clear the box"),
+            "{key}: {said}"
+        );
+    }
+    assert!(
+        none["processes"][0][0]
+            .as_str()
+            .is_some_and(|row| row.contains("No process matching")),
+        "{none}"
+    );
+
+    // This daemon records no off-CPU time (its offcpu setting is 0, and
+    // nothing records it now): the off-CPU mode says so.
+    let (code, body) = curl(&format!("{url}/api/status"), &[]);
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let status: Value = serde_json::from_slice(&body).expect("the status's JSON");
+    assert_eq!(status["offcpu"]["recorded"], false, "{status}");
+    let notice = seen["offcpuNotice"].as_str().unwrap_or_default();
+    assert!(
+        notice.contains("Off-CPU time is not being recorded") && notice.contains("offcpu"),
+        "{notice}"
+    );
+
+    for mode in SCREENSHOTS {
+        let file = screenshot(mode);
+        assert!(
+            std::fs::metadata(&file).is_ok_and(|file| file.len() > 10_000),
+            "no screenshot at {}",
+            file.display()
+        );
+    }
 
     // The page's Content-Security-Policy blocked nothing it does.
     assert_eq!(
