@@ -580,7 +580,8 @@ async function selections(page) {
   seen.sandwichCallers = await sandwichRows("#sandwich-callers tbody tr[data-name]");
   seen.sandwichCallees = await sandwichRows("#sandwich-callees tbody tr[data-name]");
   seen.sandwichSummary = await text(page, "#sandwich-summary");
-  await page.$eval("#sandwich", (element) => element.scrollIntoView());
+  // On the first screen, beside the graph, as a user sees it.
+  await page.evaluate(() => window.scrollTo(0, 0));
   await screenshot(page, "sandwich");
 
   // One thread of the peeked process, alone.
@@ -593,6 +594,8 @@ async function selections(page) {
   await until(page, (loads) => document.body.dataset.state === "loaded" && Number(document.body.dataset.loads) > loads, loads);
   seen.threadStatus = await text(page, "#status");
   seen.threadChains = (await drawnFrames(page)).map((frame) => frame.chain);
+  seen.threadFunctions = (await rows(page, "#functions tbody tr")).map((row) => row[0]);
+  seen.threadWindow = await attribute(page, '#downloads a[data-format="folded"]', "href");
   await screenshot(page, "thread");
 
   // A selection that matches no process.
@@ -608,7 +611,11 @@ async function selections(page) {
   // Every process again, in the off-CPU mode.
   await choose(page, "processes", "", "from=");
   await choose(page, "mode", "offcpu", "mode=offcpu");
-  seen.offcpuNotice = await page.$eval("#notice", (element) => (element.hidden ? "" : element.textContent));
+  // Above the graph, or in its place when it is empty.
+  seen.offcpuNotice = await page.evaluate(() => {
+    const notice = document.getElementById("notice");
+    return notice.checkVisibility() ? notice.textContent : document.getElementById("flamegraph").textContent;
+  });
   await screenshot(page, "offcpu");
 }
 

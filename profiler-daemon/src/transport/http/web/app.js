@@ -117,6 +117,9 @@ function reportParams(window, format, drawn) {
   for (const word of processes.split(/[\s,]+/).filter(Boolean)) {
     params.append(/^\d+$/.test(word) ? "pid" : "comm", word);
   }
+  // The thread chosen ("process-PID;name-TID"), when processes are.
+  const thread = $("thread").value;
+  if (thread && processes) params.set("tid", thread.split("-").pop());
   params.set("mode", $("mode").value);
   if (!format) return params;
   params.set("format", format);
@@ -200,6 +203,8 @@ function markDelta(tree, base) {
 // thread can be drawn alone; every thread is merged back by regroup).
 function graphParams(window) {
   const params = reportParams(window, "folded", true);
+  // Every thread, to offer each (regroup draws the one chosen).
+  params.delete("tid");
   if ($("processes").value.trim()) {
     params.set("groupby", "thread");
     params.set("maxsections", "0");
@@ -416,7 +421,8 @@ async function loadWindow(generation, quietly) {
   if (base) markDelta(tree, base);
   view.tree = tree;
   view.diffing = Boolean(base);
-  const notice = noticeWords(tree);
+  // Above a graph drawn; an empty one says it in its place.
+  const notice = tree.value > 0 ? noticeWords(tree) : "";
   $("notice").textContent = notice;
   $("notice").hidden = !notice;
   draw(tree, Boolean(base));
