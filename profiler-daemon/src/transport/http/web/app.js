@@ -303,6 +303,11 @@ function draw(tree, diffing) {
   const box = $("flamegraph");
   // The width inside the box's border and scroll bar.
   const width = Math.max(400, (box.clientWidth || 1000) - 16);
+  // How far the graph was scrolled from its base, kept when the same kind
+  // of graph is drawn again (a live refresh does not scroll it back).
+  const inverted = $("icicle").checked;
+  const scrolled = !view.chart || view.drawnInverted !== inverted ? 0 : inverted ? box.scrollTop : box.scrollHeight - box.clientHeight - box.scrollTop;
+  view.drawnInverted = inverted;
   if (view.chart) view.chart.destroy();
   box.replaceChildren();
   if (tree.value === 0) {
@@ -313,7 +318,7 @@ function draw(tree, diffing) {
     view.chart = null;
     return;
   }
-  view.chart = makeChart(width).inverted($("icicle").checked);
+  view.chart = makeChart(width).inverted(inverted);
   if (diffing) {
     view.chart.computeDelta(true).setColorMapper(window.flamegraph.colorMapper.differentialColorMapper);
   }
@@ -336,8 +341,8 @@ function draw(tree, diffing) {
   search();
   labelFrames();
   // A flame graph is shown from its base (the root and the processes),
-  // an icicle from its top.
-  box.scrollTop = $("icicle").checked ? 0 : box.scrollHeight;
+  // an icicle from its top, unless scrolled away from it.
+  box.scrollTop = inverted ? scrolled : box.scrollHeight - box.clientHeight - scrolled;
 }
 
 // Why the window drew nothing, and what to do.
@@ -402,22 +407,26 @@ async function loadWindow(generation, quietly) {
   else setStatus("Loading…", "loading");
   const against = diff ? baseWindow(diff) : null;
   let tree;
+  let threads;
   let base = null;
+  let baseParams = null;
   try {
     const [text] = await Promise.all([fetchText(`/api/query?${params}`), loadDaemonStatus()]);
     const drawn = regroup(text);
     tree = foldedTree(drawn.text);
-    listThreads(drawn.threads);
+    threads = drawn.threads;
     if (against) {
-      const baseParams = graphParams(against.params);
+      baseParams = graphParams(against.params);
       base = foldedTree(regroup(await fetchText(`/api/query?${baseParams}`)).text);
-      document.body.dataset.baseWindow = baseParams.toString();
     }
   } catch (error) {
     if (generation === view.generation) setStatus(error.message, "error");
     return;
   }
+  // What a newer load asked for is not overwritten by an older answer.
   if (generation !== view.generation) return;
+  listThreads(threads);
+  if (baseParams) document.body.dataset.baseWindow = baseParams.toString();
   if (base) markDelta(tree, base);
   view.tree = tree;
   view.diffing = Boolean(base);

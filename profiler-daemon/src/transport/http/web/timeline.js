@@ -39,10 +39,13 @@ function binned(spans, start, end, bins) {
   }));
 }
 
-// What the timeline's bars count, per second, in the chosen mode.
+// What the timeline's bars count, per second, in the chosen mode (the
+// timeline's tooltip says it whole); and as the y axis writes it, short
+// enough for its height.
 function timelineUnit() {
   return `${COUNTED[$("mode").value] || "samples"}/s`;
 }
+const AXIS_UNIT = { cpu: "samples/s", offcpu: "periods/s", wall: "samples+periods/s" };
 
 // The held history's samples per second (of the chosen processes, in the
 // chosen mode), with a y axis in that unit and a brush to choose a window.
@@ -112,7 +115,7 @@ async function loadTimeline(generation) {
     .attr("class", "y-unit")
     .attr("transform", `translate(11,${(base + top) / 2}) rotate(-90)`)
     .attr("text-anchor", "middle")
-    .text(unit);
+    .text(AXIS_UNIT[$("mode").value] || unit);
   const brush = d3
     .brushX()
     .extent([
