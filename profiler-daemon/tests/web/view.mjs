@@ -548,7 +548,12 @@ async function choose(page, id, value, words) {
   if (await page.$eval(`#${id}`, (element) => element.tagName === "SELECT")) await page.select(`#${id}`, value);
   else {
     await fill(page, `#${id}`, value);
-    await page.$eval(`#${id}`, (input) => input.dispatchEvent(new Event("change")));
+    // Left, as a user leaves it: the browser's own change (on leaving
+    // an input typed into) comes now, not when the next one is typed into.
+    await page.$eval(`#${id}`, (input) => {
+      input.dispatchEvent(new Event("change"));
+      input.blur();
+    });
   }
   await until(
     page,
@@ -573,7 +578,10 @@ async function selections(page) {
 
   // The sandwich of the workload's middle function: its caller and callee.
   await fill(page, "#sandwich-function", args.sandwich);
-  await page.$eval("#sandwich-function", (input) => input.dispatchEvent(new Event("change")));
+  await page.$eval("#sandwich-function", (input) => {
+    input.dispatchEvent(new Event("change"));
+    input.blur();
+  });
   await until(page, (name) => document.getElementById("sandwich").dataset.function === name, args.sandwich);
   const sandwichRows = (selector) =>
     page.$$eval(selector, (rows) => rows.map((row) => [row.dataset.name, Number(row.dataset.samples)]));
@@ -582,6 +590,7 @@ async function selections(page) {
   seen.sandwichSummary = await text(page, "#sandwich-summary");
   // On the first screen, beside the graph, as a user sees it.
   await page.evaluate(() => window.scrollTo(0, 0));
+  await loaded(page);
   await screenshot(page, "sandwich");
 
   // One thread of the peeked process, alone.
