@@ -236,6 +236,7 @@ function showProcesses() {
       "more",
     );
   }
-  const of = selection ? `of the selection “${selection}”` : "of every process";
-  $("processes-summary").textContent = `${view.processes.length} ${of} sampled in the window.`;
+  const count = view.processes.length;
+  const of = selection ? ` of the selection “${selection}”` : "";
+  $("processes-summary").textContent = `${count} ${count === 1 ? "process" : "processes"}${of} sampled in the window, most ${COUNTED[$("mode").value] || "samples"} first.`;
 }
