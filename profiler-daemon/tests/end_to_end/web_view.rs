@@ -679,6 +679,477 @@ async fn the_web_view_works_in(browser: Browser) {
         "{none}"
     );
 
+    // This daemon's offcpu setting is 0: it records off-CPU time only
+    // while something asks for it (the peeks did, for a second each), and
+    // the off-CPU mode says so, as /api/status said when the page asked.
+    let (code, body) = curl(&format!("{url}/api/status"), &[]);
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let status: Value = serde_json::from_slice(&body).expect("the status's JSON");
+    assert_eq!(status["offcpu"]["sample_probability"], 0.0, "{status}");
+    let notice = seen["offcpuNotice"].as_str().unwrap_or_default();
+    let not_recorded = notice.contains("Off-CPU time is not being recorded");
+    match seen["offcpuRecorded"].as_str() {
+        Some("false") => assert!(not_recorded && notice.contains("offcpu"), "{notice}"),
+        Some("true") => assert!(!not_recorded, "recorded, yet: {notice}"),
+        other => panic!("the page did not say what it read of off-CPU recording: {other:?}"),
+    }
+
+    for mode in SCREENSHOTS {
+        let _ = std::fs::remove_file(screenshot(mode));
+    }
+    let process = format!("{command}-{}", chain.pid());
+
+    let seen = drive_browser(
+        browser,
+        "view",
+        serde_json::json!({
+            "url": format!("{url}/"),
+            "hot": "hot_leaf",
+            "zoom": process,
+            "peekPid": peeked.pid(),
+            "chainPid": chain.pid(),
+            "sandwich": "drive",
+            "thread": "spin-alpha",
+            // Seconds of history before a past window is dragged.
+            "history": 50,
+            "screenshots": screenshots,
+        }),
+    )
+    .await;
+
+    // The hot function, drawn in its process's tower under every frame of
+    // its chain.
+    let chains: Vec<Vec<&str>> = seen["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .map(|frame| {
+            frame["chain"]
+                .as_array()
+                .expect("a chain")
+                .iter()
+                .map(|name| name.as_str().unwrap_or_default())
+                .collect()
+        })
+        .collect();
+    assert!(
+        chains
+            .iter()
+            .any(|chain| chain.get(1) == Some(&process.as_str())
+                && chain.ends_with(&["main", "drive", "hot_leaf"])),
+        "no hot_leaf drawn under {process} … main, drive: {chains:?}"
+    );
+
+    // At 1600×1000, the first screen shows the graph's base: the root
+    // frame and every process frame lie within it.
+    let first = &seen["firstScreen"];
+    assert_eq!(
+        first["viewport"],
+        serde_json::json!([1600, 1000]),
+        "{first}"
+    );
+    assert_eq!(first["scrollY"], 0, "{first}");
+    let roots = first["root"].as_array().expect("the root's rectangle");
+    let processes = first["processes"].as_array().expect("the processes'");
+    assert_eq!(roots.len(), 1, "{first}");
+    assert!(processes.len() > 1, "{first}");
+    for rect in roots.iter().chain(processes) {
+        assert!(
+            within(rect, &first["viewport"]),
+            "{} is drawn outside the first screen at 1600×1000: {rect} (the page is {} px high)",
+            rect["name"],
+            first["pageHeight"]
+        );
+    }
+    // Every frame wide enough is labelled, in the icicle too (drawn on
+    // the page as it first came), whose root is on the first screen.
+    assert_labelled(&seen, "flameLabels");
+    assert_labelled(&seen, "icicleLabels");
+    let icicle = &seen["icicleScreen"];
+    assert!(
+        within(&icicle["root"][0], &icicle["viewport"]),
+        "the icicle's root is outside the first screen: {icicle}"
+    );
+
+    // The timeline has a y axis in samples per second, and writes its
+    // times of day 24-hour, as the status line does.
+    let axes = &seen["timelineAxes"];
+    assert_eq!(axes["unit"], "samples/s", "{axes}");
+    let rates = axes["rates"].as_array().expect("the y axis's ticks");
+    assert!(rates.len() >= 2 && rates[0] == "0", "{axes}");
+    let clock = |text: &str| {
+        let parts: Vec<&str> = text.split(':').collect();
+        parts.len() == 3
+            && parts
+                .iter()
+                .all(|part| part.len() == 2 && part.bytes().all(|b| b.is_ascii_digit()))
+            && parts[0] < "24"
+    };
+    let times = axes["times"].as_array().expect("the x axis's ticks");
+    assert!(
+        !times.is_empty()
+            && times
+                .iter()
+                .all(|time| clock(time.as_str().unwrap_or_default())),
+        "{axes}"
+    );
+    let status = seen["liveStatus"].as_str().unwrap_or_default();
+    let loaded = status
+        .rsplit_once("(loaded ")
+        .and_then(|(_, time)| time.strip_suffix(')'))
+        .unwrap_or_default();
+    assert!(clock(loaded), "the status line's time: {status}");
+
+    // The search highlights it, and only it, and says its share.
+    let highlighted = seen["highlighted"].as_array().expect("highlighted");
+    assert!(!highlighted.is_empty(), "the search highlighted nothing");
+    for frame in highlighted {
+        assert_eq!(frame["name"], "hot_leaf", "{frame}");
+        assert_eq!(frame["fill"], "#E600E6", "{frame}");
+    }
+    let share = seen["matchedShare"].as_f64().expect("a matched share");
+    assert!(
+        share > 0.0 && share <= 100.0,
+        "matched share {share}: {}",
+        seen["matched"]
+    );
+
+    // The live window was loaded again unasked.
+    let live = seen["liveStatus"].as_str().expect("the live status");
+    assert!(live.contains("ending now (live)"), "{live}");
+
+    // A click zoomed into the process's frame (the whole width, through a
+    // live refresh and in the icicle too); the icicle drew the root at the
+    // top, the flame graph at the bottom; Reset zoom gave back its share.
+    let share = |key: &str| {
+        seen[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {seen}"))
+    };
+    assert!(
+        share("widthBefore") > 0.0 && share("widthBefore") < 0.99,
+        "{process} spans {} of the graph before the zoom",
+        share("widthBefore")
+    );
+    assert!(share("zoomWidth") > 0.99, "zoomed: {}", share("zoomWidth"));
+    let matched = seen["zoomMatched"].as_str().unwrap_or_default();
+    assert!(
+        matched.contains(&format!("of the samples under {process}")),
+        "zoomed, the search's share is not said to be of {process}: {matched}"
+    );
+    assert!(
+        share("zoomWidthIcicle") > 0.99,
+        "icicle: {}",
+        share("zoomWidthIcicle")
+    );
+    assert!(
+        share("rootTopBefore") > 0.5,
+        "flame graph root at {}",
+        share("rootTopBefore")
+    );
+    assert!(
+        share("rootTopIcicle") < 0.1,
+        "icicle root at {}",
+        share("rootTopIcicle")
+    );
+    assert!(
+        share("widthReset") < 0.99,
+        "after reset: {}",
+        share("widthReset")
+    );
+
+    // A kill -USR1 peek appeared in the open page, and reads per thread.
+    let report = seen["peekReport"].as_str().expect("a peek report");
+    assert!(
+        report.contains(&format!("Peek at process {}", peeked.pid()))
+            && report.contains("spin_alpha")
+            && report.contains("spin_beta"),
+        "{report}"
+    );
+
+    // The page's peek button made a peek of its own, shown selected.
+    let report = seen["buttonPeekReport"]
+        .as_str()
+        .expect("the button's peek");
+    assert!(
+        report.contains(&format!("Peek at process {}", peeked.pid()))
+            && report.contains("by a Peek request"),
+        "{report}"
+    );
+    assert_eq!(seen["buttonPeekSelected"], peeked.pid().to_string());
+
+    // A window dragged on the timeline reloaded the graph; the page's
+    // numbers are the daemon's own for that (past, so fixed) window.
+    let window = seen["pastWindow"].as_str().expect("the past window");
+    assert!(
+        window.contains("from=") && window.contains("to="),
+        "{window}"
+    );
+    assert_eq!(
+        seen["pastHot"], true,
+        "hot_leaf not drawn in the past window"
+    );
+    // The graph draws the lines a flame graph draws (`drawn=true`); the
+    // functions table counts the whole report's.
+    assert!(window.contains("drawn=true"), "{window}");
+    let drawn_total = total_of(&url, window);
+    let whole = window.replace("&drawn=true", "");
+    let stacks = folded_from(&format!("{url}/api/query?{whole}"));
+    let total: u64 = stacks.iter().map(|(_, count)| count).sum();
+    assert_eq!(drawn_total, total, "the drawn lines lost samples");
+    assert_eq!(
+        seen["pastSamples"].as_u64(),
+        Some(total),
+        "the page's samples are not the report's"
+    );
+    let hot_self: u64 = samples_where(&stacks, |frames| {
+        frames.last().is_some_and(|leaf| leaf == "hot_leaf")
+    });
+    let functions = seen["functions"].as_array().expect("functions");
+    let hot_row = functions
+        .iter()
+        .find(|row| row[0] == "hot_leaf")
+        .unwrap_or_else(|| panic!("hot_leaf is not in the functions table: {functions:?}"));
+    // Function, module, self, total.
+    assert!(
+        hot_row[1]
+            .as_str()
+            .is_some_and(|module| module.contains("chain")),
+        "hot_leaf's module {hot_row} is not the chain workload's"
+    );
+    assert!(
+        hot_row[2]
+            .as_str()
+            .is_some_and(|text| text.starts_with(&format!("{hot_self} ("))),
+        "hot_leaf's self samples {hot_row} are not the report's {hot_self}"
+    );
+    let processes = seen["processes"].as_array().expect("processes");
+    let pid = chain.pid().to_string();
+    assert!(
+        processes
+            .iter()
+            .any(|row| row[0] == pid.as_str() && row[1] == command.as_str()),
+        "{} is not in the process list: {processes:?}",
+        chain.pid()
+    );
+
+    // The diff against the window before: its samples the daemon's, every
+    // frame in the differential colours.
+    let status = seen["diffStatus"].as_str().expect("the diff's status");
+    let base_window = seen["baseWindow"].as_str().expect("the base window");
+    let base_total = assert_compared_with(&url, status, base_window);
+    assert!(base_total > 0, "the window before {base_window} is empty");
+    assert!(status.contains("of the window before"), "{status}");
+    assert_differential(&seen["diffFills"]);
+    let legend = seen["diffLegend"].as_str().unwrap_or_default();
+    assert!(
+        legend.contains("more") && legend.contains("fewer"),
+        "the diff's colours have no legend: {}",
+        seen["diffLegend"]
+    );
+
+    // The diff against a range dragged on the timeline: asked for first,
+    // then the dragged range (before the window, marked apart from it) is
+    // the one compared with, and the window stays.
+    let asked = seen["rangeAsked"].as_str().expect("the range's prompt");
+    assert!(
+        asked.contains("drag on the timeline the range to compare with"),
+        "{asked}"
+    );
+    assert_eq!(seen["rangeWindow"], seen["diffWindow"]);
+    let status = seen["rangeStatus"]
+        .as_str()
+        .expect("the range diff's status");
+    let range = seen["rangeBaseWindow"]
+        .as_str()
+        .expect("the range compared with");
+    let millis = |query: &str, key: &str| -> u64 {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(&format!("{key}=")))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {query}"))
+    };
+    assert!(
+        millis(range, "from") < millis(range, "to") && millis(range, "to") < millis(window, "from"),
+        "the dragged range {range} is not before the window {window}"
+    );
+    assert_compared_with(&url, status, range);
+    assert_differential(&seen["rangeFills"]);
+    let marks = seen["rangeMarks"].as_array().expect("the timeline's marks");
+    assert!(
+        marks.iter().any(|mark| mark[0] == "window-mark")
+            && marks.iter().any(|mark| mark[0] == "selection"),
+        "the timeline marks {marks:?}"
+    );
+
+    // The downloads are the formats they say.
+    for link in seen["downloads"].as_array().expect("downloads") {
+        let (format, href) = (link[0].as_str().unwrap(), link[1].as_str().unwrap());
+        let (code, body) = curl(&format!("{url}{href}"), &[]);
+        assert_eq!(code, 200, "{href}: {}", String::from_utf8_lossy(&body));
+        match format {
+            "pprof" => assert!(!decode_pprof(&body).sample.is_empty(), "{href}"),
+            "folded" => assert!(!folded(&body).is_empty(), "{href}"),
+            "flamegraph" => drop(parse_svg(&String::from_utf8_lossy(&body))),
+            "speedscope" => {
+                let document: Value = serde_json::from_slice(&body).expect("speedscope JSON");
+                assert!(
+                    document["$schema"]
+                        .as_str()
+                        .is_some_and(|s| s.contains("speedscope"))
+                );
+            }
+            other => panic!("an unknown download {other}"),
+        }
+    }
+
+    // The page's routes refuse what they cannot answer, saying why.
+    for (route, says) in [
+        ("api/functions?since=60&by=name", "must be self or total"),
+        ("api/functions?since=60&limit=0", "limit must be 1 to 1000"),
+        (
+            "api/query?since=60&format=pprof&drawn=true",
+            "drawn=true is for format=folded",
+        ),
+        ("api/query?format=folded", "since=SECONDS"),
+        (
+            "api/processes?since=60&format=tree",
+            "does not take the parameter \"format\"",
+        ),
+        ("ui/secret", "has no file"),
+    ] {
+        let (code, body) = curl(&format!("{url}/{route}"), &[]);
+        let body = String::from_utf8_lossy(&body);
+        assert!(code == 400 || code == 404, "{route}: {code} {body}");
+        assert!(body.contains(says), "{route}: {body}");
+    }
+
+    // The timeline of one process counts its samples only.
+    let timeline_samples = |selector: &str| -> u64 {
+        let (code, body) = curl(&format!("{url}/api/timeline?{selector}"), &[]);
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+        let timeline: Value = serde_json::from_slice(&body).expect("the timeline's JSON");
+        let spans = timeline["spans"].as_array().expect("spans");
+        spans
+            .iter()
+            .filter_map(|span| span["samples"].as_u64())
+            .sum()
+    };
+    let everyone = timeline_samples("mode=cpu");
+    let chain_only = timeline_samples(&format!("pid={}", chain.pid()));
+    assert!(
+        chain_only > 0 && chain_only < everyone,
+        "{command}'s timeline holds {chain_only} samples, every process's {everyone}"
+    );
+
+    // Nothing was asked of any other server; the peek list followed the
+    // event stream.
+    let origin = format!("{url}/");
+    for url in seen["requests"].as_array().expect("requests") {
+        let url = url.as_str().unwrap_or_default();
+        assert!(
+            url.starts_with(&origin) || url.starts_with("data:"),
+            "the page asked {url}"
+        );
+    }
+    assert!(
+        seen["responses"]
+            .as_array()
+            .expect("responses")
+            .iter()
+            .any(|response| response[0]
+                .as_str()
+                .is_some_and(|url| url.ends_with("/api/peeks/events"))
+                && response[1] == 200),
+        "the page did not follow /api/peeks/events"
+    );
+
+    // The processes table follows the selection: the chosen process only.
+    let selected = seen["selectedProcesses"].as_array().expect("selected");
+    assert!(
+        !selected.is_empty()
+            && selected
+                .iter()
+                .all(|row| row[0] == pid.as_str() && row[1] == command.as_str()),
+        "selecting {pid}, the processes table lists {selected:?}"
+    );
+    assert!(
+        processes.len() <= 26,
+        "the processes table is not bounded: {} rows",
+        processes.len()
+    );
+
+    // The sandwich of `drive` (main → drive → hot_leaf): its caller and
+    // callee with the samples of the graph's own lines for that window.
+    let window = seen["selectedWindow"]
+        .as_str()
+        .expect("the selected window");
+    let stacks = folded_from(&format!("{url}/api/query?{window}"));
+    for (key, other, callee) in [
+        ("sandwichCallers", "main", false),
+        ("sandwichCallees", "hot_leaf", true),
+    ] {
+        let listed = seen[key].as_array().expect("sandwich rows");
+        let row = listed
+            .iter()
+            .find(|row| row[0] == other)
+            .unwrap_or_else(|| panic!("{other} is not in {key}: {listed:?}"));
+        let expected = through(&stacks, "drive", other, callee);
+        assert!(expected > 0, "{window}: nothing through drive and {other}");
+        assert_eq!(row[1].as_u64(), Some(expected), "{key}: {row}");
+    }
+
+    // One thread of the peeked process drawn alone.
+    let status = seen["threadStatus"].as_str().unwrap_or_default();
+    assert!(status.contains("(thread spin-alpha-"), "{status}");
+    let chains = seen["threadChains"].as_array().expect("thread chains");
+    let names: Vec<&str> = chains
+        .iter()
+        .flat_map(|chain| chain.as_array().expect("a chain"))
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(names.contains(&"spin_alpha"), "{names:?}");
+    assert!(!names.contains(&"spin_beta"), "{names:?}");
+    for chain in chains {
+        if let Some(thread) = chain.get(2) {
+            assert!(
+                thread
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("spin-alpha-")),
+                "a frame of another thread: {chain}"
+            );
+        }
+    }
+
+    // The functions table and the downloads follow the thread chosen.
+    let functions = seen["threadFunctions"]
+        .as_array()
+        .expect("thread functions");
+    assert!(
+        functions.iter().any(|name| name == "spin_alpha")
+            && !functions.iter().any(|name| name == "spin_beta"),
+        "the functions of spin-alpha alone: {functions:?}"
+    );
+    let download = seen["threadWindow"].as_str().unwrap_or_default();
+    assert!(download.contains("&tid="), "{download}");
+
+    // A selection of no process says so, and what to do.
+    // In the graph's place, and once (no notice above it saying it again).
+    let none = &seen["noMatch"];
+    assert_eq!(none["noticeShown"], false, "{none}");
+    let said = none["graph"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("No process matches “no-such-command”") && said.contains("clear the box"),
+        "{said}"
+    );
+    assert!(
+        none["processes"][0][0]
+            .as_str()
+            .is_some_and(|row| row.contains("No process matching")),
+        "{none}"
+    );
+
     // This daemon records no off-CPU time (its offcpu setting is 0, and
     // nothing records it now): the off-CPU mode says so.
     let (code, body) = curl(&format!("{url}/api/status"), &[]);

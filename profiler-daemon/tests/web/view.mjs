@@ -620,6 +620,7 @@ async function selections(page) {
   // Every process again, in the off-CPU mode.
   await choose(page, "processes", "", "from=");
   await choose(page, "mode", "offcpu", "mode=offcpu");
+  seen.offcpuRecorded = await attribute(page, "body", "data-offcpu-recorded");
   // Above the graph, or in its place when it is empty.
   seen.offcpuNotice = await page.evaluate(() => {
     const notice = document.getElementById("notice");

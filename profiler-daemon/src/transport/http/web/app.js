@@ -386,6 +386,8 @@ async function loadDaemonStatus() {
   } catch {
     view.daemon = null;
   }
+  // For the tests: what the notices were written from.
+  document.body.dataset.offcpuRecorded = String(Boolean(view.daemon && view.daemon.offcpu.recorded));
 }
 
 // Loads the chosen window; a live refresh (`quietly`) keeps the last status
