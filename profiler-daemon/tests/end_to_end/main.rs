@@ -44,3 +44,4 @@ mod unwinding_lives;
 mod unwinding_sparse;
 mod web_python;
 mod web_view;
+mod web_view_checks;

@@ -78,7 +78,7 @@ pub async fn drive_browser(browser: Browser, scenario: &str, mut arguments: Valu
 }
 
 /// The samples of a folded report fetched from `url`.
-fn folded_from(url: &str) -> Vec<(Vec<String>, u64)> {
+pub(crate) fn folded_from(url: &str) -> Vec<(Vec<String>, u64)> {
     let (code, body) = curl(url, &[]);
     assert_eq!(code, 200, "{url}: {}", String::from_utf8_lossy(&body));
     folded(&body)
@@ -130,13 +130,31 @@ fn is_differential(fill: &str) -> bool {
     }
 }
 
-/// Where the test in `browser` leaves its screenshots for a person to
-/// look at.
-fn screenshot_path(browser: Browser) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-view");
+/// Where the tests leave their screenshots for a person to look at:
+/// target/web-screenshots/BROWSER-MODE.png.
+fn screenshot_dir() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = target.parent().unwrap_or(&target).join("web-screenshots");
     std::fs::create_dir_all(&dir).expect("the screenshot directory is made");
-    dir.join(format!("web-view-{}.png", browser.name()))
+    dir
 }
+
+/// The screenshots the view scenario writes, one a mode of the page.
+const SCREENSHOTS: &[&str] = &[
+    "flame",
+    "flame-page",
+    "icicle",
+    "search",
+    "icicle-zoom",
+    "timeline-window",
+    "timeline-window-page",
+    "diff",
+    "diff-range",
+    "sandwich",
+    "thread",
+    "empty",
+    "offcpu",
+];
 
 /// The total samples of the folded report of `window` (query parameters).
 fn total_of(url: &str, window: &str) -> u64 {
@@ -160,8 +178,11 @@ async fn the_web_view_works_in(browser: Browser) {
     let command = format!("chain-{}", &browser.name()[..3]);
     let chain = Workload::start_as("chain", &command, &[]);
     let peeked = Workload::start_as("peek_threads", "peek-web", &[]);
-    let screenshot = screenshot_path(browser);
-    let _ = std::fs::remove_file(&screenshot);
+    let screenshots = screenshot_dir();
+    let screenshot = |mode: &str| screenshots.join(format!("{}-{mode}.png", browser.name()));
+    for mode in SCREENSHOTS {
+        let _ = std::fs::remove_file(screenshot(mode));
+    }
     let process = format!("{command}-{}", chain.pid());
 
     let seen = drive_browser(
@@ -172,9 +193,12 @@ async fn the_web_view_works_in(browser: Browser) {
             "hot": "hot_leaf",
             "zoom": process,
             "peekPid": peeked.pid(),
+            "chainPid": chain.pid(),
+            "sandwich": "drive",
+            "thread": "spin-alpha",
             // Seconds of history before a past window is dragged.
             "history": 50,
-            "screenshot": screenshot,
+            "screenshots": screenshots,
         }),
     )
     .await;
@@ -201,6 +225,9 @@ async fn the_web_view_works_in(browser: Browser) {
                 && chain.ends_with(&["main", "drive", "hot_leaf"])),
         "no hot_leaf drawn under {process} … main, drive: {chains:?}"
     );
+
+    // The first screen, the labels, the timeline's axes (web_view_checks).
+    crate::web_view_checks::assert_first_screen(&seen);
 
     // The search highlights it, and only it, and says its share.
     let highlighted = seen["highlighted"].as_array().expect("highlighted");
@@ -312,8 +339,15 @@ async fn the_web_view_works_in(browser: Browser) {
         .iter()
         .find(|row| row[0] == "hot_leaf")
         .unwrap_or_else(|| panic!("hot_leaf is not in the functions table: {functions:?}"));
+    // Function, module, self, total.
     assert!(
         hot_row[1]
+            .as_str()
+            .is_some_and(|module| module.contains("chain")),
+        "hot_leaf's module {hot_row} is not the chain workload's"
+    );
+    assert!(
+        hot_row[2]
             .as_str()
             .is_some_and(|text| text.starts_with(&format!("{hot_self} ("))),
         "hot_leaf's self samples {hot_row} are not the report's {hot_self}"
@@ -336,6 +370,12 @@ async fn the_web_view_works_in(browser: Browser) {
     assert!(base_total > 0, "the window before {base_window} is empty");
     assert!(status.contains("of the window before"), "{status}");
     assert_differential(&seen["diffFills"]);
+    let legend = seen["diffLegend"].as_str().unwrap_or_default();
+    assert!(
+        legend.contains("more") && legend.contains("fewer"),
+        "the diff's colours have no legend: {}",
+        seen["diffLegend"]
+    );
 
     // The diff against a range dragged on the timeline: asked for first,
     // then the dragged range (before the window, marked apart from it) is
@@ -454,11 +494,17 @@ async fn the_web_view_works_in(browser: Browser) {
         "the page did not follow /api/peeks/events"
     );
 
-    assert!(
-        std::fs::metadata(&screenshot).is_ok_and(|file| file.len() > 10_000),
-        "no screenshot at {}",
-        screenshot.display()
-    );
+    // The choices of processes, threads and mode (web_view_checks).
+    crate::web_view_checks::assert_selections(&seen, &url, &pid, &command, processes.len());
+
+    for mode in SCREENSHOTS {
+        let file = screenshot(mode);
+        assert!(
+            std::fs::metadata(&file).is_ok_and(|file| file.len() > 10_000),
+            "no screenshot at {}",
+            file.display()
+        );
+    }
 
     // The page's Content-Security-Policy blocked nothing it does.
     assert_eq!(

@@ -5,13 +5,20 @@
 // Firefox ESR (over WebDriver BiDi), both driven by puppeteer-core.
 //
 // node view.mjs SCENARIO JSON_ARGUMENTS
-//   view:    { browser, url, hot, zoom, peekPid, history, screenshot }
-//            loads /, waits for `hot` in the flame graph, sees it refresh
-//            live, searches `hot`, zooms into the frame `zoom` and turns
-//            the graph into an icicle, sends peekPid SIGUSR1 and waits for
-//            its peek in the list, peeks with the page's button, drags a
-//            past window on the timeline, compares it with the window
-//            before and with a range dragged on the timeline.
+//   view:    { browser, url, hot, zoom, peekPid, chainPid, caller,
+//            sandwich, callee, thread, history, screenshots }
+//            loads /, waits for `hot` in the flame graph, reads where the
+//            root and the process frames lie on the first screen, turns
+//            the graph into an icicle and counts its labels, sees it
+//            refresh live, searches `hot`, zooms into the frame `zoom` and
+//            turns the graph into an icicle, sends peekPid SIGUSR1 and
+//            waits for its peek in the list, peeks with the page's button,
+//            drags a past window on the timeline, compares it with the
+//            window before and with a range dragged on the timeline; then
+//            selects chainPid (the processes table, the sandwich of
+//            `sandwich`), peekPid's thread named `thread`, a process that
+//            does not exist, and the off-CPU mode. Screenshots of each
+//            are written as SCREENSHOTS/BROWSER-MODE.png.
 //   refused: { browser, url }         loads / from a listener that
 //            refuses this client and reads what the page says.
 //   crossSite: { browser, daemon, pid }  serves, from another site
@@ -35,10 +42,13 @@ const { default: puppeteer } = await import(
 const [scenario, argumentsJson] = process.argv.slice(2);
 const args = JSON.parse(argumentsJson);
 // How long to wait for what the page must show. A test daemon is a debug
-// build sharing two cores with two browsers and spinning workloads: a
-// report of its whole history can take 10 s there (100 ms in release).
-const WAIT_MS = 60000;
-const VIEWPORT = { width: 1400, height: 900 };
+// build sharing two cores with two browsers, spinning workloads and other
+// builds, whose deep stacks it samples too: a report of its whole history
+// can take 30 s there (100 ms in release), and a load of the page asks
+// for four.
+const WAIT_MS = 120000;
+// The screen the page must fit its graph's base in.
+const VIEWPORT = { width: 1600, height: 1000 };
 
 // Each browser as Debian installs it.
 const BROWSERS = {
@@ -215,9 +225,12 @@ async function eventually(condition) {
   }
 }
 
-// Drags on the timeline from `from` to `to`, fractions of its width.
+// Drags on the timeline from `from` to `to`, fractions of its width (of
+// the area its times are drawn on, right of its y axis).
 async function dragOnTimeline(page, from, to) {
-  const timeline = await (await page.$("#timeline svg")).boundingBox();
+  // In view: the peeks (below the graph) may have scrolled it away.
+  await page.evaluate(() => window.scrollTo(0, 0));
+  const timeline = await (await page.$("#timeline .brush .overlay")).boundingBox();
   const y = timeline.y + timeline.height / 3;
   await page.mouse.move(timeline.x + timeline.width * from, y);
   await page.mouse.down();
@@ -294,6 +307,57 @@ async function python(page) {
   seen.download = await attribute(page, '#downloads a[data-format="folded"]', "href");
 }
 
+// A screenshot of what the page shows now (the first screen, or the
+// whole page), as SCREENSHOTS/BROWSER-MODE.png.
+async function screenshot(page, mode, fullPage = false) {
+  await page.screenshot({ path: path.join(args.screenshots, `${args.browser}-${mode}.png`), fullPage });
+}
+
+// Where the root frame and the frames under it (the processes) are drawn,
+// on the screen as it is scrolled now, and the screen's size.
+function baseRects(page) {
+  return page.evaluate(() => {
+    const rect = (element) => {
+      const box = element.querySelector("rect").getBoundingClientRect();
+      return { name: d3.select(element).datum().data.name, top: box.top, bottom: box.bottom, left: box.left, right: box.right };
+    };
+    const frames = [...document.querySelectorAll("#flamegraph svg g.frame")];
+    return {
+      viewport: [window.innerWidth, window.innerHeight],
+      scrollY: window.scrollY,
+      pageHeight: document.documentElement.scrollHeight,
+      root: frames.filter((element) => d3.select(element).datum().depth === 0).map(rect),
+      processes: frames.filter((element) => d3.select(element).datum().depth === 1).map(rect),
+    };
+  });
+}
+
+// The frames wide enough for a label (d3-flame-graph labels those of 35
+// pixels or more) and the labels drawn on them, read from the page.
+function labelCounts(page) {
+  return page.evaluate(() => {
+    const frames = [...document.querySelectorAll("#flamegraph svg g.frame")].filter(
+      (element) => Number(element.querySelector("rect").getAttribute("width")) >= 35,
+    );
+    const labels = frames
+      .map((element) => element.querySelector(".d3-flame-graph-label"))
+      .filter((label) => label && label.style.display !== "none" && label.textContent.trim() && label.getBoundingClientRect().width > 0);
+    return { wide: frames.length, labelled: labels.length, texts: labels.slice(0, 12).map((label) => label.textContent) };
+  });
+}
+
+// Waits (a few seconds at most: its transition) until every wide frame is
+// labelled; the counts either way.
+async function labelsOnceDrawn(page) {
+  await untilWithin(5000, page, () => {
+    const frames = [...document.querySelectorAll("#flamegraph svg g.frame")].filter(
+      (element) => Number(element.querySelector("rect").getAttribute("width")) >= 35,
+    );
+    return frames.length > 0 && frames.every((element) => element.querySelector(".d3-flame-graph-label").textContent.trim());
+  }).catch(() => {});
+  return labelCounts(page);
+}
+
 async function view(page) {
   // The hot function, drawn from the daemon's samples.
   await until(
@@ -303,6 +367,29 @@ async function view(page) {
   );
   seen.frames = (await drawnFrames(page)).filter((frame) => frame.chain.at(-1) === args.hot);
   seen.status = await text(page, "#status");
+  await loaded(page);
+
+  // The timeline's axes: times of day, 24-hour as the status line's, and
+  // the rate it plots with its unit.
+  seen.timelineAxes = await page.evaluate(() => ({
+    times: [...document.querySelectorAll("#timeline .x-axis .tick text")].map((tick) => tick.textContent),
+    rates: [...document.querySelectorAll("#timeline .y-axis .tick text")].map((tick) => tick.textContent),
+    unit: document.querySelector("#timeline .y-unit")?.textContent,
+  }));
+
+  // The first screen shows the graph's base: the root and the processes.
+  seen.firstScreen = await baseRects(page);
+  seen.flameLabels = await labelsOnceDrawn(page);
+  await screenshot(page, "flame");
+  await screenshot(page, "flame-page", true);
+  // The icicle, on the page as it first came, labels its frames too.
+  await page.click("#icicle");
+  await until(page, () => document.querySelector("#flamegraph svg g.frame"));
+  seen.icicleLabels = await labelsOnceDrawn(page);
+  seen.icicleScreen = await baseRects(page);
+  await screenshot(page, "icicle");
+  await page.click("#icicle");
+  await until(page, () => document.querySelector("#flamegraph svg g.frame"));
 
   // A window ending now is loaded again without being asked.
   await loaded(page);
@@ -321,7 +408,7 @@ async function view(page) {
     fill: frame.fill,
   }));
   await loaded(page);
-  await page.screenshot({ path: args.screenshot, fullPage: true });
+  await screenshot(page, "search");
 
   // A click on a frame zooms into it (it spans the graph's width), and the
   // zoom outlives a live refresh; the icicle switch turns the graph upside
@@ -344,7 +431,7 @@ async function view(page) {
   seen.rootTopIcicle = await rootTop(page);
   await eventually(async () => (await frameWidth(page, args.zoom)) > 0.99);
   seen.zoomWidthIcicle = await frameWidth(page, args.zoom);
-  await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-zoom.png"), fullPage: true });
+  await screenshot(page, "icicle-zoom");
   await page.click("#icicle");
   await page.click("#reset-zoom");
   await eventually(async () => (await frameWidth(page, args.zoom)) < 0.99);
@@ -406,7 +493,8 @@ async function view(page) {
   seen.pastHot = (await drawnFrames(page)).some((frame) => frame.chain.at(-1) === args.hot);
   seen.functions = await rows(page, "#functions tbody tr");
   seen.processes = await rows(page, "#processes-table tbody tr");
-  await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-past.png"), fullPage: true });
+  await screenshot(page, "timeline-window");
+  await screenshot(page, "timeline-window-page", true);
   seen.downloads = await page.$$eval("#downloads a", (links) =>
     links.map((link) => [link.dataset.format, link.getAttribute("href")]),
   );
@@ -420,7 +508,8 @@ async function view(page) {
   seen.diffWindow = await attribute(page, "body", "data-window");
   seen.baseWindow = await attribute(page, "body", "data-base-window");
   seen.diffFills = await differentialFills(page);
-  await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-diff.png"), fullPage: true });
+  seen.diffLegend = await page.$eval("#legend", (legend) => !legend.hidden && legend.checkVisibility() && legend.textContent);
+  await screenshot(page, "diff");
 
   // A diff against a range dragged on the timeline (among the earliest
   // held, before the window): the window stays, the range compared with is
@@ -447,7 +536,97 @@ async function view(page) {
   seen.rangeMarks = await page.$$eval("#timeline .window-mark, #timeline .brush.base .selection", (marks) =>
     marks.map((mark) => [mark.getAttribute("class"), Number(mark.getAttribute("x")), Number(mark.getAttribute("width"))]),
   );
-  await page.screenshot({ path: args.screenshot.replace(/\.png$/, "-range.png"), fullPage: true });
+  await screenshot(page, "diff-range");
+  await selections(page);
+}
+
+// Loads the page's choice `id` set to `value` (an input typed into, or a
+// select chosen), and waits until the page is loaded with `words` in the
+// window it asked for.
+async function choose(page, id, value, words) {
+  const before = Number(await attribute(page, "body", "data-loads"));
+  if (await page.$eval(`#${id}`, (element) => element.tagName === "SELECT")) await page.select(`#${id}`, value);
+  else {
+    await fill(page, `#${id}`, value);
+    // Left, as a user leaves it: the browser's own change (on leaving
+    // an input typed into) comes now, not when the next one is typed into.
+    await page.$eval(`#${id}`, (input) => {
+      input.dispatchEvent(new Event("change"));
+      input.blur();
+    });
+  }
+  await until(
+    page,
+    (before, words) =>
+      document.body.dataset.state === "loaded" &&
+      Number(document.body.dataset.loads) > before &&
+      (document.body.dataset.window || "").includes(words),
+    before,
+    words,
+  );
+}
+
+// The choices of processes, threads and mode, in the past window dragged:
+// the tables follow the selection, the sandwich reads the selection's
+// graph, a thread is drawn alone, a selection of nothing and an off-CPU
+// mode recorded by nobody say so.
+async function selections(page) {
+  await choose(page, "diff", "", "from=");
+  await choose(page, "processes", String(args.chainPid), `pid=${args.chainPid}`);
+  seen.selectedProcesses = await rows(page, "#processes-table tbody tr");
+  seen.selectedWindow = await attribute(page, "body", "data-window");
+
+  // The sandwich of the workload's middle function: its caller and callee.
+  await fill(page, "#sandwich-function", args.sandwich);
+  await page.$eval("#sandwich-function", (input) => {
+    input.dispatchEvent(new Event("change"));
+    input.blur();
+  });
+  await until(page, (name) => document.getElementById("sandwich").dataset.function === name, args.sandwich);
+  const sandwichRows = (selector) =>
+    page.$$eval(selector, (rows) => rows.map((row) => [row.dataset.name, Number(row.dataset.samples)]));
+  seen.sandwichCallers = await sandwichRows("#sandwich-callers tbody tr[data-name]");
+  seen.sandwichCallees = await sandwichRows("#sandwich-callees tbody tr[data-name]");
+  seen.sandwichSummary = await text(page, "#sandwich-summary");
+  // On the first screen, beside the graph, as a user sees it.
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await loaded(page);
+  await screenshot(page, "sandwich");
+
+  // One thread of the peeked process, alone.
+  await choose(page, "processes", String(args.peekPid), `pid=${args.peekPid}`);
+  seen.threadOptions = await page.$$eval("#thread option", (options) => options.map((option) => [option.value, option.textContent]));
+  const thread = seen.threadOptions.find(([value]) => value.split(";")[1]?.startsWith(`${args.thread}-`));
+  if (!thread) throw new Error(`no thread ${args.thread} offered: ${JSON.stringify(seen.threadOptions)}`);
+  const loads = Number(await attribute(page, "body", "data-loads"));
+  await page.select("#thread", thread[0]);
+  await until(page, (loads) => document.body.dataset.state === "loaded" && Number(document.body.dataset.loads) > loads, loads);
+  seen.threadStatus = await text(page, "#status");
+  seen.threadChains = (await drawnFrames(page)).map((frame) => frame.chain);
+  seen.threadFunctions = (await rows(page, "#functions tbody tr")).map((row) => row[0]);
+  seen.threadWindow = await attribute(page, '#downloads a[data-format="folded"]', "href");
+  await screenshot(page, "thread");
+
+  // A selection that matches no process.
+  await choose(page, "processes", "no-such-command", "comm=no-such-command");
+  seen.noMatch = {
+    notice: await text(page, "#notice"),
+    noticeShown: await page.$eval("#notice", (element) => element.checkVisibility()),
+    graph: await text(page, "#flamegraph"),
+    processes: await rows(page, "#processes-table tbody tr"),
+  };
+  await screenshot(page, "empty");
+
+  // Every process again, in the off-CPU mode.
+  await choose(page, "processes", "", "from=");
+  await choose(page, "mode", "offcpu", "mode=offcpu");
+  seen.offcpuRecorded = await attribute(page, "body", "data-offcpu-recorded");
+  // Above the graph, or in its place when it is empty.
+  seen.offcpuNotice = await page.evaluate(() => {
+    const notice = document.getElementById("notice");
+    return notice.checkVisibility() ? notice.textContent : document.getElementById("flamegraph").textContent;
+  });
+  await screenshot(page, "offcpu");
 }
 
 // The fills of the frames drawn that the search does not highlight.

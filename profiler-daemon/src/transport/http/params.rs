@@ -20,7 +20,7 @@ pub struct Params(Vec<(String, String)>);
 pub const MAX_UNIX_MILLIS: u64 = 253_402_300_799_999;
 
 /// Names every route takes to select processes and the mode.
-const SELECTOR_NAMES: &[&str] = &["pid", "comm", "comm_regex", "cgroup", "mode"];
+const SELECTOR_NAMES: &[&str] = &["pid", "tid", "comm", "comm_regex", "cgroup", "mode"];
 
 impl Params {
     pub fn new(pairs: Vec<(String, String)>) -> Self {
@@ -163,8 +163,9 @@ impl Params {
         Ok(self.value(name)?.map(str::to_owned))
     }
 
-    /// The processes selected: `pid` (repeated or comma-separated), `comm`
-    /// (likewise), `comm_regex`, `cgroup` (repeated).
+    /// The processes selected: `pid` (repeated or comma-separated), `tid`
+    /// (threads, likewise), `comm` (likewise), `comm_regex`, `cgroup`
+    /// (repeated).
     pub fn selector(&self) -> Result<SelectorSpec, ServiceError> {
         let list = |name: &str| -> Vec<String> {
             self.values(name)
@@ -174,20 +175,19 @@ impl Params {
                 .map(str::to_owned)
                 .collect()
         };
-        let pids = list("pid")
-            .into_iter()
-            .map(|pid| {
-                pid.parse::<u32>()
-                    .ok()
-                    .filter(|pid| *pid != 0)
-                    .ok_or_else(|| {
-                        ServiceError::invalid(format!("pid={} is not a process id", quote(&pid)))
+        let ids = |name: &str, what: &str| {
+            list(name)
+                .into_iter()
+                .map(|id| {
+                    id.parse::<u32>().ok().filter(|id| *id != 0).ok_or_else(|| {
+                        ServiceError::invalid(format!("{name}={} is not a {what}", quote(&id)))
                     })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
         let selector = SelectorSpec {
-            pids,
-            tids: Vec::new(),
+            pids: ids("pid", "process id")?,
+            tids: ids("tid", "thread id")?,
             comms: list("comm"),
             comm_regex: self.value("comm_regex")?.unwrap_or_default().to_owned(),
             uids: Vec::new(),
@@ -230,6 +230,14 @@ mod tests {
             .unwrap();
         assert_eq!(selector.pids, [12, 13, 14]);
         assert_eq!(selector.comms, ["nginx"]);
+        let threads = Params::of(&[("pid", "12"), ("tid", "15,16")])
+            .selector()
+            .unwrap();
+        assert_eq!((threads.pids, threads.tids), (vec![12], vec![15, 16]));
+        let Err(refused) = Params::of(&[("tid", "main")]).selector() else {
+            panic!("tid=main was taken");
+        };
+        assert!(refused.to_string().contains("not a thread id"), "{refused}");
     }
 
     #[test]

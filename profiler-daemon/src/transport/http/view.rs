@@ -1,4 +1,5 @@
-//! The web view: `GET /` serves one page (`web/index.html`, `web/app.js`,
+//! The web view: `GET /` serves one page (`web/index.html`, its scripts
+//! `web/timeline.js`, `web/tables.js`, `web/peeks.js` and `web/app.js`,
 //! `web/app.css`) and the flame graph viewer it draws with (d3-flame-graph
 //! on d3, fetched at pinned versions by `cargo xtask` and embedded by the
 //! build script), all under `/ui/`; the page asks for data through the
@@ -45,6 +46,9 @@ mod embedded {
 const INDEX_HTML: &str = include_str!("web/index.html");
 const APP_JS: &str = include_str!("web/app.js");
 const APP_CSS: &str = include_str!("web/app.css");
+const TIMELINE_JS: &str = include_str!("web/timeline.js");
+const TABLES_JS: &str = include_str!("web/tables.js");
+const PEEKS_JS: &str = include_str!("web/peeks.js");
 
 /// The page, its files and the routes it asks.
 pub(super) fn routes() -> Router<Routes> {
@@ -55,6 +59,7 @@ pub(super) fn routes() -> Router<Routes> {
         .route("/api/timeline", get(timeline))
         .route("/api/processes", get(processes))
         .route("/api/functions", get(functions))
+        .route("/api/status", get(status))
         .route("/api/peek", post(peek))
         .route("/api/peeks/events", get(peek_events))
 }
@@ -86,6 +91,9 @@ async fn ui_file(Path(file): Path<String>) -> Answer {
     let (content_type, bytes): (&str, &'static [u8]) = match file.as_str() {
         "app.js" => ("text/javascript; charset=utf-8", APP_JS.as_bytes()),
         "app.css" => ("text/css; charset=utf-8", APP_CSS.as_bytes()),
+        "timeline.js" => ("text/javascript; charset=utf-8", TIMELINE_JS.as_bytes()),
+        "tables.js" => ("text/javascript; charset=utf-8", TABLES_JS.as_bytes()),
+        "peeks.js" => ("text/javascript; charset=utf-8", PEEKS_JS.as_bytes()),
         _ => embedded::VIEWER_FILES
             .iter()
             .find(|(name, _, _)| *name == file)
@@ -321,6 +329,33 @@ async fn functions(
     })))
 }
 
+/// `GET /api/status`: what the page says of the daemon's sampling, as
+/// JSON `{"frequency_hz", "offcpu": {"recorded", "sample_probability",
+/// "recordings", "unavailable", "limitation"}}`: `recorded` is whether the
+/// history is taking off-CPU time now (the `offcpu` setting above 0, or a
+/// profile, session, Top or peek recording it), so that the page can say
+/// why an off-CPU or wall window is empty.
+async fn status(
+    State(routes): State<Routes>,
+    Extension(admission): Extension<Admission>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Answer {
+    let (asker, _) = admitted(&routes, &admission, query, "/api/status", &[])?;
+    let status = routes.service.status(asker);
+    let offcpu = &status.offcpu;
+    Ok(json(&serde_json::json!({
+        "frequency_hz": status.frequency_hz,
+        "offcpu": {
+            "recorded": offcpu.unavailable.is_none()
+                && (offcpu.sample_probability > 0.0 || offcpu.recordings > 0),
+            "sample_probability": offcpu.sample_probability,
+            "recordings": offcpu.recordings,
+            "unavailable": offcpu.unavailable,
+            "limitation": offcpu.limitation,
+        },
+    })))
+}
+
 fn json(value: &serde_json::Value) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
@@ -507,7 +542,13 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        for (file, content_type) in [("app.js", "text/javascript"), ("app.css", "text/css")] {
+        for (file, content_type) in [
+            ("app.js", "text/javascript"),
+            ("timeline.js", "text/javascript"),
+            ("tables.js", "text/javascript"),
+            ("peeks.js", "text/javascript"),
+            ("app.css", "text/css"),
+        ] {
             let response = runtime
                 .block_on(ui_file(Path(file.to_owned())))
                 .ok()
@@ -534,6 +575,9 @@ mod tests {
             "d3.min.js",
             "d3-flamegraph.min.js",
             "d3-flamegraph.css",
+            "timeline.js",
+            "tables.js",
+            "peeks.js",
             "app.js",
             "app.css",
         ] {

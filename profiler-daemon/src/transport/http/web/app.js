@@ -5,14 +5,12 @@
 // has fewer); draws the held history's timeline, on which a window (or the
 // range to compare with) can be dragged; lists the window's processes and
 // functions, and the peeks as they happen. Every error the daemon answers
-// is shown as it says it (the listener's refusals included).
+// is shown as it says it (the listener's refusals included). The timeline
+// is timeline.js's, the tables (functions, sandwich, threads, processes)
+// tables.js's, the peeks peeks.js's; all are loaded before this file.
 "use strict";
 
 const LIVE_REFRESH_MS = 5000;
-// The peek list follows /api/peeks/events; it is also read this often in
-// case the event stream is refused (each caller has a few streams).
-const PEEKS_REFRESH_MS = 10000;
-const FUNCTIONS_SHOWN = 25;
 // What the process list counts in each mode (time off CPU counts as the
 // sampling periods it makes, as the reports count it).
 const COUNTED = { cpu: "samples", offcpu: "periods off CPU", wall: "samples and periods off CPU" };
@@ -41,7 +39,12 @@ const view = {
   diffing: false,
   loads: 0,
   processes: [],
+  processesFailed: null,
   functionsSort: "self",
+  // The function whose sandwich is shown.
+  sandwich: null,
+  // What /api/status says of the daemon's sampling.
+  daemon: null,
   selectedPeek: null,
   peekIds: "",
 };
@@ -64,7 +67,7 @@ function rangeWindow(range) {
   params.set("from", String(Math.round(range.from)));
   params.set("to", String(Math.round(range.to)));
   const seconds = ((range.to - range.from) / 1000).toFixed(1);
-  const at = new Date(range.to).toLocaleTimeString();
+  const at = clock(range.to);
   return { params, words: `${seconds} s ending ${at}` };
 }
 
@@ -114,6 +117,9 @@ function reportParams(window, format, drawn) {
   for (const word of processes.split(/[\s,]+/).filter(Boolean)) {
     params.append(/^\d+$/.test(word) ? "pid" : "comm", word);
   }
+  // The thread chosen ("process-PID;name-TID"), when processes are.
+  const thread = $("thread").value;
+  if (thread && processes) params.set("tid", thread.split("-").pop());
   params.set("mode", $("mode").value);
   if (!format) return params;
   params.set("format", format);
@@ -192,41 +198,52 @@ function markDelta(tree, base) {
   walk(tree, base);
 }
 
-// The window's functions with the most self (or total) samples, from the
-// daemon (the flame graph's lines leave out what is too narrow to draw).
-// Each loader writes only if no newer load has begun (`generation`).
-async function loadFunctions(window, generation = view.generation) {
-  const params = reportParams(window, null);
-  const by = view.functionsSort === "total" ? "total" : "self";
-  params.set("by", by);
-  params.set("limit", String(FUNCTIONS_SHOWN));
-  let ranked;
-  try {
-    ranked = JSON.parse(await fetchText(`/api/functions?${params}`));
-  } catch (error) {
-    ranked = { samples: 0, functions: [] };
+// What the flame graph asks for: the lines a flame graph draws of
+// `window`, grouped by thread when processes are chosen (so that one
+// thread can be drawn alone; every thread is merged back by regroup).
+function graphParams(window) {
+  const params = reportParams(window, "folded", true);
+  // Every thread, to offer each (regroup draws the one chosen).
+  params.delete("tid");
+  if ($("processes").value.trim()) {
+    params.set("groupby", "thread");
+    params.set("maxsections", "0");
   }
-  if (generation !== view.generation) return;
-  const rows = ranked.functions;
-  if (view.functionsSort === "name") rows.sort((a, b) => a.function.localeCompare(b.function));
-  const body = $("functions").querySelector("tbody");
-  body.replaceChildren();
-  const total = ranked.samples || 1;
-  const share = (count) => `${count} (${((100 * count) / total).toFixed(1)}%)`;
-  for (const row of rows) {
-    const line = document.createElement("tr");
-    for (const text of [row.function, share(row.self), share(row.total)]) {
-      const cell = document.createElement("td");
-      cell.textContent = text;
-      line.append(cell);
+  return params;
+}
+
+// The folded lines `text` as the graph draws them, and the threads they
+// hold (each "process;thread" with its samples, most first): lines grouped
+// by thread keep their thread frame when that thread is chosen (the others
+// left out), lose it when every thread is.
+function regroup(text) {
+  if (!$("processes").value.trim()) return { text, threads: [] };
+  const chosen = $("thread").value;
+  const threads = new Map();
+  const kept = [];
+  for (const line of text.split("\n")) {
+    const first = line.indexOf(";");
+    const second = line.indexOf(";", first + 1);
+    const space = line.lastIndexOf(" ");
+    if (first <= 0 || second <= first || space <= second) {
+      if (!chosen) kept.push(line);
+      continue;
     }
-    line.title = row.module;
-    line.addEventListener("click", () => {
-      $("search").value = row.function;
-      search();
-    });
-    body.append(line);
+    const key = line.slice(0, second);
+    threads.set(key, (threads.get(key) || 0) + (Number(line.slice(space + 1)) || 0));
+    if (!chosen) kept.push(line.slice(0, first) + line.slice(second));
+    else if (key === chosen) kept.push(line);
   }
+  return { text: kept.join("\n"), threads: [...threads].sort((a, b) => b[1] - a[1]) };
+}
+
+// The height the graph may take: what is left of the screen below its
+// top, so that a flame graph's root and its processes are seen without
+// scrolling the page (a deep graph scrolls inside its box).
+function fitGraph() {
+  const box = $("flamegraph");
+  const top = box.getBoundingClientRect().top + window.scrollY;
+  box.style.maxHeight = `${Math.max(320, Math.floor(window.innerHeight - top - 24))}px`;
 }
 
 // The names from the root to `node` of the drawn tree.
@@ -260,15 +277,48 @@ function makeChart(width) {
   // again (a live refresh, the icicle switch).
   chart.onClick((node) => {
     view.zoomed = node.parent ? namesTo(node) : null;
+    labelFrames();
   });
   return chart;
 }
 
+// Writes each frame's name on its label at once. d3-flame-graph writes
+// it only at the end of a transition, which a redraw, a zoom or a hidden
+// tab (no animation frames) can keep from ever running: the frames were
+// then drawn blank, as users saw icicles. Which labels show is still the
+// chart's choice (frames under 35 pixels have none).
+function labelFrames() {
+  for (const frame of document.querySelectorAll("#flamegraph svg g.frame")) {
+    const label = frame.querySelector("foreignObject div");
+    const node = d3.select(frame).datum();
+    if (!label || !node) continue;
+    label.classList.add("d3-flame-graph-label");
+    if (label.textContent !== node.data.name) label.textContent = node.data.name;
+  }
+}
+
 function draw(tree, diffing) {
-  const width = Math.max(400, $("flamegraph").clientWidth || 1000);
+  $("legend").hidden = !diffing;
+  fitGraph();
+  const box = $("flamegraph");
+  // The width inside the box's border and scroll bar.
+  const width = Math.max(400, (box.clientWidth || 1000) - 16);
+  // How far the graph was scrolled from its base, kept when the same kind
+  // of graph is drawn again (a live refresh does not scroll it back).
+  const inverted = $("icicle").checked;
+  const scrolled = !view.chart || view.drawnInverted !== inverted ? 0 : inverted ? box.scrollTop : box.scrollHeight - box.clientHeight - box.scrollTop;
+  view.drawnInverted = inverted;
   if (view.chart) view.chart.destroy();
-  $("flamegraph").replaceChildren();
-  view.chart = makeChart(width).inverted($("icicle").checked);
+  box.replaceChildren();
+  if (tree.value === 0) {
+    const empty = document.createElement("p");
+    empty.className = "empty";
+    empty.textContent = noticeWords(tree);
+    box.append(empty);
+    view.chart = null;
+    return;
+  }
+  view.chart = makeChart(width).inverted(inverted);
   if (diffing) {
     view.chart.computeDelta(true).setColorMapper(window.flamegraph.colorMapper.differentialColorMapper);
   }
@@ -289,6 +339,55 @@ function draw(tree, diffing) {
     }
   }
   search();
+  labelFrames();
+  // A flame graph is shown from its base (the root and the processes),
+  // an icicle from its top, unless scrolled away from it.
+  box.scrollTop = inverted ? scrolled : box.scrollHeight - box.clientHeight - scrolled;
+}
+
+// Why the window drew nothing, and what to do.
+function emptyWords() {
+  const selection = $("processes").value.trim();
+  if (selection) {
+    return (
+      `No process matches “${selection}” in this window: no sample was taken of a process with that pid or command. ` +
+      "Check the pid or command (the Processes box takes pids and commands, separated by spaces), " +
+      "choose a longer window, or clear the box to see every process."
+    );
+  }
+  return "The window holds no samples: choose a longer window, or one ending later.";
+}
+
+// What the page must say above the graph (and in its place when it is
+// empty), or "": off-CPU time is not being recorded, or the selection
+// matched nothing (see emptyWords).
+function noticeWords(tree) {
+  const mode = $("mode").value;
+  const offcpu = view.daemon && view.daemon.offcpu;
+  if (mode !== "cpu" && offcpu && !offcpu.recorded) {
+    const shown = mode === "wall" ? "this wall-clock window holds CPU samples only" : "this off-CPU window holds nothing";
+    if (offcpu.unavailable) {
+      return `Off-CPU time cannot be recorded by this daemon, so ${shown}: ${offcpu.unavailable}. The cpu mode still works.`;
+    }
+    return (
+      `Off-CPU time is not being recorded, so ${shown} (unless it was recorded then): the daemon's offcpu setting is 0, ` +
+      "which records waits only while a profile, session, Top or peek asks for them. Set offcpu (a share of every wait, " +
+      "e.g. 0.01) in its configuration and reload it, or profile with profilerctl profile --mode offcpu."
+    );
+  }
+  return tree.value === 0 ? emptyWords() : "";
+}
+
+// Asks the daemon whether it records off-CPU time (for noticeWords);
+// what it cannot say is left unsaid.
+async function loadDaemonStatus() {
+  try {
+    view.daemon = JSON.parse(await fetchText("/api/status"));
+  } catch {
+    view.daemon = null;
+  }
+  // For the tests: what the notices were written from.
+  document.body.dataset.offcpuRecorded = String(Boolean(view.daemon && view.daemon.offcpu.recorded));
 }
 
 // Loads the chosen window; a live refresh (`quietly`) keeps the last status
@@ -304,30 +403,42 @@ async function load(quietly) {
 
 async function loadWindow(generation, quietly) {
   const chosen = chosenWindow();
-  const params = reportParams(chosen.params, "folded", true);
+  const params = graphParams(chosen.params);
   const diff = $("diff").value;
   if (quietly) document.body.dataset.state = "loading";
   else setStatus("Loading…", "loading");
   const against = diff ? baseWindow(diff) : null;
   let tree;
+  let threads;
   let base = null;
+  let baseParams = null;
   try {
-    const text = await fetchText(`/api/query?${params}`);
-    tree = foldedTree(text);
+    const [text] = await Promise.all([fetchText(`/api/query?${params}`), loadDaemonStatus()]);
+    const drawn = regroup(text);
+    tree = foldedTree(drawn.text);
+    threads = drawn.threads;
     if (against) {
-      const baseParams = reportParams(against.params, "folded", true);
-      base = foldedTree(await fetchText(`/api/query?${baseParams}`));
-      document.body.dataset.baseWindow = baseParams.toString();
+      baseParams = graphParams(against.params);
+      base = foldedTree(regroup(await fetchText(`/api/query?${baseParams}`)).text);
     }
   } catch (error) {
     if (generation === view.generation) setStatus(error.message, "error");
     return;
   }
+  // What a newer load asked for is not overwritten by an older answer.
   if (generation !== view.generation) return;
+  listThreads(threads);
+  if (baseParams) document.body.dataset.baseWindow = baseParams.toString();
   if (base) markDelta(tree, base);
   view.tree = tree;
   view.diffing = Boolean(base);
+  // Above a graph drawn; an empty one says it in its place.
+  const notice = tree.value > 0 ? noticeWords(tree) : "";
+  $("notice").textContent = notice;
+  $("notice").hidden = !notice;
   draw(tree, Boolean(base));
+  showSandwich(view.sandwich);
+  listFunctionNames(tree);
   await Promise.all([
     loadFunctions(chosen.params, generation),
     loadProcesses(chosen.params, generation),
@@ -335,17 +446,37 @@ async function loadWindow(generation, quietly) {
   ]);
   if (generation !== view.generation) return;
   let compared = "";
-  if (base) compared = `, compared with ${base.value} samples of ${against.words} (red: more, blue: fewer)`;
+  if (base) compared = `, compared with ${base.value} samples of ${against.words} (red: more, blue: fewer, scaled to the same total)`;
   else if (diff) compared = "; drag on the timeline the range to compare with";
   setStatus(
     `${tree.value} samples, ${chosen.words}, ` +
-      `${$("processes").value.trim() || "every process"}, ${$("mode").value}${compared} ` +
-      `(loaded ${new Date().toLocaleTimeString()})`,
+      `${$("processes").value.trim() || "every process"}${$("thread").value ? ` (thread ${$("thread").value.split(";")[1]})` : ""}, ` +
+      `${$("mode").value}${compared} (loaded ${clock(Date.now())})`,
     "loaded",
   );
   document.body.dataset.samples = String(tree.value);
   document.body.dataset.window = params.toString();
   document.body.dataset.loads = String(++view.loads);
+}
+
+// The names the sandwich offers as one types: the drawn functions of
+// most samples.
+function listFunctionNames(tree) {
+  const totals = new Map();
+  const walk = (node) => {
+    for (const child of node.children) {
+      totals.set(child.name, (totals.get(child.name) || 0) + child.value);
+      walk(child);
+    }
+  };
+  walk(tree);
+  const list = $("function-names");
+  list.replaceChildren();
+  for (const [name] of [...totals].sort((a, b) => b[1] - a[1]).slice(0, 300)) {
+    const option = document.createElement("option");
+    option.value = name;
+    list.append(option);
+  }
 }
 
 function search() {
@@ -357,176 +488,7 @@ function search() {
     $("matched").textContent = "";
     delete $("matched").dataset.share;
   }
-}
-
-// The samples of `spans` spread over `bins` equal bins from `start` to
-// `end` (each span's in proportion to its overlap with each), as rates
-// per second: spans are cut where drains happened, and a span of a few
-// milliseconds holding a sample or two would otherwise draw a spike.
-function binned(spans, start, end, bins) {
-  const width = (end - start) / bins;
-  const counts = new Float64Array(bins);
-  const binOf = (ms) => Math.min(bins - 1, Math.max(0, Math.floor((ms - start) / width)));
-  for (const span of spans) {
-    const length = span.end_ms - span.start_ms;
-    if (length <= 0) {
-      counts[binOf(span.start_ms)] += span.samples;
-      continue;
-    }
-    for (let bin = binOf(span.start_ms); bin <= binOf(span.end_ms); bin++) {
-      const from = Math.max(span.start_ms, start + bin * width);
-      const to = Math.min(span.end_ms, start + (bin + 1) * width);
-      if (to > from) counts[bin] += (span.samples * (to - from)) / length;
-    }
-  }
-  return Array.from(counts, (count, bin) => ({
-    start_ms: start + bin * width,
-    end_ms: start + (bin + 1) * width,
-    rate: count / (width / 1000),
-  }));
-}
-
-// The held history's samples per second (of the chosen processes, in the
-// chosen mode), with a brush to choose a window.
-async function loadTimeline(generation) {
-  let timeline;
-  try {
-    timeline = JSON.parse(await fetchText(`/api/timeline?${reportParams(new URLSearchParams(), null)}`));
-  } catch (error) {
-    $("timeline-note").textContent = error.message;
-    return;
-  }
-  if (generation !== view.generation) return;
-  const spans = timeline.spans;
-  const box = $("timeline");
-  const width = Math.max(300, box.clientWidth || 1000);
-  const height = 70;
-  box.replaceChildren();
-  if (spans.length === 0) {
-    $("timeline-note").textContent = "The daemon holds no samples yet.";
-    return;
-  }
-  const start = spans[0].start_ms;
-  const end = Math.max(spans[spans.length - 1].end_ms, timeline.now_ms);
-  document.body.dataset.timeline = `${start},${end}`;
-  const x = d3.scaleLinear().domain([start, end]).range([0, width]);
-  // Bins of at least a second, at most one per 3 pixels, up to the last
-  // drain (the time since holds no samples yet).
-  const held = spans[spans.length - 1].end_ms;
-  const count = Math.max(1, Math.min(Math.floor(((held - start) / (end - start)) * (width / 3)), Math.ceil((held - start) / 1000)));
-  const bins = binned(spans, start, held, count);
-  const y = d3.scaleLinear().domain([0, d3.max(bins, (bin) => bin.rate) || 1]).range([height - 14, 0]);
-  const svg = d3.select(box).append("svg").attr("width", width).attr("height", height);
-  box.title =
-    `${$("mode").selectedOptions[0].text} samples per second of ${$("processes").value.trim() || "every process"} ` +
-    "in the history the daemon holds; drag to choose a window";
-  svg
-    .selectAll("rect.bar")
-    .data(bins)
-    .join("rect")
-    .attr("class", "bar")
-    .attr("x", (bin) => x(bin.start_ms))
-    .attr("width", (bin) => Math.max(1, x(bin.end_ms) - x(bin.start_ms) - 0.5))
-    .attr("y", (bin) => y(bin.rate))
-    .attr("height", (bin) => height - 14 - y(bin.rate))
-    .append("title")
-    .text((bin) => `${new Date(bin.start_ms).toLocaleTimeString()}: ${bin.rate.toFixed(0)} samples/s`);
-  svg
-    .append("g")
-    .attr("transform", `translate(0,${height - 14})`)
-    .call(d3.axisBottom(d3.scaleTime().domain([new Date(start), new Date(end)]).range([0, width])).ticks(8));
-  const brush = d3
-    .brushX()
-    .extent([
-      [0, 0],
-      [width, height - 14],
-    ])
-    .on("end", (event) => {
-      if (!event.sourceEvent) return;
-      const range = event.selection ? event.selection.map((pixel) => x.invert(pixel)) : null;
-      const chosen = range ? { from: range[0], to: range[1] } : null;
-      if (dragChooses() === "base") view.base = chosen;
-      else view.brushed = chosen;
-      reload();
-    });
-  // The range a drag does not choose now is marked, not draggable: the
-  // window while the range compared with is dragged, that range (when it
-  // is compared with) while the window is.
-  const target = dragChooses();
-  const comparing = $("diff").value === "range";
-  const marked = target === "base" ? view.brushed : comparing ? view.base : null;
-  if (marked) {
-    svg
-      .append("rect")
-      .attr("class", target === "base" ? "window-mark" : "base-mark")
-      .attr("x", x(marked.from))
-      .attr("width", Math.max(1, x(marked.to) - x(marked.from)))
-      .attr("y", 0)
-      .attr("height", height - 14);
-  }
-  const brushed = svg.append("g").attr("class", `brush ${target}`).call(brush);
-  const dragged = target === "base" ? view.base : view.brushed;
-  if (dragged) brushed.call(brush.move, [x(dragged.from), x(dragged.to)]);
-  $("drag-target").hidden = $("diff").value !== "range";
-  if (target === "base") {
-    $("timeline-note").textContent = view.base
-      ? "The range compared with (blue): drag again to move it."
-      : "Drag the range to compare with.";
-  } else {
-    $("timeline-note").textContent = view.brushed
-      ? "A dragged window: click outside it on the timeline to go back to the last minutes."
-      : "Drag on the timeline to choose a window.";
-  }
-}
-
-async function loadProcesses(window, generation) {
-  let processes;
-  try {
-    const params = new URLSearchParams(window);
-    params.set("mode", $("mode").value);
-    processes = JSON.parse(await fetchText(`/api/processes?${params}`));
-  } catch (error) {
-    processes = [];
-  }
-  if (generation !== view.generation) return;
-  view.processes = processes;
-  const options = $("process-list");
-  options.replaceChildren();
-  for (const process of view.processes.slice(0, 200)) {
-    const option = document.createElement("option");
-    option.value = String(process.pid);
-    option.label = `${process.command} (uid ${process.uid}) ${process.cgroup}`;
-    options.append(option);
-  }
-  showProcesses();
-}
-
-function showProcesses() {
-  $("processes-table").querySelector("th:last-child").textContent = COUNTED[$("mode").value] || "samples";
-  const filter = $("process-filter").value.trim().toLowerCase();
-  const body = $("processes-table").querySelector("tbody");
-  body.replaceChildren();
-  const matching = view.processes.filter((process) =>
-    !filter ||
-    [String(process.pid), process.command, `uid ${process.uid}`, String(process.uid), process.cgroup].some((text) =>
-      text.toLowerCase().includes(filter),
-    ),
-  );
-  for (const process of matching.slice(0, 100)) {
-    const line = document.createElement("tr");
-    line.dataset.pid = String(process.pid);
-    for (const text of [process.pid, process.command, process.uid, process.cgroup, process.threads, process.samples]) {
-      const cell = document.createElement("td");
-      cell.textContent = String(text);
-      line.append(cell);
-    }
-    line.addEventListener("click", () => {
-      $("processes").value = String(process.pid);
-      $("peek-pid").value = String(process.pid);
-      changed();
-    });
-    body.append(line);
-  }
+  labelFrames();
 }
 
 function scheduleLive() {
@@ -555,66 +517,11 @@ function updateDownloads() {
   }
 }
 
-async function refreshPeeks() {
-  let peeks;
-  try {
-    peeks = JSON.parse(await fetchText("/peeks"));
-  } catch {
-    return;
-  }
-  const ids = peeks.map((peek) => peek.id).join(",");
-  if (ids === view.peekIds) return;
-  view.peekIds = ids;
-  const list = $("peeks");
-  list.replaceChildren();
-  for (const peek of peeks.slice().reverse()) {
-    const item = document.createElement("li");
-    item.dataset.id = peek.id;
-    item.dataset.pid = String(peek.pid);
-    item.textContent = `${peek.triggered}: ${peek.title}`;
-    if (peek.id === view.selectedPeek) item.classList.add("selected");
-    item.addEventListener("click", () => showPeek(peek.id));
-    list.append(item);
-  }
-}
-
-async function showPeek(id) {
-  view.selectedPeek = id;
-  for (const item of $("peeks").children) {
-    item.classList.toggle("selected", item.dataset.id === id);
-  }
-  try {
-    $("peek-report").textContent = await fetchText(`/peeks/${encodeURIComponent(id)}`);
-  } catch (error) {
-    $("peek-report").textContent = error.message;
-  }
-}
-
-async function peekNow() {
-  const pid = $("peek-pid").value.trim();
-  if (!/^\d+$/.test(pid)) {
-    $("peek-report").textContent = "Give the pid of the process to peek at.";
-    return;
-  }
-  $("peek-report").textContent = `Peeking at ${pid} for 1 s…`;
-  // The header tells the daemon this is the page's own request: a form on
-  // another site's page cannot send it.
-  const response = await fetch(`/api/peek?pid=${pid}`, {
-    method: "POST",
-    headers: { "X-Profilerd-Request": "1" },
-  });
-  if (!response.ok) {
-    $("peek-report").textContent = await refusal(response);
-    return;
-  }
-  const { id } = await response.json();
-  await refreshPeeks();
-  await showPeek(id);
-}
-
 // A control changed: a window chosen by length replaces a dragged one.
 function changed(event) {
   if (event && ["range", "until"].includes(event.target.id)) view.brushed = null;
+  // Another selection: its threads are others.
+  if (!event || event.target.id === "processes") $("thread").value = "";
   reload();
 }
 
@@ -624,7 +531,7 @@ function start() {
   for (const form of document.querySelectorAll("form")) {
     form.addEventListener("submit", (event) => event.preventDefault());
   }
-  for (const id of ["range", "until", "mode", "diff", "processes", "interpreter"]) {
+  for (const id of ["range", "until", "mode", "diff", "processes", "interpreter", "thread"]) {
     $(id).addEventListener("change", changed);
   }
   $("reload").addEventListener("click", () => reload());
@@ -639,6 +546,13 @@ function start() {
   }
   $("peek-button").addEventListener("click", peekNow);
   $("process-filter").addEventListener("input", showProcesses);
+  $("sandwich-function").addEventListener("change", () => showSandwich($("sandwich-function").value.trim()));
+  // The graph is drawn again to the new width, and fits the new height.
+  let resized = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resized);
+    resized = setTimeout(() => view.tree && draw(view.tree, view.diffing), 200);
+  });
   for (const header of $("functions").querySelectorAll("th")) {
     header.addEventListener("click", () => {
       view.functionsSort = header.dataset.sort;
