@@ -127,7 +127,12 @@ impl Peeker {
             move || run_times(&pids)
         });
         window.await;
-        let ran_after = run_times(pids);
+        let ran_after = tokio::task::spawn_blocking({
+            let pids = pids.to_vec();
+            move || run_times(&pids)
+        })
+        .await
+        .unwrap_or_default();
         drop(links);
         let ran_ns = ran_before.await.ok().map(|before| {
             ran_after

@@ -8,8 +8,6 @@
 //! Owns the validation of such a request and the profile made of its
 //! samples; it must not switch clocks on or off itself.
 
-use std::{sync::Arc, time::Duration};
-
 use profiler_common::SampleKind;
 
 use super::{
@@ -169,35 +167,6 @@ fn ticks_missed(taken: u64, ran_ns: u64, frequency_hz: u32) -> Option<String> {
 /// Below this share of the ticks its threads' CPU time asks, a profile at
 /// its own rate says so.
 const TICKS_SAID_BELOW: f64 = 0.8;
-
-/// How the window of a profile at its own rate ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum WindowEnd {
-    Full,
-    Cut,
-    Stopping,
-}
-
-/// The window of a profile at its own rate: its duration, or less when
-/// cut or when the daemon stops; says which into `ended`.
-pub(super) async fn window(
-    duration: Duration,
-    cut: Option<Arc<tokio::sync::Notify>>,
-    stopping: super::stopping::Stopping,
-    ended: &std::sync::Mutex<WindowEnd>,
-) {
-    let end = tokio::select! {
-        () = tokio::time::sleep(duration) => WindowEnd::Full,
-        () = async {
-            match &cut {
-                Some(notify) => notify.notified().await,
-                None => std::future::pending().await,
-            }
-        } => WindowEnd::Cut,
-        () = stopping.wait() => WindowEnd::Stopping,
-    };
-    *crate::lock(ended) = end;
-}
 
 #[cfg(test)]
 mod tests {

@@ -50,6 +50,33 @@ pub struct ProfileSpec {
 /// without a word (the store's buckets begin on their own bounds).
 const SHORTFALL_SAID: Duration = Duration::from_secs(2);
 
+/// How a profile's window ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WindowEnd {
+    Full,
+    Cut,
+    Stopping,
+}
+
+/// Waits for a profile's window to end: at `until`, when its cut token is
+/// used, or when the daemon stops.
+async fn window_end(
+    until: Instant,
+    cut: &Option<(Arc<Notify>, CutToken<'_>)>,
+    stopping: &super::stopping::Stopping,
+) -> WindowEnd {
+    tokio::select! {
+        () = tokio::time::sleep_until(until.into()) => WindowEnd::Full,
+        () = async {
+            match cut {
+                Some((notify, _)) => notify.notified().await,
+                None => std::future::pending().await,
+            }
+        } => WindowEnd::Cut,
+        () = stopping.wait() => WindowEnd::Stopping,
+    }
+}
+
 /// What a report of a past window asked from `asked` says when what the
 /// daemon holds begins later (`covered`: the window its buckets really
 /// cover): the daemon is younger than the window, or the rest passed its
@@ -160,13 +187,11 @@ impl Service {
 
         if let Some(frequency_hz) = spec.frequency_hz {
             rated::check(frequency_hz, spec.mode, &selector)?;
-            let ended = std::sync::Mutex::new(rated::WindowEnd::Full);
-            let window = rated::window(
-                duration,
-                cut.as_ref().map(|(notify, _)| notify.clone()),
-                self.stopping.clone(),
-                &ended,
-            );
+            let ended = std::sync::Mutex::new(WindowEnd::Full);
+            let window = async {
+                let end = window_end(Instant::now() + duration, &cut, &self.stopping).await;
+                *crate::lock(&ended) = end;
+            };
             let kernel_addresses = asker.caller.reads_kernel_addresses();
             let mut report = self
                 .profile_at_rate(
@@ -179,8 +204,8 @@ impl Service {
                 .await?;
             drop(cut);
             match *crate::lock(&ended) {
-                rated::WindowEnd::Stopping => return Err(ServiceError::Stopping),
-                end => report.summary.cut_short = end == rated::WindowEnd::Cut,
+                WindowEnd::Stopping => return Err(ServiceError::Stopping),
+                end => report.summary.cut_short = end == WindowEnd::Cut,
             }
             return Ok(report);
         }
@@ -191,15 +216,9 @@ impl Service {
         // The window is as long as asked from its open cut, however late
         // that came (a drain under way, a backlog): it is said, not hidden.
         let opened = Instant::now();
-        let cut_short = tokio::select! {
-            () = tokio::time::sleep_until((opened + duration).into()) => false,
-            () = async {
-                match &cut {
-                    Some((notify, _)) => notify.notified().await,
-                    None => std::future::pending().await,
-                }
-            } => true,
-            () = self.stopping.wait() => return Err(ServiceError::Stopping),
+        let cut_short = match window_end(opened + duration, &cut, &self.stopping).await {
+            WindowEnd::Stopping => return Err(ServiceError::Stopping),
+            end => end == WindowEnd::Cut,
         };
         drop(cut);
         let end = self.pipeline.close_window().await?;
