@@ -44,7 +44,7 @@ pub enum SampleKind {
     /// Weighs the nanoseconds waited.
     RunQueue = 5,
     /// A sampled allocation (allocation profiling): weighs its bytes; its
-    /// stack copy's `switched_out_ns` holds its id instead.
+    /// stack copy's `time_ns` holds its id instead.
     Allocation = 6,
 }
 
@@ -69,6 +69,12 @@ impl SampleKind {
             self,
             Self::OffCpuSleeping | Self::OffCpuBlocked | Self::RunQueue
         )
+    }
+
+    /// Whether samples of this kind are a peek's ticks (of a peek, or of a
+    /// profile at a rate of its own).
+    pub const fn is_peek(self) -> bool {
+        matches!(self, Self::Peek | Self::PeekInstant)
     }
 }
 
@@ -159,10 +165,11 @@ pub struct StackCopyHeader {
     /// the sample threshold it was recorded by chance with (see
     /// [`offcpu::Control::sample_threshold`]), 0 when recorded in full.
     pub weight: u64,
-    /// For an off-CPU record (`key.kind` an off-CPU kind): when the task
-    /// was switched out (`bpf_ktime_get_ns`); for an allocation, its id
-    /// (as in the live map); else 0.
-    pub switched_out_ns: u64,
+    /// When (`bpf_ktime_get_ns`, monotonic): for an off-CPU record
+    /// (`key.kind` an off-CPU kind), when the task was switched out; for a
+    /// CPU or peek tick, when it was taken. An allocation's holds its id
+    /// instead (as in the live map).
+    pub time_ns: u64,
     /// For an allocation, the serial of the profile that sampled it
     /// ([`allocs::Target::serial`]); else 0.
     pub tag: u64,

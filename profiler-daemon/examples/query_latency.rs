@@ -909,6 +909,7 @@ fn fill_store(args: &Args) -> (Store, SystemTime) {
                 count,
                 weight: count * PERIOD_NS,
                 allocation_id: 0,
+                times_ns: Vec::new(),
             })
             .collect();
         store.insert(SymbolizedBatch {

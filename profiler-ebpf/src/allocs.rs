@@ -245,7 +245,7 @@ fn record(ctx: &RetProbeContext, pid_tgid: u64, size: u64, address: u64) {
         flags: task.sample_flags(),
         // Its size, its id (as in the live map), its profile's serial.
         weight: size,
-        switched_out_ns: id,
+        time_ns: id,
         tag: target.serial,
         registers: registers_at(ctx.as_ptr() as u64),
         pages: copy_pages(),

@@ -323,7 +323,7 @@ fn switch_out(
         // The chance it was recorded with; its wait is weighed when it
         // ends.
         weight: u64::from(threshold),
-        switched_out_ns: now,
+        time_ns: now,
         tag: 0,
         registers,
         pages,

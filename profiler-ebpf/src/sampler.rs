@@ -20,7 +20,7 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns,
     },
     macros::{map, perf_event},
     maps::{Array, HashMap, PerCpuArray},
@@ -189,7 +189,10 @@ fn record(
             kind,
             flags,
             weight: period,
-            switched_out_ns: 0,
+            // When the tick was taken: a timeline (the Firefox Profiler's
+            // format) places each peek sample at its own time.
+            // SAFETY: a helper that only reads the clock.
+            time_ns: unsafe { bpf_ktime_get_ns() },
             tag: 0,
             registers: user_registers(ctx),
             pages,

@@ -78,9 +78,9 @@ pub(crate) struct StackCopy {
     pub(crate) kind: SampleKind,
     /// [`profiler_common::sample_flags`] bits.
     pub(crate) flags: u32,
-    /// As [`StackCopyHeader`]'s `weight`, `switched_out_ns` and `tag`.
+    /// As [`StackCopyHeader`]'s `weight`, `time_ns` and `tag`.
     pub(crate) weight: u64,
-    pub(crate) switched_out_ns: u64,
+    pub(crate) time_ns: u64,
     pub(crate) tag: u64,
     /// The user registers unwinding starts from.
     pub(crate) registers: UserRegisters,
@@ -178,7 +178,7 @@ pub(crate) fn copy_stack(ring: &RingBuf, copy: StackCopy) -> bool {
             cgroup: bpf_get_current_cgroup_id(),
         };
         (*header).weight = copy.weight;
-        (*header).switched_out_ns = copy.switched_out_ns;
+        (*header).time_ns = copy.time_ns;
         // Volatile: LLVM would merge two zero stores side by side into a
         // call to memset, a loop the verifier walks on every path.
         core::ptr::write_volatile(&raw mut (*header).tag, copy.tag);

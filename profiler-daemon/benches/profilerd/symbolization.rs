@@ -173,6 +173,7 @@ fn rate(symbolizer: &mut Symbolizer, binary: &Arc<Binary>, offsets: &[u64]) -> R
                 count: 1,
                 weight: 1,
                 allocation_id: 0,
+                times_ns: Vec::new(),
             })
             .collect(),
         counters: Default::default(),

@@ -459,6 +459,10 @@ pub enum FormatArg {
     Speedscope,
     /// The Python functions, for `python -m pstats FILE` and snakeviz.
     Pstats,
+    /// The Firefox Profiler's format (profiler.firefox.com): each thread's
+    /// samples at their own times. Profiles of chosen processes (-p) and
+    /// peeks only.
+    Gecko,
 }
 
 impl FormatArg {
@@ -471,6 +475,7 @@ impl FormatArg {
             FormatArg::Flamegraph => v1::Format::Flamegraph,
             FormatArg::Speedscope => v1::Format::Speedscope,
             FormatArg::Pstats => v1::Format::Pstats,
+            FormatArg::Gecko => v1::Format::Gecko,
         }
     }
 

@@ -46,6 +46,23 @@ pub struct Profile {
     /// within `maxsections`); empty otherwise. Each names the first unread
     /// thread; never in `samples`, and counted in `unread` already.
     pub unread_stacks: Vec<Sample>,
+    /// Each sample at its own time, in time order, for the requests that
+    /// keep times (a peek's ticks, a profile of chosen processes sampled
+    /// the way peeks sample); empty otherwise. The same samples as
+    /// `samples`, which sum them.
+    pub timeline: Vec<TimedSample>,
+}
+
+/// One sample at its own time (see [`Profile::timeline`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimedSample {
+    /// Index into [`Profile::threads`].
+    pub thread: u32,
+    /// Index into [`Profile::stacks`].
+    pub stack: u32,
+    pub state: ThreadState,
+    /// Nanoseconds after [`Profile::start`].
+    pub offset_ns: u64,
 }
 
 /// The CPU samples of a thread of a [`Profile`] not read per stack.
@@ -82,6 +99,7 @@ impl Profile {
             unread: Vec::new(),
             unread_stacks: Vec::new(),
             own_lost: Vec::new(),
+            timeline: Vec::new(),
         }
     }
 

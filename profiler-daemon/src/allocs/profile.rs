@@ -228,6 +228,7 @@ mod tests {
             count: 1,
             weight: size,
             allocation_id: id,
+            times_ns: Vec::new(),
         }
     }
 

@@ -61,6 +61,9 @@ pub struct RawSample {
     /// An allocation sample's id (its entry in the kernel's live map); 0
     /// for other samples.
     pub allocation_id: u64,
+    /// When each of a peek's ticks was taken (monotonic nanoseconds, as
+    /// `bpf_ktime_get_ns`); empty for other samples.
+    pub times_ns: Vec<u64>,
 }
 
 /// The kernel counters' increments over one drain, indexed by [`Counter`].
@@ -265,6 +268,7 @@ fn raw_samples(
                 count: value.count,
                 weight: value.weight,
                 allocation_id: 0,
+                times_ns: Vec::new(),
             })
         })
         .collect()

@@ -13,7 +13,7 @@ use std::{future::Future, sync::Arc, time::SystemTime};
 use procfs::process::Process;
 
 use super::{PeekError, Peeker, snapshot};
-use crate::{lock, symbols::symbolizer::SymbolizedSample};
+use crate::{lock, profile::ThreadInfo, symbols::symbolizer::SymbolizedSample, tasks};
 
 /// The fastest rate a profile may ask: perf's own default ceiling
 /// (`perf_event_max_sample_rate` starts near it) and ~2 × a peek's rate.
@@ -27,12 +27,18 @@ const MAX_THREADS: usize = 4096;
 #[derive(Debug)]
 pub struct RatedSamples {
     pub samples: Vec<SymbolizedSample>,
+    /// Every thread sampled, as it was when its clock started (those that
+    /// never ran have no sample).
+    pub threads: Vec<ThreadInfo>,
     /// Samples that did not fit the peeks' share of the memory budget.
     pub dropped: u64,
     /// Said in the report: threads not sampled, and why.
     pub warnings: Vec<String>,
     pub start: SystemTime,
     pub end: SystemTime,
+    /// `start` on the clock the samples' times are on (monotonic, the
+    /// kernel's `bpf_ktime_get_ns`).
+    pub start_ns: u64,
     /// CPU time the processes' threads ran in the window, by the
     /// scheduler's count (`/proc/PID/task/TID/schedstat`), when read.
     pub ran_ns: Option<u64>,
@@ -98,7 +104,7 @@ impl Peeker {
                 held.pids.push(pid);
             }
         }
-        let tids = tokio::task::spawn_blocking({
+        let mut threads = tokio::task::spawn_blocking({
             let pids = pids.to_vec();
             move || threads_of(&pids)
         })
@@ -106,15 +112,16 @@ impl Peeker {
         .map_err(|_| PeekError::Stopped)??;
         let mut warnings = Vec::new();
         let first = pids.first().copied().unwrap_or_default();
-        let sampled = &tids[..tids.len().min(MAX_THREADS)];
-        let (links, failed) = self.start_clocks(first, sampled, frequency_hz)?;
-        if tids.len() > MAX_THREADS {
+        if threads.len() > MAX_THREADS {
             warnings.push(format!(
                 "only {MAX_THREADS} of the {} threads were sampled at {frequency_hz} Hz (the most \
                  one profile samples at its own rate); select fewer processes",
-                tids.len()
+                threads.len()
             ));
+            threads.truncate(MAX_THREADS);
         }
+        let tids: Vec<u32> = threads.iter().map(|thread| thread.tid).collect();
+        let (links, failed) = self.start_clocks(first, &tids, frequency_hz)?;
         if let Some((tid, err)) = failed.first() {
             warnings.push(format!(
                 "{} threads were not sampled (thread {tid}: {err})",
@@ -122,6 +129,7 @@ impl Peeker {
             ));
         }
         let start = SystemTime::now();
+        let start_ns = crate::kernel::offcpu::monotonic_now_ns();
         let ran_before = tokio::task::spawn_blocking({
             let pids = pids.to_vec();
             move || run_times(&pids)
@@ -149,10 +157,12 @@ impl Peeker {
         let (samples, dropped) = held.take();
         Ok(RatedSamples {
             samples,
+            threads,
             dropped,
             warnings,
             start,
             end,
+            start_ns,
             ran_ns,
         })
     }
@@ -163,17 +173,45 @@ impl Peeker {
     }
 }
 
-/// Every thread of `pids`, the process gone being an error.
-fn threads_of(pids: &[u32]) -> Result<Vec<u32>, PeekError> {
+/// Every thread of `pids` as it is now (its names, who its process runs
+/// as), the process gone being an error.
+fn threads_of(pids: &[u32]) -> Result<Vec<ThreadInfo>, PeekError> {
     let gone = |pid, source| PeekError::NoProcess(Arc::new(snapshot::proc_error(pid, source)));
-    let mut tids = Vec::new();
+    let mut threads = Vec::new();
     for &pid in pids {
         let process = Process::new(pid as i32).map_err(|source| gone(pid, source))?;
+        let process_name: Arc<str> = process
+            .stat()
+            .map_err(|source| gone(pid, source))?
+            .comm
+            .into();
+        let owner = tasks::TaskCredentials::read(pid)
+            .map(|credentials| credentials.owner())
+            .ok_or_else(|| {
+                PeekError::NoProcess(Arc::new(snapshot::SnapshotError::NoSuchProcess(pid)))
+            })?;
+        let cgroup: Arc<str> = tasks::cgroups(pid).v2.into();
         let tasks = process.tasks().map_err(|source| gone(pid, source))?;
         // A thread that exits while being listed is simply not there.
-        tids.extend(tasks.flatten().map(|task| task.tid as u32));
+        for task in tasks.flatten() {
+            let tid = task.tid as u32;
+            let thread_name = match task.stat() {
+                Ok(stat) => stat.comm.into(),
+                Err(_) => continue,
+            };
+            threads.push(ThreadInfo {
+                pid,
+                tid,
+                thread_name,
+                process_name: process_name.clone(),
+                uid: owner.uid,
+                gid: owner.gid,
+                protected: owner.protected,
+                cgroup: cgroup.clone(),
+            });
+        }
     }
-    Ok(tids)
+    Ok(threads)
 }
 
 /// How long each thread of `pids` has run on a CPU, in nanoseconds (the

@@ -78,7 +78,7 @@ pub fn blocked_threads(pid: u32, pages: u32, registers: &[WaitingThread]) -> Vec
                     cgroup,
                 },
                 weight: 0,
-                switched_out_ns: 0,
+                time_ns: 0,
                 tag: 0,
                 ip,
                 sp,

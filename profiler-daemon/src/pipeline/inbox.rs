@@ -52,9 +52,10 @@ struct Collected {
 }
 
 /// What a sample held in an inbox costs, roughly: its thread's identity,
-/// its stack's pointers and the vector's slot.
+/// its stack's pointers, its ticks' times and the vector's slot.
 fn sample_bytes(sample: &SymbolizedSample) -> u64 {
-    (std::mem::size_of::<SymbolizedSample>() + sample.stack.len() * 8) as u64 + 64
+    let pointers = sample.stack.len() + sample.times_ns.capacity();
+    (std::mem::size_of::<SymbolizedSample>() + pointers * 8) as u64 + 64
 }
 
 /// What a request's inbox gave it.
@@ -191,6 +192,7 @@ mod tests {
             count: 1,
             weight: 0,
             allocation_id: 0,
+            times_ns: Vec::new(),
         }
     }
 

@@ -26,6 +26,7 @@ fn sample_here(address: u64, kind: SampleKind, count: u64) -> RawSample {
         count,
         weight: count * 1_000_000,
         allocation_id: 0,
+        times_ns: Vec::new(),
     }
 }
 

@@ -149,7 +149,7 @@ pub struct StackCopyUnwinder {
     copies: StackCopies,
     /// The allocation ring buffer, when allocations can be profiled.
     allocation_copies: Option<AllocationCopies>,
-    pending: HashMap<SampleIdentity, (u64, u64)>,
+    pending: HashMap<SampleIdentity, Pending>,
     /// Sampled allocations, each its own sample (with its size and id):
     /// whether it is still held is asked of each.
     allocations: Vec<(SampleIdentity, u64, u64)>,
@@ -298,13 +298,21 @@ impl StackCopyUnwinder {
             let off_cpu = kind.is_some_and(SampleKind::is_off_cpu);
             match waits {
                 _ if kind == Some(SampleKind::Allocation) => {
-                    allocations.push((identity, weight, copy.header.switched_out_ns));
+                    allocations.push((identity, weight, copy.header.time_ns));
                 }
                 Some(waits) if off_cpu => {
                     let scale = sample_scale(copy.header.weight as u32);
-                    waits.begin(identity, copy.header.switched_out_ns, scale);
+                    waits.begin(identity, copy.header.time_ns, scale);
                 }
-                _ => add(pending, identity, weight),
+                // A peek tick keeps its time: a timeline places it.
+                _ if kind.is_some_and(SampleKind::is_peek) => {
+                    add(pending, identity, weight)
+                        .times_ns
+                        .push(copy.header.time_ns);
+                }
+                _ => {
+                    add(pending, identity, weight);
+                }
             }
         };
         let mut count = self.copies.read(&mut visit);
@@ -316,7 +324,9 @@ impl StackCopyUnwinder {
             fill = fill.max(allocation_copies.last_fill());
         }
         if let (Some(waits), Some(intervals)) = (waits, intervals) {
-            waits.end(intervals, |identity, nanos| add(pending, identity, nanos));
+            waits.end(intervals, |identity, nanos| {
+                add(pending, identity, nanos);
+            });
         }
         if let Some(table) = &mut table
             && self.unwind_info_checked.elapsed() >= UNWIND_INFO_CHECK_INTERVAL
@@ -356,11 +366,13 @@ impl StackCopyUnwinder {
     pub fn take(&mut self, cut_ns: u64) -> Vec<RawSample> {
         if let Some(waits) = &mut self.waits {
             let pending = &mut self.pending;
-            waits.credit_until(cut_ns, |identity, nanos| add(pending, identity, nanos));
+            waits.credit_until(cut_ns, |identity, nanos| {
+                add(pending, identity, nanos);
+            });
         }
         let empty: Arc<[u64]> = Arc::from([]);
         let thread_names = &mut self.thread_names;
-        let mut raw = |identity: SampleIdentity, count, weight, allocation_id| {
+        let mut raw = |identity: SampleIdentity, count, weight, allocation_id, times_ns| {
             Some(RawSample {
                 pid: identity.pid,
                 tid: identity.tid,
@@ -380,27 +392,44 @@ impl StackCopyUnwinder {
                 count,
                 weight,
                 allocation_id,
+                times_ns,
             })
         };
         let mut samples: Vec<RawSample> = self
             .pending
             .drain()
-            .filter_map(|(identity, (count, weight))| raw(identity, count, weight, 0))
+            .filter_map(|(identity, pending)| {
+                raw(identity, pending.count, pending.weight, 0, pending.times_ns)
+            })
             .collect();
         samples.extend(
             self.allocations
                 .drain(..)
-                .filter_map(|(identity, size, id)| raw(identity, 1, size, id)),
+                .filter_map(|(identity, size, id)| raw(identity, 1, size, id, Vec::new())),
         );
         samples
     }
 }
 
+/// The samples (or waits) of one identity unwound since the last take.
+#[derive(Debug, Default)]
+struct Pending {
+    count: u64,
+    weight: u64,
+    /// When each was taken (monotonic), for peek ticks only.
+    times_ns: Vec<u64>,
+}
+
 /// Counts one sample (or wait) of `weight` under `identity`.
-fn add(pending: &mut HashMap<SampleIdentity, (u64, u64)>, identity: SampleIdentity, weight: u64) {
+fn add(
+    pending: &mut HashMap<SampleIdentity, Pending>,
+    identity: SampleIdentity,
+    weight: u64,
+) -> &mut Pending {
     let entry = pending.entry(identity).or_default();
-    entry.0 += 1;
-    entry.1 += weight;
+    entry.count += 1;
+    entry.weight += weight;
+    entry
 }
 
 /// One copy unwound: its identity and weight.

@@ -16,7 +16,9 @@ use super::{
 };
 use crate::{
     peek::{MAX_RATE_HZ, RatedSamples},
-    profile::{OWN_LOSS_MARKERS, Profile, ProfileAssembly, ProfileMode, ThreadState, own_loss_of},
+    profile::{
+        Format, OWN_LOSS_MARKERS, Profile, ProfileAssembly, ProfileMode, ThreadState, own_loss_of,
+    },
     store::Selector,
 };
 
@@ -47,6 +49,28 @@ pub(super) fn check(
     Ok(())
 }
 
+/// Why a profile in the Firefox Profiler's format (a timeline) cannot be
+/// made as asked, if it cannot: only the samples of chosen processes keep
+/// their times, and those are CPU samples.
+pub(super) fn check_timeline(mode: ProfileMode, selector: &Selector) -> Result<(), ServiceError> {
+    if selector.pids.is_empty() {
+        return Err(ServiceError::FailedPrecondition(
+            "the Firefox Profiler format (gecko) places each sample at its own time, which the \
+             daemon keeps only for chosen processes (sampled the way a peek samples them): \
+             select them by pid (-p PID), or ask another format"
+                .to_owned(),
+        ));
+    }
+    if mode != ProfileMode::Cpu {
+        return Err(ServiceError::FailedPrecondition(
+            "the Firefox Profiler format (gecko) of a profile holds CPU samples only (each \
+             thread's track shows when it ran, and gaps when it did not); use --mode cpu"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 impl Service {
     /// Samples `selector`'s processes at `frequency_hz` until `window`
     /// resolves, and reports what they did as `options` ask.
@@ -66,7 +90,8 @@ impl Service {
         let max_response_bytes = self.limits.max_response_bytes;
         self.report_gate
             .run(move || {
-                let mut profile = rated_profile(rated, &selector, frequency_hz);
+                let timeline = options.format == Format::Gecko;
+                let mut profile = rated_profile(rated, &selector, frequency_hz, timeline);
                 profile.lost = lost;
                 if !kernel_addresses {
                     profile.hide_kernel_addresses();
@@ -79,8 +104,14 @@ impl Service {
 
 /// The CPU profile of `rated`'s samples of the threads `selector` picks,
 /// their CPU time the threads' own (by the scheduler), shared out by
-/// samples; one period of `frequency_hz` each when it was not read.
-fn rated_profile(rated: RatedSamples, selector: &Selector, frequency_hz: u32) -> Profile {
+/// samples; one period of `frequency_hz` each when it was not read. For a
+/// `timeline`, every thread sampled is in it, those that never ran too.
+fn rated_profile(
+    rated: RatedSamples,
+    selector: &Selector,
+    frequency_hz: u32,
+    timeline: bool,
+) -> Profile {
     let period_ns = 1_000_000_000 / u64::from(frequency_hz.max(1));
     let mut warnings = rated.warnings;
     let taken: u64 = rated.samples.iter().map(|sample| sample.count).sum();
@@ -108,6 +139,15 @@ fn rated_profile(rated: RatedSamples, selector: &Selector, frequency_hz: u32) ->
             ProfileMode::Cpu,
         )
     });
+    if timeline {
+        for thread in rated
+            .threads
+            .iter()
+            .filter(|thread| selector.matches(thread))
+        {
+            assembly.thread(thread);
+        }
+    }
     let mut own_lost = [0_u64; OWN_LOSS_MARKERS.len()];
     for sample in &rated.samples {
         let kept = matches!(sample.kind, SampleKind::Peek | SampleKind::PeekInstant)
@@ -125,6 +165,12 @@ fn rated_profile(rated: RatedSamples, selector: &Selector, frequency_hz: u32) ->
         let thread = assembly.thread(&sample.thread);
         let stack = assembly.stack(&sample.stack);
         assembly.add(thread, stack, ThreadState::Cpu, sample.count, 0);
+        // Ticks taken as the clocks started, a moment before `start`, are
+        // placed at it.
+        for &time_ns in &sample.times_ns {
+            let offset_ns = time_ns.saturating_sub(rated.start_ns);
+            assembly.place(thread, stack, ThreadState::Cpu, offset_ns);
+        }
     }
     // The CPU time the samples stand for is the scheduler's count of what
     // the threads ran, shared out by samples: true even where the clocks

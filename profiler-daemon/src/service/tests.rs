@@ -197,6 +197,7 @@ fn store_samples(
                 count: *count,
                 weight: count * 10_000_000,
                 allocation_id: 0,
+                times_ns: Vec::new(),
             })
             .collect(),
         counters: [0; COUNTER_COUNT as usize],

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use crate::profile::ProfileMode;
+use crate::profile::{Format, ProfileMode};
 use tokio::sync::Notify;
 
 use super::{
@@ -185,7 +185,17 @@ impl Service {
             Some(token) => Some(self.register_cut(asker.key, token)?),
         };
 
-        if let Some(frequency_hz) = spec.frequency_hz {
+        // A timeline needs each sample's time, which only samples taken the
+        // way a peek takes them keep: a profile of chosen processes in the
+        // Firefox Profiler's format is one at the daemon's rate.
+        let timeline = spec.options.format == Format::Gecko;
+        if timeline {
+            rated::check_timeline(spec.mode, &selector)?;
+        }
+        let frequency_hz = spec
+            .frequency_hz
+            .or_else(|| timeline.then(|| self.frequency_hz()));
+        if let Some(frequency_hz) = frequency_hz {
             rated::check(frequency_hz, spec.mode, &selector)?;
             let ended = std::sync::Mutex::new(WindowEnd::Full);
             let window = async {

@@ -256,6 +256,7 @@ impl Store {
             unread: Vec::new(),
             unread_stacks: Vec::new(),
             own_lost: Vec::new(),
+            timeline: Vec::new(),
         };
         // Samples refer to the store's stacks until the stacks they use are
         // copied, then in the store's order: reading its stacks front to

@@ -63,6 +63,7 @@ fn batch(start: u64, samples: &[(u32, &[&str], u64)]) -> SymbolizedBatch {
                 count,
                 weight: count * 10,
                 allocation_id: 0,
+                times_ns: Vec::new(),
             })
             .collect(),
         counters: [0; COUNTER_COUNT as usize],
@@ -128,6 +129,7 @@ fn waits_are_kept_in_nanoseconds_and_reported_by_mode() {
         count: 1,
         weight: nanos,
         allocation_id: 0,
+        times_ns: Vec::new(),
     };
     // As the symbolizer hands them over: the wait's marker at the leaf.
     second.samples.push(wait(
@@ -978,6 +980,7 @@ fn the_timeline_gives_each_held_bucket_and_its_samples() {
         count: 1,
         weight: 25_000_000,
         allocation_id: 0,
+        times_ns: Vec::new(),
     });
     store.insert_and_compact(last);
     let spans = |query: &Query| -> Vec<(SystemTime, SystemTime, u64)> {
@@ -1062,6 +1065,7 @@ fn per_command_sums_make_pprof_s_default_report() {
                     count: 1 + n % 2,
                     weight: (1 + n % 2) * 10,
                     allocation_id: 0,
+                    times_ns: Vec::new(),
                 }
             })
             .collect();
@@ -1151,6 +1155,7 @@ fn samples_kept_without_their_stacks_are_counted_by_cause() {
             count,
             weight: count * 10,
             allocation_id: 0,
+            times_ns: Vec::new(),
         });
     }
     store.insert_and_compact(lossy);

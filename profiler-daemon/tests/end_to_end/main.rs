@@ -37,6 +37,7 @@ mod robustness;
 mod sessions;
 mod support;
 mod targets;
+mod timelines;
 #[cfg(feature = "unwind-tables-prototype")]
 mod unwind_tables;
 mod unwinding;

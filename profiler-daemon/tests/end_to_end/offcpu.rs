@@ -551,7 +551,9 @@ async fn the_idle_tasks_never_wait_off_cpu() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn at_rest_no_context_switch_runs_the_off_cpu_programs() {
-    let daemon = Daemon::start().await;
+    // Peeks by request only: a peek records waits, and other tests' peek
+    // signals reach every daemon, so one would switch recording on here.
+    let daemon = Daemon::start_with(&["--peek-signal", "off"]).await;
     let busy = Workload::start("waits", &["many"]);
     let switches = || async {
         daemon

@@ -9,7 +9,7 @@ use std::{hash::Hash, sync::Arc};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::{Location, Profile, Sample, ThreadInfo, ThreadState};
+use super::{Location, Profile, Sample, ThreadInfo, ThreadState, TimedSample};
 
 /// A location as its source knows it: the key that makes two locations
 /// the same one (numbered once in the profile), and what the profile
@@ -94,6 +94,18 @@ impl<'a, L: KeyedLocation> ProfileAssembly<'a, L> {
         entry.1 = entry.1.saturating_add(weight);
     }
 
+    /// Places one sample of (`thread`, `stack`, `state`) at `offset_ns`
+    /// after the profile's start on its timeline (its count is
+    /// [`add`](Self::add)ed apart).
+    pub fn place(&mut self, thread: u32, stack: u32, state: ThreadState, offset_ns: u64) {
+        self.profile.timeline.push(TimedSample {
+            thread,
+            stack,
+            state,
+            offset_ns,
+        });
+    }
+
     /// The profile, its samples in (thread, stack, state) order, each
     /// with its sums passed through `finish_sample` (count, weight, state
     /// to count, weight).
@@ -116,6 +128,9 @@ impl<'a, L: KeyedLocation> ProfileAssembly<'a, L> {
                 }
             })
             .collect();
+        self.profile
+            .timeline
+            .sort_by_key(|timed| (timed.offset_ns, timed.thread));
         self.profile
     }
 

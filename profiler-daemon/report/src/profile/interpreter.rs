@@ -17,7 +17,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::{LocationKind, Profile, Sample, Stacks};
+use super::{LocationKind, Profile, Sample, Stacks, TimedSample};
 
 /// Whether `module` (a path or a file name) is named like a CPython 3
 /// interpreter's binary or library: `python3.N` (and `python3.Nd`,
@@ -95,6 +95,17 @@ impl Profile {
             stacks,
             samples: merged(&self.samples, stack_of),
             unread_stacks: merged(&self.unread_stacks, stack_of),
+            timeline: self
+                .timeline
+                .iter()
+                .map(|timed| TimedSample {
+                    stack: renumbered
+                        .get(timed.stack as usize)
+                        .copied()
+                        .unwrap_or(timed.stack),
+                    ..*timed
+                })
+                .collect(),
             locations: self.locations.clone(),
             threads: self.threads.clone(),
             lost: self.lost.clone(),

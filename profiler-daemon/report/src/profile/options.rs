@@ -81,6 +81,11 @@ pub enum Format {
     Speedscope,
     /// The profile's Python functions as Python's `pstats` reads them.
     Pstats,
+    /// The Firefox Profiler's processed format: each thread's samples at
+    /// their own times (a profile with a [`Profile::timeline`] only).
+    ///
+    /// [`Profile::timeline`]: crate::profile::Profile::timeline
+    Gecko,
     /// The folded lines a flame graph draws (the web view's): the samples
     /// through a frame too narrow to draw (under inferno's `min_width`,
     /// 0.01% of the samples) are its caller's. Not offered by the gRPC API
@@ -89,7 +94,7 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 8] = [
         Format::Tree,
         Format::Flat,
         Format::Folded,
@@ -97,6 +102,7 @@ impl Format {
         Format::Flamegraph,
         Format::Speedscope,
         Format::Pstats,
+        Format::Gecko,
     ];
 
     /// The format's name, as the CLI and the API spell it.
@@ -109,6 +115,7 @@ impl Format {
             Format::Flamegraph => "flamegraph",
             Format::Speedscope => "speedscope",
             Format::Pstats => "pstats",
+            Format::Gecko => "gecko",
             Format::DrawnFolded => "drawn folded",
         }
     }

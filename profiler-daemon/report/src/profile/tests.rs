@@ -92,6 +92,7 @@ fn kernel_addresses_are_hidden_and_their_locations_merged() {
         unread: Vec::new(),
         unread_stacks: Vec::new(),
         own_lost: Vec::new(),
+        timeline: Vec::new(),
     };
     profile.hide_kernel_addresses();
     assert_eq!(profile.locations.len(), 2);

@@ -40,6 +40,7 @@ mod flat;
 mod folded;
 mod frames;
 mod functions;
+mod gecko;
 mod parallel;
 mod pprof;
 mod pprof_diff;
@@ -141,6 +142,7 @@ pub fn render(profile: &Profile, options: &ReportOptions) -> Result<Vec<u8>, Rep
         Format::Speedscope => flamegraph::speedscope(profile, options, None),
         Format::DrawnFolded => flamegraph::drawn_folded(profile, options, None),
         Format::Pstats => pstats::render(profile),
+        Format::Gecko => gecko::render(profile, options),
     }
 }
 
@@ -172,7 +174,7 @@ pub fn render_indexed(
         Format::Speedscope => flamegraph::speedscope(profile, options, Some(index)),
         Format::DrawnFolded => flamegraph::drawn_folded(profile, options, Some(index)),
         Format::Flat => flat::render_indexed(profile, options, index).map(String::into_bytes),
-        Format::Pprof | Format::Pstats => render(profile, options),
+        Format::Pprof | Format::Pstats | Format::Gecko => render(profile, options),
     }
 }
 
@@ -327,6 +329,8 @@ pub enum OwnersShown {
 /// frame or a label of their own).
 pub fn owners_shown(options: &ReportOptions) -> OwnersShown {
     match (options.format, options.groupby) {
+        // A timeline is each thread's, whatever the grouping.
+        (Format::Gecko, _) => OwnersShown::Threads,
         (_, GroupBy::None) => OwnersShown::Nobody,
         // Functions are keyed by file, whoever ran them.
         (Format::Pstats, _) => OwnersShown::Nobody,

@@ -135,6 +135,9 @@ pub struct NormalizedSample {
     pub weight: u64,
     /// An allocation sample's id; 0 for other samples.
     pub allocation_id: u64,
+    /// When each of a peek's ticks was taken (monotonic nanoseconds, as
+    /// `bpf_ktime_get_ns`); empty for other samples.
+    pub times_ns: Vec<u64>,
 }
 
 impl NormalizedSample {
@@ -152,6 +155,7 @@ impl NormalizedSample {
             count: 1,
             weight: 0,
             allocation_id: 0,
+            times_ns: Vec::new(),
         }
     }
 }
@@ -726,6 +730,7 @@ impl ProcessTable {
                     count: sample.count,
                     weight: sample.weight,
                     allocation_id: sample.allocation_id,
+                    times_ns: sample.times_ns,
                 }
             })
             .collect();

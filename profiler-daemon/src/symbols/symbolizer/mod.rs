@@ -128,6 +128,9 @@ pub struct SymbolizedSample {
     pub weight: u64,
     /// An allocation sample's id; 0 for other samples.
     pub allocation_id: u64,
+    /// When each of a peek's ticks was taken (monotonic nanoseconds, as
+    /// `bpf_ktime_get_ns`); empty for other samples.
+    pub times_ns: Vec<u64>,
 }
 
 /// A drained batch, symbolized: what the store takes in.
@@ -286,6 +289,7 @@ impl Symbolizer {
                     count: sample.count,
                     weight: sample.weight,
                     allocation_id: sample.allocation_id,
+                    times_ns: sample.times_ns,
                 }
             })
             .collect::<Vec<_>>();

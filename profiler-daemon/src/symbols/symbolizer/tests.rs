@@ -29,6 +29,7 @@ fn batch(user: Vec<UserAddress>, kernel: &[u64], flags: u32) -> NormalizedBatch 
             count: 1,
             weight: 1,
             allocation_id: 0,
+            times_ns: Vec::new(),
         }],
         counters: [0; COUNTER_COUNT as usize],
     }
@@ -65,6 +66,7 @@ fn raw_here(address: u64) -> crate::kernel::drain::RawBatch {
             count: 1,
             weight: 1,
             allocation_id: 0,
+            times_ns: Vec::new(),
         }],
         counters: [0; COUNTER_COUNT as usize],
     }

@@ -75,6 +75,7 @@ fn format(value: i32) -> Result<Format, ServiceError> {
         v1::Format::Flamegraph => Format::Flamegraph,
         v1::Format::Speedscope => Format::Speedscope,
         v1::Format::Pstats => Format::Pstats,
+        v1::Format::Gecko => Format::Gecko,
     })
 }
 
@@ -87,6 +88,7 @@ fn format_to_proto(format: Format) -> v1::Format {
         Format::Flamegraph => v1::Format::Flamegraph,
         Format::Speedscope => v1::Format::Speedscope,
         Format::Pstats => v1::Format::Pstats,
+        Format::Gecko => v1::Format::Gecko,
     }
 }
 

@@ -517,7 +517,7 @@ pub(super) fn report_response(report: Report) -> Response {
         Format::Flamegraph => {
             ([(header::CONTENT_TYPE, "image/svg+xml")], report.bytes).into_response()
         }
-        Format::Speedscope => {
+        Format::Speedscope | Format::Gecko => {
             ([(header::CONTENT_TYPE, "application/json")], report.bytes).into_response()
         }
         _ => (
