@@ -433,7 +433,16 @@ fn peek_status(peek: &v1::PeekStatus, verbose: bool) -> String {
             peek.protection_reason
         )
     };
-    let mut text = format!("peeks:      {trigger}\n            {protection}\n");
+    let mut text = format!(
+        "peeks:      {trigger}\n            {protection}\n            {} of {} slots in use \
+         ({} peeks, {} processes profiled at a rate of their own); a user's processes hold at \
+         most {} (max_concurrent_peeks)\n",
+        peek.running + peek.rated_running,
+        peek.max_concurrent,
+        peek.running,
+        peek.rated_running,
+        (peek.max_concurrent / 2).max(1),
+    );
     let counters = [
         (peek.completed, "done"),
         (peek.running.into(), "running"),

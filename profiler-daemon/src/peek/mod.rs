@@ -56,8 +56,8 @@ pub enum PeekError {
     #[error("{limit} peeks are already running (max_concurrent_peeks); try again in a moment")]
     TooMany { limit: usize },
     #[error(
-        "{limit} peeks of user {uid}'s processes are already running (half of \
-         max_concurrent_peeks); try again in a moment"
+        "{limit} peeks or profiles at a rate of their own (-F, --format gecko) of user {uid}'s \
+         processes are already running (half of max_concurrent_peeks); try again in a moment"
     )]
     TooManyOfUser { uid: u32, limit: usize },
     #[error(
@@ -180,9 +180,11 @@ struct Inner {
     inbox: Arc<SampleInbox>,
     pipeline: PipelineHandle,
     running: Mutex<HashMap<u32, Running>>,
-    /// Processes sampled at a rate of their own for a profile (`rated`):
-    /// their inbox slots are that profile's; no peek of them starts.
-    rated: Mutex<rustc_hash::FxHashSet<u32>>,
+    /// Processes sampled at a rate of their own for a profile (`rated`),
+    /// with the user the profile counts against (none for a privileged
+    /// asker): their inbox slots are that profile's; no peek of them
+    /// starts.
+    rated: Mutex<HashMap<u32, Option<u32>>>,
     /// Processes a peek signal is about to end (no handler), until the
     /// kernel says it did.
     doomed: Mutex<HashMap<u32, Instant>>,

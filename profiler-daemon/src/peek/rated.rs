@@ -73,12 +73,14 @@ impl Drop for Held<'_> {
 impl Peeker {
     /// Samples every thread of `pids` at `frequency_hz` of its own CPU time
     /// until `window` resolves, and hands over their samples. Refused when
-    /// a peek (or another such profile) of one of them is under way, or
-    /// when as many run as peeks may (`max_concurrent_peeks`).
+    /// a peek (or another such profile) of one of them is under way, when
+    /// as many run as peeks may (`max_concurrent_peeks`), or, for an
+    /// unprivileged asker (`bound_uid`), when half of those are its user's.
     pub async fn sample_at_rate(
         &self,
         pids: &[u32],
         frequency_hz: u32,
+        bound_uid: Option<u32>,
         window: impl Future<Output = ()>,
     ) -> Result<RatedSamples, PeekError> {
         let inner = &self.inner;
@@ -93,13 +95,22 @@ impl Peeker {
             if running.len() + rated.len() + pids.len() > limit {
                 return Err(PeekError::TooMany { limit });
             }
+            if let Some(uid) = bound_uid {
+                let user_limit = super::running::per_user_limit(limit);
+                if super::running::of_user(&running, &rated, uid) + pids.len() > user_limit {
+                    return Err(PeekError::TooManyOfUser {
+                        uid,
+                        limit: user_limit,
+                    });
+                }
+            }
             for &pid in pids {
-                if running.contains_key(&pid) || rated.contains(&pid) {
+                if running.contains_key(&pid) || rated.contains_key(&pid) {
                     return Err(PeekError::Busy { pid });
                 }
             }
             for &pid in pids {
-                rated.insert(pid);
+                rated.insert(pid, bound_uid);
                 inner.inbox.open(pid);
                 held.pids.push(pid);
             }

@@ -51,7 +51,7 @@ impl Peeker {
             }
             let settings = self.settings();
             // A profile at a rate of its own holds the process's samples.
-            let refusal = match lock(&inner.rated).contains(&pid) {
+            let refusal = match lock(&inner.rated).contains_key(&pid) {
                 true => Some(PeekError::Busy { pid }),
                 false => self.refusal(&running, uid, &trigger, &settings),
             };
@@ -93,23 +93,21 @@ impl Peeker {
         settings: &PeekSettings,
     ) -> Option<PeekError> {
         let limit = settings.max_concurrent;
-        if running.len() >= limit {
+        let rated = lock(&self.inner.rated);
+        if running.len() + rated.len() >= limit {
             return Some(PeekError::TooMany { limit });
         }
         let (Some(uid), true) = (uid, trigger.bound_per_user) else {
             return None;
         };
-        let user_limit = (limit / 2).max(1);
-        let of_user = running
-            .values()
-            .filter(|peek| peek.uid == Some(uid))
-            .count();
-        if of_user >= user_limit {
+        let user_limit = per_user_limit(limit);
+        if of_user(running, &rated, uid) >= user_limit {
             return Some(PeekError::TooManyOfUser {
                 uid,
                 limit: user_limit,
             });
         }
+        drop(rated);
         let per_minute = settings.per_user_per_minute;
         if !lock(&self.inner.per_user)
             .started
@@ -314,4 +312,24 @@ impl Peeker {
             let _ = waiter.send(result.clone());
         }
     }
+}
+
+/// The most peeks and profiles at a rate of their own of one user's
+/// processes at once: half of `max_concurrent` (at least one), so that one
+/// user cannot take every slot.
+pub(super) fn per_user_limit(max_concurrent: usize) -> usize {
+    (max_concurrent / 2).max(1)
+}
+
+/// The peeks and profiles at a rate of their own under way of `uid`'s
+/// processes (a peek counts against its process's owner, such a profile
+/// against its unprivileged asker).
+pub(super) fn of_user(
+    running: &HashMap<u32, Running>,
+    rated: &HashMap<u32, Option<u32>>,
+    uid: u32,
+) -> usize {
+    let peeks = running.values().filter(|peek| peek.uid == Some(uid));
+    let profiles = rated.values().filter(|&&asker| asker == Some(uid));
+    peeks.count() + profiles.count()
 }

@@ -80,11 +80,12 @@ impl Service {
         frequency_hz: u32,
         options: crate::profile::ReportOptions,
         kernel_addresses: bool,
+        bound_uid: Option<u32>,
         window: impl Future<Output = ()>,
     ) -> Result<Report, ServiceError> {
         let rated = self
             .peeker
-            .sample_at_rate(&selector.pids, frequency_hz, window)
+            .sample_at_rate(&selector.pids, frequency_hz, bound_uid, window)
             .await?;
         let lost = crate::read_lock(&self.store).window_losses(rated.start, rated.end);
         let max_response_bytes = self.limits.max_response_bytes;

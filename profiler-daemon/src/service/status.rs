@@ -67,6 +67,12 @@ pub struct PeekTrigger {
     pub protection: Protection,
     pub stats: PeekStats,
     pub running: usize,
+    /// Profiles at a rate of their own running now, by process sampled
+    /// (`-F`, `--format gecko`): they share the peeks' slots.
+    pub rated_running: usize,
+    /// The slots peeks and those profiles share (`max_concurrent_peeks`);
+    /// an unprivileged user's hold at most half.
+    pub max_concurrent: usize,
     /// Peek signals the kernel could not pass on (its ring buffer full).
     pub dropped_in_kernel: u64,
 }
@@ -117,6 +123,8 @@ impl Service {
                 protection: self.peeker.protection().clone(),
                 stats: self.peeker.stats(),
                 running: self.peeker.running(),
+                rated_running: self.peeker.rated_running(),
+                max_concurrent: self.peeker.settings().max_concurrent,
                 dropped_in_kernel,
             },
         }

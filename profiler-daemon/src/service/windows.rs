@@ -209,6 +209,8 @@ impl Service {
                     frequency_hz,
                     spec.options,
                     kernel_addresses,
+                    // An unprivileged asker holds at most half the slots.
+                    (!asker.privileged()).then(|| asker.caller.uid()).flatten(),
                     window,
                 )
                 .await?;

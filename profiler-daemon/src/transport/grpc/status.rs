@@ -284,6 +284,8 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
             killed: stats.killed,
             self_sent: stats.self_sent,
             running: peek.running as u32,
+            rated_running: peek.rated_running as u32,
+            max_concurrent: peek.max_concurrent as u32,
             not_written: stats.not_written,
         }),
         metrics: String::new(),
