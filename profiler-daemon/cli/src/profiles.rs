@@ -9,8 +9,8 @@ use profilerd_client::v1;
 use crate::{
     Client,
     args::{
-        self, DiffArgs, DiffFormatArg, FlamegraphArgs, ReportArgs, SelectorArgs, TopArgs,
-        WindowArgs,
+        self, DiffArgs, DiffFormatArg, FlamegraphArgs, FormatArg, ReportArgs, SelectorArgs,
+        TopArgs, WindowArgs,
     },
     format,
     output::{self, Progress},
@@ -48,7 +48,15 @@ pub async fn profile(
         frequency,
     };
     let reply = profile_window(daemon, selector, window, report.to_proto()).await?;
-    output::deliver(reply, report.output.as_deref(), asked)
+    output::deliver(reply, report.output.as_deref(), asked)?;
+    if let (FormatArg::Gecko, Some(path)) = (report.format, &report.output) {
+        eprintln!(
+            "open {} in the Firefox Profiler: https://profiler.firefox.com, \"Load a profile from \
+             file\"",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// The longest profile the daemon allows.

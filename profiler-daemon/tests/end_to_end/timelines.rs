@@ -123,6 +123,7 @@ async fn a_profile_of_a_process_is_a_timeline_of_its_threads() {
     let pid = workload.pid().to_string();
     support::wait_for_threads(workload.pid(), &PEEK_THREADS).await;
     let (profile, stderr) = gecko_profile(&daemon, &["-p", &pid, "-F", "499", "-d", "2"]).await;
+    assert!(stderr.contains("profiler.firefox.com"), "{stderr}");
     let threads = check_processed_profile(&profile);
     // Every thread of the process, the sleeping one too.
     assert_eq!(threads.len(), 4, "{threads:?}\n{stderr}");
