@@ -5,12 +5,14 @@
 //! The source is read here, as the user who asks (never by the daemon, which
 //! could read what that user may not). Where there is no line information
 //! (built without -g), the samples of each instruction address are listed
-//! instead, as perf annotate does beside its disassembly.
+//! instead, as perf annotate does beside its disassembly. The function is
+//! matched as everywhere a function is named (`profilerd_words`).
 
 use std::{collections::BTreeMap, fmt::Write as _, io::Read as _};
 
 use anyhow::{Context as _, Result, bail};
 use profilerd_client::{pprof, v1};
+use profilerd_words::FunctionName;
 use prost::Message as _;
 
 use crate::{
@@ -77,18 +79,6 @@ fn read_source(path: &str) -> Result<Vec<String>, String> {
     Ok(text.lines().map(str::to_owned).collect())
 }
 
-/// Whether `name` is the function asked for: the same name, one whose
-/// last `::` part it is, or a C library alias of it (`__GI___libc_malloc`,
-/// `malloc@GLIBC_2.2.5`).
-fn names(name: &str, asked: &str) -> bool {
-    let name = name.split('@').next().unwrap_or(name);
-    name == asked
-        || name.rsplit("::").next() == Some(asked)
-        || ["__GI___libc_", "__GI___", "__GI_", "__libc_"]
-            .iter()
-            .any(|prefix| name.strip_prefix(prefix) == Some(asked))
-}
-
 /// Samples per source line (and per address without one) of the function.
 #[derive(Debug, Default)]
 struct LineCounts {
@@ -106,6 +96,7 @@ struct LineCounts {
 
 impl LineCounts {
     fn of(profile: &pprof::Profile, asked: &str) -> Self {
+        let asked = FunctionName::new(asked);
         let text = |index: i64| {
             profile
                 .string_table
@@ -148,7 +139,7 @@ impl LineCounts {
                         Some((*name, *file, line.line))
                     })
                     .collect();
-                let Some(at) = frames.iter().position(|(name, _, _)| names(name, asked)) else {
+                let Some(at) = frames.iter().position(|(name, _, _)| asked.matches(name)) else {
                     continue;
                 };
                 if !seen {
@@ -293,15 +284,6 @@ fn source_lines(out: &mut String, source: &[String], lines: &[(i64, (u64, u64))]
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_match_as_callers_does() {
-        assert!(names("hot", "hot"));
-        assert!(names("app::server::hot", "hot"));
-        assert!(names("__GI___libc_malloc", "malloc"));
-        assert!(names("malloc@GLIBC_2.2.5", "malloc"));
-        assert!(!names("hotter", "hot"));
-    }
 
     #[test]
     fn source_lines_show_counts_and_skip_far_lines() {

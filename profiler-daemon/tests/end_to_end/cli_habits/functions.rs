@@ -1,0 +1,146 @@
+//! Commands that name a function, as their users type it: `callers` and
+//! `diff --function` find the C library's malloc by its public name
+//! (Debian's glibc names it `__GI___libc_malloc`), and `annotate` shows a
+//! function's source with the samples beside each line.
+
+use profilerd_words::FunctionName;
+
+use crate::support::{self, Daemon, Workload};
+
+/// Runs profilerctl with `args` against `daemon` until it succeeds with
+/// an output `ready` takes (`what` names that in the failure); that
+/// output.
+async fn profilerctl_until(
+    daemon: &Daemon,
+    what: &str,
+    args: &[&str],
+    ready: impl Fn(&str) -> bool,
+) -> String {
+    support::eventually(what, support::PATIENCE, async || {
+        let output = support::profilerctl(&daemon.socket, args).await;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        if output.status.success() && ready(&text) {
+            Ok(text)
+        } else {
+            Err(format!("{text}{}", String::from_utf8_lossy(&output.stderr)))
+        }
+    })
+    .await
+}
+
+/// The samples annotate's first line counts: `hot in FILE: N samples …`.
+fn annotated_samples(text: &str) -> u64 {
+    text.split_once(": ")
+        .and_then(|(_, rest)| rest.split_once(" samples"))
+        .and_then(|(count, _)| count.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `callers malloc` finds the C library's malloc, which Debian's glibc
+/// names `__GI___libc_malloc` (the README's own example).
+#[tokio::test(flavor = "multi_thread")]
+async fn callers_of_malloc_find_the_c_library_s_malloc() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("allocs", &["storm"]);
+    let pid = workload.pid().to_string();
+    let text = profilerctl_until(
+        &daemon,
+        "callers of malloc name site_storm",
+        &["callers", "malloc", "--pid", &pid, "--since", "1m"],
+        |text| text.contains("site_storm"),
+    )
+    .await;
+    assert!(text.starts_with("Callers of malloc ("), "{text}");
+}
+
+/// `diff --function malloc` keeps only malloc's rows, found by the C
+/// library's own name of it (Debian's glibc: `__GI___libc_malloc`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_diff_naming_malloc_finds_the_c_library_s_malloc() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("allocs", &["storm"]);
+    let pid = workload.pid().to_string();
+    let malloc = FunctionName::new("malloc");
+    // The table's rows: `self% → self% (change)   total% … (change)   function`.
+    let rows = |text: &str| -> Vec<String> {
+        (text.lines())
+            .filter(|line| line.matches('→').count() == 2 && !line.contains("function"))
+            .filter_map(|line| line.rsplit_once(")      ").map(|(_, f)| f.to_owned()))
+            .collect()
+    };
+    let args = [
+        "diff",
+        "--base-since",
+        "2m",
+        "--base-until",
+        "1m",
+        "--since",
+        "1m",
+        "--pid",
+        &pid,
+        "--function",
+        "malloc",
+    ];
+    let text = profilerctl_until(
+        &daemon,
+        "diff --function malloc lists a C library name of malloc",
+        &args,
+        |text| (rows(text).iter()).any(|function| function != "malloc" && malloc.matches(function)),
+    )
+    .await;
+    let rows = rows(&text);
+    assert!(
+        rows.iter().all(|function| malloc.matches(function)),
+        "a row of another function: {rows:?}\n{text}"
+    );
+    assert!(text.contains("only the functions named malloc ("), "{text}");
+    // Without --function, the other functions are there too.
+    let whole = support::profilerctl(&daemon.socket, &args[..args.len() - 2]).await;
+    let whole = String::from_utf8_lossy(&whole.stdout).into_owned();
+    assert!(whole.contains("site_storm"), "{whole}");
+}
+
+/// `annotate hot` prints split.c with each line's samples: the hot loop's
+/// lines (spin's, inlined into hot) have the most.
+#[tokio::test(flavor = "multi_thread")]
+async fn annotate_shows_the_hot_loop_s_line_with_the_most_samples() {
+    let daemon = Daemon::start().await;
+    let workload = Workload::start("split", &[]);
+    let pid = workload.pid().to_string();
+    let source = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/split.c"),
+    )
+    .expect("split.c");
+    let loop_lines: Vec<u32> = (1..)
+        .zip(source.lines())
+        .filter(|(_, line)| line.contains("sink += i * i") || line.contains("for (unsigned long i"))
+        .map(|(number, _)| number)
+        .collect();
+    assert_eq!(loop_lines.len(), 2, "{source}");
+    // Enough samples for the hottest line to be plain.
+    let text = profilerctl_until(
+        &daemon,
+        "annotate hot has samples",
+        &["annotate", "hot", "-p", &pid, "--since", "1m"],
+        |text| annotated_samples(text) >= 100,
+    )
+    .await;
+    // Rows: self, total, line number, source.
+    let hottest = text
+        .lines()
+        .filter_map(|line| {
+            let own: u64 = line.get(..6)?.trim().parse().ok()?;
+            let number: u32 = line.get(14..19)?.trim().parse().ok()?;
+            Some((own, number))
+        })
+        .max()
+        .unwrap_or_else(|| panic!("no line with samples:\n{text}"));
+    assert!(
+        loop_lines.contains(&hottest.1),
+        "hottest {hottest:?}, the loop {loop_lines:?}:\n{text}"
+    );
+    assert!(
+        text.contains("sink += i * i"),
+        "the source is shown:\n{text}"
+    );
+}
