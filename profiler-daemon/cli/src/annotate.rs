@@ -4,9 +4,14 @@
 //!
 //! The source is read here, as the user who asks (never by the daemon, which
 //! could read what that user may not). Where there is no line information
-//! (built without -g), the samples of each instruction address are listed
-//! instead, as perf annotate does beside its disassembly. The function is
+//! (built without -g), the function's disassembly is shown instead with
+//! each instruction's samples, as perf annotate does: objdump's, of the
+//! binary read here too (`instructions`, `elf`, `objdump`). The function is
 //! matched as everywhere a function is named (`profilerd_words`).
+
+mod elf;
+mod instructions;
+mod objdump;
 
 use std::{collections::BTreeMap, fmt::Write as _, io::Read as _};
 
@@ -14,6 +19,8 @@ use anyhow::{Context as _, Result, bail};
 use profilerd_client::{pprof, v1};
 use profilerd_words::FunctionName;
 use prost::Message as _;
+
+use instructions::Disassembled;
 
 use crate::{
     Client,
@@ -57,7 +64,7 @@ pub async fn annotate(
              flat --functions` with the same window lists the functions it has"
         );
     }
-    output::print_text(&counts.text(function, read_source))
+    output::print_text(&counts.text(function, read_source, instructions::disassemble))
 }
 
 /// The gzipped pprof profile the daemon sent, decoded.
@@ -86,8 +93,9 @@ struct LineCounts {
     /// sample was (the function or code inlined into it at the leaf),
     /// total when the function is anywhere in the stack, at that line.
     lines: BTreeMap<(String, i64), (u64, u64)>,
-    /// Leaf addresses of the function's samples without line information.
-    addresses: BTreeMap<u64, u64>,
+    /// Leaf addresses (file offsets) of the function's samples without
+    /// line information, per module.
+    addresses: BTreeMap<String, BTreeMap<u64, u64>>,
     /// Samples with the function in their stack.
     samples: u64,
     /// The module the function is in, when known.
@@ -162,7 +170,15 @@ impl LineCounts {
                                 .or_default()
                                 .0 += count;
                         }
-                        false => *counts.addresses.entry(location.address).or_default() += count,
+                        false => {
+                            let module = modules.get(&location.mapping_id).copied();
+                            *(counts
+                                .addresses
+                                .entry(module.unwrap_or_default().to_owned()))
+                            .or_default()
+                            .entry(location.address)
+                            .or_default() += count;
+                        }
                     }
                 }
                 if line > 0 && counted.insert((file, line)) {
@@ -174,9 +190,15 @@ impl LineCounts {
     }
 
     /// The annotated source: of the file with most of the function's
-    /// samples, each line with samples and a few around them; then the
-    /// addresses without line information.
-    fn text(&self, asked: &str, read: impl Fn(&str) -> Result<Vec<String>, String>) -> String {
+    /// samples, each line with samples and a few around them; then, for
+    /// the samples without line information, the function's instructions
+    /// (`disassemble`d) with theirs, or their addresses.
+    fn text(
+        &self,
+        asked: &str,
+        read: impl Fn(&str) -> Result<Vec<String>, String>,
+        disassemble: impl Fn(&str, &BTreeMap<u64, u64>) -> Result<Disassembled, String>,
+    ) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -214,21 +236,19 @@ impl LineCounts {
                 }
             }
         }
-        if !self.addresses.is_empty() {
-            let _ = writeln!(
-                out,
-                "\n  Self  Address  (no line information: build with -g; `objdump -d` shows \
-                 the instructions)"
-            );
-            for (address, count) in &self.addresses {
-                let _ = writeln!(out, "{count:>6}  {address:#x}");
+        for (module, offsets) in &self.addresses {
+            match disassemble(module, offsets) {
+                Ok(shown) => instructions::write_disassembly(&mut out, asked, module, &shown),
+                Err(why) => instructions::write_offsets(&mut out, module, offsets, &why),
             }
         }
-        let _ = writeln!(
-            out,
-            "\nSelf: samples at the line itself (code inlined into it included); Total: samples \
-             with the function at that line anywhere in their stack (once each)"
-        );
+        if !self.lines.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nSelf: samples at the line itself (code inlined into it included); Total: \
+                 samples with the function at that line anywhere in their stack (once each)"
+            );
+        }
         out
     }
 }
@@ -284,6 +304,102 @@ fn source_lines(out: &mut String, source: &[String], lines: &[(i64, (u64, u64))]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A profile of two samples: `main → __GI___libc_malloc` (5) and
+    /// `main` (3), without line information.
+    fn malloc_profile() -> pprof::Profile {
+        let location = |id: u64, mapping_id: u64, address: u64, function_id: u64| pprof::Location {
+            id,
+            mapping_id,
+            address,
+            line: vec![pprof::Line {
+                function_id,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let function = |id: u64, name: i64| pprof::Function {
+            id,
+            name,
+            ..Default::default()
+        };
+        let mapping = |id: u64, filename: i64| pprof::Mapping {
+            id,
+            filename,
+            ..Default::default()
+        };
+        let sample = |location_id: Vec<u64>, count: i64| pprof::Sample {
+            location_id,
+            value: vec![count],
+            ..Default::default()
+        };
+        pprof::Profile {
+            string_table: [
+                "",
+                "__GI___libc_malloc",
+                "/lib/libc.so.6",
+                "main",
+                "/bin/app",
+            ]
+            .map(String::from)
+            .to_vec(),
+            function: vec![function(1, 1), function(2, 3)],
+            mapping: vec![mapping(1, 2), mapping(2, 4)],
+            location: vec![location(1, 1, 0x9a000, 1), location(2, 2, 0x1000, 2)],
+            sample: vec![sample(vec![1, 2], 5), sample(vec![2], 3)],
+            ..Default::default()
+        }
+    }
+
+    /// `malloc` is glibc's `__GI___libc_malloc`; without line
+    /// information its instructions are shown, or its offsets with why
+    /// not.
+    #[test]
+    fn a_function_without_lines_is_disassembled_by_any_of_its_names() {
+        let counts = LineCounts::of(&malloc_profile(), "malloc");
+        assert_eq!(counts.samples, 5);
+        assert_eq!(
+            counts.addresses,
+            BTreeMap::from([("/lib/libc.so.6".to_owned(), BTreeMap::from([(0x9a000, 5)]))])
+        );
+        let unread = |_: &str| Err("unread".to_owned());
+        let text = counts.text("malloc", unread, |module, offsets| {
+            assert_eq!((module, offsets.len()), ("/lib/libc.so.6", 1));
+            Err("objdump is not installed".to_owned())
+        });
+        assert!(
+            text.starts_with("malloc in /lib/libc.so.6: 5 samples with it in their stack\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("no disassembly: objdump is not installed")
+                && text.contains("     5  0x9a000"),
+            "{text}"
+        );
+        assert!(!text.contains("Total:"), "no source lines: {text}");
+        let text = counts.text("malloc", unread, |_, _| {
+            Ok(Disassembled {
+                symbol: Some("malloc".into()),
+                start: 0x9a000,
+                end: 0x9a010,
+                listing: objdump::Listing {
+                    lines: vec![objdump::Line::Instruction {
+                        address: 0x9a000,
+                        text: "endbr64".into(),
+                    }],
+                    truncated: false,
+                },
+                samples: BTreeMap::from([(0x9a000, 5)]),
+                unplaced: 0,
+            })
+        });
+        assert!(text.contains("9a000  endbr64  ← hottest"), "{text}");
+        assert_eq!(LineCounts::of(&malloc_profile(), "xmalloc").samples, 0);
+        assert_eq!(
+            LineCounts::of(&malloc_profile(), "__libc_malloc").samples,
+            5
+        );
+    }
 
     #[test]
     fn source_lines_show_counts_and_skip_far_lines() {

@@ -1,7 +1,8 @@
 //! Commands that name a function, as their users type it: `callers` and
 //! `diff --function` find the C library's malloc by its public name
 //! (Debian's glibc names it `__GI___libc_malloc`), and `annotate` shows a
-//! function's source with the samples beside each line.
+//! function's source, or without line information objdump's disassembly
+//! of it, with the samples beside each line or instruction.
 
 use profilerd_words::FunctionName;
 
@@ -143,4 +144,110 @@ async fn annotate_shows_the_hot_loop_s_line_with_the_most_samples() {
         text.contains("sink += i * i"),
         "the source is shown:\n{text}"
     );
+}
+
+/// `annotate hot` of split.c built without -g: objdump's disassembly of
+/// hot (a position-independent executable), the loop's instructions with
+/// the samples.
+#[tokio::test(flavor = "multi_thread")]
+async fn annotate_without_line_information_shows_the_instructions_with_their_samples() {
+    let daemon = Daemon::start().await;
+    let binary = support::build_workload_with("split", "split-without-lines", &NO_LINES);
+    let workload = Workload::spawn(&binary, &[]);
+    let text = annotated(&daemon, "hot", workload.pid()).await;
+    assert_the_loop_is_hottest(&text, "hot", &binary);
+}
+
+/// The same of a function in a shared library whose code is linked 2 MiB
+/// above its file offsets: the instructions are found at the addresses
+/// objdump shows, which are not the offsets the daemon reports.
+#[tokio::test(flavor = "multi_thread")]
+async fn annotate_disassembles_a_library_s_function_at_its_virtual_addresses() {
+    let daemon = Daemon::start().await;
+    let library = support::build_workload_with(
+        "library_loop",
+        "library-loop.so",
+        &[
+            "-O1",
+            "-fno-omit-frame-pointer",
+            "-DLIBRARY",
+            "-fPIC",
+            "-shared",
+            "-Wl,-Ttext-segment=0x200000",
+        ],
+    );
+    let program = support::build_workload_with("library_loop", "library-loop", &NO_LINES);
+    let library_path = library.display().to_string();
+    let workload = Workload::spawn(&program, &[&library_path]);
+    let text = annotated(&daemon, "library_hot", workload.pid()).await;
+    let (start, end) = assert_the_loop_is_hottest(&text, "library_hot", &library);
+    assert!(
+        start >= 0x20_0000 && end < 0x30_0000,
+        "the loop at {start:#x}..={end:#x}, not at the library's virtual addresses:\n{text}"
+    );
+}
+
+/// How the workloads without line information are built.
+const NO_LINES: [&str; 2] = ["-O1", "-fno-omit-frame-pointer"];
+
+/// `annotate FUNCTION -p PID` once it holds 100 samples or more.
+async fn annotated(daemon: &Daemon, function: &str, pid: u32) -> String {
+    let pid = pid.to_string();
+    profilerctl_until(
+        daemon,
+        &format!("annotate {function} has samples"),
+        &["annotate", function, "-p", &pid, "--since", "1m"],
+        |text| annotated_samples(text) >= 100,
+    )
+    .await
+}
+
+/// Asserts that annotate's `text` is objdump's disassembly of `function`
+/// in `binary`, and that the instructions of its loop (from its backward
+/// jump's target to the jump) hold the hottest and at least 90% of its
+/// samples; the loop's addresses.
+fn assert_the_loop_is_hottest(text: &str, function: &str, binary: &std::path::Path) -> (u64, u64) {
+    assert!(
+        text.starts_with(&format!("{function} in {}: ", binary.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("objdump's disassembly of the symbol {function}, ")),
+        "the disassembly of {function}:\n{text}"
+    );
+    // Rows: self, share, address, instruction (and the hottest's mark).
+    let rows: Vec<(u64, u64, &str)> = (text.lines())
+        .filter_map(|line| {
+            let own = line.get(..6)?.trim();
+            let own = if own.is_empty() { 0 } else { own.parse().ok()? };
+            let address = u64::from_str_radix(line.get(14..23)?.trim(), 16).ok()?;
+            Some((own, address, line.get(25..)?))
+        })
+        .collect();
+    let (start, end) = (rows.iter())
+        .find_map(|&(_, address, instruction)| {
+            let target = instruction.strip_prefix('j')?.split_whitespace().nth(1)?;
+            let target = u64::from_str_radix(target, 16).ok()?;
+            (target < address).then_some((target, address))
+        })
+        .unwrap_or_else(|| panic!("no backward jump in {function}:\n{text}"));
+    let in_loop = |address: u64| (start..=end).contains(&address);
+    let hottest: Vec<u64> = (rows.iter())
+        .filter(|(_, _, instruction)| instruction.ends_with("← hottest"))
+        .map(|&(_, address, _)| address)
+        .collect();
+    assert!(
+        hottest.len() == 1 && in_loop(hottest[0]),
+        "the hottest {hottest:x?}, the loop {start:#x}..={end:#x}:\n{text}"
+    );
+    let total: u64 = rows.iter().map(|&(own, _, _)| own).sum();
+    let looping: u64 = (rows.iter())
+        .filter(|&&(_, address, _)| in_loop(address))
+        .map(|&(own, _, _)| own)
+        .sum();
+    assert!(
+        total >= 100 && looping as f64 >= 0.9 * total as f64,
+        "{looping} of the {total} samples in {function}'s loop:\n{text}"
+    );
+    (start, end)
 }
