@@ -69,14 +69,16 @@ async fn a_diff_naming_malloc_finds_the_c_library_s_malloc() {
             .filter_map(|line| line.rsplit_once(")      ").map(|(_, f)| f.to_owned()))
             .collect()
     };
+    // The base window ends 3 s ago: once the daemon holds that, the two
+    // windows compare (one ending before it started is refused).
     let args = [
         "diff",
         "--base-since",
-        "2m",
+        "1m",
         "--base-until",
-        "1m",
+        "3s",
         "--since",
-        "1m",
+        "3s",
         "--pid",
         &pid,
         "--function",
