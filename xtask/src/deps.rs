@@ -65,6 +65,12 @@ pub const TEST_APT_PACKAGES: &[AptPackage] = &[
         name: "libjemalloc2",
         provides: JEMALLOC,
     },
+    // `profilerctl annotate` shows objdump's disassembly of a function
+    // without line information; its tests read it.
+    AptPackage {
+        name: "binutils",
+        provides: "objdump",
+    },
     // The HTTP listener's tests fetch with curl.
     AptPackage {
         name: "curl",

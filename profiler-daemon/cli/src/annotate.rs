@@ -4,14 +4,23 @@
 //!
 //! The source is read here, as the user who asks (never by the daemon, which
 //! could read what that user may not). Where there is no line information
-//! (built without -g), the samples of each instruction address are listed
-//! instead, as perf annotate does beside its disassembly.
+//! (built without -g), the function's disassembly is shown instead with
+//! each instruction's samples, as perf annotate does: objdump's, of the
+//! binary read here too (`instructions`, `elf`, `objdump`). The function is
+//! matched as everywhere a function is named (`profilerd_words`).
+
+mod elf;
+mod instructions;
+mod objdump;
 
 use std::{collections::BTreeMap, fmt::Write as _, io::Read as _};
 
 use anyhow::{Context as _, Result, bail};
 use profilerd_client::{pprof, v1};
+use profilerd_words::FunctionName;
 use prost::Message as _;
+
+use instructions::Disassembled;
 
 use crate::{
     Client,
@@ -55,7 +64,7 @@ pub async fn annotate(
              flat --functions` with the same window lists the functions it has"
         );
     }
-    output::print_text(&counts.text(function, read_source))
+    output::print_text(&counts.text(function, read_source, instructions::disassemble))
 }
 
 /// The gzipped pprof profile the daemon sent, decoded.
@@ -77,18 +86,6 @@ fn read_source(path: &str) -> Result<Vec<String>, String> {
     Ok(text.lines().map(str::to_owned).collect())
 }
 
-/// Whether `name` is the function asked for: the same name, one whose
-/// last `::` part it is, or a C library alias of it (`__GI___libc_malloc`,
-/// `malloc@GLIBC_2.2.5`).
-fn names(name: &str, asked: &str) -> bool {
-    let name = name.split('@').next().unwrap_or(name);
-    name == asked
-        || name.rsplit("::").next() == Some(asked)
-        || ["__GI___libc_", "__GI___", "__GI_", "__libc_"]
-            .iter()
-            .any(|prefix| name.strip_prefix(prefix) == Some(asked))
-}
-
 /// Samples per source line (and per address without one) of the function.
 #[derive(Debug, Default)]
 struct LineCounts {
@@ -96,8 +93,9 @@ struct LineCounts {
     /// sample was (the function or code inlined into it at the leaf),
     /// total when the function is anywhere in the stack, at that line.
     lines: BTreeMap<(String, i64), (u64, u64)>,
-    /// Leaf addresses of the function's samples without line information.
-    addresses: BTreeMap<u64, u64>,
+    /// Leaf addresses (file offsets) of the function's samples without
+    /// line information, per module.
+    addresses: BTreeMap<String, BTreeMap<u64, u64>>,
     /// Samples with the function in their stack.
     samples: u64,
     /// The module the function is in, when known.
@@ -106,6 +104,7 @@ struct LineCounts {
 
 impl LineCounts {
     fn of(profile: &pprof::Profile, asked: &str) -> Self {
+        let asked = FunctionName::new(asked);
         let text = |index: i64| {
             profile
                 .string_table
@@ -148,7 +147,7 @@ impl LineCounts {
                         Some((*name, *file, line.line))
                     })
                     .collect();
-                let Some(at) = frames.iter().position(|(name, _, _)| names(name, asked)) else {
+                let Some(at) = frames.iter().position(|(name, _, _)| asked.matches(name)) else {
                     continue;
                 };
                 if !seen {
@@ -171,7 +170,15 @@ impl LineCounts {
                                 .or_default()
                                 .0 += count;
                         }
-                        false => *counts.addresses.entry(location.address).or_default() += count,
+                        false => {
+                            let module = modules.get(&location.mapping_id).copied();
+                            *(counts
+                                .addresses
+                                .entry(module.unwrap_or_default().to_owned()))
+                            .or_default()
+                            .entry(location.address)
+                            .or_default() += count;
+                        }
                     }
                 }
                 if line > 0 && counted.insert((file, line)) {
@@ -183,9 +190,15 @@ impl LineCounts {
     }
 
     /// The annotated source: of the file with most of the function's
-    /// samples, each line with samples and a few around them; then the
-    /// addresses without line information.
-    fn text(&self, asked: &str, read: impl Fn(&str) -> Result<Vec<String>, String>) -> String {
+    /// samples, each line with samples and a few around them; then, for
+    /// the samples without line information, the function's instructions
+    /// (`disassemble`d) with theirs, or their addresses.
+    fn text(
+        &self,
+        asked: &str,
+        read: impl Fn(&str) -> Result<Vec<String>, String>,
+        disassemble: impl Fn(&str, &BTreeMap<u64, u64>) -> Result<Disassembled, String>,
+    ) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -223,21 +236,19 @@ impl LineCounts {
                 }
             }
         }
-        if !self.addresses.is_empty() {
-            let _ = writeln!(
-                out,
-                "\n  Self  Address  (no line information: build with -g; `objdump -d` shows \
-                 the instructions)"
-            );
-            for (address, count) in &self.addresses {
-                let _ = writeln!(out, "{count:>6}  {address:#x}");
+        for (module, offsets) in &self.addresses {
+            match disassemble(module, offsets) {
+                Ok(shown) => instructions::write_disassembly(&mut out, asked, module, &shown),
+                Err(why) => instructions::write_offsets(&mut out, module, offsets, &why),
             }
         }
-        let _ = writeln!(
-            out,
-            "\nSelf: samples at the line itself (code inlined into it included); Total: samples \
-             with the function at that line anywhere in their stack (once each)"
-        );
+        if !self.lines.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nSelf: samples at the line itself (code inlined into it included); Total: \
+                 samples with the function at that line anywhere in their stack (once each)"
+            );
+        }
         out
     }
 }
@@ -294,13 +305,100 @@ fn source_lines(out: &mut String, source: &[String], lines: &[(i64, (u64, u64))]
 mod tests {
     use super::*;
 
+    /// A profile of two samples: `main → __GI___libc_malloc` (5) and
+    /// `main` (3), without line information.
+    fn malloc_profile() -> pprof::Profile {
+        let location = |id: u64, mapping_id: u64, address: u64, function_id: u64| pprof::Location {
+            id,
+            mapping_id,
+            address,
+            line: vec![pprof::Line {
+                function_id,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let function = |id: u64, name: i64| pprof::Function {
+            id,
+            name,
+            ..Default::default()
+        };
+        let mapping = |id: u64, filename: i64| pprof::Mapping {
+            id,
+            filename,
+            ..Default::default()
+        };
+        let sample = |location_id: Vec<u64>, count: i64| pprof::Sample {
+            location_id,
+            value: vec![count],
+            ..Default::default()
+        };
+        pprof::Profile {
+            string_table: [
+                "",
+                "__GI___libc_malloc",
+                "/lib/libc.so.6",
+                "main",
+                "/bin/app",
+            ]
+            .map(String::from)
+            .to_vec(),
+            function: vec![function(1, 1), function(2, 3)],
+            mapping: vec![mapping(1, 2), mapping(2, 4)],
+            location: vec![location(1, 1, 0x9a000, 1), location(2, 2, 0x1000, 2)],
+            sample: vec![sample(vec![1, 2], 5), sample(vec![2], 3)],
+            ..Default::default()
+        }
+    }
+
+    /// `malloc` is glibc's `__GI___libc_malloc`; without line
+    /// information its instructions are shown, or its offsets with why
+    /// not.
     #[test]
-    fn names_match_as_callers_does() {
-        assert!(names("hot", "hot"));
-        assert!(names("app::server::hot", "hot"));
-        assert!(names("__GI___libc_malloc", "malloc"));
-        assert!(names("malloc@GLIBC_2.2.5", "malloc"));
-        assert!(!names("hotter", "hot"));
+    fn a_function_without_lines_is_disassembled_by_any_of_its_names() {
+        let counts = LineCounts::of(&malloc_profile(), "malloc");
+        assert_eq!(counts.samples, 5);
+        assert_eq!(
+            counts.addresses,
+            BTreeMap::from([("/lib/libc.so.6".to_owned(), BTreeMap::from([(0x9a000, 5)]))])
+        );
+        let unread = |_: &str| Err("unread".to_owned());
+        let text = counts.text("malloc", unread, |module, offsets| {
+            assert_eq!((module, offsets.len()), ("/lib/libc.so.6", 1));
+            Err("objdump is not installed".to_owned())
+        });
+        assert!(
+            text.starts_with("malloc in /lib/libc.so.6: 5 samples with it in their stack\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("no disassembly: objdump is not installed")
+                && text.contains("     5  0x9a000"),
+            "{text}"
+        );
+        assert!(!text.contains("Total:"), "no source lines: {text}");
+        let text = counts.text("malloc", unread, |_, _| {
+            Ok(Disassembled {
+                symbol: Some("malloc".into()),
+                start: 0x9a000,
+                end: 0x9a010,
+                listing: objdump::Listing {
+                    lines: vec![objdump::Line::Instruction {
+                        address: 0x9a000,
+                        text: "endbr64".into(),
+                    }],
+                    truncated: false,
+                },
+                samples: BTreeMap::from([(0x9a000, 5)]),
+                unplaced: 0,
+            })
+        });
+        assert!(text.contains("9a000  endbr64  ← hottest"), "{text}");
+        assert_eq!(LineCounts::of(&malloc_profile(), "xmalloc").samples, 0);
+        assert_eq!(
+            LineCounts::of(&malloc_profile(), "__libc_malloc").samples,
+            5
+        );
     }
 
     #[test]

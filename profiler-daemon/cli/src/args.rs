@@ -10,6 +10,12 @@ use std::{
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use profilerd_client::{DEFAULT_SOCKET, v1};
 
+mod values;
+
+use values::{
+    count, count64, id, parse_bytes, parse_duration, parse_noisefloor, parse_rate, parse_time,
+};
+
 /// Control profilerd, the system-wide sampling profiler.
 #[derive(Debug, Parser)]
 #[command(name = "profilerctl", version, about, long_about = None)]
@@ -79,7 +85,8 @@ pub enum Command {
     /// Who called a function, with counts, over a past window (like Julia's
     /// Profile.callers)
     Callers {
-        /// The function, e.g. malloc or app::handle (or its last part)
+        /// The function, e.g. malloc or app::handle (or its last part; a C
+        /// library alias such as __GI___libc_malloc is malloc)
         function: String,
         #[command(flatten)]
         selector: SelectorArgs,
@@ -90,7 +97,8 @@ pub enum Command {
     /// past window (like pprof's list and perf annotate); the source is read
     /// from the file its debug information names
     Annotate {
-        /// The function, e.g. hot or app::handle (or its last part)
+        /// The function, e.g. hot or app::handle (or its last part; a C
+        /// library alias such as __GI___libc_malloc is malloc)
         function: String,
         #[command(flatten)]
         selector: SelectorArgs,
@@ -199,6 +207,11 @@ pub struct DiffArgs {
     /// different lengths or load compare
     #[arg(long)]
     pub normalize: bool,
+    /// Only the rows of this function (repeatable): its name, its last
+    /// qualified parts, or another of the C library's names of it (malloc
+    /// finds __GI___libc_malloc)
+    #[arg(long = "function", value_name = "FUNCTION")]
+    pub functions: Vec<String>,
     /// Write the pprof or flame graph to this file instead of standard output
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -531,157 +544,5 @@ pub struct AllocsArgs {
     pub report: ReportArgs,
 }
 
-fn parse_bytes(text: &str) -> Result<u64, String> {
-    match text.trim().parse::<bytesize::ByteSize>() {
-        Ok(bytes) if bytes.as_u64() > 0 => Ok(bytes.as_u64()),
-        Ok(_) => Err("the mean sampling interval must be at least 1 byte".to_owned()),
-        Err(err) => Err(format!("{err} (examples: 512KiB, 1MiB, 4096)")),
-    }
-}
-
-fn parse_rate(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(rate) if rate > 0.0 && rate <= 1.0 => Ok(rate),
-        _ => Err("a sampling rate is a probability above 0 and at most 1 (e.g. 0.01)".to_owned()),
-    }
-}
-
-/// A duration with its unit (10s, 500ms, 2m), or a number of seconds
-/// without one (5, 0.5), as perf and py-spy take it.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    if text.trim_start().starts_with('-') {
-        return Err("a duration cannot be negative (examples: 10s, 500ms, 2m)".to_owned());
-    }
-    if let Ok(seconds) = text.trim().parse::<f64>() {
-        return Duration::try_from_secs_f64(seconds).map_err(|_| {
-            format!("{text} seconds is not a duration (examples: 10s, 500ms, 2m, 5)")
-        });
-    }
-    humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 10s, 500ms, 2m, 5)"))
-}
-
-fn parse_time(text: &str) -> Result<SystemTime, String> {
-    humantime::parse_rfc3339_weak(text)
-        .map_err(|err| format!("{err} (example: 2026-11-21T17:30:00Z, in UTC)"))
-}
-
-fn parse_noisefloor(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
-        _ => Err("the noise floor is a number of 0 or more (try 2.0)".to_owned()),
-    }
-}
-
-/// A parser of ids (pids, tids, uids), which says what is wrong with a
-/// negative or non-numeric one.
-fn id(what: &'static str) -> impl Fn(&str) -> Result<u32, String> + Clone {
-    move |text| whole_number(text, what, u32::MAX.into()).map(|id| id as u32)
-}
-
-/// A parser of counts that fit 32 bits.
-fn count(what: &'static str) -> impl Fn(&str) -> Result<u32, String> + Clone {
-    move |text| whole_number(text, what, u32::MAX.into()).map(|count| count as u32)
-}
-
-/// A parser of counts that fit 64 bits.
-fn count64(what: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone {
-    move |text| whole_number(text, what, u64::MAX)
-}
-
-fn whole_number(text: &str, what: &str, max: u64) -> Result<u64, String> {
-    if text.trim().starts_with('-') {
-        return Err(format!("{what} cannot be negative"));
-    }
-    match text.trim().parse::<u64>() {
-        Ok(value) if value <= max => Ok(value),
-        Ok(_) => Err(format!("{what} is at most {max}")),
-        Err(_) => Err(format!("{what} is a whole number, 0 to {max}")),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbers_say_what_is_wrong() {
-        let pid = id("a process id");
-        assert_eq!(pid("42"), Ok(42));
-        assert_eq!(pid("-1").unwrap_err(), "a process id cannot be negative");
-        assert!(pid("x").unwrap_err().contains("whole number"));
-        assert!(
-            pid("4294967296")
-                .unwrap_err()
-                .contains("at most 4294967295")
-        );
-        assert!(parse_noisefloor("-1").is_err());
-        assert_eq!(parse_noisefloor("2"), Ok(2.0));
-        assert!(parse_duration("-5s").unwrap_err().contains("negative"));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-    }
-
-    #[test]
-    fn the_command_line_is_well_formed() {
-        use clap::CommandFactory as _;
-        Cli::command().debug_assert();
-        let cli = Cli::try_parse_from(["profilerctl", "profile", "--pid", "-1", "-d", "1s"]);
-        let message = cli.unwrap_err().to_string();
-        assert!(
-            message.contains("a process id cannot be negative"),
-            "{message}"
-        );
-        let cli = Cli::try_parse_from(["profilerctl", "record", "--", "sleep", "-1"]).unwrap();
-        assert!(matches!(cli.command, Command::Record { command, .. } if command.len() == 2));
-    }
-
-    /// perf's and py-spy's habits: `-p PID`, `-d` in seconds without a
-    /// unit, no duration (until Ctrl-C); the long forms still work.
-    #[test]
-    fn profile_takes_perf_and_py_spy_habits() {
-        let profile = |args: &[&str]| {
-            let cli = Cli::try_parse_from([&["profilerctl", "profile"], args].concat())
-                .unwrap_or_else(|err| panic!("{args:?}: {err}"));
-            match cli.command {
-                Command::Profile {
-                    selector,
-                    duration,
-                    frequency,
-                    ..
-                } => (selector.pids, duration, frequency),
-                other => panic!("{other:?}"),
-            }
-        };
-        assert_eq!(
-            profile(&["-p", "42", "-d", "5"]),
-            (vec![42], Some(Duration::from_secs(5)), None)
-        );
-        assert_eq!(
-            profile(&["--pid", "42", "--duration", "1.5"]),
-            (vec![42], Some(Duration::from_millis(1500)), None)
-        );
-        assert_eq!(
-            profile(&["-p", "1", "-p", "2", "-d", "2s"]),
-            (vec![1, 2], Some(Duration::from_secs(2)), None)
-        );
-        assert_eq!(profile(&["-p", "42"]), (vec![42], None, None));
-        assert_eq!(
-            profile(&["-p", "42", "-F", "997", "-d", "2"]),
-            (vec![42], Some(Duration::from_secs(2)), Some(997))
-        );
-        assert_eq!(
-            profile(&["--pid", "42", "--frequency", "99"]),
-            (vec![42], None, Some(99))
-        );
-        for refused in [
-            &["-F", "99"][..],
-            &["-p", "1", "-F", "0"],
-            &["-p", "1", "-F", "5000"],
-        ] {
-            let args = [&["profilerctl", "profile"], refused].concat();
-            assert!(Cli::try_parse_from(args).is_err(), "{refused:?}");
-        }
-        assert!(parse_duration("5x").unwrap_err().contains("examples"));
-        assert!(parse_duration("NaN").is_err());
-        assert!(parse_duration("inf").is_err());
-    }
-}
+mod tests;

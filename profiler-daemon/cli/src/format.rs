@@ -10,6 +10,7 @@ use std::{
 };
 
 use profilerd_client::v1;
+use profilerd_words::bytes_with_count;
 
 /// `1 process`, `2 processes`, `0 samples`.
 pub fn plural(count: u64, noun: &str) -> String {
@@ -153,9 +154,9 @@ pub fn allocs_summary(summary: &v1::ProfileSummary, output: Option<&Path>) -> St
     let mut text = format!(
         "allocations over {seconds:.1}s (estimated from samples): {} in {} allocated, {} in {} \
          still held at the end",
-        bytes(summary.allocated_bytes),
+        bytes_with_count(summary.allocated_bytes),
         plural(summary.allocated_objects, "object"),
-        bytes(summary.held_bytes),
+        bytes_with_count(summary.held_bytes),
         plural(summary.held_objects, "object"),
     );
     if let Some(path) = output {
@@ -165,18 +166,6 @@ pub fn allocs_summary(summary: &v1::ProfileSummary, output: Option<&Path>) -> St
         let _ = write!(text, "\nwarning: {warning}");
     }
     text
-}
-
-/// A byte figure for people, with its exact count when rounded:
-/// `407.0 MiB (426763129 bytes)`, `512 bytes`.
-pub fn bytes(count: u64) -> String {
-    match count < 1024 {
-        true => format!("{count} bytes"),
-        false => format!(
-            "{} ({count} bytes)",
-            bytesize::ByteSize::b(count).display().iec()
-        ),
-    }
 }
 
 /// What the kernel samples, in a line.
@@ -262,13 +251,6 @@ mod tests {
         assert_eq!(plural(1, "process"), "1 process");
         assert_eq!(plural(2, "process"), "2 processes");
         assert_eq!(plural(0, "sample"), "0 samples");
-    }
-
-    #[test]
-    fn byte_figures_have_units() {
-        assert_eq!(bytes(512), "512 bytes");
-        assert_eq!(bytes(426_763_129), "407.0 MiB (426763129 bytes)");
-        assert_eq!(bytes(16 << 10), "16.0 KiB (16384 bytes)");
     }
 
     #[test]

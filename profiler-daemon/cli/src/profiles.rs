@@ -214,6 +214,7 @@ pub async fn diff(daemon: &mut Client, diff: &DiffArgs) -> Result<()> {
             limit: diff.limit,
             options,
             normalize: diff.normalize,
+            functions: diff.functions.clone(),
         })
         .await?
         .into_inner();

@@ -1,5 +1,8 @@
 //! Diff: two past windows (or two selectors) read as the asker may see
-//! them, compared function by function, and drawn when asked.
+//! them, compared function by function (all of them, or those named, as
+//! every function a person names is matched), and drawn when asked.
+
+use profilerd_words::FunctionName;
 
 use crate::profile::ProfileMode;
 
@@ -34,6 +37,9 @@ pub struct DiffSpec {
     pub drawing: Option<ReportOptions>,
     /// Scale the base to the target's samples first.
     pub normalize: bool,
+    /// Only the rows of these functions (matched as `callers` matches its
+    /// function); every function's when empty.
+    pub functions: Vec<String>,
 }
 
 /// How a diff is drawn.
@@ -61,6 +67,9 @@ impl Service {
         if let Some(target) = &spec.target_selector {
             self.check_selector(asker, target, Window::Past)?;
         }
+        let functions = (spec.functions.into_iter())
+            .map(selection::function_name)
+            .collect::<Result<Vec<String>, _>>()?;
         let base_selector = spec.selector.clone().past()?;
         let target_selector = match spec.target_selector {
             Some(selector) => selector.past()?,
@@ -129,9 +138,13 @@ impl Service {
                         drawing
                     }
                 };
-                let changes = report::diff(&base, &target);
+                let named: Vec<FunctionName> = functions
+                    .iter()
+                    .map(|name| FunctionName::new(name))
+                    .collect();
+                let changes = report::diff(&base, &target, &named);
                 Ok(DiffResult {
-                    text: report::diff_text(&base, &target, &changes, limit),
+                    text: report::diff_text(&base, &target, &changes, limit, &named),
                     changes,
                     base: Summary::of(&base),
                     target: Summary::of(&target),

@@ -538,6 +538,7 @@ async fn diffs_callers_and_top_read_the_same_store() {
                 limit: None,
                 drawing: None,
                 normalize: false,
+                functions: Vec::new(),
             },
         )
         .await

@@ -2,7 +2,8 @@
 //! ends a profile early and still reports, `record` runs a command and
 //! reports it with its children, binary never goes to a terminal, reports
 //! say what their columns mean and whose stacks they are, and a process the
-//! peek signal kills is reported as such.
+//! peek signal kills is reported as such. Commands that name a function
+//! (callers, annotate, diff --function) are `functions`'.
 
 use std::{
     process::{Command, Stdio},
@@ -12,6 +13,8 @@ use std::{
 use profilerd_client::v1;
 
 use crate::support::{self, Daemon, User, Workload, error_of, stdout_of};
+
+mod functions;
 
 /// Whether process `pid` has a handler for SIGINT (`SigCgt` in its
 /// status).
@@ -93,34 +96,6 @@ async fn a_profile_without_a_duration_runs_until_ctrl_c() {
         support::total(&stacks) > 0,
         "nothing sampled until Ctrl-C: {stderr}"
     );
-}
-
-/// `callers malloc` finds the C library's malloc, which Debian's glibc
-/// names `__GI___libc_malloc` (the README's own example).
-#[tokio::test(flavor = "multi_thread")]
-async fn callers_of_malloc_find_the_c_library_s_malloc() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("allocs", &["storm"]);
-    let pid = workload.pid().to_string();
-    let text = support::eventually(
-        "callers of malloc name site_storm",
-        support::PATIENCE,
-        async || {
-            let output = support::profilerctl(
-                &daemon.socket,
-                &["callers", "malloc", "--pid", &pid, "--since", "1m"],
-            )
-            .await;
-            let text = String::from_utf8_lossy(&output.stdout).into_owned();
-            if output.status.success() && text.contains("site_storm") {
-                Ok(text)
-            } else {
-                Err(format!("{text}{}", String::from_utf8_lossy(&output.stderr)))
-            }
-        },
-    )
-    .await;
-    assert!(text.starts_with("Callers of malloc ("), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -645,59 +620,4 @@ async fn a_young_daemon_says_its_windows_are_shorter_and_status_speaks_json() {
         "{status}"
     );
     assert!(json["samples_taken"].as_u64() > Some(0), "{status}");
-}
-
-/// `annotate hot` prints split.c with each line's samples: the hot loop's
-/// lines (spin's, inlined into hot) have the most.
-#[tokio::test(flavor = "multi_thread")]
-async fn annotate_shows_the_hot_loop_s_line_with_the_most_samples() {
-    let daemon = Daemon::start().await;
-    let workload = Workload::start("split", &[]);
-    let pid = workload.pid().to_string();
-    let source = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/split.c"),
-    )
-    .expect("split.c");
-    let loop_lines: Vec<u32> = (1..)
-        .zip(source.lines())
-        .filter(|(_, line)| line.contains("sink += i * i") || line.contains("for (unsigned long i"))
-        .map(|(number, _)| number)
-        .collect();
-    assert_eq!(loop_lines.len(), 2, "{source}");
-    let text = support::eventually("annotate hot has samples", support::PATIENCE, async || {
-        let output = support::profilerctl(
-            &daemon.socket,
-            &["annotate", "hot", "-p", &pid, "--since", "1m"],
-        )
-        .await;
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        // Enough samples for the hottest line to be plain.
-        let samples = text
-            .split_once(": ")
-            .and_then(|(_, rest)| rest.split_once(" samples"))
-            .and_then(|(count, _)| count.parse::<u64>().ok());
-        match samples {
-            Some(samples) if output.status.success() && samples >= 100 => Ok(text),
-            _ => Err(format!("{text}{}", String::from_utf8_lossy(&output.stderr))),
-        }
-    })
-    .await;
-    // Rows: self, total, line number, source.
-    let hottest = text
-        .lines()
-        .filter_map(|line| {
-            let own: u64 = line.get(..6)?.trim().parse().ok()?;
-            let number: u32 = line.get(14..19)?.trim().parse().ok()?;
-            Some((own, number))
-        })
-        .max()
-        .unwrap_or_else(|| panic!("no line with samples:\n{text}"));
-    assert!(
-        loop_lines.contains(&hottest.1),
-        "hottest {hottest:?}, the loop {loop_lines:?}:\n{text}"
-    );
-    assert!(
-        text.contains("sink += i * i"),
-        "the source is shown:\n{text}"
-    );
 }

@@ -46,3 +46,4 @@ mod unwinding_sparse;
 mod web_python;
 mod web_view;
 mod web_view_checks;
+mod web_view_functions;

@@ -435,6 +435,7 @@ async fn diff_shows_which_function_took_over() {
         limit: 10,
         options,
         normalize: true,
+        functions: Vec::new(),
     };
     let reply = client
         .diff(request(None))

@@ -24,7 +24,8 @@ def outer():
 outer()
 ";
 
-fn names(seen: &serde_json::Value, key: &str) -> Vec<String> {
+/// The strings of `seen[key]`, what a scenario saw.
+pub(crate) fn names(seen: &serde_json::Value, key: &str) -> Vec<String> {
     seen[key]
         .as_array()
         .unwrap_or_else(|| panic!("{key}: {seen}"))

@@ -220,6 +220,8 @@ fn changelog(inputs: &Inputs) -> Result<String> {
 }
 
 /// DEBIAN/: control, conffiles, md5sums and the maintainer scripts.
+/// binutils is suggested: `profilerctl annotate` runs its objdump to show a
+/// function without line information instruction by instruction.
 fn stage_control(inputs: &Inputs, root: &Path) -> Result<()> {
     let depends = shared_library_depends(root)?;
     let installed_kib = installed_size_kib(root)?;
@@ -231,6 +233,7 @@ fn stage_control(inputs: &Inputs, root: &Path) -> Result<()> {
          Installed-Size: {installed_kib}\n\
          Depends: {depends}\n\
          Recommends: systemd\n\
+         Suggests: binutils\n\
          Section: devel\n\
          Priority: optional\n\
          Homepage: https://example.invalid/profilerd\n\

@@ -2,9 +2,13 @@
 //! its profile's samples (self: the stack's leaf frame; total: anywhere in
 //! the stack, once per sample) in the base and in the target, and the
 //! change in percentage points. Shares, not counts, so windows of
-//! different lengths compare.
+//! different lengths compare. The rows may be only those of functions a
+//! person named, matched as everywhere a function is named
+//! ([`FunctionName`]: `malloc` finds `__GI___libc_malloc`).
 
 use std::{fmt::Write as _, sync::Arc};
+
+use profilerd_words::FunctionName;
 
 use super::functions::function_counts;
 use crate::profile::Profile;
@@ -31,14 +35,16 @@ impl FunctionChange {
     }
 }
 
-/// Every function of either profile, the largest change (self, then total)
+/// Every function of either profile that one of `named` matches (every
+/// function when `named` is empty), the largest change (self, then total)
 /// first.
-pub fn diff(base: &Profile, target: &Profile) -> Vec<FunctionChange> {
+pub fn diff(base: &Profile, target: &Profile, named: &[FunctionName]) -> Vec<FunctionChange> {
     let (base, target) = (function_counts(base, true), function_counts(target, true));
     let mut functions: Vec<&Arc<str>> = base
         .functions
         .keys()
         .chain(target.functions.keys())
+        .filter(|function| named.is_empty() || named.iter().any(|name| name.matches(function)))
         .collect();
     functions.sort();
     functions.dedup();
@@ -74,12 +80,14 @@ pub fn diff(base: &Profile, target: &Profile) -> Vec<FunctionChange> {
     changes
 }
 
-/// The changes as a text table, at most `limit` rows.
+/// The changes as a text table, at most `limit` rows; `named`: the
+/// functions the rows were restricted to, if any.
 pub fn diff_text(
     base: &Profile,
     target: &Profile,
     changes: &[FunctionChange],
     limit: usize,
+    named: &[FunctionName],
 ) -> String {
     let mut out = String::new();
     for (name, profile) in [("base:  ", base), ("target:", target)] {
@@ -96,6 +104,23 @@ pub fn diff_text(
         let _ = writeln!(out, "warning: {warning}");
     }
     let _ = writeln!(out);
+    if !named.is_empty() {
+        let names: Vec<&str> = named.iter().map(FunctionName::asked).collect();
+        let names = names.join(", ");
+        if changes.is_empty() {
+            let _ = writeln!(
+                out,
+                "no function of either window is named {names} (nor ends in :: and the name, \
+                 nor is a C library alias of it); the diff without --function lists them all"
+            );
+            return out;
+        }
+        let _ = writeln!(
+            out,
+            "only the functions named {names} (their C library aliases and qualified names \
+             included)"
+        );
+    }
     let _ = writeln!(
         out,
         "  self%: base → target (change)      total%: base → target (change)   function"
@@ -128,13 +153,13 @@ mod tests {
     fn shares_change_with_the_right_sign() {
         let base = profile(&[(&["main", "a"], 75), (&["main", "b"], 25)]);
         let target = profile(&[(&["main", "a"], 10), (&["main", "b"], 30)]);
-        let changes = diff(&base, &target);
+        let changes = diff(&base, &target, &[]);
         let of = |name: &str| changes.iter().find(|c| &*c.function == name).unwrap();
         assert!((of("a").self_change() - -50.0).abs() < 1e-9);
         assert!((of("b").self_change() - 50.0).abs() < 1e-9);
         assert_eq!(of("main").total_change(), 0.0);
         assert_eq!(&*changes[2].function, "main");
-        let text = diff_text(&base, &target, &changes, 2);
+        let text = diff_text(&base, &target, &changes, 2, &[]);
         assert!(text.contains("-50.0") && text.contains("+50.0"), "{text}");
         assert!(
             text.starts_with("base:   2023-11-14T22:13:20Z to ")
@@ -143,5 +168,40 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("and 1 more"), "{text}");
+    }
+
+    /// Named functions keep their rows only: `malloc` those of the C
+    /// library's names of it, whichever window has them.
+    #[test]
+    fn named_functions_keep_their_rows_aliases_included() {
+        let base = profile(&[(&["main", "malloc"], 10), (&["main", "xmalloc"], 10)]);
+        let target = profile(&[
+            (&["main", "__GI___libc_malloc"], 30),
+            (&["main", "app::spin"], 10),
+        ]);
+        let named = [FunctionName::new("malloc"), FunctionName::new("spin")];
+        let changes = diff(&base, &target, &named);
+        let rows: Vec<&str> = changes.iter().map(|c| &*c.function).collect();
+        assert_eq!(rows, ["__GI___libc_malloc", "malloc", "app::spin"]);
+        let text = diff_text(&base, &target, &changes, 10, &named);
+        assert!(
+            text.contains("only the functions named malloc, spin (")
+                && text.contains("__GI___libc_malloc")
+                && !text.contains("xmalloc"),
+            "{text}"
+        );
+        let nothing = [FunctionName::new("free")];
+        let text = diff_text(
+            &base,
+            &target,
+            &diff(&base, &target, &nothing),
+            10,
+            &nothing,
+        );
+        assert!(
+            text.contains("no function of either window is named free"),
+            "{text}"
+        );
+        assert!(!text.contains("self%"), "{text}");
     }
 }

@@ -60,6 +60,7 @@ use std::fmt::Write as _;
 use crate::profile::{Format, GroupBy, Profile, ProfileMode, ReportOptions};
 pub use callers::{CallerCount, callers, callers_text};
 pub use diff::{FunctionChange, diff, diff_text};
+use profilerd_words::bytes_with_count;
 use sections::{Section, Sections};
 pub use sections::{may_leave_out_sections, threads_shown};
 pub use stack_index::{IndexedWords, StackIndex, StackIndexKey};
@@ -378,30 +379,6 @@ fn counted_unit(profile: &Profile) -> &'static str {
     }
 }
 
-/// A byte figure for people: `512 bytes`, `16.0 KiB`, `407.0 MiB`.
-pub fn bytes_text(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} bytes");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
-/// A byte figure for people with its exact count after it, unless it is
-/// exact already: `407.0 MiB (426763129 bytes)`.
-pub fn bytes_with_count(bytes: u64) -> String {
-    match bytes < 1024 {
-        true => bytes_text(bytes),
-        false => format!("{} ({bytes} bytes)", bytes_text(bytes)),
-    }
-}
-
 /// The closing line of an ungrouped tree or flat report.
 fn write_summary(out: &mut String, profile: &Profile, total: u64) -> Result<(), ReportError> {
     if profile.mode.is_memory() {
@@ -502,13 +479,6 @@ mod tests {
     use super::test_support::{Builder, profile};
     use super::*;
 
-    #[test]
-    fn byte_figures_have_units() {
-        assert_eq!(bytes_text(512), "512 bytes");
-        assert_eq!(bytes_text(16 << 10), "16.0 KiB");
-        assert_eq!(bytes_with_count(426_763_129), "407.0 MiB (426763129 bytes)");
-        assert_eq!(bytes_text(3 << 40), "3.0 TiB");
-    }
     use crate::profile::LossCause;
 
     #[test]

@@ -287,6 +287,7 @@ pub fn diff_spec(request: v1::DiffRequest) -> Result<DiffSpec, ServiceError> {
             options => Some(report_options(options)?),
         },
         normalize: request.normalize,
+        functions: request.functions,
     })
 }
 

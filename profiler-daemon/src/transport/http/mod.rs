@@ -15,6 +15,8 @@
 
 mod guard;
 mod hosts;
+#[cfg(test)]
+mod names_mirror;
 mod params;
 mod routes;
 mod view;

@@ -1,5 +1,6 @@
 //! The web view: `GET /` serves one page (`web/index.html`, its scripts
-//! `web/timeline.js`, `web/tables.js`, `web/peeks.js` and `web/app.js`,
+//! `web/names.js`, `web/timeline.js`, `web/tables.js`, `web/peeks.js` and
+//! `web/app.js`,
 //! `web/app.css`) and the flame graph viewer it draws with (d3-flame-graph
 //! on d3, fetched at pinned versions by `cargo xtask` and embedded by the
 //! build script), all under `/ui/`; the page asks for data through the
@@ -49,6 +50,7 @@ const APP_CSS: &str = include_str!("web/app.css");
 const TIMELINE_JS: &str = include_str!("web/timeline.js");
 const TABLES_JS: &str = include_str!("web/tables.js");
 const PEEKS_JS: &str = include_str!("web/peeks.js");
+const NAMES_JS: &str = include_str!("web/names.js");
 
 /// The page, its files and the routes it asks.
 pub(super) fn routes() -> Router<Routes> {
@@ -94,6 +96,7 @@ async fn ui_file(Path(file): Path<String>) -> Answer {
         "timeline.js" => ("text/javascript; charset=utf-8", TIMELINE_JS.as_bytes()),
         "tables.js" => ("text/javascript; charset=utf-8", TABLES_JS.as_bytes()),
         "peeks.js" => ("text/javascript; charset=utf-8", PEEKS_JS.as_bytes()),
+        "names.js" => ("text/javascript; charset=utf-8", NAMES_JS.as_bytes()),
         _ => embedded::VIEWER_FILES
             .iter()
             .find(|(name, _, _)| *name == file)
@@ -547,6 +550,7 @@ mod tests {
             ("timeline.js", "text/javascript"),
             ("tables.js", "text/javascript"),
             ("peeks.js", "text/javascript"),
+            ("names.js", "text/javascript"),
             ("app.css", "text/css"),
         ] {
             let response = runtime
@@ -575,6 +579,7 @@ mod tests {
             "d3.min.js",
             "d3-flamegraph.min.js",
             "d3-flamegraph.css",
+            "names.js",
             "timeline.js",
             "tables.js",
             "peeks.js",

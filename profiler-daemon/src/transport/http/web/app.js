@@ -262,6 +262,9 @@ function makeChart(width) {
     .sort(true)
     .title("")
     .setDetailsElement($("details"));
+  // The function typed, as callers names it (names.js), or any frame
+  // whose name holds the text; not a regular expression.
+  chart.setSearchMatch((node, term) => searchMatches(node.data.name, term));
   chart.setSearchHandler((results, sum, total) => {
     if (!$("search").value) {
       $("matched").textContent = "";

@@ -80,12 +80,13 @@ async function loadFunctions(window, generation = view.generation) {
   }
 }
 
-// The outermost frames of `tree` named `name` (a recursive function's
-// inner calls are counted in its outer one), each with its caller's name.
+// The outermost frames of `tree` of the function `name` (names.js's rule:
+// malloc finds __GI___libc_malloc; a recursive function's inner calls are
+// counted in its outer one), each with its caller's name.
 function outermost(tree, name) {
   const found = [];
   const walk = (node, caller) => {
-    if (node.name === name) {
+    if (node !== tree && namesFunction(frameFunction(node.name), name)) {
       found.push({ node, caller });
       return;
     }
@@ -120,7 +121,7 @@ function showSandwich(name) {
   const counted = COUNTED[$("mode").value] || "samples";
   if (frames.length === 0) {
     $("sandwich-summary").textContent =
-      `No frame named ${name} is drawn in this window: check the name (it is matched whole), ` +
+      `No frame of ${name} is drawn in this window: check the name (a function's whole name, its last :: parts, or another of the C library's names of it), ` +
       "or choose a longer window or other processes.";
     return;
   }
