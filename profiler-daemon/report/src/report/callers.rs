@@ -26,12 +26,8 @@ pub struct CallerCount {
 /// The callers of `function` in `profile`, most samples first, and the
 /// samples in which the function appears at all.
 pub fn callers(profile: &Profile, function: &str) -> (Vec<CallerCount>, u64) {
-    let suffix = format!("::{function}");
-    let matches = |frame: &Frame| {
-        *frame.function == *function
-            || frame.function.ends_with(&suffix)
-            || alias_of(&frame.function) == function
-    };
+    let asked = FunctionName::new(function);
+    let matches = |frame: &Frame| asked.is(&frame.function);
     let root = Frame {
         function: Arc::from("[root]"),
         file: None,
@@ -139,6 +135,28 @@ pub fn callers_text(function: &str, callers: &[CallerCount], total: u64) -> Stri
         let _ = writeln!(out, "{:>6} {place}; {}", caller.count, caller.function);
     }
     out
+}
+
+/// A function's name as asked for, and which frames' functions it names:
+/// the same name, one ending with `::` and the name, or a C library alias
+/// of it (see the module doc).
+pub(super) struct FunctionName<'a> {
+    name: &'a str,
+    suffix: String,
+}
+
+impl<'a> FunctionName<'a> {
+    pub(super) fn new(name: &'a str) -> Self {
+        Self {
+            name,
+            suffix: format!("::{name}"),
+        }
+    }
+
+    /// Whether `function` is the function asked for.
+    pub(super) fn is(&self, function: &str) -> bool {
+        function == self.name || function.ends_with(&self.suffix) || alias_of(function) == self.name
+    }
 }
 
 /// The C library's prefixes of internal aliases of a public function,
