@@ -128,8 +128,20 @@ fn read_checked(path: &Path, dirs: &[PathBuf], config: &str) -> Result<String, S
              built; the daemon reads only absolute paths"
         ));
     }
-    let canonical = std::fs::canonicalize(path)
-        .map_err(|err| format!("{shown} cannot be found ({err}): moved since it was built?"))?;
+    let canonical = std::fs::canonicalize(path).map_err(|err| {
+        let hidden = ["/home", "/root", "/tmp", "/run/user"]
+            .iter()
+            .any(|dir| path.starts_with(dir));
+        match hidden {
+            // The systemd unit's ProtectHome= and PrivateTmp=.
+            true => format!(
+                "{shown} cannot be found ({err}): moved since it was built, or hidden from \
+                 the daemon (its systemd unit hides /home and /root and has a /tmp of its own; \
+                 see ProtectHome= in docs/operations.md)"
+            ),
+            false => format!("{shown} cannot be found ({err}): moved since it was built?"),
+        }
+    })?;
     let resolved = match canonical == path {
         true => String::new(),
         false => format!(" (a link to {})", canonical.display()),

@@ -29,11 +29,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
     let store = status.store.unwrap_or_default();
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     let history = if store.oldest_unix_nanos > 0 {
-        let age = now
-            .duration_since(UNIX_EPOCH)
-            .map(|now| now.as_nanos() as i64 - store.oldest_unix_nanos)
-            .unwrap_or(0)
-            .max(0);
+        let age = milliseconds_since(now, store.oldest_unix_nanos / 1_000_000);
         let coarsest = if store.coarsest_bucket_ms > store.resolution_ms + 1000 {
             format!(
                 " (the oldest coarsened up to {})",
@@ -44,7 +40,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         };
         format!(
             "the last {} at {} resolution{coarsest}",
-            seconds(age as u64 / 1_000_000),
+            seconds(age),
             seconds(store.resolution_ms)
         )
     } else {
@@ -120,6 +116,15 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         verbose,
     ));
     text
+}
+
+/// Milliseconds from `unix_ms` (Unix milliseconds) to `now`; 0 when it is
+/// later.
+fn milliseconds_since(now: SystemTime, unix_ms: i64) -> u64 {
+    let now = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |now| now.as_millis() as i64);
+    now.saturating_sub(unix_ms).max(0) as u64
 }
 
 /// `held` bytes of at most `limit` (0: no bound).

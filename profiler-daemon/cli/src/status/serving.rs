@@ -2,24 +2,18 @@
 //! push targets, the peeks and the HTTP listener (with what its web view
 //! may read). Pure functions of the status reply.
 
-use std::{
-    fmt::Write as _,
-    time::{SystemTime, UNIX_EPOCH},
-};
+use std::{fmt::Write as _, time::SystemTime};
 
 use profilerd_client::v1;
 
+use super::milliseconds_since;
 use crate::format::seconds;
 
 /// A push target's line: where, what went through, what waits or failed.
 pub(super) fn push_status(target: &v1::PushTargetStatus, now: SystemTime) -> String {
     let last = if target.last_success_unix_ms > 0 {
-        let ago = now
-            .duration_since(UNIX_EPOCH)
-            .map(|now| now.as_millis() as i64 - target.last_success_unix_ms)
-            .unwrap_or(0)
-            .max(0);
-        format!("last success {} ago", seconds(ago as u64))
+        let ago = milliseconds_since(now, target.last_success_unix_ms);
+        format!("last success {} ago", seconds(ago))
     } else {
         "no success yet".to_owned()
     };

@@ -99,12 +99,11 @@ pub fn function_lines(profile: &Profile, function: &str) -> FunctionLines {
                 }
             }
             let frame = &location.frames[at];
-            if let Some(file) = frame.file.as_ref().filter(|_| frame.line > 0) {
-                if !seen.contains(&(file, frame.line)) {
-                    seen.push((file, frame.line));
-                    let total = &mut counted.entry((file.clone(), frame.line)).or_default().1;
-                    *total = total.saturating_add(count);
-                }
+            let line = frame.file.as_ref().filter(|_| frame.line > 0);
+            if let Some(file) = line.filter(|file| !seen.contains(&(file, frame.line))) {
+                seen.push((file, frame.line));
+                let total = &mut counted.entry((file.clone(), frame.line)).or_default().1;
+                *total = total.saturating_add(count);
             }
         }
     }

@@ -46,6 +46,8 @@ async function showSource(name) {
   drawSource(heat);
   dialog.dataset.window = params.toString();
   dialog.dataset.state = "loaded";
+  // For the tests: how many heatmaps were drawn.
+  dialog.dataset.loads = String(Number(dialog.dataset.loads || 0) + 1);
 }
 
 // The heatmap `heat` (/api/source's answer) in the dialog.

@@ -73,7 +73,9 @@ async function loadFunctions(window, generation = view.generation) {
     const module = ranked.module.split("/").pop() || ranked.module;
     const line = row(body, [ranked.function, [module, "module"], share(ranked.self), share(ranked.total)]);
     line.title = ranked.module;
-    line.insertCell().append(sourceButton(ranked.function));
+    // Kernel code and markers ("[lost: …]") have no source lines here.
+    const cell = line.insertCell();
+    if (ranked.module !== "[kernel]" && !ranked.function.startsWith("[")) cell.append(sourceButton(ranked.function));
     line.addEventListener("click", () => {
       $("search").value = ranked.function;
       search();
