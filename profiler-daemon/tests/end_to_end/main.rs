@@ -42,6 +42,8 @@ mod unwind_tables;
 mod unwinding;
 mod unwinding_lives;
 mod unwinding_sparse;
+mod web_browser;
 mod web_python;
 mod web_view;
 mod web_view_checks;
+mod web_view_heatmap;

@@ -19,6 +19,10 @@
 //            `sandwich`), peekPid's thread named `thread`, a process that
 //            does not exist, and the off-CPU mode. Screenshots of each
 //            are written as SCREENSHOTS/BROWSER-MODE.png.
+//   heatmap: { browser, url, pid, function, sourceFile, screenshots }
+//            (heatmap.mjs) chooses process pid, opens the source heatmap
+//            of `function` from the functions table, the sandwich and a
+//            frame of the flame graph, and with sourceFile unreadable.
 //   refused: { browser, url }         loads / from a listener that
 //            refuses this client and reads what the page says.
 //   crossSite: { browser, daemon, pid }  serves, from another site
@@ -28,8 +32,22 @@
 //            frame) and records the daemon's answers.
 // Every scenario records the page's Content-Security-Policy violations.
 import { pathToFileURL } from "node:url";
-import http from "node:http";
 import path from "node:path";
+
+import { heatmap } from "./heatmap.mjs";
+import { anotherSite, crossSite, python, refused } from "./other-scenarios.mjs";
+import {
+  WAIT_MS,
+  attribute,
+  drawnFrames,
+  eventually,
+  fill,
+  loaded,
+  rows,
+  text,
+  until,
+  untilWithin,
+} from "./page-tools.mjs";
 
 // puppeteer-core as `cargo xtask test` installed it (npm ci of the lock
 // file beside this script, into the target directory).
@@ -41,12 +59,6 @@ const { default: puppeteer } = await import(
 
 const [scenario, argumentsJson] = process.argv.slice(2);
 const args = JSON.parse(argumentsJson);
-// How long to wait for what the page must show. A test daemon is a debug
-// build sharing two cores with two browsers, spinning workloads and other
-// builds, whose deep stacks it samples too: a report of its whole history
-// can take 30 s there (100 ms in release), and a load of the page asks
-// for four.
-const WAIT_MS = 120000;
 // The screen the page must fit its graph's base in.
 const VIEWPORT = { width: 1600, height: 1000 };
 
@@ -122,12 +134,13 @@ try {
       window.cspViolations.push(`${event.violatedDirective}: ${event.blockedURI} ${event.sample}`),
     );
   });
-  if (scenario === "crossSite") args.url = await anotherSite(args.daemon, args.pid);
+  if (scenario === "crossSite") args.url = await anotherSite(args.daemon, args.pid, seen);
   await page.goto(args.url, { waitUntil: "load" });
   if (scenario === "view") await view(page);
-  else if (scenario === "refused") await refused(page);
-  else if (scenario === "crossSite") await crossSite(page);
-  else if (scenario === "python") await python(page);
+  else if (scenario === "refused") await refused(page, args, seen);
+  else if (scenario === "crossSite") await crossSite(page, args, seen);
+  else if (scenario === "python") await python(page, args, seen);
+  else if (scenario === "heatmap") await heatmap(page, args, seen);
   else throw new Error(`no scenario ${scenario}`);
   seen.cspViolations = await page.evaluate(() => window.cspViolations);
 } catch (error) {
@@ -146,53 +159,6 @@ try {
   await browser.close();
 }
 console.log(JSON.stringify(seen));
-
-// Waits until `predicate(...values)`, run in the page, is true.
-function until(page, predicate, ...values) {
-  return untilWithin(WAIT_MS, page, predicate, ...values);
-}
-
-// Waits up to `ms` until `predicate(...values)`, run in the page, is true.
-// Polled from here: puppeteer's waitForFunction makes its predicate from a
-// string in the page, which the page's Content-Security-Policy (no eval)
-// forbids in Firefox.
-async function untilWithin(ms, page, predicate, ...values) {
-  const end = Date.now() + ms;
-  // Its value may be an element, which does not leave the page: only
-  // whether it is truthy does.
-  const holds = async () => {
-    const value = await page.evaluateHandle(predicate, ...values);
-    try {
-      return await value.evaluate((value) => Boolean(value));
-    } finally {
-      await value.dispose();
-    }
-  };
-  while (!(await holds())) {
-    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${predicate}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
-function text(page, selector) {
-  return page.$eval(selector, (element) => element.textContent);
-}
-
-function attribute(page, selector, name) {
-  return page.$eval(selector, (element, name) => element.getAttribute(name), name);
-}
-
-function loaded(page) {
-  return until(page, () => document.body.dataset.state === "loaded");
-}
-
-// Types `value` into the input `selector` in place of what it held.
-async function fill(page, selector, value) {
-  await page.$eval(selector, (input) => {
-    input.value = "";
-  });
-  await page.type(selector, value);
-}
 
 // The fifth of the timeline (as fractions of its width) to drag as a past
 // window: the middle one, or the nearest earlier one in which the window
@@ -216,15 +182,6 @@ async function pastFifth(page) {
   throw new Error(`no fifth of the timeline and the fifth before it both hold samples: ${JSON.stringify(spans)}`);
 }
 
-// Waits until `condition()`, run here, is true.
-async function eventually(condition) {
-  const end = Date.now() + WAIT_MS;
-  while (!(await condition())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${condition}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
 // Drags on the timeline from `from` to `to`, fractions of its width (of
 // the area its times are drawn on, right of its y axis).
 async function dragOnTimeline(page, from, to) {
@@ -237,74 +194,6 @@ async function dragOnTimeline(page, from, to) {
   await page.mouse.move(timeline.x + timeline.width * ((from + to) / 2), y, { steps: 8 });
   await page.mouse.move(timeline.x + timeline.width * to, y, { steps: 8 });
   await page.mouse.up();
-}
-
-// The cells of the table rows `selector`.
-function rows(page, selector) {
-  return page.$$eval(selector, (rows) => rows.map((row) => [...row.children].map((cell) => cell.textContent)));
-}
-
-// The names of the frames drawn, each with the names of its ancestors.
-function drawnFrames(page) {
-  return page.evaluate(() =>
-    d3
-      .selectAll("#flamegraph svg g.frame")
-      .nodes()
-      .map((element) => {
-        const node = d3.select(element).datum();
-        const chain = [];
-        for (let at = node; at; at = at.parent) chain.unshift(at.data.name);
-        const rect = element.querySelector("rect");
-        return {
-          chain,
-          value: node.value,
-          highlighted: Boolean(node.highlight),
-          fill: rect && rect.getAttribute("fill"),
-        };
-      }),
-  );
-}
-
-// A Python process chosen: its Python frames are drawn with their file and
-// line; the interpreter switch takes the interpreter's own frames out.
-async function python(page) {
-  await loaded(page);
-  await fill(page, "#processes", String(args.pid));
-  await page.$eval("#processes", (input) => input.dispatchEvent(new Event("change")));
-  const hotDrawn = (hot) =>
-    [...document.querySelectorAll("#flamegraph svg g.frame")].some((element) =>
-      d3.select(element).datum().data.name.startsWith(`${hot} (`),
-    );
-  await until(page, hotDrawn, args.hot);
-  await loaded(page);
-  const names = async () => [...new Set((await drawnFrames(page)).flatMap((frame) => frame.chain))];
-  seen.withInterpreter = await names();
-  seen.hotChains = (await drawnFrames(page))
-    .filter((frame) => frame.chain.at(-1).startsWith(`${args.hot} (`))
-    .map((frame) => frame.chain);
-  // The labels drawn on the frames (as a user reads them), once written
-  // (at the end of the graph's transition).
-  const labelled = (hot) =>
-    [...document.querySelectorAll("#flamegraph .d3-flame-graph-label")].some(
-      (label) => label.style.display !== "none" && label.textContent.startsWith(`${hot} (`),
-    );
-  await until(page, labelled, args.hot);
-  seen.labels = await page.evaluate(() =>
-    [...document.querySelectorAll("#flamegraph .d3-flame-graph-label")]
-      .filter((label) => label.style.display !== "none")
-      .map((label) => label.textContent),
-  );
-  await page.screenshot({ path: args.screenshot, fullPage: false });
-  await page.click("#interpreter");
-  // Drawn from a report asked without the interpreter's frames.
-  await until(page, () => (document.body.dataset.window || "").includes("interpreter=false"));
-  await until(page, hotDrawn, args.hot);
-  seen.withoutInterpreter = await names();
-  seen.hotChainsWithout = (await drawnFrames(page))
-    .filter((frame) => frame.chain.at(-1).startsWith(`${args.hot} (`))
-    .map((frame) => frame.chain);
-  seen.windowWithout = await attribute(page, "body", "data-window");
-  seen.download = await attribute(page, '#downloads a[data-format="folded"]', "href");
 }
 
 // A screenshot of what the page shows now (the first screen, or the
@@ -652,62 +541,4 @@ function rootTop(page) {
     const top = root.getBoundingClientRect().top - svg.getBoundingClientRect().top;
     return top / svg.getBoundingClientRect().height;
   });
-}
-
-async function refused(page) {
-  await until(page, () => document.body.dataset.state === "error");
-  seen.status = await text(page, "#status");
-  seen.visible = await page.$eval("#status", (element) => element.checkVisibility());
-}
-
-// Serves, on a port of its own and under the name localhost (another site
-// than the daemon's 127.0.0.1), a page that asks `daemon` to start work on
-// process `pid` the ways any page can: an image, a script, fetches in
-// no-cors mode, a form posted into a frame. Its address.
-async function anotherSite(daemon, pid) {
-  const asks = {
-    session: `${daemon}/profile_start?pid=${pid}`,
-    profile: `${daemon}/profile?duration=1&pprof=false&pid=${pid}`,
-    peek: `${daemon}/api/peek?pid=${pid}`,
-  };
-  const page = `<!doctype html><title>another site</title>
-<iframe name="sink"></iframe>
-<form id="form" method="POST" action="${asks.peek}" target="sink"><input name="pid" value="${pid}"></form>
-<script>
-  const image = new Image();
-  image.src = ${JSON.stringify(asks.session)};
-  const script = document.createElement("script");
-  script.src = ${JSON.stringify(asks.profile)};
-  document.head.append(script);
-  fetch(${JSON.stringify(asks.session)}, { mode: "no-cors" }).catch(() => {});
-  fetch(${JSON.stringify(asks.peek)}, { method: "POST", mode: "no-cors" }).catch(() => {});
-  fetch(${JSON.stringify(asks.peek)}, {
-    method: "POST",
-    mode: "no-cors",
-    headers: { "Content-Type": "text/plain" },
-    body: "{}",
-  }).catch(() => {});
-  document.getElementById("form").submit();
-</script>`;
-  const server = http.createServer((request, response) => {
-    response.writeHead(200, { "Content-Type": "text/html; charset=utf-8" });
-    response.end(page);
-  });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  // The browser's end of the scenario ends it; this server does not keep
-  // node alive.
-  server.unref();
-  seen.asks = Object.values(asks);
-  return `http://localhost:${server.address().port}/`;
-}
-
-// Waits until the page's six requests to the daemon (an image, a script,
-// three fetches, a form) are over: answered, or failed (the browser blocks
-// what the daemon's headers forbid it to show another site); records how.
-async function crossSite(page) {
-  const toDaemon = ([url]) => url.startsWith(args.daemon);
-  await eventually(async () => seen.responses.filter(toDaemon).length + seen.failed.filter(toDaemon).length >= 6);
-  seen.daemonAnswers = seen.responses.filter(toDaemon);
-  seen.daemonFailures = seen.failed.filter(toDaemon);
-  seen.daemonRequests = seen.requests.filter((url) => url.startsWith(args.daemon));
 }
