@@ -31,7 +31,7 @@ use profilerd::{
     pipeline::Inboxes,
     pipeline::{DrainIntervals, Pipeline, PipelineBounds},
     service::{DaemonInfo, HttpSettings, Service, ServiceParts, limits::ServiceLimits},
-    source_files::{MAX_SOURCE_BYTES, SourceFiles},
+    source_files::{MAX_READS, MAX_SOURCE_BYTES, READ_TIMEOUT, SourceFiles},
     store::Store,
     transport::{
         http::{AllowedHost, HttpListener},
@@ -263,6 +263,8 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
                 tls: config.tls_cert.is_some(),
                 source_dirs: config.http_source_dirs.clone(),
                 max_source_bytes: MAX_SOURCE_BYTES,
+                max_source_reads: MAX_READS,
+                source_read_timeout: READ_TIMEOUT,
             }),
         },
         warm_report_indexes: config.warm_report_indexes,

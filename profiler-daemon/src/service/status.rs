@@ -54,8 +54,11 @@ pub struct HttpSettings {
     pub tls: bool,
     /// `http_source_dirs` (empty: no source file is read).
     pub source_dirs: Vec<std::path::PathBuf>,
-    /// The largest source file read.
+    /// The largest source file read, how many are read at once and how
+    /// long one read may take.
     pub max_source_bytes: u64,
+    pub max_source_reads: usize,
+    pub source_read_timeout: std::time::Duration,
 }
 
 /// Whether off-CPU time can be recorded, and how much is.

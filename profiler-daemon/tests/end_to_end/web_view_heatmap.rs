@@ -178,6 +178,8 @@ async fn without_source_dirs_the_heatmap_has_the_counts_and_says_why_not_the_tex
     let said = source_status(&url);
     assert_eq!(said["dirs"], serde_json::json!([]), "{said}");
     assert_eq!(said["max_bytes"], 8 << 20, "{said}");
+    assert_eq!(said["max_reads"], 4, "{said}");
+    assert_eq!(said["read_timeout_ms"], 2000, "{said}");
     let status = support::profilerctl(&daemon.socket, &["status"]).await;
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(
@@ -309,7 +311,7 @@ async fn the_heatmap_reads_only_world_readable_regular_files_under_source_dirs()
     assert!(
         status.contains(&format!(
             "reads source files under http_source_dirs {shown} (regular files every user may \
-             read, of 8 MiB at most)"
+             read, of 8 MiB at most; 4 at once, 2s each at most)"
         )),
         "{status}"
     );

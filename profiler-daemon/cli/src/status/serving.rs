@@ -136,9 +136,11 @@ pub(super) fn http_status(http: Option<&v1::HttpStatus>) -> String {
             .to_owned(),
         false => format!(
             "reads source files under http_source_dirs {} (regular files every user may read, \
-             of {} MiB at most)",
+             of {} MiB at most; {} at once, {} each at most)",
             http.source_dirs.join(", "),
-            http.max_source_bytes >> 20
+            http.max_source_bytes >> 20,
+            http.max_source_reads,
+            seconds(http.source_read_timeout_ms)
         ),
     };
     format!(

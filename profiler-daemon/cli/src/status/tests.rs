@@ -149,6 +149,8 @@ fn the_http_line_says_which_source_files_the_web_view_may_show() {
         tls: false,
         source_dirs: Vec::new(),
         max_source_bytes: 8 << 20,
+        max_source_reads: 4,
+        source_read_timeout_ms: 2000,
     };
     let none = http_status(Some(&http));
     assert!(
@@ -161,7 +163,7 @@ fn the_http_line_says_which_source_files_the_web_view_may_show() {
     assert!(
         some.contains(
             "under http_source_dirs /usr/src/app, /srv/src (regular files every user \
-             may read, of 8 MiB at most)"
+             may read, of 8 MiB at most; 4 at once, 2s each at most)"
         ),
         "{some}"
     );

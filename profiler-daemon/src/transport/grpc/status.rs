@@ -270,6 +270,8 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
                 .map(|dir| dir.display().to_string())
                 .collect(),
             max_source_bytes: http.max_source_bytes,
+            max_source_reads: http.max_source_reads as u32,
+            source_read_timeout_ms: http.source_read_timeout.as_millis() as u64,
         }),
         jit: Some(jit_status(&status.pipeline.jit)),
         peek: Some(v1::PeekStatus {

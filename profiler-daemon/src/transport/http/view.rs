@@ -266,11 +266,12 @@ async fn functions(
 /// `GET /api/status`: what the page says of the daemon's sampling, as
 /// JSON `{"frequency_hz", "offcpu": {"recorded", "sample_probability",
 /// "recordings", "unavailable", "limitation"}, "source": {"dirs",
-/// "max_bytes"}}`: `recorded` is whether the history is taking off-CPU
+/// "max_bytes", "max_reads", "read_timeout_ms"}}`: `recorded` is whether the history is taking off-CPU
 /// time now (the `offcpu` setting above 0, or a profile, session, Top or
 /// peek recording it), so that the page can say why an off-CPU or wall
 /// window is empty; `source`, what the source heatmap may read
-/// (`http_source_dirs`, and the largest file).
+/// (`http_source_dirs`, the largest file, the files read at once and how
+/// long one read may take).
 async fn status(
     State(routes): State<Routes>,
     Extension(admission): Extension<Admission>,
@@ -292,6 +293,8 @@ async fn status(
         "source": {
             "dirs": routes.sources.dirs(),
             "max_bytes": crate::source_files::MAX_SOURCE_BYTES,
+            "max_reads": crate::source_files::MAX_READS,
+            "read_timeout_ms": crate::source_files::READ_TIMEOUT.as_millis() as u64,
         },
     })))
 }
