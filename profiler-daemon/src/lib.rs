@@ -9,6 +9,9 @@
 //!   whole daemon, divided among the parts that hold memory, and what the
 //!   heap and the kernel say is used; what `/proc` says of a task
 //!   (credentials, groups, cgroups, namespace pid) and command names.
+//! - [`source_files`]: a leaf too: the source files the web view's heatmap
+//!   may show, read only under `http_source_dirs` and the rules that keep
+//!   a root daemon from reading files for others.
 //! - [`proto`]: the API's protobuf types (the client crate's) and the gRPC
 //!   server generated on them.
 //! - [`kernel`]: the eBPF programs sample every CPU (on CPU, off CPU,
@@ -57,6 +60,7 @@ pub mod peek;
 pub mod pipeline;
 pub mod proto;
 pub mod service;
+pub mod source_files;
 pub mod store;
 pub mod symbols;
 pub mod tasks;

@@ -30,7 +30,8 @@ use profilerd::{
     peek::{self, Peeker},
     pipeline::Inboxes,
     pipeline::{DrainIntervals, Pipeline, PipelineBounds},
-    service::{DaemonInfo, Service, ServiceParts, limits::ServiceLimits},
+    service::{DaemonInfo, HttpSettings, Service, ServiceParts, limits::ServiceLimits},
+    source_files::{MAX_READS, MAX_SOURCE_BYTES, READ_TIMEOUT, SourceFiles},
     store::Store,
     transport::{
         http::{AllowedHost, HttpListener},
@@ -257,6 +258,14 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
             max_profile_duration: config.max_profile_duration(),
             started,
             peek_signal_off,
+            http: config.http_listen.map(|address| HttpSettings {
+                address,
+                tls: config.tls_cert.is_some(),
+                source_dirs: config.http_source_dirs.clone(),
+                max_source_bytes: MAX_SOURCE_BYTES,
+                max_source_reads: MAX_READS,
+                source_read_timeout: READ_TIMEOUT,
+            }),
         },
         warm_report_indexes: config.warm_report_indexes,
         budget: Some(budget.clone()),
@@ -293,6 +302,7 @@ async fn run(config: Config, args: Args, set_log_filter: SetLogFilter) -> Result
                 // Validated with the configuration.
                 .filter_map(|host| AllowedHost::parse(host).ok())
                 .collect(),
+            sources: SourceFiles::new(config.http_source_dirs.clone(), args.config.as_deref()),
         }),
     };
     let service = Arc::new(service);

@@ -57,7 +57,7 @@ pub use self::{
     error::ServiceError,
     export::{DeliveryStats, ExportCursor, PushBoard, PushTarget, TargetStatus},
     overview::{MAX_FUNCTIONS, ProcessSamples, RankedFunctions, unix_millis},
-    status::{DaemonStatus, PeekTrigger},
+    status::{DaemonStatus, HttpSettings, PeekTrigger},
     top::{TopSpec, TopUpdate},
     windows::{CallersResult, PastWindow, ProfileSpec, StartedSession},
 };
@@ -84,6 +84,8 @@ pub struct DaemonInfo {
     pub started: Instant,
     /// Why peeks by signal are off, when they are.
     pub peek_signal_off: Option<String>,
+    /// The HTTP listener's settings (`None`: it is off).
+    pub http: Option<HttpSettings>,
 }
 
 /// What the service is made of.

@@ -1,8 +1,9 @@
 //! What the web view shows around its flame graph: the held history's
 //! samples span by span in a mode (its timeline, to pick a window on), the
 //! processes sampled in a window with their samples, command, user and
-//! cgroup (to pick processes from), and a window's functions by self or
-//! total samples.
+//! cgroup (to pick processes from), a window's functions by self or
+//! total samples, and one function's samples by source line (its source
+//! heatmap; the source text is the HTTP listener's to read, or not).
 //!
 //! Owns those reads; it must not render reports (`reports`) or decide who
 //! sees what (`access`).
@@ -19,8 +20,8 @@ use super::{
     selection::SelectorSpec,
 };
 use crate::{
-    profile::{ProfileMode, ThreadInfo},
-    report::{self, FunctionRanking, TopFunction},
+    profile::{Profile, ProfileMode, ThreadInfo},
+    report::{self, FunctionLines, FunctionRanking, TopFunction},
     store::{HeldSpan, SumBy},
 };
 
@@ -149,6 +150,47 @@ impl Service {
                 "limit must be 1 to {MAX_FUNCTIONS} functions, not {limit}"
             )));
         }
+        self.read_window(asker, window, selector, mode, move |profile| {
+            let (functions, samples) = report::ranked(profile, limit, true, ranking);
+            RankedFunctions { functions, samples }
+        })
+        .await
+    }
+
+    /// The samples of `function` (named as Callers names it) by source
+    /// line, in the selected processes' stacks in `window`, and the
+    /// window's samples: what the web view's source heatmap shows.
+    pub async fn function_lines(
+        &self,
+        asker: Asker,
+        window: PastWindow,
+        selector: SelectorSpec,
+        mode: ProfileMode,
+        function: String,
+    ) -> Result<(FunctionLines, u64), ServiceError> {
+        if function.trim().is_empty() {
+            return Err(ServiceError::invalid(
+                "name the function whose lines to count, e.g. function=main",
+            ));
+        }
+        self.read_window(asker, window, selector, mode, move |profile| {
+            let samples = profile.samples.iter().map(|sample| sample.count).sum();
+            (report::function_lines(profile, &function), samples)
+        })
+        .await
+    }
+
+    /// `read` of the profile of the selected processes' stacks in
+    /// `window`, as `asker` may see it, run as the reports are (within
+    /// their share of memory).
+    async fn read_window<T: Send + 'static>(
+        &self,
+        asker: Asker,
+        window: PastWindow,
+        selector: SelectorSpec,
+        mode: ProfileMode,
+        read: impl FnOnce(&Profile) -> T + Send + 'static,
+    ) -> Result<T, ServiceError> {
         self.check_selector(asker, &selector, Window::Past)?;
         let selector = selector.past()?;
         let (start, end) = self.past_window(window).await?;
@@ -159,8 +201,7 @@ impl Service {
             .run(move || {
                 let profile =
                     answers::window_profile(&store, &query, sight.kernel_addresses, SumBy::Stack);
-                let (functions, samples) = report::ranked(&profile, limit, true, ranking);
-                RankedFunctions { functions, samples }
+                read(&profile)
             })
             .await
     }

@@ -42,6 +42,23 @@ pub struct DaemonStatus {
     /// The memory budget, what each part holds against its share, and
     /// what the heap and the kernel count.
     pub memory: MemoryUsage,
+    /// The HTTP listener's settings (`None`: `http_listen` is off).
+    pub http: Option<HttpSettings>,
+}
+
+/// The HTTP listener's settings that status shows: where it listens, and
+/// what the web view's source heatmap may read (see `crate::source_files`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSettings {
+    pub address: std::net::SocketAddr,
+    pub tls: bool,
+    /// `http_source_dirs` (empty: no source file is read).
+    pub source_dirs: Vec<std::path::PathBuf>,
+    /// The largest source file read, how many are read at once and how
+    /// long one read may take.
+    pub max_source_bytes: u64,
+    pub max_source_reads: usize,
+    pub source_read_timeout: std::time::Duration,
 }
 
 /// Whether off-CPU time can be recorded, and how much is.
@@ -84,6 +101,7 @@ impl Service {
         let memory = self.memory(&pipeline);
         DaemonStatus {
             memory,
+            http: self.info.http.clone(),
             version: env!("CARGO_PKG_VERSION"),
             uptime: self.info.started.elapsed(),
             cpus: self.info.cpus.clone(),

@@ -123,6 +123,7 @@ pub(crate) fn fixture() -> Fixture {
             max_profile_duration: Duration::from_secs(60),
             started: Instant::now(),
             peek_signal_off: None,
+            http: None,
         },
         budget: None,
         warm_report_indexes: true,

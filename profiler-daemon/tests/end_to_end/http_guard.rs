@@ -11,7 +11,7 @@ use crate::{
     http::{curl, daemon_over_http},
     remote::free_port,
     support::{Daemon, Workload, peeks_of, require_root},
-    web_view::{Browser, drive_browser},
+    web_browser::{Browser, drive_browser},
 };
 
 fn text(body: &[u8]) -> String {

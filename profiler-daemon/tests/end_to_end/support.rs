@@ -641,8 +641,11 @@ pub fn private_copy(binary: &Path, name: &str) -> PathBuf {
 /// Compiles a workload once per test run: -O1 with frame pointers, named
 /// functions kept out of line, and debug information for file:line.
 pub fn build_workload(name: &str) -> PathBuf {
-    build_workload_with(name, name, &["-O1", "-g", "-fno-omit-frame-pointer"])
+    build_workload_with(name, name, WORKLOAD_FLAGS)
 }
+
+/// How [`build_workload`] compiles.
+pub const WORKLOAD_FLAGS: &[&str] = &["-O1", "-g", "-fno-omit-frame-pointer"];
 
 /// Compiles the workload `name` with `flags` into a binary named
 /// `workload-{output}`, once per test run.
@@ -671,24 +674,30 @@ pub fn build_workload_by(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !built.iter().any(|done| done == output) {
-        let output_of_gcc = Command::new(compiler)
-            .args(flags)
-            .args(["-pthread", "-o"])
-            .arg(&binary)
-            .arg(&source)
-            .output()
-            .unwrap_or_else(|err| {
-                panic!("{compiler} runs (the tests build their workloads with it): {err}")
-            });
-        assert!(
-            output_of_gcc.status.success(),
-            "{compiler} failed to build {}:\n{}",
-            source.display(),
-            String::from_utf8_lossy(&output_of_gcc.stderr)
-        );
+        compile(compiler, &source, &binary, flags);
         built.push(output.to_owned());
     }
     binary
+}
+
+/// Compiles the C (or C++, by `compiler`) `source` into `binary` with
+/// `flags`; the debug information names `source` as given.
+pub fn compile(compiler: &str, source: &Path, binary: &Path, flags: &[&str]) {
+    let output_of_gcc = Command::new(compiler)
+        .args(flags)
+        .args(["-pthread", "-o"])
+        .arg(binary)
+        .arg(source)
+        .output()
+        .unwrap_or_else(|err| {
+            panic!("{compiler} runs (the tests build their workloads with it): {err}")
+        });
+    assert!(
+        output_of_gcc.status.success(),
+        "{compiler} failed to build {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&output_of_gcc.stderr)
+    );
 }
 
 /// Now, in nanoseconds since the Unix epoch, as the API takes times.

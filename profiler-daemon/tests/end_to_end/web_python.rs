@@ -9,7 +9,7 @@ use profilerd_client::v1;
 use crate::{
     http::daemon_over_http,
     support::{Workload, folded, require_root},
-    web_view::{Browser, drive_browser},
+    web_browser::{Browser, drive_browser},
 };
 
 /// `outer → middle → spin`, at known lines of a known file.

@@ -4,78 +4,14 @@
 //! What the page shows is checked frame by frame and against the daemon's
 //! own report of the same window.
 
-use std::{path::PathBuf, process::Command};
-
 use serde_json::Value;
 
 use crate::{
     http::{curl, daemon_over_http},
     remote::{Authority, TlsFiles, free_port},
     support::{Daemon, Workload, decode_pprof, folded, parse_svg, require_root, samples_where},
+    web_browser::{Browser, drive_browser, screenshot_dir},
 };
-
-/// The browsers the web view is tested in, as view.mjs names them.
-#[derive(Clone, Copy, Debug)]
-pub enum Browser {
-    Chromium,
-    Firefox,
-}
-
-impl Browser {
-    fn name(self) -> &'static str {
-        match self {
-            Browser::Chromium => "chromium",
-            Browser::Firefox => "firefox",
-        }
-    }
-}
-
-/// Runs tests/web/view.mjs's `scenario` in `browser` with `arguments`;
-/// what it saw.
-pub async fn drive_browser(browser: Browser, scenario: &str, mut arguments: Value) -> Value {
-    let modules = std::env::var("PROFILERD_TEST_NODE_MODULES").expect(
-        "PROFILERD_TEST_NODE_MODULES names the node_modules with puppeteer-core: run the \
-         tests with `cargo xtask test`, which installs it (and Debian's chromium and \
-         firefox-esr)",
-    );
-    arguments["browser"] = browser.name().into();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/web/view.mjs");
-    let scenario = scenario.to_owned();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(script)
-            .arg(scenario)
-            .arg(arguments.to_string())
-            .env("PROFILERD_TEST_NODE_MODULES", modules)
-            .output()
-            .expect("node runs (cargo xtask test installs nodejs)")
-    })
-    .await
-    .expect("the browser task ends");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "view.mjs failed in {browser:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|err| panic!("view.mjs printed no JSON ({err}): {stdout}"));
-    assert!(
-        seen.get("error").is_none(),
-        "{browser:?} did not see what it waited for: {}\nthe page: {}\nunanswered: {}\n\
-         answered (ms): {}\nconsole: {}",
-        seen["error"],
-        seen["pageAtError"],
-        seen["pendingAtError"],
-        seen["timings"],
-        seen["console"]
-    );
-    eprintln!(
-        "{browser:?}: the daemon's answers (ms): {}",
-        seen["timings"]
-    );
-    seen
-}
 
 /// The samples of a folded report fetched from `url`.
 pub(crate) fn folded_from(url: &str) -> Vec<(Vec<String>, u64)> {
@@ -128,15 +64,6 @@ fn is_differential(fill: &str) -> bool {
         [r, g, b] => (r == 220 && g == b && g <= 235) || (b == 220 && r == g && r <= 235),
         _ => false,
     }
-}
-
-/// Where the tests leave their screenshots for a person to look at:
-/// target/web-screenshots/BROWSER-MODE.png.
-fn screenshot_dir() -> PathBuf {
-    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let dir = target.parent().unwrap_or(&target).join("web-screenshots");
-    std::fs::create_dir_all(&dir).expect("the screenshot directory is made");
-    dir
 }
 
 /// The screenshots the view scenario writes, one a mode of the page.

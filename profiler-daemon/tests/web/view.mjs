@@ -19,6 +19,10 @@
 //            `sandwich`), peekPid's thread named `thread`, a process that
 //            does not exist, and the off-CPU mode. Screenshots of each
 //            are written as SCREENSHOTS/BROWSER-MODE.png.
+//   heatmap: { browser, url, pid, function, sourceFile, screenshots }
+//            (heatmap.mjs) chooses process pid, opens the source heatmap
+//            of `function` from the functions table, the sandwich and a
+//            frame of the flame graph, and with sourceFile unreadable.
 //   refused: { browser, url }         loads / from a listener that
 //            refuses this client and reads what the page says.
 //   crossSite: { browser, daemon, pid }  serves, from another site
@@ -28,15 +32,17 @@
 //            frame) and records the daemon's answers.
 //   python:  { browser, url, pid, hot, screenshot }  chooses a Python
 //            process and reads its frames with and without the
-//            interpreter's (scenarios.mjs).
+//            interpreter's (other-scenarios.mjs).
 //   functionNames: { browser, url, pid, name }  chooses process pid,
 //            searches the function `name` and shows its sandwich
-//            (scenarios.mjs).
+//            (other-scenarios.mjs).
 // Every scenario records the page's Content-Security-Policy violations.
-// The helpers the scenarios share are page.mjs's.
+// The helpers the scenarios share are page-tools.mjs's.
 import { pathToFileURL } from "node:url";
 import path from "node:path";
 
+import { heatmap } from "./heatmap.mjs";
+import { anotherSite, crossSite, functionNames, python, refused } from "./other-scenarios.mjs";
 import {
   WAIT_MS,
   attribute,
@@ -48,8 +54,7 @@ import {
   text,
   until,
   untilWithin,
-} from "./page.mjs";
-import { anotherSite, crossSite, functionNames, python, refused } from "./scenarios.mjs";
+} from "./page-tools.mjs";
 
 // puppeteer-core as `cargo xtask test` installed it (npm ci of the lock
 // file beside this script, into the target directory).
@@ -139,9 +144,10 @@ try {
   if (scenario === "crossSite") args.url = await anotherSite(args.daemon, args.pid, seen);
   await page.goto(args.url, { waitUntil: "load" });
   if (scenario === "view") await view(page);
-  else if (scenario === "refused") await refused(page, seen);
-  else if (scenario === "crossSite") await crossSite(args, seen);
+  else if (scenario === "refused") await refused(page, args, seen);
+  else if (scenario === "crossSite") await crossSite(page, args, seen);
   else if (scenario === "python") await python(page, args, seen);
+  else if (scenario === "heatmap") await heatmap(page, args, seen);
   else if (scenario === "functionNames") await functionNames(page, args, seen);
   else throw new Error(`no scenario ${scenario}`);
   seen.cspViolations = await page.evaluate(() => window.cspViolations);
@@ -544,4 +550,3 @@ function rootTop(page) {
     return top / svg.getBoundingClientRect().height;
   });
 }
-

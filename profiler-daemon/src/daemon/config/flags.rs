@@ -46,6 +46,9 @@ pub struct Overrides {
     /// Host names the HTTP listener answers besides its own address, comma-separated, e.g. profiler.example.com,10.0.0.5:6060 [default: none]
     #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
     pub http_allowed_hosts: Option<Vec<String>>,
+    /// Directories whose source files the web view may show, comma-separated absolute paths [default: none]
+    #[arg(long, value_name = "DIRS", value_delimiter = ',')]
+    pub http_source_dirs: Option<Vec<PathBuf>>,
     /// Samples per second on each CPU, 1-1000 [default: 49]
     #[arg(long, value_name = "HZ")]
     pub frequency_hz: Option<u32>,
@@ -167,6 +170,7 @@ impl Config {
             http_listen,
             http_plaintext_loopback,
             http_allowed_hosts,
+            http_source_dirs,
             frequency_hz,
             drain_interval,
             watched_drain_interval,
@@ -230,6 +234,7 @@ impl Config {
         set(&mut self.tcp_plaintext_loopback, tcp_plaintext_loopback);
         set(&mut self.http_plaintext_loopback, http_plaintext_loopback);
         set(&mut self.http_allowed_hosts, http_allowed_hosts);
+        set(&mut self.http_source_dirs, http_source_dirs);
         set(&mut self.frequency_hz, frequency_hz);
         set(&mut self.drain_interval, drain_interval);
         set(&mut self.watched_drain_interval, watched_drain_interval);

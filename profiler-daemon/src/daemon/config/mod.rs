@@ -84,6 +84,14 @@ pub struct Config {
     /// its own address (and, on a loopback address, `localhost`): the names
     /// browsers and scrapers reach it by, e.g. through a proxy.
     pub http_allowed_hosts: Vec<String>,
+    /// Directories whose source files the web view's source heatmap may
+    /// show (absolute paths; empty, the default: none). The daemon runs as
+    /// root and file names come from the debug information of programs
+    /// any user builds, so it reads a file only under these, and only a
+    /// regular file any local user could read, of 8 MiB at most (see
+    /// [`crate::source_files`]); otherwise the heatmap shows the counts by
+    /// line number, and `profilerctl annotate` reads the file as its user.
+    pub http_source_dirs: Vec<PathBuf>,
     /// Samples per second on each CPU.
     pub frequency_hz: u32,
     /// How often the kernel maps are drained into the store.
@@ -224,6 +232,7 @@ impl Default for Config {
             http_listen: None,
             http_plaintext_loopback: false,
             http_allowed_hosts: Vec::new(),
+            http_source_dirs: Vec::new(),
             frequency_hz: 49,
             drain_interval: Duration::from_secs(1),
             watched_drain_interval: Duration::from_millis(250),

@@ -92,6 +92,7 @@ fn every_key_parses() {
         tcp_plaintext_loopback = true
         metrics_listen = "127.0.0.1:9464"
         http_allowed_hosts = ["profiler.example.com", "10.0.0.5:6060", "[fd00::1]:6060"]
+        http_source_dirs = ["/usr/src/app", "/home/alice/src"]
         frequency_hz = 99
         drain_interval = "500ms"
         retention = "5m"
@@ -123,6 +124,7 @@ fn every_key_parses() {
     assert_eq!(config.memory_limit, Some(ByteSize::mib(32)));
     assert_eq!(config.max_stacks, 4096);
     assert_eq!(config.http_allowed_hosts.len(), 3);
+    assert_eq!(config.http_source_dirs.len(), 2);
     config.validate().unwrap();
 }
 
@@ -208,6 +210,9 @@ fn out_of_range_values_are_rejected_by_key() {
             "http_allowed_hosts = [\"*.example.com\"]",
             "http_allowed_hosts",
         ),
+        ("http_source_dirs = [\"src\"]", "http_source_dirs"),
+        ("http_source_dirs = [\"/\"]", "http_source_dirs"),
+        ("http_source_dirs = [\"/proc/1/root\"]", "http_source_dirs"),
         ("push_interval = \"0s\"", "push_interval"),
         ("push_labels = { __name__ = \"x\" }", "push_labels"),
         ("push_labels = { service_name = \"x\" }", "push_labels"),

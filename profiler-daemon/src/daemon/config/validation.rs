@@ -246,6 +246,30 @@ impl Config {
                 message,
             })?;
         }
+        self.validate_source_dirs()
+    }
+
+    /// `http_source_dirs`: absolute directories, none the whole file system
+    /// nor a kernel pseudo-file system.
+    fn validate_source_dirs(&self) -> Result<(), ConfigError> {
+        let kernel = ["/proc", "/sys", "/dev"].map(std::path::Path::new);
+        for dir in &self.http_source_dirs {
+            let message = if !dir.is_absolute() {
+                "is not an absolute path; name each directory from the root, e.g. /usr/src/app"
+            } else if dir.parent().is_none() {
+                "is the whole file system: name the directories that hold source code, e.g. \
+                 /usr/src/app"
+            } else if kernel.iter().any(|pseudo| dir.starts_with(pseudo)) {
+                "holds the kernel's pseudo-files, not source code; name the directories that \
+                 hold source code, e.g. /usr/src/app"
+            } else {
+                continue;
+            };
+            return Err(ConfigError::Invalid {
+                key: "http_source_dirs",
+                message: format!("{} {message}", dir.display()),
+            });
+        }
         Ok(())
     }
 }

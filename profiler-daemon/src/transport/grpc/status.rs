@@ -263,6 +263,16 @@ pub fn status(status: DaemonStatus) -> v1::StatusReply {
         allocations: Some(allocation_status(&status)),
         memory: Some(memory_status(&status.memory)),
         longest_drain_gap_ms: pipeline.longest_drain_gap.as_millis() as u64,
+        http: status.http.as_ref().map(|http| v1::HttpStatus {
+            listen: http.address.to_string(),
+            tls: http.tls,
+            source_dirs: (http.source_dirs.iter())
+                .map(|dir| dir.display().to_string())
+                .collect(),
+            max_source_bytes: http.max_source_bytes,
+            max_source_reads: http.max_source_reads as u32,
+            source_read_timeout_ms: http.source_read_timeout.as_millis() as u64,
+        }),
         jit: Some(jit_status(&status.pipeline.jit)),
         peek: Some(v1::PeekStatus {
             signal: peek.signal,

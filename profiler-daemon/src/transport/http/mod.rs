@@ -17,8 +17,10 @@ mod guard;
 mod hosts;
 #[cfg(test)]
 mod names_mirror;
+mod page;
 mod params;
 mod routes;
+mod source;
 mod view;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
@@ -40,6 +42,7 @@ use crate::{
         Service,
         access::{Asker, Caller, CallerKey},
     },
+    source_files::SourceFiles,
     transport::listeners::TlsFiles,
 };
 pub use hosts::AllowedHost;
@@ -53,6 +56,8 @@ pub struct HttpListener {
     pub tls: Option<TlsFiles>,
     /// Host names answered beside the listener's own (`http_allowed_hosts`).
     pub allowed_hosts: Vec<AllowedHost>,
+    /// The source files the web view's heatmap may show (`http_source_dirs`).
+    pub sources: SourceFiles,
 }
 
 /// How long a client may take over its TLS handshake.
@@ -88,7 +93,7 @@ pub async fn serve_http(
             )
         })?;
     info!(address = %listener.address, tls = acceptor.is_some(), "serving HTTP");
-    let router = routes::router(service.clone());
+    let router = routes::router(service.clone(), listener.sources);
     let allowed_hosts: Arc<[AllowedHost]> = listener.allowed_hosts.into();
     Ok(tokio::spawn(async move {
         tokio::pin!(stopped);

@@ -29,6 +29,7 @@ use crate::{
         selection::date,
         unix_millis,
     },
+    source_files::SourceFiles,
 };
 
 /// Who the listener let in, or why it refused the connection's requests.
@@ -38,6 +39,8 @@ pub struct Admission(pub Result<Asker, String>);
 #[derive(Clone)]
 pub(super) struct Routes {
     pub(super) service: Arc<Service>,
+    /// The source files the web view's heatmap may show.
+    pub(super) sources: SourceFiles,
     /// Sessions opened by `/profile_start`, oldest first, with who opened
     /// each, for `/profile_stop` without an id (the caller's own last).
     started: Arc<std::sync::Mutex<Vec<(CallerKey, String)>>>,
@@ -52,7 +55,7 @@ const GO_DEFAULT_SECONDS: u64 = 30;
 const ENDPOINTS_DEFAULT_SECONDS: u64 = 10;
 
 /// Every route, for the listener.
-pub fn router(service: Arc<Service>) -> Router {
+pub fn router(service: Arc<Service>, sources: SourceFiles) -> Router {
     Router::new()
         .route("/debug/pprof/", get(go_index))
         .route("/debug/pprof", get(go_index))
@@ -64,10 +67,13 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/profile_stop", get(profile_stop))
         .route("/peeks", get(list_peeks))
         .route("/peeks/{id}", get(get_peek))
+        .merge(super::page::routes())
         .merge(super::view::routes())
+        .merge(super::source::routes())
         .fallback(unknown_route)
         .with_state(Routes {
             service,
+            sources,
             started: Arc::default(),
         })
 }
@@ -451,7 +457,8 @@ async fn unknown_route() -> HttpError {
         "no such route; profilerd serves the web view at /, /debug/pprof/ (its index), \
          /debug/pprof/profile?seconds=N, /debug/pprof/heap?seconds=N&pid=P, \
          /debug/pprof/allocs?seconds=N&pid=P, /profile?duration=S&pprof=true|false, /profile_start, /profile_stop, /peeks, \
-         /peeks/ID, /api/query?since=S and /api/peek?pid=N (POST)"
+         /peeks/ID, /api/query?since=S, /api/source?since=S&function=F and /api/peek?pid=N \
+         (POST)"
             .to_owned(),
     )
 }
@@ -543,7 +550,8 @@ mod tests {
 
     /// The status and body of `GET path`, asked by root.
     async fn get(service: Service, path: &str) -> (StatusCode, String) {
-        let mut app = router(Arc::new(service)).layer(Extension(Admission(Ok(ROOT))));
+        let sources = SourceFiles::new(Vec::new(), None);
+        let mut app = router(Arc::new(service), sources).layer(Extension(Admission(Ok(ROOT))));
         let request = axum::http::Request::get(path).body(Body::empty()).unwrap();
         let response = app.call(request).await.unwrap();
         let status = response.status();

@@ -1,14 +1,11 @@
-//! The web view: `GET /` serves one page (`web/index.html`, its scripts
-//! `web/names.js`, `web/timeline.js`, `web/tables.js`, `web/peeks.js` and
-//! `web/app.js`,
-//! `web/app.css`) and the flame graph viewer it draws with (d3-flame-graph
-//! on d3, fetched at pinned versions by `cargo xtask` and embedded by the
-//! build script), all under `/ui/`; the page asks for data through the
-//! `/api/` routes here, and for peeks through `/peeks` (told of new ones by
-//! `/api/peeks/events`), with the listener's caller like every other route.
+//! The web view's data: the `/api/` routes its page (see `page`) asks
+//! for the flame graph, the timeline, the processes and functions tables,
+//! the daemon's status and peeks (the kept ones are at `/peeks`, and new
+//! ones are told by `/api/peeks/events`), with the listener's caller like
+//! every other route; a function's source heatmap is `source`'s.
 //!
-//! Owns the page's files and its JSON/report routes; it must not profile,
-//! store or decide access itself (the service does).
+//! Owns these JSON/report routes and how they name a window; it must not
+//! profile, store or decide access itself (the service does).
 
 use std::{
     convert::Infallible,
@@ -17,8 +14,8 @@ use std::{
 
 use axum::{
     Extension, Router,
-    extract::{Path, Query, State},
-    http::{StatusCode, header},
+    extract::{Query, State},
+    http::header,
     response::{
         IntoResponse, Response,
         sse::{Event, KeepAlive, Sse},
@@ -40,23 +37,9 @@ use crate::{
     service::{MAX_FUNCTIONS, PastWindow, ServiceError, unix_millis},
 };
 
-mod embedded {
-    include!(concat!(env!("OUT_DIR"), "/web_viewer.rs"));
-}
-
-const INDEX_HTML: &str = include_str!("web/index.html");
-const APP_JS: &str = include_str!("web/app.js");
-const APP_CSS: &str = include_str!("web/app.css");
-const TIMELINE_JS: &str = include_str!("web/timeline.js");
-const TABLES_JS: &str = include_str!("web/tables.js");
-const PEEKS_JS: &str = include_str!("web/peeks.js");
-const NAMES_JS: &str = include_str!("web/names.js");
-
-/// The page, its files and the routes it asks.
+/// The routes the page asks for its data.
 pub(super) fn routes() -> Router<Routes> {
     Router::new()
-        .route("/", get(index))
-        .route("/ui/{file}", get(ui_file))
         .route("/api/query", get(query))
         .route("/api/timeline", get(timeline))
         .route("/api/processes", get(processes))
@@ -66,65 +49,13 @@ pub(super) fn routes() -> Router<Routes> {
         .route("/api/peeks/events", get(peek_events))
 }
 
-/// The page. It holds no data: a client the listener refuses gets it too,
-/// and then the refusal from the first `/api/` request, shown on the page.
-async fn index() -> Response {
-    if embedded::VIEWER_FILES.is_empty() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            "this profilerd was built without the web view's flame graph viewer (a plain \
-             `cargo build`); build it with `cargo xtask build`, which fetches the viewer from \
-             the npm registry at its pinned version, or use the other routes and profilerctl\n",
-        )
-            .into_response();
-    }
-    (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        INDEX_HTML,
-    )
-        .into_response()
-}
-
-async fn ui_file(Path(file): Path<String>) -> Answer {
-    let (content_type, bytes): (&str, &'static [u8]) = match file.as_str() {
-        "app.js" => ("text/javascript; charset=utf-8", APP_JS.as_bytes()),
-        "app.css" => ("text/css; charset=utf-8", APP_CSS.as_bytes()),
-        "timeline.js" => ("text/javascript; charset=utf-8", TIMELINE_JS.as_bytes()),
-        "tables.js" => ("text/javascript; charset=utf-8", TABLES_JS.as_bytes()),
-        "peeks.js" => ("text/javascript; charset=utf-8", PEEKS_JS.as_bytes()),
-        "names.js" => ("text/javascript; charset=utf-8", NAMES_JS.as_bytes()),
-        _ => embedded::VIEWER_FILES
-            .iter()
-            .find(|(name, _, _)| *name == file)
-            .map(|(_, content_type, bytes)| (*content_type, *bytes))
-            .ok_or_else(|| {
-                HttpError(
-                    StatusCode::NOT_FOUND,
-                    format!("the web view has no file {}; open / instead", quote(&file)),
-                )
-            })?,
-    };
-    Ok((
-        [
-            (header::CONTENT_TYPE, content_type),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        bytes,
-    )
-        .into_response())
-}
-
 /// The names that choose a window (see [`window`]).
-const WINDOW_NAMES: &[&str] = &["since", "until", "from", "to"];
+pub(super) const WINDOW_NAMES: &[&str] = &["since", "until", "from", "to"];
 
 /// The window a request names: `since=S[&until=S]`, from S seconds ago to
 /// `until` seconds ago (now by default), or `from=MS&to=MS`, Unix
 /// milliseconds (the timeline's).
-fn window(params: &Params) -> Result<PastWindow, HttpError> {
+pub(super) fn window(params: &Params) -> Result<PastWindow, HttpError> {
     let from = params.unix_millis("from")?;
     let to = params.unix_millis("to")?;
     let since = params.seconds("since")?;
@@ -334,10 +265,13 @@ async fn functions(
 
 /// `GET /api/status`: what the page says of the daemon's sampling, as
 /// JSON `{"frequency_hz", "offcpu": {"recorded", "sample_probability",
-/// "recordings", "unavailable", "limitation"}}`: `recorded` is whether the
-/// history is taking off-CPU time now (the `offcpu` setting above 0, or a
-/// profile, session, Top or peek recording it), so that the page can say
-/// why an off-CPU or wall window is empty.
+/// "recordings", "unavailable", "limitation"}, "source": {"dirs",
+/// "max_bytes", "max_reads", "read_timeout_ms"}}`: `recorded` is whether the history is taking off-CPU
+/// time now (the `offcpu` setting above 0, or a profile, session, Top or
+/// peek recording it), so that the page can say why an off-CPU or wall
+/// window is empty; `source`, what the source heatmap may read
+/// (`http_source_dirs`, the largest file, the files read at once and how
+/// long one read may take).
 async fn status(
     State(routes): State<Routes>,
     Extension(admission): Extension<Admission>,
@@ -356,10 +290,16 @@ async fn status(
             "unavailable": offcpu.unavailable,
             "limitation": offcpu.limitation,
         },
+        "source": {
+            "dirs": routes.sources.dirs(),
+            "max_bytes": crate::source_files::MAX_SOURCE_BYTES,
+            "max_reads": crate::source_files::MAX_READS,
+            "read_timeout_ms": crate::source_files::READ_TIMEOUT.as_millis() as u64,
+        },
     })))
 }
 
-fn json(value: &serde_json::Value) -> Response {
+pub(super) fn json(value: &serde_json::Value) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         value.to_string(),
@@ -449,6 +389,8 @@ fn groupby(params: &Params) -> Result<GroupBy, HttpError> {
 
 #[cfg(test)]
 mod tests {
+    use axum::http::StatusCode;
+
     use super::*;
 
     fn refusal(query: &[(&str, &str)]) -> String {
@@ -518,75 +460,5 @@ mod tests {
             Some(GroupBy::Process)
         );
         assert!(groupby(&Params::of(&[("groupby", "cgroup")])).is_err());
-    }
-
-    #[test]
-    fn the_page_has_nothing_inline_that_its_content_security_policy_blocks() {
-        let html = INDEX_HTML.to_ascii_lowercase();
-        for tag in html.split('<').skip(1) {
-            let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
-            let attributes = tag.split_whitespace().skip(1);
-            for attribute in attributes {
-                assert!(
-                    !attribute.starts_with("on") && !attribute.starts_with("style="),
-                    "an inline handler or style: <{tag}>"
-                );
-            }
-            if tag.starts_with("script") {
-                assert!(tag.contains(" src=\"/ui/"), "an inline script: <{tag}>");
-            }
-            assert!(!tag.starts_with("style"), "an inline style sheet");
-        }
-        assert!(!html.contains("javascript:"));
-    }
-
-    #[test]
-    fn the_page_and_its_files_are_served_and_nothing_else() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        for (file, content_type) in [
-            ("app.js", "text/javascript"),
-            ("timeline.js", "text/javascript"),
-            ("tables.js", "text/javascript"),
-            ("peeks.js", "text/javascript"),
-            ("names.js", "text/javascript"),
-            ("app.css", "text/css"),
-        ] {
-            let response = runtime
-                .block_on(ui_file(Path(file.to_owned())))
-                .ok()
-                .unwrap();
-            assert_eq!(response.status(), StatusCode::OK);
-            let served = response.headers()[header::CONTENT_TYPE].to_str().unwrap();
-            assert!(served.starts_with(content_type), "{file}: {served}");
-        }
-        for (name, _, bytes) in embedded::VIEWER_FILES {
-            assert!(!bytes.is_empty(), "{name}");
-            let response = runtime
-                .block_on(ui_file(Path((*name).to_owned())))
-                .ok()
-                .unwrap();
-            assert_eq!(response.status(), StatusCode::OK);
-        }
-        let Err(HttpError(status, _)) = runtime.block_on(ui_file(Path("../Cargo.toml".to_owned())))
-        else {
-            panic!("a file outside the page was served");
-        };
-        assert_eq!(status, StatusCode::NOT_FOUND);
-        // Every file the page loads is served.
-        for file in [
-            "d3.min.js",
-            "d3-flamegraph.min.js",
-            "d3-flamegraph.css",
-            "names.js",
-            "timeline.js",
-            "tables.js",
-            "peeks.js",
-            "app.js",
-            "app.css",
-        ] {
-            assert!(INDEX_HTML.contains(&format!("/ui/{file}")), "{file}");
-        }
     }
 }

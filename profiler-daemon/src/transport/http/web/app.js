@@ -7,7 +7,8 @@
 // functions, and the peeks as they happen. Every error the daemon answers
 // is shown as it says it (the listener's refusals included). The timeline
 // is timeline.js's, the tables (functions, sandwich, threads, processes)
-// tables.js's, the peeks peeks.js's; all are loaded before this file.
+// tables.js's, a function's source heatmap source.js's, the peeks
+// peeks.js's; all are loaded before this file.
 "use strict";
 
 const LIVE_REFRESH_MS = 5000;
@@ -43,6 +44,8 @@ const view = {
   functionsSort: "self",
   // The function whose sandwich is shown.
   sandwich: null,
+  // Which source heatmap load is the newest (source.js).
+  sourceGeneration: 0,
   // What /api/status says of the daemon's sampling.
   daemon: null,
   selectedPeek: null,
@@ -281,8 +284,21 @@ function makeChart(width) {
   chart.onClick((node) => {
     view.zoomed = node.parent ? namesTo(node) : null;
     labelFrames();
+    offerSources();
   });
   return chart;
+}
+
+// A right-click on a frame opens its function's source heatmap, and
+// the Source button that of the frame zoomed into.
+function offerSources() {
+  d3.selectAll("#flamegraph svg g.frame").on("contextmenu", (event, node) => {
+    event.preventDefault();
+    showSource(functionOfFrame(node.data.name));
+  });
+  const zoomed = view.zoomed && view.zoomed.at(-1);
+  $("frame-source").hidden = !zoomed;
+  $("frame-source").textContent = zoomed ? `Source of ${functionOfFrame(zoomed)}` : "Source";
 }
 
 // Writes each frame's name on its label at once. d3-flame-graph writes
@@ -343,6 +359,7 @@ function draw(tree, diffing) {
   }
   search();
   labelFrames();
+  offerSources();
   // A flame graph is shown from its base (the root and the processes),
   // an icicle from its top, unless scrolled away from it.
   box.scrollTop = inverted ? scrolled : box.scrollHeight - box.clientHeight - scrolled;
@@ -543,7 +560,11 @@ function start() {
   $("reset-zoom").addEventListener("click", () => {
     view.zoomed = null;
     if (view.chart) view.chart.resetZoom();
+    offerSources();
   });
+  $("frame-source").addEventListener("click", () => view.zoomed && showSource(functionOfFrame(view.zoomed.at(-1))));
+  $("sandwich-source-button").addEventListener("click", () => view.sandwich && showSource(functionOfFrame(view.sandwich)));
+  startSource();
   for (const choice of document.querySelectorAll('input[name="drag"]')) {
     choice.addEventListener("change", () => loadTimeline(view.generation));
   }

@@ -1,7 +1,8 @@
 // profilerd's web view: its tables (loaded before app.js, which calls
-// them): the window's functions, the sandwich of one function (its
-// callers and callees), the threads of the selected processes, and the
-// window's processes of the selection.
+// them): the window's functions (each with a button that opens its
+// source heatmap, source.js's), the sandwich of one function (its callers
+// and callees), the threads of the selected processes, and the window's
+// processes of the selection.
 "use strict";
 
 const FUNCTIONS_SHOWN = 25;
@@ -65,13 +66,16 @@ async function loadFunctions(window, generation = view.generation) {
   body.replaceChildren();
   const total = ranked.samples || 1;
   const share = (count) => `${count} (${((100 * count) / total).toFixed(1)}%)`;
-  if (failed) note(body, `The daemon did not list the functions: ${failed}`, 4);
-  else if (rows.length === 0) note(body, "No functions: the window holds no samples of the selection; choose a longer window or other processes.", 4);
+  if (failed) note(body, `The daemon did not list the functions: ${failed}`, 5);
+  else if (rows.length === 0) note(body, "No functions: the window holds no samples of the selection; choose a longer window or other processes.", 5);
   for (const ranked of rows) {
     // The module's file name; its whole path in the row's tooltip.
     const module = ranked.module.split("/").pop() || ranked.module;
     const line = row(body, [ranked.function, [module, "module"], share(ranked.self), share(ranked.total)]);
     line.title = ranked.module;
+    // Kernel code and markers ("[lost: …]") have no source lines here.
+    const cell = line.insertCell();
+    if (ranked.module !== "[kernel]" && !ranked.function.startsWith("[")) cell.append(sourceButton(ranked.function));
     line.addEventListener("click", () => {
       $("search").value = ranked.function;
       search();
@@ -110,6 +114,7 @@ function showSandwich(name) {
   panel.dataset.function = name || "";
   // Its tables only once a function is picked.
   for (const table of panel.querySelectorAll("table")) table.hidden = !name;
+  $("sandwich-source").hidden = true;
   if (!name || !view.tree) {
     $("sandwich-summary").textContent = "Pick a function (type its name, or click it in the functions table) to see who calls it and what it calls.";
     return;
@@ -128,6 +133,7 @@ function showSandwich(name) {
   $("sandwich-summary").textContent =
     `${name}: ${total} ${counted} in it and what it calls (${own} in it alone), ` +
     `${((100 * total) / (view.tree.value || 1)).toFixed(1)}% of the window.`;
+  $("sandwich-source").hidden = false;
   const byName = (pairs) => {
     const sums = new Map();
     for (const [key, count] of pairs) sums.set(key, (sums.get(key) || 0) + count);

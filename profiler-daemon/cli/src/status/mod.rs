@@ -1,7 +1,10 @@
 //! `profilerctl status`: the daemon's figures, a line or a few per part —
 //! sampling, losses, unwinding, off-CPU time, allocations, history, the
-//! memory budget and what each part holds, JIT names, push targets and
-//! peeks. Pure functions of the status reply (and of the time, for ages).
+//! memory budget and what each part holds, JIT names, push targets, the
+//! HTTP listener and peeks (those three in `serving`). Pure functions of
+//! the status reply (and of the time, for ages).
+
+mod serving;
 
 use std::{
     fmt::Write as _,
@@ -11,6 +14,7 @@ use std::{
 use profilerd_client::v1;
 
 use crate::format::{seconds, targets_text};
+use serving::{http_status, peek_status, push_status};
 
 /// `profilerctl status`: zero counters of peeks are left out unless
 /// `verbose`.
@@ -25,11 +29,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
     let store = status.store.unwrap_or_default();
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     let history = if store.oldest_unix_nanos > 0 {
-        let age = now
-            .duration_since(UNIX_EPOCH)
-            .map(|now| now.as_nanos() as i64 - store.oldest_unix_nanos)
-            .unwrap_or(0)
-            .max(0);
+        let age = milliseconds_since(now, store.oldest_unix_nanos / 1_000_000);
         let coarsest = if store.coarsest_bucket_ms > store.resolution_ms + 1000 {
             format!(
                 " (the oldest coarsened up to {})",
@@ -40,7 +40,7 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
         };
         format!(
             "the last {} at {} resolution{coarsest}",
-            seconds(age as u64 / 1_000_000),
+            seconds(age),
             seconds(store.resolution_ms)
         )
     } else {
@@ -110,11 +110,21 @@ pub fn status(status: &v1::StatusReply, verbose: bool, now: SystemTime) -> Strin
     for target in &status.push {
         text.push_str(&push_status(target, now));
     }
+    text.push_str(&http_status(status.http.as_ref()));
     text.push_str(&peek_status(
         &status.peek.clone().unwrap_or_default(),
         verbose,
     ));
     text
+}
+
+/// Milliseconds from `unix_ms` (Unix milliseconds) to `now`; 0 when it is
+/// later.
+fn milliseconds_since(now: SystemTime, unix_ms: i64) -> u64 {
+    let now = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |now| now.as_millis() as i64);
+    now.saturating_sub(unix_ms).max(0) as u64
 }
 
 /// `held` bytes of at most `limit` (0: no bound).
@@ -227,45 +237,6 @@ fn memory_map_records_status(records: Option<&v1::MemoryMapRecordsStatus>, drain
         records.processes_evicted,
         records.records_lost
     )
-}
-
-/// A push target's line: where, what went through, what waits or failed.
-fn push_status(target: &v1::PushTargetStatus, now: SystemTime) -> String {
-    let last = if target.last_success_unix_ms > 0 {
-        let ago = now
-            .duration_since(UNIX_EPOCH)
-            .map(|now| now.as_millis() as i64 - target.last_success_unix_ms)
-            .unwrap_or(0)
-            .max(0);
-        format!("last success {} ago", seconds(ago as u64))
-    } else {
-        "no success yet".to_owned()
-    };
-    let failures: Vec<String> = target
-        .failures
-        .iter()
-        .map(|failure| format!("{}={}", failure.cause, failure.count))
-        .collect();
-    let mut line = format!(
-        "push:       {} ({} {}): {} sent, {last}; {} queued ({} B), {} spooled ({} B), {} dropped",
-        target.name,
-        target.kind,
-        target.url,
-        target.sent,
-        target.queued,
-        target.queued_bytes,
-        target.spooled,
-        target.spooled_bytes,
-        target.dropped
-    );
-    if !failures.is_empty() {
-        line.push_str(&format!("; failures {}", failures.join(", ")));
-    }
-    if !target.last_error.is_empty() {
-        line.push_str(&format!("; last error: {}", target.last_error));
-    }
-    line.push('\n');
-    line
 }
 
 /// The off-CPU line of the status: whether waits are recorded, and what
@@ -410,90 +381,6 @@ fn unwinding_status(unwinding: Option<&v1::UnwindStatus>) -> String {
     text
 }
 
-/// The peek lines of the status: how peeks are triggered, whether
-/// processes without a handler are protected, then one counter a line.
-fn peek_status(peek: &v1::PeekStatus, verbose: bool) -> String {
-    let trigger = if peek.signal == 0 || !peek.signal_off_reason.is_empty() {
-        format!(
-            "by signal off ({}); `profilerctl peek PID` works",
-            if peek.signal_off_reason.is_empty() {
-                "peek_signal = off"
-            } else {
-                &peek.signal_off_reason
-            }
-        )
-    } else {
-        format!("on {}", peek.signal_name)
-    };
-    let protection = if peek.protection_active {
-        "processes without a handler are protected".to_owned()
-    } else {
-        format!(
-            "processes without a handler are NOT protected ({})",
-            peek.protection_reason
-        )
-    };
-    let mut text = format!(
-        "peeks:      {trigger}\n            {protection}\n            {} of {} slots in use \
-         ({} peeks, {} processes profiled at a rate of their own); a user's processes hold at \
-         most {} (max_concurrent_peeks)\n",
-        peek.running + peek.rated_running,
-        peek.max_concurrent,
-        peek.running,
-        peek.rated_running,
-        (peek.max_concurrent / 2).max(1),
-    );
-    let counters = [
-        (peek.completed, "done"),
-        (peek.running.into(), "running"),
-        (peek.failed, "failed"),
-        (peek.signals, "peek signals received"),
-        (peek.requests, "peek requests"),
-        (peek.folded, "triggers folded into a running peek"),
-        (peek.refused, "signals refused by the allowlist"),
-        (peek.gone, "signals for processes that had exited"),
-        (
-            peek.killed,
-            "processes terminated by the peek signal (no handler; see the log)",
-        ),
-        (
-            peek.self_sent,
-            "signals a process sent to itself (not peeks)",
-        ),
-        (
-            peek.dropped_limit,
-            "triggers dropped: max_concurrent_peeks running",
-        ),
-        (
-            peek.dropped_user_limit,
-            "triggers dropped: a user's peeks too many or too often",
-        ),
-        (
-            peek.dropped_in_kernel,
-            "signals dropped in the kernel (ring buffer full)",
-        ),
-        (
-            peek.not_written,
-            "reports not written to disk (kept in memory)",
-        ),
-        (
-            peek.logged_briefly,
-            "reports logged in one line (a user's beyond the first few a minute)",
-        ),
-    ];
-    let mut shown = 0;
-    for (count, what) in counters {
-        if verbose || count > 0 {
-            let _ = writeln!(text, "            {count:>7} {what}");
-            shown += 1;
-        }
-    }
-    if shown == 0 {
-        text.push_str("            none yet (--verbose shows every counter)\n");
-    }
-    text
-}
-
 fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1024.0 * 1024.0))
 }
@@ -563,145 +450,4 @@ pub fn jit_status(jit: Option<&v1::JitStatus>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn memory_maps_unknown_before_the_first_drain_are_not_said_unfollowed() {
-        assert!(memory_map_records_status(None, 0).contains("not known before the first drain"));
-        assert!(memory_map_records_status(None, 3).contains("not followed"));
-        assert!(fork_lineages_status(None, 3).contains("not recorded"));
-        let python = v1::PythonStatus {
-            processes: [("3.13.0".to_owned(), 1), ("3.11.2".to_owned(), 2)].into(),
-            refused: [("before_3_11".to_owned(), 1)].into(),
-            binaries: 3,
-            processes_named: 4,
-            processes_limit: 4096,
-            code_objects_held: 10,
-            code_objects_limit: 32768,
-            code_objects_read: 11,
-            code_objects_failed: 1,
-            frames_unnamed: 2,
-            code_objects_bytes: 2048,
-            code_objects_bytes_limit: 6 << 20,
-            ..Default::default()
-        };
-        assert_eq!(
-            python_status(Some(&python)),
-            "3 CPython processes found (3.11.2: 2, 3.13.0: 1); 1 refused (before_3_11: 1); named \
-             to the kernel 4 times (at most 4096 at once, 0 refused); code objects: 10 of at most \
-             32768 held, 2 KiB of at most 6144 KiB (11 read, 1 unreadable, 0 let go of), 2 frames \
-             unnamed"
-        );
-        assert_eq!(
-            python_status(Some(&v1::PythonStatus::default())),
-            "no CPython 3.11+ process found"
-        );
-        let book = v1::ForkLineagesStatus {
-            forked: 3,
-            forked_limit: 32768,
-            forked_evicted: 1,
-            exec_left: 2,
-            exec_left_limit: 4096,
-            exec_left_evicted: 0,
-            bytes: 1 << 20,
-        };
-        assert_eq!(
-            fork_lineages_status(Some(&book), 1),
-            "fork lineages: 3 forked of at most 32768 (1 let go of), 2 exec'd of at most 4096 \
-             (0 let go of), 1.0 MiB"
-        );
-        let small = v1::ForkLineagesStatus {
-            bytes: 3000,
-            ..book
-        };
-        assert!(fork_lineages_status(Some(&small), 1).ends_with(", 3 KiB"));
-        let records = v1::MemoryMapRecordsStatus {
-            mappings: 7,
-            ..Default::default()
-        };
-        assert!(memory_map_records_status(Some(&records), 0).starts_with("memory maps as made: 7"));
-    }
-
-    #[test]
-    fn off_cpu_recording_says_what_it_lacks_on_this_kernel() {
-        let whole = v1::OffCpuStatus {
-            switches: 192,
-            ..Default::default()
-        };
-        assert!(!offcpu_status(Some(&whole)).contains("limited"));
-        let limited = v1::OffCpuStatus {
-            limitation: "this kernel (6.1.0-57-amd64) cannot verify the off-CPU program that \
-                         walks Python frames"
-                .to_owned(),
-            ..whole
-        };
-        assert!(
-            offcpu_status(Some(&limited)).ends_with(
-                "; limited: this kernel (6.1.0-57-amd64) cannot verify the off-CPU program that \
-                 walks Python frames"
-            ),
-            "{}",
-            offcpu_status(Some(&limited))
-        );
-        let unavailable = v1::OffCpuStatus {
-            unavailable: "the kernel refused it".to_owned(),
-            ..Default::default()
-        };
-        assert_eq!(
-            offcpu_status(Some(&unavailable)),
-            "unavailable (the kernel refused it)"
-        );
-    }
-
-    fn status_reply() -> v1::StatusReply {
-        v1::StatusReply {
-            version: "0.1.0".into(),
-            uptime_ms: 3_723_000,
-            cpus: vec![0, 1],
-            frequency_hz: 49,
-            samples_taken: 1000,
-            samples_lost: vec![
-                v1::LossCount {
-                    cause: "counts_map_full".into(),
-                    count: 0,
-                },
-                v1::LossCount {
-                    cause: "stack_map_full".into(),
-                    count: 3,
-                },
-            ],
-            peek: Some(v1::PeekStatus {
-                signal: 10,
-                signal_name: "SIGUSR1".into(),
-                completed: 5,
-                requests: 2,
-                ..Default::default()
-            }),
-            targets_hidden: true,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn status_shows_nonzero_counters_one_a_line() {
-        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let text = status(&status_reply(), false, now);
-        assert!(text.contains("up 1h 2m 3s"), "{text}");
-        assert!(text.contains("lost:       stack_map_full=3\n"), "{text}");
-        assert!(!text.contains("counts_map_full"), "{text}");
-        assert!(
-            text.contains("targets:    not shown (root and the admin group only)"),
-            "{text}"
-        );
-        assert!(text.contains("\n                  5 done\n"), "{text}");
-        assert!(
-            text.contains("\n                  2 peek requests\n"),
-            "{text}"
-        );
-        assert!(!text.contains("failed"), "{text}");
-        let verbose = status(&status_reply(), true, now);
-        assert!(verbose.contains("counts_map_full=0"), "{verbose}");
-        assert!(verbose.contains("      0 failed\n"), "{verbose}");
-    }
-}
+mod tests;

@@ -1,9 +1,7 @@
-// The web view's end-to-end scenarios' ways with the page (view.mjs and
-// scenarios.mjs use them): waiting for what it must show, typing into it,
-// reading its text, tables and drawn frames.
-//
-// Owns those helpers; it must not drive a scenario nor judge what it saw
-// (the Rust tests do).
+// What the web view's browser scenarios (view.mjs, heatmap.mjs,
+// other-scenarios.mjs) do to the page and read of it: waiting for what it
+// must show, reading and typing into its elements, its tables and the
+// frames of its flame graph.
 
 // How long to wait for what the page must show. A test daemon is a debug
 // build sharing two cores with two browsers, spinning workloads and other

@@ -1,13 +1,10 @@
-// The web view's smaller end-to-end scenarios (view.mjs runs them): a
-// Python process's frames, function names as a person types them, a
-// refused client, and another site's requests to the daemon. Each records
-// what it saw in `seen`, which view.mjs prints.
-//
-// Owns these scenarios; it must not judge what they saw (the Rust tests
-// do).
+// The web view's smaller browser scenarios (see view.mjs, which runs
+// them): a Python process's frames, function names as a person types them,
+// a client the listener refuses, and another site's page asking the daemon
+// for work.
 import http from "node:http";
 
-import { attribute, drawnFrames, eventually, fill, loaded, text, until } from "./page.mjs";
+import { attribute, drawnFrames, eventually, fill, loaded, text, until } from "./page-tools.mjs";
 
 // A Python process chosen: its Python frames are drawn with their file and
 // line; the interpreter switch takes the interpreter's own frames out.
@@ -51,6 +48,7 @@ export async function python(page, args, seen) {
   seen.download = await attribute(page, '#downloads a[data-format="folded"]', "href");
 }
 
+
 // A function named as a person types it (`name`: malloc) over process
 // `pid`'s graph: the frames the search highlights, and the sandwich of the
 // function (names.js's rule: malloc is Debian glibc's __GI___libc_malloc
@@ -93,7 +91,7 @@ export async function functionNames(page, args, seen) {
   );
 }
 
-export async function refused(page, seen) {
+export async function refused(page, args, seen) {
   await until(page, () => document.body.dataset.state === "error");
   seen.status = await text(page, "#status");
   seen.visible = await page.$eval("#status", (element) => element.checkVisibility());
@@ -143,7 +141,7 @@ export async function anotherSite(daemon, pid, seen) {
 // Waits until the page's six requests to the daemon (an image, a script,
 // three fetches, a form) are over: answered, or failed (the browser blocks
 // what the daemon's headers forbid it to show another site); records how.
-export async function crossSite(args, seen) {
+export async function crossSite(page, args, seen) {
   const toDaemon = ([url]) => url.startsWith(args.daemon);
   await eventually(async () => seen.responses.filter(toDaemon).length + seen.failed.filter(toDaemon).length >= 6);
   seen.daemonAnswers = seen.responses.filter(toDaemon);
