@@ -51,7 +51,9 @@ impl Peeker {
             }
             let settings = self.settings();
             // A profile at a rate of its own holds the process's samples.
-            let refusal = match lock(&inner.rated).contains_key(&pid) {
+            // (Its lock is let go of before `refusal` takes it again.)
+            let busy = lock(&inner.rated).contains_key(&pid);
+            let refusal = match busy {
                 true => Some(PeekError::Busy { pid }),
                 false => self.refusal(&running, uid, &trigger, &settings),
             };

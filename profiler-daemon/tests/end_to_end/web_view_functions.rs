@@ -8,8 +8,8 @@ use profilerd_words::FunctionName;
 use crate::{
     http::daemon_over_http,
     support::{Workload, require_root},
+    web_browser::{Browser, drive_browser},
     web_python::names,
-    web_view::{Browser, drive_browser},
 };
 
 #[tokio::test(flavor = "multi_thread")]

@@ -12,8 +12,8 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use profilerd_words::FunctionName;
 use crate::profile::Profile;
+use profilerd_words::FunctionName;
 
 /// One source line's samples.
 #[derive(Clone, Debug, PartialEq, Eq)]
