@@ -305,7 +305,7 @@ async fn numbers_and_flags_are_checked_in_the_clis_terms() {
         ),
         (
             vec!["profile", "-d", "1s", "-f", "nonsense"],
-            "[possible values: tree, flat, folded, pprof, flamegraph, speedscope, pstats]",
+            "[possible values: tree, flat, folded, pprof, flamegraph, speedscope, pstats, gecko]",
             parse_error,
         ),
         (
